@@ -1,0 +1,3 @@
+from mempalace_logstream.cli import main
+
+main()

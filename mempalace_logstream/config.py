@@ -1,0 +1,59 @@
+"""Settings from the environment and the resolution of where the log lives (S-2.1).
+
+`MEMPALACE_LOGSTREAM_*` variables, plus `LOGSTREAM_DB` and `MEMPALACE_PALACE_PATH` from the spec.
+Only cli.py and the server factories call `Settings.from_env()`; the core takes arguments.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from mempalace_logstream import errors
+
+DB_FILENAME = "logstream.sqlite3"
+DEFAULT_PALACE = "~/.mempalace/palace"
+
+
+def _int(environ: Mapping[str, str], key: str, default: int) -> int:
+    raw = environ.get(key)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise errors.ValidationError(f"{key}={raw!r} must be an integer", field=key) from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    db: str | None = None
+    palace: str | None = None
+    durability: str = "full"
+    max_body_bytes: int = 256 * 1024
+    max_artifact_bytes: int = 4 * 1024 * 1024
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if environ is None else environ
+        p = "MEMPALACE_LOGSTREAM_"
+        return cls(
+            db=env.get("LOGSTREAM_DB") or env.get(p + "DB") or None,
+            palace=env.get("MEMPALACE_PALACE_PATH") or None,
+            durability=(env.get(p + "DURABILITY") or "full").strip().lower(),
+            max_body_bytes=_int(env, p + "MAX_BODY_BYTES", 256 * 1024),
+            max_artifact_bytes=_int(env, p + "MAX_ARTIFACT_BYTES", 4 * 1024 * 1024),
+        )
+
+
+def palace_dir(palace: str | None) -> Path:
+    return Path(palace or DEFAULT_PALACE).expanduser()
+
+
+def resolve_db(db: str | None, palace: str | None) -> str:
+    """`--db URL` wins, else `<palace>/logstream.sqlite3` (palace from flag, env or default)."""
+    if db:
+        return db if "://" in db else f"sqlite:///{Path(db).expanduser().resolve()}"
+    return f"sqlite:///{(palace_dir(palace) / DB_FILENAME).resolve()}"

@@ -1,0 +1,71 @@
+"""The exception tree of mempalace_logstream. Imports nothing from the package.
+
+LogstreamError
+├── ValidationError        bad input; names the field and the limit; nothing was written
+├── NotFoundError          an event, artifact or cursor that does not exist here
+├── ConflictError          same id or idempotency key with different content
+├── StorageError           the database failed (disk, lock timeout, corruption)
+│   └── SchemaVersionError the file was written by a newer schema than this code knows
+└── SyncError              a replica round failed
+    └── PeerUnavailableError
+"""
+
+from __future__ import annotations
+
+
+class LogstreamError(Exception):
+    """The logstream failed."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (type(self).__doc__ or "").strip())
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class ValidationError(LogstreamError, ValueError):
+    """Invalid input; nothing was written."""
+
+    def __init__(self, message: str, *, field: str | None = None, limit: object = None) -> None:
+        super().__init__(message)
+        self.field = field
+        self.limit = limit
+
+
+class NotFoundError(LogstreamError, LookupError):
+    """No such event or artifact."""
+
+    def __init__(self, message: str, *, field: str | None = None, ident: str | None = None):
+        super().__init__(message)
+        self.field = field
+        self.ident = ident
+
+
+class ConflictError(LogstreamError):
+    """The same id or idempotency key already holds different content."""
+
+    def __init__(self, message: str, *, field: str | None = None, ident: str | None = None):
+        super().__init__(message)
+        self.field = field
+        self.ident = ident
+
+
+class StorageError(LogstreamError):
+    """The database failed; the operation did not complete."""
+
+
+class SchemaVersionError(StorageError):
+    """The database schema is newer than this version of mempalace-logstream."""
+
+
+class SyncError(LogstreamError):
+    """A sync round with a peer failed."""
+
+    def __init__(self, message: str | None = None, *, peer_id: str | None = None) -> None:
+        super().__init__(message)
+        self.peer_id = peer_id
+
+
+class PeerUnavailableError(SyncError):
+    """The peer could not be reached."""

@@ -1,0 +1,97 @@
+"""Hybrid logical clock: `<13-digit unix ms>-<6 hex counter>-<replica id>`.
+
+Fixed width, so string order is causal order with the replica id as the final tiebreak; the
+format is shared with the reference so the two can sync. Pure: no SQLAlchemy, no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+MAX_COUNTER = 0xFFFFFF
+MAX_FUTURE_DRIFT_MS = 60_000
+_HLC_RE = re.compile(r"^(\d{13})-([0-9a-f]{6})-(\S+)$")
+
+
+class Clock(Protocol):
+    def now_ms(self) -> int: ...
+
+
+class SystemClock:
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, order=True)
+class Stamp:
+    wall_ms: int
+    counter: int
+    replica_id: str
+
+    def render(self) -> str:
+        return f"{self.wall_ms:013d}-{self.counter:06x}-{self.replica_id}"
+
+
+def parse(value: str) -> Stamp | None:
+    """Parse an HLC string; None if it is malformed."""
+    if not isinstance(value, str):
+        return None
+    m = _HLC_RE.match(value)
+    if not m:
+        return None
+    return Stamp(int(m.group(1)), int(m.group(2), 16), m.group(3))
+
+
+def is_valid(value: str) -> bool:
+    return parse(value) is not None
+
+
+class HybridClock:
+    """Thread-safe HLC. `now()` is strictly monotonic whatever the wall clock does."""
+
+    def __init__(self, replica_id: str, clock: Clock | None = None) -> None:
+        self.replica_id = replica_id
+        self._clock = clock or SystemClock()
+        self._lock = threading.Lock()
+        self._ms = 0
+        self._counter = 0
+
+    @property
+    def wall_clock(self) -> Clock:
+        return self._clock
+
+    def now(self) -> str:
+        """Tick: a stamp strictly greater than every stamp issued or observed before."""
+        with self._lock:
+            wall = self._clock.now_ms()
+            if wall > self._ms:
+                self._ms, self._counter = wall, 0
+            elif self._counter < MAX_COUNTER:
+                self._counter += 1
+            else:
+                self._ms, self._counter = self._ms + 1, 0
+            return Stamp(self._ms, self._counter, self.replica_id).render()
+
+    def observe(self, remote: str | None) -> bool:
+        """Adopt a remote stamp if it is ahead; ignore malformed or far-future stamps.
+
+        Returns False when the stamp was ignored (malformed, or more than 60 s ahead of the
+        wall clock), so callers can report the anomaly.
+        """
+        stamp = parse(remote) if remote else None
+        if stamp is None:
+            return False
+        with self._lock:
+            if stamp.wall_ms > self._clock.now_ms() + MAX_FUTURE_DRIFT_MS:
+                return False
+            if (stamp.wall_ms, stamp.counter) > (self._ms, self._counter):
+                self._ms, self._counter = stamp.wall_ms, stamp.counter
+            return True
+
+    def is_far_future(self, remote: str) -> bool:
+        stamp = parse(remote)
+        return stamp is not None and stamp.wall_ms > self._clock.now_ms() + MAX_FUTURE_DRIFT_MS

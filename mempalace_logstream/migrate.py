@@ -1,0 +1,90 @@
+"""Schema migrations through Alembic, applied on open and by `logstream migrate`.
+
+The migration runs inside one write transaction (BEGIN IMMEDIATE on SQLite, an advisory lock on
+PostgreSQL), so processes opening a fresh file at once migrate it exactly once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+
+from mempalace_logstream import engine as engine_mod
+from mempalace_logstream import errors
+from mempalace_logstream.schema import SCHEMA_HEAD
+
+MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+PG_MIGRATE_LOCK = 0x6D696772  # "migr"
+KNOWN_REVISIONS = (None, "0001")
+
+
+def alembic_config(connection: sa.Connection | None = None, url: str | None = None) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    if url:
+        cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+def current_revision(conn: sa.Connection) -> str | None:
+    if not sa.inspect(conn).has_table("alembic_version"):
+        return None
+    return conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
+
+
+def _locked(engine: sa.Engine):
+    ctx = engine_mod.writer(engine).begin()
+    conn = ctx.__enter__()
+    if engine.dialect.name == "postgresql":
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_MIGRATE_LOCK})
+    return ctx, conn
+
+
+def ensure_schema(engine: sa.Engine) -> str | None:
+    """Upgrade to SCHEMA_HEAD if needed; returns the revision found before (None if fresh)."""
+    with engine.connect() as probe:
+        if current_revision(probe) == SCHEMA_HEAD:
+            return SCHEMA_HEAD
+    return upgrade(engine, "head")
+
+
+def upgrade(engine: sa.Engine, revision: str = "head") -> str | None:
+    ctx, conn = _locked(engine)
+    try:
+        before = current_revision(conn)
+        if before not in KNOWN_REVISIONS:
+            raise errors.SchemaVersionError(
+                f"database schema revision {before!r} is newer than this mempalace-logstream "
+                f"(knows up to {SCHEMA_HEAD}); upgrade the package"
+            )
+        if before != SCHEMA_HEAD or revision != "head":
+            command.upgrade(alembic_config(conn), revision)
+    except BaseException:
+        ctx.__exit__(*__import__("sys").exc_info())
+        raise
+    ctx.__exit__(None, None, None)
+    return before
+
+
+def downgrade(engine: sa.Engine, revision: str = "base") -> None:
+    ctx, conn = _locked(engine)
+    try:
+        command.downgrade(alembic_config(conn), revision)
+    except BaseException:
+        ctx.__exit__(*__import__("sys").exc_info())
+        raise
+    ctx.__exit__(None, None, None)
+
+
+def check_schema(engine: sa.Engine) -> None:
+    with engine.connect() as conn:
+        rev = current_revision(conn)
+    if rev != SCHEMA_HEAD:
+        raise errors.SchemaVersionError(
+            f"database schema is at {rev!r}, expected {SCHEMA_HEAD}; run `logstream migrate`"
+        )

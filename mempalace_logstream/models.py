@@ -1,0 +1,203 @@
+"""Frozen, keyword-only records returned by the store: Event, Artifact, Page, WaitResult.
+
+`to_dict()` gives the wire shape shared by every surface (S-1.1, S-1.2).
+Must not import sqlalchemy, pydantic or any surface.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+PREVIEW_CHARS = 200
+_SLIM_DROP = ("seq", "origin_replica", "origin_seq", "hlc", "metadata")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    id: str
+    seq: int
+    origin_replica: str
+    origin_seq: int
+    hlc: str
+    type: str
+    stream: str
+    room: str
+    topic: str | None
+    from_agent: str
+    to_agent: str | None
+    correlation_id: str | None
+    branch: str | None
+    base_commit: str | None
+    status: str | None
+    artifact_ids: tuple[str, ...]
+    body: str
+    created_at: str
+    metadata_json: str = "{}"
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        try:
+            value = json.loads(self.metadata_json)
+        except ValueError:
+            return {}
+        return value if isinstance(value, dict) else {}
+
+    def content_key(self) -> tuple[Any, ...]:
+        """The immutable, replicated fields: equal keys mean the same event."""
+        return (
+            self.id, self.origin_replica, self.origin_seq, self.hlc, self.type, self.stream,
+            self.room, self.topic, self.from_agent, self.to_agent, self.correlation_id,
+            self.branch, self.base_commit, self.status, tuple(sorted(self.artifact_ids)),
+            self.body, self.created_at, self.metadata,
+        )  # fmt: skip
+
+    def to_dict(self, *, preview: bool = False, slim: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id,
+            "seq": self.seq,
+            "origin_replica": self.origin_replica,
+            "origin_seq": self.origin_seq,
+            "hlc": self.hlc,
+            "type": self.type,
+            "stream": self.stream,
+            "room": self.room,
+            "topic": self.topic,
+            "from_agent": self.from_agent,
+            "to_agent": self.to_agent,
+            "correlation_id": self.correlation_id,
+            "branch": self.branch,
+            "base_commit": self.base_commit,
+            "status": self.status,
+            "artifact_ids": list(self.artifact_ids),
+            "body": self.body,
+            "created_at": self.created_at,
+            "metadata": self.metadata,
+        }
+        if preview and len(self.body) > PREVIEW_CHARS:
+            out["body"] = self.body[:PREVIEW_CHARS]
+            out["body_truncated"] = True
+            out["body_length"] = len(self.body)
+        if slim:
+            for key in _SLIM_DROP:
+                out.pop(key, None)
+            out = {k: v for k, v in out.items() if v not in (None, "", [], {})}
+        return out
+
+    def with_seq(self, seq: int) -> Event:
+        return replace(self, seq=seq)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Artifact:
+    id: str
+    kind: str
+    sha256: str
+    size_bytes: int
+    encoding: str
+    created_by: str
+    created_at: str
+    origin_replica: str
+    metadata_json: str = "{}"
+    content: bytes | None = None
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        try:
+            value = json.loads(self.metadata_json)
+        except ValueError:
+            return {}
+        return value if isinstance(value, dict) else {}
+
+    def content_text(self) -> str | None:
+        """Content as it travels: text for utf-8 artifacts, base64 for binary ones."""
+        if self.content is None:
+            return None
+        if self.encoding == "utf-8":
+            return self.content.decode("utf-8")
+        return base64.b64encode(self.content).decode("ascii")
+
+    def to_dict(self, *, with_content: bool = True) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id,
+            "kind": self.kind,
+            "sha256": self.sha256,
+            "size_bytes": self.size_bytes,
+            "encoding": self.encoding,
+            "created_by": self.created_by,
+            "created_at": self.created_at,
+            "origin_replica": self.origin_replica,
+            "metadata": self.metadata,
+        }
+        if with_content and self.content is not None:
+            out["content"] = self.content_text()
+        if self.warnings:
+            out["warnings"] = list(self.warnings)
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class Page:
+    """One read: the events, the cursor of the newest examined event, and whether more remain.
+
+    `scanned_seq` is the local position behind `cursor`; `preview`/`slim` shape `to_dict`.
+    """
+
+    events: tuple[Event, ...]
+    cursor: str | None
+    has_more: bool
+    note: str | None = None
+    timed_out: bool = False
+    scanned_seq: int = 0
+    preview: bool = False
+    slim: bool = False
+
+    def replace(self, **changes: Any) -> Page:
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "events": [e.to_dict(preview=self.preview, slim=self.slim) for e in self.events],
+            "count": len(self.events),
+            "cursor": self.cursor,
+            "has_more": self.has_more,
+        }
+        if self.note:
+            out["note"] = self.note
+        return out
+
+    def to_wait_dict(self) -> dict[str, Any]:
+        return {"timed_out": self.timed_out, **self.to_dict()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class EventDraft:
+    """A validated event, not yet stored."""
+
+    type: str
+    stream: str
+    room: str
+    from_agent: str
+    topic: str | None = None
+    to_agent: str | None = None
+    correlation_id: str | None = None
+    branch: str | None = None
+    base_commit: str | None = None
+    status: str | None = None
+    body: str = ""
+    metadata_json: str = "{}"
+    artifact_ids: tuple[str, ...] = ()
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArtifactDraft:
+    kind: str
+    content: bytes
+    encoding: str
+    created_by: str
+    metadata_json: str = "{}"
+    warnings: tuple[str, ...] = field(default=())

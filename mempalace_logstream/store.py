@@ -1,0 +1,944 @@
+"""LogStore: the only code that runs SQL. Append, read, wait, artifacts, acks, patches, tasks.
+
+Every public method validates first (nothing is written on bad input), runs in one transaction
+and returns frozen models. Concurrent appends in one process are group-committed; seq is
+assigned under the write lock, so seq order is commit order on every backend (S-2.4).
+Must not import fastapi, sse_starlette, typer, mcp or httpx.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from mempalace_logstream import engine as engine_mod
+from mempalace_logstream import errors, hlc, migrate, notify
+from mempalace_logstream import validation as v
+from mempalace_logstream.models import Artifact, ArtifactDraft, Event, EventDraft, Page
+from mempalace_logstream.schema import artifact_blobs, artifacts, event_artifacts, events, meta
+
+PG_APPEND_LOCK = 0x6C6F6773  # "logs": one advisory lock serializes seq assignment on PostgreSQL
+FROM_AGENT_NOTE = (
+    "from_agent is your identity on reads and does not filter; pass writer=<agent> to filter "
+    "by author"
+)
+_EVENT_COLS = [c for c in events.c if c.name != "idempotency_key"]
+
+
+def _now_text(ms: int) -> str:
+    dt = datetime.fromtimestamp(ms / 1000, UTC)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def new_id(prefix: str, ms: int) -> str:
+    stamp = datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y%m%dT%H%M%S")
+    return f"{prefix}_{stamp}_{secrets.token_hex(10)}"
+
+
+def mint_replica_id() -> str:
+    return f"rep_{secrets.token_hex(16)}"
+
+
+def slug(text: str, fallback: str) -> str:
+    out = re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")[:40].rstrip("_")
+    return out or fallback
+
+
+@dataclass(frozen=True, kw_only=True)
+class Filters:
+    """Validated read filters (S-5.1): OR within a field, AND across fields."""
+
+    stream: tuple[str, ...] | None = None
+    room: tuple[str, ...] | None = None
+    topic: tuple[str, ...] | None = None
+    type: tuple[str, ...] | None = None
+    to_agent: tuple[str, ...] | None = None
+    writer: tuple[str, ...] | None = None
+    exclude_writer: tuple[str, ...] | None = None
+    correlation_id: tuple[str, ...] | None = None
+    status: tuple[str, ...] | None = None
+
+    @classmethod
+    def parse(cls, **raw: Any) -> Filters:
+        return cls(**{name: v.filter_values(name, raw.get(name)) for name in v.FILTER_FIELDS})
+
+    def clause(self) -> list[sa.ColumnElement[bool]]:
+        out: list[sa.ColumnElement[bool]] = []
+        for name in ("stream", "room", "topic", "type", "correlation_id", "status"):
+            values = getattr(self, name)
+            if values:
+                out.append(_in(events.c[name], values))
+        if self.to_agent:
+            out.append(_in(events.c.to_agent, (*self.to_agent, "*")))
+        if self.writer:
+            out.append(_in(events.c.from_agent, self.writer))
+        if self.exclude_writer:
+            out.append(events.c.from_agent.not_in(self.exclude_writer))
+        return out
+
+    def matches(self, event: Event) -> bool:
+        """The same rules as `clause()`, evaluated in Python (SSE fan-out, watch)."""
+        for name in ("stream", "room", "topic", "type", "correlation_id", "status"):
+            values = getattr(self, name)
+            if values and getattr(event, name) not in values:
+                return False
+        if self.to_agent and event.to_agent not in (*self.to_agent, "*"):
+            return False
+        if self.writer and event.from_agent not in self.writer:
+            return False
+        return not (self.exclude_writer and event.from_agent in self.exclude_writer)
+
+
+def _in(col: sa.ColumnElement[Any], values: Sequence[str]) -> sa.ColumnElement[bool]:
+    return col == values[0] if len(values) == 1 else col.in_(values)
+
+
+@dataclass
+class _Pending:
+    fn: Callable[[sa.Connection, _TxState], Any]
+    done: bool = False
+    result: Any = None
+    error: BaseException | None = None
+
+
+@dataclass
+class _TxState:
+    next_seq: int
+    next_artifact_seq: int
+    appended: list[Event] = field(default_factory=list)
+
+
+class LogStore:
+    """The append-only event and artifact store (SQLite file or PostgreSQL).
+
+    Thread-safe; one instance per process per database is the intended use. Errors raised:
+    `ValidationError` (bad input, nothing written), `NotFoundError`, `ConflictError`,
+    `StorageError`.
+    """
+
+    def __init__(
+        self,
+        engine: sa.Engine,
+        *,
+        clock: hlc.Clock | None = None,
+        max_body_bytes: int = v.DEFAULT_MAX_BODY_BYTES,
+        max_artifact_bytes: int = v.DEFAULT_MAX_ARTIFACT_BYTES,
+        migrate_schema: bool = True,
+    ) -> None:
+        self.engine = engine
+        self.dialect = engine.dialect.name
+        self._writer = engine_mod.writer(engine)
+        self.max_body_bytes = max_body_bytes
+        self.max_artifact_bytes = max_artifact_bytes
+        with self._storage_errors():
+            if migrate_schema:
+                migrate.ensure_schema(engine)
+            else:
+                migrate.check_schema(engine)
+            self.replica_id = self._load_replica_id()
+        self.clock = hlc.HybridClock(self.replica_id, clock)
+        self.notifier = notify.Notifier()
+        self._change_watcher = self._make_change_watcher()
+        if self._change_watcher is not None:
+            self.notifier.set_first_waiter_hook(self._change_watcher.ensure_running)
+        self._queue: list[_Pending] = []
+        self._queue_lock = threading.Lock()
+        self._commit_lock = threading.Lock()
+        self._closed = False
+
+    @classmethod
+    def open(cls, url: str, *, durability: str = "full", **kwargs: Any) -> LogStore:
+        """Open (and migrate) the store at a SQLAlchemy URL or SQLite file path."""
+        return cls(engine_mod.create_engine(url, durability=durability), **kwargs)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._change_watcher is not None:
+            self._change_watcher.stop()
+        self.engine.dispose()
+
+    def __enter__(self) -> LogStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------- plumbing
+
+    @contextlib.contextmanager
+    def _storage_errors(self) -> Iterator[None]:
+        try:
+            yield
+        except sa.exc.DBAPIError as exc:
+            raise errors.StorageError(f"database error: {exc.orig}") from exc
+        except sa.exc.SQLAlchemyError as exc:
+            raise errors.StorageError(f"database error: {exc}") from exc
+
+    def _load_replica_id(self) -> str:
+        with self._writer.begin() as conn:
+            self._lock_writes(conn)
+            row = conn.execute(sa.select(meta.c.value).where(meta.c.key == "replica_id")).first()
+            if row:
+                return str(row[0])
+            rid = mint_replica_id()
+            conn.execute(sa.insert(meta).values(key="replica_id", value=rid))
+            return rid
+
+    def _lock_writes(self, conn: sa.Connection) -> None:
+        if self.dialect == "postgresql":
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_APPEND_LOCK})
+
+    def _make_change_watcher(self) -> notify.ChangeWatcher | None:
+        if self.dialect != "sqlite":
+            return None
+        import sqlite3
+
+        path = self.engine.url.database
+        local = threading.local()
+
+        def probe() -> object:
+            conn = getattr(local, "conn", None)
+            if conn is None:
+                conn = local.conn = sqlite3.connect(path, check_same_thread=False)
+            return conn.execute("PRAGMA data_version").fetchone()[0]
+
+        return notify.ChangeWatcher(self.notifier, probe)
+
+    def _submit(self, fn: Callable[[sa.Connection, _TxState], Any]) -> Any:
+        """Run `fn` in a write transaction, group-committed with concurrent callers."""
+        if self._closed:
+            raise errors.StorageError("the store is closed")
+        item = _Pending(fn)
+        with self._queue_lock:
+            self._queue.append(item)
+        with self._commit_lock:
+            if not item.done:
+                with self._queue_lock:
+                    batch, self._queue = self._queue, []
+                self._run_batch(batch)
+        if item.error is not None:
+            raise item.error
+        return item.result
+
+    def _run_batch(self, batch: list[_Pending]) -> None:
+        appended: list[Event] = []
+        try:
+            with self._storage_errors(), self._writer.begin() as conn:
+                state = self._begin_state(conn)
+                for item in batch:
+                    self._run_item(conn, state, item, savepoint=len(batch) > 1)
+                appended = state.appended
+        except BaseException as exc:  # the commit failed: nobody in the batch was written
+            for item in batch:
+                if item.error is None:
+                    item.error = exc
+                    item.result = None
+        finally:
+            for item in batch:
+                item.done = True
+        if appended:
+            self.notifier.bump()
+
+    def _run_item(self, conn: sa.Connection, state: _TxState, item: _Pending, savepoint: bool):
+        snapshot = (state.next_seq, state.next_artifact_seq, len(state.appended))
+        if not savepoint:
+            item.result = item.fn(conn, state)
+            return
+        try:
+            with conn.begin_nested():
+                item.result = item.fn(conn, state)
+        except errors.LogstreamError as exc:
+            item.error = exc
+            state.next_seq, state.next_artifact_seq = snapshot[0], snapshot[1]
+            del state.appended[snapshot[2] :]
+
+    def _begin_state(self, conn: sa.Connection) -> _TxState:
+        self._lock_writes(conn)
+        max_seq = conn.execute(sa.select(sa.func.max(events.c.seq))).scalar() or 0
+        max_art = conn.execute(sa.select(sa.func.max(artifacts.c.seq))).scalar() or 0
+        # Other processes append too: never tick below the newest stamp in the file.
+        top = conn.execute(sa.select(sa.func.max(events.c.hlc))).scalar()
+        if top:
+            self.clock.observe(top)
+        return _TxState(next_seq=max_seq + 1, next_artifact_seq=max_art + 1)
+
+    # ----------------------------------------------------------------- events: write
+
+    def draft_event(
+        self,
+        *,
+        type: Any,
+        stream: Any,
+        room: Any,
+        from_agent: Any,
+        topic: Any = None,
+        to_agent: Any = None,
+        correlation_id: Any = None,
+        branch: Any = None,
+        base_commit: Any = None,
+        status: Any = None,
+        body: Any = "",
+        metadata: Any = None,
+        artifact_ids: Any = None,
+        idempotency_key: Any = None,
+    ) -> EventDraft:
+        """Validate raw event fields (S-4) into a draft; raises ValidationError."""
+        return EventDraft(
+            type=v.event_type(type),
+            stream=v.required_routing("stream", stream),
+            room=v.required_routing("room", room),
+            from_agent=v.required_routing("from_agent", from_agent),
+            topic=v.routing("topic", topic),
+            to_agent=v.routing("to_agent", to_agent),
+            correlation_id=v.routing("correlation_id", correlation_id),
+            branch=v.routing("branch", branch),
+            base_commit=v.routing("base_commit", base_commit),
+            status=v.status(status),
+            body=v.body(body, self.max_body_bytes),
+            metadata_json=v.metadata(metadata),
+            artifact_ids=v.artifact_ids(artifact_ids),
+            idempotency_key=v.idempotency_key(idempotency_key),
+        )
+
+    def event_append(self, **fields: Any) -> Event:
+        """Append one event. Idempotent per (from_agent, idempotency_key).
+
+        Referenced artifacts must exist. Durable at the configured level when it returns.
+        Raises ValidationError, NotFoundError (unknown artifact), ConflictError (a reused
+        idempotency key with different content).
+        """
+        draft = self.draft_event(**fields)
+        return self._submit(lambda conn, st: self._insert_event(conn, st, draft))
+
+    def _insert_event(self, conn: sa.Connection, st: _TxState, draft: EventDraft) -> Event:
+        if draft.idempotency_key is not None:
+            prior = self._find_idempotent(conn, draft)
+            if prior is not None:
+                return prior
+        if draft.artifact_ids:
+            found = set(
+                conn.execute(
+                    sa.select(artifacts.c.id).where(artifacts.c.id.in_(draft.artifact_ids))
+                ).scalars()
+            )
+            missing = [a for a in draft.artifact_ids if a not in found]
+            if missing:
+                raise errors.NotFoundError(
+                    f"artifact_ids references unknown artifact {missing[0]!r}; put it first",
+                    field="artifact_ids",
+                    ident=missing[0],
+                )
+        ms = self.clock.wall_clock.now_ms()
+        seq = st.next_seq
+        event = Event(
+            id=new_id("evt", ms),
+            seq=seq,
+            origin_replica=self.replica_id,
+            origin_seq=seq,
+            hlc=self.clock.now(),
+            type=draft.type,
+            stream=draft.stream,
+            room=draft.room,
+            topic=draft.topic,
+            from_agent=draft.from_agent,
+            to_agent=draft.to_agent,
+            correlation_id=draft.correlation_id,
+            branch=draft.branch,
+            base_commit=draft.base_commit,
+            status=draft.status,
+            artifact_ids=draft.artifact_ids,
+            body=draft.body,
+            created_at=_now_text(ms),
+            metadata_json=draft.metadata_json,
+        )
+        self._write_event_row(conn, event, draft.idempotency_key)
+        st.next_seq += 1
+        st.appended.append(event)
+        return event
+
+    def _write_event_row(self, conn: sa.Connection, event: Event, key: str | None) -> None:
+        row = {c.name: getattr(event, c.name) for c in _EVENT_COLS}
+        row["idempotency_key"] = key
+        conn.execute(sa.insert(events), row)
+        if event.artifact_ids:
+            conn.execute(
+                sa.insert(event_artifacts),
+                [
+                    {"event_id": event.id, "artifact_id": a, "position": i}
+                    for i, a in enumerate(event.artifact_ids)
+                ],
+            )
+
+    def _find_idempotent(self, conn: sa.Connection, draft: EventDraft) -> Event | None:
+        row = conn.execute(
+            sa.select(*_EVENT_COLS).where(
+                events.c.from_agent == draft.from_agent,
+                events.c.idempotency_key == draft.idempotency_key,
+            )
+        ).first()
+        if row is None:
+            return None
+        prior = self._hydrate(conn, [row])[0]
+        same = (
+            prior.type, prior.stream, prior.room, prior.topic, prior.to_agent,
+            prior.correlation_id, prior.branch, prior.base_commit, prior.status,
+            prior.artifact_ids, prior.body, prior.metadata_json,
+        ) == (
+            draft.type, draft.stream, draft.room, draft.topic, draft.to_agent,
+            draft.correlation_id, draft.branch, draft.base_commit, draft.status,
+            draft.artifact_ids, draft.body, draft.metadata_json,
+        )  # fmt: skip
+        if not same:
+            raise errors.ConflictError(
+                f"idempotency_key {draft.idempotency_key!r} was already used by "
+                f"{draft.from_agent!r} for a different event ({prior.id}); use a new key",
+                field="idempotency_key",
+                ident=prior.id,
+            )
+        return prior
+
+    def event_ack(
+        self,
+        *,
+        event_id: Any,
+        from_agent: Any,
+        status: Any = None,
+        body: Any = "",
+        topic: Any = None,
+        metadata: Any = None,
+        idempotency_key: Any = None,
+    ) -> Event:
+        """Acknowledge an event by appending `event.ack` (S-1.3); the target never changes."""
+        target_id = v.required_routing("event_id", event_id)
+        extra = v.metadata(metadata)
+        base = self.draft_event(
+            type="event.ack",
+            stream="-",
+            room="-",
+            from_agent=from_agent,
+            status=status,
+            body=body,
+            topic=topic,
+            idempotency_key=idempotency_key,
+        )
+
+        def write(conn: sa.Connection, st: _TxState) -> Event:
+            target = self._get_event(conn, target_id, field="event_id")
+            meta_json = '{"ack_of":' + _json_str(target.id)
+            meta_json += ("," + extra[1:]) if extra != "{}" else "}"
+            draft = EventDraft(
+                type="event.ack",
+                stream=target.stream,
+                room=target.room,
+                from_agent=base.from_agent,
+                topic=base.topic if base.topic is not None else target.topic,
+                to_agent=target.from_agent,
+                correlation_id=target.correlation_id or target.id,
+                status=base.status,
+                body=base.body,
+                metadata_json=meta_json,
+                idempotency_key=base.idempotency_key,
+            )
+            return self._insert_event(conn, st, draft)
+
+        return self._submit(write)
+
+    # ----------------------------------------------------------------- artifacts
+
+    def draft_artifact(
+        self,
+        *,
+        kind: Any,
+        content: Any,
+        created_by: Any,
+        metadata: Any = None,
+        encoding: Any = None,
+        content_field: str = "content",
+    ) -> ArtifactDraft:
+        clean_kind = v.artifact_kind(kind)
+        raw, enc = v.artifact_content(
+            content, v.encoding(encoding), self.max_artifact_bytes, content_field
+        )
+        return ArtifactDraft(
+            kind=clean_kind,
+            content=raw,
+            encoding=enc,
+            created_by=v.required_routing("created_by", created_by),
+            metadata_json=v.metadata(metadata),
+            warnings=v.patch_warnings(raw) if clean_kind == "patch" else (),
+        )
+
+    def artifact_put(self, **fields: Any) -> Artifact:
+        """Store an artifact byte-exact; content is kept once per sha256. Returns no content."""
+        draft = self.draft_artifact(**fields)
+        return self._submit(lambda conn, st: self._insert_artifact(conn, st, draft))
+
+    def _insert_artifact(self, conn: sa.Connection, st: _TxState, draft: ArtifactDraft):
+        digest = hashlib.sha256(draft.content).hexdigest()
+        self._ensure_blob(conn, digest, draft.content)
+        ms = self.clock.wall_clock.now_ms()
+        art = Artifact(
+            id=new_id("art", ms),
+            kind=draft.kind,
+            sha256=digest,
+            size_bytes=len(draft.content),
+            encoding=draft.encoding,
+            created_by=draft.created_by,
+            created_at=_now_text(ms),
+            origin_replica=self.replica_id,
+            metadata_json=draft.metadata_json,
+            warnings=draft.warnings,
+        )
+        self._write_artifact_row(conn, st, art)
+        return art
+
+    def _ensure_blob(self, conn: sa.Connection, digest: str, content: bytes) -> None:
+        exists = conn.execute(
+            sa.select(artifact_blobs.c.sha256).where(artifact_blobs.c.sha256 == digest)
+        ).first()
+        if exists is None:
+            conn.execute(
+                sa.insert(artifact_blobs).values(
+                    sha256=digest, size_bytes=len(content), content=content
+                )
+            )
+
+    def _write_artifact_row(self, conn: sa.Connection, st: _TxState, art: Artifact) -> None:
+        conn.execute(
+            sa.insert(artifacts).values(
+                id=art.id,
+                seq=st.next_artifact_seq,
+                kind=art.kind,
+                sha256=art.sha256,
+                size_bytes=art.size_bytes,
+                encoding=art.encoding,
+                created_by=art.created_by,
+                created_at=art.created_at,
+                origin_replica=art.origin_replica,
+                metadata_json=art.metadata_json,
+            )
+        )
+        st.next_artifact_seq += 1
+
+    def artifact_get(self, artifact_id: Any) -> Artifact:
+        """The artifact with its exact content; NotFoundError if unknown."""
+        ident = v.required_routing("artifact_id", artifact_id)
+        with self._storage_errors(), self.engine.connect() as conn:
+            row = conn.execute(
+                sa.select(artifacts, artifact_blobs.c.content)
+                .join(artifact_blobs, artifact_blobs.c.sha256 == artifacts.c.sha256)
+                .where(artifacts.c.id == ident)
+            ).first()
+        if row is None:
+            raise errors.NotFoundError(
+                f"artifact {ident!r} not found", field="artifact_id", ident=ident
+            )
+        return _artifact_from_row(row, bytes(row.content))
+
+    def patch_submit(
+        self,
+        *,
+        content: Any,
+        from_agent: Any,
+        stream: Any,
+        room: Any = "patches",
+        topic: Any = None,
+        to_agent: Any = None,
+        correlation_id: Any = None,
+        branch: Any = None,
+        base_commit: Any = None,
+        body: Any = "",
+        metadata: Any = None,
+        encoding: Any = None,
+        idempotency_key: Any = None,
+    ) -> dict[str, Any]:
+        """Store a patch artifact and append `patch.ready` in ONE transaction (S-1.4).
+
+        Every field is validated before anything is written. Returns {artifact, event,
+        warnings}; warnings are advisories, the content is never rewritten.
+        """
+        art_draft = self.draft_artifact(
+            kind="patch", content=content, created_by=from_agent, metadata=metadata,
+            encoding=encoding,
+        )  # fmt: skip
+        ev_draft = self.draft_event(
+            type="patch.ready", stream=stream, room=room, from_agent=from_agent, topic=topic,
+            to_agent=to_agent, correlation_id=correlation_id, branch=branch,
+            base_commit=base_commit, status="ready", body=body, metadata=metadata,
+            idempotency_key=idempotency_key,
+        )  # fmt: skip
+
+        def write(conn: sa.Connection, st: _TxState) -> tuple[Artifact, Event]:
+            if ev_draft.idempotency_key is not None:
+                prior = self._find_idempotent_patch(conn, ev_draft)
+                if prior is not None:
+                    return prior
+            art = self._insert_artifact(conn, st, art_draft)
+            draft = EventDraft(**{**ev_draft.__dict__, "artifact_ids": (art.id,)})
+            return art, self._insert_event(conn, st, draft)
+
+        art, event = self._submit(write)
+        return {
+            "artifact": art,
+            "event": event,
+            "warnings": list(art_draft.warnings),
+        }
+
+    def _find_idempotent_patch(self, conn: sa.Connection, draft: EventDraft):
+        row = conn.execute(
+            sa.select(events.c.id).where(
+                events.c.from_agent == draft.from_agent,
+                events.c.idempotency_key == draft.idempotency_key,
+            )
+        ).first()
+        if row is None:
+            return None
+        prior = self._get_event(conn, row[0], field="idempotency_key")
+        if not prior.artifact_ids:
+            raise errors.ConflictError(
+                f"idempotency_key {draft.idempotency_key!r} was used for a non-patch event",
+                field="idempotency_key",
+                ident=prior.id,
+            )
+        full = EventDraft(**{**draft.__dict__, "artifact_ids": prior.artifact_ids})
+        self._find_idempotent(conn, full)
+        art = self._artifact_meta(conn, prior.artifact_ids[0])
+        return art, prior
+
+    def _artifact_meta(self, conn: sa.Connection, ident: str) -> Artifact:
+        row = conn.execute(sa.select(artifacts).where(artifacts.c.id == ident)).first()
+        if row is None:
+            raise errors.NotFoundError(f"artifact {ident!r} not found", field="artifact_id")
+        return _artifact_from_row(row, None)
+
+    # ----------------------------------------------------------------- tasks
+
+    def task_create(
+        self,
+        *,
+        project: Any,
+        from_agent: Any,
+        to_agent: Any,
+        goal: Any,
+        branch: Any,
+        base_commit: Any,
+        done: Any,
+        parent_correlation_id: Any = None,
+        idempotency_key: Any = None,
+    ) -> dict[str, Any]:
+        """Append a `task.request` (S-3.1) and return {task, handoff}."""
+        clean_project = v.required_routing("project", project)
+        clean_goal = v.non_blank_text("goal", goal)
+        clean_done = v.non_blank_text("done", done)
+        to = v.required_routing("to_agent", to_agent)
+        v.required_routing("branch", branch)
+        commit = v.base_commit_hex(base_commit)
+        parent = v.routing("parent_correlation_id", parent_correlation_id)
+        correlation = f"task_{slug(clean_goal, 'work')}_{secrets.token_hex(4)}"
+        body = (
+            f"Goal:\n{clean_goal}\n\nDefinition of done:\n{clean_done}\n\nDelivery:\n"
+            "Claim this task (an event with status=claimed on this correlation_id), then submit "
+            "a patch with mempalace_patch_submit, or reply with status=blocked or failed and "
+            "the evidence."
+        )
+        meta_json = {"parent_correlation_id": parent} if parent else None
+        task = self.event_append(
+            type="task.request",
+            stream=f"project/{slug(clean_project, 'project')}",
+            room="delegation",
+            from_agent=from_agent,
+            to_agent=to,
+            correlation_id=correlation,
+            branch=branch,
+            base_commit=commit,
+            status="open",
+            body=body,
+            metadata=meta_json,
+            idempotency_key=idempotency_key,
+        )
+        handoff = (
+            f"Open MemPalace task {task.correlation_id} as {to}. Claim it, follow its exact "
+            "definition of done, and deliver through the logstream."
+        )
+        return {"task": task, "handoff": handoff}
+
+    # ----------------------------------------------------------------- events: read
+
+    def event_get(self, event_id: Any) -> Event:
+        ident = v.required_routing("event_id", event_id)
+        with self._storage_errors(), self.engine.connect() as conn:
+            return self._get_event(conn, ident, field="event_id")
+
+    def _get_event(self, conn: sa.Connection, ident: str, *, field: str) -> Event:
+        row = conn.execute(sa.select(*_EVENT_COLS).where(events.c.id == ident)).first()
+        if row is None:
+            raise errors.NotFoundError(f"{field} {ident!r} not found", field=field, ident=ident)
+        return self._hydrate(conn, [row])[0]
+
+    def _seq_of(self, conn: sa.Connection, ident: str, field: str) -> int:
+        seq = conn.execute(sa.select(events.c.seq).where(events.c.id == ident)).scalar()
+        if seq is None:
+            raise errors.NotFoundError(f"{field} {ident!r} not found", field=field, ident=ident)
+        return int(seq)
+
+    def _hydrate(self, conn: sa.Connection, rows: Sequence[sa.Row[Any]]) -> list[Event]:
+        if not rows:
+            return []
+        ids = [r.id for r in rows]
+        links: dict[str, list[str]] = {}
+        for chunk in _chunks(ids, 500):
+            for eid, aid in conn.execute(
+                sa.select(event_artifacts.c.event_id, event_artifacts.c.artifact_id)
+                .where(event_artifacts.c.event_id.in_(chunk))
+                .order_by(event_artifacts.c.event_id, event_artifacts.c.position)
+            ):
+                links.setdefault(eid, []).append(aid)
+        return [_event_from_row(r, tuple(links.get(r.id, ()))) for r in rows]
+
+    def tip(self) -> tuple[int, str | None]:
+        """(seq, id) of the newest event, or (0, None) on an empty log."""
+        with self._storage_errors(), self.engine.connect() as conn:
+            row = conn.execute(
+                sa.select(events.c.seq, events.c.id).order_by(events.c.seq.desc()).limit(1)
+            ).first()
+        return (int(row[0]), row[1]) if row else (0, None)
+
+    def event_list(
+        self,
+        *,
+        since_event_id: Any = None,
+        before_event_id: Any = None,
+        since_created_at: Any = None,
+        limit: Any = None,
+        order: Any = None,
+        preview: Any = False,
+        from_agent: Any = None,
+        **filters: Any,
+    ) -> Page:
+        """Read events (S-5.1–S-5.3). `cursor` is the newest event examined, filtered or not.
+
+        Order: explicit `order` wins; else asc with a cursor, desc without. Raises
+        ValidationError, NotFoundError for an unknown cursor.
+        """
+        req = self.read_request(
+            since_event_id=since_event_id, before_event_id=before_event_id,
+            since_created_at=since_created_at, limit=limit, order=order, preview=preview,
+            from_agent=from_agent, **filters,
+        )  # fmt: skip
+        with self._storage_errors(), self.engine.connect() as conn:
+            return self._read(conn, req)
+
+    def read_request(self, **raw: Any) -> ReadRequest:
+        """Validate the raw read arguments shared by list, wait, watch and SSE."""
+        unknown = set(raw) - set(ReadRequest.__dataclass_fields__) - set(v.FILTER_FIELDS)
+        unknown -= {"from_agent"}
+        if unknown:
+            name = sorted(unknown)[0]
+            raise v.fail(name, "is not a known parameter")
+        filters = Filters.parse(**{k: raw.get(k) for k in v.FILTER_FIELDS})
+        since = raw.get("since_event_id")
+        since_clean = (
+            "tip"
+            if isinstance(since, str) and since.strip() == "tip"
+            else v.routing("since_event_id", since)
+        )
+        from_agent = v.routing("from_agent", raw.get("from_agent"))
+        return ReadRequest(
+            filters=filters,
+            since_event_id=since_clean,
+            before_event_id=v.routing("before_event_id", raw.get("before_event_id")),
+            since_created_at=v.since_created_at(raw.get("since_created_at")),
+            limit=v.limit(raw.get("limit")),
+            order=v.order(raw.get("order")),
+            preview=v.boolean("preview", raw.get("preview")),
+            slim=v.boolean("slim", raw.get("slim")),
+            note=FROM_AGENT_NOTE if from_agent and not filters.writer else None,
+        )
+
+    def _read(self, conn: sa.Connection, req: ReadRequest, after_seq: int | None = None) -> Page:
+        lo = after_seq if after_seq is not None else 0
+        hi: int | None = None
+        if after_seq is None and req.since_event_id not in (None, "tip"):
+            lo = self._seq_of(conn, req.since_event_id, "since_event_id")
+        if req.before_event_id:
+            hi = self._seq_of(conn, req.before_event_id, "before_event_id")
+        top_q = sa.select(events.c.seq, events.c.id).order_by(events.c.seq.desc()).limit(1)
+        if hi is not None:
+            top_q = top_q.where(events.c.seq < hi)
+        top = conn.execute(top_q).first()
+        if after_seq is None and req.since_event_id == "tip":
+            lo = int(top[0]) if top else 0
+        has_cursor = req.since_event_id is not None or after_seq is not None
+        order = req.order or ("asc" if has_cursor else "desc")
+        if top is None or int(top[0]) <= lo:
+            cursor = self._id_at(conn, lo) if lo else None
+            return Page(events=(), cursor=cursor, has_more=False, note=req.note,
+                        scanned_seq=lo, preview=req.preview, slim=req.slim)  # fmt: skip
+        top_seq, top_id = int(top[0]), top[1]
+        q = sa.select(*_EVENT_COLS).where(events.c.seq > lo, events.c.seq <= top_seq)
+        q = q.where(*req.filters.clause())
+        if req.since_created_at:
+            q = q.where(events.c.created_at >= req.since_created_at)
+        q = q.order_by(events.c.seq.asc() if order == "asc" else events.c.seq.desc())
+        rows = conn.execute(q.limit(req.limit + 1)).all()
+        has_more = len(rows) > req.limit
+        rows = rows[: req.limit]
+        if order == "asc" and has_more:
+            scanned_seq, cursor = int(rows[-1].seq), rows[-1].id
+        else:
+            scanned_seq, cursor = top_seq, top_id
+        return Page(
+            events=tuple(self._hydrate(conn, rows)),
+            cursor=cursor,
+            has_more=has_more,
+            note=req.note,
+            scanned_seq=scanned_seq,
+            preview=req.preview,
+            slim=req.slim,
+        )
+
+    def _id_at(self, conn: sa.Connection, seq: int) -> str | None:
+        return conn.execute(sa.select(events.c.id).where(events.c.seq == seq)).scalar()
+
+    def event_wait(self, *, timeout_ms: Any = None, **read_args: Any) -> Page:
+        """Return matches after the cursor at once, else block until one arrives (S-5.4).
+
+        Without `since_event_id`, existing matches are returned at once; `"tip"` waits only for
+        new events. A timeout is a normal result: `timed_out=True` and no events. Wake-up is
+        push-based (notifier); the fallback re-check bounds the cost of a lost signal.
+        """
+        timeout = v.timeout_ms(timeout_ms) / 1000
+        req = self.read_request(**read_args)
+        if req.order is None:
+            req = req.replace(order="asc")
+        deadline = time.monotonic() + timeout
+        with self._storage_errors():
+            with self.engine.connect() as conn:
+                page = self._read(conn, req)
+            while not page.events:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return page.replace(timed_out=True)
+                seen = self.notifier.version
+                with self.engine.connect() as conn:
+                    page = self._read(conn, req, after_seq=page.scanned_seq)
+                if page.events:
+                    break
+                self.notifier.wait(seen, min(remaining, notify.FALLBACK_CHECK_S))
+                with self.engine.connect() as conn:
+                    page = self._read(conn, req, after_seq=page.scanned_seq)
+        return page
+
+    # ----------------------------------------------------------------- replication basics
+
+    def version_vector(self) -> dict[str, int]:
+        """{origin_replica: max origin_seq} over every event held here."""
+        with self._storage_errors(), self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(events.c.origin_replica, sa.func.max(events.c.origin_seq)).group_by(
+                    events.c.origin_replica
+                )
+            ).all()
+        return {r[0]: int(r[1]) for r in rows}
+
+    def stats(self) -> dict[str, Any]:
+        """Counts per stream, type and writer, totals, database size and replica estate."""
+        with self._storage_errors(), self.engine.connect() as conn:
+            total = conn.execute(sa.select(sa.func.count()).select_from(events)).scalar() or 0
+            arts = conn.execute(sa.select(sa.func.count()).select_from(artifacts)).scalar() or 0
+            blobs = conn.execute(
+                sa.select(
+                    sa.func.count(), sa.func.coalesce(sa.func.sum(artifact_blobs.c.size_bytes), 0)
+                )
+            ).first()
+
+            def per(col: sa.ColumnElement[Any]) -> dict[str, int]:
+                q = sa.select(col, sa.func.count()).group_by(col).order_by(sa.func.count().desc())
+                return {str(k): int(n) for k, n in conn.execute(q.limit(100))}
+
+            out = {
+                "replica_id": self.replica_id,
+                "backend": self.dialect,
+                "database": self.engine.url.render_as_string(hide_password=True),
+                "events": int(total),
+                "artifacts": int(arts),
+                "artifact_blobs": int(blobs[0]) if blobs else 0,
+                "artifact_bytes": int(blobs[1]) if blobs else 0,
+                "per_stream": per(events.c.stream),
+                "per_type": per(events.c.type),
+                "per_writer": per(events.c.from_agent),
+            }
+        out["version_vector"] = self.version_vector()
+        out["db_size_bytes"] = self._db_size()
+        return out
+
+    def _db_size(self) -> int | None:
+        if self.dialect == "sqlite":
+            import os
+
+            path = self.engine.url.database or ""
+            return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
+        with self.engine.connect() as conn:
+            return int(
+                conn.execute(sa.text("SELECT pg_database_size(current_database())")).scalar()
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReadRequest:
+    filters: Filters
+    since_event_id: str | None = None
+    before_event_id: str | None = None
+    since_created_at: str | None = None
+    limit: int = v.DEFAULT_LIST_LIMIT
+    order: str | None = None
+    preview: bool = False
+    slim: bool = False
+    note: str | None = None
+
+    def replace(self, **changes: Any) -> ReadRequest:
+        from dataclasses import replace
+
+        return replace(self, **changes)
+
+
+def _json_str(text: str) -> str:
+    import json
+
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def _event_from_row(row: sa.Row[Any], artifact_ids: tuple[str, ...]) -> Event:
+    return Event(
+        id=row.id, seq=int(row.seq), origin_replica=row.origin_replica,
+        origin_seq=int(row.origin_seq), hlc=row.hlc, type=row.type, stream=row.stream,
+        room=row.room, topic=row.topic, from_agent=row.from_agent, to_agent=row.to_agent,
+        correlation_id=row.correlation_id, branch=row.branch, base_commit=row.base_commit,
+        status=row.status, artifact_ids=artifact_ids, body=row.body, created_at=row.created_at,
+        metadata_json=row.metadata_json,
+    )  # fmt: skip
+
+
+def _artifact_from_row(row: sa.Row[Any], content: bytes | None) -> Artifact:
+    return Artifact(
+        id=row.id, kind=row.kind, sha256=row.sha256, size_bytes=int(row.size_bytes),
+        encoding=row.encoding, created_by=row.created_by, created_at=row.created_at,
+        origin_replica=row.origin_replica, metadata_json=row.metadata_json, content=content,
+    )  # fmt: skip

@@ -1,0 +1,152 @@
+"""Shared fixtures: a manual clock, stores on real SQLite files and on a real PostgreSQL.
+
+PostgreSQL tests use a database made for this run (one schema per test) and skip only when no
+server is reachable and LOGSTREAM_REQUIRE_PG is unset; CI sets it so they cannot skip there.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+for _key in list(os.environ):
+    if _key.startswith("MEMPALACE_LOGSTREAM_") or _key in ("LOGSTREAM_DB", "MEMPALACE_PALACE_PATH"):
+        del os.environ[_key]
+
+settings.register_profile(
+    "dev", max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile(
+    "ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+REPO = Path(__file__).resolve().parents[1]
+PG_ADMIN_URL = os.environ.get(
+    "LOGSTREAM_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+
+
+class ManualClock:
+    """A wall clock the test moves by hand, backwards included."""
+
+    def __init__(self, ms: int = 1_780_000_000_000) -> None:
+        self.ms = ms
+
+    def now_ms(self) -> int:
+        return self.ms
+
+    def advance(self, ms: int) -> None:
+        self.ms += ms
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+# ----------------------------------------------------------------------------- PostgreSQL
+
+
+def _pg_reachable() -> str | None:
+    import sqlalchemy as sa
+
+    try:
+        eng = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+        with eng.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+        eng.dispose()
+        return None
+    except Exception as exc:  # any failure means "no server here"
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+
+
+@pytest.fixture(scope="session")
+def pg_database() -> Iterator[str]:
+    """A PostgreSQL database made for this test session, dropped afterwards."""
+    import sqlalchemy as sa
+
+    problem = _pg_reachable()
+    if problem is not None:
+        if os.environ.get("LOGSTREAM_REQUIRE_PG"):
+            pytest.fail(f"LOGSTREAM_REQUIRE_PG is set but PostgreSQL is unreachable: {problem}")
+        pytest.skip(f"no PostgreSQL reachable at {PG_ADMIN_URL} ({problem})")
+    name = f"logstream_test_{os.getpid()}_{secrets.token_hex(3)}"
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    url = sa.make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    try:
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture
+def pg_url(pg_database: str) -> str:
+    """A fresh schema in the session database, as a URL whose search_path points at it."""
+    import sqlalchemy as sa
+
+    schema = f"t_{secrets.token_hex(6)}"
+    eng = sa.create_engine(pg_database, isolation_level="AUTOCOMMIT")
+    with eng.connect() as conn:
+        conn.execute(sa.text(f"CREATE SCHEMA {schema}"))
+    eng.dispose()
+    sep = "&" if "?" in pg_database else "?"
+    return f"{pg_database}{sep}options=-csearch_path%3D{schema}"
+
+
+# ----------------------------------------------------------------------------- stores
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.pg)])
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def db_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path / 'logstream.sqlite3'}"
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+def store(db_url: str, clock: ManualClock):
+    from mempalace_logstream import LogStore
+
+    s = LogStore.open(db_url)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path):
+    from mempalace_logstream import LogStore
+
+    s = LogStore.open(str(tmp_path / "logstream.sqlite3"))
+    yield s
+    s.close()
+
+
+def run_cli(*args: str, input: bytes | None = None, env: dict[str, str] | None = None,
+            timeout: float = 60) -> subprocess.CompletedProcess[bytes]:  # fmt: skip
+    """Run `python -m mempalace_logstream` as a real subprocess, bytes in and out."""
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "mempalace_logstream", *args],
+        input=input,
+        capture_output=True,
+        env=full_env,
+        timeout=timeout,
+        check=False,
+    )
