@@ -18,7 +18,7 @@ from mempalace_logstream.schema import SCHEMA_HEAD
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 PG_MIGRATE_LOCK = 0x6D696772  # "migr"
-KNOWN_REVISIONS = (None, "0001")
+KNOWN_REVISIONS = (None, "0001", "0002")
 
 
 def alembic_config(connection: sa.Connection | None = None, url: str | None = None) -> Config:

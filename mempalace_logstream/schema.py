@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-SCHEMA_HEAD = "0001"
+SCHEMA_HEAD = "0002"
 
 metadata = sa.MetaData(
     naming_convention={
@@ -101,6 +101,73 @@ meta = sa.Table(
     metadata,
     sa.Column("key", sa.Text, primary_key=True),
     sa.Column("value", sa.Text, nullable=False),
+)
+
+# ---- replication bookkeeping (0002). Not append-only: these are local, never replicated.
+
+# A remote event whose id (or origin position) is already held here with different content.
+sync_conflicts = sa.Table(
+    "sync_conflicts",
+    metadata,
+    sa.Column("event_id", Key, primary_key=True),
+    sa.Column("remote_sha256", Key, primary_key=True),
+    sa.Column("origin_replica", sa.Text),
+    sa.Column("origin_seq", sa.BigInteger),
+    sa.Column("local_event_id", sa.Text),
+    sa.Column("peer", sa.Text, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("remote_json", sa.Text, nullable=False),
+    sa.Column("first_seen_at", sa.Text, nullable=False),
+)
+
+# A remote event or artifact that was refused (invalid, tampered) or deferred (its artifact was
+# refused). `retryable` rows pin the pull position of their origin until they are applied.
+sync_rejections = sa.Table(
+    "sync_rejections",
+    metadata,
+    sa.Column("kind", sa.Text, primary_key=True),
+    sa.Column("ident", Key, primary_key=True),
+    sa.Column("origin_replica", sa.Text),
+    sa.Column("origin_seq", sa.BigInteger),
+    sa.Column("peer", sa.Text, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("message", sa.Text, nullable=False),
+    sa.Column("retryable", sa.Boolean, nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("first_seen_at", sa.Text, nullable=False),
+    sa.Column("last_seen_at", sa.Text, nullable=False),
+    sa.Index(None, "origin_replica", "origin_seq"),
+)
+
+# Remote HLC stamps more than 60 s ahead: kept verbatim on the event, not adopted by the clock.
+sync_clock_anomalies = sa.Table(
+    "sync_clock_anomalies",
+    metadata,
+    sa.Column("event_id", Key, primary_key=True),
+    sa.Column("origin_replica", sa.Text, nullable=False),
+    sa.Column("hlc", sa.Text, nullable=False),
+    sa.Column("peer", sa.Text, nullable=False),
+    sa.Column("observed_at", sa.Text, nullable=False),
+)
+
+# Per-peer estate (S-7.4), written after every round so every process can show it.
+sync_peers = sa.Table(
+    "sync_peers",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("url", sa.Text, nullable=False),
+    sa.Column("replica_id", sa.Text),
+    sa.Column("reachable", sa.Boolean),
+    sa.Column("last_success_at", sa.Text),
+    sa.Column("last_error", sa.Text),
+    sa.Column("last_error_at", sa.Text),
+    sa.Column("last_pulled_events", sa.BigInteger, nullable=False),
+    sa.Column("last_pulled_artifacts", sa.BigInteger, nullable=False),
+    sa.Column("last_pushed_events", sa.BigInteger, nullable=False),
+    sa.Column("total_pulled_events", sa.BigInteger, nullable=False),
+    sa.Column("rounds", sa.BigInteger, nullable=False),
+    sa.Column("remote_version_vector", sa.Text, nullable=False),
+    sa.Column("updated_at", sa.Text, nullable=False),
 )
 
 APPEND_ONLY_TABLES = ("events", "event_artifacts", "artifacts")

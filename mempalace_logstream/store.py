@@ -198,7 +198,13 @@ class LogStore:
 
     def _lock_writes(self, conn: sa.Connection) -> None:
         if self.dialect == "postgresql":
-            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_APPEND_LOCK})
+            # Keyed by the events table's oid (resolved through search_path like every query),
+            # so logs in different schemas of one database do not serialize each other. Held
+            # to commit, and released only after the commit is visible: seq order = commit order.
+            conn.execute(
+                sa.text("SELECT pg_advisory_xact_lock(:k, 'events'::regclass::oid::int)"),
+                {"k": PG_APPEND_LOCK},
+            )
 
     def _make_change_watcher(self) -> notify.ChangeWatcher | None:
         if self.dialect != "sqlite":
@@ -766,6 +772,15 @@ class LogStore:
             slim=v.boolean("slim", raw.get("slim")),
             note=FROM_AGENT_NOTE if from_agent and not filters.writer else None,
         )
+
+    def read(self, req: ReadRequest, after_seq: int | None = None) -> Page:
+        """One read of a validated request; `after_seq` (a Page's `scanned_seq`) resumes it.
+
+        The building block of the hub's async waits and SSE feed, which wake on the notifier
+        and call this from a worker thread. Raises NotFoundError for an unknown cursor.
+        """
+        with self._storage_errors(), self.engine.connect() as conn:
+            return self._read(conn, req, after_seq=after_seq)
 
     def _read(self, conn: sa.Connection, req: ReadRequest, after_seq: int | None = None) -> Page:
         lo = after_seq if after_seq is not None else 0

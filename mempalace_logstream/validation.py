@@ -68,11 +68,13 @@ def routing(field: str, value: Any, *, required: bool = False) -> str | None:
     if not isinstance(value, str):
         raise fail(field, f"must be a string, not {type(value).__name__}")
     _check_text(field, value)
+    # Control characters are refused before stripping: str.strip() would silently remove a
+    # trailing newline or tab, and S-4 says bad characters are rejected, never stripped.
+    if _CONTROL_RE.search(value):
+        raise fail(field, "contains control characters (below 0x20 or 0x7F)")
     stripped = value.strip()
     if not stripped:
         raise fail(field, "must not be only whitespace")
-    if _CONTROL_RE.search(stripped):
-        raise fail(field, "contains control characters (below 0x20 or 0x7F)")
     if len(stripped) > MAX_ROUTING_CHARS:
         raise fail(
             field,
@@ -129,16 +131,17 @@ def metadata(value: Any, field: str = "metadata") -> str:
         try:
             value = json.loads(value)
         except ValueError as exc:
-            raise fail(field, f"is not valid JSON ({exc.msg})") from exc
+            raise fail(field, f"is not valid JSON ({getattr(exc, 'msg', exc)})") from exc
+        except RecursionError as exc:
+            raise fail(field, "is nested too deeply") from exc
     if not isinstance(value, dict):
         raise fail(field, f"must be a JSON object, not {type(value).__name__}")
     try:
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise fail(field, f"is not JSON-serializable ({exc})") from exc
     _check_text(field, text)
-    if "\\u0000" in text:
-        raise fail(field, "contains a NUL character; NUL is not allowed")
+    _check_json_strings(field, value)
     size = len(text.encode("utf-8"))
     if size > MAX_METADATA_BYTES:
         raise fail(
@@ -147,6 +150,21 @@ def metadata(value: Any, field: str = "metadata") -> str:
             MAX_METADATA_BYTES,
         )
     return text
+
+
+def _check_json_strings(field: str, value: Any) -> None:
+    """NUL anywhere in metadata (keys or values) is refused; JSON would only escape it."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                raise fail(field, "contains a NUL character; NUL is not allowed")
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
 
 
 def artifact_ids(value: Any, field: str = "artifact_ids") -> tuple[str, ...]:
@@ -191,11 +209,14 @@ def artifact_content(
         raw = bytes(value)
         try:
             raw.decode("utf-8")
-            kind = "utf-8" if enc != "base64" else "base64"
+            is_text = b"\x00" not in raw
         except UnicodeDecodeError:
             if enc == "utf-8":
                 raise fail(field, "is not valid UTF-8 (send it with encoding base64)") from None
-            kind = "base64"
+            is_text = False
+        # Raw bytes without an explicit encoding are sniffed: valid UTF-8 without NUL is
+        # text, anything else is stored as binary (never rejected, never rewritten).
+        kind = enc or ("utf-8" if is_text else "base64")
     elif isinstance(value, str):
         if enc == "base64":
             try:

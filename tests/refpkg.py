@@ -586,7 +586,8 @@ if gen != "newest":
     conn.execute(EV_OLD[gen])
     keep = cols(conn, "events")
     cl = ", ".join(keep)
-    conn.execute(f"INSERT INTO events (rowid, {cl}) SELECT rowid, {cl} FROM _events_src ORDER BY rowid")
+    conn.execute(
+        f"INSERT INTO events (rowid, {cl}) SELECT rowid, {cl} FROM _events_src ORDER BY rowid")
     conn.execute("DROP TABLE _events_src")
     for sql in BASE_IDX + (REPL_IDX if gen == "pre_topic" else []):
         conn.execute(sql)
@@ -594,7 +595,8 @@ if gen != "newest":
         conn.execute("ALTER TABLE artifacts RENAME TO _artifacts_src")
         conn.execute(ART_OLD)
         acl = ", ".join(cols(conn, "artifacts"))
-        conn.execute(f"INSERT INTO artifacts (rowid, {acl}) SELECT rowid, {acl} FROM _artifacts_src ORDER BY rowid")
+        conn.execute(f"INSERT INTO artifacts (rowid, {acl}) SELECT rowid, {acl}"
+                     " FROM _artifacts_src ORDER BY rowid")
         conn.execute("DROP TABLE _artifacts_src")
         conn.execute("CREATE INDEX artifacts_sha256_idx ON artifacts(sha256)")
     conn.execute("COMMIT")
