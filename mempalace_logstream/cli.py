@@ -81,7 +81,8 @@ def _root(
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
+    # One line on stderr, always: database messages (PostgreSQL DETAIL/HINT) can span lines.
+    typer.echo("error: " + " ".join(str(message).split()), err=True)
     return typer.Exit(code)
 
 
@@ -453,8 +454,465 @@ def stats(
         console.print(table)
 
 
+# --------------------------------------------------------------------------- hub and MCP
+
+
+def _open_store(db: str | None, palace: str | None):
+    client = open_client(db, palace)
+    return client.store
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Bind address; non-loopback needs --token.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port (0 = any free port).")] = 8765,
+    token: Annotated[str | None, typer.Option("--token", envvar="LOGSTREAM_TOKEN", help="Bearer token clients must send (never printed).", show_default=False)] = None,
+    sse_max_clients: Annotated[int, typer.Option("--sse-max-clients", help="Concurrent SSE clients before 503.")] = 256,
+    ping_interval: Annotated[float, typer.Option("--ping-interval", help="Seconds between SSE ': ping' comments.")] = 15.0,
+    max_request_bytes: Annotated[int, typer.Option("--max-request-bytes", help="Larger requests get 413.")] = 16 * 1024 * 1024,
+    allow_host: Annotated[Multi, typer.Option("--allow-host", help="Extra Host name accepted on a loopback bind (repeat).")] = None,
+    mcp_read_only: Annotated[bool, typer.Option("--mcp-read-only", help="Hide mutating MCP tools at /mcp.")] = False,
+    db: DbOpt = None, palace: PalaceOpt = None,
+) -> None:  # fmt: skip
+    """Run the hub: HTTP API under /v1, SSE at /v1/stream, MCP at /mcp, docs at /docs."""
+    import socket
+
+    import uvicorn
+
+    from mempalace_logstream import http_app, mcp_server
+
+    if not http_app.is_loopback_host(host) and not token:
+        raise fail(f"refusing to bind {host} without a token: pass --token or set LOGSTREAM_TOKEN")
+    try:
+        store = _open_store(db, palace)
+    except errors.LogstreamError as exc:
+        raise fail(exc.message) from None
+    settings = http_app.HubSettings(
+        host=host, port=port, token=token, sse_max_clients=sse_max_clients,
+        ping_interval_s=ping_interval, max_request_bytes=max_request_bytes,
+        allowed_hosts=tuple(allow_host or ()),
+    )  # fmt: skip
+    mcp_app, mcp_lifespan = mcp_server.http_endpoint(store, read_only=mcp_read_only)
+    mount = http_app.ExtraMount("/mcp", mcp_app, mcp_lifespan)
+    application = http_app.create_app(store, settings, mounts=(mount,))
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError as exc:
+        raise fail(f"cannot bind {host}:{port}: {exc.strerror}") from None
+    bound = sock.getsockname()[1]
+    shown = f"[{host.strip('[]')}]" if ":" in host else host
+    typer.echo(f"logstream hub listening on http://{shown}:{bound} "
+               f"(API /v1, SSE /v1/stream, MCP /mcp, docs /docs)", err=False)  # fmt: skip
+    sys.stdout.flush()
+    server = uvicorn.Server(
+        uvicorn.Config(application, log_level="warning", timeout_graceful_shutdown=3)
+    )
+    try:
+        server.run(sockets=[sock])
+    finally:
+        store.close()
+
+
+@app.command("mcp")
+def mcp_cmd(
+    read_only: Annotated[bool, typer.Option("--read-only", help="Hide the mutating tools.")] = False,
+    db: DbOpt = None, palace: PalaceOpt = None,
+) -> None:  # fmt: skip
+    """Serve the MCP tools over stdio (for Claude Code, Codex and other MCP clients)."""
+    from mempalace_logstream import mcp_server
+
+    try:
+        store = _open_store(db, palace)
+    except errors.LogstreamError as exc:
+        raise fail(exc.message) from None
+    try:
+        mcp_server.run_stdio(store, read_only=read_only)
+    finally:
+        store.close()
+
+
+# --------------------------------------------------------------------------- sync (issue 5)
+
+
+def _open_store(db: str | None, palace: str | None):
+    from mempalace_logstream.store import LogStore
+
+    settings = config.Settings.from_env()
+    url = config.resolve_db(db or settings.db, palace or settings.palace)
+    return LogStore.open(
+        url,
+        durability=STATE.durability,
+        max_body_bytes=settings.max_body_bytes,
+        max_artifact_bytes=settings.max_artifact_bytes,
+    )
+
+
+def _sync_line(r: dict[str, Any]) -> str:
+    name = r.get("peer_name") or r.get("peer_url")
+    if "error" in r:
+        return f"  {name}: ERROR {r['error']}"
+    line = (f"  {name} ({r.get('peer_replica')}): +{r['pulled_events']} events, "
+            f"+{r['pulled_artifacts']} artifacts")  # fmt: skip
+    if r.get("pushed_events") or r.get("pushed_artifacts"):
+        line += f", pushed {r['pushed_events']} events, {r['pushed_artifacts']} artifacts"
+    if r.get("conflict_count"):
+        line += f", {r['conflict_count']} CONFLICTS (see `logstream peers --json`)"
+    if r.get("rejected_count"):
+        line += f", {r['rejected_count']} REJECTED"
+    return line
+
+
+def _sync_progress(enabled: bool):
+    """A rich progress bar on stderr for long rounds (only on a terminal)."""
+    import contextlib
+
+    if not enabled or not sys.stderr.isatty():
+        return contextlib.nullcontext(None)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    console=Console(stderr=True), transient=True)  # fmt: skip
+
+
+@app.command("sync")
+def sync_cmd(
+    peer: Annotated[str | None, typer.Option("--peer", help="Hub URL to sync with.")] = None,
+    token: Annotated[
+        str | None,
+        typer.Option("--token", envvar="LOGSTREAM_PEER_TOKEN", help="Bearer token for --peer.",
+                     show_default=False),
+    ] = None,
+    peer_db: Annotated[
+        str | None, typer.Option("--peer-db", help="Sync with another local database instead.")
+    ] = None,
+    push: Annotated[bool, typer.Option("--push", help="Also push what the peer lacks.")] = False,
+    db: DbOpt = None, palace: PalaceOpt = None, as_json: JsonOpt = False,
+) -> None:  # fmt: skip
+    """Pull (and with --push also push) events and artifacts from peers (S-7.4).
+
+    With neither --peer nor --peer-db, syncs with every peer of <palace>/peers.json
+    ({"peers": [{"name", "url", "token"}]}). Exits 1 if any peer failed.
+    """
+    from mempalace_logstream import sync as sync_mod
+
+    if peer and peer_db:
+        raise fail("give --peer or --peer-db, not both", 2)
+    settings = config.Settings.from_env()
+    palace_path = config.palace_dir(palace or settings.palace)
+    try:
+        store = _open_store(db, palace)
+    except errors.LogstreamError as exc:
+        raise fail(exc.message) from None
+    try:
+        with _sync_progress(not as_json) as bar:
+            task = bar.add_task("sync", total=None) if bar is not None else None
+
+            def progress(info: dict[str, Any]) -> None:
+                if bar is not None and task is not None:
+                    done = info.get("pulled", info.get("pushed", 0))
+                    bar.update(task, completed=done, total=info.get("total") or None,
+                               description=f"sync {str(info.get('origin'))[:16]}")  # fmt: skip
+
+            results = _run_sync(store, sync_mod, peer, token, peer_db, push, palace_path, progress)
+    except errors.LogstreamError as exc:
+        raise fail(exc.message) from None
+    finally:
+        store.close()
+    if as_json:
+        typer.echo(json.dumps(results, ensure_ascii=False, indent=2))
+    else:
+        for r in results:
+            typer.echo(_sync_line(r))
+    if any("error" in r for r in results):
+        raise typer.Exit(1)
+
+
+def _run_sync(store: Any, sync_mod: Any, peer: str | None, token: str | None,
+              peer_db: str | None, push: bool, palace_path: Path,
+              progress: Any) -> list[dict[str, Any]]:  # fmt: skip
+    if peer_db:
+        from mempalace_logstream.store import LogStore
+
+        other = LogStore.open(config.resolve_db(peer_db, None), durability=STATE.durability)
+        try:
+            return [sync_mod.sync_one(store, sync_mod.LocalPeer(other, name=peer_db), push,
+                                      progress)]  # fmt: skip
+        finally:
+            other.close()
+    if peer:
+        remote = sync_mod.HttpPeer(peer, token)
+        try:
+            return [sync_mod.sync_one(store, remote, push, progress)]
+        finally:
+            remote.close()
+    if not sync_mod.load_peers(palace_path):
+        raise errors.ValidationError(
+            f"no peers configured ({sync_mod.peers_file(palace_path)}) and no --peer given",
+            field="peer",
+        )
+    return sync_mod.sync_all(store, palace_path, push=push, progress=progress)
+
+
+@app.command("peers")
+def peers_cmd(
+    db: DbOpt = None, palace: PalaceOpt = None, as_json: JsonOpt = False,
+) -> None:  # fmt: skip
+    """Per-peer sync estate: reachable, last success, last error, pulled counts, conflicts."""
+    from mempalace_logstream import replication
+    from mempalace_logstream import sync as sync_mod
+
+    settings = config.Settings.from_env()
+    try:
+        store = _open_store(db, palace)
+        try:
+            out = sync_mod.estate(store, config.palace_dir(palace or settings.palace))
+            out["conflicts"] = replication.list_conflicts(store, 20)
+            out["rejections"] = replication.list_rejections(store, 20)
+        finally:
+            store.close()
+    except errors.LogstreamError as exc:
+        raise fail(exc.message) from None
+    if as_json:
+        emit(out, True)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"peers of {out['self']['replica_id']}")
+    for col in ("name", "url", "reachable", "last success", "last error", "pulled (last)"):
+        table.add_column(col)
+    for p in out["peers"]:
+        table.add_row(p["name"], str(p["url"]), str(p["reachable"]), str(p["last_success_at"]),
+                      str(p["last_error"] or ""), str(p["last_pulled_events"]))  # fmt: skip
+    console = Console()
+    console.print(table)
+    c = out["sync"]
+    console.print(f"conflicts {c['conflicts']}, rejections {c['rejections']} "
+                  f"(deferred {c['deferred']}), clock anomalies {c['clock_anomalies']}")  # fmt: skip
+
+
+# --------------------------------------------------------------------------- import (PostgreSQL)
+
+
+@app.command("import")
+def import_(
+    from_: Annotated[str, typer.Option("--from", help="Source log: a SQLite file (ours or a reference mempalace logstream.sqlite3) or a SQLAlchemy URL.")],
+    db: DbOpt = None, palace: PalaceOpt = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Events per target transaction.")] = 2000,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar on stderr.")] = True,
+    as_json: JsonOpt = False,
+) -> None:  # fmt: skip
+    """Copy a log into this one (e.g. SQLite into PostgreSQL), keeping ids, seq, hlc and origins.
+
+    The target must be empty or hold a prefix of the same source (a previous, possibly
+    interrupted import): re-running resumes and skips what is there.
+    """
+    from mempalace_logstream import importer
+    from mempalace_logstream.store import LogStore
+
+    settings = config.Settings.from_env()
+    url = config.resolve_db(db or settings.db, palace or settings.palace)
+    try:
+        with importer.open_source(from_) as source, LogStore.open(url, durability=STATE.durability) as target:  # fmt: skip
+            report = _run_import(importer, source, target, batch_size, progress)
+    except errors.LogstreamError as exc:
+        if STATE.debug:
+            raise
+        raise fail(exc.message) from None
+    out = report.to_dict()
+    emit(out, as_json, (
+        f"Imported {report.events_imported} events ({report.events_skipped} already there) and "
+        f"{report.artifacts_imported} artifacts ({report.artifacts_skipped} already there) "
+        f"in {report.seconds:.1f}s: {report.source} -> {report.target}"
+    ))  # fmt: skip
+
+
+def _run_import(importer: Any, source: Any, target: Any, batch_size: int, show: bool) -> Any:
+    if not show:
+        return importer.import_log(source, target, batch_size=batch_size)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    columns = (TextColumn("{task.description:>9}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=Console(stderr=True)) as bar:
+        tasks: dict[str, Any] = {}
+
+        def tick(phase: str, done: int, total: int) -> None:
+            if phase not in tasks:
+                tasks[phase] = bar.add_task(phase, total=total)
+            bar.update(tasks[phase], completed=done, total=total)
+
+        return importer.import_log(source, target, batch_size=batch_size, progress=tick)
+
+
+# --------------------------------------------------------------------------- wait and watch
+
+
+@app.command()
+def wait(
+    stream: Annotated[Multi, typer.Option(help="Filter (repeat = OR).")] = None,
+    room: Annotated[Multi, typer.Option()] = None,
+    topic: Annotated[Multi, typer.Option()] = None,
+    type: Annotated[Multi, typer.Option("--type")] = None,
+    to_agent: Annotated[Multi, typer.Option("--to-agent", help="Inbox: matches the name and *.")] = None,
+    writer: Annotated[Multi, typer.Option(help="Author filter.")] = None,
+    exclude_writer: Annotated[Multi, typer.Option("--exclude-writer")] = None,
+    correlation_id: Annotated[Multi, typer.Option("--correlation-id")] = None,
+    status: Annotated[Multi, typer.Option()] = None,
+    from_agent: Annotated[str | None, typer.Option("--from-agent", help="Your identity (not a filter).")] = None,
+    since_event_id: Annotated[str | None, typer.Option("--since-event-id", help="Only events after this id; 'tip' = only new ones.")] = None,
+    timeout_ms: Annotated[int | None, typer.Option("--timeout-ms", help="0-300000 (default 60000).")] = None,
+    limit: Annotated[int | None, typer.Option(help="1-500 (default 50).")] = None,
+    preview: Annotated[bool, typer.Option(help="Cut bodies to 200 characters.")] = False,
+    db: DbOpt = None, palace: PalaceOpt = None, hub: HubOpt = None, token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:  # fmt: skip
+    """Block until a matching event exists (exit 0) or the timeout passes (exit 2).
+
+    Without --since-event-id, existing matches return at once; with one, only later events.
+    """
+    try:
+        out = run(db, palace, "event_wait", hub, token, **_read_args(
+            stream=stream, room=room, topic=topic, type=type, to_agent=to_agent, writer=writer,
+            exclude_writer=exclude_writer, correlation_id=correlation_id, status=status,
+            from_agent=from_agent, since_event_id=since_event_id, timeout_ms=timeout_ms,
+            limit=limit, preview=preview or None,
+        ))  # fmt: skip
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    if out["timed_out"]:
+        emit(out, as_json, f"Timed out; no matching events (cursor {out['cursor']}).")
+        raise typer.Exit(2)
+    lines = [f"{out['count']} event(s):"] + [event_line(e) for e in out["events"]]
+    emit(out, as_json, "\n".join(lines))
+
+
+class _WatchPrinter:
+    """Prints watch batches and flushes before the watcher checkpoints (print, then save)."""
+
+    def __init__(self, as_json: bool, follow: bool) -> None:
+        self.as_json = as_json
+        self.follow = follow
+
+    def batch(self, batch: Any, *, final: bool) -> None:
+        data = batch.to_dict()
+        if self.as_json and self.follow:
+            text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+        elif self.as_json:
+            text = json.dumps(data, ensure_ascii=False, indent=2)
+        elif batch.events:
+            text = "\n".join([f"{data['count']} event(s):"] + [event_line(e) for e in data["events"]])
+        else:
+            text = "No matching events before the idle timeout."
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+    def note(self, message: str) -> None:
+        sys.stderr.write(message + "\n")
+        sys.stderr.flush()
+
+
+def _kill_after_print_hook():
+    """LOGSTREAM_TEST_KILL_AFTER_PRINT=N: SIGKILL ourselves after printing batch N, before its
+    checkpoint (the crash point the at-least-once tests need)."""
+    import os
+
+    raw = os.environ.get("LOGSTREAM_TEST_KILL_AFTER_PRINT")
+    if not raw:
+        return None
+    target = int(raw)
+
+    def hook(printed: int) -> None:
+        if printed >= target:
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return hook
+
+
+@app.command()
+def watch(
+    agent: Annotated[str | None, typer.Option("--agent", help="Your id: watch your inbox (to you or *), never your own writes.")] = None,
+    type: Annotated[Multi, typer.Option("--type", help="Filter (repeat = OR).")] = None,
+    stream: Annotated[Multi, typer.Option()] = None,
+    room: Annotated[Multi, typer.Option()] = None,
+    topic: Annotated[Multi, typer.Option()] = None,
+    status: Annotated[Multi, typer.Option()] = None,
+    correlation_id: Annotated[Multi, typer.Option("--correlation-id")] = None,
+    to_agent: Annotated[Multi, typer.Option("--to-agent")] = None,
+    writer: Annotated[Multi, typer.Option(help="Author filter.")] = None,
+    exclude_writer: Annotated[Multi, typer.Option("--exclude-writer")] = None,
+    state_file: Annotated[str | None, typer.Option("--state-file", help="Checkpoint file (default ~/.mempalace/watch/<agent>.json; '' = none).")] = None,
+    from_start: Annotated[bool, typer.Option("--from-start", help="On a first run, replay the whole log instead of starting at the tip.")] = False,
+    since_event_id: Annotated[str | None, typer.Option("--since-event-id", help="Start after this event (overrides the state file).")] = None,
+    follow: Annotated[bool, typer.Option("--follow", help="Keep watching after a match.")] = False,
+    idle_exit_ms: Annotated[int | None, typer.Option("--idle-exit-ms", help="Exit after this long without a match (2 if nothing matched).")] = None,
+    limit: Annotated[int | None, typer.Option(help="Events per batch, 1-500 (default 50).")] = None,
+    poll_timeout_ms: Annotated[int | None, typer.Option("--poll-timeout-ms", help="Longest single wait, 1-300000 ms.")] = None,
+    db: DbOpt = None, palace: PalaceOpt = None, hub: HubOpt = None, token: TokenOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON (with --follow: one batch envelope per line).")] = False,
+) -> None:  # fmt: skip
+    """Wait for mail: exit 0 when matching events were printed, 2 on idle timeout, 130 on Ctrl-C.
+
+    First run starts at the newest event (say --from-start to replay); later runs resume after
+    the checkpoint in the state file. Output is printed before each checkpoint, so a crash
+    replays events (dedupe by id) and never skips one.
+    """
+    from mempalace_logstream import watch as watch_mod
+
+    try:
+        opts = watch_mod.WatchOptions.parse(
+            agent=agent, state_file=state_file, since_event_id=since_event_id,
+            from_start=from_start, follow=follow, idle_exit_ms=idle_exit_ms, limit=limit,
+            poll_timeout_ms=poll_timeout_ms, type=type, stream=stream, room=room, topic=topic,
+            status=status, correlation_id=correlation_id, to_agent=to_agent, writer=writer,
+            exclude_writer=exclude_writer,
+        )  # fmt: skip
+    except errors.LogstreamError as exc:
+        raise fail(exc.message) from None
+    printer = _WatchPrinter(as_json, follow)
+    try:
+        client = open_client(db, palace, hub, token)
+        try:
+            watcher = watch_mod.Watcher(client, opts, printer, after_print=_kill_after_print_hook(),
+                                        human=not as_json)  # fmt: skip
+            code = watcher.run()
+        finally:
+            client.close()
+    except KeyboardInterrupt:
+        code = watch_mod.EXIT_INTERRUPTED
+    except errors.LogstreamError as exc:
+        if STATE.debug:
+            raise
+        raise fail(exc.message) from None
+    except BrokenPipeError:
+        raise typer.Exit(1) from None
+    if code == watch_mod.EXIT_INTERRUPTED and not as_json:
+        printer.note("Stopped.")
+    raise typer.Exit(code)
+
+
 def main() -> None:
-    app()
+    try:
+        app()
+    except errors.LogstreamError as exc:  # a domain error outside run(): same one-line form
+        if STATE.debug:
+            raise
+        raise SystemExit(_exit_with(exc.message)) from None
+    except Exception as exc:  # the outermost edge: no traceback without --debug
+        if STATE.debug:
+            raise
+        raise SystemExit(_exit_with(f"{type(exc).__name__}: {exc} (rerun with --debug)")) from None
+
+
+def _exit_with(message: str) -> int:
+    fail(message)
+    return 1
 
 
 if __name__ == "__main__":

@@ -29,7 +29,10 @@ def create_engine(
     """Create the engine for `url` (a SQLAlchemy URL or a plain file path)."""
     if "://" not in url:
         url = sqlite_url(url)
-    parsed = make_url(url)
+    try:
+        parsed = make_url(url)
+    except sa.exc.ArgumentError as exc:
+        raise errors.ValidationError(f"db: {url!r} is not a database URL", field="db") from exc
     if durability not in DURABILITY:
         raise errors.ValidationError(
             f"durability {durability!r} must be one of {', '.join(DURABILITY)}",
@@ -44,7 +47,7 @@ def create_engine(
                 field="db",
             )
         parsed = parsed.set(drivername="postgresql+psycopg")
-        return sa.create_engine(parsed, pool_size=10, max_overflow=20, pool_pre_ping=True)
+        return _pg_engine(parsed, durability)
     raise errors.ValidationError(
         f"db: unsupported backend {parsed.get_backend_name()!r} (use sqlite:/// or "
         "postgresql+psycopg://)",
@@ -52,11 +55,31 @@ def create_engine(
     )
 
 
+def _pg_engine(url: sa.URL, durability: str) -> sa.Engine:
+    engine = sa.create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
+    if durability != "full":
+
+        @sa.event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+            # PostgreSQL's analogue of SQLite NORMAL: a commit returns before its WAL flush, so
+            # a server crash may lose the last few commits, never corrupt the database.
+            with dbapi_conn.cursor() as cur:
+                cur.execute("SET synchronous_commit = off")
+            dbapi_conn.commit()
+
+    return engine
+
+
 def _sqlite_engine(url: sa.URL, durability: str, busy_timeout_ms: int) -> sa.Engine:
     database = url.database
     if not database or database == ":memory:":
         raise errors.ValidationError("db: the SQLite store needs a file path", field="db")
-    Path(database).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise errors.StorageError(
+            f"cannot create the directory of {database}: {exc.strerror or exc}"
+        ) from exc
     engine = sa.create_engine(
         url,
         connect_args={"check_same_thread": False, "timeout": busy_timeout_ms / 1000},

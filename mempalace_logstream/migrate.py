@@ -8,13 +8,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
 
 from mempalace_logstream import engine as engine_mod
 from mempalace_logstream import errors
 from mempalace_logstream.schema import SCHEMA_HEAD
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+# Alembic is imported only when a migration actually runs: opening a database that is already
+# at head (every CLI call after the first) must not pay about a second of imports.
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 PG_MIGRATE_LOCK = 0x6D696772  # "migr"
@@ -22,6 +28,8 @@ KNOWN_REVISIONS = (None, "0001", "0002")
 
 
 def alembic_config(connection: sa.Connection | None = None, url: str | None = None) -> Config:
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     if url:
@@ -63,6 +71,8 @@ def upgrade(engine: sa.Engine, revision: str = "head") -> str | None:
                 f"(knows up to {SCHEMA_HEAD}); upgrade the package"
             )
         if before != SCHEMA_HEAD or revision != "head":
+            from alembic import command
+
             command.upgrade(alembic_config(conn), revision)
     except BaseException:
         ctx.__exit__(*__import__("sys").exc_info())
@@ -74,6 +84,8 @@ def upgrade(engine: sa.Engine, revision: str = "head") -> str | None:
 def downgrade(engine: sa.Engine, revision: str = "base") -> None:
     ctx, conn = _locked(engine)
     try:
+        from alembic import command
+
         command.downgrade(alembic_config(conn), revision)
     except BaseException:
         ctx.__exit__(*__import__("sys").exc_info())

@@ -65,7 +65,11 @@ def version_vector(store: LogStore) -> dict[str, Any]:
 
 
 def stats(store: LogStore) -> dict[str, Any]:
-    return store.stats()
+    from mempalace_logstream import replication  # sync estate (issue 5)
+
+    out = store.stats()
+    out["estate"] = {"peers": replication.estate_rows(store), **replication.counts(store)}
+    return out
 
 
 OPERATIONS: dict[str, Handler] = {

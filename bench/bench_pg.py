@@ -1,0 +1,352 @@
+"""PostgreSQL next to SQLite, in one run: append throughput (one writer; 8 threads, group
+commit) and cross-process wake latency (append in process A -> `event_wait` returns in B).
+
+    python bench/bench_pg.py [--quick] [--pg-url postgresql+psycopg://postgres@127.0.0.1/test]
+
+Baselines measured in the same run: raw sqlite3 and raw psycopg, one `INSERT; COMMIT` per row
+into a copy of our own `events` table (same columns, indexes, triggers) at the same durability.
+PostgreSQL runs in a schema made for this run (dropped afterwards); `--pg-url` or
+LOGSTREAM_BENCH_PG picks the server. The reference package has no PostgreSQL backend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import random
+import secrets
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import common
+
+DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+ROW = {"type": "bench.append", "stream": "project/bench", "room": "r", "from_agent": "bench",
+       "to_agent": "agent-b", "body": "x" * 200}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Sizes:
+    appends: int
+    thread_appends: int
+    pings: int
+    reps: int
+
+
+QUICK = Sizes(appends=150, thread_appends=400, pings=15, reps=1)
+DEFAULT = Sizes(appends=1500, thread_appends=4000, pings=200, reps=3)
+
+
+# ----------------------------------------------------------------- databases
+
+
+@contextmanager
+def pg_schema(admin_url: str) -> Iterator[str]:
+    """A fresh schema for one measurement, as a URL whose search_path points at it."""
+    import sqlalchemy as sa
+
+    name = f"bench_pg_{secrets.token_hex(4)}"
+    eng = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with eng.connect() as conn:
+        conn.execute(sa.text(f"CREATE SCHEMA {name}"))
+    sep = "&" if "?" in admin_url else "?"
+    try:
+        yield f"{admin_url}{sep}options=-csearch_path%3D{name}"
+    finally:
+        with eng.connect() as conn:
+            conn.execute(sa.text(f"DROP SCHEMA {name} CASCADE"))
+        eng.dispose()
+
+
+@contextmanager
+def database(backend: str, admin_url: str, tmp: Path) -> Iterator[str]:
+    if backend == "postgresql":
+        with pg_schema(admin_url) as url:
+            yield url
+    else:
+        path = tmp / f"bench-{secrets.token_hex(4)}.sqlite3"
+        try:
+            yield f"sqlite:///{path}"
+        finally:
+            common.remove_sqlite(path)
+
+
+# ----------------------------------------------------------------- appenders
+
+
+def timed(fn: Callable[[], Any], n: int, threads: int) -> float:
+    """Seconds for `n` calls of `fn` spread over `threads` threads started together."""
+    per = [n // threads + (1 if i < n % threads else 0) for i in range(threads)]
+    gate = threading.Barrier(threads + 1)
+    failures: list[BaseException] = []
+
+    def work(k: int) -> None:
+        gate.wait()
+        try:
+            for _ in range(k):
+                fn()
+        except BaseException as exc:  # reported after the run
+            failures.append(exc)
+
+    pool = [threading.Thread(target=work, args=(k,)) for k in per]
+    for t in pool:
+        t.start()
+    gate.wait()
+    t0 = time.perf_counter()
+    for t in pool:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    if failures:
+        raise failures[0]
+    return elapsed
+
+
+class Ours:
+    def __init__(self, url: str, durability: str) -> None:
+        from mempalace_logstream.store import LogStore
+
+        self.store = LogStore.open(url, durability=durability)
+        for _ in range(3):
+            self.store.event_append(**ROW)
+
+    def run(self, n: int, threads: int) -> float:
+        return timed(lambda: self.store.event_append(**ROW), n, threads)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+class Raw:
+    """One driver connection per thread, one `INSERT; COMMIT` per row (the backend's limit for
+    durable single-row commits of this row shape, with our indexes)."""
+
+    def __init__(self, url: str, durability: str) -> None:
+        from mempalace_logstream.store import LogStore
+
+        LogStore.open(url).close()  # the exact schema
+        self.url, self.durability = url, durability
+        self.pg = url.startswith("postgresql")
+        self.counter = itertools.count(1_000_000)
+        self.local = threading.local()
+        self.conns: list[Any] = []
+        self.lock = threading.Lock()
+        names = ["seq", "id", "origin_replica", "origin_seq", "hlc", *ROW, "created_at",
+                 "metadata_json"]  # fmt: skip
+        marks = ", ".join(["%s" if self.pg else "?"] * len(names))
+        self.sql = f"INSERT INTO events ({', '.join(names)}) VALUES ({marks})"
+        for _ in range(3):
+            self.insert()
+
+    def _conn(self) -> Any:
+        conn = getattr(self.local, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            self.local.conn = conn
+            with self.lock:
+                self.conns.append(conn)
+        return conn
+
+    def _connect(self) -> Any:
+        if self.pg:
+            import psycopg
+            import sqlalchemy as sa
+
+            url = sa.make_url(self.url)
+            conn = psycopg.connect(
+                host=url.host, port=url.port, user=url.username, password=url.password,
+                dbname=url.database, options=url.query.get("options"),
+            )  # fmt: skip
+            sync = "on" if self.durability == "full" else "off"
+            conn.execute(f"SET synchronous_commit = {sync}")
+            conn.commit()
+            return conn
+        path = self.url.removeprefix("sqlite:///")
+        conn = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={self.durability.upper()}")
+        return conn
+
+    def insert(self) -> None:
+        seq = next(self.counter)
+        row = (seq, f"evt_raw_{seq}", "rep_raw", seq, f"{seq:013d}-000000-rep_raw", *ROW.values(),
+               "2026-01-01T00:00:00.000Z", "{}")  # fmt: skip
+        conn = self._conn()
+        if self.pg:
+            conn.execute(self.sql, row)
+            conn.commit()
+        else:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(self.sql, row)
+            conn.execute("COMMIT")
+
+    def run(self, n: int, threads: int) -> float:
+        return timed(self.insert, n, threads)
+
+    def close(self) -> None:
+        for conn in self.conns:
+            conn.close()
+
+
+def bench_append(admin_url: str, tmp: Path, sizes: Sizes) -> dict[str, float]:
+    """Events/s per (backend, writer, durability, threads); interleaved repetitions."""
+    cases = [
+        (backend, kind, durability, threads, n)
+        for backend in ("sqlite", "postgresql")
+        for durability in ("full", "normal")
+        for threads, n in ((1, sizes.appends), (8, sizes.thread_appends))
+        for kind in ("ours", "raw")
+        if not (durability == "normal" and threads == 8)
+    ]
+    rates: dict[tuple[str, ...], list[float]] = {}
+    for _ in range(sizes.reps):
+        for backend, kind, durability, threads, n in cases:
+            with database(backend, admin_url, tmp) as url:
+                writer = (Ours if kind == "ours" else Raw)(url, durability)
+                try:
+                    secs = writer.run(n, threads)
+                finally:
+                    writer.close()
+            key = (backend, kind, durability, str(threads))
+            rates.setdefault(key, []).append(n / secs)
+    best = {k: max(v) for k, v in rates.items()}
+    rows = [
+        [f"{b} {d.upper()} {t} thread{'s' if t != '1' else ''}", common.fmt_num(best[(b, "ours", d, t)]),
+         common.fmt_num(best[(b, "raw", d, t)]),
+         common.fmt_num(best[(b, "ours", d, t)] / best[(b, "raw", d, t)], 2)]
+        for b, _, d, t in sorted({(k[0], "", k[2], k[3]) for k in best})
+    ]  # fmt: skip
+    common.print_table("append throughput (events/s, best of reps)",
+                       ["case", "ours", "raw driver", "ours/raw"], rows)  # fmt: skip
+    out: dict[str, float] = {}
+    for (b, kind, d, t), value in best.items():
+        out[f"{b}/{kind}/{d}/{t}"] = value
+    return out
+
+
+# ----------------------------------------------------------------- wake latency
+
+WAITER = """
+import sys, time
+from mempalace_logstream.store import LogStore
+url, n = sys.argv[1], int(sys.argv[2])
+store = LogStore.open(url)
+cursor = store.tip()[1]
+print("ready", flush=True)
+got = 0
+while got < n:
+    page = store.event_wait(since_event_id=cursor, timeout_ms=10000, type="bench.wake")
+    now = time.monotonic_ns()
+    for e in page.events:
+        print(now - int(e.body), flush=True)
+        got += 1
+    cursor = page.cursor or cursor
+store.close()
+"""
+
+
+def wake_latency(url: str, pings: int) -> list[float]:
+    """Seconds from `event_append` in this process to `event_wait` returning in another one.
+
+    CLOCK_MONOTONIC is system-wide on Linux, so the stamp in the body is comparable across
+    processes. One ping at a time, after a random pause, so the waiter is really waiting."""
+    from mempalace_logstream.store import LogStore
+
+    store = LogStore.open(url)
+    env = {**os.environ, "PYTHONPATH": str(common.REPO)}
+    warm = 3
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WAITER, url, str(pings + warm)],
+        stdout=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    samples: list[float] = []
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(0.2)  # let the waiter reach its first wait (and open LISTEN) before timing
+        for i in range(pings + warm):
+            time.sleep(random.uniform(0.01, 0.03))
+            store.event_append(type="bench.wake", stream="s", room="r", from_agent="a",
+                               body=str(time.monotonic_ns()))  # fmt: skip
+            line = proc.stdout.readline()
+            if not line:
+                raise RuntimeError("the waiter process exited early")
+            if i >= warm:
+                samples.append(int(line) / 1e9)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        store.close()
+    return samples
+
+
+def bench_wake(admin_url: str, tmp: Path, sizes: Sizes) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for backend in ("sqlite", "postgresql"):
+        with database(backend, admin_url, tmp) as url:
+            out[backend] = common.summarize(wake_latency(url, sizes.pings))
+    rows = [
+        [b, common.fmt_ms(s["p50"]), common.fmt_ms(s["p95"]), common.fmt_ms(s["max"]),
+         int(s["n"])]
+        for b, s in out.items()
+    ]  # fmt: skip
+    common.print_table("cross-process wake latency (ms): append in A -> event_wait returns in B",
+                       ["backend", "p50", "p95", "max", "n"], rows)  # fmt: skip
+    return out
+
+
+# ----------------------------------------------------------------- entry point
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="bench_pg", description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
+    p.add_argument("--pg-url", default=os.environ.get("LOGSTREAM_BENCH_PG", DEFAULT_PG),
+                   help="PostgreSQL server (a schema is created and dropped there)")  # fmt: skip
+    p.add_argument("--sections", nargs="+", choices=("append", "wake"),
+                   default=["append", "wake"])  # fmt: skip
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    common.ensure_repo_on_path()
+    sizes = QUICK if args.quick else DEFAULT
+    print(f"bench_pg ({'quick' if args.quick else 'full'} sizes) against {args.pg_url}")
+    print(common.machine_line())
+    print("reference: n/a (mempalace 3.11 has no PostgreSQL backend)")
+    started = time.perf_counter()
+    with common.temp_dir("logstream-bench-pg-") as tmp:
+        if "append" in args.sections:
+            r = bench_append(args.pg_url, tmp, sizes)
+            for d, t in (("full", "1"), ("normal", "1"), ("full", "8")):
+                label = f"{d.upper()} {t} writer{'s' if t != '1' else ''}"
+                common.ratio_line("pg", f"append {label} pg ours/raw psycopg",
+                                  r[f"postgresql/ours/{d}/{t}"] / r[f"postgresql/raw/{d}/{t}"])
+                common.ratio_line("pg", f"append {label} pg/sqlite (ours)",
+                                  r[f"postgresql/ours/{d}/{t}"] / r[f"sqlite/ours/{d}/{t}"])
+        if "wake" in args.sections:
+            w = bench_wake(args.pg_url, tmp, sizes)
+            for backend, s in w.items():
+                common.target_line("pg", f"wake {backend} p50", s["p50"] * 1000, "ms", "<=", 5)
+                common.target_line("pg", f"wake {backend} p95", s["p95"] * 1000, "ms", "<=", 20)
+    print(f"\nbench_pg done in {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

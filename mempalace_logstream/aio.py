@@ -1,0 +1,121 @@
+"""The async edge shared by the hub's servers (HTTP/SSE and MCP over HTTP).
+
+Core calls run in worker threads (`anyio.to_thread`); waits never hold a thread: they sleep on the
+store's notifier (`wait_async`) and do short reads in a thread when woken. `Feed` coalesces the
+tail reads of every live subscriber into one query per wake-up. Must not import fastapi, mcp,
+typer or httpx.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio.to_thread
+
+from mempalace_logstream import errors, notify, operations
+from mempalace_logstream import validation as v
+from mempalace_logstream.models import Event, Page
+from mempalace_logstream.store import LogStore, ReadRequest
+
+FALLBACK_CHECK_S = notify.FALLBACK_CHECK_S
+FEED_BATCH = 500
+
+
+async def run(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run a sync core call in a worker thread."""
+    return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+
+
+async def call(store: LogStore, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    """`operations.call` for async servers; `event_wait` sleeps on the notifier, not a thread."""
+    if name == "event_wait":
+        return await event_wait(store, args)
+    return await run(operations.call, store, name, args)
+
+
+async def event_wait(store: LogStore, args: dict[str, Any]) -> dict[str, Any]:
+    """S-5.4 on the event loop: same validation, cursor and timeout rules as `store.event_wait`."""
+    clean = {k: val for k, val in args.items() if val is not None}
+    timeout = v.timeout_ms(clean.pop("timeout_ms", None)) / 1000
+    req = store.read_request(**clean)
+    if req.order is None:
+        req = req.replace(order="asc")
+    deadline = time.monotonic() + timeout
+    page = await run(store.read, req)
+    while not page.events:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return page.replace(timed_out=True).to_wait_dict()
+        seen = store.notifier.version
+        page = await run(store.read, req, page.scanned_seq)
+        if page.events:
+            break
+        await store.notifier.wait_async(seen, min(remaining, FALLBACK_CHECK_S))
+    return page.to_wait_dict()
+
+
+async def wait_for_event(store: LogStore, event_id: str, timeout_s: float) -> bool:
+    """True once `event_id` exists here (e.g. synced in late), False after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        seen = store.notifier.version
+        try:
+            await run(store.event_get, event_id)
+            return True
+        except errors.NotFoundError:
+            pass
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        await store.notifier.wait_async(seen, min(remaining, FALLBACK_CHECK_S))
+
+
+class Feed:
+    """Shared tail reads: subscribers woken by one commit all read after the same seq, so they
+    share one unfiltered query and filter in Python (`Filters.matches`), instead of N queries."""
+
+    def __init__(self, store: LogStore) -> None:
+        self._store = store
+        self._req = store.read_request(limit=FEED_BATCH, order="asc")
+        self._inflight: dict[int, asyncio.Future[Page]] = {}
+
+    async def after(self, seq: int) -> Page:
+        fut = self._inflight.get(seq)
+        if fut is None:
+            fut = asyncio.ensure_future(run(self._store.read, self._req, seq))
+            self._inflight[seq] = fut
+            fut.add_done_callback(lambda _f, s=seq: self._inflight.pop(s, None))
+        # Shielded: one subscriber disconnecting must not cancel the read the others await.
+        return await asyncio.shield(fut)
+
+
+async def follow(
+    store: LogStore, feed: Feed, req: ReadRequest, after_seq: int
+) -> AsyncIterator[list[Event]]:
+    """Yield batches of matching events after `after_seq`, forever, in local append order.
+
+    Catch-up reads use the filtered query (a selective reader skips a backlog cheaply); at the
+    tip the subscriber joins the shared `Feed`. The cursor passes filtered-out rows.
+    """
+    seq = after_seq
+    catch_up = req.replace(limit=FEED_BATCH, order="asc")
+    while True:
+        page = await run(store.read, catch_up, seq)
+        seq = page.scanned_seq
+        if page.events:
+            yield list(page.events)
+        if not page.has_more:
+            break
+    while True:
+        seen = store.notifier.version
+        page = await feed.after(seq)
+        seq = page.scanned_seq
+        matched = [e for e in page.events if req.filters.matches(e)]
+        if matched:
+            yield matched
+        if not page.has_more:
+            await store.notifier.wait_async(seen, FALLBACK_CHECK_S)

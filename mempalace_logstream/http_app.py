@@ -1,0 +1,552 @@
+"""The HTTP hub: `create_app(store, settings)` for FastAPI, the SSE feed and the request guard.
+
+JSON routes under `/v1/` for every operation (S-6.3), `/healthz`, SSE at `/logstream/stream` and
+`/v1/stream`, and optional extra ASGI mounts (the MCP endpoint, built by cli.py). The only
+fastapi/sse_starlette importer; must not import typer or mcp.
+"""
+
+from __future__ import annotations
+
+import hmac
+import importlib.util
+import inspect
+import ipaddress
+import json
+import os
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ConfigDict, Field, create_model
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from mempalace_logstream import aio, errors, operations
+from mempalace_logstream import validation as v
+from mempalace_logstream.store import LogStore
+
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+STATUS: dict[type[errors.LogstreamError], int] = {
+    errors.ValidationError: 422,
+    errors.NotFoundError: 404,
+    errors.ConflictError: 409,
+    errors.StorageError: 503,
+    errors.SyncError: 502,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class HubSettings:
+    """How the hub listens and guards itself (S-6.4). The token is never printed or logged."""
+
+    host: str = "127.0.0.1"
+    port: int = 8765
+    token: str | None = field(default=None, repr=False)
+    sse_max_clients: int = 256
+    ping_interval_s: float = 15.0
+    retry_ms: int = 3000
+    resume_wait_s: float = 10.0
+    max_request_bytes: int = 16 * 1024 * 1024
+    allowed_hosts: tuple[str, ...] = ()
+
+    @property
+    def is_loopback(self) -> bool:
+        return is_loopback_host(self.host)
+
+
+@dataclass(frozen=True)
+class ExtraMount:
+    """An ASGI app served at one exact path, with an optional lifespan (the MCP endpoint)."""
+
+    path: str
+    app: ASGIApp
+    lifespan: Callable[[], AbstractAsyncContextManager[Any]] | None = None
+
+
+def is_loopback_host(host: str) -> bool:
+    name = host.strip("[]")
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+# --------------------------------------------------------------------------- request guard
+
+
+class HubGuard:
+    """Raw ASGI guard (streaming-safe): Host/Origin pinning on loopback, bearer token, size."""
+
+    def __init__(self, app: ASGIApp, settings: HubSettings) -> None:
+        self.app = app
+        self.settings = settings
+        names = set(LOOPBACK_NAMES) | {settings.host.strip("[]").lower()}
+        self.hosts = names | {h.strip("[]").lower() for h in settings.allowed_hosts}
+        self.expected = f"Bearer {settings.token}".encode() if settings.token else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): val for k, val in scope["headers"]}
+        refusal = self._refusal(scope["path"], headers)
+        if refusal is not None:
+            await _send_error(send, *refusal)
+            return
+        length = headers.get("content-length")
+        limit = self.settings.max_request_bytes
+        if length is not None and length.isdigit() and int(length) > limit:
+            await _send_error(send, 413, f"request body is {int(length)} bytes; the limit "
+                              f"is {limit} bytes", "body")  # fmt: skip
+            return
+        if length is None and scope["method"] in ("POST", "PUT", "PATCH"):
+            receive = await _buffered(receive, limit)
+            if receive is None:
+                await _send_error(send, 413, f"request body exceeds {limit} bytes", "body")
+                return
+        await self.app(scope, receive, send)
+
+    def _refusal(self, path: str, headers: Mapping[str, bytes]) -> tuple[int, str, str] | None:
+        if self.settings.is_loopback:
+            host = _hostname(headers.get("host", b"").decode("latin-1"))
+            if host not in self.hosts:
+                return 403, "Host header is not allowed on a loopback hub (DNS rebinding)", "Host"
+            origin = headers.get("origin")
+            if origin is not None and not _is_loopback_origin(origin.decode("latin-1")):
+                return 403, "Origin is not a loopback origin", "Origin"
+        if self.expected is None or path == "/healthz":
+            return None
+        given = headers.get("authorization", b"")
+        if not hmac.compare_digest(given, self.expected):
+            return 401, "missing or wrong bearer token (Authorization: Bearer <token>)", "token"
+        return None
+
+
+def _hostname(host: str) -> str:
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[: host.find("]") + 1]
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def _is_loopback_origin(origin: str) -> bool:
+    parts = urlsplit(origin)
+    return parts.scheme in ("http", "https") and is_loopback_host(parts.hostname or "")
+
+
+async def _buffered(receive: Receive, limit: int) -> Receive | None:
+    """Read a body without Content-Length up to `limit`; None when it is larger."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        size += len(message.get("body", b""))
+        if size > limit:
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    body = b"".join(chunks)
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
+
+
+async def _send_error(
+    send: Send, status: int, message: str, field: str | None, headers: dict[str, str] | None = None
+) -> None:
+    payload = json.dumps({"error": message, "field": field}).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    if status == 401:
+        raw.append((b"www-authenticate", b"Bearer"))
+    raw += [(k.encode(), val.encode()) for k, val in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": payload})
+
+
+# --------------------------------------------------------------------------- error model
+
+
+def error_response(
+    status: int, message: str, field: str | None = None, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse({"error": message, "field": field}, status_code=status, headers=headers)
+
+
+def status_of(exc: errors.LogstreamError) -> int:
+    for cls in type(exc).__mro__:
+        if cls in STATUS:
+            return STATUS[cls]
+    return 500
+
+
+async def _domain_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, errors.LogstreamError)
+    return error_response(status_of(exc), exc.message, getattr(exc, "field", None))
+
+
+async def _request_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    op = request.url.path.rsplit("/", 1)[-1]
+    for err in exc.errors():
+        loc = [str(p) for p in err.get("loc", ()) if p != "body"]
+        name = loc[0] if loc else None
+        kind = err.get("type")
+        if kind == "extra_forbidden" and name:
+            return error_response(422, f"{name} is not a parameter of {op}", name)
+        if kind == "missing" and name:
+            return error_response(422, f"{name} is required", name)
+        if kind == "json_invalid":
+            return error_response(422, "request body is not valid JSON", "body")
+        if name is None:
+            return error_response(422, "request body must be a JSON object", "body")
+        return error_response(422, f"{name}: {err.get('msg')}", name)
+    return error_response(422, "invalid request", None)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    """Starlette's own errors (unknown path, wrong method) in the same error shape."""
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400:  # FastAPI could not decode the body (e.g. not UTF-8)
+        return error_response(422, "request body is not valid JSON", "body")
+    return error_response(exc.status_code, str(exc.detail), None, dict(exc.headers or {}))
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"description": text, "content": {"application/json": {"schema": {
+        "type": "object", "properties": {"error": {"type": "string"},
+                                         "field": {"type": ["string", "null"]}},
+        "required": ["error"]}}}}
+    for code, text in (
+        (401, "Missing or wrong bearer token"), (403, "Host or Origin refused"),
+        (404, "No such event, artifact or cursor"), (409, "Conflict (idempotency key)"),
+        (413, "Request too large"), (422, "Invalid input; names the field"),
+        (502, "Sync failed"), (503, "Storage failed or SSE client cap reached"),
+    )
+}  # fmt: skip
+
+
+# --------------------------------------------------------------------------- request models
+
+_STR = {"type": "string"}
+_FILTER = {"anyOf": [_STR, {"type": "array", "items": _STR}]}
+PARAM_SCHEMAS: dict[str, dict[str, Any]] = {
+    **{name: _FILTER for name in v.FILTER_FIELDS},
+    "limit": {"type": "integer", "minimum": 1, "maximum": v.MAX_LIST_LIMIT},
+    "timeout_ms": {"type": "integer", "minimum": 0, "maximum": v.MAX_WAIT_MS},
+    "preview": {"type": "boolean"},
+    "slim": {"type": "boolean"},
+    "order": {"type": "string", "enum": list(v.ORDERS)},
+    "metadata": {"anyOf": [{"type": "object"}, _STR]},
+    "artifact_ids": {"type": "array", "items": _STR},
+    "encoding": {"type": "string", "enum": list(v.ENCODINGS)},
+}
+READ_PARAMS = (
+    *v.FILTER_FIELDS, "from_agent", "since_event_id", "before_event_id", "since_created_at",
+    "limit", "order", "preview", "slim",
+)  # fmt: skip
+
+
+def op_params(store: LogStore) -> dict[str, dict[str, bool]]:
+    """{op: {param: required}} taken from the core signatures, so the API cannot drift."""
+
+    def sig(fn: Callable[..., Any], drop: tuple[str, ...] = ()) -> dict[str, bool]:
+        out = {}
+        for name, p in inspect.signature(fn).parameters.items():
+            if p.kind is not p.VAR_KEYWORD and name not in drop:
+                out[name] = p.default is inspect.Parameter.empty
+        return out
+
+    reads = dict.fromkeys(READ_PARAMS, False)
+    return {
+        "event_append": sig(store.draft_event),
+        "event_get": {"event_id": True},
+        "event_list": reads,
+        "event_wait": {**reads, "timeout_ms": False},
+        "event_ack": sig(store.event_ack),
+        "artifact_put": sig(store.draft_artifact, ("content_field",)),
+        "artifact_get": {"artifact_id": True},
+        "patch_submit": sig(store.patch_submit),
+        "task_create": sig(store.task_create),
+        "version_vector": {},
+        "stats": {},
+    }
+
+
+def request_model(op: str, params: dict[str, bool]) -> type[Any]:
+    """A permissive pydantic model: the schema documents types, the core validates values."""
+    fields: dict[str, Any] = {}
+    for name, required in params.items():
+        schema = PARAM_SCHEMAS.get(name, _STR)
+        annotated = Annotated[Any, Field(json_schema_extra=schema)]
+        fields[name] = (annotated, ...) if required else (annotated, None)
+    name = "".join(part.title() for part in op.split("_")) + "Request"
+    return create_model(name, __config__=ConfigDict(extra="forbid"), **fields)
+
+
+# --------------------------------------------------------------------------- app
+
+
+def create_app(
+    store: LogStore, settings: HubSettings | None = None, mounts: tuple[ExtraMount, ...] = ()
+) -> FastAPI:
+    """The hub app. Store calls run in worker threads; waits and SSE sleep on the notifier."""
+    settings = settings or HubSettings()
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            for m in mounts:
+                if m.lifespan is not None:
+                    await stack.enter_async_context(m.lifespan())
+            yield
+
+    app = FastAPI(
+        title="mempalace-logstream hub",
+        version=_version(),
+        lifespan=lifespan,
+        responses=ERROR_RESPONSES,
+    )
+    app.state.store = store
+    app.state.settings = settings
+    app.state.sse_clients = 0
+    app.state.feed = aio.Feed(store)
+    app.add_exception_handler(errors.LogstreamError, _domain_error)
+    app.add_exception_handler(RequestValidationError, _request_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_middleware(HubGuard, settings=settings)
+
+    @app.get("/healthz", tags=["hub"])
+    async def healthz() -> dict[str, Any]:
+        """Liveness; needs no token."""
+        return {"ok": True, "replica_id": store.replica_id}
+
+    _add_op_routes(app, store)
+    _add_get_aliases(app, store)
+    _add_sse_routes(app, store, settings)
+    if importlib.util.find_spec("mempalace_logstream.sync_routes") is not None:
+        from mempalace_logstream import sync_routes
+
+        app.include_router(sync_routes.router(store))
+    for m in mounts:
+        app.router.routes.append(Route(m.path, endpoint=m.app))
+    return app
+
+
+def _version() -> str:
+    import mempalace_logstream
+
+    return mempalace_logstream.__version__
+
+
+def _add_op_routes(app: FastAPI, store: LogStore) -> None:
+    for op, params in op_params(store).items():
+        model = request_model(op, params)
+        required = [name for name, req in params.items() if req]
+        app.post(
+            f"/v1/{op}",
+            name=op,
+            tags=["mutating" if op in operations.MUTATING else "read"],
+            summary=(operations.OPERATIONS[op].__doc__ or op.replace("_", " ")).strip(),
+        )(_op_endpoint(store, op, model, required))
+
+
+def _op_endpoint(store: LogStore, op: str, model: type[Any], required: list[str]) -> Any:
+    async def endpoint(body: model = None) -> dict[str, Any]:  # type: ignore[valid-type]
+        args = body.model_dump(exclude_unset=True) if body is not None else {}
+        for name in required:
+            if args.get(name) is None:
+                raise errors.ValidationError(f"{name} is required", field=name)
+        return await aio.call(store, op, args)
+
+    endpoint.__name__ = f"post_{op}"
+    # The model is built at runtime; give FastAPI the class itself, not the postponed string.
+    endpoint.__annotations__["body"] = model
+    return endpoint
+
+
+def _query_args(request: Request, allowed: tuple[str, ...], multi: tuple[str, ...]) -> dict:
+    """Query parameters as core arguments: repeatable filters become lists; unknown names fail."""
+    args: dict[str, Any] = {}
+    for name, value in request.query_params.multi_items():
+        if name not in allowed:
+            raise errors.ValidationError(f"{name} is not a parameter of this endpoint", field=name)
+        if name in multi:
+            args.setdefault(name, []).append(value)
+        elif name in args:
+            raise errors.ValidationError(f"{name} may be given only once", field=name)
+        else:
+            args[name] = value
+    return args
+
+
+def _query_docs(names: tuple[str, ...]) -> dict[str, Any]:
+    params = []
+    for name in names:
+        if name in v.FILTER_FIELDS:
+            schema: dict[str, Any] = {"type": "array", "items": _STR}
+        else:
+            schema = PARAM_SCHEMAS.get(name, _STR)
+        params.append({"name": name, "in": "query", "required": False, "schema": schema,
+                       "style": "form", "explode": True})  # fmt: skip
+    return {"parameters": params}
+
+
+def _add_get_aliases(app: FastAPI, store: LogStore) -> None:
+    @app.get("/v1/events", tags=["read"], openapi_extra=_query_docs(READ_PARAMS))
+    async def list_events(request: Request) -> dict[str, Any]:
+        """event_list with query parameters (repeat a filter for OR)."""
+        args = _query_args(request, READ_PARAMS, v.FILTER_FIELDS)
+        return await aio.call(store, "event_list", args)
+
+    @app.get("/v1/events/{event_id}", tags=["read"])
+    async def get_event(event_id: str) -> dict[str, Any]:
+        """event_get."""
+        return await aio.call(store, "event_get", {"event_id": event_id})
+
+    @app.get("/v1/artifacts/{artifact_id}", tags=["read"])
+    async def get_artifact(artifact_id: str) -> dict[str, Any]:
+        """artifact_get: the exact content (base64 when binary) and its sha256."""
+        return await aio.call(store, "artifact_get", {"artifact_id": artifact_id})
+
+    @app.get("/v1/version_vector", tags=["read"])
+    async def get_version_vector() -> dict[str, Any]:
+        """This replica's id and version vector."""
+        return await aio.call(store, "version_vector", {})
+
+    @app.get("/v1/stats", tags=["read"])
+    async def get_stats() -> dict[str, Any]:
+        """Counts, sizes and the version vector."""
+        return await aio.call(store, "stats", {})
+
+
+# --------------------------------------------------------------------------- SSE
+
+SSE_PARAMS = (*v.FILTER_FIELDS, "from_agent", "since_event_id", "preview", "slim")
+
+
+class _SlotResponse(EventSourceResponse):
+    """Releases its client slot however the stream ends (even before the body starts)."""
+
+    def __init__(self, *args: Any, release: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
+
+
+def _add_sse_routes(app: FastAPI, store: LogStore, settings: HubSettings) -> None:
+    async def stream(request: Request) -> Any:
+        """Live feed (S-6.3): `id:` event id, `event: logstream`, `data:` event JSON.
+
+        Resumes after `since_event_id` or `Last-Event-ID`; without either, tails from now.
+        Errors answer 400 before the stream opens; at the client cap, 503 + Retry-After.
+        """
+        if app.state.sse_clients >= settings.sse_max_clients:
+            return error_response(503, f"the hub serves at most {settings.sse_max_clients} "
+                                  "SSE clients; retry later or long-poll event_wait", None,
+                                  {"Retry-After": "5"})  # fmt: skip
+        try:
+            req, first = await _open_stream(request, store, settings)
+        except errors.LogstreamError as exc:
+            return error_response(400, exc.message, getattr(exc, "field", None))
+        app.state.sse_clients += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                app.state.sse_clients -= 1
+
+        frames = _frames(store, app.state.feed, req, first, settings)
+        return _SlotResponse(
+            frames,
+            release=release,
+            ping=settings.ping_interval_s,
+            ping_message_factory=lambda: ServerSentEvent(comment="ping", sep="\n"),
+            sep="\n",
+            headers={"Cache-Control": "no-cache"},
+        )
+
+    docs = {**_query_docs(SSE_PARAMS), "responses": {"200": {
+        "description": "text/event-stream", "content": {"text/event-stream": {}}}}}  # fmt: skip
+    for path in ("/logstream/stream", "/v1/stream"):
+        app.get(path, tags=["stream"], openapi_extra=docs, include_in_schema=path == "/v1/stream")(
+            stream
+        )
+
+
+async def _open_stream(request: Request, store: LogStore, settings: HubSettings) -> tuple:
+    """Validate and run the first read before any header is sent (never a half-open stream)."""
+    args = _query_args(request, SSE_PARAMS, v.FILTER_FIELDS)
+    header = request.headers.get("last-event-id", "").strip() or None
+    if not args.get("since_event_id"):
+        args["since_event_id"] = header or "tip"
+    elif header is not None:
+        header = None  # the query cursor wins
+    req = store.read_request(**args)
+    catch_up = req.replace(limit=aio.FEED_BATCH, order="asc")
+    try:
+        first = await aio.run(store.read, catch_up)
+    except errors.NotFoundError:
+        # A Last-Event-ID this hub has not synced yet: wait for it (bounded), then resume.
+        if header is None or not await aio.wait_for_event(store, header, settings.resume_wait_s):
+            raise
+        first = await aio.run(store.read, catch_up)
+    return req, first
+
+
+async def _frames(
+    store: LogStore, feed: aio.Feed, req: Any, first: Any, settings: HubSettings
+) -> AsyncIterator[ServerSentEvent]:
+    yield ServerSentEvent(comment="connected", retry=settings.retry_ms, sep="\n")
+    for event in first.events:
+        yield _frame(event, req)
+    async for batch in aio.follow(store, feed, req, first.scanned_seq):
+        for event in batch:
+            yield _frame(event, req)
+
+
+def _frame(event: Any, req: Any) -> ServerSentEvent:
+    data = json.dumps(
+        event.to_dict(preview=req.preview, slim=req.slim), ensure_ascii=False, separators=(",", ":")
+    )
+    return ServerSentEvent(data=data, id=event.id, event="logstream", sep="\n")
+
+
+def settings_from_env(environ: Mapping[str, str] | None = None, **overrides: Any) -> HubSettings:
+    """Hub settings from `MEMPALACE_LOGSTREAM_*` / `LOGSTREAM_TOKEN`, then explicit overrides."""
+    env = os.environ if environ is None else environ
+    p = "MEMPALACE_LOGSTREAM_"
+    base: dict[str, Any] = {}
+    if env.get("LOGSTREAM_TOKEN"):
+        base["token"] = env["LOGSTREAM_TOKEN"]
+    if env.get(p + "SSE_MAX_CLIENTS"):
+        base["sse_max_clients"] = v.strict_int(p + "SSE_MAX_CLIENTS", env[p + "SSE_MAX_CLIENTS"])
+    if env.get(p + "ALLOWED_HOSTS"):
+        base["allowed_hosts"] = tuple(h for h in env[p + "ALLOWED_HOSTS"].split(",") if h)
+    base.update({k: val for k, val in overrides.items() if val is not None})
+    return HubSettings(**base)

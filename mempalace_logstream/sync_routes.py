@@ -1,0 +1,136 @@
+"""The hub's `/sync/*` routes (S-7.6): the reference's three GET routes in its exact JSON shapes,
+plus `POST /sync/artifacts` (batched fetch), `POST /sync/push` and `GET /sync/peers` (estate).
+
+Only translation happens here: validation and apply live in replication.py / sync.py. Auth is
+the hub's middleware (http_app.py). Errors keep the reference's shape `{"error": "..."}`.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from mempalace_logstream import errors, replication, sync
+from mempalace_logstream import validation as v
+from mempalace_logstream.store import LogStore
+
+
+def _json(data: Any, status: int = 200) -> Response:
+    body = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return Response(body.encode("utf-8"), status, media_type="application/json; charset=utf-8")
+
+
+def _error(message: str, status: int) -> Response:
+    return _json({"error": message}, status)
+
+
+def _profile() -> dict[str, Any]:
+    # The reference's node profile shape; clients treat it as optional, so it stays minimal.
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"roles": ["logstream"], "accelerator": None, "drawers": None,
+            "hardware": "mempalace-logstream", "advertised_at": stamp}  # fmt: skip
+
+
+def _int_param(name: str, raw: str | None, default: int) -> int:
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise v.fail(name, f"invalid literal for int() with base 10: {raw!r}") from None
+
+
+def router(store: LogStore, settings: Any = None, loop: sync.SyncLoop | None = None) -> APIRouter:
+    """Routes bound to `store`. `settings.palace` locates peers.json for the estate; `loop` is
+    the hub's background SyncLoop, if any (its interval and liveness appear in the estate)."""
+    r = APIRouter()
+    palace = getattr(settings, "palace", None)
+
+    @r.get("/sync/version_vector")
+    def version_vector() -> Response:
+        profile = _profile()
+        return _json({
+            "replica_id": store.replica_id, "version_vector": store.version_vector(),
+            "profile": profile, "profiles": {store.replica_id: profile},
+        })  # fmt: skip
+
+    @r.get("/sync/ops")
+    def ops(origin: str | None = None, after: str | None = None,
+            limit: str | None = None) -> Response:  # fmt: skip
+        try:
+            if not origin or not origin.strip():
+                return _error("origin must be a non-empty string", 400)
+            n_after = _int_param("after", after, 0)
+            n_limit = _int_param("limit", limit, replication.MAX_OPS_LIMIT)
+            if n_after < 0:
+                return _error("after_seq must be a non-negative integer", 400)
+            if n_limit < 1:
+                return _error("limit must be a positive integer", 400)
+            return _json(replication.ops_page(store, origin, n_after, n_limit))
+        except errors.ValidationError as exc:
+            return _error(exc.message, 400)
+
+    @r.get("/sync/artifact")
+    def artifact(id: str | None = None) -> Response:  # noqa: A002 - the reference's name
+        if not id or not id.strip():
+            return _error("artifact_id must be a non-empty string", 400)
+        try:
+            art = store.artifact_get(id)
+        except errors.NotFoundError:
+            return _error(f"artifact {id.strip()!r} not found", 404)
+        except errors.ValidationError as exc:
+            return _error(exc.message, 400)
+        return _json({"artifact": art.to_dict()})
+
+    @r.post("/sync/artifacts")
+    async def artifacts_batch(request: Request) -> Response:
+        payload = await _body(request)
+        ids = payload.get("ids") if isinstance(payload, dict) else None
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            return _error("ids must be a list of artifact ids", 400)
+        if len(ids) > sync.ARTIFACT_BATCH * 5:
+            return _error(f"ids has {len(ids)} items; the limit is {sync.ARTIFACT_BATCH * 5}", 400)
+        from starlette.concurrency import run_in_threadpool
+
+        try:
+            found, missing, more = await run_in_threadpool(replication.get_artifacts, store, ids)
+        except errors.ValidationError as exc:
+            return _error(exc.message, 400)
+        return _json({"artifacts": [a.to_dict() for a in found], "not_found": missing,
+                      "more": more})  # fmt: skip
+
+    @r.post("/sync/push")
+    async def push(request: Request) -> Response:
+        payload = await _body(request)
+        if not isinstance(payload, dict):
+            return _error("the body must be a JSON object {replica_id, artifacts, events}", 400)
+        from starlette.concurrency import run_in_threadpool
+
+        try:
+            out = await run_in_threadpool(
+                sync.apply_push, store, payload.get("artifacts", []), payload.get("events", []),
+                payload.get("replica_id"),
+            )  # fmt: skip
+        except errors.ValidationError as exc:
+            return _error(exc.message, 400)
+        return _json(out)
+
+    @r.get("/sync/peers")
+    def peers() -> Response:
+        if loop is not None:
+            return _json(loop.estate())
+        return _json(sync.estate(store, palace))
+
+    return r
+
+
+async def _body(request: Request) -> Any:
+    raw = await request.body()
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None

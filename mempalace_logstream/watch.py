@@ -1,0 +1,375 @@
+"""The core of `logstream watch` (S-5.5): state files, the watch spec and the follow loop.
+
+Everything goes through a client's `call("event_wait" | "event_list", **args)`, so a watch works
+the same against a local store and a remote hub. Output is delivered by the caller's `emit`
+before each checkpoint (at-least-once: a crash replays, never skips).
+Must not import fastapi, typer, mcp or the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from mempalace_logstream import errors
+from mempalace_logstream import validation as v
+
+STATE_ABSENT, STATE_OK, STATE_EMPTY, STATE_CORRUPT = "absent", "ok", "empty", "corrupt"
+DEFAULT_POLL_TIMEOUT_MS = 300_000
+EXIT_MATCHED, EXIT_ERROR, EXIT_IDLE, EXIT_INTERRUPTED = 0, 1, 2, 130
+SPEC_FIELDS = ("stream", "room", "topic", "type", "to_agent", "writer", "exclude_writer",
+               "correlation_id", "status")  # fmt: skip
+
+
+class Client(Protocol):
+    def call(self, name: str, **args: Any) -> dict[str, Any]: ...
+
+
+# ----------------------------------------------------------------------------- state file
+
+
+def state_basename(agent: str) -> str:
+    """The file name for an agent: `_` doubled first, then `:` `/` `\\` mapped to `_`, so that
+    `a:b_c` and `a_b:c` stay distinct."""
+    base = agent.strip().replace("_", "__")
+    for ch in ":/\\":
+        base = base.replace(ch, "_")
+    if base in ("", ".", ".."):
+        raise v.fail("agent", f"{agent!r} cannot name a state file")
+    return base
+
+
+def resolve_state_file(
+    state_file: str | None, agent: str | None, home: Path | None = None
+) -> Path | None:
+    """`--state-file` as given; `""` disables; else `~/.mempalace/watch/<agent>.json` with an
+    agent and no state without one."""
+    if state_file is not None:
+        return Path(state_file).expanduser() if state_file != "" else None
+    if agent is None:
+        return None
+    root = home if home is not None else Path.home()
+    return root / ".mempalace" / "watch" / f"{state_basename(agent)}.json"
+
+
+def read_state(path: Path | None) -> tuple[str, str | None, str | None]:
+    """(state, cursor, problem). No exists() preflight: that is False for an untraversable
+    path too, which must read as corrupt (replay), never as a first run (tip)."""
+    if path is None:
+        return STATE_ABSENT, None, None
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return STATE_ABSENT, None, None
+    except OSError as exc:
+        return STATE_CORRUPT, None, f"cannot read it ({exc.strerror or exc})"
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return STATE_CORRUPT, None, "it is not valid JSON"
+    if not isinstance(doc, dict) or "cursor" not in doc:
+        return STATE_CORRUPT, None, "it has no cursor"
+    cursor = doc["cursor"]
+    if cursor is None or cursor == "":
+        return STATE_EMPTY, None, None
+    if not isinstance(cursor, str):
+        return STATE_CORRUPT, None, "its cursor is not a string"
+    return STATE_OK, cursor, None
+
+
+def write_state(path: Path, cursor: str | None, agent: str | None) -> None:
+    """Atomically replace the state file (tmp + fsync + rename + directory fsync).
+
+    Raises OSError; a reader sees the old file or the new one, never a torn write."""
+    doc: dict[str, Any] = {"cursor": cursor, "updated_at": _utc_now()}
+    if agent is not None:
+        doc["agent"] = agent
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(json.dumps(doc, ensure_ascii=False).encode() + b"\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    with contextlib.suppress(OSError):  # not every filesystem lets a directory be fsynced
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _utc_now() -> str:
+    now = datetime.now(UTC)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+
+
+# ----------------------------------------------------------------------------- options
+
+
+@dataclass(frozen=True, kw_only=True)
+class WatchOptions:
+    """Every argument of a watch, validated before anything polls or writes."""
+
+    agent: str | None = None
+    filters: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    state_file: Path | None = None
+    since_event_id: str | None = None
+    from_start: bool = False
+    follow: bool = False
+    idle_exit_ms: int | None = None
+    limit: int = v.DEFAULT_LIST_LIMIT
+    poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
+
+    @classmethod
+    def parse(cls, *, agent: Any = None, state_file: Any = None, since_event_id: Any = None,
+              from_start: bool = False, follow: bool = False, idle_exit_ms: Any = None,
+              limit: Any = None, poll_timeout_ms: Any = None, home: Path | None = None,
+              **raw_filters: Any) -> WatchOptions:  # fmt: skip
+        """Raises ValidationError naming the field and the limit."""
+        unknown = set(raw_filters) - set(SPEC_FIELDS)
+        if unknown:
+            raise v.fail(sorted(unknown)[0], "is not a watch filter")
+        clean_agent = v.routing("agent", agent)
+        filters = {
+            name: vals
+            for name in SPEC_FIELDS
+            if (vals := v.filter_values(name, raw_filters.get(name))) is not None
+        }
+        if clean_agent is not None:
+            # --agent = my inbox, minus my own writes (never wake on your own `*` broadcast).
+            for name in ("to_agent", "exclude_writer"):
+                filters[name] = tuple(dict.fromkeys((*filters.get(name, ()), clean_agent)))
+        since = since_event_id
+        if not (isinstance(since, str) and since.strip() == "tip"):
+            since = v.routing("since_event_id", since)
+        return cls(
+            agent=clean_agent,
+            filters=filters,
+            state_file=resolve_state_file(state_file, clean_agent, home),
+            since_event_id=since.strip() if isinstance(since, str) else None,
+            from_start=bool(from_start),
+            follow=bool(follow),
+            idle_exit_ms=_idle_exit(idle_exit_ms),
+            limit=v.limit(limit),
+            poll_timeout_ms=_poll_timeout(poll_timeout_ms),
+        )
+
+    def describe(self) -> str:
+        if self.agent:
+            return f"agent {self.agent}"
+        if "to_agent" in self.filters:
+            return "to " + ", ".join(self.filters["to_agent"])
+        return "everything" if not self.filters else "the filtered log"
+
+
+def _idle_exit(value: Any) -> int | None:
+    if value is None:
+        return None
+    n = v.strict_int("idle_exit_ms", value)
+    if n < 0:
+        raise v.fail("idle_exit_ms", f"is {n}; it must be 0 or more", 0)
+    return n
+
+
+def _poll_timeout(value: Any) -> int:
+    if value is None:
+        return DEFAULT_POLL_TIMEOUT_MS
+    n = v.strict_int("poll_timeout_ms", value)
+    if n < 1 or n > v.MAX_WAIT_MS:
+        raise v.fail(
+            "poll_timeout_ms", f"is {n}; it must be between 1 and {v.MAX_WAIT_MS} ms", v.MAX_WAIT_MS
+        )
+    return n
+
+
+# ----------------------------------------------------------------------------- following
+
+
+@dataclass(frozen=True, kw_only=True)
+class Batch:
+    events: list[dict[str, Any]]
+    cursor: str | None
+    timed_out: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "events": self.events,
+            "count": len(self.events),
+            "cursor": self.cursor,
+            "timed_out": self.timed_out,
+        }
+
+
+def follow(
+    client: Client,
+    filters: dict[str, tuple[str, ...]],
+    cursor: str | None,
+    *,
+    limit: int,
+    timeout_ms: Callable[[], int],
+) -> Iterator[Batch]:
+    """Yield one batch per `event_wait` after `cursor`, forever; filters run in SQL.
+
+    The cursor each batch carries has passed every examined row, matched or not, so a
+    selective follower never rescans its backlog. Stops when the consumer stops iterating.
+    """
+    args = {name: list(vals) for name, vals in filters.items()}
+    while True:
+        out = client.call(
+            "event_wait", since_event_id=cursor, timeout_ms=max(0, timeout_ms()), limit=limit,
+            **args,
+        )  # fmt: skip
+        cursor = out.get("cursor") or cursor
+        yield Batch(events=list(out["events"]), cursor=cursor, timed_out=not out["events"])
+
+
+class Output(Protocol):
+    def batch(self, batch: Batch, *, final: bool) -> None:
+        """Deliver one batch; must have reached its destination (flushed) on return."""
+
+    def note(self, message: str) -> None: ...
+
+
+@dataclass
+class Watcher:
+    """The `logstream watch` algorithm of S-5.5 over any client."""
+
+    client: Client
+    opts: WatchOptions
+    out: Output
+    after_print: Callable[[int], None] | None = None  # test hook: crash points
+    human: bool = True
+    _warned: bool = False
+
+    def run(self) -> int:
+        """Returns the exit code: 0 matched, 2 idle with nothing, 130 interrupted, 1 error."""
+        try:
+            cursor = self._start()
+            if cursor is _REFUSED:
+                return EXIT_ERROR
+            return self._loop(cursor)  # type: ignore[arg-type]
+        except KeyboardInterrupt:
+            return EXIT_INTERRUPTED
+
+    # -- start: resolve the cursor, then the required first checkpoint
+
+    def _start(self) -> str | None | object:
+        opts = self.opts
+        state, stored, problem = read_state(opts.state_file)
+        explicit = opts.since_event_id
+        if explicit == "tip":
+            explicit = self._tip() or None
+        cursor = explicit if explicit is not None else stored
+        if state == STATE_CORRUPT and explicit is None:
+            self.out.note(
+                f"state file {opts.state_file} is unreadable or corrupt ({problem}); replaying "
+                "from the start of the log (duplicates possible, nothing skipped)"
+            )
+        if cursor is None and not opts.from_start and state == STATE_ABSENT and not explicit:
+            cursor = self._tip()
+            self.out.note(
+                f"first run: starting at the newest event ({cursor or 'empty log'}); earlier "
+                "events are not replayed. Use --from-start to replay them, or sweep your inbox "
+                "with `logstream list --to-agent <you>`."
+            )
+        if cursor is not None:
+            try:
+                self.client.call("event_list", since_event_id=cursor, limit=1)
+            except errors.NotFoundError:
+                if explicit is not None:
+                    self.out.note(
+                        f"error: since_event_id {cursor!r} not found in this log. Nothing was "
+                        "written to the state file."
+                    )
+                    return _REFUSED
+                self.out.note(
+                    f"stored cursor {cursor!r} is not in this log (rebuilt or reset?); "
+                    "replaying from the start"
+                )
+                cursor = None
+        if opts.state_file is not None:
+            try:
+                write_state(opts.state_file, cursor, opts.agent)
+            except OSError as exc:
+                self.out.note(
+                    f"error: could not write the initial checkpoint to {opts.state_file} "
+                    f"({exc.strerror or exc}). Refusing to start; nothing was consumed."
+                )
+                return _REFUSED
+        if self.human:
+            self.out.note(
+                f"Watching {opts.describe()} from {cursor or 'the start'}; Ctrl-C to stop."
+            )
+        return cursor
+
+    def _tip(self) -> str | None:
+        return self.client.call("event_list", limit=1, order="desc").get("cursor")
+
+    # -- loop: print, then checkpoint
+
+    def _loop(self, cursor: str | None) -> int:
+        opts = self.opts
+        idle_deadline = self._idle_deadline()
+        matched = False
+        printed = 0
+
+        def timeout_ms() -> int:
+            if idle_deadline is None:
+                return opts.poll_timeout_ms
+            left = int((idle_deadline - time.monotonic()) * 1000)
+            return max(0, min(opts.poll_timeout_ms, left))
+
+        for batch in follow(self.client, opts.filters, cursor, limit=opts.limit,
+                            timeout_ms=timeout_ms):  # fmt: skip
+            if batch.events:
+                self.out.batch(batch, final=not opts.follow)
+                printed += 1
+                if self.after_print is not None:
+                    self.after_print(printed)
+                self._checkpoint(batch.cursor)
+                cursor, matched = batch.cursor, True
+                if not opts.follow:
+                    return EXIT_MATCHED
+                idle_deadline = self._idle_deadline()
+                continue
+            if batch.cursor != cursor:
+                self._checkpoint(batch.cursor)  # rejected rows are safe to pass
+                cursor = batch.cursor
+            if idle_deadline is not None and time.monotonic() >= idle_deadline:
+                self.out.batch(batch, final=True)
+                return EXIT_MATCHED if matched else EXIT_IDLE
+        raise AssertionError("follow() never ends")  # pragma: no cover
+
+    def _idle_deadline(self) -> float | None:
+        if self.opts.idle_exit_ms is None:
+            return None
+        return time.monotonic() + self.opts.idle_exit_ms / 1000
+
+    def _checkpoint(self, cursor: str | None) -> None:
+        if self.opts.state_file is None:
+            return
+        try:
+            write_state(self.opts.state_file, cursor, self.opts.agent)
+        except OSError as exc:  # the next start replays from the older cursor: no skip
+            if not self._warned:
+                self._warned = True
+                self.out.note(
+                    f"warning: could not checkpoint to {self.opts.state_file} "
+                    f"({exc.strerror or exc}); a restart will replay these events"
+                )
+
+
+_REFUSED = object()

@@ -1,0 +1,212 @@
+"""Convergence under chaos (S-7.5): a hypothesis state machine over 3–4 SQLite replicas.
+
+Random appends, acks and patches; random pulls/pushes between replicas through a peer that
+duplicates and reorders batch items, replays stale batches, and crashes after k calls; random
+partitions. After a full honest round every replica holds the same events and artifacts in the
+same HLC order, and a second round changes nothing.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from mempalace_logstream import LogStore, errors, migrate, replication, sync
+from mempalace_logstream import engine as engine_mod
+
+_TEMPLATE: Path | None = None
+
+
+def template() -> Path:
+    """One migrated file per session; replicas are copies (Alembic runs once, not per step)."""
+    global _TEMPLATE
+    if _TEMPLATE is None:
+        path = Path(tempfile.mkdtemp(prefix="sync-tpl-")) / "template.sqlite3"
+        eng = engine_mod.create_engine(f"sqlite:///{path}")
+        migrate.upgrade(eng)
+        eng.dispose()
+        _TEMPLATE = path
+    return _TEMPLATE
+
+
+class ChaosPeer:
+    """A LocalPeer seen through a bad network: duplicated, reordered and stale batches, and a
+    connection that drops after `crash_after` calls."""
+
+    def __init__(self, inner: sync.LocalPeer, rnd: random.Random, crash_after: int | None,
+                 blocked: bool) -> None:  # fmt: skip
+        self.inner, self.rnd = inner, rnd
+        self.name, self.url = inner.name, inner.url
+        self.crash_after, self.blocked = crash_after, blocked
+        self.calls = 0
+        self.last: list[dict[str, Any]] = []
+
+    def _tick(self) -> None:
+        self.calls += 1
+        if self.blocked or (self.crash_after is not None and self.calls > self.crash_after):
+            raise errors.PeerUnavailableError("chaos: connection lost", peer_id=self.name)
+
+    def version_vector(self) -> dict[str, Any]:
+        self._tick()
+        return self.inner.version_vector()
+
+    def ops(self, origin: str, after: int, limit: int) -> list[dict[str, Any]]:
+        self._tick()
+        if self.last and self.rnd.random() < 0.2:
+            return list(self.last)  # a stale, replayed batch
+        batch = self.inner.ops(origin, after, self.rnd.choice([1, 2, 3, limit]))
+        if batch and self.rnd.random() < 0.5:
+            batch = batch + self.rnd.sample(batch, k=min(len(batch), 2))  # duplicates
+        self.rnd.shuffle(batch)
+        self.last = batch
+        return batch
+
+    def artifacts(self, ids: Any) -> list[dict[str, Any]]:
+        self._tick()
+        out = self.inner.artifacts(ids)
+        self.rnd.shuffle(out)
+        return out + out[:1]
+
+    def push(self, artifacts: Any, events: Any, sender: str) -> dict[str, Any]:
+        self._tick()
+        items = list(events) + list(events)[:1]
+        self.rnd.shuffle(items)
+        return self.inner.push(artifacts, items, sender)
+
+    def close(self) -> None:
+        return None
+
+
+def snapshot(store: LogStore) -> tuple[list[tuple], list[tuple]]:
+    evs: list[Any] = []
+    cursor = None
+    while True:
+        page = store.event_list(since_event_id=cursor, limit=500, order="asc")
+        evs += page.events
+        if not page.has_more:
+            break
+        cursor = page.cursor
+    with store.engine.connect() as conn:
+        arts = sorted((r.id, r.sha256) for r in conn.execute(replication.artifacts.select()))
+    return [(e.hlc, e.content_key()) for e in sorted(evs, key=lambda e: e.hlc)], arts
+
+
+class SyncMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = Path(tempfile.mkdtemp(prefix="sync-sm-"))
+        self.stores: list[LogStore] = []
+        self.partitioned: set[frozenset[int]] = set()
+
+    @initialize(n=st.integers(3, 4))
+    def open_replicas(self, n: int) -> None:
+        for i in range(n):
+            path = self.dir / f"r{i}.sqlite3"
+            shutil.copy(template(), path)
+            self.stores.append(LogStore.open(str(path), durability="normal"))
+
+    def _pick(self, data: st.DataObject, label: str) -> int:
+        return data.draw(st.integers(0, len(self.stores) - 1), label=label)
+
+    @rule(data=st.data(), body=st.text(max_size=20))
+    def append(self, data: st.DataObject, body: str) -> None:
+        s = self.stores[self._pick(data, "replica")]
+        s.event_append(type="note", stream="s", room="r", from_agent="agent", body=body)
+
+    @rule(data=st.data(), status=st.sampled_from([None, "claimed", "applied"]))
+    def ack(self, data: st.DataObject, status: str | None) -> None:
+        s = self.stores[self._pick(data, "replica")]
+        evs = s.event_list(limit=20).events
+        if evs:
+            target = data.draw(st.sampled_from(evs), label="target")
+            s.event_ack(event_id=target.id, from_agent="acker", status=status)
+
+    @rule(data=st.data(), content=st.binary(min_size=1, max_size=40))
+    def patch(self, data: st.DataObject, content: bytes) -> None:
+        s = self.stores[self._pick(data, "replica")]
+        s.patch_submit(content=content, from_agent="dev", stream="s")
+
+    @rule(data=st.data())
+    def partition(self, data: st.DataObject) -> None:
+        i, j = self._pick(data, "a"), self._pick(data, "b")
+        if i != j:
+            self.partitioned.add(frozenset((i, j)))
+
+    @precondition(lambda self: bool(self.partitioned))
+    @rule()
+    def heal(self) -> None:
+        self.partitioned.clear()
+
+    @rule(
+        data=st.data(),
+        push=st.booleans(),
+        crash_after=st.one_of(st.none(), st.integers(0, 6)),
+        seed=st.integers(0, 2**16),
+    )
+    def sync(self, data: st.DataObject, push: bool, crash_after: int | None, seed: int) -> None:
+        i, j = self._pick(data, "puller"), self._pick(data, "peer")
+        if i == j:
+            return
+        blocked = frozenset((i, j)) in self.partitioned
+        peer = ChaosPeer(sync.LocalPeer(self.stores[j]), random.Random(seed), crash_after, blocked)
+        try:
+            result = sync.sync_with_peer(self.stores[i], peer, push=push)
+        except errors.PeerUnavailableError:
+            return
+        assert result["conflict_count"] == 0 and result["rejected_count"] == 0, result
+
+    @invariant()
+    def seq_is_dense_and_nothing_is_refused(self) -> None:
+        import sqlalchemy as sa
+
+        from mempalace_logstream import schema
+
+        refusals = [schema.sync_conflicts, schema.sync_rejections, schema.sync_clock_anomalies]
+        for s in self.stores:
+            with s.engine.connect() as conn:
+                n, top = conn.execute(
+                    sa.select(sa.func.count(), sa.func.max(schema.events.c.seq))
+                ).one()
+                assert (top or 0) == n
+                for table in refusals:
+                    assert conn.execute(sa.select(sa.func.count()).select_from(table)).scalar() == 0
+
+    def full_round(self) -> list[dict[str, Any]]:
+        hub = sync.LocalPeer(self.stores[0])
+        out = [sync.sync_with_peer(s, hub, push=True) for s in self.stores[1:]]
+        out += [sync.sync_with_peer(s, hub, push=True) for s in self.stores[1:]]
+        return out
+
+    @rule()
+    def converge(self) -> None:
+        self.full_round()
+        first = snapshot(self.stores[0])
+        for s in self.stores[1:]:
+            assert snapshot(s) == first
+        vectors = {tuple(sorted(s.version_vector().items())) for s in self.stores}
+        assert len(vectors) == 1
+        again = self.full_round()
+        assert all(r["pulled_events"] == r["pushed_events"] == 0 for r in again)
+        assert all(r["pulled_artifacts"] == r["pushed_artifacts"] == 0 for r in again)
+        assert [snapshot(s) for s in self.stores] == [first] * len(self.stores)
+
+    def teardown(self) -> None:
+        if self.stores:
+            self.converge()
+        for s in self.stores:
+            s.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+SyncMachine.TestCase.settings = settings(
+    settings(),  # the active profile (dev/ci) decides max_examples
+    stateful_step_count=20,
+)
+TestSyncConvergence = SyncMachine.TestCase

@@ -1,0 +1,72 @@
+"""Smoke test of the benchmark harness: `bench/run.py --quick --only store` runs end to end.
+
+Not a performance assertion: it checks that the one bench command exits 0, prints each ratio
+and target line with a number in it (ours vs raw sqlite3 vs the reference), and repeats them
+in its summary. Big logs go to a temporary cache dir, never to ~/.cache.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+NUMBER = r"-?\d[\d,]*\.\d+"
+
+pytestmark = pytest.mark.slow
+
+
+def _run_quick_store(tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "LOGSTREAM_BENCH_CACHE": str(tmp_path / "cache"),
+        "LOGSTREAM_BENCH_TMP": str(tmp_path),
+    }
+    return subprocess.run(
+        [sys.executable, "bench/run.py", "--quick", "--only", "store"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def test_quick_store_bench_prints_ratios_side_by_side(tmp_path: Path) -> None:
+    proc = _run_quick_store(tmp_path)
+    out = proc.stdout
+    assert proc.returncode == 0, out[-4000:] + proc.stderr[-4000:]
+    ref_missing = "reference unavailable:" in out
+    if os.environ.get("LOGSTREAM_REQUIRE_REF"):
+        assert not ref_missing, out[-2000:]
+
+    def value_of(what: str) -> str:
+        match = re.search(rf"^\[(?:ratio|target)\] store: {re.escape(what)} = (\S+)", out, re.M)
+        assert match, f"no line for {what!r} in:\n{out[-3000:]}"
+        return match.group(1)
+
+    for what in (
+        "append 1 writer FULL ours/raw",
+        "append 1 writer NORMAL ours/raw",
+        "append 8 threads FULL ours/raw",
+    ):
+        assert re.fullmatch(NUMBER, value_of(what)), what
+    for what in ("append 1 writer FULL ours/reference", "append 8 threads FULL ours/reference"):
+        value = value_of(what)
+        assert re.fullmatch(NUMBER, value) or (ref_missing and value == "n/a"), (what, value)
+    assert re.search(r"\(target >= 0\.85: (MET|NOT MET)\)", out)
+    assert re.search(r"\(target >= 1\.5: (MET|NOT MET|NOT MEASURED)\)", out)
+    inbox = re.search(rf"^\[target\] store: list p50 inbox .* = ({NUMBER}) ms", out, re.M)
+    assert inbox, out[-3000:]
+    # The store's inbox plan is printed and has no sort step.
+    plan = out.split("EXPLAIN QUERY PLAN of the page query:")[1].split("IN-list shape")[0]
+    assert "MERGE (UNION ALL)" in plan and "TEMP B-TREE" not in plan, plan
+    summary = out.split("######## summary")[1]
+    assert re.search(r"^store\s+ok\s", summary, re.M), summary
+    assert "[ratio] store: append 1 writer FULL ours/raw" in summary

@@ -1,0 +1,371 @@
+"""The `logstream` CLI: help everywhere, --json, byte-exact I/O, error form, db resolution.
+
+Real subprocesses (`run_cli`) prove the process boundary: exit codes, one stderr line, no
+traceback, exact bytes through stdin/stdout. The long refusal table also runs in-process through
+typer's CliRunner so that every limit is covered without paying an interpreter per case.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from conftest import run_cli
+from mempalace_logstream import cli
+
+CORE_COMMANDS = ["append", "list", "get", "ack", "artifact put", "artifact get", "patch submit",
+                 "task create", "migrate", "stats"]  # fmt: skip
+
+
+def rows(db: Path, table: str) -> int:
+    if not db.exists():
+        return 0
+    with closing(sqlite3.connect(db)) as conn:
+        try:
+            return int(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+        except sqlite3.OperationalError:  # not created yet
+            return 0
+
+
+def written(db: Path) -> tuple[int, int, int]:
+    return rows(db, "events"), rows(db, "artifacts"), rows(db, "artifact_blobs")
+
+
+def ok(proc, what: str = "") -> dict:
+    assert proc.returncode == 0, (what, proc.returncode, proc.stderr.decode(errors="replace"))
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture
+def db(tmp_path) -> Path:
+    return tmp_path / "palace" / "logstream.sqlite3"
+
+
+def D(db: Path) -> list[str]:
+    return ["--db", str(db)]
+
+
+# --------------------------------------------------------------------------- help
+
+
+def _walk(group, prefix: str = ""):
+    # typer 0.29 vendors its own click: recognise groups by shape, not by class.
+    for name, cmd in group.commands.items():
+        path = f"{prefix} {name}".strip()
+        yield path, cmd
+        if getattr(cmd, "commands", None):
+            yield from _walk(cmd, path)
+
+
+def test_every_command_and_option_has_help_text():
+    root = typer.main.get_command(cli.app)
+    commands = dict(_walk(root))
+    for name in CORE_COMMANDS:
+        assert name in commands, name
+    runner = CliRunner()
+    for path, cmd in commands.items():
+        assert (cmd.help or "").strip(), f"`logstream {path}` has no help text"
+        result = runner.invoke(cli.app, [*path.split(), "--help"])
+        assert result.exit_code == 0, (path, result.output)
+        assert "Usage" in result.output
+        if path in CORE_COMMANDS:
+            assert "--json" in result.output, path
+
+
+def test_help_runs_in_a_real_process_without_touching_any_database(tmp_path):
+    proc = run_cli("--help", env={"HOME": str(tmp_path)})
+    assert proc.returncode == 0
+    for word in ("append", "list", "artifact", "patch", "task", "migrate", "stats"):
+        assert word.encode() in proc.stdout
+    assert not (tmp_path / ".mempalace").exists()
+
+
+# --------------------------------------------------------------------------- a session
+
+
+def invoke(*args: str, input: bytes | None = None, env: dict[str, str] | None = None):
+    """The CLI in-process (typer's CliRunner): the same code path minus the interpreter start."""
+    return CliRunner().invoke(cli.app, list(args), input=input, env=env)
+
+
+def ok_in(result, what: str = "") -> dict:
+    assert result.exit_code == 0, (what, result.exit_code, result.stderr, result.exception)
+    return json.loads(result.stdout)
+
+
+def test_a_full_session_with_json_output(db, tmp_path):
+    body = b"line one\r\nline two \xe2\x9c\x93\r\n\r\n"
+    ev = ok_in(invoke("append", *D(db), "--type", "task.request", "--stream", "project/x",
+                      "--room", "delegation", "--from-agent", "lead", "--to-agent", "worker",
+                      "--metadata", '{"z": 1, "a": 2}', "--body-file", "-", "--json",
+                      input=body), "append")["event"]  # fmt: skip
+    assert ev["body"].encode() == body
+    assert list(ev["metadata"]) == ["z", "a"]
+
+    listed = ok_in(invoke("list", *D(db), "--to-agent", "worker", "--json"), "list")
+    assert [e["id"] for e in listed["events"]] == [ev["id"]]
+    assert listed["cursor"] == ev["id"] and listed["count"] == 1
+
+    assert ok_in(invoke("get", ev["id"], *D(db), "--json"), "get")["event"] == ev
+
+    ack = ok_in(invoke("ack", ev["id"], *D(db), "--from-agent", "worker", "--status", "claimed",
+                       "--json"), "ack")["event"]  # fmt: skip
+    assert ack["to_agent"] == "lead" and ack["metadata"] == {"ack_of": ev["id"]}
+
+    content = b"--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n+b\n"
+    art = ok_in(invoke("artifact", "put", "-", *D(db), "--kind", "patch", "--created-by",
+                       "worker", "--json", input=content), "put")["artifact"]  # fmt: skip
+    assert art["sha256"] == hashlib.sha256(content).hexdigest()
+    assert art["size_bytes"] == len(content) and "content" not in art
+    got = ok_in(invoke("artifact", "get", art["id"], *D(db), "--json"), "get")["artifact"]
+    assert got["content"].encode() == content and got["encoding"] == "utf-8"
+
+    patch = b"--- a/g\n+++ b/g\n@@ -1 +1 @@\n-a\n+b\n"
+    sub = ok_in(invoke("patch", "submit", "-", *D(db), "--from-agent", "worker", "--stream",
+                       "project/x", "--to-agent", "lead", "--json", input=patch), "patch")  # fmt: skip
+    assert sub["event"]["type"] == "patch.ready" and sub["event"]["status"] == "ready"
+    assert sub["event"]["artifact_ids"] == [sub["artifact"]["id"]]
+    assert "warnings" not in sub
+
+    task = ok_in(invoke("task", "create", *D(db), "--project", "Demo", "--from-agent", "lead",
+                        "--to-agent", "worker", "--goal", "Ship it", "--done", "tests pass",
+                        "--branch", "main", "--base-commit", "ABCDEF1", "--json"), "task")  # fmt: skip
+    assert task["task"]["stream"] == "project/demo" and task["task"]["base_commit"] == "abcdef1"
+    assert task["task"]["correlation_id"] in task["handoff"]
+
+    mig = ok_in(invoke("migrate", *D(db), "--json"), "migrate")
+    assert mig["from"] == mig["to"]
+
+    stats = ok_in(invoke("stats", *D(db), "--json"), "stats")
+    assert stats["events"] == 4 and stats["artifacts"] == 2
+    assert stats["per_writer"] == {"worker": 2, "lead": 2}
+
+
+def test_human_output_is_readable(db):
+    invoke("append", *D(db), "--type", "chat", "--stream", "s", "--room", "r", "--from-agent",
+           "a", "--to-agent", "b", "--body", "hello there")  # fmt: skip
+    result = invoke("list", *D(db))
+    assert result.exit_code == 0
+    assert "1 event(s):" in result.stdout and "a->b" in result.stdout
+    assert "hello there" in result.stdout
+    assert "replica" in invoke("stats", *D(db)).stdout
+
+
+def test_bytes_are_exact_through_a_real_process_stdin_stdout_and_out_file(db, tmp_path):
+    """CRLF text through `--body-file -` and `artifact put -`, binary with --binary; no
+    newline translation anywhere, and `artifact get` writes the stored bytes unchanged."""
+    body = b"crlf\r\nkept \xe2\x9c\x93\r\n"
+    text = b"--- a/f\r\n+++ b/f\r\n@@ -1 +1 @@\r\n-a\r\n+b"  # CRLF, no final newline
+    blob = bytes(range(256)) * 3 + b"\r\n\x00\r"
+    ev = ok(run_cli("append", *D(db), "--type", "x", "--stream", "s", "--room", "r",
+                    "--from-agent", "a", "--body-file", "-", "--json", input=body))  # fmt: skip
+    assert ev["event"]["body"].encode() == body
+    put = run_cli("artifact", "put", "-", *D(db), "--kind", "patch", "--created-by", "a",
+                  "--json", input=text)  # fmt: skip
+    art = ok(put)["artifact"]
+    assert art["sha256"] == hashlib.sha256(text).hexdigest() and art["encoding"] == "utf-8"
+    assert b"warning:" in put.stderr  # advisories go to stderr; the content is kept as sent
+    binary = ok(run_cli("artifact", "put", *D(db), "--kind", "file", "--created-by", "a",
+                        "--binary", "--json", input=blob))["artifact"]  # fmt: skip
+    assert binary["encoding"] == "base64"
+    assert binary["sha256"] == hashlib.sha256(blob).hexdigest()
+    out_file = tmp_path / "copy.bin"
+    raw, to_file = (
+        run_cli("artifact", "get", art["id"], *D(db)),
+        run_cli("artifact", "get", binary["id"], *D(db), "--out", str(out_file)),
+    )
+    assert raw.returncode == 0 and raw.stdout == text
+    assert to_file.returncode == 0 and out_file.read_bytes() == blob
+    meta = json.loads(to_file.stdout)["artifact"]
+    assert meta["content_written_to"] == str(out_file) and "content" not in meta
+
+
+def test_raw_bytes_from_a_file_are_sniffed_as_binary(db, tmp_path):
+    src = tmp_path / "src.bin"
+    src.write_bytes(b"\xff\xfe plain file \x00")
+    put = ok_in(invoke("artifact", "put", str(src), *D(db), "--kind", "file", "--created-by",
+                       "a", "--json"))["artifact"]  # fmt: skip
+    assert put["encoding"] == "base64" and put["size_bytes"] == src.stat().st_size
+    got = invoke("artifact", "get", put["id"], *D(db))
+    assert got.stdout_bytes == src.read_bytes()
+
+
+# --------------------------------------------------------------------------- refusals
+
+BIG_BODY = "b" * (256 * 1024 + 1)
+
+
+def _refusal_cases(tmp_path: Path) -> list[tuple[list[str], bytes | None, str, str | None]]:
+    """(args, stdin, field, limit-in-message) for every kind of bad input."""
+    big = tmp_path / "big.txt"
+    big.write_bytes(BIG_BODY.encode())
+    nul = tmp_path / "nul.txt"
+    nul.write_bytes(b"a\x00b")
+    bad_utf8 = tmp_path / "surrogate.txt"
+    bad_utf8.write_bytes(b"x\xed\xa0\x80y")  # an encoded lone surrogate
+    ev = ["append", "--stream", "s", "--room", "r", "--from-agent", "a"]
+    return [
+        (ev + ["--type", "Bad Type"], None, "type", "64"),
+        (ev + ["--type", "x" * 65], None, "type", "64"),
+        (["append", "--type", "x", "--stream", "s" * 257, "--room", "r", "--from-agent", "a"],
+         None, "stream", "256"),
+        (ev + ["--type", "x", "--to-agent", "b\tc"], None, "to_agent", None),
+        (ev + ["--type", "x", "--status", "done"], None, "status", None),
+        (ev + ["--type", "x", "--body-file", str(big)], None, "body", "262144"),
+        (ev + ["--type", "x", "--body-file", "-"], b"a\x00b", "body", None),
+        (ev + ["--type", "x", "--body-file", str(nul)], None, "body", None),
+        (ev + ["--type", "x", "--body-file", str(bad_utf8)], None, "body", None),
+        (ev + ["--type", "x", "--metadata", '{"a":'], None, "metadata", None),
+        (ev + ["--type", "x", "--metadata", json.dumps({"k": "m" * 65529})], None, "metadata",
+         "65536"),
+        (ev + ["--type", "x", "--artifact-id", "art_nope"], None, "artifact_ids", None),
+        (["list", "--limit", "0"], None, "limit", "500"),
+        (["list", "--limit", "501"], None, "limit", "500"),
+        (["list", "--order", "sideways"], None, "order", None),
+        (["list", "--since-created-at", "2026-02-30"], None, "since_created_at", None),
+        (["list", "--since-event-id", "evt_nope"], None, "since_event_id", None),
+        (["list", "--type", "ok.type", "--type", "Bad"], None, "type", None),
+        (["get", "evt_nope"], None, "event_id", None),
+        (["ack", "evt_nope", "--from-agent", "a"], None, "event_id", None),
+        (["artifact", "get", "art_nope"], None, "artifact 'art_nope'", None),
+        (["artifact", "put", "--kind", "binary", "--created-by", "a"], b"x", "kind", None),
+        (["artifact", "put", "--kind", "note", "--created-by", "a\nb"], b"x", "created_by", None),
+        (["patch", "submit", "--from-agent", "a", "--stream", "s" * 257], b"+x\n", "stream",
+         "256"),
+        (["patch", "submit", "--from-agent", "a", "--stream", "s", "--to-agent", "x\x7f"],
+         b"+x\n", "to_agent", None),
+        (["task", "create", "--project", "p", "--from-agent", "a", "--to-agent", "b", "--goal",
+          "g", "--done", "d", "--branch", "main", "--base-commit", "main"], None, "base_commit",
+         None),
+        (["task", "create", "--project", "p", "--from-agent", "a", "--to-agent", "b", "--goal",
+          "g", "--done", "d", "--branch", "main", "--base-commit", "abc12"], None, "base_commit",
+         "7-64"),
+    ]  # fmt: skip
+
+
+def _assert_refused(result_code, stderr: str, field: str, limit: str | None, case) -> None:
+    assert result_code == 1, (case, result_code, stderr)
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, (case, stderr)
+    assert lines[0].startswith("error: ") and field in lines[0], (case, stderr)
+    if limit:
+        assert limit in lines[0], (case, stderr)
+    assert "Traceback" not in stderr
+
+
+def test_every_refusal_exits_1_with_one_line_naming_the_field_and_writes_nothing(tmp_path, db):
+    invoke("migrate", *D(db))  # a file with the schema, so the counts are meaningful
+    before = written(db)
+    for args, stdin, field, limit in _refusal_cases(tmp_path):
+        result = invoke(*args, *D(db), input=stdin)
+        _assert_refused(result.exit_code, result.stderr, field, limit, args[:3])
+        assert result.stdout == "", args
+        assert written(db) == before, args
+
+
+def test_refusals_look_the_same_from_a_real_process(tmp_path, db):
+    invoke("migrate", *D(db))
+    before = written(db)
+    cases = _refusal_cases(tmp_path)
+    picked = [cases[i] for i in (5, 6, 12, 23)]  # body file, body stdin, list, patch
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        procs = list(pool.map(lambda c: run_cli(*c[0], *D(db), input=c[1]), picked))
+    for (args, _stdin, field, limit), proc in zip(picked, procs, strict=True):
+        _assert_refused(proc.returncode, proc.stderr.decode(), field, limit, args[:3])
+        assert proc.stdout == b""
+    assert written(db) == before
+
+
+def test_an_artifact_over_the_configured_limit_is_refused_and_leaves_no_blob(db):
+    env = {"MEMPALACE_LOGSTREAM_MAX_ARTIFACT_BYTES": "16"}
+    okay = invoke("artifact", "put", *D(db), "--kind", "file", "--created-by", "a", "--json",
+                  input=b"x" * 16, env=env)  # fmt: skip
+    assert ok_in(okay)["artifact"]["size_bytes"] == 16
+    before = written(db)
+    result = invoke("artifact", "put", *D(db), "--kind", "file", "--created-by", "a",
+                    input=b"y" * 17, env=env)  # fmt: skip
+    _assert_refused(result.exit_code, result.stderr, "content", "16", "artifact")
+    assert written(db) == before
+
+
+def test_usage_errors_exit_2(db):
+    in_process = [
+        ["no-such-command"],
+        ["append", *D(db), "--type", "x", "--stream", "s", "--room", "r", "--from-agent", "a",
+         "--body", "b", "--body-file", "-"],
+        ["task", "create", *D(db), "--project", "p", "--from-agent", "a", "--to-agent", "b",
+         "--branch", "m", "--base-commit", "abcdef1", "--done", "d"],
+    ]  # fmt: skip
+    for args in in_process:
+        result = invoke(*args)
+        assert result.exit_code == 2, (args, result.stderr)
+    real = [["append", *D(db), "--stream", "s"], ["list", *D(db), "--limit", "many"]]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        procs = list(pool.map(lambda a: run_cli(*a), real))
+    for args, proc in zip(real, procs, strict=True):
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert b"Traceback" not in proc.stderr
+    assert rows(db, "events") == 0
+
+
+def test_unexpected_failures_show_a_traceback_only_with_debug(tmp_path):
+    not_a_db = tmp_path / "garbage.sqlite3"
+    not_a_db.write_bytes(b"this is not a sqlite database" * 100)
+    args = ["list", "--db", str(not_a_db)]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        plain, debug = pool.map(lambda a: run_cli(*a), [args, ["--debug", *args]])
+    assert plain.returncode == 1
+    lines = plain.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), plain.stderr
+    assert b"Traceback" not in plain.stderr
+    assert debug.returncode != 0 and b"Traceback" in debug.stderr
+
+
+# --------------------------------------------------------------------------- db resolution
+
+
+def test_db_resolution_db_flag_then_palace_flag_then_env_then_default(tmp_path):
+    home = tmp_path / "home"
+    palace_flag, palace_env = tmp_path / "flag-palace", tmp_path / "env-palace"
+    explicit = tmp_path / "explicit.sqlite3"
+    by_env_db = tmp_path / "env-db.sqlite3"
+    base = ["append", "--type", "x", "--stream", "s", "--room", "r", "--from-agent", "a"]
+    runs = [
+        (base + ["--palace", str(palace_flag)], {"HOME": str(home)}),
+        (base, {"HOME": str(home), "MEMPALACE_PALACE_PATH": str(palace_env)}),
+        (base + ["--palace", str(palace_flag), "--db", f"sqlite:///{explicit}"],
+         {"HOME": str(home), "MEMPALACE_PALACE_PATH": str(palace_env)}),
+        (base, {"HOME": str(home), "LOGSTREAM_DB": str(by_env_db)}),
+        (base, {"HOME": str(home)}),
+    ]  # fmt: skip
+    for args, env in runs:
+        result = invoke(*args, env=env)
+        assert result.exit_code == 0, (args, result.stderr)
+    assert rows(palace_flag / "logstream.sqlite3", "events") == 1
+    assert rows(palace_env / "logstream.sqlite3", "events") == 1  # the env palace
+    assert rows(explicit, "events") == 1  # --db wins over --palace and the env
+    assert rows(by_env_db, "events") == 1
+    assert rows(home / ".mempalace" / "palace" / "logstream.sqlite3", "events") == 1  # default
+
+
+def test_the_palace_env_var_reaches_a_real_process(tmp_path):
+    palace = tmp_path / "env-palace"
+    proc = run_cli("append", "--type", "x", "--stream", "s", "--room", "r", "--from-agent", "a",
+                   env={"MEMPALACE_PALACE_PATH": str(palace), "HOME": str(tmp_path / "h")})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert rows(palace / "logstream.sqlite3", "events") == 1
+
+
+def test_the_cli_runs_against_postgresql_with_a_db_url(pg_url):
+    appended = ok_in(invoke("append", "--db", pg_url, "--type", "x", "--stream", "s", "--room",
+                            "r", "--from-agent", "a", "--body", "on pg", "--json"))  # fmt: skip
+    listed = ok_in(invoke("list", "--db", pg_url, "--json"))
+    assert [e["id"] for e in listed["events"]] == [appended["event"]["id"]]

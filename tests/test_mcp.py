@@ -1,0 +1,200 @@
+"""MCP tools through the official SDK client: in memory, over stdio (`logstream mcp`) and over
+streamable HTTP on a real hub. A full delegation runs on both transports."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.memory import create_connected_server_and_client_session
+
+from mempalace_logstream import LogStore, mcp_server
+from tests.hubkit import live_hub
+
+REPO = Path(__file__).resolve().parents[1]
+READ_TOOLS = {
+    "mempalace_event_list", "mempalace_event_wait", "mempalace_event_get",
+    "mempalace_artifact_get", "mempalace_version_vector", "mempalace_stats",
+}  # fmt: skip
+WRITE_TOOLS = {
+    "mempalace_event_append", "mempalace_event_ack", "mempalace_artifact_put",
+    "mempalace_patch_submit", "mempalace_task_create",
+}  # fmt: skip
+PATCH = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-print('bug')\n+print('fixed ✓')\n"
+
+
+def _data(result: Any) -> dict[str, Any]:
+    assert result.isError is False, result.content
+    if result.structuredContent is not None:
+        return dict(result.structuredContent)
+    return dict(json.loads(result.content[0].text))
+
+
+async def _tool_names(session: ClientSession) -> dict[str, Any]:
+    return {t.name: t for t in (await session.list_tools()).tools}
+
+
+async def delegation(session: ClientSession) -> None:
+    """task_create → event_wait woken by a claim → patch_submit → artifact_get → event_ack."""
+    tools = await _tool_names(session)
+    assert set(tools) == READ_TOOLS | WRITE_TOOLS
+    assert tools["mempalace_event_wait"].annotations.readOnlyHint is True
+    assert tools["mempalace_event_append"].annotations.readOnlyHint is False
+    assert "writer" in tools["mempalace_event_list"].inputSchema["properties"]
+    assert "limit" in tools["mempalace_event_wait"].inputSchema["properties"]
+
+    created = _data(await session.call_tool("mempalace_task_create", {
+        "project": "Demo App", "from_agent": "lead", "to_agent": "worker",
+        "goal": "Fix the bug", "branch": "main", "base_commit": "abc1234", "done": "tests pass"}))
+    task = created["task"]
+    assert task["status"] == "open" and created["handoff"]
+    corr, stream = task["correlation_id"], task["stream"]
+
+    # The lead blocks for a claim; the claim arrives through the same session meanwhile.
+    wait = asyncio.create_task(session.call_tool("mempalace_event_wait", {
+        "correlation_id": corr, "status": "claimed", "since_event_id": task["id"],
+        "timeout_ms": 120_000}))  # fmt: skip
+    claim = _data(await session.call_tool("mempalace_event_append", {
+        "type": "task.claim", "stream": stream, "room": "delegation", "from_agent": "worker",
+        "to_agent": "lead", "correlation_id": corr, "status": "claimed"}))["event"]  # fmt: skip
+    woke = _data(await asyncio.wait_for(wait, 30))
+    assert woke["timed_out"] is False and [e["id"] for e in woke["events"]] == [claim["id"]]
+
+    submitted = _data(await session.call_tool("mempalace_patch_submit", {
+        "content": PATCH, "from_agent": "worker", "stream": stream, "to_agent": "lead",
+        "correlation_id": corr, "branch": "main", "base_commit": "abc1234"}))  # fmt: skip
+    art_id = submitted["artifact"]["id"]
+    got = _data(await session.call_tool("mempalace_artifact_get", {"artifact_id": art_id}))
+    art = got["artifact"]
+    assert art["content"] == PATCH
+    assert art["sha256"] == hashlib.sha256(PATCH.encode()).hexdigest()
+    assert art["sha256"] == submitted["artifact"]["sha256"]
+
+    ack = _data(await session.call_tool("mempalace_event_ack", {
+        "event_id": submitted["event"]["id"], "from_agent": "lead", "status": "applied"}))
+    assert ack["event"]["to_agent"] == "worker" and ack["event"]["correlation_id"] == corr
+    thread = _data(await session.call_tool("mempalace_event_list", {
+        "correlation_id": corr, "order": "asc", "slim": True}))  # fmt: skip
+    assert [e["type"] for e in thread["events"]] == [
+        "task.request", "task.claim", "patch.ready", "event.ack"]  # fmt: skip
+
+
+async def validation_errors_are_tool_errors(session: ClientSession) -> None:
+    bad = await session.call_tool("mempalace_event_append", {
+        "type": "Not A Type", "stream": "s", "room": "r", "from_agent": "a"})
+    assert bad.isError is True
+    assert "type 'Not A Type' is not a valid event type" in bad.content[0].text
+    bad = await session.call_tool("mempalace_event_wait", {"timeout_ms": 300_001})
+    assert bad.isError is True and "timeout_ms" in bad.content[0].text
+    bad = await session.call_tool("mempalace_artifact_get", {"artifact_id": "art_nope"})
+    assert bad.isError is True and "artifact 'art_nope' not found" in bad.content[0].text
+
+
+# --------------------------------------------------------------------------- in memory
+
+
+@pytest.fixture
+def mcp_store(tmp_path: Path):
+    store = LogStore.open(str(tmp_path / "mcp.sqlite3"))
+    yield store
+    store.close()
+
+
+def test_in_memory_delegation_and_tool_errors(mcp_store: LogStore) -> None:
+    async def scenario() -> None:
+        server = mcp_server.build_server(mcp_store)
+        async with create_connected_server_and_client_session(server) as session:
+            await delegation(session)
+            await validation_errors_are_tool_errors(session)
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_read_only_hides_and_refuses_mutating_tools(mcp_store: LogStore) -> None:
+    async def scenario() -> None:
+        server = mcp_server.build_server(mcp_store, read_only=True)
+        async with create_connected_server_and_client_session(server) as session:
+            assert set(await _tool_names(session)) == READ_TOOLS
+            refused = await session.call_tool("mempalace_event_append", {
+                "type": "note", "stream": "s", "room": "r", "from_agent": "a"})
+            assert refused.isError is True
+        assert mcp_store.event_list().events == ()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_tools_are_module_level_functions_with_agent_docs() -> None:
+    for fn in (*mcp_server.READ_TOOLS, *mcp_server.WRITE_TOOLS):
+        assert getattr(mcp_server, fn.__name__) is fn
+        assert fn.__doc__ and len(fn.__doc__.split()) >= 12, fn.__name__
+
+
+# --------------------------------------------------------------------------- stdio
+
+
+@asynccontextmanager
+async def _stdio(tmp_path: Path, *extra: str) -> AsyncIterator[ClientSession]:
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "mempalace_logstream", "mcp", "--db", str(tmp_path / "stdio.sqlite3"), *extra],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    with (tmp_path / "mcp-stderr.log").open("w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                yield session
+
+
+@pytest.mark.slow
+def test_stdio_servers_run_a_delegation_and_hide_writes_when_read_only(tmp_path: Path) -> None:
+    # Both subprocesses start at once: interpreter start-up dominates on a loaded machine.
+    async def full() -> None:
+        async with _stdio(tmp_path / "rw") as session:
+            await delegation(session)
+            await validation_errors_are_tool_errors(session)
+
+    async def read_only() -> None:
+        async with _stdio(tmp_path / "ro", "--read-only") as session:
+            assert set(await _tool_names(session)) == READ_TOOLS
+            refused = await session.call_tool("mempalace_task_create", {})
+            assert refused.isError is True
+
+    async def scenario() -> None:
+        await asyncio.gather(full(), read_only())
+
+    (tmp_path / "rw").mkdir()
+    (tmp_path / "ro").mkdir()
+    asyncio.run(asyncio.wait_for(scenario(), 120))
+
+
+# --------------------------------------------------------------------------- streamable HTTP
+
+
+@pytest.mark.slow
+def test_streamable_http_on_the_hub_runs_a_full_delegation(tmp_path: Path) -> None:
+    with live_hub(tmp_path, token="s3cret-token") as hub:
+
+        async def scenario() -> None:
+            headers = {"Authorization": "Bearer s3cret-token"}
+            async with httpx.AsyncClient(headers=headers, timeout=60) as http:
+                async with streamable_http_client(hub.url + "/mcp", http_client=http) as (
+                    read, write, _session_id,
+                ), ClientSession(read, write) as session:  # fmt: skip
+                    await session.initialize()
+                    await delegation(session)
+                    await validation_errors_are_tool_errors(session)
+
+        asyncio.run(asyncio.wait_for(scenario(), 90))

@@ -1,0 +1,180 @@
+"""Inbox reads on SQLite: one index-ordered leg per to_agent value, merged by UNION ALL.
+
+`to_agent=X` matches X and '*'. As one `IN (X, '*')` list SQLite collects every match and sorts
+it (a temp B-tree: ~100k rows for one inbox on a 1M-event log); `LogStore._page_query` reads
+one (to_agent, seq) index range per value instead. These tests prove the two shapes return the
+same pages on random data and that the inbox plan has no sort step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import sqlite3
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mempalace_logstream import LogStore
+from mempalace_logstream import store as store_mod
+
+AGENTS = ("a", "b", "c")
+TO_VALUES = (None, "*", "a", "b", "c")
+TYPES = ("chat.message", "task.request", "status.update")
+CORRS = ("task_1", "task_2", "task_3")
+
+
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LogStore, list[str]]]:
+    """A store with 240 random events (fixed seed), and their ids in append order."""
+    path = tmp_path_factory.mktemp("plans") / "logstream.sqlite3"
+    store = LogStore.open(str(path), durability="off")
+    rnd = random.Random(7)
+    ids = []
+    for i in range(240):
+        event = store.event_append(
+            type=rnd.choice(TYPES),
+            stream=rnd.choice(("s1", "s2")),
+            room="r",
+            from_agent=rnd.choice(AGENTS),
+            to_agent=rnd.choice(TO_VALUES),
+            correlation_id=rnd.choice((None, *CORRS)),
+            body=f"event {i}",
+        )
+        ids.append(event.id)
+    yield store, ids
+    store.close()
+
+
+@contextlib.contextmanager
+def in_list_shape() -> Iterator[None]:
+    """The plain `to_agent IN (...)` query shape (the split disabled)."""
+    saved = store_mod._SPLIT_TO_AGENT_MAX
+    store_mod._SPLIT_TO_AGENT_MAX = 0
+    try:
+        yield
+    finally:
+        store_mod._SPLIT_TO_AGENT_MAX = saved
+
+
+def _page(store: LogStore, req: dict[str, Any]) -> tuple:
+    page = store.event_list(**req)
+    return [e.id for e in page.events], page.cursor, page.has_more, page.scanned_seq
+
+
+requests = st.fixed_dictionaries(
+    {
+        "to_agent": st.lists(
+            st.sampled_from(("a", "b", "c", "*", "nobody")), min_size=1, max_size=4
+        )
+    },  # fmt: skip
+    optional={
+        "type": st.lists(st.sampled_from(TYPES), min_size=1, max_size=2),
+        "correlation_id": st.sampled_from(CORRS),
+        "writer": st.sampled_from(AGENTS),
+        "exclude_writer": st.sampled_from(AGENTS),
+        "stream": st.sampled_from(("s1", "s2")),
+        "order": st.sampled_from(("asc", "desc")),
+        "limit": st.integers(min_value=1, max_value=60),
+        "since_index": st.integers(min_value=0, max_value=239),
+        "before_index": st.integers(min_value=0, max_value=239),
+    },
+)
+
+
+@given(raw=requests)
+def test_split_inbox_query_returns_the_same_pages_as_one_in_list(
+    filled: tuple[LogStore, list[str]], raw: dict[str, Any]
+) -> None:
+    store, ids = filled
+    req = dict(raw)
+    if "since_index" in req:
+        req["since_event_id"] = ids[req.pop("since_index")]
+    if "before_index" in req:
+        req["before_event_id"] = ids[req.pop("before_index")]
+    split = _page(store, req)
+    with in_list_shape():
+        plain = _page(store, req)
+    assert split == plain
+
+
+def test_split_inbox_query_pages_through_the_whole_inbox_like_the_in_list(
+    filled: tuple[LogStore, list[str]],
+) -> None:
+    store, ids = filled
+
+    def walk() -> list[str]:
+        seen, cursor = [], ids[0]
+        while True:
+            page = store.event_list(to_agent="b", since_event_id=cursor, limit=7)
+            seen += [e.id for e in page.events]
+            if not page.has_more:
+                return seen
+            cursor = page.cursor
+
+    split = walk()
+    with in_list_shape():
+        plain = walk()
+    assert split == plain
+    assert len(split) > 20  # the data really has an inbox to walk
+
+
+def _plans(store: LogStore, **req: Any) -> list[tuple[str, list[str]]]:
+    """EXPLAIN QUERY PLAN of every SELECT one event_list call issues."""
+    seen: list[tuple[str, Any]] = []
+
+    def grab(conn, cursor, statement, params, context, executemany):  # noqa: ANN001
+        if statement.lstrip().upper().startswith("SELECT"):
+            seen.append((statement, params))
+
+    sa.event.listen(store.engine, "before_cursor_execute", grab)
+    try:
+        store.event_list(**req)
+    finally:
+        sa.event.remove(store.engine, "before_cursor_execute", grab)
+    raw = sqlite3.connect(str(store.engine.url.database))
+    try:
+        return [
+            (stmt, [row[3] for row in raw.execute("EXPLAIN QUERY PLAN " + stmt, params)])
+            for stmt, params in seen
+        ]
+    finally:
+        raw.close()
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{}, {"order": "asc"}, {"type": "chat.message"}, {"since": 10}, {"since": 200}],
+    ids=["newest", "oldest", "with-type", "cursor-early", "cursor-recent"],
+)
+def test_inbox_plan_reads_index_order_without_a_temp_b_tree(
+    filled: tuple[LogStore, list[str]], extra: dict[str, Any]
+) -> None:
+    store, ids = filled
+    req = dict(extra)
+    if "since" in req:
+        req["since_event_id"] = ids[req.pop("since")]
+    plans = _plans(store, to_agent="a", **req)
+    page_plans = [plan for stmt, plan in plans if "UNION ALL" in stmt]
+    assert len(page_plans) == 1, plans
+    steps = page_plans[0]
+    assert "MERGE (UNION ALL)" in steps
+    assert sum("ix_events_to_agent_seq" in s for s in steps) == 2, steps
+    for stmt, plan in plans:
+        assert not any("USE TEMP B-TREE FOR ORDER BY" in s for s in plan), (stmt, plan)
+
+
+def test_many_to_agent_values_fall_back_to_one_in_list(
+    filled: tuple[LogStore, list[str]],
+) -> None:
+    store, _ = filled
+    names = [f"x{i}" for i in range(store_mod._SPLIT_TO_AGENT_MAX)] + ["a"]
+    plans = _plans(store, to_agent=names)
+    assert not any("UNION ALL" in stmt for stmt, _ in plans)
+    got = [e.id for e in store.event_list(to_agent=names, limit=500).events]
+    want = [e.id for e in store.event_list(to_agent="a", limit=500).events]
+    assert got == want

@@ -1,0 +1,327 @@
+"""`logstream watch` (S-5.5): state files, the four read states, start rules, exit codes.
+
+Watchers run as real processes: forked children of this interpreter (tests/watchkit.py) for
+speed, and one freshly spawned interpreter per backend for the cross-process wake.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+from watchkit import fork_cli, run_forked
+
+from mempalace_logstream import LogStore, errors
+from mempalace_logstream import watch as w
+
+# ----------------------------------------------------------------------------- pure parts
+
+
+@pytest.mark.parametrize(
+    ("agent", "base"),
+    [
+        ("bob", "bob"),
+        ("a:b_c:proj", "a_b__c_proj"),
+        ("a_b:c:proj", "a__b_c_proj"),
+        ("team/x\\y", "team_x_y"),
+        ("  spaced  ", "spaced"),
+    ],
+)
+def test_state_basenames_double_underscores_first_then_map_separators(
+    agent: str, base: str
+) -> None:
+    assert w.state_basename(agent) == base
+
+
+@pytest.mark.parametrize("agent", ["", " ", ".", ".."])
+def test_state_basenames_refuse_names_that_are_not_files(agent: str) -> None:
+    with pytest.raises(errors.ValidationError, match="agent"):
+        w.state_basename(agent)
+
+
+def test_state_file_resolution(tmp_path: Path) -> None:
+    assert w.resolve_state_file(None, "a:b", tmp_path) == tmp_path / ".mempalace/watch/a_b.json"
+    assert w.resolve_state_file("", "bob", tmp_path) is None
+    assert w.resolve_state_file(None, None, tmp_path) is None
+    assert w.resolve_state_file(str(tmp_path / "s.json"), None) == tmp_path / "s.json"
+
+
+def test_the_four_read_states(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    assert w.read_state(path)[:2] == (w.STATE_ABSENT, None)
+    assert w.read_state(None)[:2] == (w.STATE_ABSENT, None)
+    path.write_text('{"cursor": "evt_1"}')
+    assert w.read_state(path)[:2] == (w.STATE_OK, "evt_1")
+    for empty in ('{"cursor": null}', '{"cursor": ""}'):
+        path.write_text(empty)
+        assert w.read_state(path)[:2] == (w.STATE_EMPTY, None)
+    for corrupt in ("{nope", "[1]", '{"agent": "x"}', '{"cursor": 5}', ""):
+        path.write_text(corrupt)
+        assert w.read_state(path)[0] == w.STATE_CORRUPT, corrupt
+    path.unlink()
+    path.mkdir()  # a directory in the way: unreadable, so corrupt (replay), never absent (tip)
+    state, cursor, problem = w.read_state(path)
+    assert (state, cursor) == (w.STATE_CORRUPT, None) and "cannot read" in (problem or "")
+
+
+def test_state_writes_are_atomic_and_leave_no_temporary_files(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "state.json"
+    w.write_state(path, "evt_1", "bob")
+    doc = json.loads(path.read_text())
+    assert doc["cursor"] == "evt_1" and doc["agent"] == "bob" and doc["updated_at"].endswith("Z")
+    w.write_state(path, None, None)
+    assert json.loads(path.read_text())["cursor"] is None
+    blocked = tmp_path / "blocked.json"
+    blocked.mkdir()
+    with pytest.raises(OSError):
+        w.write_state(blocked, "evt_2", None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blocked.json", "deep"]
+    assert [p.name for p in (tmp_path / "deep").iterdir()] == ["state.json"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"poll_timeout_ms": 0}, "poll_timeout_ms is 0; it must be between 1 and 300000 ms"),
+        ({"limit": 0}, "limit is 0; it must be between 1 and 500"),
+        ({"idle_exit_ms": -1}, "idle_exit_ms is -1; it must be 0 or more"),
+        ({"idle_exit_ms": True}, "idle_exit_ms must be an integer"),
+        ({"type": ["Task.Request"]}, "type"),
+        ({"status": ["nope"]}, "status"),
+        ({"stream": ["ok", "bad\x00"]}, "stream"),
+        ({"agent": ".."}, "agent"),
+        ({"since_event_id": "a\nb"}, "since_event_id"),
+    ],
+)
+def test_watch_options_validate_every_argument(kwargs: dict, message: str) -> None:
+    with pytest.raises(errors.ValidationError, match=message.replace("(", r"\(")):
+        w.WatchOptions.parse(**kwargs)
+
+
+def test_agent_means_my_inbox_minus_my_own_writes(tmp_path: Path) -> None:
+    opts = w.WatchOptions.parse(agent="bob", to_agent=["team"], type=["a.b", "a.b"], home=tmp_path)
+    assert opts.filters == {"type": ("a.b",), "to_agent": ("team", "bob"),
+                            "exclude_writer": ("bob",)}  # fmt: skip
+    assert opts.state_file == tmp_path / ".mempalace/watch/bob.json"
+
+
+# ----------------------------------------------------------------------------- CLI, forked
+
+
+def _append(db: str, **kw: object) -> str:
+    fields = {"type": "note", "stream": "s", "room": "r", "from_agent": "alice", **kw}
+    with LogStore.open(db) as s:
+        return s.event_append(**fields).id
+
+
+def _watch(db: str, home: Path, *args: str, timeout: float = 60):
+    return run_forked("watch", "--db", db, *args, env={"HOME": str(home)}, timeout=timeout)
+
+
+def _ids(stdout: bytes) -> list[str]:
+    ids: list[str] = []
+    for line in stdout.decode().splitlines():
+        if line.startswith("{"):
+            ids += [e["id"] for e in json.loads(line)["events"]]
+    return ids
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    return str(tmp_path / "log.sqlite3")
+
+
+def test_first_run_starts_at_the_tip_and_says_so(db: str, tmp_path: Path) -> None:
+    old = _append(db, to_agent="bob")
+    run = _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "0")
+    assert run.returncode == 2, run.stderr
+    assert b"first run: starting at the newest event" in run.stderr
+    assert b"--from-start" in run.stderr
+    state = json.loads((tmp_path / ".mempalace/watch/bob.json").read_text())
+    assert state["cursor"] == old and state["agent"] == "bob"
+    new = _append(db, to_agent="bob")
+    run = _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "0", "--json")
+    assert run.returncode == 0, run.stderr
+    doc = json.loads(run.stdout)
+    assert [e["id"] for e in doc["events"]] == [new] and doc["timed_out"] is False
+    assert b"first run" not in run.stderr
+
+
+def test_from_start_replays_the_whole_log_on_a_first_run(db: str, tmp_path: Path) -> None:
+    ids = [_append(db, to_agent="bob") for _ in range(3)]
+    run = _watch(db, tmp_path, "--agent", "bob", "--from-start", "--idle-exit-ms", "0", "--json")
+    assert run.returncode == 0 and json.loads(run.stdout)["count"] == 3
+    assert _ids(run.stdout.replace(b"\n", b"")) == ids
+
+
+def test_a_watch_started_on_an_empty_log_replays_from_the_start_never_the_tip(
+    db: str, tmp_path: Path
+) -> None:
+    run = _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "0")
+    assert run.returncode == 2
+    assert json.loads((tmp_path / ".mempalace/watch/bob.json").read_text())["cursor"] is None
+    ids = [_append(db, to_agent="bob"), _append(db, to_agent="*", from_agent="carol")]
+    run = _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "0", "--json")
+    assert run.returncode == 0 and _ids(run.stdout.replace(b"\n", b"")) == ids
+    assert b"first run" not in run.stderr
+
+
+@pytest.mark.parametrize("garbage", [b"{not json", b"[]", b'{"updated_at": "x"}'])
+def test_a_corrupt_state_file_replays_from_the_start_with_a_notice(
+    db: str, tmp_path: Path, garbage: bytes
+) -> None:
+    ids = [_append(db, to_agent="bob") for _ in range(2)]
+    state = tmp_path / "state.json"
+    state.write_bytes(garbage)
+    run = _watch(db, tmp_path, "--agent", "bob", "--state-file", str(state),
+                 "--idle-exit-ms", "0", "--json")  # fmt: skip
+    assert run.returncode == 0
+    assert _ids(run.stdout.replace(b"\n", b"")) == ids
+    assert b"unreadable or corrupt" in run.stderr
+    assert json.loads(state.read_text())["cursor"] == ids[-1]
+
+
+def test_a_directory_in_the_way_refuses_to_start_and_consumes_nothing(
+    db: str, tmp_path: Path
+) -> None:
+    _append(db, to_agent="bob")
+    state = tmp_path / "state.json"
+    state.mkdir()
+    run = _watch(db, tmp_path, "--agent", "bob", "--state-file", str(state), "--idle-exit-ms", "0")
+    assert run.returncode == 1
+    assert b"could not write the initial checkpoint" in run.stderr
+    assert run.stdout == b"" and state.is_dir() and list(state.iterdir()) == []
+
+
+def test_an_ok_state_resumes_strictly_after_its_cursor(db: str, tmp_path: Path) -> None:
+    first = _append(db, to_agent="bob")
+    second = _append(db, to_agent="bob")
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"cursor": first}))
+    run = _watch(db, tmp_path, "--agent", "bob", "--state-file", str(state),
+                 "--idle-exit-ms", "0", "--json")  # fmt: skip
+    assert _ids(run.stdout.replace(b"\n", b"")) == [second]
+
+
+def test_an_unknown_explicit_cursor_is_an_error_and_writes_nothing(db: str, tmp_path: Path) -> None:
+    _append(db)
+    state = tmp_path / "state.json"
+    run = _watch(db, tmp_path, "--agent", "bob", "--state-file", str(state),
+                 "--since-event-id", "evt_missing", "--idle-exit-ms", "0")  # fmt: skip
+    assert run.returncode == 1
+    assert b"since_event_id 'evt_missing' not found" in run.stderr
+    assert b"Nothing was written to the state file" in run.stderr
+    assert not state.exists()
+
+
+def test_an_unknown_stored_cursor_replays_from_the_start(db: str, tmp_path: Path) -> None:
+    ident = _append(db, to_agent="bob")
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"cursor": "evt_from_another_log"}))
+    run = _watch(db, tmp_path, "--agent", "bob", "--state-file", str(state),
+                 "--idle-exit-ms", "0", "--json")  # fmt: skip
+    assert run.returncode == 0 and _ids(run.stdout.replace(b"\n", b"")) == [ident]
+    assert b"is not in this log" in run.stderr
+
+
+def test_bad_arguments_exit_1_before_any_poll_or_write(db: str, tmp_path: Path) -> None:
+    for args in (["--limit", "0"], ["--poll-timeout-ms", "0"], ["--idle-exit-ms", "-5"],
+                 ["--type", "Bad.Type"], ["--agent", ".."]):  # fmt: skip
+        run = _watch(db, tmp_path, "--agent", "bob", *args)
+        assert run.returncode == 1, args
+        assert run.stderr.startswith(b"error: ")
+    assert not Path(db).exists()  # nothing opened, nothing created
+    assert not (tmp_path / ".mempalace").exists()
+
+
+def test_a_watcher_never_wakes_on_its_own_broadcast(db: str, tmp_path: Path) -> None:
+    run = _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "0")
+    assert run.returncode == 2
+    _append(db, from_agent="bob", to_agent="*", body="bob is watching")
+    run = _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "0")
+    assert run.returncode == 2
+    # The rejected broadcast was examined: the checkpoint moved past it.
+    state = json.loads((tmp_path / ".mempalace/watch/bob.json").read_text())
+    assert state["cursor"] is not None
+    theirs = _append(db, from_agent="carol", to_agent="*")
+    run = _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "0", "--json")
+    assert run.returncode == 0 and _ids(run.stdout.replace(b"\n", b"")) == [theirs]
+
+
+def test_follow_json_prints_one_batch_envelope_per_line(db: str, tmp_path: Path) -> None:
+    _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "0")
+    proc = fork_cli("watch", "--db", db, "--agent", "bob", "--follow", "--json",
+                    "--idle-exit-ms", "1500", env={"HOME": str(tmp_path)})  # fmt: skip
+    a = _append(db, to_agent="bob")
+    assert proc.wait_for_stdout(a.encode())
+    b = _append(db, to_agent="bob", type="task.reply")
+    assert proc.wait(60) == 0  # something matched, then idle
+    lines = proc.stdout.decode().splitlines()
+    docs = [json.loads(line) for line in lines]
+    assert all(set(d) == {"events", "count", "cursor", "timed_out"} for d in docs)
+    assert [e["id"] for d in docs for e in d["events"]] == [a, b]
+    assert docs[-1]["timed_out"] is True and docs[-1]["count"] == 0
+
+
+def test_ctrl_c_exits_130_and_never_0(db: str, tmp_path: Path) -> None:
+    proc = fork_cli("watch", "--db", db, "--agent", "bob", "--follow",
+                    env={"HOME": str(tmp_path)})  # fmt: skip
+    assert proc.wait_for_stderr(b"Ctrl-C to stop")
+    proc.send(signal.SIGINT)
+    assert proc.wait(60) == 130
+    assert b"Stopped." in proc.stderr
+
+
+def test_print_comes_before_the_checkpoint_so_a_kill_replays(db: str, tmp_path: Path) -> None:
+    _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "0")
+    ident = _append(db, to_agent="bob")
+    env = {"HOME": str(tmp_path), "LOGSTREAM_TEST_KILL_AFTER_PRINT": "1"}
+    run = run_forked("watch", "--db", db, "--agent", "bob", "--json", env=env)
+    assert run.returncode == -signal.SIGKILL
+    assert _ids(run.stdout.replace(b"\n", b"")) == [ident]  # printed ...
+    run = _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "0", "--json")
+    assert _ids(run.stdout.replace(b"\n", b"")) == [ident]  # ... and replayed, not skipped
+
+
+# ----------------------------------------------------------------------------- spawned
+
+
+@pytest.mark.slow
+def test_a_spawned_watcher_wakes_on_an_append_from_another_process(
+    db_url: str, tmp_path: Path
+) -> None:
+    with LogStore.open(db_url) as s:
+        s.event_append(type="note", stream="s", room="r", from_agent="alice")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HOME": str(tmp_path), "LOGSTREAM_DB": db_url}
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "mempalace_logstream", "watch", "--agent", "bob", "--json",
+         "--idle-exit-ms", "60000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+    )  # fmt: skip
+    try:
+        state = tmp_path / ".mempalace/watch/bob.json"
+        # The first checkpoint is written before the first poll: once it exists, we are armed.
+        deadline = time.monotonic() + 60
+        while not state.exists() and watcher.poll() is None and time.monotonic() < deadline:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                watcher.wait(timeout=0.05)
+        assert state.exists()
+        with LogStore.open(db_url) as s:
+            appended = s.event_append(
+                type="task.reply", stream="s", room="r", from_agent="alice", to_agent="bob"
+            ).id
+        out, err = watcher.communicate(timeout=60)
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+            watcher.wait()
+    assert watcher.returncode == 0, err
+    assert [e["id"] for e in json.loads(out)["events"]] == [appended]

@@ -1,0 +1,129 @@
+"""Run the real `logstream` CLI in a forked child process: a separate OS process (its own pid,
+connections and signal handling, killable with SIGKILL) that starts in milliseconds because it
+inherits this interpreter's imports. Used by the watch tests, which restart watchers often.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from dataclasses import dataclass, field
+
+import typer
+
+import mempalace_logstream.cli as cli
+import mempalace_logstream.operations  # noqa: F401  (imported before fork, not in each child)
+import mempalace_logstream.store  # noqa: F401
+import mempalace_logstream.watch  # noqa: F401
+
+# Typer rebuilds its click command tree on every call (~0.2 s here); build it once, before any
+# fork, so that a child runs only the command itself. Same parser, same callbacks.
+_COMMAND = typer.main.get_command(cli.app)
+
+
+@dataclass
+class Forked:
+    pid: int
+    _out: bytearray = field(default_factory=bytearray)
+    _err: bytearray = field(default_factory=bytearray)
+    _readers: list[threading.Thread] = field(default_factory=list)
+    returncode: int | None = None
+    _err_grew: threading.Condition = field(default_factory=threading.Condition)
+
+    def _pump(self, fd: int, buf: bytearray) -> None:
+        with os.fdopen(fd, "rb", buffering=0) as fh:
+            while chunk := fh.read(65536):
+                with self._err_grew:
+                    buf.extend(chunk)
+                    self._err_grew.notify_all()
+        with self._err_grew:
+            self._err_grew.notify_all()
+
+    def wait_for_stderr(self, text: bytes, timeout: float = 30) -> bool:
+        with self._err_grew:
+            return self._err_grew.wait_for(
+                lambda: text in self._err or not self._readers[1].is_alive(), timeout
+            ) and (text in self._err)
+
+    def wait_for_stdout(self, text: bytes, timeout: float = 30) -> bool:
+        with self._err_grew:
+            return self._err_grew.wait_for(
+                lambda: text in self._out or not self._readers[0].is_alive(), timeout
+            ) and (text in self._out)
+
+    def send(self, sig: int) -> None:
+        os.kill(self.pid, sig)
+
+    def wait(self, timeout: float = 60) -> int:
+        for t in self._readers:
+            t.join(timeout)
+            if t.is_alive():
+                self.send(signal.SIGKILL)
+                t.join(10)
+        _, status = os.waitpid(self.pid, 0)
+        self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    @property
+    def stdout(self) -> bytes:
+        return bytes(self._out)
+
+    @property
+    def stderr(self) -> bytes:
+        return bytes(self._err)
+
+
+def fork_cli(*args: str, env: dict[str, str] | None = None) -> Forked:
+    """Start `logstream ARGS` in a forked child with `env` added to its environment."""
+    r_out, w_out = os.pipe()
+    r_err, w_err = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: never return into pytest
+        code = 70
+        try:
+            os.dup2(w_out, 1)
+            os.dup2(w_err, 2)
+            for fd in (r_out, w_out, r_err, w_err):
+                os.close(fd)
+            sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+            sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            os.environ.update(env or {})
+            sys.argv = ["logstream", *args]
+            cli.app = _COMMAND  # type: ignore[assignment]  (this child only)
+            try:
+                cli.main()
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except BaseException:  # anything else: report it like a crash
+            import traceback
+
+            traceback.print_exc()
+            code = 70
+        finally:
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            finally:
+                os._exit(code)
+    os.close(w_out)
+    os.close(w_err)
+    proc = Forked(pid)
+    proc._readers = [
+        threading.Thread(target=proc._pump, args=(r_out, proc._out), daemon=True),
+        threading.Thread(target=proc._pump, args=(r_err, proc._err), daemon=True),
+    ]
+    for t in proc._readers:
+        t.start()
+    return proc
+
+
+def run_forked(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> Forked:
+    proc = fork_cli(*args, env=env)
+    proc.wait(timeout)
+    return proc
