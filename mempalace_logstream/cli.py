@@ -562,6 +562,11 @@ def _sync_line(r: dict[str, Any]) -> str:
         line += f", {r['conflict_count']} CONFLICTS (see `logstream peers --json`)"
     if r.get("rejected_count"):
         line += f", {r['rejected_count']} REJECTED"
+    if "repair" in r:
+        holes = [h for h in r["repair"]["holes"] if h["side"] == "local"]
+        line += f", {len(holes)} holes repaired (+{r['repair']['pulled_events']} events)"
+    if r.get("repair_error") or r.get("push_error"):
+        line += f" [{r.get('repair_error') or r.get('push_error')}]"
     return line
 
 
@@ -590,6 +595,11 @@ def sync_cmd(
         str | None, typer.Option("--peer-db", help="Sync with another local database instead.")
     ] = None,
     push: Annotated[bool, typer.Option("--push", help="Also push what the peer lacks.")] = False,
+    repair_holes: Annotated[
+        bool,
+        typer.Option("--repair-holes", help="Then probe for holes the version vector cannot "
+                     "see and re-pull them (not supported by reference hubs)."),
+    ] = False,
     db: DbOpt = None, palace: PalaceOpt = None, as_json: JsonOpt = False,
 ) -> None:  # fmt: skip
     """Pull (and with --push also push) events and artifacts from peers (S-7.4).
@@ -617,7 +627,8 @@ def sync_cmd(
                     bar.update(task, completed=done, total=info.get("total") or None,
                                description=f"sync {str(info.get('origin'))[:16]}")  # fmt: skip
 
-            results = _run_sync(store, sync_mod, peer, token, peer_db, push, palace_path, progress)
+            results = _run_sync(store, sync_mod, peer, token, peer_db, push, palace_path,
+                                progress, repair_holes)  # fmt: skip
     except errors.LogstreamError as exc:
         raise fail(exc.message) from None
     finally:
@@ -633,20 +644,20 @@ def sync_cmd(
 
 def _run_sync(store: Any, sync_mod: Any, peer: str | None, token: str | None,
               peer_db: str | None, push: bool, palace_path: Path,
-              progress: Any) -> list[dict[str, Any]]:  # fmt: skip
+              progress: Any, repair: bool = False) -> list[dict[str, Any]]:  # fmt: skip
     if peer_db:
         from mempalace_logstream.store import LogStore
 
         other = LogStore.open(config.resolve_db(peer_db, None), durability=STATE.durability)
         try:
             return [sync_mod.sync_one(store, sync_mod.LocalPeer(other, name=peer_db), push,
-                                      progress)]  # fmt: skip
+                                      progress, repair)]  # fmt: skip
         finally:
             other.close()
     if peer:
         remote = sync_mod.HttpPeer(peer, token)
         try:
-            return [sync_mod.sync_one(store, remote, push, progress)]
+            return [sync_mod.sync_one(store, remote, push, progress, repair)]
         finally:
             remote.close()
     if not sync_mod.load_peers(palace_path):
@@ -654,7 +665,7 @@ def _run_sync(store: Any, sync_mod: Any, peer: str | None, token: str | None,
             f"no peers configured ({sync_mod.peers_file(palace_path)}) and no --peer given",
             field="peer",
         )
-    return sync_mod.sync_all(store, palace_path, push=push, progress=progress)
+    return sync_mod.sync_all(store, palace_path, push=push, progress=progress, repair=repair)
 
 
 @app.command("peers")
@@ -734,11 +745,16 @@ def import_(
 def _run_import(importer: Any, source: Any, target: Any, batch_size: int, show: bool) -> Any:
     if not show:
         return importer.import_log(source, target, batch_size=batch_size)
+    from rich import progress as rp
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    columns = (TextColumn("{task.description:>9}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=Console(stderr=True)) as bar:
+    columns = (
+        rp.TextColumn("{task.description:>9}"),
+        rp.BarColumn(),
+        rp.MofNCompleteColumn(),
+        rp.TimeRemainingColumn(),
+    )
+    with rp.Progress(*columns, console=Console(stderr=True)) as bar:
         tasks: dict[str, Any] = {}
 
         def tick(phase: str, done: int, total: int) -> None:

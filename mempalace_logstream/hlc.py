@@ -92,6 +92,17 @@ class HybridClock:
                 self._ms, self._counter = stamp.wall_ms, stamp.counter
             return True
 
+    def seed(self, own: str | None) -> None:
+        """Adopt a stamp this replica issued itself (read back from its log), however far ahead
+        of the wall clock: our own stamps are trusted, so a restart after the wall clock moved
+        back never issues a stamp below one already in the log."""
+        stamp = parse(own) if own else None
+        if stamp is None:
+            return
+        with self._lock:
+            if (stamp.wall_ms, stamp.counter) > (self._ms, self._counter):
+                self._ms, self._counter = stamp.wall_ms, stamp.counter
+
     def is_far_future(self, remote: str) -> bool:
         stamp = parse(remote)
         return stamp is not None and stamp.wall_ms > self._clock.now_ms() + MAX_FUTURE_DRIFT_MS

@@ -11,6 +11,7 @@ so it never races local appends. Must not import typer, rich or any surface.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -134,7 +135,8 @@ def check_prefix(source: LogStore, target: LogStore, table: sa.Table, source_top
             theirs = [tuple(r) for r in dst.execute(q)]
             ours = [tuple(r) for r in src.execute(q)]
             if theirs != ours:
-                first = next((t for t, o in zip(theirs, ours, strict=False) if t != o), None)
+                pairs = itertools.zip_longest(theirs, ours)
+                first = next(t for t, o in pairs if t != o)
                 raise _not_a_prefix(table, f"first difference at target row {first}")
             lo = int(theirs[-1][0])
     return target_top

@@ -7,7 +7,6 @@ PostgreSQL), so processes opening a fresh file at once migrate it exactly once.
 from __future__ import annotations
 
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa

@@ -156,12 +156,14 @@ class ChangeWatcher:
         with self._lock:
             if self._running or self._closed:
                 return
-            self._running = True
-            self._stop = threading.Event()
-            self._thread = threading.Thread(
-                target=self._run, args=(self._stop,), name="logstream-change-signal", daemon=True
+            stop = threading.Event()
+            thread = threading.Thread(
+                target=self._run, args=(stop,), name="logstream-change-signal", daemon=True
             )
-            self._thread.start()
+            # Only a started thread counts as running: start() can be interrupted (Ctrl-C).
+            self._stop = stop
+            thread.start()
+            self._thread, self._running = thread, True
 
     def stop(self) -> None:
         with self._lock:
@@ -171,7 +173,7 @@ class ChangeWatcher:
         stop.set()
         if signal is not None:
             signal.cancel()
-        if thread is not None and thread is not threading.current_thread():
+        if thread is not None and thread.is_alive() and thread is not threading.current_thread():
             thread.join(timeout=2)
 
     def _run(self, stop: threading.Event) -> None:
@@ -186,8 +188,10 @@ class ChangeWatcher:
                 idle_since = self._idle_check(idle_since)
                 if idle_since is not None and time.monotonic() - idle_since >= self._idle_exit:
                     with self._lock:
+                        if self._stop is not stop:  # superseded by a newer thread
+                            return
                         # Decide under the lock: a waiter registers before ensure_running().
-                        if self._notifier.waiters == 0 and self._stop is stop:
+                        if self._notifier.waiters == 0:
                             self._running = False
                             return
                     idle_since = None

@@ -590,6 +590,19 @@ def origin_top(store: LogStore, origin: str) -> int:
     return int(top or 0)
 
 
+def count_upto(store: LogStore, origin: Any, upto: Any) -> int:
+    """How many events of `origin` with origin_seq <= upto this replica holds (hole probes)."""
+    clean = v.required_routing("origin", origin)
+    bound = v.strict_int("upto", upto)
+    with store._storage_errors(), store.engine.connect() as conn:
+        n = conn.execute(
+            sa.select(sa.func.count())
+            .select_from(events)
+            .where(events.c.origin_replica == clean, events.c.origin_seq <= bound)
+        ).scalar()
+    return int(n or 0)
+
+
 def list_conflicts(store: LogStore, limit: int = 100) -> list[dict[str, Any]]:
     """Recorded same-id/different-content events, newest first."""
     with store._storage_errors(), store.engine.connect() as conn:

@@ -54,6 +54,10 @@ class Peer(Protocol):
         """Ask the peer to apply these (artifacts first); returns its apply report."""
         ...
 
+    def count(self, origin: str, upto: int) -> int:
+        """How many events of `origin` with origin_seq <= upto the peer holds (hole probes)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -85,6 +89,9 @@ class LocalPeer:
              sender: str) -> dict[str, Any]:  # fmt: skip
         return apply_push(self.store, artifacts, events, sender)
 
+    def count(self, origin: str, upto: int) -> int:
+        return replication.count_upto(self.store, origin, upto)
+
     def close(self) -> None:
         return None
 
@@ -105,6 +112,7 @@ class HttpPeer:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._client = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
         self.batched: bool | None = None  # None until the batch route was tried
+        self.prefetch = True  # request the next ops page while applying this one
 
     def _request(self, method: str, path: str, **kw: Any) -> Any:
         import httpx
@@ -181,6 +189,18 @@ class HttpPeer:
                     peer_id=self.name,
                 ) from exc
             raise
+
+    def count(self, origin: str, upto: int) -> int:
+        try:
+            body = self._request("GET", "/sync/count", params={"origin": origin, "upto": upto})
+        except _HttpStatus as exc:
+            if exc.status in (404, 405):
+                raise errors.SyncError(
+                    f"{self.url} cannot be probed for holes (no /sync/count; a reference hub?)",
+                    peer_id=self.name,
+                ) from exc
+            raise
+        return int(body["count"])
 
     def close(self) -> None:
         self._client.close()
@@ -281,11 +301,7 @@ def _pull_origin(store: LogStore, peer: Peer, origin: str, top: int,
                  progress: Progress | None, total: int) -> int:  # fmt: skip
     after = replication.pull_after(store, origin, replication.origin_top(store, origin))
     pulled = 0
-    while after < top:
-        batch = peer.ops(origin, after, BATCH)
-        batch = [e for e in batch if isinstance(e, dict)]
-        if not batch:
-            break  # the peer promised more than it served; the next round retries
+    for batch, nxt in _pages(peer, origin, after, top):
         wrong = [e for e in batch if e.get("origin_replica") != origin]
         good = [e for e in batch if e.get("origin_replica") == origin]
         need = replication.missing_artifacts(store, _artifact_ids(good))
@@ -296,15 +312,92 @@ def _pull_origin(store: LogStore, peer: Peer, origin: str, top: int,
         part = replication.apply_remote_events(store, good + wrong, peer.name)
         res.merge(part)
         pulled += part.applied_events
-        seqs = [e.get("origin_seq") for e in good if isinstance(e.get("origin_seq"), int)]
-        nxt = max(seqs, default=after)
-        if nxt <= after:
-            break  # a peer that does not advance must not loop us forever
-        after = nxt
         if progress is not None:
             progress({"origin": origin, "pulled": res.applied_events, "total": total,
-                      "after": after, "top": top})  # fmt: skip
+                      "after": nxt, "top": top})  # fmt: skip
     return pulled
+
+
+def _pages(peer: Peer, origin: str, after: int,
+           top: int) -> Iterator[tuple[list[dict[str, Any]], int]]:  # fmt: skip
+    """(batch, its highest origin_seq) until `top`. A peer with `prefetch = True` (HTTP) gets
+    the next page requested while the caller applies this one; memory stays at two pages."""
+    pool = None
+    if getattr(peer, "prefetch", False):
+        from concurrent.futures import ThreadPoolExecutor
+
+        pool = ThreadPoolExecutor(1, thread_name_prefix="logstream-sync-prefetch")
+    try:
+        pending = pool.submit(peer.ops, origin, after, BATCH) if pool else None
+        while after < top:
+            raw = pending.result() if pending else peer.ops(origin, after, BATCH)
+            batch = [e for e in raw if isinstance(e, dict)]
+            seqs = [
+                e["origin_seq"] for e in batch
+                if e.get("origin_replica") == origin and isinstance(e.get("origin_seq"), int)
+            ]  # fmt: skip
+            nxt = max(seqs, default=after)
+            if not batch:
+                return  # the peer promised more than it served; the next round retries
+            advancing = nxt > after
+            more = advancing and nxt < top
+            pending = pool.submit(peer.ops, origin, nxt, BATCH) if pool and more else None
+            yield batch, nxt  # applied even if stale: it is validated and idempotent
+            if not advancing:
+                return  # a peer that does not advance must not loop us forever
+            after = nxt
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def find_holes(store: LogStore, peer: Peer,
+               rvv: Mapping[str, int] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """Holes the version vector cannot see: for each origin both sides know, compare how many
+    events each holds up to the lower top; where we hold fewer, bisect (O(log n) probes) to
+    the first missing origin_seq. Where the peer holds fewer, report it as the peer's hole."""
+    if rvv is None:
+        rvv = _parse_vector(peer.version_vector(), peer)[1]
+    local = store.version_vector()
+    holes = []
+    for origin in sorted(set(local) & set(rvv)):
+        top = min(local[origin], rvv[origin])
+        mine, theirs = replication.count_upto(store, origin, top), peer.count(origin, top)
+        if mine == theirs:
+            continue
+        lo, hi = 0, top  # counts agree at lo (0 = nothing), differ at hi
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if replication.count_upto(store, origin, mid) == peer.count(origin, mid):
+                lo = mid
+            else:
+                hi = mid
+        holes.append({"origin": origin, "first_missing_origin_seq": hi, "upto": top,
+                      "local_count": mine, "peer_count": theirs,
+                      "side": "local" if mine < theirs else "peer"})  # fmt: skip
+    return holes
+
+
+def repair_holes(store: LogStore, peer: Peer, progress: Progress | None = None) -> dict[str, Any]:
+    """Find holes against `peer` and re-pull each affected origin from its first hole
+    (idempotent: events already held are skipped). Returns {holes, pulled_events, ...}."""
+    rvv = _parse_vector(peer.version_vector(), peer)[1]
+    holes = find_holes(store, peer, rvv)
+    res = replication.ApplyResult()
+    stats: dict[str, Any] = {"pulled_artifacts": 0}
+    for hole in holes:
+        if hole["side"] != "local":
+            continue
+        origin, start = hole["origin"], hole["first_missing_origin_seq"]
+        for batch, _nxt in _pages(peer, origin, start - 1, hole["upto"]):
+            need = replication.missing_artifacts(store, _artifact_ids(batch))
+            for chunk in _chunks(need, ARTIFACT_BATCH):
+                part = replication.apply_remote_artifacts(store, peer.artifacts(chunk), peer.name)
+                stats["pulled_artifacts"] += part.applied_artifacts
+                res.merge(part)
+            res.merge(replication.apply_remote_events(store, batch, peer.name))
+    return {"holes": holes, "pulled_events": res.applied_events, **stats,
+            "rejected_count": len(res.rejected), "conflict_count": len(res.conflicts)}  # fmt: skip
 
 
 def _artifact_ids(evs: Sequence[dict[str, Any]]) -> list[str]:
@@ -394,12 +487,23 @@ def load_peers(palace: str | Path) -> list[dict[str, Any]]:
     return out
 
 
-def sync_one(store: LogStore, peer: Peer, push: bool = False,
-             progress: Progress | None = None) -> dict[str, Any]:  # fmt: skip
+def sync_one(
+    store: LogStore,
+    peer: Peer,
+    push: bool = False,
+    progress: Progress | None = None,
+    repair: bool = False,
+) -> dict[str, Any]:
     """A round with one peer that never raises for a peer failure: the error is reported in
-    the result (`error`) and recorded in the estate, so other peers still run."""
+    the result (`error`) and recorded in the estate, so other peers still run. With `repair`,
+    holes are then probed and re-pulled (`repair` / `repair_error` in the result)."""
     try:
         result = sync_with_peer(store, peer, push=push, progress=progress)
+        if repair:
+            try:
+                result["repair"] = repair_holes(store, peer, progress)
+            except errors.SyncError as exc:
+                result["repair_error"] = exc.message
     except (errors.SyncError, errors.ValidationError, errors.NotFoundError) as exc:
         error = exc.message
         _safe_estate(store, peer, None, error)
@@ -416,15 +520,20 @@ def _safe_estate(store: LogStore, peer: Peer, result: dict[str, Any] | None,
         log.warning("could not record sync estate for %s: %s", peer.name, exc)
 
 
-def sync_all(store: LogStore, palace: str | Path, push: bool = False,
-             progress: Progress | None = None) -> list[dict[str, Any]]:  # fmt: skip
+def sync_all(
+    store: LogStore,
+    palace: str | Path,
+    push: bool = False,
+    progress: Progress | None = None,
+    repair: bool = False,
+) -> list[dict[str, Any]]:
     """One round with every peer of `<palace>/peers.json` (read now, so edits take effect on
     the next round). Per-peer errors are reported in the list, never raised."""
     results = []
     for spec in load_peers(palace):
         peer = HttpPeer(spec["url"], spec["token"], name=spec["name"])
         try:
-            results.append(sync_one(store, peer, push=push, progress=progress))
+            results.append(sync_one(store, peer, push=push, progress=progress, repair=repair))
         finally:
             peer.close()
     return results
@@ -474,6 +583,24 @@ def estate(store: LogStore, palace: str | Path | None = None,
 
 
 # ----------------------------------------------------------------------------- hub loop
+
+INTERVAL_ENV = ("MEMPALACE_LOGSTREAM_SYNC_INTERVAL", "MEMPALACE_SYNC_INTERVAL")
+
+
+def interval_from_env(environ: Mapping[str, str]) -> float:
+    """The hub loop period in seconds: `MEMPALACE_LOGSTREAM_SYNC_INTERVAL`, else the
+    reference's `MEMPALACE_SYNC_INTERVAL`, else 15; 0 or less disables the loop."""
+    for key in INTERVAL_ENV:
+        raw = (environ.get(key) or "").strip()
+        if raw:
+            try:
+                return max(0.0, float(raw))
+            except ValueError:
+                raise errors.ValidationError(
+                    f"{key}={raw!r} must be a number of seconds (0 disables)", field=key
+                ) from None
+    return DEFAULT_INTERVAL_S
+
 
 
 class SyncLoop:

@@ -257,16 +257,15 @@ class Watcher:
     def run(self) -> int:
         """Returns the exit code: 0 matched, 2 idle with nothing, 130 interrupted, 1 error."""
         try:
-            cursor = self._start()
-            if cursor is _REFUSED:
-                return EXIT_ERROR
-            return self._loop(cursor)  # type: ignore[arg-type]
+            started, cursor = self._start()
+            return self._loop(cursor) if started else EXIT_ERROR
         except KeyboardInterrupt:
             return EXIT_INTERRUPTED
 
     # -- start: resolve the cursor, then the required first checkpoint
 
-    def _start(self) -> str | None | object:
+    def _start(self) -> tuple[bool, str | None]:
+        """(started, cursor); False after an error note, with nothing consumed or written."""
         opts = self.opts
         state, stored, problem = read_state(opts.state_file)
         explicit = opts.since_event_id
@@ -294,7 +293,7 @@ class Watcher:
                         f"error: since_event_id {cursor!r} not found in this log. Nothing was "
                         "written to the state file."
                     )
-                    return _REFUSED
+                    return False, None
                 self.out.note(
                     f"stored cursor {cursor!r} is not in this log (rebuilt or reset?); "
                     "replaying from the start"
@@ -308,12 +307,12 @@ class Watcher:
                     f"error: could not write the initial checkpoint to {opts.state_file} "
                     f"({exc.strerror or exc}). Refusing to start; nothing was consumed."
                 )
-                return _REFUSED
+                return False, None
         if self.human:
             self.out.note(
                 f"Watching {opts.describe()} from {cursor or 'the start'}; Ctrl-C to stop."
             )
-        return cursor
+        return True, cursor
 
     def _tip(self) -> str | None:
         return self.client.call("event_list", limit=1, order="desc").get("cursor")
@@ -370,6 +369,3 @@ class Watcher:
                     f"warning: could not checkpoint to {self.opts.state_file} "
                     f"({exc.strerror or exc}); a restart will replay these events"
                 )
-
-
-_REFUSED = object()

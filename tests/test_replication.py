@@ -245,10 +245,17 @@ def test_deferred_event_stops_pinning_its_origin_after_max_retries(sqlite_store:
     assert replication.list_rejections(sqlite_store)[0]["attempts"] == replication.MAX_RETRIES
 
 
-def test_remote_hlc_is_observed_so_the_next_local_stamp_is_greater(tmp_path, clock) -> None:
-    a = LogStore.open(str(tmp_path / "a.sqlite3"), clock=clock)
+def _copy(template: Path, path: Path) -> str:
+    shutil.copy(template, path)
+    return str(path)
+
+
+def test_remote_hlc_is_observed_so_the_next_local_stamp_is_greater(
+    tmp_path, clock, template
+) -> None:
+    a = LogStore.open(_copy(template, tmp_path / "a.sqlite3"), clock=clock)
     ahead_clock = type(clock)(clock.ms + 30_000)
-    b = LogStore.open(str(tmp_path / "b.sqlite3"), clock=ahead_clock)
+    b = LogStore.open(_copy(template, tmp_path / "b.sqlite3"), clock=ahead_clock)
     try:
         _note(b, "from the future, within drift")
         replication.apply_remote_event(a, _wire(b)[0])
@@ -258,9 +265,11 @@ def test_remote_hlc_is_observed_so_the_next_local_stamp_is_greater(tmp_path, clo
         b.close()
 
 
-def test_far_future_hlc_is_kept_but_not_adopted_and_recorded(tmp_path, clock) -> None:
-    a = LogStore.open(str(tmp_path / "a.sqlite3"), clock=clock)
-    b = LogStore.open(str(tmp_path / "b.sqlite3"), clock=type(clock)(clock.ms + 3_600_000))
+def test_far_future_hlc_is_kept_but_not_adopted_and_recorded(tmp_path, clock, template) -> None:
+    a = LogStore.open(_copy(template, tmp_path / "a.sqlite3"), clock=clock)
+    b = LogStore.open(
+        _copy(template, tmp_path / "b.sqlite3"), clock=type(clock)(clock.ms + 3_600_000)
+    )
     try:
         _note(b)
         wire = _wire(b)[0]

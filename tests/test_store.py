@@ -257,8 +257,9 @@ def test_ack_appends_a_new_event_and_never_changes_the_target(store, stream):
     assert ack.metadata == {"ack_of": target.id} and ack.status == "claimed"
     assert store.event_get(target.id) == target
     with_corr = add(store, stream, correlation_id="corr-1")
-    ack2 = store.event_ack(event_id=with_corr.id, from_agent="w", topic="override",
-                           metadata={"note": 1})  # fmt: skip
+    ack2 = store.event_ack(
+        event_id=with_corr.id, from_agent="w", topic="override", metadata={"note": 1}
+    )
     assert ack2.correlation_id == "corr-1" and ack2.topic == "override"
     assert list(ack2.metadata.items()) == [("ack_of", with_corr.id), ("note", 1)]
     with pytest.raises(errors.NotFoundError, match="evt_missing"):
@@ -276,8 +277,7 @@ def test_artifacts_are_stored_once_per_sha256_but_each_put_gets_an_id(store):
         ).scalar()
     assert n == 1
     got = store.artifact_get(b.id)
-    assert (got.kind, got.created_by, got.metadata, got.content) == ("file", "b", {"z": 1},
-                                                                     content)  # fmt: skip
+    assert (got.kind, got.created_by, got.metadata, got.content) == ("file", "b", {"z": 1}, content)
     with pytest.raises(errors.NotFoundError, match="art_missing"):
         store.artifact_get("art_missing")
 
@@ -299,8 +299,9 @@ def test_patch_submit_is_idempotent_and_a_different_patch_under_the_key_conflict
     with pytest.raises(errors.ConflictError, match="idempotency_key"):
         store.patch_submit(content="+b\n", from_agent="a", stream=stream, idempotency_key=key)
     with pytest.raises(errors.ConflictError, match="idempotency_key"):
-        store.patch_submit(content="+a\n", from_agent="a", stream=stream, idempotency_key=key,
-                           body="other")  # fmt: skip
+        store.patch_submit(
+            content="+a\n", from_agent="a", stream=stream, idempotency_key=key, body="other"
+        )
     assert len(store.event_list(stream=stream).events) == 1
 
 
@@ -406,9 +407,14 @@ def test_eight_threads_appending_at_once_lose_nothing(store, stream):
 
 @pytest.mark.parametrize(
     "sql",
-    ["UPDATE events SET body='changed'", "DELETE FROM events", "UPDATE artifacts SET kind='x'",
-     "DELETE FROM artifacts", "DELETE FROM event_artifacts"],
-)  # fmt: skip
+    [
+        "UPDATE events SET body='changed'",
+        "DELETE FROM events",
+        "UPDATE artifacts SET kind='x'",
+        "DELETE FROM artifacts",
+        "DELETE FROM event_artifacts",
+    ],
+)
 def test_the_database_rejects_update_and_delete(store, stream, sql):
     e = add(store, stream, body="keep")
     store.artifact_put(kind="note", content="keep", created_by="a")

@@ -245,7 +245,7 @@ def test_a_peer_serving_another_origin_cannot_inject_events(make) -> None:
             return replication.ops_page(c, c.replica_id, 0, limit)["events"]
 
     result = sync.sync_with_peer(b, Liar(sync.LocalPeer(a)))
-    assert result["pulled_events"] == 1  # the event is valid, whatever the route said
+    assert result["pulled_events"] == 1  # valid, whatever the route said; then the pull stops
     assert b.version_vector() == {c.replica_id: 1}
 
 
@@ -326,3 +326,42 @@ def test_cli_sync_exits_1_when_a_peer_fails_and_2_on_usage(tmp_path) -> None:
     assert proc.returncode == 1 and b"no peers configured" in proc.stderr
     proc = run_cli("sync", "--db", db, "--peer", "http://x", "--peer-db", db)
     assert proc.returncode == 2
+
+
+def test_holes_the_version_vector_cannot_see_are_found_and_repaired(make) -> None:
+    a, b, c = make("a"), make("b"), make("c")
+    evs = synth_events(40)
+    load(a, evs)
+    replication.apply_remote_events(b, evs[:3] + evs[4:30] + evs[31:])  # holes at 4 and 31
+    assert b.version_vector() == a.version_vector()
+    assert sync.sync_with_peer(b, sync.LocalPeer(a))["pulled_events"] == 0  # invisible
+    sync.sync_with_peer(c, sync.LocalPeer(b))  # holes travel by gossip
+    holes = sync.find_holes(c, sync.LocalPeer(a))
+    assert [(h["first_missing_origin_seq"], h["side"]) for h in holes] == [(4, "local")]
+    assert sync.find_holes(a, sync.LocalPeer(b))[0]["side"] == "peer"
+    fixed = sync.sync_one(c, sync.LocalPeer(a), repair=True)
+    assert fixed["repair"]["pulled_events"] == 2
+    assert snapshot(c) == snapshot(a)
+    assert sync.find_holes(c, sync.LocalPeer(a)) == []
+
+
+def test_loop_interval_comes_from_the_environment() -> None:
+    assert sync.interval_from_env({}) == 15
+    assert sync.interval_from_env({"MEMPALACE_SYNC_INTERVAL": "0"}) == 0
+    env = {"MEMPALACE_LOGSTREAM_SYNC_INTERVAL": "2.5", "MEMPALACE_SYNC_INTERVAL": "9"}
+    assert sync.interval_from_env(env) == 2.5
+    with pytest.raises(errors.ValidationError, match="MEMPALACE_SYNC_INTERVAL"):
+        sync.interval_from_env({"MEMPALACE_SYNC_INTERVAL": "soon"})
+
+
+def test_sqlite_and_the_parametrized_backend_converge(make, store: LogStore) -> None:
+    a, c = make("a"), make("c")
+    art = a.artifact_put(kind="file", content=b"\x00\xffbinary", created_by="x")
+    note(a, "from sqlite", artifact_ids=[art.id])
+    note(store, "from the backend under test")
+    sync.sync_with_peer(store, sync.LocalPeer(a), push=True)
+    sync.sync_with_peer(c, sync.LocalPeer(store))
+    assert snapshot(a) == snapshot(store) == snapshot(c)
+    assert store.artifact_get(art.id).content == b"\x00\xffbinary"
+    again = sync.sync_with_peer(store, sync.LocalPeer(a), push=True)
+    assert again["pulled_events"] == again["pushed_events"] == 0

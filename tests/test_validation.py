@@ -130,13 +130,21 @@ def _meta_of_size(n: int, char: str = "x") -> dict[str, str]:
 def test_metadata_limit_is_64_kib_serialized(store):
     ok = _meta_of_size(64 * KIB)
     assert append(store, metadata=ok).metadata == ok
-    refused(store, lambda: append(store, metadata=_meta_of_size(64 * KIB + 1)), "metadata",
-            limit=64 * KIB)  # fmt: skip
+    refused(
+        store,
+        lambda: append(store, metadata=_meta_of_size(64 * KIB + 1)),
+        "metadata",
+        limit=64 * KIB,
+    )
     # Multibyte characters count in bytes here too.
     ok_wide = _meta_of_size(64 * KIB, "é")
     assert append(store, metadata=ok_wide).metadata == ok_wide
-    refused(store, lambda: append(store, metadata=_meta_of_size(64 * KIB + 2, "é")), "metadata",
-            limit=64 * KIB)  # fmt: skip
+    refused(
+        store,
+        lambda: append(store, metadata=_meta_of_size(64 * KIB + 2, "é")),
+        "metadata",
+        limit=64 * KIB,
+    )
 
 
 @pytest.mark.parametrize(
@@ -154,8 +162,19 @@ def test_metadata_limit_is_64_kib_serialized(store):
         '{"s": "\\ud800"}',
         '{"s": "\\u0000"}',
     ],
-    ids=["list", "json-list", "bad-json", "nan", "object", "nul-value", "nul-key", "nul-deep",
-         "surrogate", "json-surrogate", "json-nul"],  # fmt: skip
+    ids=[
+        "list",
+        "json-list",
+        "bad-json",
+        "nan",
+        "object",
+        "nul-value",
+        "nul-key",
+        "nul-deep",
+        "surrogate",
+        "json-surrogate",
+        "json-nul",
+    ],
 )
 def test_bad_metadata_is_rejected(store, bad):
     refused(store, lambda: append(store, metadata=bad), "metadata")
@@ -174,8 +193,17 @@ def test_metadata_given_as_json_text_keeps_its_key_order(store):
 
 # --------------------------------------------------------------------------- routing fields
 
-ROUTING_FIELDS = ["stream", "room", "topic", "from_agent", "to_agent", "correlation_id",
-                  "branch", "base_commit", "idempotency_key"]  # fmt: skip
+ROUTING_FIELDS = [
+    "stream",
+    "room",
+    "topic",
+    "from_agent",
+    "to_agent",
+    "correlation_id",
+    "branch",
+    "base_commit",
+    "idempotency_key",
+]
 
 
 @pytest.mark.parametrize("field", ROUTING_FIELDS)
@@ -189,9 +217,10 @@ def test_routing_fields_allow_256_characters_and_refuse_257(store, field):
 
 @pytest.mark.parametrize("field", ROUTING_FIELDS)
 @pytest.mark.parametrize(
-    "bad", ["a\nb", "a\tb", "a\x1fb", "a\x7fb", "ab\n", "\tab", "a\x00b"],
+    "bad",
+    ["a\nb", "a\tb", "a\x1fb", "a\x7fb", "ab\n", "\tab", "a\x00b"],
     ids=["newline", "tab", "unit-sep", "del", "trailing-newline", "leading-tab", "nul"],
-)  # fmt: skip
+)
 def test_routing_fields_refuse_control_characters_and_nul(store, field, bad):
     err = refused(store, lambda: append(store, **{field: bad}), field)
     assert "control" in str(err) or "NUL" in str(err)
@@ -216,16 +245,21 @@ def test_required_routing_fields_must_be_non_blank_strings(store, field, bad):
 def test_artifact_created_by_and_ids_follow_the_routing_rules(store):
     art = store.artifact_put(kind="note", content="x", created_by="é" * 256)
     assert art.created_by == "é" * 256
-    refused(store, lambda: store.artifact_put(kind="note", content="x", created_by="x" * 257),
-            "created_by", limit=256)  # fmt: skip
-    refused(store, lambda: store.artifact_put(kind="note", content="x", created_by="a\nb"),
-            "created_by")  # fmt: skip
+    refused(
+        store,
+        lambda: store.artifact_put(kind="note", content="x", created_by="x" * 257),
+        "created_by",
+        limit=256,
+    )
+    refused(
+        store, lambda: store.artifact_put(kind="note", content="x", created_by="a\nb"), "created_by"
+    )
     refused(store, lambda: store.artifact_get("x" * 257), "artifact_id", limit=256)
     refused(store, lambda: store.event_get("evt\n1"), "event_id")
-    refused(store, lambda: store.event_ack(event_id="x" * 257, from_agent="a"), "event_id",
-            limit=256)  # fmt: skip
-    refused(store, lambda: store.event_list(since_event_id="x" * 257), "since_event_id",
-            limit=256)  # fmt: skip
+    refused(
+        store, lambda: store.event_ack(event_id="x" * 257, from_agent="a"), "event_id", limit=256
+    )
+    refused(store, lambda: store.event_list(since_event_id="x" * 257), "since_event_id", limit=256)
     refused(store, lambda: store.event_list(before_event_id="a\tb"), "before_event_id")
 
 
@@ -233,7 +267,8 @@ def test_artifact_created_by_and_ids_follow_the_routing_rules(store):
 
 
 @pytest.mark.parametrize(
-    "ok", ["a", "0", "task.request", "a_b.c-d", "x" * 64, "9lives"],
+    "ok",
+    ["a", "0", "task.request", "a_b.c-d", "x" * 64, "9lives"],
 )
 def test_valid_event_types_are_accepted(store, ok):
     assert append(store, type=ok).type == ok
@@ -242,8 +277,20 @@ def test_valid_event_types_are_accepted(store, ok):
 @pytest.mark.parametrize(
     "bad",
     ["x" * 65, "Task.Request", "_x", ".x", "-x", "a b", "a/b", "ä", "a\nb", "a\x00", "", None],
-    ids=["65", "upper", "underscore-first", "dot-first", "dash-first", "space", "slash",
-         "non-ascii", "newline", "nul", "empty", "none"],  # fmt: skip
+    ids=[
+        "65",
+        "upper",
+        "underscore-first",
+        "dot-first",
+        "dash-first",
+        "space",
+        "slash",
+        "non-ascii",
+        "newline",
+        "nul",
+        "empty",
+        "none",
+    ],
 )
 def test_invalid_event_types_are_rejected(store, bad):
     err = refused(store, lambda: append(store, type=bad), "type")
@@ -285,8 +332,12 @@ def test_artifact_limit_counts_bytes(small_artifacts, ok, too_big):
     store = small_artifacts
     art = store.artifact_put(kind="file", content=ok, created_by="a")
     assert art.size_bytes == 1024
-    refused(store, lambda: store.artifact_put(kind="file", content=too_big, created_by="a"),
-            "content", limit=1024)  # fmt: skip
+    refused(
+        store,
+        lambda: store.artifact_put(kind="file", content=too_big, created_by="a"),
+        "content",
+        limit=1024,
+    )
 
 
 def test_the_real_4_mib_artifact_limit_holds_at_the_boundary(sqlite_store):
@@ -296,8 +347,12 @@ def test_the_real_4_mib_artifact_limit_holds_at_the_boundary(sqlite_store):
     art = store.artifact_put(kind="log", content=b"z" * four, created_by="a")
     assert art.size_bytes == four
     assert store.artifact_get(art.id).content == b"z" * four
-    refused(store, lambda: store.artifact_put(kind="log", content=b"z" * (four + 1),
-                                              created_by="a"), "content", limit=four)  # fmt: skip
+    refused(
+        store,
+        lambda: store.artifact_put(kind="log", content=b"z" * (four + 1), created_by="a"),
+        "content",
+        limit=four,
+    )
 
 
 def test_empty_artifacts_are_legal(store):
@@ -338,8 +393,12 @@ def test_binary_bytes_with_nul_are_stored_as_binary_not_rejected(store):
 
 def test_an_event_referencing_an_unknown_artifact_writes_nothing(store):
     art = store.artifact_put(kind="note", content="x", created_by="a")
-    refused(store, lambda: append(store, artifact_ids=[art.id, "art_nope"]), "artifact_ids",
-            exc=errors.NotFoundError)  # fmt: skip
+    refused(
+        store,
+        lambda: append(store, artifact_ids=[art.id, "art_nope"]),
+        "artifact_ids",
+        exc=errors.NotFoundError,
+    )
     refused(store, lambda: append(store, artifact_ids="art_x"), "artifact_ids")
     refused(store, lambda: append(store, artifact_ids=[""]), "artifact_ids[0]")
 
@@ -430,17 +489,27 @@ def test_order_refuses_anything_else(store, bad):
     assert "'asc' or 'desc'" in str(err)
 
 
-@pytest.mark.parametrize("ok", ["2026-01-02", "2026-01-02T03:04:05Z", "2026-01-02T03:04:05+00:00",
-                                "2024-02-29"])  # fmt: skip
+@pytest.mark.parametrize(
+    "ok", ["2026-01-02", "2026-01-02T03:04:05Z", "2026-01-02T03:04:05+00:00", "2024-02-29"]
+)
 def test_since_created_at_accepts_the_three_utc_forms(store, ok):
     store.event_list(since_created_at=ok)
 
 
 @pytest.mark.parametrize(
     "bad",
-    ["2026-01", "2026-01-02T03:04:05", "2026-01-02T03:04:05+01:00", "2026-01-02T03:04:05.123Z",
-     "2026-01-02 03:04:05Z", "2026-02-30", "2025-02-29", "yesterday", "20260102"],
-)  # fmt: skip
+    [
+        "2026-01",
+        "2026-01-02T03:04:05",
+        "2026-01-02T03:04:05+01:00",
+        "2026-01-02T03:04:05.123Z",
+        "2026-01-02 03:04:05Z",
+        "2026-02-30",
+        "2025-02-29",
+        "yesterday",
+        "20260102",
+    ],
+)
 def test_since_created_at_refuses_other_forms(store, bad):
     refused(store, lambda: store.event_list(since_created_at=bad), "since_created_at")
 
@@ -451,8 +520,20 @@ def test_booleans_are_not_integers(store, field, bad):
     refused(store, lambda: store.event_list(**{field: bad}), field)
 
 
-@pytest.mark.parametrize("field", ["stream", "type", "status", "to_agent", "writer",
-                                   "exclude_writer", "correlation_id", "room", "topic"])  # fmt: skip
+@pytest.mark.parametrize(
+    "field",
+    [
+        "stream",
+        "type",
+        "status",
+        "to_agent",
+        "writer",
+        "exclude_writer",
+        "correlation_id",
+        "room",
+        "topic",
+    ],
+)
 def test_repeated_filters_validate_every_value(store, field):
     bad = "Bad Type" if field == "type" else ("nope" if field == "status" else "a\nb")
     ok = "x.y" if field == "type" else ("open" if field == "status" else "fine")
@@ -464,16 +545,31 @@ def test_unknown_read_parameters_are_named(store):
 
 
 def test_unknown_cursors_say_not_found(store):
-    refused(store, lambda: store.event_list(since_event_id="evt_nope"), "since_event_id",
-            exc=errors.NotFoundError)  # fmt: skip
-    refused(store, lambda: store.event_list(before_event_id="evt_nope"), "before_event_id",
-            exc=errors.NotFoundError)  # fmt: skip
+    refused(
+        store,
+        lambda: store.event_list(since_event_id="evt_nope"),
+        "since_event_id",
+        exc=errors.NotFoundError,
+    )
+    refused(
+        store,
+        lambda: store.event_list(before_event_id="evt_nope"),
+        "before_event_id",
+        exc=errors.NotFoundError,
+    )
 
 
 # --------------------------------------------------------------------------- task_create
 
-TASK = {"project": "Mem Palace", "from_agent": "lead", "to_agent": "worker", "goal": "Fix it",
-        "branch": "main", "base_commit": "abcdef1", "done": "tests pass"}  # fmt: skip
+TASK = {
+    "project": "Mem Palace",
+    "from_agent": "lead",
+    "to_agent": "worker",
+    "goal": "Fix it",
+    "branch": "main",
+    "base_commit": "abcdef1",
+    "done": "tests pass",
+}
 
 
 @pytest.mark.parametrize("ok", ["abcdef1", "ABCDEF1", "a" * 64, "0123456789abcdef" * 2])
@@ -491,9 +587,17 @@ def test_task_base_commit_refuses_anything_but_7_to_64_hex(store, bad):
 
 @pytest.mark.parametrize(
     "field, bad",
-    [("project", ""), ("from_agent", " "), ("to_agent", None), ("branch", ""), ("goal", "  "),
-     ("done", None), ("goal", "a\x00"), ("project", "p" * 257)],
-)  # fmt: skip
+    [
+        ("project", ""),
+        ("from_agent", " "),
+        ("to_agent", None),
+        ("branch", ""),
+        ("goal", "  "),
+        ("done", None),
+        ("goal", "a\x00"),
+        ("project", "p" * 257),
+    ],
+)
 def test_task_create_refuses_missing_or_bad_fields(store, field, bad):
     refused(store, lambda: store.task_create(**{**TASK, field: bad}), field)
 

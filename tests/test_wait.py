@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -11,6 +12,7 @@ import time
 
 import pytest
 from conftest import REPO, run_cli
+from watchkit import fork_cli, run_forked
 
 from mempalace_logstream import LogStore, errors, operations
 
@@ -156,16 +158,28 @@ def test_a_waiting_process_is_woken_by_an_append_in_another_process(db_url: str)
     assert doc["timed_out"] is False and [e["id"] for e in doc["events"]] == [event_id]
 
 
-@pytest.mark.slow
-def test_cli_wait_exits_2_on_timeout_and_1_on_bad_input(tmp_path) -> None:
+def test_cli_wait_exits_2_on_timeout_1_on_bad_input_and_0_on_a_match(tmp_path) -> None:
     db = str(tmp_path / "log.sqlite3")
-    timed_out = run_cli("wait", "--db", db, "--since-event-id", "tip", "--timeout-ms", "10")
+    timed_out = run_forked("wait", "--db", db, "--since-event-id", "tip", "--timeout-ms", "10")
     assert timed_out.returncode == 2, timed_out.stderr
-    bad = run_cli("wait", "--db", db, "--timeout-ms", "300001")
+    bad = run_forked("wait", "--db", db, "--timeout-ms", "300001")
     assert bad.returncode == 1
     assert b"timeout_ms is 300001; it must be between 0 and 300000 ms" in bad.stderr
-    found = run_cli("append", "--db", db, "--type", "note", "--stream", "s", "--room", "r",
-                    "--from-agent", "a")  # fmt: skip
-    assert found.returncode == 0
-    matched = run_cli("wait", "--db", db, "--timeout-ms", "10", "--json")
+    with LogStore.open(db) as s:
+        _append(s)
+    matched = run_forked("wait", "--db", db, "--timeout-ms", "10", "--json")
     assert matched.returncode == 0 and json.loads(matched.stdout)["count"] == 1
+
+
+def test_cli_wait_exits_130_on_ctrl_c(tmp_path) -> None:
+    db = str(tmp_path / "log.sqlite3")
+    with LogStore.open(db) as s:
+        tip = _append(s).id
+    proc = fork_cli("wait", "--db", db, "--since-event-id", tip, "--timeout-ms", "60000")
+    # Blocked in event_wait once its change-signal thread runs (a second task in /proc).
+    deadline = time.monotonic() + 30
+    while len(os.listdir(f"/proc/{proc.pid}/task")) < 2 and time.monotonic() < deadline:
+        proc.wait_for_stderr(b"never printed", timeout=0.01)
+    assert len(os.listdir(f"/proc/{proc.pid}/task")) >= 2
+    proc.send(signal.SIGINT)
+    assert proc.wait(60) == 130

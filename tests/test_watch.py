@@ -116,10 +116,23 @@ def test_agent_means_my_inbox_minus_my_own_writes(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- CLI, forked
 
 
+_WRITERS: dict[str, LogStore] = {}
+
+
+@pytest.fixture(autouse=True)
+def _close_writers():
+    yield
+    for store in _WRITERS.values():
+        store.close()
+    _WRITERS.clear()
+
+
 def _append(db: str, **kw: object) -> str:
+    """Append from this (test) process; one store per log, kept open for the test."""
     fields = {"type": "note", "stream": "s", "room": "r", "from_agent": "alice", **kw}
-    with LogStore.open(db) as s:
-        return s.event_append(**fields).id
+    if db not in _WRITERS:
+        _WRITERS[db] = LogStore.open(db)
+    return _WRITERS[db].event_append(**fields).id
 
 
 def _watch(db: str, home: Path, *args: str, timeout: float = 60):
@@ -276,7 +289,7 @@ def test_ctrl_c_exits_130_and_never_0(db: str, tmp_path: Path) -> None:
                     env={"HOME": str(tmp_path)})  # fmt: skip
     assert proc.wait_for_stderr(b"Ctrl-C to stop")
     proc.send(signal.SIGINT)
-    assert proc.wait(60) == 130
+    assert proc.wait(60) == 130, proc.stderr
     assert b"Stopped." in proc.stderr
 
 
@@ -325,3 +338,20 @@ def test_a_spawned_watcher_wakes_on_an_append_from_another_process(
             watcher.wait()
     assert watcher.returncode == 0, err
     assert [e["id"] for e in json.loads(out)["events"]] == [appended]
+
+
+def test_a_watch_through_a_hub_wakes_on_an_append_to_that_hub(tmp_path: Path) -> None:
+    from hubkit import live_hub
+
+    with live_hub(tmp_path) as hub:
+        hub.store.event_append(type="note", stream="s", room="r", from_agent="alice")
+        state = tmp_path / "state.json"
+        args = ("--agent", "bob", "--state-file", str(state), "--idle-exit-ms", "30000", "--json")
+        proc = fork_cli("watch", "--hub", hub.url, *args, env={"HOME": str(tmp_path)})
+        assert proc.wait_for_stderr(b"first run")  # the tip is pinned before the first poll
+        ident = hub.store.event_append(
+            type="task.reply", stream="s", room="r", from_agent="alice", to_agent="bob"
+        ).id
+        assert proc.wait(60) == 0, proc.stderr
+    assert _ids(proc.stdout.replace(b"\n", b"")) == [ident]
+    assert json.loads(state.read_text())["cursor"] == ident

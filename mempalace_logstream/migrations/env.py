@@ -26,5 +26,8 @@ if connection is not None:
     run(connection)
 else:
     engine = sa.create_engine(config.get_main_option("sqlalchemy.url") or "")
-    with engine.begin() as conn:
-        run(conn)
+    try:
+        with engine.begin() as conn:
+            run(conn)
+    finally:
+        engine.dispose()  # no pooled connection left for the garbage collector to close

@@ -36,6 +36,9 @@ def template() -> Path:
     return _TEMPLATE
 
 
+BODIES = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=20)
+
+
 class ChaosPeer:
     """A LocalPeer seen through a bad network: duplicated, reordered and stale batches, and a
     connection that drops after `crash_after` calls."""
@@ -115,7 +118,7 @@ class SyncMachine(RuleBasedStateMachine):
     def _pick(self, data: st.DataObject, label: str) -> int:
         return data.draw(st.integers(0, len(self.stores) - 1), label=label)
 
-    @rule(data=st.data(), body=st.text(max_size=20))
+    @rule(data=st.data(), body=BODIES)
     def append(self, data: st.DataObject, body: str) -> None:
         s = self.stores[self._pick(data, "replica")]
         s.event_append(type="note", stream="s", room="r", from_agent="agent", body=body)

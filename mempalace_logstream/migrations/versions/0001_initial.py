@@ -10,12 +10,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import secrets
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
 from alembic import op
 
+from mempalace_logstream import errors
 from mempalace_logstream.schema import append_only_ddl, drop_append_only_ddl
 
 revision = "0001"
@@ -143,27 +145,50 @@ def downgrade() -> None:
 # --------------------------------------------------------------------------- adoption
 
 
+_REPLICA_RE = re.compile(r"^rep_(?:[0-9a-f]{12}|[0-9a-f]{32})$")
+
+
 def _reference_replica_id(bind: sa.Connection) -> str:
-    """The palace identity the reference minted (`replica.json` beside the database)."""
+    """The palace identity the reference minted (`replica.json` beside the database).
+
+    A pre-replication palace has none: mint one and write it there, as the reference does on its
+    first open, so every tool of the palace agrees on one identity. A corrupt or invalid file
+    is refused, never replaced: two ids for one replica would fork its provenance.
+    """
     db = bind.engine.url.database or ""
     path = os.path.join(os.path.dirname(os.path.abspath(db)), "replica.json")
     try:
         with open(path, encoding="utf-8") as fh:
             rid = json.load(fh).get("replica_id")
     except FileNotFoundError:
-        return f"rep_{secrets.token_hex(16)}"
+        return _mint_replica_file(path)
     except (OSError, ValueError, AttributeError) as exc:
-        raise RuntimeError(
-            f"{path} is corrupt; refusing to mint a second replica identity"
+        raise errors.StorageError(
+            f"{path} is corrupt; refusing to mint a second replica identity (fix or remove it)"
         ) from exc
-    if not isinstance(rid, str) or not rid.startswith("rep_"):
-        raise RuntimeError(f"{path} holds an invalid replica_id; refusing to adopt")
+    if not isinstance(rid, str) or not _REPLICA_RE.match(rid):
+        raise errors.StorageError(
+            f"{path} holds an invalid replica_id {rid!r}; refusing to adopt this palace"
+        )
+    return rid
+
+
+def _mint_replica_file(path: str) -> str:
+    rid = f"rep_{secrets.token_hex(16)}"
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump({"replica_id": rid, "minted_at_note": "adopted by mempalace-logstream"}, fh,
+                  indent=2)  # fmt: skip
+        fh.write("\n")
+    os.replace(tmp, path)
     return rid
 
 
 def _backfill_hlc(created_at: str, rowid: int, replica: str) -> str:
+    """The reference's backfill: whole seconds of `created_at` (strictly `…THH:MM:SSZ`, else
+    0) and the rowid as counter (capped), so adopted stamps equal what it would have shown."""
     try:
-        dt = datetime.strptime(created_at[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
+        dt = datetime.strptime(created_at, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
         ms = int(dt.timestamp()) * 1000
     except (TypeError, ValueError):
         ms = 0
@@ -207,6 +232,12 @@ def adopt_reference(bind: sa.Connection, existing: set[str]) -> None:
             row["origin_replica"] = replica
             row["origin_seq"] = row["seq"]
             row["hlc"] = _backfill_hlc(row["created_at"], row["seq"], replica)
+        # A stamped row missing part of its stamp (never written by 3.x, but possible by hand):
+        # complete it the same way rather than refuse the whole palace.
+        if row["origin_seq"] is None:
+            row["origin_seq"] = row["seq"]
+        if not row["hlc"]:
+            row["hlc"] = _backfill_hlc(row["created_at"], row["seq"], row["origin_replica"])
         row["body"] = row["body"] or ""
         row["metadata_json"] = row["metadata_json"] or "{}"
         batch.append(row)

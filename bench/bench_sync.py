@@ -1,0 +1,227 @@
+"""Replica sync throughput over loopback HTTP (issue #5, S-9): ours vs the reference, one run.
+
+    python bench/bench_sync.py [--quick] [--events 100000] [--artifacts 1000] [--no-ref]
+
+A source log of N events (every N/A-th one referencing its own artifact, A artifacts) is
+written once by our store and served by our hub (`http_app.create_app` under uvicorn, its own
+process). The reference (`mempalace==3.11.0` in its own venv) first pulls it from our hub with
+its own `mempalace logstream sync --peer` client; that palace is then served by `mempalace
+serve` (full install). Every pull below starts from an empty database, is one CLI process
+(startup included, both sides), and is timed end to end:
+
+  ours <- ours   `logstream sync --peer <our hub>`           (batched artifacts, 500-event pages)
+  ref  <- ref    `mempalace logstream sync --peer <ref hub>` (the reference's sync as shipped)
+  ref  <- ours   the reference client against our hub
+  ours <- ref    our client against the reference hub (one request per artifact)
+
+The headline ratio is ours<-ours / ref<-ref in events per second (target >= 5).
+Never a test; figures go to docs/bench/sync.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import common  # noqa: E402
+
+BENCH = "sync"
+TOKEN = "bench-sync-token"
+
+_HUB = textwrap.dedent(
+    """
+    import sys, uvicorn
+    from mempalace_logstream import LogStore, http_app
+    store = LogStore.open(sys.argv[1])
+    port = int(sys.argv[2])
+    app = http_app.create_app(store, http_app.HubSettings(port=port, token=sys.argv[3]))
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+    """
+)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="bench/bench_sync.py", description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="5,000 events + 50 artifacts")
+    p.add_argument("--events", type=int, default=100_000)
+    p.add_argument("--artifacts", type=int, default=1_000)
+    p.add_argument("--no-ref", action="store_true", help="skip the reference measurements")
+    return p.parse_args(argv)
+
+
+def build_source(path: Path, n_events: int, n_artifacts: int) -> None:
+    """N events authored locally (seq = origin_seq), written in 5k-event transactions."""
+    common.ensure_repo_on_path()
+    from mempalace_logstream import LogStore
+
+    every = max(1, n_events // max(1, n_artifacts))
+    body = ("Progress: tests pass on the auth module; next the refresh path. café ✓ " * 3)[:200]
+    with LogStore.open(str(path), durability="normal") as store:
+        done = arts = 0
+        while done < n_events:
+            chunk = min(5_000, n_events - done)
+
+            def write(conn, st, start=done, chunk=chunk):  # type: ignore[no-untyped-def]
+                nonlocal arts
+                for i in range(start, start + chunk):
+                    ids = []
+                    if i % every == 0 and arts < n_artifacts:
+                        draft = store.draft_artifact(
+                            kind="patch", created_by=f"agent-{i % 7}",
+                            content=f"diff --git a/f{i} b/f{i}\n" + "+line\n" * 40,
+                        )  # fmt: skip
+                        ids = [store._insert_artifact(conn, st, draft).id]
+                        arts += 1
+                    draft = store.draft_event(
+                        type="task.progress" if ids == [] else "patch.ready",
+                        stream=f"project/p{i % 20:02d}", room="delegation",
+                        from_agent=f"agent-{i % 7}", to_agent=f"agent-{(i + 1) % 7}",
+                        correlation_id=f"task_{i // 50}", body=body,
+                        metadata={"step": i, "of": n_events}, artifact_ids=ids,
+                    )  # fmt: skip
+                    store._insert_event(conn, st, draft)
+
+            store._submit(write)
+            done += chunk
+
+
+@contextlib.contextmanager
+def our_hub(db: Path) -> Iterator[str]:
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(common.REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HUB, str(db), str(port), TOKEN],
+        env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(url + "/healthz", proc)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_http(url: str, proc: subprocess.Popen, timeout: float = 60) -> None:
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"hub exited: {proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.05)
+    raise RuntimeError(f"{url} did not answer")
+
+
+def ours_pull(url: str, token: str, dest: Path) -> tuple[float, dict]:
+    env = {**os.environ, "PYTHONPATH": str(common.REPO)}
+    cmd = [sys.executable, "-m", "mempalace_logstream", "sync", "--db", str(dest), "--peer", url,
+           "--token", token, "--json"]  # fmt: skip
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, env=env, timeout=3600)
+    secs = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"our sync failed: {proc.stdout[-500:]!r} {proc.stderr[-1500:]!r}")
+    return secs, json.loads(proc.stdout)[0]
+
+
+def ref_pull(refpkg, url: str, token: str, palace: Path) -> tuple[float, dict]:  # type: ignore[no-untyped-def]
+    t0 = time.perf_counter()
+    proc = refpkg.ref_cli("logstream", "sync", "--peer", url, "--token", token, "--json",
+                          palace=palace, timeout=7200)  # fmt: skip
+    secs = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"reference sync failed: {proc.stderr.decode()[-1500:]}")
+    return secs, json.loads(proc.stdout)[0]
+
+
+def row(label: str, secs: float | None, stats: dict | None, n: int, a: int) -> list[str]:
+    if secs is None or stats is None:
+        return [label, "n/a", "n/a", "n/a", "n/a"]
+    ok = stats.get("pulled_events") == n and stats.get("pulled_artifacts") == a
+    return [
+        label,
+        f"{secs:.2f}",
+        common.fmt_num(n / secs),
+        common.fmt_num(a / secs, 1),
+        "yes" if ok else f"NO ({stats.get('pulled_events')}/{stats.get('pulled_artifacts')})",
+    ]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    n, a = (5_000, 50) if args.quick else (args.events, args.artifacts)
+    print(common.machine_line())
+    print(f"sync bench: {n:,} events + {a:,} artifacts over loopback HTTP, fresh destination")
+    refpkg, reason = (None, "--no-ref") if args.no_ref else common.reference()
+    results: dict[str, tuple[float, dict] | None] = dict.fromkeys(
+        ("ours<-ours", "ref<-ref", "ref<-ours", "ours<-ref")
+    )
+    with common.temp_dir("logstream-bench-sync-") as tmp:
+        src = tmp / "source.sqlite3"
+        t0 = time.perf_counter()
+        build_source(src, n, a)
+        print(f"source built in {time.perf_counter() - t0:.1f} s")
+        with our_hub(src) as url:
+            results["ours<-ours"] = ours_pull(url, TOKEN, tmp / "ours-from-ours.sqlite3")
+            if refpkg is not None:
+                results["ref<-ours"] = ref_pull(refpkg, url, TOKEN, tmp / "ref-from-ours")
+        if refpkg is not None:
+            try:
+                refpkg.ref_full_python()
+                with refpkg.ref_hub(tmp / "ref-from-ours", token=TOKEN) as ref_url:
+                    results["ref<-ref"] = ref_pull(refpkg, ref_url, TOKEN, tmp / "ref-from-ref")
+                    results["ours<-ref"] = ours_pull(ref_url, TOKEN, tmp / "ours-from-ref.sqlite3")
+            except refpkg.ReferenceUnavailable as exc:
+                reason = f"reference hub unavailable: {exc}"
+    rows = [row(k, *(v if v else (None, None)), n, a) for k, v in results.items()]
+    common.print_table("pull of the whole log, client <- server (one CLI process each)",
+                       ["client <- server", "seconds", "events/s", "artifacts/s", "complete"],
+                       rows)  # fmt: skip
+    if reason:
+        print(f"reference not measured: {reason}")
+
+    def ratio(x: str, y: str) -> float | None:
+        rx, ry = results[x], results[y]
+        return ry[0] / rx[0] if rx and ry else None
+
+    common.ratio_line(BENCH, "ours<-ours vs ref<-ref throughput", ratio("ours<-ours", "ref<-ref"),
+                      ">=", 5)  # fmt: skip
+    common.ratio_line(BENCH, "our client vs ref client, both from our hub",
+                      ratio("ours<-ours", "ref<-ours"))  # fmt: skip
+    common.ratio_line(BENCH, "our client vs ref client, both from the ref hub",
+                      ratio("ours<-ref", "ref<-ref"))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,246 @@
+"""Sync over real HTTP between hubs built by `http_app.create_app` and served by uvicorn on
+loopback ports: the /sync routes' shapes and errors, push auth, two-hub convergence, the
+background loop and the estate route."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from mempalace_logstream import LogStore, http_app, migrate, replication, sync
+from mempalace_logstream import engine as engine_mod
+from tests.conftest import run_cli
+
+pytestmark = pytest.mark.slow
+TOKEN = "sync-test-token"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def running_hub(store: LogStore, token: str | None = TOKEN) -> Iterator[str]:
+    """The real hub app on a free loopback port, in a uvicorn thread; yields its URL."""
+    import uvicorn
+
+    port = free_port()
+    app = http_app.create_app(store, http_app.HubSettings(port=port, token=token))
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "hub did not start"
+        time.sleep(0.01)  # polling a flag that uvicorn sets; not a settle-sleep
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(15)
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("tpl") / "template.sqlite3"
+    eng = engine_mod.create_engine(f"sqlite:///{path}")
+    migrate.upgrade(eng)
+    eng.dispose()
+    return path
+
+
+@pytest.fixture
+def make(tmp_path: Path, template: Path):
+    opened: list[LogStore] = []
+
+    def factory(name: str) -> LogStore:
+        path = tmp_path / f"{name}.sqlite3"
+        shutil.copy(template, path)
+        s = LogStore.open(str(path), durability="normal")
+        opened.append(s)
+        return s
+
+    yield factory
+    for s in opened:
+        s.close()
+
+
+def note(store: LogStore, body: str = "hi", **kw: Any):
+    return store.event_append(type="note", stream="s", room="r", from_agent="a", body=body, **kw)
+
+
+def get(url: str, path: str, token: str | None = TOKEN, **params: Any) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return httpx.get(url + path, params=params, headers=headers, timeout=30)
+
+
+def test_sync_routes_serve_the_reference_shapes(make) -> None:
+    a = make("a")
+    art = a.artifact_put(kind="patch", content="diff\n", created_by="x")
+    ev = note(a, "with art", artifact_ids=[art.id])
+    with running_hub(a) as url:
+        vv = get(url, "/sync/version_vector").json()
+        assert vv["replica_id"] == a.replica_id and vv["version_vector"] == {a.replica_id: 1}
+        assert {"profile", "profiles"} <= set(vv)
+        ops = get(url, "/sync/ops", origin=a.replica_id, after=0, limit=10).json()
+        assert set(ops) == {"origin", "events", "count"} and ops["count"] == 1
+        assert ops["events"][0]["id"] == ev.id and ops["events"][0]["artifact_ids"] == [art.id]
+        got = get(url, "/sync/artifact", id=art.id).json()["artifact"]
+        assert got["content"] == "diff\n" and got["sha256"] == hashlib.sha256(b"diff\n").hexdigest()
+        assert get(url, "/sync/ops", origin=a.replica_id, after=5).json()["events"] == []
+        errors_expected = [
+            ({"origin": ""}, "origin must be a non-empty string"),
+            ({"origin": "x", "after": "x"}, "invalid literal for int() with base 10: 'x'"),
+            ({"origin": "x", "after": -1}, "after_seq must be a non-negative integer"),
+            ({"origin": "x", "limit": 0}, "limit must be a positive integer"),
+        ]
+        for params, message in errors_expected:
+            resp = get(url, "/sync/ops", **params)
+            assert (resp.status_code, resp.json()) == (400, {"error": message})
+        missing = get(url, "/sync/artifact", id="art_nope")
+        assert (missing.status_code, missing.json()) == (
+            404,
+            {"error": "artifact 'art_nope' not found"},
+        )
+        assert get(url, "/sync/artifact", id="").status_code == 400
+        assert get(url, "/sync/version_vector", token=None).status_code == 401
+
+
+def test_batched_artifact_route_and_push_need_the_token_and_validate(make) -> None:
+    a, b = make("a"), make("b")
+    arts = [a.artifact_put(kind="note", content=f"c{i}", created_by="x") for i in range(3)]
+    with running_hub(a) as url:
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        body = {"ids": [x.id for x in arts] + ["art_missing"]}
+        out = httpx.post(url + "/sync/artifacts", json=body, headers=auth).json()
+        assert [x["id"] for x in out["artifacts"]] == [x.id for x in arts]
+        assert out["not_found"] == ["art_missing"] and out["more"] == []
+        note(b, "pushed")
+        wire = replication.ops_page(b, b.replica_id, 0, 10)["events"]
+        push = {"replica_id": b.replica_id, "artifacts": [], "events": wire}
+        assert httpx.post(url + "/sync/push", json=push).status_code == 401
+        bad = {**push, "events": [{**wire[0], "type": "NOPE"}]}
+        refused = httpx.post(url + "/sync/push", json=bad, headers=auth).json()
+        assert refused["applied_events"] == 0 and refused["rejected"][0]["field"] == "type"
+        ok = httpx.post(url + "/sync/push", json=push, headers=auth).json()
+        assert ok["applied_events"] == 1 and a.event_get(wire[0]["id"]).body == "pushed"
+
+
+def test_two_hubs_converge_over_http_with_push(make) -> None:
+    a, b = make("a"), make("b")
+    for i in range(30):
+        art = a.artifact_put(kind="note", content=f"a{i}", created_by="x")
+        note(a, f"a{i}", artifact_ids=[art.id])
+    blob = b.artifact_put(kind="file", content=bytes(range(256)), created_by="x")
+    note(b, "b0", artifact_ids=[blob.id])
+    with running_hub(a) as url_a, running_hub(b) as url_b:
+        peer = sync.HttpPeer(url_a, TOKEN)
+        try:
+            result = sync.sync_with_peer(b, peer, push=True)
+        finally:
+            peer.close()
+        assert peer.batched is True
+        assert (result["pulled_events"], result["pulled_artifacts"]) == (30, 30)
+        assert (result["pushed_events"], result["pushed_artifacts"]) == (1, 1)
+        assert a.version_vector() == b.version_vector()
+        assert a.artifact_get(blob.id).content == bytes(range(256))
+        back = sync.HttpPeer(url_b, TOKEN)
+        try:
+            assert sync.sync_with_peer(a, back)["pulled_events"] == 0
+        finally:
+            back.close()
+
+
+def test_hub_loop_picks_up_peers_json_written_after_start(make, tmp_path) -> None:
+    a, b = make("a"), make("b")
+    note(a, "remote")
+    palace = tmp_path / "palace-b"
+    palace.mkdir()
+    loop = sync.SyncLoop(b, palace, interval_s=0.05)
+    with running_hub(a) as url:
+        loop.start()
+        try:
+            assert loop.wait_rounds(1, 30)
+            assert b.stats()["events"] == 0
+            peers = {"peers": [{"name": "alpha", "url": url, "token": TOKEN}]}
+            (palace / "peers.json").write_text(json.dumps(peers))
+            start = loop.rounds
+            assert loop.wait_rounds(start + 2, 30)
+        finally:
+            loop.stop()
+    assert b.stats()["events"] == 1
+    est = loop.estate()
+    assert est["peers"][0]["name"] == "alpha" and est["peers"][0]["reachable"] is True
+    assert est["estate_source"]["in_process"] is True and TOKEN not in json.dumps(est)
+
+
+def test_interval_zero_disables_the_loop(make, tmp_path) -> None:
+    loop = sync.SyncLoop(make("a"), tmp_path, interval_s=0)
+    loop.start()
+    assert loop._thread is None and not loop.enabled
+    loop.stop()
+
+
+def test_peers_route_lists_estate_without_tokens(make, tmp_path) -> None:
+    a, b = make("a"), make("b")
+    note(a)
+    with running_hub(a) as url_a:
+        peer = sync.HttpPeer(url_a, TOKEN, name="alpha")
+        sync.sync_one(b, peer)
+        peer.close()
+        dead = sync.HttpPeer("http://127.0.0.1:9", "secret", name="dead")
+        assert "error" in sync.sync_one(b, dead)
+        dead.close()
+        with running_hub(b) as url_b:
+            est = get(url_b, "/sync/peers").json()
+    by_name = {p["name"]: p for p in est["peers"]}
+    assert by_name["alpha"]["reachable"] is True and by_name["alpha"]["last_pulled_events"] == 1
+    assert by_name["dead"]["reachable"] is False and by_name["dead"]["last_error"]
+    assert est["self"]["replica_id"] == b.replica_id
+    assert "secret" not in json.dumps(est) and TOKEN not in json.dumps(est)
+
+
+def test_cli_sync_pulls_over_real_http(make, tmp_path) -> None:
+    a = make("a")
+    note(a, "over the wire")
+    db = str(tmp_path / "cli.sqlite3")
+    with running_hub(a) as url:
+        proc = run_cli("sync", "--db", db, "--peer", url, "--token", TOKEN, "--json")
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)[0]["pulled_events"] == 1
+        bad = run_cli("sync", "--db", db, "--peer", url, "--token", "wrong")
+        assert bad.returncode == 1 and b"401" in bad.stdout
+
+
+def test_hole_probe_route_and_repair_over_http(make) -> None:
+    a, b = make("a"), make("b")
+    for i in range(10):
+        note(a, str(i))
+    wires = replication.ops_page(a, a.replica_id, 0, 50)["events"]
+    replication.apply_remote_events(b, wires[:6] + wires[7:])
+    with running_hub(a) as url:
+        probe = get(url, "/sync/count", origin=a.replica_id, upto=5).json()
+        assert probe == {"origin": a.replica_id, "upto": 5, "count": 5}
+        assert get(url, "/sync/count", origin="").status_code == 400
+        peer = sync.HttpPeer(url, TOKEN)
+        try:
+            out = sync.sync_one(b, peer, repair=True)
+        finally:
+            peer.close()
+    assert out["repair"]["holes"][0]["first_missing_origin_seq"] == wires[6]["origin_seq"]
+    assert out["repair"]["pulled_events"] == 1
+    assert b.event_get(wires[6]["id"]).body == "6"
