@@ -243,7 +243,8 @@ import sys, time
 from mempalace_logstream.store import LogStore
 url, n = sys.argv[1], int(sys.argv[2])
 store = LogStore.open(url)
-cursor = store.tip()[1]
+newest = store.event_list(limit=1).events
+cursor = newest[0].id if newest else None
 print("ready", flush=True)
 got = 0
 while got < n:
@@ -276,7 +277,8 @@ def wake_latency(url: str, pings: int) -> tuple[list[float], list[float]]:
     samples: list[float] = []
     after_commit: list[float] = []
     try:
-        assert proc.stdout.readline().strip() == "ready"
+        if proc.stdout.readline().strip() != "ready":
+            raise RuntimeError("the waiter process failed to start (its error is above)")
         time.sleep(0.2)  # let the waiter reach its first wait (and open LISTEN) before timing
         for i in range(pings + warm):
             time.sleep(random.uniform(0.01, 0.03))

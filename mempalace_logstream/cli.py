@@ -455,11 +455,7 @@ def stats(
 
 
 # --------------------------------------------------------------------------- hub and MCP
-
-
-def _open_store(db: str | None, palace: str | None):
-    client = open_client(db, palace)
-    return client.store
+# (`_open_store` is shared with the sync commands below.)
 
 
 @app.command()
@@ -821,7 +817,9 @@ class _WatchPrinter:
         elif self.as_json:
             text = json.dumps(data, ensure_ascii=False, indent=2)
         elif batch.events:
-            text = "\n".join([f"{data['count']} event(s):"] + [event_line(e) for e in data["events"]])
+            text = "\n".join(
+                [f"{data['count']} event(s):"] + [event_line(e) for e in data["events"]]
+            )
         else:
             text = "No matching events before the idle timeout."
         sys.stdout.write(text + "\n")
@@ -832,18 +830,19 @@ class _WatchPrinter:
         sys.stderr.flush()
 
 
-def _kill_after_print_hook():
-    """LOGSTREAM_TEST_KILL_AFTER_PRINT=N: SIGKILL ourselves after printing batch N, before its
-    checkpoint (the crash point the at-least-once tests need)."""
+def _watch_crash_hook():
+    """LOGSTREAM_TEST_KILL_AT=print:N (or checkpoint:N): SIGKILL ourselves right after printing
+    (or checkpointing) matched batch N. A test hook for the at-least-once tests."""
     import os
 
-    raw = os.environ.get("LOGSTREAM_TEST_KILL_AFTER_PRINT")
+    raw = os.environ.get("LOGSTREAM_TEST_KILL_AT")
     if not raw:
         return None
-    target = int(raw)
+    where, _, n = raw.partition(":")
+    target = int(n or 1)
 
-    def hook(printed: int) -> None:
-        if printed >= target:
+    def hook(point: str, printed: int) -> None:
+        if point == where and printed >= target:
             import signal
 
             os.kill(os.getpid(), signal.SIGKILL)
@@ -895,7 +894,7 @@ def watch(
     try:
         client = open_client(db, palace, hub, token)
         try:
-            watcher = watch_mod.Watcher(client, opts, printer, after_print=_kill_after_print_hook(),
+            watcher = watch_mod.Watcher(client, opts, printer, crash_hook=_watch_crash_hook(),
                                         human=not as_json)  # fmt: skip
             code = watcher.run()
         finally:

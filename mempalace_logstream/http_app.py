@@ -236,7 +236,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
                                          "field": {"type": ["string", "null"]}},
         "required": ["error"]}}}}
     for code, text in (
-        (401, "Missing or wrong bearer token"), (403, "Host or Origin refused"),
+        (400, "Bad stream or sync parameters"), (401, "Missing or wrong bearer token"),
+        (403, "Host or Origin refused"),
         (404, "No such event, artifact or cursor"), (409, "Conflict (idempotency key)"),
         (413, "Request too large"), (422, "Invalid input; names the field"),
         (502, "Sync failed"), (503, "Storage failed or SSE client cap reached"),

@@ -13,14 +13,16 @@ import dataclasses
 import hashlib
 import re
 import secrets
+import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 
 from mempalace_logstream import engine as engine_mod
 from mempalace_logstream import errors, hlc, migrate, notify
@@ -50,6 +52,71 @@ _TX_STATE_QUERY = sa.select(
     .limit(1)
     .scalar_subquery(),
 )
+# Hot statements are compiled once per store from the Core tables above and run as plain SQL
+# text: on SQLite through a DBAPI connection (no SQLAlchemy per statement), elsewhere through
+# `exec_driver_sql`. SQLite text uses named parameters, which the sqlite3 module binds from dicts.
+_SQLITE_NAMED = SQLiteDialect_pysqlite(paramstyle="named")
+# Read statements select the Event fields in declaration order, the artifact links column in
+# the `artifact_ids` slot, so a row zips straight into an Event's __dict__.
+_EVENT_FIELDS = tuple(f.name for f in dataclasses.fields(Event))
+_SEQ_AT, _ID_AT = _EVENT_FIELDS.index("seq"), _EVENT_FIELDS.index("id")
+_OSEQ_AT, _LINKS_AT = _EVENT_FIELDS.index("origin_seq"), _EVENT_FIELDS.index("artifact_ids")
+# A page row carries its artifact links as "position<RS>id<US>position<RS>id…" (control
+# characters never occur in ids), so a read needs no second statement over the page's ids.
+_POS_SEP, _LINK_SEP = "\x1e", "\x1f"
+# Filter fields in the order of `Filters.clause()`, and the column each one tests.
+_PAGE_FILTERS = ("stream", "room", "topic", "type", "correlation_id", "status", "writer",
+                 "exclude_writer")  # fmt: skip
+
+
+def _links_column(dialect: str) -> sa.Label[Any]:
+    ea = event_artifacts.alias("ea")
+    char = sa.func.chr if dialect == "postgresql" else sa.func.char
+    item = sa.cast(ea.c.position, sa.Text) + char(sa.literal_column("30")) + ea.c.artifact_id
+    agg = sa.func.string_agg if dialect == "postgresql" else sa.func.group_concat
+    link_sep = char(sa.literal_column("31"))
+    return (
+        sa.select(agg(item, link_sep))
+        .where(ea.c.event_id == events.c.id)
+        .scalar_subquery()
+        .label("artifact_links")
+    )
+
+
+def _artifact_ids(links: str | None) -> tuple[str, ...]:
+    if not links:
+        return ()
+    pairs = [item.split(_POS_SEP, 1) for item in links.split(_LINK_SEP)]
+    return tuple(aid for _, aid in sorted(pairs, key=lambda p: int(p[0])))
+
+
+def _read_columns(dialect: str) -> list[sa.ColumnElement[Any]]:
+    cols: list[sa.ColumnElement[Any]] = []
+    for name in _EVENT_FIELDS:
+        cols.append(_links_column(dialect) if name == "artifact_ids" else events.c[name])
+    return cols
+
+
+def _events_from_rows(rows: Sequence[Sequence[Any]]) -> list[Event]:
+    """Events from rows of `_read_columns` (plain tuples or Rows).
+
+    A frozen dataclass assigns every field through `object.__setattr__` in `__init__`; filling
+    `__dict__` directly builds the same object ~6x faster (a page has up to 500 of them).
+    """
+    out = []
+    new, names = object.__new__, _EVENT_FIELDS
+    for row in rows:
+        event = new(Event)
+        values = event.__dict__
+        values.update(zip(names, row, strict=True))
+        values["seq"], values["origin_seq"] = int(row[_SEQ_AT]), int(row[_OSEQ_AT])
+        values["artifact_ids"] = _artifact_ids(row[_LINKS_AT])
+        out.append(event)
+    return out
+
+
+# Query = run one precompiled SQL text with a parameter dict, return all rows as tuples.
+_Query = Callable[[str, Mapping[str, Any]], Sequence[Sequence[Any]]]
 
 
 def _now_text(ms: int) -> str:
@@ -123,6 +190,9 @@ def _in(col: sa.ColumnElement[Any], values: Sequence[str]) -> sa.ColumnElement[b
 @dataclass
 class _Pending:
     fn: Callable[[sa.Connection, _TxState], Any]
+    # The same work on the SQLite DBAPI writer connection (event_append, event_ack): used when
+    # every item of a batch has one; any other item sends the whole batch down `fn`.
+    raw: Callable[[sqlite3.Connection, _TxState], Any] | None = None
     done: bool = False
     result: Any = None
     error: BaseException | None = None
@@ -173,6 +243,15 @@ class LogStore:
         self._queue_lock = threading.Lock()
         self._commit_lock = threading.Lock()
         self._closed = False
+        # Precompiled SQL text per statement shape (see `_sql`), and the SQLite writer's own
+        # DBAPI connection, opened on first use and used only under the commit lock.
+        self._sql_dialect = _SQLITE_NAMED if self.dialect == "sqlite" else engine.dialect
+        self._sql_cache: dict[Any, tuple[str, dict[str, Any]]] = {}
+        self._raw_writer: Any = None
+        self._busy_timeout_s = 30.0
+        # Write transactions committed by this store (one per group commit; read by tests
+        # and `stats` to show that concurrent appends share commits).
+        self.commits = 0
 
     @classmethod
     def open(cls, url: str, *, durability: str = "full", **kwargs: Any) -> LogStore:
@@ -185,6 +264,10 @@ class LogStore:
         self._closed = True
         if self._change_watcher is not None:
             self._change_watcher.stop()
+        with self._commit_lock:
+            if self._raw_writer is not None:
+                self._raw_writer.close()  # back to the pool, which dispose() closes
+                self._raw_writer = None
         self.engine.dispose()
 
     def __enter__(self) -> LogStore:
@@ -253,18 +336,29 @@ class LogStore:
         channel = self._notify_channel
         return notify.ChangeWatcher(self.notifier, lambda: notify.PgListenSignal(connect, channel))
 
-    def _submit(self, fn: Callable[[sa.Connection, _TxState], Any]) -> Any:
-        """Run `fn` in a write transaction, group-committed with concurrent callers."""
+    def _submit(
+        self,
+        fn: Callable[[sa.Connection, _TxState], Any],
+        raw: Callable[[sqlite3.Connection, _TxState], Any] | None = None,
+    ) -> Any:
+        """Run `fn` in a write transaction, group-committed with concurrent callers.
+
+        `raw`, when given, is the same work on the SQLite DBAPI writer connection; the batch
+        takes that path when every item has one (see `_fast_path`).
+        """
         if self._closed:
             raise errors.StorageError("the store is closed")
-        item = _Pending(fn)
+        item = _Pending(fn, raw)
         with self._queue_lock:
             self._queue.append(item)
         with self._commit_lock:
             if not item.done:
                 with self._queue_lock:
                     batch, self._queue = self._queue, []
-                self._run_batch(batch)
+                if self._fast_path() and all(i.raw is not None for i in batch):
+                    self._run_raw_batch(batch)
+                else:
+                    self._run_batch(batch)
         if item.error is not None:
             raise item.error
         return item.result
@@ -280,6 +374,7 @@ class LogStore:
                 if appended and self._notify_channel is not None:
                     # Delivered by PostgreSQL at commit, never before: a hint for LISTENers.
                     conn.execute(sa.select(sa.func.pg_notify(self._notify_channel, "")))
+            self.commits += 1
         except BaseException as exc:  # the commit failed: nobody in the batch was written
             for item in batch:
                 if item.error is None:
@@ -311,19 +406,135 @@ class LogStore:
             state.next_seq, state.next_artifact_seq = snapshot[0], snapshot[1]
             del state.appended[snapshot[2] :]
 
-    def _begin_state(self, conn: sa.Connection) -> _TxState:
-        self._lock_writes(conn)
-        # One prebuilt statement, not three: this runs once per (group) commit, and each
-        # separate SQLAlchemy execute cost ~0.2 ms of CPU, a third of a one-row append.
-        max_seq, max_art, top, own = conn.execute(
-            _TX_STATE_QUERY, {"own_replica": self.replica_id}
-        ).one()
+    def _fast_path(self) -> bool:
+        """SQLite, and nobody listens to this engine's statements: plain DBAPI calls.
+
+        An engine with cursor-execute listeners (tracing, query-plan tests, the benchmark's
+        plan capture) keeps the SQLAlchemy path, which runs the very same SQL text for reads.
+        """
+        if self.dialect != "sqlite":
+            return False
+        dispatch = self.engine.dispatch
+        return not (dispatch.before_cursor_execute or dispatch.after_cursor_execute)
+
+    def _sql(
+        self, key: Any, build: Callable[[], sa.Executable], params: Mapping[str, Any]
+    ) -> tuple[str, Mapping[str, Any]]:
+        """(SQL text, parameters) of a statement shape compiled once per store; `params` plus
+        the values of the statement's own literals (a LIMIT 1 is a bound parameter too)."""
+        hit = self._sql_cache.get(key)
+        if hit is None:
+            compiled = build().compile(dialect=self._sql_dialect)  # type: ignore[attr-defined]
+            defaults = {k: v for k, v in compiled.params.items() if v is not None}
+            hit = self._sql_cache[key] = (str(compiled), defaults)
+        sql, defaults = hit
+        return sql, ({**defaults, **params} if defaults else params)
+
+    def _run_raw_batch(self, batch: list[_Pending]) -> None:
+        """`_run_batch` on the SQLite writer's DBAPI connection, with the same semantics:
+        BEGIN IMMEDIATE, the state query, one SAVEPOINT per item when several share the
+        commit, COMMIT; sqlite3 errors become StorageError with the same texts."""
+        appended: list[Event] = []
+        try:
+            try:
+                db = self._raw_writer_connection()
+                self._raw_begin(db)
+                try:
+                    state = self._raw_state(db)
+                    for item in batch:
+                        self._run_raw_item(db, state, item, savepoint=len(batch) > 1)
+                    db.execute("COMMIT")
+                    self.commits += 1
+                except BaseException:
+                    if db.in_transaction:
+                        db.execute("ROLLBACK")
+                    raise
+                appended = state.appended
+            except sqlite3.Error as exc:
+                raise errors.StorageError(_storage_message(exc)) from exc
+        except BaseException as exc:  # the commit failed: nobody in the batch was written
+            for item in batch:
+                if item.error is None:
+                    item.error = exc
+                    item.result = None
+        finally:
+            for item in batch:
+                item.done = True
+        if appended:
+            self.notifier.bump()
+
+    def _run_raw_item(
+        self, db: sqlite3.Connection, state: _TxState, item: _Pending, savepoint: bool
+    ) -> None:
+        assert item.raw is not None
+        if not savepoint:
+            item.result = item.raw(db, state)
+            return
+        snapshot = (state.next_seq, state.next_artifact_seq, len(state.appended))
+        db.execute("SAVEPOINT logstream_item")
+        try:
+            item.result = item.raw(db, state)
+        except Exception as exc:
+            db.execute("ROLLBACK TO logstream_item")
+            db.execute("RELEASE logstream_item")
+            item.error = exc
+            if isinstance(exc, sqlite3.Error):
+                item.error = errors.StorageError(_storage_message(exc))
+                item.error.__cause__ = exc
+            state.next_seq, state.next_artifact_seq = snapshot[0], snapshot[1]
+            del state.appended[snapshot[2] :]
+        else:
+            db.execute("RELEASE logstream_item")
+
+    def _raw_writer_connection(self) -> sqlite3.Connection:
+        """The writer's pooled DBAPI connection (engine.py's connect listener set WAL, the
+        synchronous level, busy_timeout, foreign_keys and isolation_level=None on it)."""
+        if self._raw_writer is None:
+            with self._storage_errors():
+                proxy = self.engine.raw_connection()
+            db = proxy.driver_connection
+            self._busy_timeout_s = db.execute("PRAGMA busy_timeout").fetchone()[0] / 1000
+            self._raw_writer = proxy
+        return self._raw_writer.driver_connection
+
+    def _raw_begin(self, db: sqlite3.Connection) -> None:
+        """BEGIN IMMEDIATE. SQLite already waits up to busy_timeout for the lock; a SQLITE_BUSY
+        returned early (WAL recovery by another connection, for one) is retried until the
+        same deadline, so callers only ever see "database busy" once it has really passed."""
+        deadline = time.monotonic() + self._busy_timeout_s
+        delay = 0.001
+        while True:
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                if time.monotonic() + delay >= deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+    def _raw_state(self, db: sqlite3.Connection) -> _TxState:
+        sql, params = self._sql("tx-state", lambda: _TX_STATE_QUERY,
+                                {"own_replica": self.replica_id})  # fmt: skip
+        row = db.execute(sql, params).fetchone()
+        return self._state_from(*row)
+
+    def _state_from(self, max_seq: Any, max_art: Any, top: Any, own: Any) -> _TxState:
         max_seq, max_art = max_seq or 0, max_art or 0
         # Other processes append too: never tick below the newest stamp in the file.
         self.clock.seed(own)
         if top:
             self.clock.observe(top)
         return _TxState(next_seq=max_seq + 1, next_artifact_seq=max_art + 1)
+
+    def _begin_state(self, conn: sa.Connection) -> _TxState:
+        self._lock_writes(conn)
+        # One prebuilt statement, not three: this runs once per (group) commit, and each
+        # separate SQLAlchemy execute cost ~0.2 ms of CPU, a third of a one-row append.
+        row = conn.execute(_TX_STATE_QUERY, {"own_replica": self.replica_id}).one()
+        return self._state_from(*row)
 
     # ----------------------------------------------------------------- events: write
 
@@ -371,7 +582,10 @@ class LogStore:
         idempotency key with different content).
         """
         draft = self.draft_event(**fields)
-        return self._submit(lambda conn, st: self._insert_event(conn, st, draft))
+        return self._submit(
+            lambda conn, st: self._insert_event(conn, st, draft),
+            lambda db, st: self._insert_event_raw(db, st, draft),
+        )
 
     def _insert_event(self, conn: sa.Connection, st: _TxState, draft: EventDraft) -> Event:
         if draft.idempotency_key is not None:
@@ -391,9 +605,52 @@ class LogStore:
                     field="artifact_ids",
                     ident=missing[0],
                 )
+        event = self._new_event(st, draft)
+        self._write_event_row(conn, event, draft.idempotency_key)
+        st.next_seq += 1
+        st.appended.append(event)
+        return event
+
+    def _insert_event_raw(self, db: sqlite3.Connection, st: _TxState, draft: EventDraft) -> Event:
+        """`_insert_event` on the SQLite writer's DBAPI connection (same checks, same rows)."""
+        if draft.idempotency_key is not None:
+            params = {"from_agent": draft.from_agent, "idempotency_key": draft.idempotency_key}
+            sql, params = self._sql("idempotent", lambda: self._event_select(
+                events.c.from_agent == sa.bindparam("from_agent"),
+                events.c.idempotency_key == sa.bindparam("idempotency_key"),
+            ), params)  # fmt: skip
+            rows = db.execute(sql, params).fetchall()
+            if rows:
+                return self._same_as_prior(_events_from_rows(rows)[0], draft)
+        if draft.artifact_ids:
+            for aid in draft.artifact_ids:
+                sql, params = self._sql("artifact-exists", lambda: sa.select(artifacts.c.id).where(
+                    artifacts.c.id == sa.bindparam("id")
+                ), {"id": aid})  # fmt: skip
+                if db.execute(sql, params).fetchone() is None:
+                    raise errors.NotFoundError(
+                        f"artifact_ids references unknown artifact {aid!r}; put it first",
+                        field="artifact_ids",
+                        ident=aid,
+                    )
+        event = self._new_event(st, draft)
+        row = {**event.__dict__, "idempotency_key": draft.idempotency_key}
+        sql, params = self._sql("insert-event", lambda: sa.insert(events), row)
+        db.execute(sql, params)
+        if event.artifact_ids:
+            sql, _ = self._sql("insert-link", lambda: sa.insert(event_artifacts), {})
+            db.executemany(sql, [
+                {"event_id": event.id, "artifact_id": a, "position": i}
+                for i, a in enumerate(event.artifact_ids)
+            ])  # fmt: skip
+        st.next_seq += 1
+        st.appended.append(event)
+        return event
+
+    def _new_event(self, st: _TxState, draft: EventDraft) -> Event:
         ms = self.clock.wall_clock.now_ms()
         seq = st.next_seq
-        event = Event(
+        return Event(
             id=new_id("evt", ms),
             seq=seq,
             origin_replica=self.replica_id,
@@ -414,10 +671,6 @@ class LogStore:
             created_at=_now_text(ms),
             metadata_json=draft.metadata_json,
         )
-        self._write_event_row(conn, event, draft.idempotency_key)
-        st.next_seq += 1
-        st.appended.append(event)
-        return event
 
     def _write_event_row(self, conn: sa.Connection, event: Event, key: str | None) -> None:
         row = {c.name: getattr(event, c.name) for c in _EVENT_COLS}
@@ -441,7 +694,10 @@ class LogStore:
         ).first()
         if row is None:
             return None
-        prior = self._hydrate(conn, [row])[0]
+        return self._same_as_prior(self._hydrate(conn, [row])[0], draft)
+
+    def _same_as_prior(self, prior: Event, draft: EventDraft) -> Event:
+        """The earlier event of an idempotency key, or ConflictError if its content differs."""
         same = (
             prior.type, prior.stream, prior.room, prior.topic, prior.to_agent,
             prior.correlation_id, prior.branch, prior.base_commit, prior.status,
@@ -485,8 +741,7 @@ class LogStore:
             idempotency_key=idempotency_key,
         )
 
-        def write(conn: sa.Connection, st: _TxState) -> Event:
-            target = self._get_event(conn, target_id, field="event_id")
+        def ack_draft(target: Event) -> EventDraft:
             meta_json = '{"ack_of":' + _json_str(target.id)
             meta_json += ("," + extra[1:]) if extra != "{}" else "}"
             draft = EventDraft(
@@ -502,9 +757,18 @@ class LogStore:
                 metadata_json=meta_json,
                 idempotency_key=base.idempotency_key,
             )
-            return self._insert_event(conn, st, draft)
+            return draft
 
-        return self._submit(write)
+        def write(conn: sa.Connection, st: _TxState) -> Event:
+            target = self._get_event(conn, target_id, field="event_id")
+            return self._insert_event(conn, st, ack_draft(target))
+
+        def write_raw(db: sqlite3.Connection, st: _TxState) -> Event:
+            query: _Query = lambda sql, params: db.execute(sql, params).fetchall()  # noqa: E731
+            target = self._event_by_id(query, target_id, field="event_id")
+            return self._insert_event_raw(db, st, ack_draft(target))
+
+        return self._submit(write, write_raw)
 
     # ----------------------------------------------------------------- artifacts
 
@@ -737,8 +1001,49 @@ class LogStore:
 
     def event_get(self, event_id: Any) -> Event:
         ident = v.required_routing("event_id", event_id)
-        with self._storage_errors(), self.engine.connect() as conn:
-            return self._get_event(conn, ident, field="event_id")
+        with self._reading() as query:
+            return self._event_by_id(query, ident, field="event_id")
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[_Query]:
+        """One read snapshot that runs precompiled SQL text and returns plain rows.
+
+        SQLite (`_fast_path`): a pooled DBAPI connection in a deferred transaction, no
+        SQLAlchemy per statement. Otherwise (PostgreSQL, or an engine with cursor listeners):
+        the same text through `exec_driver_sql`, so listeners see every statement.
+        """
+        if not self._fast_path():
+            with self._storage_errors(), self.engine.connect() as conn:
+                yield lambda sql, params: conn.exec_driver_sql(sql, dict(params)).all()
+            return
+        with self._storage_errors():
+            proxy = self.engine.raw_connection()
+        try:
+            db = proxy.driver_connection
+            db.execute("BEGIN")
+            try:
+                yield lambda sql, params: db.execute(sql, params).fetchall()
+            finally:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+        except sqlite3.Error as exc:
+            raise errors.StorageError(_storage_message(exc)) from exc
+        finally:
+            proxy.close()
+
+    def _event_select(self, *where: sa.ColumnElement[bool]) -> sa.Select[Any]:
+        return sa.select(*_read_columns(self.dialect)).where(*where)
+
+    def _event_by_id(self, query: _Query, ident: str, *, field: str) -> Event:
+        sql, params = self._sql(
+            "event-by-id",
+            lambda: self._event_select(events.c.id == sa.bindparam("id")),
+            {"id": ident},
+        )
+        rows = query(sql, params)
+        if not rows:
+            raise errors.NotFoundError(f"{field} {ident!r} not found", field=field, ident=ident)
+        return _events_from_rows(rows)[0]
 
     def _get_event(self, conn: sa.Connection, ident: str, *, field: str) -> Event:
         row = conn.execute(sa.select(*_EVENT_COLS).where(events.c.id == ident)).first()
@@ -746,11 +1051,16 @@ class LogStore:
             raise errors.NotFoundError(f"{field} {ident!r} not found", field=field, ident=ident)
         return self._hydrate(conn, [row])[0]
 
-    def _seq_of(self, conn: sa.Connection, ident: str, field: str) -> int:
-        seq = conn.execute(sa.select(events.c.seq).where(events.c.id == ident)).scalar()
-        if seq is None:
+    def _seq_of(self, query: _Query, ident: str, field: str) -> int:
+        sql, params = self._sql(
+            "seq-of",
+            lambda: sa.select(events.c.seq).where(events.c.id == sa.bindparam("id")),
+            {"id": ident},
+        )
+        rows = query(sql, params)
+        if not rows:
             raise errors.NotFoundError(f"{field} {ident!r} not found", field=field, ident=ident)
-        return int(seq)
+        return int(rows[0][0])
 
     def _hydrate(self, conn: sa.Connection, rows: Sequence[sa.Row[Any]]) -> list[Event]:
         if not rows:
@@ -768,11 +1078,21 @@ class LogStore:
 
     def tip(self) -> tuple[int, str | None]:
         """(seq, id) of the newest event, or (0, None) on an empty log."""
-        with self._storage_errors(), self.engine.connect() as conn:
-            row = conn.execute(
-                sa.select(events.c.seq, events.c.id).order_by(events.c.seq.desc()).limit(1)
-            ).first()
+        with self._reading() as query:
+            row = self._top(query, None)
         return (int(row[0]), row[1]) if row else (0, None)
+
+    def _top(self, query: _Query, hi: int | None) -> Sequence[Any] | None:
+        """(seq, id) of the newest event below `hi` (all events when None)."""
+
+        def build() -> sa.Select[Any]:
+            q = sa.select(events.c.seq, events.c.id).order_by(events.c.seq.desc())
+            q = q.limit(1)
+            return q if hi is None else q.where(events.c.seq < sa.bindparam("hi"))
+
+        sql, params = self._sql(("top", hi is None), build, {} if hi is None else {"hi": hi})
+        rows = query(sql, params)
+        return rows[0] if rows else None
 
     def event_list(
         self,
@@ -796,8 +1116,8 @@ class LogStore:
             since_created_at=since_created_at, limit=limit, order=order, preview=preview,
             from_agent=from_agent, **filters,
         )  # fmt: skip
-        with self._storage_errors(), self.engine.connect() as conn:
-            return self._read(conn, req)
+        with self._reading() as query:
+            return self._read(query, req)
 
     def read_request(self, **raw: Any) -> ReadRequest:
         """Validate the raw read arguments shared by list, wait, watch and SSE."""
@@ -832,38 +1152,35 @@ class LogStore:
         The building block of the hub's async waits and SSE feed, which wake on the notifier
         and call this from a worker thread. Raises NotFoundError for an unknown cursor.
         """
-        with self._storage_errors(), self.engine.connect() as conn:
-            return self._read(conn, req, after_seq=after_seq)
+        with self._reading() as query:
+            return self._read(query, req, after_seq=after_seq)
 
-    def _read(self, conn: sa.Connection, req: ReadRequest, after_seq: int | None = None) -> Page:
+    def _read(self, query: _Query, req: ReadRequest, after_seq: int | None = None) -> Page:
         lo = after_seq if after_seq is not None else 0
         hi: int | None = None
         if after_seq is None and req.since_event_id not in (None, "tip"):
-            lo = self._seq_of(conn, req.since_event_id, "since_event_id")
+            lo = self._seq_of(query, req.since_event_id, "since_event_id")
         if req.before_event_id:
-            hi = self._seq_of(conn, req.before_event_id, "before_event_id")
-        top_q = sa.select(events.c.seq, events.c.id).order_by(events.c.seq.desc()).limit(1)
-        if hi is not None:
-            top_q = top_q.where(events.c.seq < hi)
-        top = conn.execute(top_q).first()
+            hi = self._seq_of(query, req.before_event_id, "before_event_id")
+        top = self._top(query, hi)
         if after_seq is None and req.since_event_id == "tip":
             lo = int(top[0]) if top else 0
         has_cursor = req.since_event_id is not None or after_seq is not None
         order = req.order or ("asc" if has_cursor else "desc")
         if top is None or int(top[0]) <= lo:
-            cursor = self._id_at(conn, lo) if lo else None
+            cursor = self._id_at(query, lo) if lo else None
             return Page(events=(), cursor=cursor, has_more=False, note=req.note,
                         scanned_seq=lo, preview=req.preview, slim=req.slim)  # fmt: skip
         top_seq, top_id = int(top[0]), top[1]
-        rows = conn.execute(self._page_query(req, lo, top_seq, order)).all()
+        rows = query(*self._page_query(req, lo, top_seq, order))
         has_more = len(rows) > req.limit
         rows = rows[: req.limit]
         if order == "asc" and has_more:
-            scanned_seq, cursor = int(rows[-1].seq), rows[-1].id
+            scanned_seq, cursor = int(rows[-1][_SEQ_AT]), rows[-1][_ID_AT]
         else:
             scanned_seq, cursor = top_seq, top_id
         return Page(
-            events=tuple(self._hydrate(conn, rows)),
+            events=tuple(_events_from_rows(rows)),
             cursor=cursor,
             has_more=has_more,
             note=req.note,
@@ -872,36 +1189,75 @@ class LogStore:
             slim=req.slim,
         )
 
-    def _page_query(self, req: ReadRequest, lo: int, top_seq: int, order: str) -> sa.Executable:
-        """The page: matches in (lo, top_seq], in seq order, limit + 1 rows.
+    def _page_query(
+        self, req: ReadRequest, lo: int, top_seq: int, order: str
+    ) -> tuple[str, Mapping[str, Any]]:
+        """The page: matches in (lo, top_seq], in seq order, limit + 1 rows, as (SQL, params).
 
         An inbox filter is `to_agent IN (X, '*')`; SQLite cannot read an IN list in the order
         of the (to_agent, seq) index, so it would collect every match and sort it (a temp
         B-tree: ~100k rows for one inbox on a 1M-event log). One leg per value instead, each an
         index range already in seq order, merged by UNION ALL (MERGE, no sort) and stopped at
         the limit. The values are distinct, so the legs are disjoint: the same rows.
+
+        The SQL is compiled once per filter shape (which fields, how many values each) with
+        named parameters, so a read costs no statement building or cache-key generation.
         """
-        where = [events.c.seq > lo, events.c.seq <= top_seq]
+        f = req.filters
+        params: dict[str, Any] = {"lo": lo, "top": top_seq, "lim": req.limit + 1}
+        shape: list[tuple[str, int]] = []
+        for name in _PAGE_FILTERS:
+            values = getattr(f, name)
+            if values:
+                shape.append((name, len(values)))
+                params.update((f"{name}_{i}", value) for i, value in enumerate(values))
+        to_values = tuple(dict.fromkeys((*f.to_agent, "*"))) if f.to_agent else ()
+        params.update((f"to_{i}", value) for i, value in enumerate(to_values))
         if req.since_created_at:
-            where.append(events.c.created_at >= req.since_created_at)
-        to_values = (*req.filters.to_agent, "*") if req.filters.to_agent else ()
-        to_values = tuple(dict.fromkeys(to_values))
+            params["since_created_at"] = req.since_created_at
         split = self.dialect == "sqlite" and 1 < len(to_values) <= _SPLIT_TO_AGENT_MAX
+        key = ("page", tuple(shape), len(to_values), split, bool(req.since_created_at), order)
+        return self._sql(key, lambda: self._page_statement(
+            tuple(shape), len(to_values), split, bool(req.since_created_at), order
+        ), params)  # fmt: skip
+
+    def _page_statement(
+        self, shape: tuple[tuple[str, int], ...], n_to: int, split: bool, since_created: bool,
+        order: str,
+    ) -> sa.Executable:  # fmt: skip
+        where: list[sa.ColumnElement[bool]] = [
+            events.c.seq > sa.bindparam("lo"), events.c.seq <= sa.bindparam("top")
+        ]  # fmt: skip
+        if since_created:
+            where.append(events.c.created_at >= sa.bindparam("since_created_at"))
+        for name, n in shape:
+            col = events.c.from_agent if name in ("writer", "exclude_writer") else events.c[name]
+            binds = [sa.bindparam(f"{name}_{i}") for i in range(n)]
+            if name == "exclude_writer":
+                where.append(col.not_in(binds))
+            else:
+                where.append(col == binds[0] if n == 1 else col.in_(binds))
+        to_binds = [sa.bindparam(f"to_{i}") for i in range(n_to)]
+        limit = sa.bindparam("lim")
         if not split:
-            q = sa.select(*_EVENT_COLS).where(*where, *req.filters.clause())
+            if to_binds:
+                where.append(events.c.to_agent.in_(to_binds))
+            q = self._event_select(*where)
             q = q.order_by(events.c.seq.asc() if order == "asc" else events.c.seq.desc())
-            return q.limit(req.limit + 1)
-        others = dataclasses.replace(req.filters, to_agent=None).clause()
-        legs = [
-            sa.select(*_EVENT_COLS).where(*where, *others, events.c.to_agent == value)
-            for value in to_values
-        ]
+            return q.limit(limit)
+        legs = [self._event_select(*where, events.c.to_agent == b) for b in to_binds]
         merged = sa.union_all(*legs)
         seq = merged.selected_columns.seq
-        return merged.order_by(seq.asc() if order == "asc" else seq.desc()).limit(req.limit + 1)
+        return merged.order_by(seq.asc() if order == "asc" else seq.desc()).limit(limit)
 
-    def _id_at(self, conn: sa.Connection, seq: int) -> str | None:
-        return conn.execute(sa.select(events.c.id).where(events.c.seq == seq)).scalar()
+    def _id_at(self, query: _Query, seq: int) -> str | None:
+        sql, params = self._sql(
+            "id-at",
+            lambda: sa.select(events.c.id).where(events.c.seq == sa.bindparam("seq")),
+            {"seq": seq},
+        )
+        rows = query(sql, params)
+        return rows[0][0] if rows else None
 
     def event_wait(self, *, timeout_ms: Any = None, **read_args: Any) -> Page:
         """Return matches after the cursor at once, else block until one arrives (S-5.4).

@@ -240,7 +240,7 @@ def sync_with_peer(
     """One anti-entropy round: pull every origin the peer is ahead on (artifacts before the
     events that use them), then with `push` send what the peer lacks.
 
-    Memory is bounded by one batch. Raises SyncError/PeerUnavailableError if the peer fails;
+    Memory is bounded by two pages. Raises SyncError/PeerUnavailableError if the peer fails;
     refused items do not raise, they are reported in the result.
     """
     remote = peer.version_vector()
@@ -600,7 +600,6 @@ def interval_from_env(environ: Mapping[str, str]) -> float:
                     f"{key}={raw!r} must be a number of seconds (0 disables)", field=key
                 ) from None
     return DEFAULT_INTERVAL_S
-
 
 
 class SyncLoop:

@@ -250,7 +250,7 @@ class Watcher:
     client: Client
     opts: WatchOptions
     out: Output
-    after_print: Callable[[int], None] | None = None  # test hook: crash points
+    crash_hook: Callable[[str, int], None] | None = None  # tests: ("print"|"checkpoint", n)
     human: bool = True
     _warned: bool = False
 
@@ -336,9 +336,9 @@ class Watcher:
             if batch.events:
                 self.out.batch(batch, final=not opts.follow)
                 printed += 1
-                if self.after_print is not None:
-                    self.after_print(printed)
+                self._crash_point("print", printed)
                 self._checkpoint(batch.cursor)
+                self._crash_point("checkpoint", printed)
                 cursor, matched = batch.cursor, True
                 if not opts.follow:
                     return EXIT_MATCHED
@@ -351,6 +351,10 @@ class Watcher:
                 self.out.batch(batch, final=True)
                 return EXIT_MATCHED if matched else EXIT_IDLE
         raise AssertionError("follow() never ends")  # pragma: no cover
+
+    def _crash_point(self, where: str, printed: int) -> None:
+        if self.crash_hook is not None:
+            self.crash_hook(where, printed)
 
     def _idle_deadline(self) -> float | None:
         if self.opts.idle_exit_ms is None:

@@ -29,8 +29,13 @@ def hub(tmp_path_factory: pytest.TempPathFactory):
 def test_requests_without_the_token_are_401_except_healthz(hub) -> None:
     with httpx.Client(base_url=hub.url, timeout=10) as c:
         assert c.get("/healthz").status_code == 200
-        for method, path in (("GET", "/v1/stats"), ("POST", "/v1/event_list"),
-                             ("GET", "/v1/stream"), ("POST", "/mcp"), ("GET", "/openapi.json")):
+        for method, path in (
+            ("GET", "/v1/stats"),
+            ("POST", "/v1/event_list"),
+            ("GET", "/v1/stream"),
+            ("POST", "/mcp"),
+            ("GET", "/openapi.json"),
+        ):
             resp = c.request(method, path)
             assert resp.status_code == 401, path
             assert resp.headers["www-authenticate"] == "Bearer"

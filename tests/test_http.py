@@ -6,6 +6,7 @@ import asyncio
 import base64
 import hashlib
 import time
+
 import httpx
 import pytest
 
@@ -137,8 +138,10 @@ def test_event_wait_returns_matches_and_times_out_normally(client: httpx.Client)
     first = append(client, to_agent="waiter")
     out = client.post("/v1/event_wait", json={"to_agent": "waiter", "timeout_ms": 1000}).json()
     assert out["timed_out"] is False and out["events"][0]["id"] == first["id"]
-    out = client.post("/v1/event_wait", json={
-        "since_event_id": first["id"], "to_agent": "waiter", "timeout_ms": 50}).json()
+    out = client.post(
+        "/v1/event_wait",
+        json={"since_event_id": first["id"], "to_agent": "waiter", "timeout_ms": 50},
+    ).json()
     assert out["timed_out"] is True and out["events"] == [] and out["count"] == 0
     bad = client.post("/v1/event_wait", json={"timeout_ms": 300_001})
     assert bad.status_code == 422 and bad.json()["field"] == "timeout_ms"
@@ -154,15 +157,24 @@ async def _long_waits_and_an_append(hub: LiveHub) -> None:
     async with httpx.AsyncClient(base_url=hub.url, timeout=60) as ac:
         tip = (await ac.post("/v1/event_list", json={"limit": 1})).json()["cursor"]
         waits = [
-            asyncio.create_task(ac.post("/v1/event_wait", json={
-                "since_event_id": tip or "tip", "to_agent": f"w{i % 3}",
-                "timeout_ms": 300_000}))  # fmt: skip
+            asyncio.create_task(
+                ac.post(
+                    "/v1/event_wait",
+                    json={
+                        "since_event_id": tip or "tip",
+                        "to_agent": f"w{i % 3}",
+                        "timeout_ms": 300_000,
+                    },
+                )
+            )  # fmt: skip
             for i in range(60)
         ]
         await _until(lambda: hub.store.notifier.waiters >= 60)
         started = time.monotonic()
-        resp = await ac.post("/v1/event_append", json={
-            "type": "note", "stream": "s", "room": "r", "from_agent": "a", "to_agent": "*"})
+        resp = await ac.post(
+            "/v1/event_append",
+            json={"type": "note", "stream": "s", "room": "r", "from_agent": "a", "to_agent": "*"},
+        )
         assert resp.status_code == 200
         done = await asyncio.wait_for(asyncio.gather(*waits), timeout=20)
         elapsed = time.monotonic() - started

@@ -55,9 +55,20 @@ async def delegation(session: ClientSession) -> None:
     assert "writer" in tools["mempalace_event_list"].inputSchema["properties"]
     assert "limit" in tools["mempalace_event_wait"].inputSchema["properties"]
 
-    created = _data(await session.call_tool("mempalace_task_create", {
-        "project": "Demo App", "from_agent": "lead", "to_agent": "worker",
-        "goal": "Fix the bug", "branch": "main", "base_commit": "abc1234", "done": "tests pass"}))
+    created = _data(
+        await session.call_tool(
+            "mempalace_task_create",
+            {
+                "project": "Demo App",
+                "from_agent": "lead",
+                "to_agent": "worker",
+                "goal": "Fix the bug",
+                "branch": "main",
+                "base_commit": "abc1234",
+                "done": "tests pass",
+            },
+        )
+    )
     task = created["task"]
     assert task["status"] == "open" and created["handoff"]
     corr, stream = task["correlation_id"], task["stream"]
@@ -82,8 +93,12 @@ async def delegation(session: ClientSession) -> None:
     assert art["sha256"] == hashlib.sha256(PATCH.encode()).hexdigest()
     assert art["sha256"] == submitted["artifact"]["sha256"]
 
-    ack = _data(await session.call_tool("mempalace_event_ack", {
-        "event_id": submitted["event"]["id"], "from_agent": "lead", "status": "applied"}))
+    ack = _data(
+        await session.call_tool(
+            "mempalace_event_ack",
+            {"event_id": submitted["event"]["id"], "from_agent": "lead", "status": "applied"},
+        )
+    )
     assert ack["event"]["to_agent"] == "worker" and ack["event"]["correlation_id"] == corr
     thread = _data(await session.call_tool("mempalace_event_list", {
         "correlation_id": corr, "order": "asc", "slim": True}))  # fmt: skip
@@ -92,8 +107,10 @@ async def delegation(session: ClientSession) -> None:
 
 
 async def validation_errors_are_tool_errors(session: ClientSession) -> None:
-    bad = await session.call_tool("mempalace_event_append", {
-        "type": "Not A Type", "stream": "s", "room": "r", "from_agent": "a"})
+    bad = await session.call_tool(
+        "mempalace_event_append",
+        {"type": "Not A Type", "stream": "s", "room": "r", "from_agent": "a"},
+    )
     assert bad.isError is True
     assert "type 'Not A Type' is not a valid event type" in bad.content[0].text
     bad = await session.call_tool("mempalace_event_wait", {"timeout_ms": 300_001})
@@ -127,8 +144,10 @@ def test_read_only_hides_and_refuses_mutating_tools(mcp_store: LogStore) -> None
         server = mcp_server.build_server(mcp_store, read_only=True)
         async with create_connected_server_and_client_session(server) as session:
             assert set(await _tool_names(session)) == READ_TOOLS
-            refused = await session.call_tool("mempalace_event_append", {
-                "type": "note", "stream": "s", "room": "r", "from_agent": "a"})
+            refused = await session.call_tool(
+                "mempalace_event_append",
+                {"type": "note", "stream": "s", "room": "r", "from_agent": "a"},
+            )
             assert refused.isError is True
         assert mcp_store.event_list().events == ()
 

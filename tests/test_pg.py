@@ -349,6 +349,46 @@ def test_group_commit_batches_threads_and_keeps_seq_contiguous_on_postgresql(pg_
         store.close()
 
 
+def test_a_database_error_inside_a_batch_fails_only_its_own_item_on_postgresql(pg_url):
+    """PostgreSQL aborts the whole transaction on an error unless it sits in a savepoint: each
+    group-committed item must be in its own, so its neighbours still commit."""
+    store = GatedStore(engine_mod.create_engine(pg_url), expect=3)
+    outcomes: dict[str, Any] = {}
+
+    def run(name: str, fn: Any) -> None:
+        try:
+            outcomes[name] = fn()
+        except BaseException as exc:
+            outcomes[name] = exc
+
+    def append(body: str) -> Any:
+        return lambda: store.event_append(type="x", stream="s", room="r", from_agent="a",
+                                          body=body)  # fmt: skip
+
+    def broken() -> Any:
+        return store._submit(lambda conn, st: conn.execute(sa.text("SELECT 1/0")))
+
+    jobs = [("first", append("first"))]
+    jobs += [("ok1", append("ok1")), ("bad", broken), ("ok2", append("ok2"))]
+    threads = [threading.Thread(target=run, args=job) for job in jobs]
+    threads[0].start()
+    deadline = time.monotonic() + 10
+    while not store._commit_lock.locked() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    for t in threads[1:]:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    try:
+        assert store.batches[:2] == [1, 3], store.batches
+        assert isinstance(outcomes["bad"], errors.StorageError)
+        assert "division by zero" in str(outcomes["bad"])
+        assert sorted(e.body for e in all_events(store)) == ["first", "ok1", "ok2"]
+        assert [e.seq for e in all_events(store)] == [1, 2, 3]
+    finally:
+        store.close()
+
+
 def test_two_schemas_in_one_database_do_not_share_the_append_lock(pg_database, pg_url):
     """The advisory lock is keyed per events table: a writer holding one log's lock does not
     block appends to another log in the same database."""
@@ -418,6 +458,15 @@ def test_stats_reports_the_size_of_this_log_not_of_the_whole_database(pg_url):
     assert before + 300_000 <= size < whole
 
 
+def test_a_plain_postgresql_url_selects_psycopg_3_and_other_drivers_are_refused(pg_url):
+    plain = pg_url.replace("postgresql+psycopg://", "postgresql://")
+    with LogStore.open(plain) as store:
+        assert store.engine.dialect.driver == "psycopg"
+        assert store.event_append(type="x", stream="s", room="r", from_agent="a").seq == 1
+    with pytest.raises(errors.ValidationError, match="psycopg 3"):
+        LogStore.open(pg_url.replace("postgresql+psycopg://", "postgresql+psycopg2://"))
+
+
 # ----------------------------------------------------------------------------- CLI on PostgreSQL
 
 
@@ -438,7 +487,7 @@ def test_cli_migrate_and_append_work_against_postgresql(pg_url):
         assert store.dialect == "postgresql"
 
 
-def test_cli_migrate_reports_an_unreachable_postgresql_as_one_line(pg_url):
+def test_cli_migrate_reports_an_unreachable_postgresql_as_one_line():
     bad = "postgresql+psycopg://postgres@127.0.0.1:1/nowhere?connect_timeout=2"
     out = run_cli("migrate", "--db", bad)
     assert out.returncode == 1

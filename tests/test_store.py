@@ -378,7 +378,7 @@ def test_a_failing_item_does_not_poison_its_group_commit(store, stream):
 
 
 def test_eight_threads_appending_at_once_lose_nothing(store, stream):
-    per_thread = 25
+    per_thread = 12
     errors_seen: list[BaseException] = []
 
     def writer(w: int) -> None:

@@ -296,7 +296,7 @@ def test_ctrl_c_exits_130_and_never_0(db: str, tmp_path: Path) -> None:
 def test_print_comes_before_the_checkpoint_so_a_kill_replays(db: str, tmp_path: Path) -> None:
     _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "0")
     ident = _append(db, to_agent="bob")
-    env = {"HOME": str(tmp_path), "LOGSTREAM_TEST_KILL_AFTER_PRINT": "1"}
+    env = {"HOME": str(tmp_path), "LOGSTREAM_TEST_KILL_AT": "print:1"}
     run = run_forked("watch", "--db", db, "--agent", "bob", "--json", env=env)
     assert run.returncode == -signal.SIGKILL
     assert _ids(run.stdout.replace(b"\n", b"")) == [ident]  # printed ...

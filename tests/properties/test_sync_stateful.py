@@ -2,8 +2,9 @@
 
 Random appends, acks and patches; random pulls/pushes between replicas through a peer that
 duplicates and reorders batch items, replays stale batches, and crashes after k calls; random
-partitions. After a full honest round every replica holds the same events and artifacts in the
-same HLC order, and a second round changes nothing.
+partitions; a replica's database recreated from scratch (a new generation). After a full
+honest round every replica holds the same events and artifacts in the same HLC order, and a
+second round changes nothing.
 """
 
 from __future__ import annotations
@@ -141,6 +142,17 @@ class SyncMachine(RuleBasedStateMachine):
         i, j = self._pick(data, "a"), self._pick(data, "b")
         if i != j:
             self.partitioned.add(frozenset((i, j)))
+
+    @rule(data=st.data())
+    def reset(self, data: st.DataObject) -> None:
+        """A replica's database is recreated (new replica id, empty): a new generation."""
+        i = self._pick(data, "replica")
+        self.stores[i].close()
+        path = self.dir / f"r{i}.sqlite3"
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        shutil.copy(template(), path)
+        self.stores[i] = LogStore.open(str(path), durability="normal")
 
     @precondition(lambda self: bool(self.partitioned))
     @rule()
