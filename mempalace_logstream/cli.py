@@ -468,29 +468,42 @@ def serve(
     max_request_bytes: Annotated[int, typer.Option("--max-request-bytes", help="Larger requests get 413.")] = 16 * 1024 * 1024,
     allow_host: Annotated[Multi, typer.Option("--allow-host", help="Extra Host name accepted on a loopback bind (repeat).")] = None,
     mcp_read_only: Annotated[bool, typer.Option("--mcp-read-only", help="Hide mutating MCP tools at /mcp.")] = False,
+    sync_interval: Annotated[float | None, typer.Option("--sync-interval", help="Seconds between background sync rounds with the peers of <palace>/peers.json (0 disables). Default: $MEMPALACE_LOGSTREAM_SYNC_INTERVAL, $MEMPALACE_SYNC_INTERVAL or 15.", show_default=False)] = None,
+    sync_push: Annotated[bool, typer.Option("--sync-push", help="Background rounds also push what each peer lacks.")] = False,
     db: DbOpt = None, palace: PalaceOpt = None,
 ) -> None:  # fmt: skip
     """Run the hub: HTTP API under /v1, SSE at /v1/stream, MCP at /mcp, docs at /docs."""
+    import os
     import socket
 
     import uvicorn
 
     from mempalace_logstream import http_app, mcp_server
+    from mempalace_logstream import sync as sync_mod
 
     if not http_app.is_loopback_host(host) and not token:
         raise fail(f"refusing to bind {host} without a token: pass --token or set LOGSTREAM_TOKEN")
+    if sync_interval is not None and sync_interval < 0:
+        raise fail(
+            f"--sync-interval must be 0 (off) or a positive number of seconds, got {sync_interval}"
+        )
     try:
+        interval = (
+            sync_interval if sync_interval is not None else sync_mod.interval_from_env(os.environ)
+        )
         store = _open_store(db, palace)
     except errors.LogstreamError as exc:
         raise fail(exc.message) from None
+    palace_path = config.palace_dir(palace or config.Settings.from_env().palace)
     settings = http_app.HubSettings(
         host=host, port=port, token=token, sse_max_clients=sse_max_clients,
         ping_interval_s=ping_interval, max_request_bytes=max_request_bytes,
-        allowed_hosts=tuple(allow_host or ()),
+        allowed_hosts=tuple(allow_host or ()), palace=str(palace_path),
     )  # fmt: skip
+    loop = sync_mod.SyncLoop(store, palace_path, interval_s=interval, push=sync_push)
     mcp_app, mcp_lifespan = mcp_server.http_endpoint(store, read_only=mcp_read_only)
     mount = http_app.ExtraMount("/mcp", mcp_app, mcp_lifespan)
-    application = http_app.create_app(store, settings, mounts=(mount,))
+    application = http_app.create_app(store, settings, mounts=(mount,), sync_loop=loop)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -502,6 +515,9 @@ def serve(
     shown = f"[{host.strip('[]')}]" if ":" in host else host
     typer.echo(f"logstream hub listening on http://{shown}:{bound} "
                f"(API /v1, SSE /v1/stream, MCP /mcp, docs /docs)", err=False)  # fmt: skip
+    if loop.enabled:
+        typer.echo(f"sync: a round every {interval:g} s with the peers of "
+                   f"{palace_path / 'peers.json'}", err=True)  # fmt: skip
     sys.stdout.flush()
     server = uvicorn.Server(
         uvicorn.Config(application, log_level="warning", timeout_graceful_shutdown=3)

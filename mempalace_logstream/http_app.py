@@ -8,7 +8,6 @@ fastapi/sse_starlette importer; must not import typer or mcp.
 from __future__ import annotations
 
 import hmac
-import importlib.util
 import inspect
 import ipaddress
 import json
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
+import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -28,7 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mempalace_logstream import aio, errors, operations
+from mempalace_logstream import aio, errors, operations, sync, sync_routes
 from mempalace_logstream import validation as v
 from mempalace_logstream.store import LogStore
 
@@ -55,6 +55,8 @@ class HubSettings:
     resume_wait_s: float = 10.0
     max_request_bytes: int = 16 * 1024 * 1024
     allowed_hosts: tuple[str, ...] = ()
+    # Where `peers.json` lives (the background sync loop and the `/sync/peers` estate).
+    palace: str | None = None
 
     @property
     def is_loopback(self) -> bool:
@@ -307,9 +309,16 @@ def request_model(op: str, params: dict[str, bool]) -> type[Any]:
 
 
 def create_app(
-    store: LogStore, settings: HubSettings | None = None, mounts: tuple[ExtraMount, ...] = ()
+    store: LogStore,
+    settings: HubSettings | None = None,
+    mounts: tuple[ExtraMount, ...] = (),
+    sync_loop: sync.SyncLoop | None = None,
 ) -> FastAPI:
-    """The hub app. Store calls run in worker threads; waits and SSE sleep on the notifier."""
+    """The hub app. Store calls run in worker threads; waits and SSE sleep on the notifier.
+
+    `sync_loop`, when given, runs its background rounds for the app's lifetime and is the
+    source of the `/sync/peers` estate.
+    """
     settings = settings or HubSettings()
 
     @asynccontextmanager
@@ -318,6 +327,9 @@ def create_app(
             for m in mounts:
                 if m.lifespan is not None:
                     await stack.enter_async_context(m.lifespan())
+            if sync_loop is not None:
+                sync_loop.start()
+                stack.push_async_callback(anyio.to_thread.run_sync, sync_loop.stop)
             yield
 
     app = FastAPI(
@@ -343,10 +355,7 @@ def create_app(
     _add_op_routes(app, store)
     _add_get_aliases(app, store)
     _add_sse_routes(app, store, settings)
-    if importlib.util.find_spec("mempalace_logstream.sync_routes") is not None:
-        from mempalace_logstream import sync_routes
-
-        app.include_router(sync_routes.router(store))
+    app.include_router(sync_routes.router(store, settings, sync_loop))
     for m in mounts:
         app.router.routes.append(Route(m.path, endpoint=m.app))
     return app

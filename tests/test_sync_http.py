@@ -244,3 +244,53 @@ def test_hole_probe_route_and_repair_over_http(make) -> None:
     assert out["repair"]["holes"][0]["first_missing_origin_seq"] == wires[6]["origin_seq"]
     assert out["repair"]["pulled_events"] == 1
     assert b.event_get(wires[6]["id"]).body == "6"
+
+
+def test_serve_runs_background_rounds_with_the_peers_of_its_palace(make, tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from tests.test_auth import _read_line
+
+    a = make("a")
+    sent = note(a, "pulled by the hub loop")
+    palace = tmp_path / "palace-b"
+    palace.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+           "LOGSTREAM_TOKEN": "b-token", "MEMPALACE_PALACE_PATH": str(palace)}  # fmt: skip
+    with running_hub(a) as url_a:
+        peers = {"peers": [{"name": "alpha", "url": url_a, "token": TOKEN}]}
+        (palace / "peers.json").write_text(json.dumps(peers))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mempalace_logstream", "serve", "--port", "0",
+             "--sync-interval", "0.2"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+        )  # fmt: skip
+        try:
+            url_b = _read_line(proc, timeout=60).split()[4]
+            deadline, got = time.monotonic() + 30, []
+            while not got:  # wait on the condition: the loop's round has pulled the event
+                assert time.monotonic() < deadline, "the hub loop never pulled the event"
+                resp = get(url_b, "/v1/events", token="b-token", correlation_id=None)
+                got = [e for e in resp.json()["events"] if e["id"] == sent.id]
+                if not got:
+                    time.sleep(0.05)
+            est = get(url_b, "/sync/peers", token="b-token").json()
+        finally:
+            proc.terminate()
+            out, err = proc.communicate(timeout=30)
+    assert got[0]["body"] == "pulled by the hub loop"
+    assert est["sync_interval_s"] == 0.2 and est["estate_source"]["in_process"] is True
+    alpha = est["peers"][0]
+    assert alpha["name"] == "alpha" and alpha["reachable"] is True
+    assert alpha["total_pulled_events"] >= 1
+    assert TOKEN not in json.dumps(est) and b"b-token" not in out + err
+    assert b"a round every 0.2 s" in err
+
+
+def test_serve_refuses_a_negative_sync_interval(tmp_path) -> None:
+    proc = run_cli("serve", "--port", "0", "--db", str(tmp_path / "x.db"), "--sync-interval", "-1")
+    assert proc.returncode == 1
+    assert b"--sync-interval must be 0 (off) or a positive number" in proc.stderr
+    assert not (tmp_path / "x.db").exists()
