@@ -474,7 +474,6 @@ def serve(
 ) -> None:  # fmt: skip
     """Run the hub: HTTP API under /v1, SSE at /v1/stream, MCP at /mcp, docs at /docs."""
     import os
-    import socket
 
     import uvicorn
 
@@ -504,11 +503,8 @@ def serve(
     mcp_app, mcp_lifespan = mcp_server.http_endpoint(store, read_only=mcp_read_only)
     mount = http_app.ExtraMount("/mcp", mcp_app, mcp_lifespan)
     application = http_app.create_app(store, settings, mounts=(mount,), sync_loop=loop)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((host.strip("[]"), port))
+        sock = http_app.listen_socket(host, port)
     except OSError as exc:
         raise fail(f"cannot bind {host}:{port}: {exc.strerror}") from None
     bound = sock.getsockname()[1]

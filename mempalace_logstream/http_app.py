@@ -12,6 +12,8 @@ import inspect
 import ipaddress
 import json
 import os
+import socket
+import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -70,6 +72,24 @@ class ExtraMount:
     path: str
     app: ASGIApp
     lifespan: Callable[[], AbstractAsyncContextManager[Any]] | None = None
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A bound TCP socket for uvicorn (`port` 0 = any free port); raises OSError.
+
+    Made with IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted connections only when
+    the listening socket says it is TCP, and without it every keep-alive request waits ~40 ms
+    on Nagle + delayed ACK (found by bench/bench_hub.py).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def is_loopback_host(host: str) -> bool:
@@ -541,10 +561,28 @@ async def _frames(
 
 
 def _frame(event: Any, req: Any) -> ServerSentEvent:
-    data = json.dumps(
-        event.to_dict(preview=req.preview, slim=req.slim), ensure_ascii=False, separators=(",", ":")
-    )
+    data = _frame_data(event, req.preview, req.slim)
     return ServerSentEvent(data=data, id=event.id, event="logstream", sep="\n")
+
+
+# An event's `data:` JSON per (preview, slim), built once for all the subscribers one commit
+# wakes: they share the Feed page's Event objects. Weak keys: an entry lives only while some
+# subscriber still holds the event, so memory stays bounded by the pages in flight.
+_FRAME_DATA: weakref.WeakKeyDictionary[Any, dict[tuple[bool, bool], str]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _frame_data(event: Any, preview: bool, slim: bool) -> str:
+    built = _FRAME_DATA.get(event)
+    if built is None:
+        built = _FRAME_DATA[event] = {}
+    data = built.get((preview, slim))
+    if data is None:
+        data = built[(preview, slim)] = json.dumps(
+            event.to_dict(preview=preview, slim=slim), ensure_ascii=False, separators=(",", ":")
+        )
+    return data
 
 
 def settings_from_env(environ: Mapping[str, str] | None = None, **overrides: Any) -> HubSettings:

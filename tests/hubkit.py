@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -25,8 +24,7 @@ class LiveHub:
         mcp_app, lifespan = mcp_server.http_endpoint(store)
         mount = http_app.ExtraMount("/mcp", mcp_app, lifespan)
         self.app = http_app.create_app(store, settings, mounts=(mount,))
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
+        self.sock = http_app.listen_socket("127.0.0.1", 0)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         config = uvicorn.Config(
             self.app, log_level="warning", timeout_graceful_shutdown=1, lifespan="on"

@@ -187,3 +187,37 @@ async def _until(predicate, timeout: float = 20.0) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "condition not reached"
         await asyncio.sleep(0.01)
+
+
+def test_the_hub_socket_makes_accepted_connections_tcp_nodelay() -> None:
+    """Keep-alive requests must not wait on Nagle + delayed ACK (~40 ms each): asyncio sets
+    TCP_NODELAY on accepted connections only when the listening socket is IPPROTO_TCP."""
+    import asyncio
+    import socket
+
+    from mempalace_logstream import http_app
+
+    async def accepted_nodelay() -> int:
+        sock = http_app.listen_socket("127.0.0.1", 0)
+        seen: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        def on_connect(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            conn = writer.get_extra_info("socket")
+            seen.set_result(conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        server = await asyncio.start_server(on_connect, sock=sock)
+        async with server:
+            _r, w = await asyncio.open_connection(*sock.getsockname()[:2])
+            value = await asyncio.wait_for(seen, 10)
+            w.close()
+        return value
+
+    assert asyncio.run(accepted_nodelay()) != 0
+    taken = http_app.listen_socket("127.0.0.1", 0)
+    taken.listen()
+    try:
+        with pytest.raises(OSError):  # a port in use is an error, and leaks no socket
+            http_app.listen_socket("127.0.0.1", taken.getsockname()[1]).close()
+    finally:
+        taken.close()
