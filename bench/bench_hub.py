@@ -20,8 +20,8 @@ RSS <= 200 MB". Everything goes to 127.0.0.1; each hub is its own process on a f
    after the events, and its peak (VmHWM).
 3. Append throughput: 16 concurrent clients (asyncio tasks on one httpx.AsyncClient, keep-alive)
    each posting appends to `/v1/event_append`, then 1 client; events/s, request latency and
-   the hub's CPU per append. The fan-out and these runs are repeated on a hub whose listening
-   socket gets TCP_NODELAY (`_NODELAY_SERVE`, the one difference from `logstream serve`).
+   the hub's CPU per append. The shipped listener is IPPROTO_TCP, so accepted connections
+   get TCP_NODELAY (the run prints what it saw on one of them).
 4. Reference (`mempalace==3.11.0 serve`, full install in its own venv via tests/refpkg.py):
    its SSE cap is 8 clients, so 8 subscribers on `/logstream/stream` against ours with 8 too
    (another fresh hub of ours), the 9th subscriber on each, and the same append throughput
@@ -66,7 +66,6 @@ clock = time.perf_counter
 
 TP_ROWS = {
     "oursN": "ours, `logstream serve`", "ours1": "ours, `logstream serve`",
-    "nodelayN": "ours, listener with TCP_NODELAY", "nodelay1": "ours, listener with TCP_NODELAY",
     "refN": "reference", "ref1": "reference",
 }  # fmt: skip
 Append = Callable[[Any, int], Awaitable[str]]  # (httpx.AsyncClient, worker) -> event id
@@ -96,25 +95,21 @@ def wait_healthz(url: str, proc: subprocess.Popen, log: Any, timeout: float = 60
     raise RuntimeError(f"{url} did not answer within {timeout:.0f} s")
 
 
-# `logstream serve` exactly as shipped, except that the listening socket gets TCP_NODELAY
-# before uvicorn serves it (accepted connections inherit it on Linux). `serve` creates its socket
-# with proto 0, for which asyncio does not set TCP_NODELAY on accepted connections; uvicorn then
-# writes the response head and body in two sends and Nagle holds the body until the client's
-# delayed ACK (~40 ms) on every keep-alive request. This variant shows what a fix would give.
-_NODELAY_SERVE = """
-import socket, sys, uvicorn
-from mempalace_logstream.cli import main
-_run = uvicorn.Server.run
-def run(self, sockets=None):
-    for s in sockets or ():
-        was = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
-        print(f"bench: listener TCP_NODELAY was {was}", flush=True)
-        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return _run(self, sockets=sockets)
-uvicorn.Server.run = run
-sys.argv = ["logstream", *sys.argv[1:]]
-sys.exit(main())
-"""
+def accepted_nodelay(url: str) -> str:
+    """Whether the hub's accepted connections have TCP_NODELAY, seen from the client (the
+    kernel does not report a peer's option): 20 keep-alive GETs; a Nagle stall costs ~40 ms
+    each, so a median under 20 ms means the option is on."""
+    import httpx
+
+    with httpx.Client(base_url=url, headers=AUTH, timeout=30) as client:
+        client.get("/healthz")
+        samples = []
+        for _ in range(20):
+            t0 = clock()
+            client.get("/v1/stats")
+            samples.append(clock() - t0)
+    p50 = common.percentile(samples, 0.5) * 1000
+    return f"{'on' if p50 < 20 else 'OFF (Nagle stalls)'} (keep-alive GET p50 {p50:.1f} ms)"
 
 
 @dataclass
@@ -130,7 +125,7 @@ class Hub:
 
 
 @contextlib.contextmanager
-def our_hub(tmp: Path, name: str, sse_max_clients: int, nodelay: bool = False) -> Iterator[Hub]:
+def our_hub(tmp: Path, name: str, sse_max_clients: int) -> Iterator[Hub]:
     """`logstream serve --db <tmp>/<name>.sqlite3` on a free loopback port, background sync
     off, its palace an empty dir of its own (never ~/.mempalace). Killed on exit."""
     port = free_port()
@@ -138,9 +133,8 @@ def our_hub(tmp: Path, name: str, sse_max_clients: int, nodelay: bool = False) -
     palace.mkdir()
     env = {**os.environ, "PYTHONPATH": str(common.REPO), "LOGSTREAM_TOKEN": TOKEN,
            "MEMPALACE_LOGSTREAM_SYNC_INTERVAL": "0", "MEMPALACE_SYNC_INTERVAL": "0"}  # fmt: skip
-    head = [sys.executable, "-c", _NODELAY_SERVE] if nodelay else [
-        sys.executable, "-m", "mempalace_logstream"]  # fmt: skip
-    cmd = [*head, "serve", "--db", str(tmp / f"{name}.sqlite3"), "--palace", str(palace),
+    cmd = [sys.executable, "-m", "mempalace_logstream", "serve",
+           "--db", str(tmp / f"{name}.sqlite3"), "--palace", str(palace),
            "--host", "127.0.0.1", "--port", str(port),
            "--sse-max-clients", str(sse_max_clients)]  # fmt: skip
     with tempfile.TemporaryFile() as log:
@@ -515,10 +509,9 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{args.small} subscribers x {args.small_events} events vs the reference")  # fmt: skip
     n = args.subscribers
     mem: dict[str, dict[str, float]] = {}
-    fan: dict[str, dict[str, Any] | None] = dict.fromkeys(("big", "nodelay", "ours8", "ref8"))
+    fan: dict[str, dict[str, Any] | None] = dict.fromkeys(("big", "ours8", "ref8"))
     tp: dict[str, dict[str, Any] | None] = dict.fromkeys(TP_ROWS)
     refpkg, reason = (None, "--no-ref") if args.no_ref else common.reference()
-    nodelay_note = "n/a"
 
     def appends(key: str, append: Append, pid: int | None) -> None:
         t0 = clock()
@@ -540,15 +533,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                             args.events, hub.pid, stage))  # fmt: skip
             print(f"fan-out, {n} subscribers: {clock() - t0:.1f} s "
                   f"(connect {fan['big']['connect_s']:.2f} s)")  # fmt: skip
+            nodelay_note = accepted_nodelay(hub.url)
             appends("ours", ours_append(hub.url), hub.pid)
             mem["ours after the appends"] = proc_mem(hub.pid)
-        # the same fan-out and appends with TCP_NODELAY on the listener (see _NODELAY_SERVE)
-        with our_hub(tmp, "hub-nodelay", n, nodelay=True) as hub:
-            fan["nodelay"] = asyncio.run(fanout(hub.url + "/v1/stream", ours_append(hub.url),
-                                                n, args.events, hub.pid))  # fmt: skip
-            appends("nodelay", ours_append(hub.url), hub.pid)
-            nodelay_note = next((line.split(" was ")[1] for line in hub.output().splitlines()
-                                 if line.startswith("bench: listener")), "?")  # fmt: skip
         # 4: like for like at the reference's SSE cap, another fresh hub of ours
         with our_hub(tmp, "hub8", 256) as hub:
             fan["ours8"] = asyncio.run(fanout(hub.url + "/v1/stream", ours_append(hub.url),
@@ -579,7 +566,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             except Exception as exc:  # the reference failed mid-run: keep our figures
                 reason = f"reference run failed: {type(exc).__name__}: {exc}"
                 refpkg = None
-    print(f"TCP_NODELAY on the listening socket of `logstream serve` as shipped: {nodelay_note}")
+    print(f"TCP_NODELAY on a connection accepted by `logstream serve`: {nodelay_note}")
     report(args, fan, tp, mem, reason if refpkg is None else None)
     return 0
 
@@ -592,13 +579,11 @@ def report(args: argparse.Namespace, fan: dict[str, Any], tp: dict[str, Any],
         ["hub", "subs", "deliveries", "p50", "p95", "p99", "max", "first/event p50",
          "last/event p50", "all exactly once, in order"],
         [lat_row(f"ours, {n} subscribers", fan["big"]),
-         lat_row(f"ours, {n} subscribers, TCP_NODELAY", fan["nodelay"]),
          lat_row(f"ours, {k} subscribers", fan["ours8"]),
          lat_row(f"reference, {k} subscribers", fan["ref8"])],
     )  # fmt: skip
     rows = []
     for label, key in ((f"ours, {n} subscribers (cap {n})", "big"),
-                       (f"ours, {n} subscribers, TCP_NODELAY (cap {n})", "nodelay"),
                        (f"ours, {k} subscribers (cap 256)", "ours8"),
                        (f"reference, {k} subscribers (cap 8)", "ref8")):  # fmt: skip
         res = fan[key]
@@ -640,11 +625,10 @@ def report(args: argparse.Namespace, fan: dict[str, Any], tp: dict[str, Any],
         if ours8 and ref8:
             value = common.percentile(ref8["lat"], q) / common.percentile(ours8["lat"], q)
         common.ratio_line(BENCH, f"reference/ours SSE delivery {name} at {k} subscribers", value)
-    for key, label in (("ours", "ours"), ("nodelay", "ours with TCP_NODELAY")):
-        for c, what in (("N", f"{args.clients} clients"), ("1", "1 client")):
-            mine, ref = tp[f"{key}{c}"], tp[f"ref{c}"]
-            value = mine["rate"] / ref["rate"] if mine and ref else None
-            common.ratio_line(BENCH, f"{label}/reference HTTP append events/s, {what}", value)
+    for c, what in (("N", f"{args.clients} clients"), ("1", "1 client")):
+        mine, ref = tp[f"ours{c}"], tp[f"ref{c}"]
+        value = mine["rate"] / ref["rate"] if mine and ref else None
+        common.ratio_line(BENCH, f"ours/reference HTTP append events/s, {what}", value)
 
 
 if __name__ == "__main__":
