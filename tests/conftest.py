@@ -150,3 +150,29 @@ def run_cli(*args: str, input: bytes | None = None, env: dict[str, str] | None =
         timeout=timeout,
         check=False,
     )
+
+
+# ----------------------------------------------------------------------------- PG count
+
+_PG_OUTCOMES: dict[str, int] = {}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that reaches PostgreSQL (through `pg_database`) carries the `pg` marker."""
+    for item in items:
+        if "pg_database" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.pg)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if "pg" not in report.keywords:
+        return
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        _PG_OUTCOMES[report.outcome] = _PG_OUTCOMES.get(report.outcome, 0) + 1
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One line that says how many PostgreSQL tests ran (CI must show no skips there)."""
+    if _PG_OUTCOMES:
+        counts = ", ".join(f"{n} {k}" for k, n in sorted(_PG_OUTCOMES.items()))
+        terminalreporter.write_line(f"PostgreSQL tests (marker pg): {counts}")
