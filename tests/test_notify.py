@@ -131,13 +131,20 @@ def test_the_signal_thread_exits_when_idle_and_a_new_waiter_restarts_it_race_fre
     # Hammer the start/stop boundary: every wait must be answered by a bump (the restart or
     # a change), never left to its timeout, whatever the thread was doing at that moment.
     rng = random.Random(7)
-    for _ in range(200):
+    for i in range(200):
         seen = n.version
         # The "commit" lands at a random moment around the waiter's registration.
         threading.Timer(rng.random() * 0.002, fired.set).start()
         t0 = time.monotonic()
         assert n.wait(seen, 5) != seen
         assert time.monotonic() - t0 < 2
+        if i % 10 == 9:
+            # Back-to-back waits may never leave the thread a moment to go idle: let it, so
+            # the next wait must restart it (the other iterations race the exit instead).
+            deadline = time.monotonic() + 5
+            while watcher.running:
+                assert time.monotonic() < deadline, "the idle signal thread never exited"
+                time.sleep(0.001)
     assert watcher.opens >= 2  # it did go idle and come back
     watcher.stop()
     assert not watcher.running
