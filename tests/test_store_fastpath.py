@@ -472,3 +472,29 @@ def test_threads_and_a_second_process_lose_and_reorder_nothing(tmp_path: Path) -
             if pipe is not None:
                 pipe.close()
         store.close()
+
+
+def test_skipped_state_query_never_reuses_a_seq_taken_by_another_writer(tmp_path: Path) -> None:
+    """The fast path skips its seq/HLC state query while `PRAGMA data_version` says no other
+    connection committed. Interleave every kind of other writer: a second store on the file
+    (another connection, as another process would be), this store's own SQLAlchemy path
+    (artifact_put, patch_submit) and a raw sqlite3 reader; seq stays gapless and unique."""
+    path = tmp_path / "shared.sqlite3"
+    with LogStore.open(str(path)) as a, LogStore.open(str(path)) as b:
+        writers: list[Callable[[int], Any]] = [
+            lambda i: a.event_append(type="n", stream="s", room="r", from_agent="a", body=str(i)),
+            lambda i: b.event_append(type="n", stream="s", room="r", from_agent="b", body=str(i)),
+            lambda i: a.artifact_put(kind="note", content=f"note {i}", created_by="a"),
+            lambda i: a.patch_submit(content=f"--- a\n+++ b\n{i}\n", from_agent="a", stream="s"),
+            lambda i: a.event_ack(event_id=a.tip()[1], from_agent="b"),
+        ]
+        order = [0, 0, 1, 0, 2, 0, 3, 0, 0, 4, 0, 1, 1, 0, 3, 4, 0]
+        for i, w in enumerate(order):
+            writers[w](i)
+        with sqlite3.connect(path) as raw:
+            seqs = [r[0] for r in raw.execute("SELECT seq FROM events ORDER BY seq")]
+            hlcs = [r[0] for r in raw.execute("SELECT hlc FROM events ORDER BY seq")]
+            art_seqs = [r[0] for r in raw.execute("SELECT seq FROM artifacts ORDER BY seq")]
+    assert seqs == list(range(1, len(order) - order.count(2) + 1))  # artifact_put: no event
+    assert hlcs == sorted(hlcs) and len(set(hlcs)) == len(hlcs)
+    assert art_seqs == list(range(1, len(art_seqs) + 1)) and len(art_seqs) == 3
