@@ -75,17 +75,19 @@ class ExtraMount:
 
 
 def listen_socket(host: str, port: int) -> socket.socket:
-    """A bound TCP socket for uvicorn (`port` 0 = any free port); raises OSError.
+    """A bound, listening TCP socket for uvicorn (`port` 0 = any free port); raises OSError.
 
     Made with IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted connections only when
     the listening socket says it is TCP, and without it every keep-alive request waits ~40 ms
-    on Nagle + delayed ACK (found by bench/bench_hub.py).
+    on Nagle + delayed ACK (found by bench/bench_hub.py). Listening already here means a
+    client that connects as soon as `serve` prints its URL is queued, not refused.
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host.strip("[]"), port))
+        sock.listen(2048)
     except OSError:
         sock.close()
         raise

@@ -1,5 +1,7 @@
 """The hub's `/sync/*` routes (S-7.6): the reference's three GET routes in its exact JSON shapes,
-plus `POST /sync/artifacts` (batched fetch), `POST /sync/push` and `GET /sync/peers` (estate).
+plus `POST /sync/artifacts` (batched fetch), `POST /sync/push`, `GET /sync/peers` (estate) and
+`GET /sync/ops_rows` (compact 5,000-event pages for our own client, advertised in the version
+vector's profile as `sync_rows`; the reference client never sees or asks for it).
 
 Only translation happens here: validation and apply live in replication.py / sync.py. Auth is
 the hub's middleware (http_app.py). Errors keep the reference's shape `{"error": "..."}`.
@@ -23,15 +25,22 @@ def _json(data: Any, status: int = 200) -> Response:
     return Response(body.encode("utf-8"), status, media_type="application/json; charset=utf-8")
 
 
-def _error(message: str, status: int) -> Response:
-    return _json({"error": message}, status)
+def _error(message: str, status: int, field: str | None = None) -> Response:
+    return _json({"error": message} if field is None else {"error": message, "field": field},
+                 status)  # fmt: skip
+
+
+ROWS_OFFER = {"format": replication.ROWS_FORMAT, "route": "/sync/ops_rows",
+              "max_limit": replication.MAX_ROWS_LIMIT}  # fmt: skip
 
 
 def _profile() -> dict[str, Any]:
-    # The reference's node profile shape; clients treat it as optional, so it stays minimal.
+    # The reference's node profile shape; clients treat it as optional (the reference client
+    # only relays it), so it stays minimal. `sync_rows` offers our client compact pages.
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {"roles": ["logstream"], "accelerator": None, "drawers": None,
-            "hardware": "mempalace-logstream", "advertised_at": stamp}  # fmt: skip
+            "hardware": "mempalace-logstream", "advertised_at": stamp,
+            "sync_rows": dict(ROWS_OFFER)}  # fmt: skip
 
 
 def _int_param(name: str, raw: str | None, default: int) -> int:
@@ -44,6 +53,17 @@ def _int_param(name: str, raw: str | None, default: int) -> int:
         raise errors.ValidationError(
             f"invalid literal for int() with base 10: {raw!r}", field=name
         ) from None
+
+
+def _strict_param(name: str, raw: str | None, default: int) -> int:
+    """An integer query parameter of our own routes: the 400 names the parameter."""
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise errors.ValidationError(f"{name} must be an integer, got {raw[:50]!r}",
+                                     field=name) from None  # fmt: skip
 
 
 def router(store: LogStore, settings: Any = None, loop: sync.SyncLoop | None = None) -> APIRouter:
@@ -75,6 +95,25 @@ def router(store: LogStore, settings: Any = None, loop: sync.SyncLoop | None = N
             return _json(replication.ops_page(store, origin, n_after, n_limit))
         except errors.ValidationError as exc:
             return _error(exc.message, 400)
+
+    @r.get("/sync/ops_rows")
+    def ops_rows(origin: str | None = None, after: str | None = None,
+                 limit: str | None = None) -> Response:  # fmt: skip
+        """Compact page: `{origin, format, columns, rows, count}`, one positional row per
+        event (`columns` order, metadata as JSON text), up to 5,000 events (~8 MB of text)."""
+        try:
+            if not origin or not origin.strip():
+                return _error("origin must be a non-empty string", 400, "origin")
+            n_after = _strict_param("after", after, 0)
+            n_limit = _strict_param("limit", limit, replication.MAX_ROWS_LIMIT)
+            clean, rows, count = replication.ops_rows_json(store, origin, n_after, n_limit)
+        except errors.ValidationError as exc:
+            return _error(exc.message, 400, exc.field)
+        head = json.dumps({"origin": clean, "format": replication.ROWS_FORMAT,
+                           "columns": list(replication.ROW_COLUMNS), "count": count},
+                          ensure_ascii=False, separators=(",", ":"))  # fmt: skip
+        body = b"".join((head[:-1].encode("utf-8"), b',"rows":', rows, b"}"))
+        return Response(body, 200, media_type="application/json; charset=utf-8")
 
     @r.get("/sync/artifact")
     def artifact(id: str | None = None) -> Response:  # noqa: A002 - the reference's name

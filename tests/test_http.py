@@ -215,7 +215,6 @@ def test_the_hub_socket_makes_accepted_connections_tcp_nodelay() -> None:
 
     assert asyncio.run(accepted_nodelay()) != 0
     taken = http_app.listen_socket("127.0.0.1", 0)
-    taken.listen()
     try:
         with pytest.raises(OSError):  # a port in use is an error, and leaks no socket
             http_app.listen_socket("127.0.0.1", taken.getsockname()[1]).close()

@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -127,6 +128,12 @@ def test_the_quick_start_delegation_runs_against_a_hub(tmp_path: Path) -> None:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
         )  # fmt: skip
         try:
+            # A first run starts at the tip: the task must come after the watcher's first
+            # checkpoint (written before its first poll), as it does when a person types.
+            deadline = time.monotonic() + 60
+            while not (tmp_path / "w.json").exists():
+                assert watcher.poll() is None and time.monotonic() < deadline, "no checkpoint"
+                time.sleep(0.01)
             created = _cli(hub.url, "task", "create", "--project", "Demo App",
                 "--from-agent", "claude-laptop", "--to-agent", "codex-desktop",
                 "--goal", "Fix the login redirect loop", "--done", "tests/test_login.py passes",

@@ -325,3 +325,235 @@ def test_origin_summary_counts_events_per_origin(sqlite_store: LogStore, other) 
     replication.apply_remote_events(sqlite_store, _wire(other)[::2])  # a hole at origin_seq 2
     summary = replication.origin_summary(sqlite_store)[other.replica_id]
     assert summary == {"max": 3, "count": 2}
+
+
+# ----------------------------------------------------------------------------- compact pages
+
+
+def _rich_events(store: LogStore) -> list[Any]:
+    """Events that stress the wire: several artifacts (unsorted ids), unicode, escapes, nested
+    and numeric metadata, every optional field."""
+    a1 = store.artifact_put(kind="note", content="one", created_by="x")
+    a2 = store.artifact_put(kind="file", content=b"\x00\x01", created_by="x")
+    out = [
+        _note(store, 'quotes " \\ and\nnew\tlines, café ✓ 🚀', artifact_ids=[a2.id, a1.id],
+              metadata={"n": 1, "f": 1.5, "big": 2**70, "e": 1e20, "s": "é\u2028", "l": [1, {}],
+                        "z": None, "t": True}),
+        store.event_append(type="task.request", stream="p/x", room="delegation", from_agent="a",
+                           to_agent="*", topic="t", correlation_id="c1", branch="main",
+                           base_commit="abc1234", status="open", body=""),
+    ]  # fmt: skip
+    out += [_note(store, f"n{i}") for i in range(5)]
+    return out
+
+
+def test_ops_rows_carry_exactly_what_ops_page_carries(store: LogStore) -> None:
+    _rich_events(store)
+    events = _wire(store)
+    page = replication.ops_rows(store, store.replica_id, 0, 100)
+    assert page["columns"] == list(replication.ROW_COLUMNS) and page["format"] == "rows-v1"
+    assert page["rows"] == [[e[c] for c in replication.ROW_COLUMNS] for e in events]
+    assert page["count"] == len(events) and page["origin"] == store.replica_id
+    assert page["rows"][0][replication.ROW_COLUMNS.index("artifact_ids")] == sorted(
+        events[0]["artifact_ids"]
+    )
+    tail = replication.ops_rows(store, store.replica_id, events[2]["origin_seq"], 2)["rows"]
+    assert [r[0] for r in tail] == [e["id"] for e in events[3:5]]
+
+
+def test_ops_rows_json_is_the_same_rows_on_every_path(store: LogStore) -> None:
+    import json
+
+    _rich_events(store)
+    want = replication.ops_rows(store, store.replica_id, 0, 100)["rows"]
+    origin, text, count = replication.ops_rows_json(store, f" {store.replica_id} ", 0, 100)
+    assert origin == store.replica_id and count == len(want) and isinstance(text, bytes)
+    got = json.loads(text.decode("utf-8"))
+    key = replication.ROW_COLUMNS.index("origin_seq")
+    assert sorted(got, key=lambda r: r[key]) == want  # order inside a page is not promised
+    _, text, count = replication.ops_rows_json(store, store.replica_id, want[-1][key], 10)
+    assert (json.loads(text), count) == ([], 0)
+
+
+def test_compact_pages_are_bounded_by_bytes_but_never_empty(sqlite_store: LogStore) -> None:
+    for i in range(1200):
+        _note(sqlite_store, "x" * 100 + str(i))
+    rid = sqlite_store.replica_id
+    page = replication.ops_rows(sqlite_store, rid, 0, 5000, max_bytes=1000)
+    assert 1 <= page["count"] <= 11  # stops at the row that reaches the budget
+    assert replication.ops_rows(sqlite_store, rid, 0, 5000, max_bytes=1)["count"] == 1
+    # The SQLite JSON path stops at the first chunk that reaches the budget.
+    _, _, n = replication.ops_rows_json(sqlite_store, rid, 0, 5000, max_bytes=1000)
+    assert 1 <= n <= replication._READ_CHUNK
+    assert replication.ops_rows_json(sqlite_store, rid, 0, 5000)[2] == 1200
+    assert replication.ops_rows(sqlite_store, rid, 0, 10**6)["count"] == 1200  # clamped
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [(("", 0, 10), "origin"), (("rep_x", -1, 10), "after"), (("rep_x", 0, 0), "limit"),
+     (("rep_x", "x", 10), "after"), (("rep_x", 0, "many"), "limit")],
+)  # fmt: skip
+def test_ops_rows_rejects_bad_arguments(sqlite_store: LogStore, args: tuple, field: str) -> None:
+    for fn in (replication.ops_rows, replication.ops_rows_json):
+        with pytest.raises(errors.ValidationError) as exc:
+            fn(sqlite_store, *args)
+        assert exc.value.field == field
+
+
+def test_rows_are_validated_like_event_objects(sqlite_store: LogStore, other) -> None:
+    for i in range(4):
+        _note(other, f"r{i}")
+    rows = replication.ops_rows(other, other.replica_id, 0, 10)["rows"]
+    at = replication.ROW_COLUMNS.index
+    bad_type = [*rows[0]]
+    bad_type[at("type")] = "NOT A TYPE"
+    bad_hlc = [*rows[1]]
+    bad_hlc[at("hlc")] = "yesterday"
+    res = replication.apply_remote_batch(
+        sqlite_store, (),
+        replication.parse_events(sqlite_store, [bad_type, bad_hlc, rows[2][:5], rows[3]], "p",
+                                 rows=True),
+        "p",
+    )  # fmt: skip
+    assert res.applied_events == 1
+    assert sorted(r["field"] for r in res.rejected) == ["event", "hlc", "type"]
+    assert {r["ident"] for r in res.rejected if r["field"] != "event"} == {
+        rows[0][0],
+        rows[1][0],
+    }  # reported by id, as an event object would be
+    assert replication.counts(sqlite_store)["rejections"] == 3
+
+
+def test_a_conflicting_row_is_recorded_like_a_conflicting_event(
+    sqlite_store: LogStore, other
+) -> None:
+    _note(other, "original")
+    replication.apply_remote_events(sqlite_store, _wire(other))
+    row = replication.ops_rows(other, other.replica_id, 0, 10)["rows"][0]
+    forged = [*row]
+    forged[replication.ROW_COLUMNS.index("body")] = "forged"
+    parsed = replication.parse_events(sqlite_store, [forged], "p", rows=True)
+    res = replication.apply_remote_batch(sqlite_store, (), parsed, "p")
+    assert [c["reason"] for c in res.conflicts] == ["different_content"]
+    recorded = replication.list_conflicts(sqlite_store)[0]["remote"]
+    assert recorded["body"] == "forged" and recorded["metadata"] == {}
+
+
+# An oracle for EventChecker: the historical parse_remote_event, built on store.draft_event.
+def _oracle(store: LogStore, raw: Any) -> Any:
+    from mempalace_logstream import hlc
+    from mempalace_logstream import validation as v
+
+    if not isinstance(raw, dict):
+        raise v.fail("event", "must be a JSON object")
+    draft = store.draft_event(
+        type=raw.get("type"), stream=raw.get("stream"), room=raw.get("room"),
+        from_agent=raw.get("from_agent"), topic=raw.get("topic"), to_agent=raw.get("to_agent"),
+        correlation_id=raw.get("correlation_id"), branch=raw.get("branch"),
+        base_commit=raw.get("base_commit"), status=raw.get("status"), body=raw.get("body"),
+        metadata=raw.get("metadata"), artifact_ids=raw.get("artifact_ids"),
+    )  # fmt: skip
+    for i, aid in enumerate(draft.artifact_ids):
+        v.remote_id(f"artifact_ids[{i}]", aid)
+    origin = v.replica_id(raw.get("origin_replica"), "origin_replica")
+    origin_seq = v.strict_int("origin_seq", raw.get("origin_seq"))
+    if origin_seq < 1:
+        raise v.fail("origin_seq", f"is {origin_seq}; it must be a positive integer")
+    stamp = raw.get("hlc")
+    if not isinstance(stamp, str) or hlc.parse(stamp) is None or len(stamp) > 200:
+        raise v.fail("hlc", "bad")
+    ident = v.remote_id("id", raw.get("id"))
+    created = replication._created_at(raw.get("created_at"))
+    fields = {k: getattr(draft, k) for k in ("type", "stream", "room", "topic", "from_agent",
+              "to_agent", "correlation_id", "branch", "base_commit", "status", "artifact_ids",
+              "body", "metadata_json")}  # fmt: skip
+    return {**fields, "id": ident, "origin_replica": origin, "origin_seq": origin_seq,
+            "hlc": stamp, "created_at": created}  # fmt: skip
+
+
+def _outcome(fn: Any, *args: Any) -> Any:
+    try:
+        out = fn(*args)
+    except errors.ValidationError as exc:
+        return ("refused", exc.field)
+    if not isinstance(out, dict):
+        out = {k: v for k, v in out.__dict__.items() if k != "seq"}
+    return ("ok", out)
+
+
+_ROUTING = ["s", " s ", "", "\t", "x" * 257, "a\nb", "nul\x00", 7, None, ["s"], "task.done",
+            "BAD TYPE", "open", "Open", "claimed ", "é"]  # fmt: skip
+
+
+def _remote_events() -> Any:
+    from hypothesis import strategies as st
+
+    rid = "rep_" + "a" * 32
+    base = {
+        "id": "evt_1", "origin_replica": rid, "origin_seq": 3,
+        "hlc": f"1780000000000-00000a-{rid}", "type": "note", "stream": "s", "room": "r",
+        "from_agent": "a", "body": "b", "created_at": "2026-01-01T00:00:00.000Z",
+        "metadata": {}, "artifact_ids": [],
+    }  # fmt: skip
+    values = {
+        **{k: st.sampled_from(_ROUTING) for k in ("type", "stream", "room", "from_agent",
+                                                  "topic", "to_agent", "correlation_id",
+                                                  "branch", "base_commit", "status")},
+        "id": st.sampled_from(["evt_1", "evt 2", "", None, "x" * 129, "e:1.2_3-4"]),
+        "origin_replica": st.sampled_from([rid, "rep_x", None, " " + rid, "rep_" + "b" * 12]),
+        "origin_seq": st.sampled_from([1, 0, -3, "4", 2.0, 2.5, True, None, "x"]),
+        "hlc": st.sampled_from([base["hlc"], "1780000000000-00000A-r", "x", None, 5,
+                                "1780000000000-00000a-" + "r" * 300]),
+        "body": st.sampled_from(["b", "", None, 3, "nul\x00", "\ud800", "x" * 300]),
+        "created_at": st.sampled_from(
+            [base["created_at"], "2026-01-01", None, "2026-01-01T00:00:00Z"]
+        ),
+        "metadata": st.sampled_from([{}, {"a": 1}, '{"a": 1}', "[1]", "nope", None, {"k": "\x00"},
+                                     {"f": float("nan")}, []]),
+        "artifact_ids": st.sampled_from([[], ["art_1"], ["art 1"], "art_1", [3], ["a", "a"], None]),
+    }  # fmt: skip
+    return st.fixed_dictionaries({}, optional={k: s for k, s in values.items()}).map(
+        lambda changes: {**base, **changes}
+    )
+
+
+def test_event_checker_is_the_local_write_rules_exactly(sqlite_store: LogStore) -> None:
+    """EventChecker (memoized, one per batch) refuses and cleans exactly like draft_event plus
+    the replication fields, value for value, whatever repeats across a batch."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(_remote_events(), min_size=1, max_size=6))
+    def check(raws: list[dict[str, Any]]) -> None:
+        checker = replication.EventChecker(sqlite_store)  # shared: memo hits across items
+        for raw in raws:
+            want = _outcome(_oracle, sqlite_store, raw)
+            assert _outcome(checker.from_dict, raw) == want
+            row = [raw.get(c) for c in replication.ROW_COLUMNS]
+            assert _outcome(checker.from_row, row) == want
+
+    check()
+
+
+def test_unreadable_stored_metadata_travels_as_on_ops_page(sqlite_store: LogStore) -> None:
+    """A row whose stored metadata is not a JSON object (written by hand, an old version) is
+    served as `{}` on every page shape, as Event.metadata reads it; the page still serves."""
+    import json
+
+    import sqlalchemy as sa
+
+    for i in range(3):
+        _note(sqlite_store, f"m{i}", metadata={"i": i})
+    with sqlite_store.engine.begin() as conn:
+        conn.execute(sa.text("DROP TRIGGER IF EXISTS events_no_update"))
+        conn.execute(sa.text("UPDATE events SET metadata_json = 'not json' WHERE seq = 1"))
+        conn.execute(sa.text("UPDATE events SET metadata_json = '[1, 2]' WHERE seq = 2"))
+    rid = sqlite_store.replica_id
+    want = [e["metadata"] for e in _wire(sqlite_store)]
+    assert want == [{}, {}, {"i": 2}]
+    at = replication.ROW_COLUMNS.index("metadata")
+    assert [r[at] for r in replication.ops_rows(sqlite_store, rid, 0, 10)["rows"]] == want
+    rows = json.loads(replication.ops_rows_json(sqlite_store, rid, 0, 10)[1])
+    assert [r[at] for r in sorted(rows, key=lambda r: r[2])] == want

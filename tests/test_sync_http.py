@@ -272,7 +272,8 @@ def test_serve_runs_background_rounds_with_the_peers_of_its_palace(make, tmp_pat
             deadline, got = time.monotonic() + 30, []
             while not got:  # wait on the condition: the loop's round has pulled the event
                 assert time.monotonic() < deadline, "the hub loop never pulled the event"
-                resp = get(url_b, "/v1/events", token="b-token", correlation_id=None)
+                # `serve` listens before it prints its URL: no connection is ever refused.
+                resp = get(url_b, "/v1/events", token="b-token")
                 got = [e for e in resp.json()["events"] if e["id"] == sent.id]
                 if not got:
                     time.sleep(0.05)
@@ -294,3 +295,226 @@ def test_serve_refuses_a_negative_sync_interval(tmp_path) -> None:
     assert proc.returncode == 1
     assert b"--sync-interval must be 0 (off) or a positive number" in proc.stderr
     assert not (tmp_path / "x.db").exists()
+
+
+# ----------------------------------------------------------------------------- compact pages
+
+
+def test_compact_rows_route_serves_the_ops_events_and_names_bad_parameters(make) -> None:
+    a = make("a")
+    art = a.artifact_put(kind="patch", content="diff\n", created_by="x")
+    note(a, "with art", artifact_ids=[art.id], metadata={"k": [1, "é"]})
+    for i in range(3):
+        note(a, f"n{i}")
+    with running_hub(a) as url:
+        offer = get(url, "/sync/version_vector").json()["profile"]["sync_rows"]
+        assert offer == {"format": "rows-v1", "route": "/sync/ops_rows", "max_limit": 5000}
+        body = get(url, "/sync/ops_rows", origin=a.replica_id, after=0, limit=3).json()
+        assert set(body) == {"origin", "format", "columns", "rows", "count"}
+        assert body["columns"] == list(replication.ROW_COLUMNS) and body["count"] == 3
+        ops = get(url, "/sync/ops", origin=a.replica_id, after=0, limit=3).json()["events"]
+        assert body["rows"] == [[e[c] for c in replication.ROW_COLUMNS] for e in ops]
+        more = get(url, "/sync/ops_rows", origin=a.replica_id, after=2, limit=99999).json()
+        assert [r[2] for r in more["rows"]] == [3, 4]  # a limit over the cap is clamped
+        refusals = [
+            ({}, "origin"), ({"origin": " "}, "origin"),
+            ({"origin": a.replica_id, "after": "x"}, "after"),
+            ({"origin": a.replica_id, "after": -1}, "after"),
+            ({"origin": a.replica_id, "limit": 0}, "limit"),
+            ({"origin": a.replica_id, "limit": "ten"}, "limit"),
+        ]  # fmt: skip
+        for params, name in refusals:
+            resp = get(url, "/sync/ops_rows", **params)
+            assert resp.status_code == 400, params
+            assert resp.json()["field"] == name and name in resp.json()["error"], resp.json()
+        assert get(url, "/sync/ops_rows", token=None, origin=a.replica_id).status_code == 401
+
+
+class _Proxy:
+    """An httpx transport in front of a real hub that can refuse, reshape or corrupt routes."""
+
+    def __init__(self, url: str, rewrite: Any = None) -> None:
+        self.real = httpx.Client(base_url=url, timeout=30)
+        self.rewrite = rewrite or (lambda path, resp: resp)
+        self.paths: list[str] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        with self.lock:
+            self.paths.append(request.url.path)
+        resp = self.real.request(
+            request.method, request.url.path, params=request.url.params,
+            content=request.content, headers=dict(request.headers),
+        )  # fmt: skip
+        kind = {"content-type": resp.headers.get("content-type", "")}
+        out = httpx.Response(resp.status_code, content=resp.content, headers=kind)
+        return self.rewrite(request.url.path, out)
+
+    def peer(self, url: str, rows_limit: int | None = None) -> sync.HttpPeer:
+        peer = _SmallPages(url, TOKEN, rows_limit, self)
+        peer._client.close()
+        peer._client = httpx.Client(base_url=url, transport=httpx.MockTransport(self),
+                                    headers={"Authorization": f"Bearer {TOKEN}"})  # fmt: skip
+        return peer
+
+
+class _SmallPages(sync.HttpPeer):
+    """HttpPeer with a smaller compact page than the hub offers (many pages from a small log)."""
+
+    def __init__(self, url: str, token: str, rows_limit: int | None, proxy: _Proxy) -> None:
+        super().__init__(url, token)
+        self.cap, self.proxy = rows_limit, proxy
+
+    def close(self) -> None:
+        super().close()
+        self.proxy.real.close()
+
+    def version_vector(self) -> dict[str, Any]:
+        out = super().version_vector()
+        if self.cap is not None and self.rows_limit:
+            self.rows_limit = self.cap
+        return out
+
+
+def _json_rewrite(path: str, resp: httpx.Response, fn: Any) -> httpx.Response:
+    body = fn(resp.json())
+    return httpx.Response(resp.status_code, json=body)
+
+
+def _fill(store: LogStore, n: int, every_art: int = 5) -> None:
+    for i in range(n):
+        ids = []
+        if i % every_art == 0:
+            ids = [store.artifact_put(kind="note", content=f"c{i}", created_by="x").id]
+        note(store, f"e{i}", artifact_ids=ids)
+
+
+def test_http_pull_pipelines_compact_pages_and_converges(make) -> None:
+    a, b = make("a"), make("b")
+    _fill(a, 40)
+    with running_hub(a) as url:
+        proxy = _Proxy(url)
+        peer = proxy.peer(url, rows_limit=7)
+        try:
+            result = sync.sync_with_peer(b, peer)
+        finally:
+            peer.close()
+    assert (result["pulled_events"], result["pulled_artifacts"]) == (40, 8)
+    assert result["duplicates"] == 0 and result["rejected_count"] == 0
+    assert proxy.paths.count("/sync/ops_rows") == 6 and "/sync/ops" not in proxy.paths
+    assert a.version_vector() == b.version_vector()
+    mine = b.event_list(limit=100, order="asc").events
+    assert [e.seq for e in mine] == list(range(1, 41))  # seq = commit order, dense
+    assert [e.origin_seq for e in mine] == sorted(e.origin_seq for e in mine)
+
+
+@pytest.mark.parametrize("refusal", ["route missing", "not advertised", "other columns"])
+def test_http_pull_falls_back_to_reference_pages(make, refusal: str) -> None:
+    a, b = make("a"), make("b")
+    _fill(a, 12)
+
+    def rewrite(path: str, resp: httpx.Response) -> httpx.Response:
+        if refusal == "route missing" and path == "/sync/ops_rows":
+            return httpx.Response(404, json={"detail": "Not Found"})
+        if refusal == "not advertised" and path == "/sync/version_vector":
+            return _json_rewrite(
+                path,
+                resp,
+                lambda d: {
+                    **d,
+                    "profile": {k: v for k, v in d["profile"].items() if k != "sync_rows"},
+                },
+            )
+        if refusal == "other columns" and path == "/sync/ops_rows":
+            return _json_rewrite(path, resp, lambda d: {**d, "columns": d["columns"][::-1]})
+        return resp
+
+    with running_hub(a) as url:
+        proxy = _Proxy(url, rewrite)
+        peer = proxy.peer(url)
+        try:
+            result = sync.sync_with_peer(b, peer)
+        finally:
+            peer.close()
+    assert result["pulled_events"] == 12 and peer.rows_limit == 0
+    assert "/sync/ops" in proxy.paths
+    assert proxy.paths.count("/sync/ops_rows") == (0 if refusal == "not advertised" else 1)
+    assert a.version_vector() == b.version_vector()
+
+
+def test_tampered_compact_pages_are_refused_and_the_rest_applies(make) -> None:
+    a, b = make("a"), make("b")
+    _fill(a, 10, every_art=3)  # artifacts on events 0, 3, 6, 9
+    at = replication.ROW_COLUMNS.index
+    victim: dict[str, Any] = {}
+
+    def tamper(d: dict[str, Any]) -> dict[str, Any]:
+        rows = [list(r) for r in d["rows"]]
+        rows[1][at("type")] = "Not A Type"  # invalid: refused, named
+        rows[2][at("origin_seq")] = -2  # invalid: refused, named
+        rows[4] = rows[4][:3]  # not a row of the format
+        victim["art"] = rows[3][at("artifact_ids")][0]
+        return {**d, "rows": rows}
+
+    def evil_artifacts(d: dict[str, Any]) -> dict[str, Any]:
+        return {**d, "artifacts": [{**x, "content": "evil"} if x["id"] == victim["art"] else x
+                                   for x in d["artifacts"]]}  # fmt: skip
+
+    def rewrite(path: str, resp: httpx.Response) -> httpx.Response:
+        if path == "/sync/ops_rows":
+            return _json_rewrite(path, resp, tamper)
+        if path == "/sync/artifacts":
+            return _json_rewrite(path, resp, evil_artifacts)
+        return resp
+
+    with running_hub(a) as url:
+        peer = _Proxy(url, rewrite).peer(url)
+        try:
+            result = sync.sync_with_peer(b, peer)
+        finally:
+            peer.close()
+    reasons = sorted((r["reason"], r["field"]) for r in result["rejected"])
+    assert reasons == [("invalid", "event"), ("invalid", "origin_seq"), ("invalid", "type"),
+                       ("missing_artifact", "artifact_ids"), ("tampered", "sha256")]  # fmt: skip
+    assert result["pulled_events"] == 6 and result["pulled_artifacts"] == 3
+    with pytest.raises(replication.errors.NotFoundError):
+        b.artifact_get(victim["art"])
+    # An honest round applies the deferred event with its artifact (refused positions below it
+    # stay holes until `--repair-holes`, as with reference pages).
+    with running_hub(a) as url:
+        peer = sync.HttpPeer(url, TOKEN)
+        try:
+            sync.sync_with_peer(b, peer)
+        finally:
+            peer.close()
+    assert replication.counts(b)["deferred"] == 0
+    assert b.artifact_get(victim["art"]).content == b"c3"
+
+
+def test_http_pull_that_drops_midway_keeps_its_pages_and_resumes(make) -> None:
+    a, b = make("a"), make("b")
+    _fill(a, 30)
+    calls = {"rows": 0}
+
+    def rewrite(path: str, resp: httpx.Response) -> httpx.Response:
+        if path == "/sync/ops_rows":
+            calls["rows"] += 1
+            if calls["rows"] == 3:
+                raise httpx.ConnectError("connection lost")
+        return resp
+
+    with running_hub(a) as url:
+        peer = _Proxy(url, rewrite).peer(url, rows_limit=6)
+        try:
+            out = sync.sync_one(b, peer)
+        finally:
+            peer.close()
+        assert "connection lost" in out["error"]
+        assert b.stats()["events"] == 12  # two pages were applied before the drop
+        again = _Proxy(url).peer(url, rows_limit=6)
+        try:
+            result = sync.sync_with_peer(b, again)
+        finally:
+            again.close()
+    assert result["pulled_events"] == 18 and result["duplicates"] == 0
+    assert a.version_vector() == b.version_vector()

@@ -2,9 +2,10 @@
 
 Random appends, acks and patches; random pulls/pushes between replicas through a peer that
 duplicates and reorders batch items, replays stale batches, and crashes after k calls; random
-partitions; a replica's database recreated from scratch (a new generation). After a full
-honest round every replica holds the same events and artifacts in the same HLC order, and a
-second round changes nothing.
+partitions; a replica's database recreated from scratch (a new generation). Pulls go through
+reference-shaped pages, compact rows, or compact rows with the threaded prefetch pipeline.
+After a full honest round every replica holds the same events and artifacts in the same HLC
+order, and a second round changes nothing.
 """
 
 from __future__ import annotations
@@ -45,12 +46,14 @@ class ChaosPeer:
     connection that drops after `crash_after` calls."""
 
     def __init__(self, inner: sync.LocalPeer, rnd: random.Random, crash_after: int | None,
-                 blocked: bool) -> None:  # fmt: skip
+                 blocked: bool, mode: str = "ops") -> None:  # fmt: skip
         self.inner, self.rnd = inner, rnd
         self.name, self.url = inner.name, inner.url
         self.crash_after, self.blocked = crash_after, blocked
         self.calls = 0
-        self.last: list[dict[str, Any]] = []
+        self.last: list[Any] = []
+        self.rows_limit = sync.ROWS_BATCH if mode != "ops" else 0
+        self.prefetch = mode == "rows-prefetch"  # the threaded fetch/validate pipeline
 
     def _tick(self) -> None:
         self.calls += 1
@@ -62,10 +65,16 @@ class ChaosPeer:
         return self.inner.version_vector()
 
     def ops(self, origin: str, after: int, limit: int) -> list[dict[str, Any]]:
+        return self._chaos(self.inner.ops, origin, after, limit)
+
+    def rows(self, origin: str, after: int, limit: int) -> list[Any]:
+        return self._chaos(self.inner.rows, origin, after, limit)
+
+    def _chaos(self, fetch: Any, origin: str, after: int, limit: int) -> list[Any]:
         self._tick()
         if self.last and self.rnd.random() < 0.2:
             return list(self.last)  # a stale, replayed batch
-        batch = self.inner.ops(origin, after, self.rnd.choice([1, 2, 3, limit]))
+        batch = fetch(origin, after, self.rnd.choice([1, 2, 3, limit]))
         if batch and self.rnd.random() < 0.5:
             batch = batch + self.rnd.sample(batch, k=min(len(batch), 2))  # duplicates
         self.rnd.shuffle(batch)
@@ -164,13 +173,16 @@ class SyncMachine(RuleBasedStateMachine):
         push=st.booleans(),
         crash_after=st.one_of(st.none(), st.integers(0, 6)),
         seed=st.integers(0, 2**16),
+        mode=st.sampled_from(["ops", "rows", "rows-prefetch"]),
     )
-    def sync(self, data: st.DataObject, push: bool, crash_after: int | None, seed: int) -> None:
+    def sync(self, data: st.DataObject, push: bool, crash_after: int | None, seed: int,
+             mode: str) -> None:  # fmt: skip
         i, j = self._pick(data, "puller"), self._pick(data, "peer")
         if i == j:
             return
         blocked = frozenset((i, j)) in self.partitioned
-        peer = ChaosPeer(sync.LocalPeer(self.stores[j]), random.Random(seed), crash_after, blocked)
+        peer = ChaosPeer(sync.LocalPeer(self.stores[j]), random.Random(seed), crash_after, blocked,
+                         mode)  # fmt: skip
         try:
             result = sync.sync_with_peer(self.stores[i], peer, push=push)
         except errors.PeerUnavailableError:
