@@ -15,6 +15,7 @@ otherwise (PostgreSQL, or an engine with statement listeners).
 
 from __future__ import annotations
 
+import abc
 import base64
 import binascii
 import hashlib
@@ -650,24 +651,26 @@ def apply_remote_batch(store: LogStore, artifact_raws: Sequence[Any], parsed: Pa
     return res
 
 
-class _Ex:
+class _Ex(abc.ABC):
     """The statements of one apply transaction. Shapes are compiled once per store
     (`LogStore._sql`); `_Raw` runs them on the SQLite writer's DBAPI connection, `_Core`
     through SQLAlchemy (PostgreSQL, or an engine with statement listeners)."""
 
-    def rows(self, key: Any, build: Callable[[], Any], params: Mapping[str, Any]) -> Sequence:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def rows(self, key: Any, build: Callable[[], Any], params: Mapping[str, Any]) -> Sequence: ...
 
-    def run(self, key: Any, build: Callable[[], Any], params: Mapping[str, Any]) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def run(self, key: Any, build: Callable[[], Any], params: Mapping[str, Any]) -> None: ...
 
+    @abc.abstractmethod
     def insert(self, key: Any, table: sa.Table, rows: list[dict[str, Any]]) -> None:
         """INSERT rows giving every column of `table`."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def insert_events(self, rows: list[tuple[Any, ...]]) -> None:
         """INSERT events rows in `_EVENT_COLS` order."""
-        raise NotImplementedError
+        ...
 
     def held_ids(self, ids: list[str]) -> set[str]:
         """The event ids among `ids` held here (distinct ids)."""

@@ -373,18 +373,26 @@ class LogStore:
         return item.result
 
     def _run_batch(self, batch: list[_Pending]) -> None:
-        appended: list[Event] = []
-        try:
+        with self._settling(batch) as appended:
             with self._storage_errors(), self._writer.begin() as conn:
                 state = self._begin_state(conn)
                 for item in batch:
                     self._run_item(conn, state, item, savepoint=len(batch) > 1)
-                appended = state.appended
-                if appended and self._notify_channel is not None:
+                if state.appended and self._notify_channel is not None:
                     # Delivered by PostgreSQL at commit, never before: a hint for LISTENers.
                     conn.execute(sa.select(sa.func.pg_notify(self._notify_channel, "")))
             self.commits += 1
+            appended += state.appended
+
+    @contextlib.contextmanager
+    def _settling(self, batch: list[_Pending]) -> Iterator[list[Event]]:
+        """Settle every item of a batch however its transaction ends; the body adds what it
+        committed to the yielded list, and waiters are woken once if anything was."""
+        appended: list[Event] = []
+        try:
+            yield appended
         except BaseException as exc:  # the commit failed: nobody in the batch was written
+            appended.clear()
             for item in batch:
                 if item.error is None:
                     item.error = exc
@@ -443,8 +451,7 @@ class LogStore:
         """`_run_batch` on the SQLite writer's DBAPI connection, with the same semantics:
         BEGIN IMMEDIATE, the state query, one SAVEPOINT per item when several share the
         commit, COMMIT; sqlite3 errors become StorageError with the same texts."""
-        appended: list[Event] = []
-        try:
+        with self._settling(batch) as appended:
             try:
                 db = self._raw_writer_connection()
                 self._raw_begin(db)
@@ -460,19 +467,9 @@ class LogStore:
                     if db.in_transaction:
                         db.execute("ROLLBACK")
                     raise
-                appended = state.appended
             except sqlite3.Error as exc:
                 raise errors.StorageError(_storage_message(exc)) from exc
-        except BaseException as exc:  # the commit failed: nobody in the batch was written
-            for item in batch:
-                if item.error is None:
-                    item.error = exc
-                    item.result = None
-        finally:
-            for item in batch:
-                item.done = True
-        if appended:
-            self.notifier.bump()
+            appended += state.appended
 
     def _run_raw_item(
         self, db: sqlite3.Connection, state: _TxState, item: _Pending, savepoint: bool
