@@ -43,27 +43,17 @@ def _profile() -> dict[str, Any]:
             "sync_rows": dict(ROWS_OFFER)}  # fmt: skip
 
 
-def _int_param(name: str, raw: str | None, default: int) -> int:
+def _int_param(name: str, raw: str | None, default: int, *, reference: bool = True) -> int:
+    """An integer query parameter. On the reference's routes the 400 keeps its exact text (its
+    client and tests read it); on our own routes it says which parameter and what was sent."""
     if raw is None or raw == "":
         return default
     try:
         return int(raw)
     except ValueError:
-        # The reference's exact text (its client and tests read it), still naming the field.
-        raise errors.ValidationError(
-            f"invalid literal for int() with base 10: {raw!r}", field=name
-        ) from None
-
-
-def _strict_param(name: str, raw: str | None, default: int) -> int:
-    """An integer query parameter of our own routes: the 400 names the parameter."""
-    if raw is None or raw == "":
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise errors.ValidationError(f"{name} must be an integer, got {raw[:50]!r}",
-                                     field=name) from None  # fmt: skip
+        message = (f"invalid literal for int() with base 10: {raw!r}" if reference
+                   else f"{name} must be an integer, got {raw[:50]!r}")  # fmt: skip
+        raise errors.ValidationError(message, field=name) from None
 
 
 def router(store: LogStore, settings: Any = None, loop: sync.SyncLoop | None = None) -> APIRouter:
@@ -104,8 +94,8 @@ def router(store: LogStore, settings: Any = None, loop: sync.SyncLoop | None = N
         try:
             if not origin or not origin.strip():
                 return _error("origin must be a non-empty string", 400, "origin")
-            n_after = _strict_param("after", after, 0)
-            n_limit = _strict_param("limit", limit, replication.MAX_ROWS_LIMIT)
+            n_after = _int_param("after", after, 0, reference=False)
+            n_limit = _int_param("limit", limit, replication.MAX_ROWS_LIMIT, reference=False)
             clean, rows, count = replication.ops_rows_json(store, origin, n_after, n_limit)
         except errors.ValidationError as exc:
             return _error(exc.message, 400, exc.field)

@@ -10,8 +10,11 @@ import os
 import secrets
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -150,6 +153,32 @@ def run_cli(*args: str, input: bytes | None = None, env: dict[str, str] | None =
         timeout=timeout,
         check=False,
     )
+
+
+# ----------------------------------------------------------------------------- group commit
+
+
+def batched(store: Any, calls: list[Callable[[], Any]]) -> list[Any]:
+    """Run `calls` in threads so that they all land in ONE group commit; return results."""
+    results: list[Any] = [None] * len(calls)
+
+    def run(i: int) -> None:
+        try:
+            results[i] = calls[i]()
+        except Exception as exc:
+            results[i] = exc
+
+    with store._commit_lock:  # hold the leader seat until every caller has queued
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 10
+        while len(store._queue) < len(calls):
+            assert time.monotonic() < deadline, "callers did not queue"
+            time.sleep(0.001)
+    for t in threads:
+        t.join(10)
+    return results
 
 
 # ----------------------------------------------------------------------------- PG count

@@ -11,7 +11,6 @@ import itertools
 import secrets
 import sqlite3
 import threading
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import sqlalchemy as sa
 from mempalace_logstream import LogStore, errors
 from mempalace_logstream import engine as engine_mod
 from mempalace_logstream.schema import artifact_blobs, events
+from tests.conftest import batched
 
 _N = itertools.count()
 
@@ -322,29 +322,6 @@ def test_stats_count_per_stream_type_and_writer(store, stream):
 # --------------------------------------------------------------------------- group commit
 
 
-def _batched(store: LogStore, calls) -> list[object]:
-    """Run `calls` in threads so that they all land in ONE group commit; return results."""
-    results: list[object] = [None] * len(calls)
-
-    def run(i: int) -> None:
-        try:
-            results[i] = calls[i]()
-        except Exception as exc:
-            results[i] = exc
-
-    with store._commit_lock:  # hold the leader seat until every caller has queued
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
-        for t in threads:
-            t.start()
-        deadline = time.monotonic() + 10
-        while len(store._queue) < len(calls):
-            assert time.monotonic() < deadline, "callers did not queue"
-            time.sleep(0.001)
-    for t in threads:
-        t.join(10)
-    return results
-
-
 def test_a_failing_item_does_not_poison_its_group_commit(store, stream):
     add(store, stream, from_agent="idem", idempotency_key="used", body="original")
 
@@ -363,7 +340,7 @@ def test_a_failing_item_does_not_poison_its_group_commit(store, stream):
         bad_sql,
         lambda: add(store, stream, body="ok-3"),
     ]
-    results = _batched(store, calls)
+    results = batched(store, calls)
     assert isinstance(results[1], errors.NotFoundError)
     assert isinstance(results[3], errors.ConflictError)
     assert isinstance(results[4], errors.StorageError)

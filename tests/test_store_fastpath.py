@@ -17,7 +17,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from conftest import REPO, ManualClock
+from conftest import REPO, ManualClock, batched
 
 from mempalace_logstream import LogStore, errors
 from mempalace_logstream import engine as engine_mod
@@ -60,43 +59,15 @@ def _script(store: LogStore) -> list[Any]:
     a3 = store.artifact_put(kind="note", content="three", created_by="w")
     out: list[Any] = [a1, a2, a3]
     out.append(store.event_append(type="chat.message", stream="s", room="r", from_agent="w"))
-    out.append(
-        store.event_append(
-            type="task.request",
-            stream="s",
-            room="r2",
-            from_agent="lead",
-            topic="t",
-            to_agent="w",
-            correlation_id="c1",
-            branch="main",
-            base_commit="abc1234",
-            status="open",
-            body="héllo\nworld ✓",
-            metadata={"k": [1, 2], "z": None},
-            artifact_ids=[a3.id, a1.id, a2.id],
-            idempotency_key="k1",
-        )  # fmt: skip
-    )
+    full = dict(
+        type="task.request", stream="s", room="r2", from_agent="lead", topic="t", to_agent="w",
+        correlation_id="c1", branch="main", base_commit="abc1234", status="open",
+        body="héllo\nworld ✓", metadata={"k": [1, 2], "z": None},
+        artifact_ids=[a3.id, a1.id, a2.id], idempotency_key="k1",
+    )  # fmt: skip
+    out.append(store.event_append(**full))
     # the same key and content: the earlier event, nothing new written
-    out.append(
-        store.event_append(
-            type="task.request",
-            stream="s",
-            room="r2",
-            from_agent="lead",
-            topic="t",
-            to_agent="w",
-            correlation_id="c1",
-            branch="main",
-            base_commit="abc1234",
-            status="open",
-            body="héllo\nworld ✓",
-            metadata={"k": [1, 2], "z": None},
-            artifact_ids=[a3.id, a1.id, a2.id],
-            idempotency_key="k1",
-        )  # fmt: skip
-    )
+    out.append(store.event_append(**full))
     for bad in (
         lambda: store.event_append(
             type="x", stream="s", room="r", from_agent="lead", body="other", idempotency_key="k1"
@@ -266,29 +237,6 @@ def test_an_empty_log_reads_the_same_on_both_paths(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------- group commit
 
 
-def _batched(store: LogStore, calls: list[Callable[[], Any]]) -> list[Any]:
-    """Run `calls` in threads so that they all land in ONE group commit; return results."""
-    results: list[Any] = [None] * len(calls)
-
-    def run(i: int) -> None:
-        try:
-            results[i] = calls[i]()
-        except Exception as exc:
-            results[i] = exc
-
-    with store._commit_lock:  # hold the leader seat until every caller has queued
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
-        for t in threads:
-            t.start()
-        deadline = time.monotonic() + 10
-        while len(store._queue) < len(calls):
-            assert time.monotonic() < deadline, "callers did not queue"
-            time.sleep(0.001)
-    for t in threads:
-        t.join(10)
-    return results
-
-
 def _raw_sql_item(store: LogStore, sql: str) -> Callable[[], Any]:
     """A batch item with a DBAPI version (so the batch stays on the fast path)."""
     return lambda: store._submit(lambda conn, st: conn.exec_driver_sql(sql),
@@ -320,7 +268,7 @@ def test_savepoints_isolate_failing_items_in_a_fast_batch(tmp_path: Path) -> Non
             lambda: store.event_ack(event_id="evt_gone", from_agent="w"),
             lambda: add(type="x", stream="s", room="r", from_agent="w", body="ok-2"),
         ]
-        results = _batched(store, calls)
+        results = batched(store, calls)
         assert batches == ["raw"]
         assert isinstance(results[1], errors.NotFoundError)
         assert isinstance(results[3], errors.ConflictError)
@@ -355,7 +303,7 @@ def test_a_batch_with_a_core_item_runs_every_item_on_the_sqlalchemy_path(tmp_pat
             lambda: add(type="x", stream="s", room="r", from_agent="w", artifact_ids=["art_x"]),
             lambda: add(type="x", stream="s", room="r", from_agent="w", body="b"),
         ]
-        results = _batched(store, calls)
+        results = batched(store, calls)
         assert batches == ["core"]
         assert isinstance(results[2], errors.NotFoundError)
         assert sorted(e.body for e in store.event_list().events) == ["a", "b"]
