@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from mempalace_logstream.errors import (
     ConflictError,
+    IntegrityError,
     LogstreamError,
     NotFoundError,
     PeerUnavailableError,
@@ -21,6 +22,7 @@ __all__ = [
     "Artifact",
     "ConflictError",
     "Event",
+    "IntegrityError",
     "LogStore",
     "LogstreamError",
     "NotFoundError",

@@ -32,9 +32,10 @@ async def run(fn: Any, *args: Any, **kwargs: Any) -> Any:
 
 async def call(store: LogStore, name: str, args: dict[str, Any]) -> dict[str, Any]:
     """`operations.call` for async servers; `event_wait` sleeps on the notifier, not a thread."""
+    clean = operations.check_args(name, args)
     if name == "event_wait":
-        return await event_wait(store, args)
-    return await run(operations.call, store, name, args)
+        return await event_wait(store, clean)
+    return await run(operations.OPERATIONS[name], store, **clean)
 
 
 async def event_wait(store: LogStore, args: dict[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,8 @@ LogstreamError
 ├── NotFoundError          an event, artifact or cursor that does not exist here
 ├── ConflictError          same id or idempotency key with different content
 ├── StorageError           the database failed (disk, lock timeout, corruption)
-│   └── SchemaVersionError the file was written by a newer schema than this code knows
+│   ├── SchemaVersionError the file was written by a newer schema than this code knows
+│   └── IntegrityError     stored bytes no longer match their sha256 (changed behind the log)
 └── SyncError              a replica round failed
     └── PeerUnavailableError
 """
@@ -57,6 +58,14 @@ class StorageError(LogstreamError):
 
 class SchemaVersionError(StorageError):
     """The database schema is newer than this version of mempalace-logstream."""
+
+
+class IntegrityError(StorageError):
+    """Stored content does not match its sha256; it was changed behind the log."""
+
+    def __init__(self, message: str, *, ident: str | None = None) -> None:
+        super().__init__(message)
+        self.ident = ident
 
 
 class SyncError(LogstreamError):

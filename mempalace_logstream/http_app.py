@@ -8,10 +8,10 @@ fastapi/sse_starlette importer; must not import typer or mcp.
 from __future__ import annotations
 
 import hmac
-import inspect
 import ipaddress
 import json
 import os
+import re
 import socket
 import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -40,6 +40,7 @@ STATUS: dict[type[errors.LogstreamError], int] = {
     errors.NotFoundError: 404,
     errors.ConflictError: 409,
     errors.StorageError: 503,
+    errors.IntegrityError: 500,
     errors.SyncError: 502,
 }
 
@@ -284,36 +285,6 @@ PARAM_SCHEMAS: dict[str, dict[str, Any]] = {
     "artifact_ids": {"type": "array", "items": _STR},
     "encoding": {"type": "string", "enum": list(v.ENCODINGS)},
 }
-READ_PARAMS = (
-    *v.FILTER_FIELDS, "from_agent", "since_event_id", "before_event_id", "since_created_at",
-    "limit", "order", "preview", "slim",
-)  # fmt: skip
-
-
-def op_params(store: LogStore) -> dict[str, dict[str, bool]]:
-    """{op: {param: required}} taken from the core signatures, so the API cannot drift."""
-
-    def sig(fn: Callable[..., Any], drop: tuple[str, ...] = ()) -> dict[str, bool]:
-        out = {}
-        for name, p in inspect.signature(fn).parameters.items():
-            if p.kind is not p.VAR_KEYWORD and name not in drop:
-                out[name] = p.default is inspect.Parameter.empty
-        return out
-
-    reads = dict.fromkeys(READ_PARAMS, False)
-    return {
-        "event_append": sig(store.draft_event),
-        "event_get": {"event_id": True},
-        "event_list": reads,
-        "event_wait": {**reads, "timeout_ms": False},
-        "event_ack": sig(store.event_ack),
-        "artifact_put": sig(store.draft_artifact, ("content_field",)),
-        "artifact_get": {"artifact_id": True},
-        "patch_submit": sig(store.patch_submit),
-        "task_create": sig(store.task_create),
-        "version_vector": {},
-        "stats": {},
-    }
 
 
 def request_model(op: str, params: dict[str, bool]) -> type[Any]:
@@ -390,23 +361,19 @@ def _version() -> str:
 
 
 def _add_op_routes(app: FastAPI, store: LogStore) -> None:
-    for op, params in op_params(store).items():
+    for op, params in operations.params().items():
         model = request_model(op, params)
-        required = [name for name, req in params.items() if req]
         app.post(
             f"/v1/{op}",
             name=op,
             tags=["mutating" if op in operations.MUTATING else "read"],
             summary=(operations.OPERATIONS[op].__doc__ or op.replace("_", " ")).strip(),
-        )(_op_endpoint(store, op, model, required))
+        )(_op_endpoint(store, op, model))
 
 
-def _op_endpoint(store: LogStore, op: str, model: type[Any], required: list[str]) -> Any:
+def _op_endpoint(store: LogStore, op: str, model: type[Any]) -> Any:
     async def endpoint(body: model = None) -> dict[str, Any]:  # type: ignore[valid-type]
         args = body.model_dump(exclude_unset=True) if body is not None else {}
-        for name in required:
-            if args.get(name) is None:
-                raise errors.ValidationError(f"{name} is required", field=name)
         return await aio.call(store, op, args)
 
     endpoint.__name__ = f"post_{op}"
@@ -421,6 +388,11 @@ def _query_args(request: Request, allowed: tuple[str, ...], multi: tuple[str, ..
     for name, value in request.query_params.multi_items():
         if name not in allowed:
             raise errors.ValidationError(f"{name} is not a parameter of this endpoint", field=name)
+        if not value.strip():
+            # `to_agent=` is a mistake, never "no filter": it would stream everyone's mail.
+            raise errors.ValidationError(
+                f"{name} is empty; give a value or leave the parameter out", field=name
+            )
         if name in multi:
             args.setdefault(name, []).append(value)
         elif name in args:
@@ -443,10 +415,12 @@ def _query_docs(names: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _add_get_aliases(app: FastAPI, store: LogStore) -> None:
-    @app.get("/v1/events", tags=["read"], openapi_extra=_query_docs(READ_PARAMS))
+    reads = operations.READ_PARAMS
+
+    @app.get("/v1/events", tags=["read"], openapi_extra=_query_docs(reads))
     async def list_events(request: Request) -> dict[str, Any]:
         """event_list with query parameters (repeat a filter for OR)."""
-        args = _query_args(request, READ_PARAMS, v.FILTER_FIELDS)
+        args = _query_args(request, reads, v.FILTER_FIELDS)
         return await aio.call(store, "event_list", args)
 
     @app.get("/v1/events/{event_id}", tags=["read"])
@@ -493,17 +467,20 @@ def _add_sse_routes(app: FastAPI, store: LogStore, settings: HubSettings) -> Non
     async def stream(request: Request) -> Any:
         """Live feed (S-6.3): `id:` event id, `event: logstream`, `data:` event JSON.
 
-        Resumes after `since_event_id` or `Last-Event-ID`; without either, tails from now.
-        Errors answer 400 before the stream opens; at the client cap, 503 + Retry-After.
+        Resumes after `Last-Event-ID` (a reconnecting EventSource) or else `since_event_id`;
+        without either, tails from now. Errors answer 400 before the stream opens; at the
+        client cap, 503 + Retry-After.
         """
+        # The slot is taken before the first await: clients connecting at once cannot all
+        # pass the check while each waits for its first read.
         if app.state.sse_clients >= settings.sse_max_clients:
-            return error_response(503, f"the hub serves at most {settings.sse_max_clients} "
-                                  "SSE clients; retry later or long-poll event_wait", None,
-                                  {"Retry-After": "5"})  # fmt: skip
-        try:
-            req, first = await _open_stream(request, store, settings)
-        except errors.LogstreamError as exc:
-            return error_response(400, exc.message, getattr(exc, "field", None))
+            return error_response(
+                503,
+                f"the hub serves at most {settings.sse_max_clients} SSE clients; retry later "
+                "or long-poll event_wait",
+                None,
+                {"Retry-After": "5"},
+            )
         app.state.sse_clients += 1
         released = False
 
@@ -513,6 +490,14 @@ def _add_sse_routes(app: FastAPI, store: LogStore, settings: HubSettings) -> Non
                 released = True
                 app.state.sse_clients -= 1
 
+        try:
+            req, first = await _open_stream(request, store, settings)
+        except errors.LogstreamError as exc:
+            release()
+            return error_response(400, exc.message, getattr(exc, "field", None))
+        except BaseException:
+            release()
+            raise
         frames = _frames(store, app.state.feed, req, first, settings)
         return _SlotResponse(
             frames,
@@ -531,22 +516,48 @@ def _add_sse_routes(app: FastAPI, store: LogStore, settings: HubSettings) -> Non
         )
 
 
+# Our ids and the reference's: a Last-Event-ID of this shape may be an event that has not
+# synced to this hub yet, so the stream waits for it (bounded, S-5.2); any other unknown value
+# can never arrive and is refused at once.
+_EVENT_ID_SHAPE = re.compile(r"^evt_\d{8}T\d{6}_[0-9a-f]{12,}$")
+
+
+def _last_event_id(request: Request) -> str | None:
+    """The Last-Event-ID header, validated; None when absent or empty."""
+    raw = request.headers.get("last-event-id")
+    if raw is None or not raw.strip():
+        return None
+    return v.remote_id("Last-Event-ID", raw.strip())
+
+
 async def _open_stream(request: Request, store: LogStore, settings: HubSettings) -> tuple:
-    """Validate and run the first read before any header is sent (never a half-open stream)."""
+    """Validate and run the first read before any header is sent (never a half-open stream).
+
+    `Last-Event-ID` wins over `since_event_id`: a browser EventSource reconnects to the URL it
+    was opened with (often `since_event_id=tip`) and says where it stopped in the header.
+    """
     args = _query_args(request, SSE_PARAMS, v.FILTER_FIELDS)
-    header = request.headers.get("last-event-id", "").strip() or None
-    if not args.get("since_event_id"):
-        args["since_event_id"] = header or "tip"
-    elif header is not None:
-        header = None  # the query cursor wins
+    header = _last_event_id(request)
+    if header is not None:
+        args["since_event_id"] = header
+    elif not args.get("since_event_id"):
+        args["since_event_id"] = "tip"
     req = store.read_request(**args)
     catch_up = req.replace(limit=aio.FEED_BATCH, order="asc")
     try:
         first = await aio.run(store.read, catch_up)
     except errors.NotFoundError:
-        # A Last-Event-ID this hub has not synced yet: wait for it (bounded), then resume.
-        if header is None or not await aio.wait_for_event(store, header, settings.resume_wait_s):
+        if header is None:
             raise
+        waited = _EVENT_ID_SHAPE.match(header) is not None
+        if not waited or not await aio.wait_for_event(store, header, settings.resume_wait_s):
+            after = f" (waited {settings.resume_wait_s:g} s for it to sync in)" if waited else ""
+            raise errors.NotFoundError(
+                f"Last-Event-ID {header!r} is not an event of this hub{after}; reconnect "
+                "without it to tail from now",
+                field="Last-Event-ID",
+                ident=header,
+            ) from None
         first = await aio.run(store.read, catch_up)
     return req, first
 

@@ -8,18 +8,22 @@ import fastapi or typer.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+import json
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Annotated, Any
 
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.types import ToolAnnotations
+from mcp.types import TextContent, ToolAnnotations
 from pydantic import Field
 
 from mempalace_logstream import aio, errors
 from mempalace_logstream.store import LogStore
+
+TOOL_PREFIX = "mempalace_"
 
 INSTRUCTIONS = (
     "A shared, append-only coordination log for agents. Post what you do as events "
@@ -31,21 +35,46 @@ INSTRUCTIONS = (
 
 
 class LogstreamMCP(FastMCP):
-    """FastMCP bound to one LogStore; tools reach it through their Context."""
+    """FastMCP bound to one LogStore; tools reach it through their Context.
+
+    Tool calls skip the SDK's argument model: the raw arguments go to the core, which checks
+    names (`operations.check_args`) and values exactly as for HTTP and the CLI, so every
+    surface refuses the same input with the same text. The signatures below only document
+    the tools (their JSON schemas).
+    """
 
     def __init__(self, store: LogStore, **kwargs: Any) -> None:
         super().__init__(name="mempalace-logstream", instructions=INSTRUCTIONS, **kwargs)
+        self._mcp_server.version = _version()  # serverInfo.version: ours, not the SDK's
         self.store = store
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Sequence[TextContent]:
+        if self._tool_manager.get_tool(name) is None or not name.startswith(TOOL_PREFIX):
+            raise ToolError(f"unknown tool {name!r}")
+        result = await _run(self.store, name.removeprefix(TOOL_PREFIX), dict(arguments or {}))
+        # Compact JSON: every indent space is a token the agent pays for.
+        text = json.dumps(result, ensure_ascii=False, separators=(",", ":"))
+        return [TextContent(type="text", text=text)]
+
+
+def _version() -> str:
+    import mempalace_logstream
+
+    return mempalace_logstream.__version__
+
+
+async def _run(store: LogStore, op: str, args: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return await aio.call(store, op, args)
+    except errors.LogstreamError as exc:
+        raise ToolError(exc.message) from exc
 
 
 async def _call(ctx: Context, op: str, args: dict[str, Any]) -> dict[str, Any]:
+    """The tool functions' own path (a direct call, not through `call_tool`)."""
     server = ctx.fastmcp
     assert isinstance(server, LogstreamMCP)
-    clean = {k: val for k, val in args.items() if k != "ctx" and val is not None}
-    try:
-        return await aio.call(server.store, op, clean)
-    except errors.LogstreamError as exc:
-        raise ToolError(exc.message) from exc
+    return await _run(server.store, op, {k: val for k, val in args.items() if k != "ctx"})
 
 
 # Parameter types shared by several tools; descriptions are read by agents.
@@ -202,6 +231,7 @@ async def mempalace_event_ack(
     ] = None,
     body: str = "",
     topic: str | None = None,
+    metadata: Metadata = None,
     idempotency_key: IdemKey = None,
 ) -> dict[str, Any]:
     """Acknowledge an event: appends an `event.ack` addressed to its author on the same thread.
@@ -255,6 +285,9 @@ async def mempalace_patch_submit(
     base_commit: str | None = None,
     body: str = "",
     metadata: Metadata = None,
+    encoding: Annotated[
+        str | None, Field(description="'utf-8' (default) or 'base64' for a non-UTF-8 diff.")
+    ] = None,
     idempotency_key: IdemKey = None,
 ) -> dict[str, Any]:
     """Deliver a patch: stores it as an artifact and appends `patch.ready`, in one transaction.
@@ -314,12 +347,19 @@ def build_server(store: LogStore, *, read_only: bool = False, **kwargs: Any) -> 
     """An MCP server with the logstream tools; `read_only` leaves the mutating ones out."""
     server = LogstreamMCP(store, log_level="WARNING", **kwargs)
     for fn in READ_TOOLS:
-        server.add_tool(fn, annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False))
+        _add(server, fn, ToolAnnotations(readOnlyHint=True, openWorldHint=False))
     if not read_only:
         for fn in WRITE_TOOLS:
             hints = ToolAnnotations(readOnlyHint=False, destructiveHint=False, openWorldHint=False)
-            server.add_tool(fn, annotations=hints)
+            _add(server, fn, hints)
     return server
+
+
+def _add(server: LogstreamMCP, fn: Callable[..., Any], hints: ToolAnnotations) -> None:
+    # The docstring without its source indentation; text only (no outputSchema), since the
+    # result is returned once, as compact JSON text.
+    doc = inspect.cleandoc(fn.__doc__ or "")
+    server.add_tool(fn, description=doc, annotations=hints, structured_output=False)
 
 
 def run_stdio(store: LogStore, *, read_only: bool = False) -> None:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 PG_MIGRATE_LOCK = 0x6D696772  # "migr"
-KNOWN_REVISIONS = (None, "0001", "0002")
+KNOWN_REVISIONS = (None, "0001", "0002", "0003")
 
 
 def alembic_config(connection: sa.Connection | None = None, url: str | None = None) -> Config:

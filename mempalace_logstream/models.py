@@ -12,7 +12,61 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 PREVIEW_CHARS = 200
-_SLIM_DROP = ("seq", "origin_replica", "origin_seq", "hlc", "metadata")
+_SLIM_DROP = ("seq", "origin_replica", "origin_seq", "hlc", "metadata", "metadata_error")
+# Objects and arrays nest at most this deep in metadata (the top object is level 1). Far
+# inside what every serializer on every surface handles (FastAPI's encoder fails near 250,
+# Python's json near 1000), so no stored event can make a read fail (S-8.10).
+MAX_METADATA_DEPTH = 64
+
+
+def json_depth(value: Any) -> int:
+    """How deeply objects and arrays nest in a parsed JSON value (iterative: no recursion)."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, level)
+        stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"{text} is out of range")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def read_metadata(text: str) -> tuple[dict[str, Any], str | None]:
+    """Stored metadata text as an object that every surface can serialize, plus a problem.
+
+    Writes are validated, but a row may come from an older version, a legacy file or a hand
+    edit: anything unreadable (not JSON, not an object, NaN/Infinity, nested deeper than
+    MAX_METADATA_DEPTH) reads as `{}` with the reason, never as an error.
+    """
+    if text == "{}":
+        return {}, None
+    try:
+        value = json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:
+        return {}, f"stored metadata is not readable JSON ({exc})"
+    if not isinstance(value, dict):
+        return {}, "stored metadata is not a JSON object"
+    # str.count runs in C: only text with many brackets can be deep enough to need the walk.
+    if text.count("{") + text.count("[") > MAX_METADATA_DEPTH:
+        if json_depth(value) > MAX_METADATA_DEPTH:
+            return {}, f"stored metadata nests deeper than {MAX_METADATA_DEPTH} levels"
+    return value, None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,11 +93,7 @@ class Event:
 
     @property
     def metadata(self) -> dict[str, Any]:
-        try:
-            value = json.loads(self.metadata_json)
-        except ValueError:
-            return {}
-        return value if isinstance(value, dict) else {}
+        return read_metadata(self.metadata_json)[0]
 
     def content_key(self) -> tuple[Any, ...]:
         """The immutable, replicated fields: equal keys mean the same event."""
@@ -55,6 +105,7 @@ class Event:
         )  # fmt: skip
 
     def to_dict(self, *, preview: bool = False, slim: bool = False) -> dict[str, Any]:
+        metadata, problem = read_metadata(self.metadata_json)
         out: dict[str, Any] = {
             "id": self.id,
             "seq": self.seq,
@@ -74,8 +125,10 @@ class Event:
             "artifact_ids": list(self.artifact_ids),
             "body": self.body,
             "created_at": self.created_at,
-            "metadata": self.metadata,
+            "metadata": metadata,
         }
+        if problem is not None:
+            out["metadata_error"] = problem
         if preview and len(self.body) > PREVIEW_CHARS:
             out["body"] = self.body[:PREVIEW_CHARS]
             out["body_truncated"] = True
@@ -106,11 +159,7 @@ class Artifact:
 
     @property
     def metadata(self) -> dict[str, Any]:
-        try:
-            value = json.loads(self.metadata_json)
-        except ValueError:
-            return {}
-        return value if isinstance(value, dict) else {}
+        return read_metadata(self.metadata_json)[0]
 
     def content_text(self) -> str | None:
         """Content as it travels: text for utf-8 artifacts, base64 for binary ones."""

@@ -7,10 +7,13 @@ prints. Surfaces only translate transport details; they never validate or reshap
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable
 from typing import Any
 
 from mempalace_logstream import errors
+from mempalace_logstream import validation as v
 from mempalace_logstream.store import LogStore
 
 Handler = Callable[..., dict[str, Any]]
@@ -88,20 +91,68 @@ OPERATIONS: dict[str, Handler] = {
 MUTATING = frozenset({"event_append", "event_ack", "artifact_put", "patch_submit", "task_create"})
 
 
+READ_PARAMS = (
+    *v.FILTER_FIELDS,
+    "from_agent",
+    "since_event_id",
+    "before_event_id",
+    "since_created_at",
+    "limit",
+    "order",
+    "preview",
+    "slim",
+)
+# A wait reads forwards from its cursor: a window end or a newest-first order make no sense.
+WAIT_PARAMS = (*(p for p in READ_PARAMS if p not in ("before_event_id", "order")), "timeout_ms")
+
+
+def _signature(fn: Callable[..., Any], drop: tuple[str, ...] = ()) -> dict[str, bool]:
+    out = {}
+    for name, p in inspect.signature(fn).parameters.items():
+        if name != "self" and p.kind is not p.VAR_KEYWORD and name not in drop:
+            out[name] = p.default is inspect.Parameter.empty
+    return out
+
+
+@functools.cache
+def params() -> dict[str, dict[str, bool]]:
+    """{operation: {parameter: required}}: the one parameter table of every surface, taken
+    from the core signatures so that HTTP, MCP and the CLI cannot drift from the store."""
+    return {
+        "event_append": _signature(LogStore.draft_event),
+        "event_get": {"event_id": True},
+        "event_list": dict.fromkeys(READ_PARAMS, False),
+        "event_wait": dict.fromkeys(WAIT_PARAMS, False),
+        "event_ack": _signature(LogStore.event_ack),
+        "artifact_put": _signature(LogStore.draft_artifact, ("content_field",)),
+        "artifact_get": {"artifact_id": True},
+        "patch_submit": _signature(LogStore.patch_submit),
+        "task_create": _signature(LogStore.task_create),
+        "version_vector": {},
+        "stats": {},
+    }
+
+
+def check_args(name: str, args: dict[str, Any]) -> dict[str, Any]:
+    """The arguments of operation `name` without the absent ones (None), or ValidationError
+    naming an unknown parameter ("to is not a parameter of event_append") or a missing one."""
+    table = params().get(name)
+    if table is None:
+        raise errors.ValidationError(f"operation {name!r} is unknown", field="operation")
+    for key in args:
+        if key not in table:
+            raise errors.ValidationError(f"{key} is not a parameter of {name}", field=key)
+    clean = {k: val for k, val in args.items() if val is not None}
+    for key, required in table.items():
+        if required and key not in clean:
+            raise errors.ValidationError(f"{key} is required", field=key)
+    return clean
+
+
 def call(store: LogStore, name: str, args: dict[str, Any]) -> dict[str, Any]:
     """Run operation `name` with raw `args` (None values mean "not given")."""
-    handler = OPERATIONS.get(name)
-    if handler is None:
-        raise errors.ValidationError(f"operation {name!r} is unknown", field="operation")
-    clean = {k: val for k, val in args.items() if val is not None}
-    try:
-        return handler(store, **clean)
-    except TypeError as exc:
-        if "unexpected keyword argument" not in str(exc):
-            raise
-        # An unknown parameter from a surface: report it like any other bad field.
-        bad = str(exc).rsplit("argument", 1)[-1].strip(" '")
-        raise errors.ValidationError(f"{bad} is not a parameter of {name}", field=bad) from exc
+    clean = check_args(name, args)
+    return OPERATIONS[name](store, **clean)
 
 
 class LocalClient:

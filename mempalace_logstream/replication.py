@@ -29,7 +29,7 @@ import sqlalchemy as sa
 
 from mempalace_logstream import errors, hlc
 from mempalace_logstream import validation as v
-from mempalace_logstream.models import Artifact, Event
+from mempalace_logstream.models import Artifact, Event, read_metadata
 from mempalace_logstream.schema import (
     artifact_blobs,
     artifacts,
@@ -269,13 +269,7 @@ def ops_rows_json(store: LogStore, origin: Any, after_seq: Any = 0, limit: Any =
 
 def _metadata_object(text: str) -> dict[str, Any]:
     """The metadata object as `/sync/ops` serves it (Event.metadata: `{}` if unreadable)."""
-    if text == "{}":
-        return {}
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
+    return read_metadata(text)[0]
 
 
 def get_artifacts(

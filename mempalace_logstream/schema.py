@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-SCHEMA_HEAD = "0002"
+SCHEMA_HEAD = "0003"
 
 metadata = sa.MetaData(
     naming_convention={
@@ -170,14 +170,16 @@ sync_peers = sa.Table(
     sa.Column("updated_at", sa.Text, nullable=False),
 )
 
-APPEND_ONLY_TABLES = ("events", "event_artifacts", "artifacts")
+# Every table that holds log content. Revision 0001 guarded the first three; 0003 added the
+# blobs (the bytes behind an artifact's sha256), so a migration passes the tables it guards.
+APPEND_ONLY_TABLES = ("events", "event_artifacts", "artifacts", "artifact_blobs")
 
 
-def append_only_ddl(dialect: str) -> list[str]:
+def append_only_ddl(dialect: str, tables: tuple[str, ...] = APPEND_ONLY_TABLES) -> list[str]:
     """Triggers that make the database itself reject UPDATE/DELETE on the append-only tables."""
     if dialect == "sqlite":
         out = []
-        for table in APPEND_ONLY_TABLES:
+        for table in tables:
             for op in ("UPDATE", "DELETE"):
                 out.append(
                     f"CREATE TRIGGER IF NOT EXISTS {table}_no_{op.lower()} BEFORE {op} ON {table} "
@@ -190,7 +192,7 @@ def append_only_ddl(dialect: str) -> list[str]:
         "LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION '% are append-only: % is not allowed', "
         "TG_TABLE_NAME, TG_OP USING ERRCODE = 'restrict_violation'; END $$"
     ]
-    for table in APPEND_ONLY_TABLES:
+    for table in tables:
         out.append(f"DROP TRIGGER IF EXISTS {table}_append_only ON {table}")
         out.append(
             f"CREATE TRIGGER {table}_append_only BEFORE UPDATE OR DELETE ON {table} "
@@ -204,16 +206,17 @@ def append_only_ddl(dialect: str) -> list[str]:
     return out
 
 
-def drop_append_only_ddl(dialect: str) -> list[str]:
+def drop_append_only_ddl(
+    dialect: str, tables: tuple[str, ...] = APPEND_ONLY_TABLES, *, function: bool = True
+) -> list[str]:
     if dialect == "sqlite":
         return [
-            f"DROP TRIGGER IF EXISTS {t}_no_{op}"
-            for t in APPEND_ONLY_TABLES
-            for op in ("update", "delete")
+            f"DROP TRIGGER IF EXISTS {t}_no_{op}" for t in tables for op in ("update", "delete")
         ]
     out = []
-    for t in APPEND_ONLY_TABLES:
+    for t in tables:
         out.append(f"DROP TRIGGER IF EXISTS {t}_append_only ON {t}")
         out.append(f"DROP TRIGGER IF EXISTS {t}_no_truncate ON {t}")
-    out.append("DROP FUNCTION IF EXISTS logstream_reject_mutation()")
+    if function:
+        out.append("DROP FUNCTION IF EXISTS logstream_reject_mutation()")
     return out

@@ -11,11 +11,13 @@ import base64
 import binascii
 import json
 import re
+import unicodedata
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
 from mempalace_logstream.errors import ValidationError
+from mempalace_logstream.models import MAX_METADATA_DEPTH, json_depth
 
 MAX_ROUTING_CHARS = 256
 MAX_TYPE_CHARS = 64
@@ -59,6 +61,26 @@ def _check_text(field: str, value: str) -> None:
         raise fail(field, "contains a lone surrogate; it must be valid Unicode text") from exc
 
 
+# Invisible or direction-changing code points let a look-alike name coexist with the real
+# one ("claude-laptop" and "claude-laptop" + U+200D): C0/C1 controls (Cc), format characters
+# (Cf: bidi overrides and isolates, zero-width space/joiners, word joiner, BOM, soft hyphen),
+# and the line and paragraph separators (Zl, Zp). Refused in routing fields, kept in bodies.
+_INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
+
+
+def _check_visible(field: str, value: str) -> None:
+    if value.isascii():
+        return  # ASCII controls are refused by _CONTROL_RE with their own message
+    for ch in value:
+        if unicodedata.category(ch) in _INVISIBLE_CATEGORIES:
+            name = unicodedata.name(ch, "a control character")
+            raise fail(
+                field,
+                f"contains U+{ord(ch):04X} ({name}); invisible and direction-changing "
+                "characters are not allowed in routing fields",
+            )
+
+
 def routing(field: str, value: Any, *, required: bool = False) -> str | None:
     """A routing value (stream, room, agent, id, …): ≤256 chars, no control characters."""
     if value is None or value == "":
@@ -72,6 +94,7 @@ def routing(field: str, value: Any, *, required: bool = False) -> str | None:
     # trailing newline or tab, and S-4 says bad characters are rejected, never stripped.
     if _CONTROL_RE.search(value):
         raise fail(field, "contains control characters (below 0x20 or 0x7F)")
+    _check_visible(field, value)
     stripped = value.strip()
     if not stripped:
         raise fail(field, "must not be only whitespace")
@@ -133,9 +156,18 @@ def metadata(value: Any, field: str = "metadata") -> str:
         except ValueError as exc:
             raise fail(field, f"is not valid JSON ({getattr(exc, 'msg', exc)})") from exc
         except RecursionError as exc:
-            raise fail(field, "is nested too deeply") from exc
+            raise fail(
+                field, f"nests deeper than {MAX_METADATA_DEPTH} levels", MAX_METADATA_DEPTH
+            ) from exc
     if not isinstance(value, dict):
         raise fail(field, f"must be a JSON object, not {type(value).__name__}")
+    depth = json_depth(value)
+    if depth > MAX_METADATA_DEPTH:
+        raise fail(
+            field,
+            f"nests {depth} levels deep; the limit is {MAX_METADATA_DEPTH} levels",
+            MAX_METADATA_DEPTH,
+        )
     try:
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:
@@ -315,7 +347,11 @@ def since_created_at(value: Any, field: str = "since_created_at") -> str | None:
 
 
 def filter_values(field: str, value: Any) -> tuple[str, ...] | None:
-    """A filter that may be repeated: OR within the field. Blank values mean absent."""
+    """A filter that may be repeated: OR within the field; None means no filter.
+
+    An empty value is refused, never read as "no filter": `to_agent=""` matching everyone's
+    mail would be the opposite of what was asked.
+    """
     if value is None:
         return None
     items: Iterable[Any] = [value] if isinstance(value, str) else value
@@ -324,7 +360,9 @@ def filter_values(field: str, value: Any) -> tuple[str, ...] | None:
     check = {"type": event_type, "status": status}.get(field)
     out: list[str] = []
     for item in items:
-        clean = check(item, field) if check and item not in (None, "") else routing(field, item)
+        if item is None or (isinstance(item, str) and not item.strip()):
+            raise fail(field, "is empty; give a value or leave the filter out")
+        clean = check(item, field) if check else required_routing(field, item)
         if clean is not None and clean not in out:
             out.append(clean)
     if len(out) > MAX_FILTER_VALUES:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -109,9 +110,99 @@ def test_bad_filters_and_cursors_are_400_json_before_the_stream_opens(client) ->
 
 def test_an_unknown_last_event_id_waits_bounded_then_fails_cleanly(client) -> None:
     started = time.monotonic()
-    resp = client.get(STREAM, headers={"Last-Event-ID": "evt_not_synced_yet"})
-    assert resp.status_code == 400 and resp.json()["field"] == "since_event_id"
+    resp = client.get(STREAM, headers={"Last-Event-ID": "evt_20261201T000000_0123456789ab"})
+    assert resp.status_code == 400 and resp.json()["field"] == "Last-Event-ID"
+    assert "waited" in resp.json()["error"]
     assert time.monotonic() - started >= 0.3  # it waited for a late sync first
+
+
+@pytest.mark.parametrize("value", ["bogus", "evt_not_synced_yet", "evt x", "e" * 129, "é"])
+def test_a_last_event_id_that_can_never_arrive_is_400_at_once(client, value: str) -> None:
+    started = time.monotonic()
+    resp = client.get(STREAM, headers={"Last-Event-ID": value.encode()})
+    assert resp.status_code == 400 and resp.json()["field"] == "Last-Event-ID", resp.text
+    assert time.monotonic() - started < 0.3  # no wait for an id of another shape
+
+
+def _reconnect(hub: LiveHub, client, params: dict[str, str]) -> list[str]:
+    """Connect, read one event, drop; append two while away; reconnect to the SAME URL with
+    Last-Event-ID as a browser EventSource does; return the ids received after reconnecting."""
+
+    async def scenario() -> list[str]:
+        async with httpx.AsyncClient(base_url=hub.url, timeout=30) as ac:
+            async with aconnect_sse(ac, "GET", STREAM, params=params) as source:
+                await _until(lambda: hub.app.state.sse_clients >= 1)
+                seen = append(client, room=params["room"], body="seen")
+                got = await _events(source.aiter_sse(), 1)
+            assert got[0].id == seen["id"]
+            await _until(lambda: hub.app.state.sse_clients == 0)
+            away = [append(client, room=params["room"], body=f"away{i}") for i in range(2)]
+            headers = {"Last-Event-ID": got[0].id}
+            async with aconnect_sse(ac, "GET", STREAM, params=params, headers=headers) as src:
+                frames = src.aiter_sse()
+                await _until(lambda: hub.app.state.sse_clients >= 1)
+                later = append(client, room=params["room"], body="later")
+                again = await _events(frames, 3)
+            assert [e["id"] for e in away] + [later["id"]] == [s.id for s in again]
+            return [s.id for s in again]
+
+    return _run(scenario())
+
+
+def test_last_event_id_beats_since_event_id_tip_on_reconnect(hub: LiveHub, client) -> None:
+    # The README's own URL: a reconnect must deliver what was sent while away.
+    _reconnect(hub, client, {"room": "rc-tip", "since_event_id": "tip"})
+
+
+def test_last_event_id_beats_a_fixed_since_event_id_on_reconnect(hub: LiveHub, client) -> None:
+    # A fixed id in the URL must not replay the backlog on every reconnect.
+    first = append(client, room="rc-fixed", body="old")
+    got = _reconnect(hub, client, {"room": "rc-fixed", "since_event_id": first["id"]})
+    assert first["id"] not in got
+
+
+@pytest.mark.parametrize("param", ["to_agent", "stream", "type", "since_event_id", "writer"])
+def test_an_empty_parameter_is_400_not_no_filter(client, param: str) -> None:
+    with client.stream("GET", STREAM, params={param: ""}) as resp:  # never a stream
+        assert resp.status_code == 400
+        body = json.loads(resp.read())
+    assert body["field"] == param and "empty" in body["error"]
+    listed = client.get("/v1/events", params={param: ""})
+    assert listed.status_code == 422 and listed.json()["field"] == param
+
+
+def test_the_stream_accepts_exactly_the_parameters_the_readme_names(client) -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    line = next(ln for ln in readme.splitlines() if ln.startswith("| `/v1/stream`"))
+    named = set(re.findall(r"`([a-z_]+)`", line.split("|")[2]))
+    from mempalace_logstream.http_app import SSE_PARAMS
+
+    assert named - {"tip"} == set(SSE_PARAMS)
+    for unknown in ("limit", "order", "before_event_id", "since_created_at", "agent"):
+        resp = client.get(STREAM, params={unknown: "x"})
+        assert resp.status_code == 400 and resp.json()["field"] == unknown
+
+
+def test_a_burst_of_connects_never_passes_the_client_cap(tmp_path: Path) -> None:
+    with live_hub(tmp_path, sse_max_clients=3, ping_interval_s=5) as h:
+
+        async def connect(ac: httpx.AsyncClient) -> tuple[int, object]:
+            cm = ac.stream("GET", STREAM)
+            resp = await cm.__aenter__()
+            return resp.status_code, cm
+
+        async def scenario() -> list[int]:
+            limits = httpx.Limits(max_connections=200)
+            async with httpx.AsyncClient(base_url=h.url, timeout=30, limits=limits) as ac:
+                results = await asyncio.gather(*(connect(ac) for _ in range(60)))
+                codes = [code for code, _ in results]
+                for _, cm in results:
+                    await cm.__aexit__(None, None, None)
+            await _until(lambda: h.app.state.sse_clients == 0)
+            return codes
+
+        codes = _run(scenario(), timeout=60)
+        assert codes.count(200) == 3 and codes.count(503) == 57, codes
 
 
 def test_pings_and_a_retry_hint_are_sent(hub: LiveHub) -> None:

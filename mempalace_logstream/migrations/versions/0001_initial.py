@@ -20,6 +20,9 @@ from alembic import op
 from mempalace_logstream import errors
 from mempalace_logstream.schema import append_only_ddl, drop_append_only_ddl
 
+# The tables this revision made append-only (0003 adds artifact_blobs).
+TABLES_0001 = ("events", "event_artifacts", "artifacts")
+
 revision = "0001"
 down_revision = None
 branch_labels = None
@@ -130,13 +133,13 @@ def upgrade() -> None:
     create_tables()
     if reference:
         adopt_reference(bind, existing)
-    for ddl in append_only_ddl(bind.dialect.name):
+    for ddl in append_only_ddl(bind.dialect.name, TABLES_0001):
         op.execute(ddl)
 
 
 def downgrade() -> None:
     bind = op.get_bind()
-    for ddl in drop_append_only_ddl(bind.dialect.name):
+    for ddl in drop_append_only_ddl(bind.dialect.name, TABLES_0001):
         op.execute(ddl)
     for table in ("event_artifacts", "artifacts", "artifact_blobs", "events", "logstream_meta"):
         op.drop_table(table)
