@@ -250,8 +250,12 @@ async def _request_error(request: Request, exc: Exception) -> JSONResponse:
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     """Starlette's own errors (unknown path, wrong method) in the same error shape."""
     assert isinstance(exc, StarletteHTTPException)
-    if exc.status_code == 400:  # FastAPI could not decode the body (e.g. not UTF-8)
-        return error_response(422, "request body is not valid JSON", "body")
+    if exc.status_code == 400:  # FastAPI could not decode the body (not UTF-8, too deep)
+        return error_response(
+            422,
+            "request body is not JSON this hub can read (not UTF-8, or nested too deeply)",
+            "body",
+        )
     return error_response(exc.status_code, str(exc.detail), None, dict(exc.headers or {}))
 
 

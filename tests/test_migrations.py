@@ -100,6 +100,7 @@ def test_downgrade_to_base_then_upgrade_again_restores_schema_and_triggers(db_ur
             "UPDATE artifacts SET kind = 'file'",
             "DELETE FROM artifacts",
             "DELETE FROM event_artifacts",
+            "DELETE FROM artifact_blobs",
         ):
             with pytest.raises(sa.exc.DBAPIError, match="append-only"):
                 with store.engine.begin() as conn:
