@@ -480,6 +480,10 @@ def serve(
     from mempalace_logstream import http_app, mcp_server
     from mempalace_logstream import sync as sync_mod
 
+    try:
+        http_app.check_token(token or None)
+    except errors.LogstreamError as exc:
+        raise fail(exc.message) from None
     if not http_app.is_loopback_host(host) and not token:
         raise fail(f"refusing to bind {host} without a token: pass --token or set LOGSTREAM_TOKEN")
     if sync_interval is not None and sync_interval < 0:

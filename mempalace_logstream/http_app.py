@@ -61,6 +61,9 @@ class HubSettings:
     # Where `peers.json` lives (the background sync loop and the `/sync/peers` estate).
     palace: str | None = None
 
+    def __post_init__(self) -> None:
+        check_token(self.token)
+
     @property
     def is_loopback(self) -> bool:
         return is_loopback_host(self.host)
@@ -95,6 +98,16 @@ def listen_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def check_token(token: str | None) -> str | None:
+    """A hub token as given, or ValidationError when it is only whitespace: a blank token is
+    a mistake (an unset variable in a script), refused like a missing one, never accepted."""
+    if token is not None and not token.strip():
+        raise errors.ValidationError(
+            "token is blank (only whitespace); pass a real token or leave it out", field="token"
+        )
+    return token
+
+
 def is_loopback_host(host: str) -> bool:
     name = host.strip("[]")
     if name == "localhost":
@@ -116,7 +129,7 @@ class HubGuard:
         self.settings = settings
         names = set(LOOPBACK_NAMES) | {settings.host.strip("[]").lower()}
         self.hosts = names | {h.strip("[]").lower() for h in settings.allowed_hosts}
-        self.expected = f"Bearer {settings.token}".encode() if settings.token else None
+        self.expected = settings.token.encode() if settings.token else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -150,10 +163,16 @@ class HubGuard:
                 return 403, "Origin is not a loopback origin", "Origin"
         if self.expected is None or path == "/healthz":
             return None
-        given = headers.get("authorization", b"")
-        if not hmac.compare_digest(given, self.expected):
+        if not hmac.compare_digest(_bearer(headers.get("authorization", b"")), self.expected):
             return 401, "missing or wrong bearer token (Authorization: Bearer <token>)", "token"
         return None
+
+
+def _bearer(header: bytes) -> bytes:
+    """The credentials of `Authorization: Bearer <token>`; the scheme is case-insensitive
+    (RFC 9110 §11.1), so `bearer` and `BEARER` work. Anything else gives b""."""
+    scheme, _, credentials = header.strip().partition(b" ")
+    return credentials.strip() if scheme.lower() == b"bearer" else b""
 
 
 def _hostname(host: str) -> str:

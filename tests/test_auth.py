@@ -75,6 +75,33 @@ def test_loopback_detection() -> None:
         assert not http_app.is_loopback_host(host), host
 
 
+@pytest.mark.parametrize("scheme", ["Bearer", "bearer", "BEARER", "bEaReR"])
+def test_the_auth_scheme_is_case_insensitive(hub, scheme: str) -> None:
+    with httpx.Client(base_url=hub.url, timeout=10) as c:
+        resp = c.get("/v1/stats", headers={"Authorization": f"{scheme} {TOKEN}"})
+        assert resp.status_code == 200
+        for wrong in (f"Basic {TOKEN}", f"{scheme}{TOKEN}", f"{scheme} x", scheme):
+            assert c.get("/v1/stats", headers={"Authorization": wrong}).status_code == 401
+
+
+@pytest.mark.parametrize("token", [" ", "   ", "\t"])
+def test_a_blank_token_is_refused_by_the_settings(token: str) -> None:
+    with pytest.raises(http_app.errors.ValidationError, match="token is blank"):
+        http_app.HubSettings(token=token)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
+def test_serve_refuses_a_blank_token_like_a_missing_one(tmp_path: Path, host: str) -> None:
+    proc = run_cli("serve", "--host", host, "--port", "0", "--db", str(tmp_path / "x.db"),
+                   "--token", "   ")  # fmt: skip
+    assert proc.returncode == 1
+    assert proc.stderr.decode().strip() == (
+        "error: token is blank (only whitespace); pass a real token or leave it out"
+    )
+    assert not (tmp_path / "x.db").exists()
+
+
 def test_settings_repr_hides_the_token() -> None:
     assert TOKEN not in repr(http_app.HubSettings(token=TOKEN))
 
