@@ -2,63 +2,180 @@
 
 The only typer importer. Servers are imported lazily inside `serve`/`mcp` so that a plain read
 does not pay for FastAPI. Errors: one line on stderr, exit 1; usage errors exit 2; tracebacks
-only with --debug.
+only with --debug; with --json, errors are one JSON object on stderr instead. --db, --palace,
+--hub, --token and --json are accepted before the command too (a value after it wins).
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
-from mempalace_logstream import config, errors
+from mempalace_logstream import __version__, config, errors
 
-app = typer.Typer(
+# The exceptions of click, or of the copy of click that typer >= 0.29 vendors.
+_cx = importlib.import_module(typer.BadParameter.__module__)
+_NO_ARGS = getattr(_cx, "NoArgsIsHelpError", ())  # click >= 8.2
+GLOBAL_OPTIONS = {
+    "db": "--db",
+    "palace": "--palace",
+    "hub": "--hub",
+    "token": "--token",
+    "as_json": "--json",
+}
+
+
+class _Group(TyperGroup):
+    """Usage errors as one JSON object with --json; global options a command lacks refused."""
+
+    def main(
+        self,
+        args: Any = None,
+        prog_name: Any = None,
+        complete_var: Any = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        STATE.reset()
+        argv = list(sys.argv[1:] if args is None else args)
+        if not standalone_mode:
+            return super().main(argv, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(argv, prog_name, complete_var, False, **extra)
+        except _NO_ARGS as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except _cx.ClickException as exc:
+            if not (STATE.as_json or "--json" in argv[: _end_of_options(argv)]):
+                exc.show()
+            else:
+                param = getattr(exc, "param", None)
+                name = getattr(param, "name", None) or getattr(exc, "option_name", None)
+                STATE.as_json = True
+                fail(exc.format_message(), field=(name or "").lstrip("-").replace("-", "_") or None)
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            typer.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        name, cmd, rest = super().resolve_command(ctx, args)
+        if cmd is not None and not isinstance(cmd, TyperGroup):
+            takes = {p.name for p in cmd.params if _is_global(p)}
+            root = ctx.find_root()
+            for key, flag in GLOBAL_OPTIONS.items():
+                if _given(root, key) and key not in takes:
+                    path = " ".join([*ctx.command_path.split()[1:], name or ""]).strip()
+                    raise _cx.UsageError(f"{flag} does not apply to `logstream {path}`", ctx)
+        return name, cmd, rest
+
+
+def _end_of_options(argv: list[str]) -> int:
+    return argv.index("--") if "--" in argv else len(argv)
+
+
+def _given(ctx: Any, name: str) -> bool:
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name == "COMMANDLINE"
+
+
+def _global(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
+    """A global option on a command: its own value if given there, else the one given before
+    the command (`logstream --db x stats`), else the environment or the default."""
+    root = ctx.find_root()
+    if root is not ctx and not _given(ctx, param.name or "") and _given(root, param.name or ""):
+        value = root.params[param.name or ""]
+    if param.name == "as_json" and value:
+        STATE.as_json = True
+    return value
+
+
+def _is_global(param: Any) -> bool:
+    return getattr(getattr(param, "callback", None), "__wrapped__", None) is _global
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"logstream {__version__}")
+        raise typer.Exit()
+
+
+def _typer(**kw: Any) -> typer.Typer:
+    # Plain help (rich_markup_mode=None): typer's rich help prints flags as `--json <bool>`.
+    return typer.Typer(cls=_Group, rich_markup_mode=None, no_args_is_help=True, **kw)
+
+
+app = _typer(
     name="logstream",
     help="A local-first coordination log for AI agents: events, artifacts, tasks, watch, sync.",
-    no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-artifact_app = typer.Typer(help="Store and fetch byte-exact artifacts.", no_args_is_help=True)
-patch_app = typer.Typer(help="Hand a patch to another agent.", no_args_is_help=True)
-task_app = typer.Typer(help="Delegate work as tasks.", no_args_is_help=True)
+artifact_app = _typer(help="Store and fetch byte-exact artifacts.")
+patch_app = _typer(help="Hand a patch to another agent.")
+task_app = _typer(help="Delegate work as tasks.")
 app.add_typer(artifact_app, name="artifact")
 app.add_typer(patch_app, name="patch")
 app.add_typer(task_app, name="task")
 
+DB_HELP = "SQLAlchemy URL or SQLite file path."
+PALACE_HELP = "Palace dir (default ~/.mempalace/palace)."
+HUB_HELP = "Run against a remote hub (http://host:port)."
+TOKEN_HELP = "Bearer token for --hub."
+JSON_HELP = "Print JSON (errors too: one JSON object on stderr)."
 DbOpt = Annotated[
     str | None,
-    typer.Option("--db", envvar="LOGSTREAM_DB", help="SQLAlchemy URL or SQLite file path."),
+    typer.Option("--db", envvar="LOGSTREAM_DB", help=DB_HELP, callback=_global),
 ]
 PalaceOpt = Annotated[
     str | None,
-    typer.Option(
-        "--palace", envvar="MEMPALACE_PALACE_PATH", help="Palace dir (default ~/.mempalace/palace)."
-    ),
+    typer.Option("--palace", envvar="MEMPALACE_PALACE_PATH", help=PALACE_HELP, callback=_global),
 ]
 HubOpt = Annotated[
     str | None,
-    typer.Option(
-        "--hub", envvar="LOGSTREAM_HUB", help="Run against a remote hub (http://host:port)."
-    ),
+    typer.Option("--hub", envvar="LOGSTREAM_HUB", help=HUB_HELP, callback=_global),
 ]
 TokenOpt = Annotated[
     str | None,
     typer.Option(
-        "--token", envvar="LOGSTREAM_TOKEN", help="Bearer token for --hub.", show_default=False
+        "--token", envvar="LOGSTREAM_TOKEN", help=TOKEN_HELP, show_default=False, callback=_global
     ),
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help=JSON_HELP, callback=_global)]
+
+
+def _not_a_filter(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> None:
+    if value is not None:
+        exc = _cx.UsageError(
+            f"--from-agent is your identity on writes, not a filter: to read what {value} wrote, "
+            f"use --writer {value} (and --to-agent {value} for what was sent to {value})",
+            ctx,
+        )
+        exc.param = param  # the field of a --json error
+        raise exc
+
+
+# `list --from-agent bob` reads as "bob's events" but would list everyone's: refused.
+NotAFilterOpt = Annotated[
+    str | None, typer.Option("--from-agent", hidden=True, callback=_not_a_filter)
+]
 Multi = list[str] | None
 
 
 class State:
     debug = False
     durability = "full"
+    as_json = False  # errors as one JSON object on stderr
+
+    def reset(self) -> None:
+        self.debug, self.durability, self.as_json = False, "full", False
 
 
 STATE = State()
@@ -75,14 +192,35 @@ def _root(
             help="full (default: survives power loss) or normal (survives a crash of the process).",
         ),
     ] = "full",
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="Print the version and exit.", is_eager=True, callback=_show_version
+        ),
+    ] = False,
+    db: Annotated[str | None, typer.Option("--db", help=DB_HELP)] = None,
+    palace: Annotated[str | None, typer.Option("--palace", help=PALACE_HELP)] = None,
+    hub: Annotated[str | None, typer.Option("--hub", help=HUB_HELP)] = None,
+    token: Annotated[str | None, typer.Option("--token", help=TOKEN_HELP)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
+    """Global options; --db, --palace, --hub, --token and --json may also follow the command."""
     STATE.debug = debug
     STATE.durability = durability
+    STATE.as_json = STATE.as_json or as_json
 
 
-def fail(message: str, code: int = 1) -> typer.Exit:
-    # One line on stderr, always: database messages (PostgreSQL DETAIL/HINT) can span lines.
-    typer.echo("error: " + " ".join(str(message).split()), err=True)
+def fail(message: str, code: int = 1, field: str | None = None) -> typer.Exit:
+    """One line on stderr, always: `error: …`, or with --json `{"error": …, "field": …}`.
+
+    The field defaults to that of the domain error being handled, if any."""
+    text = " ".join(str(message).split())  # database messages (PostgreSQL DETAIL) span lines
+    if field is None:
+        field = getattr(sys.exc_info()[1], "field", None)
+    if STATE.as_json:
+        typer.echo(json.dumps({"error": text, "field": field}, ensure_ascii=False), err=True)
+    else:
+        typer.echo("error: " + text, err=True)
     return typer.Exit(code)
 
 
@@ -180,15 +318,15 @@ def append(
     from_agent: Annotated[str, typer.Option("--from-agent", help="Your agent id.")],
     to_agent: Annotated[str | None, typer.Option("--to-agent", help="Addressee or *.")] = None,
     topic: Annotated[str | None, typer.Option(help="Topic.")] = None,
-    correlation_id: Annotated[str | None, typer.Option("--correlation-id")] = None,
-    branch: Annotated[str | None, typer.Option()] = None,
-    base_commit: Annotated[str | None, typer.Option("--base-commit")] = None,
+    correlation_id: Annotated[str | None, typer.Option("--correlation-id", help="Thread id (a task's id).")] = None,
+    branch: Annotated[str | None, typer.Option(help="Git branch.")] = None,
+    base_commit: Annotated[str | None, typer.Option("--base-commit", help="Git commit the work is based on.")] = None,
     status: Annotated[str | None, typer.Option(help="open|claimed|ready|applied|...")] = None,
     body: Annotated[str | None, typer.Option(help="Body text.")] = None,
     body_file: Annotated[str | None, typer.Option("--body-file", help="Body from a file, - = stdin.")] = None,
     metadata: Annotated[str | None, typer.Option(help="Metadata as a JSON object.")] = None,
     artifact_id: Annotated[Multi, typer.Option("--artifact-id", help="Referenced artifact (repeat).")] = None,
-    idempotency_key: Annotated[str | None, typer.Option("--idempotency-key")] = None,
+    idempotency_key: Annotated[str | None, typer.Option("--idempotency-key", help="Retry-safe key: the same key and content return the first event.")] = None,
     db: DbOpt = None, palace: PalaceOpt = None, hub: HubOpt = None, token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:  # fmt: skip
@@ -210,18 +348,18 @@ def _read_args(**kw: Any) -> dict[str, Any]:
 @app.command("list")
 def list_(
     stream: Annotated[Multi, typer.Option(help="Filter (repeat = OR).")] = None,
-    room: Annotated[Multi, typer.Option()] = None,
-    topic: Annotated[Multi, typer.Option()] = None,
-    type: Annotated[Multi, typer.Option("--type")] = None,
+    room: Annotated[Multi, typer.Option(help="Room filter (repeat = OR).")] = None,
+    topic: Annotated[Multi, typer.Option(help="Topic filter (repeat = OR).")] = None,
+    type: Annotated[Multi, typer.Option("--type", help="Event type filter (repeat = OR).")] = None,
     to_agent: Annotated[Multi, typer.Option("--to-agent", help="Inbox: matches the name and *.")] = None,
     writer: Annotated[Multi, typer.Option(help="Author filter.")] = None,
-    exclude_writer: Annotated[Multi, typer.Option("--exclude-writer")] = None,
-    correlation_id: Annotated[Multi, typer.Option("--correlation-id")] = None,
-    status: Annotated[Multi, typer.Option()] = None,
-    from_agent: Annotated[str | None, typer.Option("--from-agent", help="Your identity (not a filter).")] = None,
-    since_event_id: Annotated[str | None, typer.Option("--since-event-id")] = None,
-    before_event_id: Annotated[str | None, typer.Option("--before-event-id")] = None,
-    since_created_at: Annotated[str | None, typer.Option("--since-created-at")] = None,
+    exclude_writer: Annotated[Multi, typer.Option("--exclude-writer", help="Leave out events by this author (repeat).")] = None,
+    correlation_id: Annotated[Multi, typer.Option("--correlation-id", help="Thread (task id) filter (repeat = OR).")] = None,
+    status: Annotated[Multi, typer.Option(help="Status filter (repeat = OR).")] = None,
+    from_agent: NotAFilterOpt = None,
+    since_event_id: Annotated[str | None, typer.Option("--since-event-id", help="Only events after this id (oldest first); 'tip' = none yet.")] = None,
+    before_event_id: Annotated[str | None, typer.Option("--before-event-id", help="Only events before this id (page back).")] = None,
+    since_created_at: Annotated[str | None, typer.Option("--since-created-at", help="Only events created at or after YYYY-MM-DD[THH:MM:SSZ] (a window, not a cursor).")] = None,
     limit: Annotated[int | None, typer.Option(help="1-500 (default 50).")] = None,
     order: Annotated[str | None, typer.Option(help="asc or desc.")] = None,
     preview: Annotated[bool, typer.Option(help="Cut bodies to 200 characters.")] = False,
@@ -256,10 +394,10 @@ def get(
 def ack(
     event_id: Annotated[str, typer.Argument(help="The event to acknowledge.")],
     from_agent: Annotated[str, typer.Option("--from-agent", help="Your agent id.")],
-    status: Annotated[str | None, typer.Option()] = None,
-    body: Annotated[str | None, typer.Option()] = None,
-    body_file: Annotated[str | None, typer.Option("--body-file")] = None,
-    topic: Annotated[str | None, typer.Option()] = None,
+    status: Annotated[str | None, typer.Option(help="open|claimed|ready|applied|blocked|failed|superseded.")] = None,
+    body: Annotated[str | None, typer.Option(help="Body text.")] = None,
+    body_file: Annotated[str | None, typer.Option("--body-file", help="Body from a file, - = stdin.")] = None,
+    topic: Annotated[str | None, typer.Option(help="Topic.")] = None,
     db: DbOpt = None, palace: PalaceOpt = None, hub: HubOpt = None, token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:  # fmt: skip
@@ -278,24 +416,13 @@ def artifact_put(
     kind: Annotated[str, typer.Option(help="patch|file|log|json|note")],
     created_by: Annotated[str, typer.Option("--created-by", help="Your agent id.")],
     file: Annotated[str, typer.Argument(help="Content file; - or omitted = stdin.")] = "-",
-    metadata: Annotated[str | None, typer.Option()] = None,
+    metadata: Annotated[str | None, typer.Option(help="Metadata as a JSON object.")] = None,
     binary: Annotated[bool, typer.Option("--binary", help="Store as binary (base64 on the wire).")] = False,
     db: DbOpt = None, palace: PalaceOpt = None, hub: HubOpt = None, token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:  # fmt: skip
     """Store an artifact byte-exact (text or binary)."""
-    raw = read_bytes(file, "content")
-    content: Any = raw
-    encoding = "base64" if binary else None
-    if hub:
-        import base64
-
-        try:
-            content, encoding = (raw.decode("utf-8"), "utf-8") if not binary else (None, None)
-        except UnicodeDecodeError:
-            content = None
-        if content is None:
-            content, encoding = base64.b64encode(raw).decode("ascii"), "base64"
+    content, encoding = wire_content(read_bytes(file, "content"), hub, binary=binary)
     out = run(db, palace, "artifact_put", hub, token, kind=kind, created_by=created_by,
               content=content, metadata=metadata, encoding=encoding)  # fmt: skip
     for w in out["artifact"].get("warnings", []):
@@ -304,6 +431,23 @@ def artifact_put(
     emit(
         out, as_json, f"Stored: {a['id']} {a['kind']} {a['size_bytes']} bytes sha256={a['sha256']}"
     )
+
+
+def wire_content(raw: bytes, hub: str | None, *, binary: bool = False) -> tuple[Any, str | None]:
+    """(content, encoding) for an operation. Locally the bytes themselves: the core sniffs them.
+    JSON to a hub cannot carry bytes, so they are sniffed here by the core's own rule (valid
+    UTF-8 without NUL is text) and anything else travels as base64, stored as binary."""
+    import base64
+
+    from mempalace_logstream import validation
+
+    asked = "base64" if binary else None
+    if not hub:
+        return raw, asked
+    _, encoding = validation.artifact_content(raw, asked, max_bytes=len(raw))
+    if encoding == "utf-8":
+        return raw.decode("utf-8"), encoding
+    return base64.b64encode(raw).decode("ascii"), encoding
 
 
 def artifact_bytes(artifact: dict[str, Any]) -> bytes:
@@ -317,18 +461,21 @@ def artifact_bytes(artifact: dict[str, Any]) -> bytes:
 @artifact_app.command("get")
 def artifact_get(
     artifact_id: Annotated[str, typer.Argument(help="Artifact id.")],
-    out_file: Annotated[str | None, typer.Option("--out", help="Write the content to this file.")] = None,
+    out_file: Annotated[str | None, typer.Option("--out", help="Write the content to this file (atomically; ~ expands).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Let --out replace an existing file (a symlink is replaced, never followed).")] = False,
     db: DbOpt = None, palace: PalaceOpt = None, hub: HubOpt = None, token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:  # fmt: skip
     """Print an artifact's exact bytes (or write them with --out)."""
+    target = out_path(out_file, force) if out_file else None
     out = run(db, palace, "artifact_get", hub, token, artifact_id=artifact_id)
     art = out["artifact"]
-    if out_file:
-        Path(out_file).write_bytes(artifact_bytes(art))
+    if target is not None:
+        write_out(target, artifact_bytes(art), force)
         meta = {k: val for k, val in art.items() if k != "content"}
-        meta["content_written_to"] = out_file
-        emit({"artifact": meta}, True)
+        meta["content_written_to"] = str(target)
+        emit({"artifact": meta}, as_json, f"Wrote {art['id']} to {target} "
+             f"({art['size_bytes']} bytes, sha256 {art['sha256']})")  # fmt: skip
     elif as_json:
         emit(out, True)
     else:
@@ -337,29 +484,81 @@ def artifact_get(
         sys.stdout.buffer.flush()
 
 
+def out_path(text: str, force: bool) -> Path:
+    """The --out path, `~` expanded; refused early if it exists and --force was not given."""
+    import os
+
+    path = Path(text).expanduser()
+    if path.is_dir() and not path.is_symlink():
+        raise fail(f"--out {path} is a directory", field="out")
+    if not force and os.path.lexists(path):
+        raise fail(f"--out {path} already exists; pass --force to replace it", field="out")
+    return path
+
+
+def write_out(path: Path, data: bytes, force: bool) -> None:
+    """Write a temp file beside `path`, then rename it into place: readers never see half a
+    file, and a symlink at `path` is replaced (with --force), never written through."""
+    import os
+    import secrets
+
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        _place(tmp, path, force)
+    except FileExistsError:
+        raise fail(
+            f"--out {path} already exists; pass --force to replace it", field="out"
+        ) from None
+    except OSError as exc:
+        raise fail(f"--out {path}: cannot write: {exc.strerror or exc}", field="out") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _place(tmp: Path, path: Path, force: bool) -> None:
+    import errno
+    import os
+
+    if force:
+        os.replace(tmp, path)  # replaces a file or the symlink itself, never its target
+        return
+    try:
+        os.link(tmp, path)  # atomic and no-clobber: fails if the name exists by now
+    except OSError as exc:
+        no_links = exc.errno in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK)
+        if not no_links or os.path.lexists(path):
+            raise
+        os.rename(tmp, path)  # a filesystem without hard links: checked just above
+
+
 # --------------------------------------------------------------------------- patches, tasks
 
 
 @patch_app.command("submit")
 def patch_submit(
-    from_agent: Annotated[str, typer.Option("--from-agent")],
-    stream: Annotated[str, typer.Option()],
+    from_agent: Annotated[str, typer.Option("--from-agent", help="Your agent id.")],
+    stream: Annotated[str, typer.Option(help="Stream, e.g. project/x (task create prints it).")],
     file: Annotated[str, typer.Argument(help="Patch file; - or omitted = stdin.")] = "-",
-    room: Annotated[str, typer.Option()] = "patches",
-    topic: Annotated[str | None, typer.Option()] = None,
-    to_agent: Annotated[str | None, typer.Option("--to-agent")] = None,
-    correlation_id: Annotated[str | None, typer.Option("--correlation-id")] = None,
-    branch: Annotated[str | None, typer.Option()] = None,
-    base_commit: Annotated[str | None, typer.Option("--base-commit")] = None,
-    body: Annotated[str | None, typer.Option()] = None,
-    metadata: Annotated[str | None, typer.Option()] = None,
+    room: Annotated[str, typer.Option(help="Room within the stream.")] = "patches",
+    topic: Annotated[str | None, typer.Option(help="Topic.")] = None,
+    to_agent: Annotated[str | None, typer.Option("--to-agent", help="Addressee or *.")] = None,
+    correlation_id: Annotated[str | None, typer.Option("--correlation-id", help="Thread id (a task's id).")] = None,
+    branch: Annotated[str | None, typer.Option(help="Git branch.")] = None,
+    base_commit: Annotated[str | None, typer.Option("--base-commit", help="Git commit the work is based on.")] = None,
+    body: Annotated[str | None, typer.Option(help="Body text.")] = None,
+    metadata: Annotated[str | None, typer.Option(help="Metadata as a JSON object.")] = None,
     db: DbOpt = None, palace: PalaceOpt = None, hub: HubOpt = None, token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:  # fmt: skip
     """Store a patch and announce it (patch.ready) in one transaction."""
-    content = read_text(file, "content")
-    out = run(db, palace, "patch_submit", hub, token, content=content, from_agent=from_agent,
-              stream=stream, room=room, topic=topic, to_agent=to_agent,
+    content, encoding = wire_content(read_bytes(file, "content"), hub)
+    out = run(db, palace, "patch_submit", hub, token, content=content, encoding=encoding,
+              from_agent=from_agent, stream=stream, room=room, topic=topic, to_agent=to_agent,
               correlation_id=correlation_id, branch=branch, base_commit=base_commit,
               body=body, metadata=metadata)  # fmt: skip
     for w in out.get("warnings", []):
@@ -371,16 +570,16 @@ def patch_submit(
 
 @task_app.command("create")
 def task_create(
-    project: Annotated[str, typer.Option()],
-    from_agent: Annotated[str, typer.Option("--from-agent")],
-    to_agent: Annotated[str, typer.Option("--to-agent")],
-    branch: Annotated[str, typer.Option()],
+    project: Annotated[str, typer.Option(help="Project name; the stream is project/<slug>.")],
+    from_agent: Annotated[str, typer.Option("--from-agent", help="Your agent id.")],
+    to_agent: Annotated[str, typer.Option("--to-agent", help="The agent that should do it.")],
+    branch: Annotated[str, typer.Option(help="Git branch to work on.")],
     base_commit: Annotated[str, typer.Option("--base-commit", help="7-64 hex commit id.")],
-    goal: Annotated[str | None, typer.Option()] = None,
-    goal_file: Annotated[str | None, typer.Option("--goal-file")] = None,
+    goal: Annotated[str | None, typer.Option(help="What to do.")] = None,
+    goal_file: Annotated[str | None, typer.Option("--goal-file", help="Goal from a file, - = stdin.")] = None,
     done: Annotated[str | None, typer.Option(help="Definition of done.")] = None,
-    done_file: Annotated[str | None, typer.Option("--done-file")] = None,
-    parent_correlation_id: Annotated[str | None, typer.Option("--parent-correlation-id")] = None,
+    done_file: Annotated[str | None, typer.Option("--done-file", help="Definition of done from a file, - = stdin.")] = None,
+    parent_correlation_id: Annotated[str | None, typer.Option("--parent-correlation-id", help="The task this one is part of.")] = None,
     db: DbOpt = None, palace: PalaceOpt = None, hub: HubOpt = None, token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:  # fmt: skip
@@ -391,8 +590,14 @@ def task_create(
               to_agent=to_agent, goal=goal_text, branch=branch, base_commit=base_commit,
               done=done_text, parent_correlation_id=parent_correlation_id)  # fmt: skip
     t = out["task"]
-    emit(out, as_json, f"Task created: {t['correlation_id']}\nEvent: {t['id']}\n"
-         f"To: {t['to_agent']}\nReady to paste:\n{out['handoff']}")  # fmt: skip
+    emit(out, as_json, "\n".join((
+        f"Task created: {t['correlation_id']} (the task id is the correlation id)",
+        f"Stream: {t['stream']}",
+        f"Event: {t['id']}",
+        f"To: {t['to_agent']}",
+        "Ready to paste:",
+        out["handoff"],
+    )))  # fmt: skip
 
 
 # --------------------------------------------------------------------------- admin
@@ -614,7 +819,7 @@ def sync_cmd(
     ] = False,
     db: DbOpt = None, palace: PalaceOpt = None, as_json: JsonOpt = False,
 ) -> None:  # fmt: skip
-    """Pull (and with --push also push) events and artifacts from peers (S-7.4).
+    """Pull (and with --push also push) events and artifacts from peers.
 
     With neither --peer nor --peer-db, syncs with every peer of <palace>/peers.json
     ({"peers": [{"name", "url", "token"}]}). Exits 1 if any peer failed.
@@ -702,20 +907,44 @@ def peers_cmd(
     if as_json:
         emit(out, True)
         return
+    c = out["sync"]
+    typer.echo(_peers_table(out))
+    typer.echo(f"conflicts {c['conflicts']}, rejections {c['rejections']} "
+               f"(deferred {c['deferred']}), clock anomalies {c['clock_anomalies']}")  # fmt: skip
+
+
+PEER_COLUMNS = (
+    ("name", "name"),
+    ("url", "url"),
+    ("reachable", "reachable"),
+    ("last success", "last_success_at"),
+    ("pulled (last)", "last_pulled_events"),
+    ("last error", "last_error"),  # last: free text ends the line
+)
+
+
+def _peers_table(out: dict[str, Any]) -> str:
+    """The peers as text that never cuts a URL, date or error: a table folded to the terminal's
+    width, or one `key=value` line per peer when stdout is not a terminal (pipes, files)."""
+    title = f"peers of {out['self']['replica_id']}"
+    cells = [[str(p[k]) if p[k] is not None else "" for _, k in PEER_COLUMNS] for p in out["peers"]]
+    if not sys.stdout.isatty():
+        keys = [k for _, k in PEER_COLUMNS[1:]]
+        rows = [f"{row[0]} " + " ".join(f"{k}={v}" for k, v in zip(keys, row[1:], strict=True))
+                for row in cells]  # fmt: skip
+        return "\n".join([title, *rows])
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"peers of {out['self']['replica_id']}")
-    for col in ("name", "url", "reachable", "last success", "last error", "pulled (last)"):
-        table.add_column(col)
-    for p in out["peers"]:
-        table.add_row(p["name"], str(p["url"]), str(p["reachable"]), str(p["last_success_at"]),
-                      str(p["last_error"] or ""), str(p["last_pulled_events"]))  # fmt: skip
+    table = Table(title=title)
+    for header, _ in PEER_COLUMNS:
+        table.add_column(header, overflow="fold")
+    for row in cells:
+        table.add_row(*row)
     console = Console()
-    console.print(table)
-    c = out["sync"]
-    console.print(f"conflicts {c['conflicts']}, rejections {c['rejections']} "
-                  f"(deferred {c['deferred']}), clock anomalies {c['clock_anomalies']}")  # fmt: skip
+    with console.capture() as captured:
+        console.print(table)
+    return captured.get().rstrip("\n")
 
 
 # --------------------------------------------------------------------------- import (PostgreSQL)
@@ -729,7 +958,7 @@ def import_(
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar on stderr.")] = True,
     as_json: JsonOpt = False,
 ) -> None:  # fmt: skip
-    """Copy a log into this one (e.g. SQLite into PostgreSQL), keeping ids, seq, hlc and origins.
+    """Copy a log into this one, keeping ids, seq, hlc and origins (SQLite into PostgreSQL, say).
 
     The target must be empty or hold a prefix of the same source (a previous, possibly
     interrupted import): re-running resumes and skips what is there.
@@ -783,15 +1012,15 @@ def _run_import(importer: Any, source: Any, target: Any, batch_size: int, show: 
 @app.command()
 def wait(
     stream: Annotated[Multi, typer.Option(help="Filter (repeat = OR).")] = None,
-    room: Annotated[Multi, typer.Option()] = None,
-    topic: Annotated[Multi, typer.Option()] = None,
-    type: Annotated[Multi, typer.Option("--type")] = None,
+    room: Annotated[Multi, typer.Option(help="Room filter (repeat = OR).")] = None,
+    topic: Annotated[Multi, typer.Option(help="Topic filter (repeat = OR).")] = None,
+    type: Annotated[Multi, typer.Option("--type", help="Event type filter (repeat = OR).")] = None,
     to_agent: Annotated[Multi, typer.Option("--to-agent", help="Inbox: matches the name and *.")] = None,
     writer: Annotated[Multi, typer.Option(help="Author filter.")] = None,
-    exclude_writer: Annotated[Multi, typer.Option("--exclude-writer")] = None,
-    correlation_id: Annotated[Multi, typer.Option("--correlation-id")] = None,
-    status: Annotated[Multi, typer.Option()] = None,
-    from_agent: Annotated[str | None, typer.Option("--from-agent", help="Your identity (not a filter).")] = None,
+    exclude_writer: Annotated[Multi, typer.Option("--exclude-writer", help="Leave out events by this author (repeat).")] = None,
+    correlation_id: Annotated[Multi, typer.Option("--correlation-id", help="Thread (task id) filter (repeat = OR).")] = None,
+    status: Annotated[Multi, typer.Option(help="Status filter (repeat = OR).")] = None,
+    from_agent: NotAFilterOpt = None,
     since_event_id: Annotated[str | None, typer.Option("--since-event-id", help="Only events after this id; 'tip' = only new ones.")] = None,
     timeout_ms: Annotated[int | None, typer.Option("--timeout-ms", help="0-300000 (default 60000).")] = None,
     limit: Annotated[int | None, typer.Option(help="1-500 (default 50).")] = None,
@@ -870,14 +1099,14 @@ def _watch_crash_hook():
 def watch(
     agent: Annotated[str | None, typer.Option("--agent", help="Your id: watch your inbox (to you or *), never your own writes.")] = None,
     type: Annotated[Multi, typer.Option("--type", help="Filter (repeat = OR).")] = None,
-    stream: Annotated[Multi, typer.Option()] = None,
-    room: Annotated[Multi, typer.Option()] = None,
-    topic: Annotated[Multi, typer.Option()] = None,
-    status: Annotated[Multi, typer.Option()] = None,
-    correlation_id: Annotated[Multi, typer.Option("--correlation-id")] = None,
-    to_agent: Annotated[Multi, typer.Option("--to-agent")] = None,
+    stream: Annotated[Multi, typer.Option(help="Stream filter (repeat = OR).")] = None,
+    room: Annotated[Multi, typer.Option(help="Room filter (repeat = OR).")] = None,
+    topic: Annotated[Multi, typer.Option(help="Topic filter (repeat = OR).")] = None,
+    status: Annotated[Multi, typer.Option(help="Status filter (repeat = OR).")] = None,
+    correlation_id: Annotated[Multi, typer.Option("--correlation-id", help="Thread (task id) filter (repeat = OR).")] = None,
+    to_agent: Annotated[Multi, typer.Option("--to-agent", help="Addressee filter (repeat = OR).")] = None,
     writer: Annotated[Multi, typer.Option(help="Author filter.")] = None,
-    exclude_writer: Annotated[Multi, typer.Option("--exclude-writer")] = None,
+    exclude_writer: Annotated[Multi, typer.Option("--exclude-writer", help="Leave out events by this author (repeat).")] = None,
     state_file: Annotated[str | None, typer.Option("--state-file", help="Checkpoint file (default ~/.mempalace/watch/<agent>.json; '' = none).")] = None,
     from_start: Annotated[bool, typer.Option("--from-start", help="On a first run, replay the whole log instead of starting at the tip.")] = False,
     since_event_id: Annotated[str | None, typer.Option("--since-event-id", help="Start after this event (overrides the state file).")] = None,
@@ -886,7 +1115,7 @@ def watch(
     limit: Annotated[int | None, typer.Option(help="Events per batch, 1-500 (default 50).")] = None,
     poll_timeout_ms: Annotated[int | None, typer.Option("--poll-timeout-ms", help="Longest single wait, 1-300000 ms.")] = None,
     db: DbOpt = None, palace: PalaceOpt = None, hub: HubOpt = None, token: TokenOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON (with --follow: one batch envelope per line).")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON (with --follow: one batch envelope per line).", callback=_global)] = False,
 ) -> None:  # fmt: skip
     """Wait for mail: exit 0 when matching events were printed, 2 on idle timeout, 130 on Ctrl-C.
 

@@ -269,7 +269,10 @@ def artifact_content(
 
 
 def patch_warnings(content: bytes) -> tuple[str, ...]:
+    """Advisories about a patch (stored as given all the same): empty, no final newline, CRLF."""
     warnings = []
+    if not content:
+        warnings.append("patch is empty; there is nothing to apply")
     if content and not content.endswith(b"\n"):
         warnings.append("patch does not end with a newline; git apply will reject the last hunk")
     if b"\r" in content:
@@ -321,7 +324,7 @@ def order(value: Any, field: str = "order") -> str | None:
     if value is None or value == "":
         return None
     if not isinstance(value, str) or value.strip().lower() not in ORDERS:
-        raise fail(field, f"order={value!r} must be 'asc' or 'desc'")
+        raise fail(field, f"must be 'asc' or 'desc', not {value!r}")
     return value.strip().lower()
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
@@ -82,12 +83,30 @@ def test_every_command_and_option_has_help_text():
         assert name in commands, name
     for path, cmd in commands.items():
         assert (cmd.help or "").strip(), f"`logstream {path}` has no help text"
+        for param in cmd.params:
+            if not getattr(param, "hidden", False):
+                assert (getattr(param, "help", None) or "").strip(), (path, param.name)
+    for param in root.params:
+        assert (param.help or "").strip(), ("logstream", param.name)
+
+
+def test_every_help_page_shows_flags_as_flags_and_no_spec_ids():
+    root = typer.main.get_command(cli.app)
     runner = CliRunner()
-    for path in CORE_COMMANDS:  # rendering every page is slow; the core ones are checked fully
+    for path, cmd in [("", root), *_walk(root)]:
         result = runner.invoke(cli.app, [*path.split(), "--help"])
         assert result.exit_code == 0, (path, result.output)
-        assert "Usage" in result.output and "--json" in result.output, path
-        assert "--db" in result.output or path == "migrate", path
+        page = result.output
+        assert "Usage" in page, path
+        assert "<bool>" not in page and "BOOLEAN" not in page, (path, page)  # `--json`, a flag
+        assert not re.search(r"\bS-\d", page), (path, page)  # no internal spec ids
+        flags = [p for p in cmd.params if getattr(p, "is_flag", False) and not p.hidden]
+        for flag in flags:
+            assert re.search(rf"^\s+{re.escape(flag.opts[0])}\b", page, flags=re.M), (path, flag)
+        if not getattr(cmd, "commands", None) and path not in ("serve", "mcp"):
+            assert "--json" in page, path
+        if path in CORE_COMMANDS:
+            assert "--db" in page, path
 
 
 # --------------------------------------------------------------------------- a session
@@ -526,6 +545,9 @@ def real(tmp_path_factory) -> dict:
         "nul_body": (["append", *D(refusal_db), *ev, "--body-file", "-"], b"a\x00b", None),
         "limit": (["list", *D(refusal_db), "--limit", "0"], None, None),
         "garbage": (["list", "--db", str(garbage)], None, None),
+        "json_garbage": (["--json", "list", "--db", str(garbage)], None, None),
+        "json_refusal": (["list", *D(refusal_db), "--order", "sideways", "--json"], None, None),
+        "json_usage": (["list", *D(refusal_db), "--limit", "many", "--json"], None, None),
     }  # fmt: skip
     with ThreadPoolExecutor(max_workers=2) as pool:
         futures = {k: pool.submit(run_cli, *a, input=i, env=e) for k, (a, i, e) in first.items()}
@@ -536,7 +558,11 @@ def real(tmp_path_factory) -> dict:
         get_raw = pool.submit(run_cli, "artifact", "get", put_id, *D(db))
         get_out = pool.submit(run_cli, "artifact", "get", bin_id, *D(db), "--out", str(out_file))
         out["get_raw"], out["get_out"] = get_raw.result(), get_out.result()
-    out.update(tmp=tmp, out_file=out_file, refusal_db=refusal_db, before=before)
+        json_file = tmp / "copy.json.bin"
+        out["get_out_json"] = run_cli("--json", "artifact", "get", bin_id, *D(db),
+                                      "--out", str(json_file))  # fmt: skip
+    out.update(tmp=tmp, out_file=out_file, json_file=json_file, refusal_db=refusal_db,
+               before=before)  # fmt: skip
     return out
 
 
@@ -553,8 +579,26 @@ def test_artifact_get_writes_the_exact_bytes_to_stdout_and_to_out(real):
     assert binary["encoding"] == "base64"
     assert binary["sha256"] == hashlib.sha256(BLOB).hexdigest()
     assert real["get_out"].returncode == 0 and real["out_file"].read_bytes() == BLOB
-    meta = json.loads(real["get_out"].stdout)["artifact"]
-    assert meta["content_written_to"] == str(real["out_file"]) and "content" not in meta
+    line = real["get_out"].stdout.decode()  # one line for a person; JSON only with --json
+    assert line.count("\n") == 1 and line.startswith(f"Wrote {binary['id']} to "), line
+    assert str(real["out_file"]) in line and binary["sha256"] in line
+    assert real["json_file"].read_bytes() == BLOB
+    meta = json.loads(real["get_out_json"].stdout)["artifact"]
+    assert meta["content_written_to"] == str(real["json_file"]) and "content" not in meta
+
+
+def test_with_json_every_error_is_one_json_object_on_stderr(real):
+    for key, field, code in (("json_garbage", None, 1), ("json_refusal", "order", 1),
+                             ("json_usage", "limit", 2)):  # fmt: skip
+        proc = real[key]
+        assert proc.returncode == code and proc.stdout == b"", (key, proc)
+        lines = proc.stderr.decode().strip().splitlines()
+        assert len(lines) == 1, (key, proc.stderr)
+        error = json.loads(lines[0])
+        assert set(error) == {"error", "field"} and error["field"] == field, (key, error)
+        assert error["error"] and "Traceback" not in error["error"], (key, error)
+    order = json.loads(real["json_refusal"].stderr)["error"]
+    assert order == "order must be 'asc' or 'desc', not 'sideways'"  # one sentence
 
 
 def test_refusals_from_a_real_process_are_one_line_exit_1_and_write_nothing(real):

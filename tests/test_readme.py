@@ -7,10 +7,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import queue
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 import tomllib
 from pathlib import Path
@@ -22,7 +25,6 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.conftest import run_cli
 from tests.hubkit import live_hub
 
 REPO = Path(__file__).resolve().parents[1]
@@ -111,60 +113,184 @@ def test_http_snippets_reach_the_hubs_mcp_endpoint(client: str, tmp_path: Path) 
         assert httpx.post(url, json={}).status_code == 401  # the token is required
 
 
-def _cli(hub: str, *args: str, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    proc = run_cli(*args, input=input, env={"LOGSTREAM_HUB": hub, "LOGSTREAM_TOKEN": TOKEN})
-    assert proc.returncode == 0, proc.stderr.decode()
-    return proc
+# --------------------------------------------------------------------------- the quick start
+
+ID_RE = re.compile(r"\b(?:task|evt|art)_[A-Za-z0-9_]+\b")
+DONE = "__readme_step_done__"
 
 
-def test_the_quick_start_delegation_runs_against_a_hub(tmp_path: Path) -> None:
-    patch = b"--- a/login.py\r\n+++ b/login.py\n@@ -1 +1 @@\n-redirect(next)\n+redirect(safe(next))"
-    with live_hub(tmp_path, token=TOKEN) as hub:
-        env = {**os.environ, "PYTHONPATH": str(REPO), "LOGSTREAM_HUB": hub.url,
-               "LOGSTREAM_TOKEN": TOKEN}  # fmt: skip
-        watcher = subprocess.Popen(
-            [sys.executable, "-m", "mempalace_logstream", "watch", "--agent", "codex-desktop",
-             "--state-file", str(tmp_path / "w.json"), "--idle-exit-ms", "60000"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+def _quick_start() -> list[tuple[str, list[str]]]:
+    """The quick start's commands (continuations joined), each with the output lines the README
+    shows right below it (`#   ` comment lines)."""
+    section = README[README.index("## Quick start") :]
+    block = re.search(r"```sh\n(.*?)```", section, flags=re.S).group(1)
+    steps: list[tuple[str, list[str]]] = []
+    pending = ""
+    for line in block.splitlines():
+        if pending or (line.strip() and not line.startswith("#")):
+            pending += line + "\n"
+            if not line.endswith("\\"):
+                steps.append((pending, []))
+                pending = ""
+        elif line.startswith("#   ") and steps:
+            steps[-1][1].append(line[4:].strip())
+    return steps
+
+
+def _by_kind(text: str) -> dict[str, list[str]]:
+    """The ids in `text` per kind (task/evt/art), in order of first appearance."""
+    out: dict[str, list[str]] = {}
+    for ident in dict.fromkeys(ID_RE.findall(text)):
+        out.setdefault(ident.split("_", 1)[0], []).append(ident)
+    return out
+
+
+class Shell:
+    """One bash fed the README's lines one command at a time, as a person types them: shell
+    state (the venv activation, `cd`, exported variables, a background job) carries over."""
+
+    def __init__(self, cwd: Path, env: dict[str, str], stderr: Path) -> None:
+        self.stderr_path = stderr
+        self._err = stderr.open("wb")
+        self.proc = subprocess.Popen(
+            ["bash", "--norc", "--noprofile"], cwd=cwd, env=env, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=self._err, start_new_session=True,
         )  # fmt: skip
+        self.lines: queue.Queue[bytes] = queue.Queue()
+        self.transcript: list[bytes] = []
+        self._pumper = threading.Thread(target=self._pump, daemon=True)
+        self._pumper.start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+
+    def run(self, command: str, timeout: float = 60) -> tuple[int, bytes]:
+        """(exit status, stdout) of one command, the background job's lines included."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(f"{command}\nprintf '\\n{DONE} %s\\n' \"$?\"\n".encode())
+        self.proc.stdin.flush()
+        out: list[bytes] = []
+        deadline = time.monotonic() + timeout
+        while True:
+            line = self._next_line(deadline, command, out)
+            if line.startswith(DONE.encode()):
+                if out and out[-1] == b"\n":
+                    out.pop()  # the newline the marker starts with
+                self.transcript += out
+                return int(line.split()[1]), b"".join(out)
+            out.append(line)
+
+    def _next_line(self, deadline: float, what: str, seen: list[bytes]) -> bytes:
         try:
-            # A first run starts at the tip: the task must come after the watcher's first
-            # checkpoint (written before its first poll), as it does when a person types.
-            deadline = time.monotonic() + 60
-            while not (tmp_path / "w.json").exists():
-                assert watcher.poll() is None and time.monotonic() < deadline, "no checkpoint"
-                time.sleep(0.01)
-            created = _cli(hub.url, "task", "create", "--project", "Demo App",
-                "--from-agent", "claude-laptop", "--to-agent", "codex-desktop",
-                "--goal", "Fix the login redirect loop", "--done", "tests/test_login.py passes",
-                "--branch", "main", "--base-commit", "3f2a9c1", "--json")  # fmt: skip
-            task = json.loads(created.stdout)["task"]
-            out, err = watcher.communicate(timeout=60)
+            return self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise AssertionError(("no answer in time", what, seen, self.stderr())) from None
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def wait_for(self, needle: bytes, timeout: float = 60) -> None:
+        """Until a line holding `needle` was printed (by the background watch)."""
+        deadline = time.monotonic() + timeout
+        while not any(needle in line for line in self.transcript):
+            self.transcript.append(self._next_line(deadline, repr(needle), self.transcript))
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # bash and the jobs it started
+        self.proc.wait(timeout=10)
+        self._pumper.join(timeout=10)  # EOF once bash and its jobs are gone
+        for stream in (self.proc.stdin, self.proc.stdout, self._err):
+            if stream is not None:
+                stream.close()
+
+
+def _fresh_env(home: Path) -> dict[str, str]:
+    """No `logstream` on PATH, no LOGSTREAM_*/MEMPALACE_* settings, a HOME of our own."""
+    path = [d for d in os.environ.get("PATH", "").split(os.pathsep)
+            if d and not (Path(d) / "logstream").exists()]  # fmt: skip
+    env = {k: val for k, val in os.environ.items()
+           if not k.startswith(("LOGSTREAM_", "MEMPALACE_", "VIRTUAL_ENV"))}  # fmt: skip
+    return {**env, "PATH": os.pathsep.join(path), "HOME": str(home), "PYTHONPATH": str(REPO)}
+
+
+def _demo_repo(home: Path) -> Path:
+    """~/src/demo-app: a git repository with an uncommitted fix (a Latin-1 byte included)."""
+    repo = home / "src" / "demo-app"
+    repo.mkdir(parents=True)
+    (repo / "login.py").write_bytes(b"# caf\xe9\ndef login(next):\n    return redirect(next)\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    for args in (["init", "-q"], ["add", "login.py"], ["commit", "-q", "-m", "start"]):
+        subprocess.run([*git, *args], cwd=repo, check=True, env={**os.environ, "HOME": str(home)})
+    (repo / "login.py").write_bytes(
+        b"# caf\xe9\ndef login(next):\n    return redirect(safe(next))\n"
+    )
+    return repo
+
+
+def test_the_quick_start_runs_verbatim_in_a_fresh_shell(tmp_path: Path) -> None:
+    """Every command of the quick start, as written, in bash: `logstream` is not on PATH until
+    the README's own first line puts it there, the hub is a live one (only its port differs
+    from the README's), and the README's example ids stand for the ids the earlier commands
+    printed (learned from the output lines the README shows under those commands). A shown line
+    without "…" must be printed exactly."""
+    venv = Path(sys.prefix)
+    assert (venv / "bin" / "activate").exists(), "run the tests from the venv the README makes"
+    checkout, home = tmp_path / "checkout", tmp_path / "home"
+    checkout.mkdir()
+    (checkout / ".venv").symlink_to(venv)  # what the README's first command made
+    repo = _demo_repo(home)
+    with live_hub(tmp_path) as hub:
+        shell = Shell(checkout, _fresh_env(home), tmp_path / "stderr.txt")
+        try:
+            assert shell.run("command -v logstream")[0] != 0, "logstream is on PATH already"
+            outputs = _run_quick_start(shell, hub.url, home)
         finally:
-            if watcher.poll() is None:
-                watcher.kill()
-                watcher.communicate()
-        assert watcher.returncode == 0, err.decode()
-        assert task["id"].encode() in out
-        corr, stream = task["correlation_id"], task["stream"]
-        assert stream == "project/demo_app"
-        _cli(hub.url, "append", "--type", "task.claim", "--stream", stream, "--room", "delegation",
-             "--from-agent", "codex-desktop", "--to-agent", "claude-laptop",
-             "--correlation-id", corr, "--status", "claimed")  # fmt: skip
-        _cli(hub.url, "patch", "submit", "-", "--from-agent", "codex-desktop",
-             "--to-agent", "claude-laptop", "--stream", stream, "--correlation-id", corr,
-             "--branch", "main", "--base-commit", "3f2a9c1", "--body", "fixed; tests pass",
-             input=patch)  # fmt: skip
-        ready = json.loads(_cli(hub.url, "wait", "--correlation-id", corr, "--type", "patch.ready",
-                                "--since-event-id", task["id"], "--json").stdout)  # fmt: skip
-        assert ready["timed_out"] is False and ready["count"] == 1
-        event = ready["events"][0]
-        _cli(hub.url, "artifact", "get", event["artifact_ids"][0], "--out",
-             str(tmp_path / "fix.patch"))  # fmt: skip
-        assert (tmp_path / "fix.patch").read_bytes() == patch
-        _cli(hub.url, "ack", event["id"], "--from-agent", "claude-laptop", "--status", "applied")
-        thread = json.loads(_cli(hub.url, "list", "--correlation-id", corr, "--order", "asc",
-                                 "--json").stdout)  # fmt: skip
-    assert [e["type"] for e in thread["events"]] == [
+            shell.close()
+    diff = subprocess.run(["git", "diff"], cwd=repo, capture_output=True, check=True).stdout
+    assert b"\xe9" in diff and (repo / "fix.patch").read_bytes() == diff  # byte for byte
+    thread = outputs[-1].decode().splitlines()
+    assert thread[0] == "4 event(s):", outputs[-1]
+    assert [re.search(r"\[(\S+)\]", line).group(1) for line in thread[1:]] == [
         "task.request", "task.claim", "patch.ready", "event.ack"]  # fmt: skip
-    assert thread["events"][-1]["status"] == "applied"
+
+
+def _run_quick_start(shell: Shell, hub_url: str, home: Path) -> list[bytes]:
+    ids: dict[str, str] = {}  # README example id -> the real one
+    outputs: list[bytes] = []
+    for command, shown in _quick_start():
+        line = ID_RE.sub(lambda m: ids.get(m.group(0), m.group(0)), command)
+        line = line.replace("http://127.0.0.1:8765", hub_url)
+        unknown = [i for i in ID_RE.findall(line) if i not in ids.values()]
+        assert not unknown, (f"no earlier output showed {unknown}", command)
+        if "task create" in line:  # a person starts the lead after the watch said it is on
+            _wait_for_file(home / ".mempalace" / "watch" / "codex-desktop.json", shell)
+        code, out = shell.run(line)
+        assert code == 0 and "command not found" not in shell.stderr(), (command, shell.stderr())
+        outputs.append(out)
+        _learn_ids(ids, shown, out.decode(errors="replace"), command)
+        if "task create" in line:  # the watch wakes on the task and prints it
+            shell.wait_for(b"[task.request]")
+    return outputs
+
+
+def _learn_ids(ids: dict[str, str], shown: list[str], printed: str, command: str) -> None:
+    real = _by_kind(printed)
+    for kind, examples in _by_kind("\n".join(shown)).items():
+        assert len(real.get(kind, [])) >= len(examples), (command, kind, printed)
+        ids.update(zip(examples, real[kind], strict=False))
+    lines = printed.splitlines()
+    for want in shown:
+        if "…" not in want:
+            exact = ID_RE.sub(lambda m: ids[m.group(0)], want)
+            assert exact in lines, (command, exact, printed)
+
+
+def _wait_for_file(path: Path, shell: Shell, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert "command not found" not in shell.stderr(), shell.stderr()
+        assert time.monotonic() < deadline, (f"{path} did not appear", shell.stderr())
+        time.sleep(0.01)
