@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Annotated, Any
@@ -24,6 +25,7 @@ from mempalace_logstream import aio, errors
 from mempalace_logstream.store import LogStore
 
 TOOL_PREFIX = "mempalace_"
+_log = logging.getLogger(__name__)
 
 INSTRUCTIONS = (
     "A shared, append-only coordination log for agents. Post what you do as events "
@@ -375,7 +377,57 @@ class _Endpoint:
         self.manager = server.session_manager
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("method") == "POST":
+            body = await _read_body(receive)
+            if _too_deep(body):
+                await _parse_error(send, "Parse error: the JSON nests too deeply")
+                return
+            receive = _replay(body, receive)
         await self.manager.handle_request(scope, receive, send)
+
+
+async def _read_body(receive: Any) -> bytes:
+    # Bounded: the hub's guard refuses bodies over its request size limit before this runs.
+    chunks = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Any) -> Any:
+    sent = False
+
+    async def replay() -> dict[str, Any]:
+        nonlocal sent
+        if sent:
+            return dict(await receive())
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
+
+
+def _too_deep(body: bytes) -> bool:
+    """The SDK answers invalid JSON with a parse error, but JSON nested past Python's recursion
+    limit escapes its handler as a 500. Caught here, before the SDK parses."""
+    try:
+        json.loads(body)
+    except RecursionError:
+        return True
+    except ValueError:
+        return False  # the SDK's own parse error answers it
+    return False
+
+
+async def _parse_error(send: Any, message: str) -> None:
+    payload = json.dumps(
+        {"jsonrpc": "2.0", "id": "server-error", "error": {"code": -32700, "message": message}}
+    ).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(payload))]
+    await send({"type": "http.response.start", "status": 400, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
 
 
 def http_endpoint(
@@ -385,6 +437,7 @@ def http_endpoint(
 
     The hub's own guard checks Host/Origin and the token, so the SDK's check is off here.
     """
+    quiet_disconnects()
     server = build_server(
         store,
         read_only=read_only,
@@ -396,6 +449,37 @@ def http_endpoint(
         return endpoint.manager.run()
 
     return endpoint, lifespan
+
+
+# A client that closes its session or its GET stream is normal; the SDK logs it as an error
+# with a full traceback (about 45 lines per disconnect). These are the exceptions it then has.
+_DISCONNECTS = ("ClosedResourceError", "BrokenResourceError", "EndOfStream", "ClientDisconnect")
+_SDK_LOGGERS = ("mcp.server.streamable_http", "mcp.server.streamable_http_manager")
+
+
+class _QuietDisconnects(logging.Filter):
+    """Turns the SDK's tracebacks for a client that went away into one debug line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is None or not _is_disconnect(exc):
+            return True
+        _log.debug("MCP client went away (%s: %s)", record.getMessage(), type(exc).__name__)
+        return False
+
+
+def _is_disconnect(exc: BaseException) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_is_disconnect(e) for e in exc.exceptions)
+    return type(exc).__name__ in _DISCONNECTS
+
+
+def quiet_disconnects() -> None:
+    """Install the filter on the SDK's HTTP transport loggers (once per process)."""
+    for name in _SDK_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _QuietDisconnects) for f in logger.filters):
+            logger.addFilter(_QuietDisconnects())
 
 
 __all__ = ["LogstreamMCP", "build_server", "http_endpoint", "run_stdio"]

@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -217,3 +218,70 @@ def test_streamable_http_on_the_hub_runs_a_full_delegation(tmp_path: Path) -> No
                     await validation_errors_are_tool_errors(session)
 
         asyncio.run(asyncio.wait_for(scenario(), 90))
+
+
+# --------------------------------------------------------------------------- polish (issue 9)
+
+
+def test_server_info_descriptions_and_results_read_well(mcp_store: LogStore) -> None:
+    import mempalace_logstream
+
+    async def scenario() -> None:
+        server = mcp_server.build_server(mcp_store)
+        async with create_connected_server_and_client_session(server) as session:
+            init = await session.initialize()
+            assert init.serverInfo.version == mempalace_logstream.__version__
+            for tool in (await session.list_tools()).tools:
+                assert "\n    " not in (tool.description or ""), tool.name
+                assert tool.outputSchema is None
+            result = await session.call_tool("mempalace_stats", {})
+            text = result.content[0].text
+            assert result.structuredContent is None and len(result.content) == 1
+            assert "\n" not in text and '": ' not in text  # compact JSON, once
+            assert json.loads(text)["replica_id"] == mcp_store.replica_id
+
+    asyncio.run(scenario())
+
+
+def test_a_client_disconnect_is_one_debug_line_not_a_traceback(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+
+    async def scenario(url: str) -> None:
+        async with streamable_http_client(f"{url}/mcp") as (read, write, _):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                await session.call_tool("mempalace_stats", {})
+        with pytest.raises(BaseException):  # noqa: B017 - the client gives up mid-call
+            async with streamable_http_client(f"{url}/mcp") as (read, write, _):
+                async with ClientSession(read, write) as session:
+                    await session.initialize()
+                    call = session.call_tool("mempalace_event_wait", {"timeout_ms": 10_000})
+                    await asyncio.wait_for(call, 0.5)
+
+    def went_away() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if "MCP client went away" in r.getMessage()]
+
+    with live_hub(tmp_path) as hub:
+        asyncio.run(scenario(hub.url))
+        deadline = time.monotonic() + 10  # the server notices the closed stream on its own
+        while not went_away():
+            assert time.monotonic() < deadline, "the disconnect was never logged"
+            time.sleep(0.01)
+    loud = [r for r in caplog.records if r.name.startswith("mcp.") and r.levelno >= logging.WARNING]
+    assert loud == [], [r.getMessage() for r in loud]
+    assert all(r.levelno == logging.DEBUG and "\n" not in r.getMessage() for r in went_away())
+
+
+def test_an_mcp_body_nested_too_deeply_is_a_parse_error_not_a_500(tmp_path: Path) -> None:
+    with live_hub(tmp_path) as hub:
+        headers = {"accept": "application/json, text/event-stream",
+                   "content-type": "application/json"}  # fmt: skip
+        resp = httpx.post(f"{hub.url}/mcp", content=b"[" * 100_000, headers=headers, timeout=30)
+        bad = httpx.post(f"{hub.url}/mcp", content=b"{nope", headers=headers, timeout=30)
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"]["code"] == -32700
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == -32700
