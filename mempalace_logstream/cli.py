@@ -650,6 +650,8 @@ def stats(
     console = Console()
     console.print(f"replica {out['replica_id']} ({out['backend']}): {out['events']} events, "
                   f"{out['artifacts']} artifacts, {out.get('db_size_bytes')} bytes")  # fmt: skip
+    console.print(f"database {out['database']}", soft_wrap=True)
+    console.print(f"mempalace-logstream {out.get('version', '?')}")
     for key in ("per_stream", "per_type", "per_writer"):
         table = Table(title=key.replace("per_", "events by "))
         table.add_column(key.replace("per_", ""))
@@ -720,6 +722,8 @@ def serve(
     shown = f"[{host.strip('[]')}]" if ":" in host else host
     typer.echo(f"logstream hub listening on http://{shown}:{bound} "
                f"(API /v1, SSE /v1/stream, MCP /mcp, docs /docs)", err=False)  # fmt: skip
+    typer.echo(f"  database {store.engine.url.render_as_string(hide_password=True)}, replica "
+               f"{store.replica_id}, mempalace-logstream {http_app.version()}")  # fmt: skip
     if loop.enabled:
         typer.echo(f"sync: a round every {interval:g} s with the peers of "
                    f"{palace_path / 'peers.json'}", err=True)  # fmt: skip

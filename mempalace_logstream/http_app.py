@@ -8,6 +8,7 @@ fastapi/sse_starlette importer; must not import typer or mcp.
 from __future__ import annotations
 
 import hmac
+import html
 import ipaddress
 import json
 import os
@@ -350,9 +351,11 @@ def create_app(
 
     app = FastAPI(
         title="mempalace-logstream hub",
-        version=_version(),
+        version=version(),
         lifespan=lifespan,
         responses=ERROR_RESPONSES,
+        docs_url=None,  # served below from the package's own Swagger UI files, not a CDN
+        redoc_url=None,
     )
     app.state.store = store
     app.state.settings = settings
@@ -368,6 +371,7 @@ def create_app(
         """Liveness; needs no token."""
         return {"ok": True, "replica_id": store.replica_id}
 
+    _add_pages(app, store)
     _add_op_routes(app, store)
     _add_get_aliases(app, store)
     _add_sse_routes(app, store, settings)
@@ -377,10 +381,81 @@ def create_app(
     return app
 
 
-def _version() -> str:
+def version() -> str:
     import mempalace_logstream
 
     return mempalace_logstream.__version__
+
+
+# --------------------------------------------------------------------------- pages
+
+DOCS_ASSETS = "/docs-assets"
+
+
+def _add_pages(app: FastAPI, store: LogStore) -> None:
+    """`/`: what this hub is; `/docs`: Swagger UI from the package (works with no internet)."""
+    from fastapi.openapi.docs import get_swagger_ui_html
+    from fastapi.responses import HTMLResponse
+    from starlette.staticfiles import StaticFiles
+    from swagger_ui_bundle import swagger_ui_path
+
+    @app.get("/", include_in_schema=False)
+    async def home() -> HTMLResponse:
+        return HTMLResponse(home_page(store))
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title="mempalace-logstream hub: API",
+            swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
+            swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+            swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png",
+        )
+
+    app.mount(DOCS_ASSETS, StaticFiles(directory=str(swagger_ui_path)), name="docs-assets")
+
+
+def home_page(store: LogStore) -> str:
+    """A small page naming the hub, until the dashboard takes this path."""
+    rows = (
+        ("version", f"mempalace-logstream {version()}"),
+        ("database", store.engine.url.render_as_string(hide_password=True)),
+        ("replica", store.replica_id),
+    )
+    links = (
+        ("/docs", "API documentation (OpenAPI)"),
+        ("/v1/stream?since_event_id=tip", "live event stream (SSE)"),
+        ("/v1/events?limit=20", "the newest events (JSON)"),
+        ("/v1/stats", "counts and sizes (JSON)"),
+        ("/mcp", "MCP endpoint (streamable HTTP, for agents' MCP clients)"),
+        ("/healthz", "health check"),
+    )
+    facts = "".join(f"<tr><th>{k}</th><td><code>{html.escape(val)}</code></td></tr>"
+                    for k, val in rows)  # fmt: skip
+    items = "".join(f'<li><a href="{href}">{html.escape(href)}</a>: {text}</li>'
+                    for href, text in links)  # fmt: skip
+    return _HOME.format(facts=facts, items=items)
+
+
+_HOME = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>mempalace-logstream hub</title>
+<style>
+:root {{ color-scheme: light dark; font-family: system-ui, sans-serif; }}
+body {{ max-width: 48rem; margin: 2rem auto; padding: 0 1rem; line-height: 1.5; }}
+th {{ text-align: left; padding-right: 1rem; vertical-align: top; }}
+code {{ overflow-wrap: anywhere; }}
+</style></head>
+<body>
+<h1>mempalace-logstream hub</h1>
+<p>A local-first coordination log for AI agents. This hub serves it over HTTP, SSE and MCP.</p>
+<table>{facts}</table>
+<h2>Endpoints</h2>
+<ul>{items}</ul>
+</body></html>
+"""
 
 
 def _add_op_routes(app: FastAPI, store: LogStore) -> None:

@@ -68,9 +68,11 @@ def version_vector(store: LogStore) -> dict[str, Any]:
 
 
 def stats(store: LogStore) -> dict[str, Any]:
+    import mempalace_logstream
     from mempalace_logstream import replication  # sync estate (issue 5)
 
     out = store.stats()
+    out["version"] = mempalace_logstream.__version__
     out["estate"] = {"peers": replication.estate_rows(store), **replication.counts(store)}
     return out
 
