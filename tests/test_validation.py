@@ -7,13 +7,17 @@ event, artifact, blob and link counts are unchanged afterwards.
 from __future__ import annotations
 
 import secrets
+import unicodedata
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from hypothesis import given
+from hypothesis import strategies as st
 
 from mempalace_logstream import LogStore, errors, validation
+from mempalace_logstream import validation as v
 from mempalace_logstream.schema import artifact_blobs, artifacts, event_artifacts, events
 
 KIB = 1024
@@ -229,6 +233,46 @@ def test_routing_fields_refuse_control_characters_and_nul(store, field, bad):
 @pytest.mark.parametrize("field", ["stream", "from_agent", "to_agent"])
 def test_routing_fields_refuse_lone_surrogates(store, field):
     refused(store, lambda: append(store, **{field: "agent\udc00"}), field)
+
+
+INVISIBLE = [
+    "\u0085",  # NEXT LINE, a C1 control
+    "\u009b",  # CONTROL SEQUENCE INTRODUCER
+    "\u202e",  # RIGHT-TO-LEFT OVERRIDE
+    "\u2066",  # LEFT-TO-RIGHT ISOLATE
+    "\u200b",  # ZERO WIDTH SPACE
+    "\u200d",  # ZERO WIDTH JOINER
+    "\u2060",  # WORD JOINER
+    "\ufeff",  # BOM
+    "\u00ad",  # SOFT HYPHEN
+    "\u2028",  # LINE SEPARATOR
+    "\u2029",  # PARAGRAPH SEPARATOR
+]
+
+
+@pytest.mark.parametrize("field", ROUTING_FIELDS)
+@pytest.mark.parametrize("ch", INVISIBLE, ids=[f"U+{ord(c):04X}" for c in INVISIBLE])
+def test_routing_fields_refuse_invisible_and_bidi_code_points(store, field, ch):
+    err = refused(store, lambda: append(store, **{field: f"claude-laptop{ch}"}), field)
+    assert f"U+{ord(ch):04X}" in str(err)
+    refused(store, lambda: store.event_list(**{"to_agent": f"{ch}bob"}), "to_agent")
+
+
+@pytest.mark.parametrize("ch", INVISIBLE, ids=[f"U+{ord(c):04X}" for c in INVISIBLE])
+def test_bodies_keep_invisible_code_points(store, ch):
+    assert append(store, body=f"a{ch}b").body == f"a{ch}b"
+
+
+@given(text=st.text(min_size=1, max_size=30))
+def test_a_routing_value_is_refused_exactly_when_it_holds_an_invisible_code_point(text):
+    bad = any(unicodedata.category(c) in ("Cc", "Cf", "Cs", "Zl", "Zp") for c in text)
+    try:
+        out = v.routing("room", text)
+    except errors.ValidationError as exc:
+        assert exc.field == "room"
+        assert bad or not text.strip() or len(text.strip()) > 256
+    else:
+        assert not bad and out == text.strip()
 
 
 def test_routing_fields_strip_surrounding_spaces_only(store):

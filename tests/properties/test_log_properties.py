@@ -30,7 +30,8 @@ _UNIQUE = itertools.count()
 
 routing_text = (
     st.text(
-        alphabet=st.characters(blacklist_categories=("Cs", "Cc")),
+        # Routing fields refuse invisible and direction-changing code points (issue 9, item 14).
+        alphabet=st.characters(blacklist_categories=("Cs", "Cc", "Cf", "Zl", "Zp")),
         min_size=1,
         max_size=24,
     )
