@@ -403,7 +403,7 @@ def remote_id(field: str, value: Any) -> str:
 def replica_id(value: Any, field: str = "replica_id") -> str:
     text = required_routing(field, value)
     if not _REPLICA_RE.match(text):
-        raise fail(field, f"invalid replica_id {text!r}: expected rep_ + 12 or 32 lowercase hex")
+        raise fail(field, f"{text!r} is not a replica id (rep_ + 12 or 32 lowercase hex)")
     return text
 
 
