@@ -90,14 +90,14 @@ def open_client(
     db: str | None, palace: str | None, hub: str | None = None, token: str | None = None
 ):
     """A client with `.call(op, **args)`: the local store, or a remote hub with --hub."""
+    settings = config.Settings.from_env()
     if hub:
         from mempalace_logstream.hub_client import HubClient
 
-        return HubClient(hub, token=token)
+        return HubClient(hub, token=token, timeout=settings.hub_timeout_s)
     from mempalace_logstream.operations import LocalClient
     from mempalace_logstream.store import LogStore
 
-    settings = config.Settings.from_env()
     url = config.resolve_db(db or settings.db, palace or settings.palace)
     store = LogStore.open(
         url,
