@@ -875,10 +875,10 @@ def watch(
     writer: Annotated[Multi, typer.Option(help="Author filter.")] = None,
     exclude_writer: Annotated[Multi, typer.Option("--exclude-writer")] = None,
     state_file: Annotated[str | None, typer.Option("--state-file", help="Checkpoint file (default ~/.mempalace/watch/<agent>.json; '' = none).")] = None,
-    from_start: Annotated[bool, typer.Option("--from-start", help="On a first run, replay the whole log instead of starting at the tip.")] = False,
+    from_start: Annotated[bool, typer.Option("--from-start", help="On a first run (no state file yet), replay the whole log instead of starting at the newest event; refused when the state file already holds a cursor.")] = False,
     since_event_id: Annotated[str | None, typer.Option("--since-event-id", help="Start after this event (overrides the state file).")] = None,
     follow: Annotated[bool, typer.Option("--follow", help="Keep watching after a match.")] = False,
-    idle_exit_ms: Annotated[int | None, typer.Option("--idle-exit-ms", help="Exit after this long without a match (2 if nothing matched).")] = None,
+    idle_exit_ms: Annotated[int | None, typer.Option("--idle-exit-ms", help="Exit after this long without a match (exit 2 if nothing matched); 0 or absent = wait for ever.")] = None,
     limit: Annotated[int | None, typer.Option(help="Events per batch, 1-500 (default 50).")] = None,
     poll_timeout_ms: Annotated[int | None, typer.Option("--poll-timeout-ms", help="Longest single wait, 1-300000 ms.")] = None,
     db: DbOpt = None, palace: PalaceOpt = None, hub: HubOpt = None, token: TokenOpt = None,
@@ -887,7 +887,7 @@ def watch(
     """Wait for mail: exit 0 when matching events were printed, 2 on idle timeout, 130 on Ctrl-C.
 
     First run starts at the newest event (say --from-start to replay); later runs resume after
-    the checkpoint in the state file. Output is printed before each checkpoint, so a crash
+    the checkpoint in the state file (--from-start is then refused: delete the file to replay). Output is printed before each checkpoint, so a crash
     replays events (dedupe by id) and never skips one.
     """
     from mempalace_logstream import watch as watch_mod
