@@ -1293,6 +1293,8 @@ class LogStore:
         # Take the notifier version before each read: a commit after it makes wait() return.
         seen = self.notifier.version
         page = self.read(req)
+        if not page.events:  # compile the page statement now, not after the wake-up
+            self._page_query(req, 0, 0, req.order or "asc")
         while not page.events:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
