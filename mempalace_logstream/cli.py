@@ -86,8 +86,18 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
+# The operations that write: only their commands (and serve, mcp, migrate, sync's own log,
+# import's target) create a missing log; every other command refuses a mistyped path.
+WRITE_OPS = frozenset({"event_append", "event_ack", "artifact_put", "patch_submit", "task_create"})
+
+
 def open_client(
-    db: str | None, palace: str | None, hub: str | None = None, token: str | None = None
+    db: str | None,
+    palace: str | None,
+    hub: str | None = None,
+    token: str | None = None,
+    *,
+    create: bool = False,
 ):
     """A client with `.call(op, **args)`: the local store, or a remote hub with --hub."""
     settings = config.Settings.from_env()
@@ -96,23 +106,15 @@ def open_client(
 
         return HubClient(hub, token=token, timeout=settings.hub_timeout_s)
     from mempalace_logstream.operations import LocalClient
-    from mempalace_logstream.store import LogStore
 
-    url = config.resolve_db(db or settings.db, palace or settings.palace)
-    store = LogStore.open(
-        url,
-        durability=STATE.durability,
-        max_body_bytes=settings.max_body_bytes,
-        max_artifact_bytes=settings.max_artifact_bytes,
-    )
-    return LocalClient(store)
+    return LocalClient(_open_store(db, palace, create=create))
 
 
 def run(db: str | None, palace: str | None, op: str, hub: str | None = None,
         token: str | None = None, **args: Any) -> dict[str, Any]:  # fmt: skip
     """Open, call one operation, close; domain errors become one stderr line and exit 1."""
     try:
-        client = open_client(db, palace, hub, token)
+        client = open_client(db, palace, hub, token, create=op in WRITE_OPS)
         try:
             return client.call(op, **args)
         finally:
@@ -411,6 +413,8 @@ def migrate(
     url = config.resolve_db(db or settings.db, palace or settings.palace)
     try:
         eng = engine_mod.create_engine(url, durability=STATE.durability)
+        if engine_mod.was_created(eng):
+            typer.echo(f"created a new log at {eng.url.database}", err=True)
         try:
             before = migrate_mod.upgrade(eng)
         finally:
@@ -490,7 +494,7 @@ def serve(
         interval = (
             sync_interval if sync_interval is not None else sync_mod.interval_from_env(os.environ)
         )
-        store = _open_store(db, palace)
+        store = _open_store(db, palace, create=True)
     except errors.LogstreamError as exc:
         raise fail(exc.message) from None
     palace_path = config.palace_dir(palace or config.Settings.from_env().palace)
@@ -533,7 +537,7 @@ def mcp_cmd(
     from mempalace_logstream import mcp_server
 
     try:
-        store = _open_store(db, palace)
+        store = _open_store(db, palace, create=True)
     except errors.LogstreamError as exc:
         raise fail(exc.message) from None
     try:
@@ -545,17 +549,27 @@ def mcp_cmd(
 # --------------------------------------------------------------------------- sync (issue 5)
 
 
-def _open_store(db: str | None, palace: str | None):
+def _open_store(db: str | None, palace: str | None, *, create: bool):
+    """The local store; `create` for commands that write (a reader refuses a missing file)."""
     from mempalace_logstream.store import LogStore
 
     settings = config.Settings.from_env()
     url = config.resolve_db(db or settings.db, palace or settings.palace)
-    return LogStore.open(
+    store = LogStore.open(
         url,
         durability=STATE.durability,
+        create=create,
         max_body_bytes=settings.max_body_bytes,
         max_artifact_bytes=settings.max_artifact_bytes,
     )
+    return _said_created(store)
+
+
+def _said_created(store: Any) -> Any:
+    """Say once, on stderr, that this command made a new log (a typo is then visible)."""
+    if store.created:
+        typer.echo(f"created a new log at {store.engine.url.database}", err=True)
+    return store
 
 
 def _sync_line(r: dict[str, Any]) -> str:
@@ -622,7 +636,7 @@ def sync_cmd(
     settings = config.Settings.from_env()
     palace_path = config.palace_dir(palace or settings.palace)
     try:
-        store = _open_store(db, palace)
+        store = _open_store(db, palace, create=True)
     except errors.LogstreamError as exc:
         raise fail(exc.message) from None
     try:
@@ -656,7 +670,9 @@ def _run_sync(store: Any, sync_mod: Any, peer: str | None, token: str | None,
     if peer_db:
         from mempalace_logstream.store import LogStore
 
-        other = LogStore.open(config.resolve_db(peer_db, None), durability=STATE.durability)
+        other = LogStore.open(
+            config.resolve_db(peer_db, None), durability=STATE.durability, create=False
+        )
         try:
             return [sync_mod.sync_one(store, sync_mod.LocalPeer(other, name=peer_db), push,
                                       progress, repair)]  # fmt: skip
@@ -686,7 +702,7 @@ def peers_cmd(
 
     settings = config.Settings.from_env()
     try:
-        store = _open_store(db, palace)
+        store = _open_store(db, palace, create=False)
         try:
             out = sync_mod.estate(store, config.palace_dir(palace or settings.palace))
             out["conflicts"] = replication.list_conflicts(store, 20)
@@ -736,7 +752,7 @@ def import_(
     settings = config.Settings.from_env()
     url = config.resolve_db(db or settings.db, palace or settings.palace)
     try:
-        with importer.open_source(from_) as source, LogStore.open(url, durability=STATE.durability) as target:  # fmt: skip
+        with importer.open_source(from_) as source, _said_created(LogStore.open(url, durability=STATE.durability)) as target:  # fmt: skip
             report = _run_import(importer, source, target, batch_size, progress)
     except errors.LogstreamError as exc:
         if STATE.debug:

@@ -281,8 +281,9 @@ class SqliteSignal:
     every `POLL_INTERVAL_S` until the commit becomes visible. Elsewhere, poll all the time.
     """
 
-    def __init__(self, path: str, *, use_inotify: bool = True) -> None:
+    def __init__(self, path: str, *, use_inotify: bool = True, uri: str | None = None) -> None:
         self._path = path
+        self._uri = uri  # a read-only store's `file:…?mode=ro` URI, used to connect
         self._use_inotify = use_inotify
         self._conn: sqlite3.Connection | None = None
         self._last: int | None = None
@@ -295,7 +296,12 @@ class SqliteSignal:
         return "inotify" if self._inotify is not None else "poll"
 
     def open(self) -> None:
-        self._conn = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
+        self._conn = sqlite3.connect(
+            self._uri or self._path,
+            check_same_thread=False,
+            isolation_level=None,
+            uri=self._uri is not None,
+        )
         if self._use_inotify:
             self._inotify = _Inotify.watch(self._path)
         self._last = self._version()

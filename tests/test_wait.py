@@ -160,6 +160,7 @@ def test_a_waiting_process_is_woken_by_an_append_in_another_process(db_url: str)
 
 def test_cli_wait_exits_2_on_timeout_1_on_bad_input_and_0_on_a_match(tmp_path) -> None:
     db = str(tmp_path / "log.sqlite3")
+    LogStore.open(db).close()
     timed_out = run_forked("wait", "--db", db, "--since-event-id", "tip", "--timeout-ms", "10")
     assert timed_out.returncode == 2, timed_out.stderr
     bad = run_forked("wait", "--db", db, "--timeout-ms", "300001")

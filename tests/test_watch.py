@@ -151,7 +151,10 @@ def _ids(stdout: bytes) -> list[str]:
 
 @pytest.fixture
 def db(tmp_path: Path) -> str:
-    return str(tmp_path / "log.sqlite3")
+    """An empty log (watch is a reader: it refuses a missing file)."""
+    path = str(tmp_path / "log.sqlite3")
+    LogStore.open(path).close()
+    return path
 
 
 def test_first_run_starts_at_the_tip_and_says_so(db: str, tmp_path: Path) -> None:
@@ -250,12 +253,13 @@ def test_an_unknown_stored_cursor_replays_from_the_start(db: str, tmp_path: Path
     assert b"is not in this log" in run.stderr
 
 
-def test_bad_arguments_exit_1_before_any_poll_or_write(db: str, tmp_path: Path) -> None:
+def test_bad_arguments_exit_1_before_any_poll_or_write(tmp_path: Path) -> None:
+    db = str(tmp_path / "never.sqlite3")
     for args in (["--limit", "0"], ["--poll-timeout-ms", "0"], ["--idle-exit-ms", "-5"],
                  ["--type", "Bad.Type"], ["--agent", ".."]):  # fmt: skip
         run = _watch(db, tmp_path, "--agent", "bob", *args)
         assert run.returncode == 1, args
-        assert run.stderr.startswith(b"error: ")
+        assert run.stderr.startswith(b"error: ") and b"no log at" not in run.stderr
     assert not Path(db).exists()  # nothing opened, nothing created
     assert not (tmp_path / ".mempalace").exists()
 
@@ -419,7 +423,6 @@ def test_from_start_with_an_explicit_cursor_is_refused(db: str, tmp_path: Path) 
 def test_the_first_run_messages_agree_on_an_empty_log_and_with_from_start(
     db: str, tmp_path: Path
 ) -> None:
-    LogStore.open(db).close()
     run = _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "1")
     err = run.stderr.decode()
     assert "first run: the log is empty, so watching from the start of the log" in err, err
