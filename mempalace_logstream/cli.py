@@ -752,8 +752,10 @@ def import_(
     settings = config.Settings.from_env()
     url = config.resolve_db(db or settings.db, palace or settings.palace)
     try:
-        with importer.open_source(from_) as source, _said_created(LogStore.open(url, durability=STATE.durability)) as target:  # fmt: skip
-            report = _run_import(importer, source, target, batch_size, progress)
+        with importer.open_source(from_) as source:  # a missing source: refused, no target made
+            target = _said_created(LogStore.open(url, durability=STATE.durability))
+            with target:
+                report = _run_import(importer, source, target, batch_size, progress)
     except errors.LogstreamError as exc:
         if STATE.debug:
             raise
@@ -919,8 +921,9 @@ def watch(
     """Wait for mail: exit 0 when matching events were printed, 2 on idle timeout, 130 on Ctrl-C.
 
     First run starts at the newest event (say --from-start to replay); later runs resume after
-    the checkpoint in the state file (--from-start is then refused: delete the file to replay). Output is printed before each checkpoint, so a crash
-    replays events (dedupe by id) and never skips one.
+    the checkpoint in the state file (--from-start is then refused: delete the file to replay).
+    Output is printed before each checkpoint, so a crash replays events (dedupe by id) and never
+    skips one.
     """
     from mempalace_logstream import watch as watch_mod
 
