@@ -104,7 +104,7 @@ def _sqlite_engine(url: sa.URL, durability: str, busy_timeout_ms: int, create: b
     if not os.path.exists(database):
         if not create:
             raise errors.NotFoundError(
-                f"no log at {database}: the file does not exist (a mistyped --db or --palace?); "
+                f"no log at {database}: the file does not exist (a mistyped path?); only "
                 "commands that write, such as `logstream append`, create one",
                 field="db",
                 ident=database,
@@ -221,7 +221,7 @@ def _peek(path: str, mode: str | None) -> tuple[int, list[str]]:
 
 def _not_a_log(path: str, why: str) -> errors.StorageError:
     return errors.StorageError(
-        f"{path} is not a logstream database ({why}); check --db/--palace, it was left untouched"
+        f"{path} is not a logstream database ({why}); check the path (the file was left untouched)"
     )
 
 
