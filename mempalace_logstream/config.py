@@ -1,6 +1,7 @@
 """Settings from the environment and the resolution of where the log lives (S-2.1).
 
-`MEMPALACE_LOGSTREAM_*` variables, plus `LOGSTREAM_DB` and `MEMPALACE_PALACE_PATH` from the spec.
+`MEMPALACE_LOGSTREAM_*` variables, plus `LOGSTREAM_DB`, `LOGSTREAM_HUB_TIMEOUT` and
+`MEMPALACE_PALACE_PATH` from the spec.
 Only cli.py and the server factories call `Settings.from_env()`; the core takes arguments.
 """
 
@@ -27,6 +28,21 @@ def _int(environ: Mapping[str, str], key: str, default: int) -> int:
         raise errors.ValidationError(f"{key}={raw!r} must be an integer", field=key) from None
 
 
+def _seconds(environ: Mapping[str, str], key: str, default: float) -> float:
+    raw = environ.get(key)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise errors.ValidationError(
+            f"{key}={raw!r} must be a positive number of seconds", field=key
+        ) from None
+    return value
+
+
 @dataclass(frozen=True, kw_only=True)
 class Settings:
     db: str | None = None
@@ -34,6 +50,7 @@ class Settings:
     durability: str = "full"
     max_body_bytes: int = 256 * 1024
     max_artifact_bytes: int = 4 * 1024 * 1024
+    hub_timeout_s: float = 30.0  # every `--hub` call; `wait` gets its own timeout on top
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -45,6 +62,7 @@ class Settings:
             durability=(env.get(p + "DURABILITY") or "full").strip().lower(),
             max_body_bytes=_int(env, p + "MAX_BODY_BYTES", 256 * 1024),
             max_artifact_bytes=_int(env, p + "MAX_ARTIFACT_BYTES", 4 * 1024 * 1024),
+            hub_timeout_s=_seconds(env, "LOGSTREAM_HUB_TIMEOUT", 30.0),
         )
 
 

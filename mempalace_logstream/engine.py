@@ -1,14 +1,32 @@
 """Engines for both backends. SQLite: WAL, durability level, busy timeout and explicit
 `BEGIN IMMEDIATE` for write transactions, set in one connect listener. PostgreSQL: psycopg 3.
 
+Opening a SQLite file follows one rule for every surface (issue 9, items 4-5):
+* a missing file is created only when the caller writes (`create=True`: append, serve, …); a
+  reader (`create=False`: list, wait, `--peer-db`, …) gets `NotFoundError` naming the path. A
+  new log appears atomically (built under a temporary name, then linked into place), marked as
+  ours with `PRAGMA application_id`, so a racing opener never sees a half-made file;
+* an existing file must be a logstream database: an SQLite file that carries our application
+  id, our schema (`alembic_version`) or a reference log (`events`). Anything else, an empty
+  file included, is refused as "PATH is not a logstream database", never initialised;
+* a file this process may not write (or whose directory it may not write) opens read-only:
+  `mode=ro`, or `immutable=1` when SQLite could not create the WAL index beside it. Writers
+  are refused at open, naming the path. `read_only_kind(engine)` / `was_created(engine)` say
+  which happened.
+PostgreSQL URLs are not affected: the server's database exists or the connect fails.
+
 Must not import store or any surface.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
+import sqlite3
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
@@ -17,6 +35,12 @@ from mempalace_logstream import errors
 
 DURABILITY = {"full": "FULL", "normal": "NORMAL", "off": "OFF"}
 WRITE_OPTION = "logstream_write"
+# Engine-wide execution options that record how the file was opened (read by the store).
+READ_ONLY_OPTION = "logstream_read_only"  # None (read-write), "ro" or "immutable"
+CREATED_OPTION = "logstream_created"
+APPLICATION_ID = 0x4C475354  # "LGST" in the SQLite header: a log made by this package
+SQLITE_MAGIC = b"SQLite format 3\x00"
+LOG_TABLES = ("alembic_version", "events")  # ours, or a reference log to adopt
 
 
 def sqlite_url(path: str | os.PathLike[str]) -> str:
@@ -24,9 +48,11 @@ def sqlite_url(path: str | os.PathLike[str]) -> str:
 
 
 def create_engine(
-    url: str, *, durability: str = "full", busy_timeout_ms: int = 30_000
+    url: str, *, durability: str = "full", busy_timeout_ms: int = 30_000, create: bool = True
 ) -> sa.Engine:
-    """Create the engine for `url` (a SQLAlchemy URL or a plain file path)."""
+    """Create the engine for `url` (a SQLAlchemy URL or a plain file path).
+
+    SQLite: `create=False` refuses a missing file; see the module docstring for the rules."""
     if "://" not in url:
         url = sqlite_url(url)
     try:
@@ -39,7 +65,7 @@ def create_engine(
             field="durability",
         )
     if parsed.get_backend_name() == "sqlite":
-        return _sqlite_engine(parsed, durability, busy_timeout_ms)
+        return _sqlite_engine(parsed, durability, busy_timeout_ms, create)
     if parsed.get_backend_name() == "postgresql":
         if parsed.get_driver_name() not in ("psycopg", ""):
             raise errors.ValidationError(
@@ -70,24 +96,42 @@ def _pg_engine(url: sa.URL, durability: str) -> sa.Engine:
     return engine
 
 
-def _sqlite_engine(url: sa.URL, durability: str, busy_timeout_ms: int) -> sa.Engine:
+def _sqlite_engine(url: sa.URL, durability: str, busy_timeout_ms: int, create: bool) -> sa.Engine:
     database = url.database
     if not database or database == ":memory:":
         raise errors.ValidationError("db: the SQLite store needs a file path", field="db")
-    try:
-        Path(database).parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
+    created = False
+    if not os.path.exists(database):
+        if not create:
+            raise errors.NotFoundError(
+                f"no log at {database}: the file does not exist (a mistyped path?); only "
+                "commands that write, such as `logstream append`, create one",
+                field="db",
+                ident=database,
+            )
+        created = _create_log_file(database)
+    mode = read_only_mode(database)
+    if mode is not None and create:
         raise errors.StorageError(
-            f"cannot create the directory of {database}: {exc.strerror or exc}"
-        ) from exc
-    engine = sa.create_engine(
-        url,
-        connect_args={"check_same_thread": False, "timeout": busy_timeout_ms / 1000},
-        pool_size=8,
-        max_overflow=32,
-    )
-    sync = DURABILITY[durability]
+            f"cannot write {database}: this user may not write the file or its directory "
+            "(read commands such as `logstream list` can still read it)"
+        )
+    if not created:
+        check_log_file(database, mode)
+    connect_args: dict[str, Any] = {"check_same_thread": False, "timeout": busy_timeout_ms / 1000}
+    extra: dict[str, Any] = {}
+    if mode is not None:  # the same file, through a read-only URI
+        target = sqlite_uri(database, immutable=mode == "immutable")
+        extra["creator"] = lambda: sqlite3.connect(target, uri=True, **connect_args)
+    engine = sa.create_engine(url, connect_args=connect_args, pool_size=8, max_overflow=32, **extra)
+    _listen_sqlite(engine, database, DURABILITY[durability], busy_timeout_ms, mode is None)
+    engine.update_execution_options(**{READ_ONLY_OPTION: mode, CREATED_OPTION: created})
+    return engine
 
+
+def _listen_sqlite(
+    engine: sa.Engine, database: str, sync: str, busy_timeout_ms: int, writable: bool
+) -> None:
     @sa.event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         # Own the transaction boundaries ourselves (pysqlite's implicit BEGIN is deferred and
@@ -95,9 +139,10 @@ def _sqlite_engine(url: sa.URL, durability: str, busy_timeout_ms: int) -> sa.Eng
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
-        mode = cur.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            raise errors.StorageError(f"could not switch {database} to WAL (got {mode})")
+        if writable:  # a read-only connection reads in whatever mode the file is in
+            mode = cur.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise errors.StorageError(f"could not switch {database} to WAL (got {mode})")
         cur.execute(f"PRAGMA synchronous={sync}")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
@@ -107,7 +152,124 @@ def _sqlite_engine(url: sa.URL, durability: str, busy_timeout_ms: int) -> sa.Eng
         write = conn.get_execution_options().get(WRITE_OPTION, False)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
-    return engine
+
+def sqlite_uri(path: str, *, immutable: bool = False) -> str:
+    """The SQLite URI that opens `path` read-only (immutable: no WAL index, no change seen)."""
+    return f"file:{quote(path)}?mode=ro" + ("&immutable=1" if immutable else "")
+
+
+def read_only_mode(path: str) -> str | None:
+    """None when this process may write `path` and its directory; else "ro", or "immutable"
+    when SQLite could not create the WAL index (-shm) beside a file that has no -wal."""
+    directory = os.path.dirname(path) or "."
+    dir_ok = os.access(directory, os.W_OK | os.X_OK)
+    if os.access(path, os.W_OK) and dir_ok:
+        return None
+    if dir_ok or os.path.exists(path + "-wal"):
+        return "ro"  # SQLite makes (or shares) the -shm; a -wal must be read, never ignored
+    return "immutable"
+
+
+def read_only_kind(engine: sa.Engine) -> str | None:
+    """How this engine reads its SQLite file: None (read-write), "ro" or "immutable"."""
+    return engine.get_execution_options().get(READ_ONLY_OPTION)
+
+
+def was_created(engine: sa.Engine) -> bool:
+    """True when this engine's open made a new log file (the caller may say so once)."""
+    return bool(engine.get_execution_options().get(CREATED_OPTION))
+
+
+def check_log_file(path: str, mode: str | None) -> None:
+    """Refuse anything at `path` that is not a logstream database, reading only."""
+    if os.path.isdir(path):
+        raise errors.StorageError(f"{path} is not a logstream database (it is a directory)")
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(len(SQLITE_MAGIC))
+    except OSError as exc:
+        raise errors.StorageError(f"cannot open {path}: {exc.strerror or exc}") from exc
+    if not head:
+        raise _not_a_log(path, "the file is empty")
+    if head != SQLITE_MAGIC:
+        raise _not_a_log(path, "not an SQLite file")
+    app_id, tables = _peek(path, mode)
+    if app_id != APPLICATION_ID and not tables:
+        raise _not_a_log(path, "an SQLite file with no log in it")
+
+
+def _peek(path: str, mode: str | None) -> tuple[int, list[str]]:
+    """(application id, log tables present), through a read-only connection."""
+    marks = ",".join("?" * len(LOG_TABLES))
+    try:
+        db = sqlite3.connect(sqlite_uri(path, immutable=mode == "immutable"), uri=True)
+        try:
+            app_id = int(db.execute("PRAGMA application_id").fetchone()[0])
+            rows = db.execute(
+                f"SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ({marks})",
+                LOG_TABLES,
+            )
+            tables = [r[0] for r in rows]
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as exc:
+        if "not a database" in str(exc) or "malformed" in str(exc):
+            raise _not_a_log(path, str(exc)) from exc
+        raise errors.StorageError(f"cannot open {path}: {exc}") from exc
+    return app_id, tables
+
+
+def _not_a_log(path: str, why: str) -> errors.StorageError:
+    return errors.StorageError(
+        f"{path} is not a logstream database ({why}); check the path (the file was left untouched)"
+    )
+
+
+def _create_log_file(path: str) -> bool:
+    """Make a new, empty log at `path` atomically: built under a temporary name (WAL mode, our
+    application id), flushed, then hard-linked into place, so another process sees no file or
+    a whole one. False when another process created it first (that file is used as is)."""
+    directory = os.path.dirname(path) or "."
+    try:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise errors.StorageError(
+            f"cannot create the directory of {path}: {exc.strerror or exc}"
+        ) from exc
+    tmp = f"{path}.creating-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        db = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            db.execute("PRAGMA journal_mode = WAL")
+        finally:
+            db.close()  # the last connection: checkpointed, no -wal left behind
+        _fsync(tmp)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        except OSError:  # no hard links on this filesystem: a rename, if still free
+            if os.path.exists(path):
+                return False
+            os.replace(tmp, path)
+        _fsync(directory)
+        return True
+    except (OSError, sqlite3.Error) as exc:
+        raise errors.StorageError(f"cannot create a log at {path}: {exc}") from exc
+    finally:
+        for leftover in (tmp, tmp + "-wal", tmp + "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(leftover)
+
+
+def _fsync(path: str) -> None:
+    with contextlib.suppress(OSError):  # not every filesystem lets a directory be fsynced
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def writer(engine: sa.Engine) -> sa.Engine:

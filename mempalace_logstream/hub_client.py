@@ -4,10 +4,18 @@ POSTs `/v1/<op>` with the same parameter names as every other surface and maps t
 error bodies back to the domain exceptions of errors.py, so the CLI prints the same one-line
 errors as it does locally. The HTTP boundary of the client side; must not import fastapi, mcp
 or typer.
+
+Every call has a deadline (S-6.1): `timeout` seconds for an ordinary call (default 30, the CLI
+takes it from `LOGSTREAM_HUB_TIMEOUT`), and for `event_wait` the wait's own timeout plus that
+much again as a margin. No single read waits longer than that limit and the answer's body is
+cut off once it is passed, so a hub that accepts and never answers (or trickles its body)
+fails with `PeerUnavailableError` naming the hub and the limit instead of hanging.
 """
 
 from __future__ import annotations
 
+import json
+import time
 from typing import Any
 
 import httpx
@@ -15,7 +23,7 @@ import httpx
 from mempalace_logstream import errors
 from mempalace_logstream import validation as v
 
-WAIT_SLACK_S = 30.0
+DEFAULT_TIMEOUT_S = 30.0
 _BY_STATUS: dict[int, type[errors.LogstreamError]] = {
     400: errors.ValidationError,
     422: errors.ValidationError,
@@ -29,32 +37,64 @@ _BY_STATUS: dict[int, type[errors.LogstreamError]] = {
 class HubClient:
     """A client with `.call(op, **args) -> dict`, like `operations.LocalClient`."""
 
-    def __init__(self, url: str, token: str | None = None, *, timeout: float = 30.0) -> None:
+    def __init__(
+        self, url: str, token: str | None = None, *, timeout: float = DEFAULT_TIMEOUT_S
+    ) -> None:
+        if not timeout > 0:
+            raise errors.ValidationError(
+                f"hub_timeout is {timeout}; it must be a positive number of seconds",
+                field="hub_timeout",
+            )
         self.url = url.rstrip("/")
+        self.timeout = float(timeout)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=self.timeout)
 
     def call(self, op: str, **args: Any) -> dict[str, Any]:
         """Run `op` on the hub; raises the same domain errors as a local call."""
         body = {k: val for k, val in args.items() if val is not None}
+        limit = self.deadline_s(op, body)
+        deadline = time.monotonic() + limit
         try:
-            resp = self._http.post(f"/v1/{op}", json=body, timeout=self._timeout(op, body))
+            with self._http.stream(
+                "POST", f"/v1/{op}", json=body, timeout=httpx.Timeout(limit)
+            ) as resp:
+                raw = bytearray()
+                for chunk in resp.iter_bytes():
+                    raw += chunk
+                    if time.monotonic() > deadline:
+                        raise httpx.ReadTimeout("deadline passed mid-answer")
+        except httpx.TimeoutException as exc:
+            raise errors.PeerUnavailableError(
+                f"hub {self.url} did not answer {op} within {limit:g} s; it may be overloaded "
+                "or not a logstream hub (set LOGSTREAM_HUB_TIMEOUT to wait longer)",
+                peer_id=self.url,
+            ) from exc
         except httpx.HTTPError as exc:
             raise errors.PeerUnavailableError(
                 f"cannot reach hub {self.url}: {exc or type(exc).__name__}", peer_id=self.url
             ) from exc
         if resp.status_code == 200:
-            return dict(resp.json())
-        raise _error_from(resp, self.url)
+            try:
+                return dict(json.loads(raw))
+            except (ValueError, TypeError) as exc:
+                raise errors.PeerUnavailableError(
+                    f"hub {self.url} answered {op} with something that is not a JSON object; "
+                    "is it a logstream hub?",
+                    peer_id=self.url,
+                ) from exc
+        raise _error_from(resp.status_code, bytes(raw), self.url)
 
-    def _timeout(self, op: str, body: dict[str, Any]) -> httpx.Timeout | None:
+    def deadline_s(self, op: str, body: dict[str, Any]) -> float:
+        """Seconds the whole call may take: the client timeout, or for `event_wait` the wait's
+        own timeout plus the client timeout as a margin."""
         if op != "event_wait":
-            return None
+            return self.timeout
         try:
             wait_s = v.timeout_ms(body.get("timeout_ms")) / 1000
         except errors.ValidationError:
             wait_s = 0.0  # the hub will refuse it; no need to wait long for that answer
-        return httpx.Timeout(wait_s + WAIT_SLACK_S)
+        return wait_s + self.timeout
 
     def close(self) -> None:
         self._http.close()
@@ -66,14 +106,13 @@ class HubClient:
         self.close()
 
 
-def _error_from(resp: httpx.Response, url: str) -> errors.LogstreamError:
+def _error_from(status: int, raw: bytes, url: str) -> errors.LogstreamError:
     try:
-        payload = resp.json()
+        payload = json.loads(raw)
         message = str(payload.get("error") or "")
         field = payload.get("field")
     except (ValueError, AttributeError):
         message, field = "", None
-    status = resp.status_code
     if status == 401:
         return errors.LogstreamError(f"hub {url} refused the token: {message or 'unauthorized'}; "
                                      "pass --token or set LOGSTREAM_TOKEN")  # fmt: skip

@@ -69,7 +69,7 @@ def open_source(source: str) -> LogStore:
     url = source_url(source)
     if url.startswith("sqlite:") and not os.path.isfile(sa.make_url(url).database or ""):
         raise errors.NotFoundError(f"from: no SQLite log at {url}", field="from", ident=url)
-    return LogStore.open(url)
+    return LogStore.open(url, create=False)
 
 
 def import_log(

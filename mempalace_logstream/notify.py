@@ -5,7 +5,9 @@ cross-process change signal into the same bump: on SQLite, inotify on the databa
 (Linux) confirmed by `PRAGMA data_version` on a dedicated connection, or plain `data_version`
 polling elsewhere; on PostgreSQL, LISTEN on a dedicated psycopg connection. Signals are hints:
 waiters always re-read the table after their cursor, and re-check at least every
-`FALLBACK_CHECK_S`, so a lost signal costs latency, never an event.
+`FALLBACK_CHECK_S`, so a lost signal costs latency, never an event. Stopping is immediate:
+every blocking wait of a signal also watches a wake-up pipe that `cancel()` writes to, so a
+store closes (and a CLI exits) without waiting out the thread's tick.
 Must not import fastapi, typer or mcp (nor the store: the store wires itself in).
 """
 
@@ -166,11 +168,11 @@ class ChangeWatcher:
             self._thread, self._running = thread, True
 
     def stop(self) -> None:
-        with self._lock:
+        with self._lock:  # with `_open`: either it sees `stop` set, or we see its signal
             self._closed = True
             self._running = False
             stop, thread, signal = self._stop, self._thread, self._signal
-        stop.set()
+            stop.set()
         if signal is not None:
             signal.cancel()
         if thread is not None and thread.is_alive() and thread is not threading.current_thread():
@@ -197,6 +199,9 @@ class ChangeWatcher:
                     idle_since = None
         finally:
             if signal is not None:
+                with self._lock:
+                    if self._signal is signal:
+                        self._signal = None
                 with contextlib.suppress(Exception):
                     signal.close()
 
@@ -210,7 +215,11 @@ class ChangeWatcher:
             stop.wait(RETRY_S)
             return None
         self.opens += 1
-        self._signal = signal
+        with self._lock:
+            self._signal = signal
+            stopped = stop.is_set()
+        if stopped:  # stop() ran before the signal was published: cancel it ourselves
+            signal.cancel()
         self._notifier.bump()  # the baseline is fresh: make every waiter re-read once
         return signal
 
@@ -231,6 +240,37 @@ class ChangeWatcher:
         return idle_since if idle_since is not None else time.monotonic()
 
 
+class _Waker:
+    """A self-pipe: `fd` turns readable (for good) once `set()` was called from any thread, so
+    a `select` on it next to a socket or an inotify descriptor returns at once on cancel."""
+
+    def __init__(self) -> None:
+        self._r, self._w = os.pipe()
+        os.set_blocking(self._r, False)
+        os.set_blocking(self._w, False)
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def fd(self) -> int:
+        return self._r
+
+    def set(self) -> None:
+        # Under the lock: a closed descriptor's number may already belong to another file.
+        with self._lock:
+            if not self._closed:
+                with contextlib.suppress(BlockingIOError):  # the pipe is full: already set
+                    os.write(self._w, b"x")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            os.close(self._r)
+            os.close(self._w)
+
+
 # ----------------------------------------------------------------------------- SQLite
 
 
@@ -241,20 +281,27 @@ class SqliteSignal:
     every `POLL_INTERVAL_S` until the commit becomes visible. Elsewhere, poll all the time.
     """
 
-    def __init__(self, path: str, *, use_inotify: bool = True) -> None:
+    def __init__(self, path: str, *, use_inotify: bool = True, uri: str | None = None) -> None:
         self._path = path
+        self._uri = uri  # a read-only store's `file:…?mode=ro` URI, used to connect
         self._use_inotify = use_inotify
         self._conn: sqlite3.Connection | None = None
         self._last: int | None = None
         self._inotify: _Inotify | None = None
         self._cancel = threading.Event()
+        self._waker = _Waker()
 
     @property
     def mode(self) -> str:
         return "inotify" if self._inotify is not None else "poll"
 
     def open(self) -> None:
-        self._conn = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
+        self._conn = sqlite3.connect(
+            self._uri or self._path,
+            check_same_thread=False,
+            isolation_level=None,
+            uri=self._uri is not None,
+        )
         if self._use_inotify:
             self._inotify = _Inotify.watch(self._path)
         self._last = self._version()
@@ -273,8 +320,8 @@ class SqliteSignal:
     def wait(self, timeout: float) -> bool:
         if self._inotify is None:
             return self._poll(timeout)
-        if not self._inotify.wait(timeout):
-            return self._changed()
+        if not self._inotify.wait(timeout, self._waker.fd):
+            return False if self._cancel.is_set() else self._changed()
         # A writer touched the file; its commit is visible once the WAL index is updated
         # (after its fsync), so look closely for a short while.
         return self._poll(CONFIRM_WINDOW_S, CONFIRM_INTERVAL_S)
@@ -289,6 +336,7 @@ class SqliteSignal:
 
     def cancel(self) -> None:
         self._cancel.set()
+        self._waker.set()
 
     def close(self) -> None:
         if self._inotify is not None:
@@ -297,6 +345,7 @@ class SqliteSignal:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+        self._waker.close()
 
 
 _IN_MODIFY, _IN_CLOSE_WRITE, _IN_MOVED_TO, _IN_CREATE = 0x2, 0x8, 0x80, 0x100
@@ -331,14 +380,17 @@ class _Inotify:
         names = frozenset({base, base + "-wal", base + "-journal"})
         return cls(fd, names)
 
-    def wait(self, timeout: float) -> bool:
-        """True when one of the database's files was written within `timeout` seconds."""
+    def wait(self, timeout: float, wake_fd: int) -> bool:
+        """True when one of the database's files was written within `timeout` seconds; False
+        at once when `wake_fd` turns readable (a cancel)."""
         deadline = time.monotonic() + timeout
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
-            ready, _, _ = select.select([self._fd], [], [], remaining)
+            ready, _, _ = select.select([self._fd, wake_fd], [], [], remaining)
+            if wake_fd in ready:
+                return False
             if ready and self._relevant():
                 return True
 
@@ -380,23 +432,34 @@ class PgListenSignal:
         self._connect = connect
         self._channel = channel
         self._conn: Any = None
+        self._waker = _Waker()
 
     def open(self) -> None:
         self._conn = self._connect()
         self._conn.execute(f'LISTEN "{self._channel}"')
 
     def wait(self, timeout: float) -> bool:
-        for _ in self._conn.notifies(timeout=timeout, stop_after=1):
+        # Block on the socket and the wake-up pipe together, then let psycopg consume what
+        # arrived without blocking again; a cancel returns at once. Notifications psycopg
+        # already buffered (its backlog) are taken first, without blocking.
+        for _ in self._conn.notifies(timeout=0, stop_after=1):
             return True
+        ready, _, _ = select.select([self._conn.fileno(), self._waker.fd], [], [], timeout)
+        if self._waker.fd in ready:
+            return False
+        if ready:
+            for _ in self._conn.notifies(timeout=0, stop_after=1):
+                return True
         if self._conn.closed or self._conn.broken:
             raise ConnectionError("the LISTEN connection was lost")
         return False
 
     def cancel(self) -> None:
-        """Nothing to do: `wait` returns within the watcher's tick."""
+        self._waker.set()
 
     def close(self) -> None:
         if self._conn is not None:
             with contextlib.suppress(Exception):
                 self._conn.close()
             self._conn = None
+        self._waker.close()

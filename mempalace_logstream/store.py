@@ -234,8 +234,11 @@ class LogStore:
         self._writer = engine_mod.writer(engine)
         self.max_body_bytes = max_body_bytes
         self.max_artifact_bytes = max_artifact_bytes
+        # A file this process may not write: no migration, only a schema check (and no writes).
+        self.read_only = engine_mod.read_only_kind(engine) is not None
+        self.created = engine_mod.was_created(engine)  # this open made a new log file
         with self._storage_errors():
-            if migrate_schema:
+            if migrate_schema and not self.read_only:
                 migrate.ensure_schema(engine)
             else:
                 migrate.check_schema(engine)
@@ -263,9 +266,25 @@ class LogStore:
         self.commits = 0
 
     @classmethod
-    def open(cls, url: str, *, durability: str = "full", **kwargs: Any) -> LogStore:
-        """Open (and migrate) the store at a SQLAlchemy URL or SQLite file path."""
-        return cls(engine_mod.create_engine(url, durability=durability), **kwargs)
+    def open(
+        cls, url: str, *, durability: str = "full", create: bool = True, **kwargs: Any
+    ) -> LogStore:
+        """Open (and migrate) the store at a SQLAlchemy URL or SQLite file path.
+
+        `create=False` (readers) refuses a missing SQLite file instead of making an empty log;
+        a file that is not a logstream database is refused either way; a file this process
+        may not write opens read-only (see engine.py). Errors name the database."""
+        engine = engine_mod.create_engine(url, durability=durability, create=create)
+        try:
+            return cls(engine, **kwargs)
+        except errors.StorageError as exc:
+            engine.dispose()
+            url_ = engine.url
+            sqlite = engine.dialect.name == "sqlite"
+            where = str(url_.database) if sqlite else url_.render_as_string(hide_password=True)
+            if where in exc.message:
+                raise
+            raise type(exc)(f"cannot open {where}: {exc.message}") from exc
 
     def close(self) -> None:
         if self._closed:
@@ -304,6 +323,8 @@ class LogStore:
             row = conn.execute(query).first()
         if row:
             return str(row[0])
+        if self.read_only:
+            return ""  # minted by the first writer; a reader does not need one
         with self._writer.begin() as conn:
             self._lock_writes(conn)
             row = conn.execute(query).first()
@@ -327,7 +348,11 @@ class LogStore:
         """The cross-process wake-up signal: one thread per store, running while anyone waits."""
         if self.dialect == "sqlite":
             path = str(self.engine.url.database)
-            return notify.ChangeWatcher(self.notifier, lambda: notify.SqliteSignal(path))
+            kind = engine_mod.read_only_kind(self.engine)
+            if kind == "immutable":
+                return None  # opened as a snapshot: nothing it could signal
+            uri = engine_mod.sqlite_uri(path) if kind else None
+            return notify.ChangeWatcher(self.notifier, lambda: notify.SqliteSignal(path, uri=uri))
         if self.dialect != "postgresql":
             return None
         # One channel per log: NOTIFY is per database, and logs in other schemas of the same
@@ -1303,6 +1328,8 @@ class LogStore:
         # Take the notifier version before each read: a commit after it makes wait() return.
         seen = self.notifier.version
         page = self.read(req)
+        if not page.events:  # compile the page statement now, not after the wake-up
+            self._page_query(req, 0, 0, req.order or "asc")
         while not page.events:
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -153,6 +153,8 @@ class WatchOptions:
             for name in ("to_agent", "exclude_writer"):
                 filters[name] = tuple(dict.fromkeys((*filters.get(name, ()), clean_agent)))
         since = since_event_id
+        if from_start and since is not None:
+            raise v.fail("from_start", "cannot be combined with since_event_id: give one of them")
         if not (isinstance(since, str) and since.strip() == "tip"):
             since = v.routing("since_event_id", since)
         return cls(
@@ -176,12 +178,13 @@ class WatchOptions:
 
 
 def _idle_exit(value: Any) -> int | None:
+    """None (wait for ever) when absent or 0, as in the reference; else a positive ms count."""
     if value is None:
         return None
     n = v.strict_int("idle_exit_ms", value)
     if n < 0:
-        raise v.fail("idle_exit_ms", f"is {n}; it must be 0 or more", 0)
-    return n
+        raise v.fail("idle_exit_ms", f"is {n}; it must be 0 (wait for ever) or more", 0)
+    return n or None
 
 
 def _poll_timeout(value: Any) -> int:
@@ -193,6 +196,23 @@ def _poll_timeout(value: Any) -> int:
             "poll_timeout_ms", f"is {n}; it must be between 1 and {v.MAX_WAIT_MS} ms", v.MAX_WAIT_MS
         )
     return n
+
+
+def _from(cursor: str | None) -> str:
+    """Where a watch starts, in the words of both start messages."""
+    return f"after event {cursor}" if cursor else "from the start of the log"
+
+
+def _first_run_note(cursor: str | None, from_start: bool) -> str:
+    if from_start:
+        return f"first run (--from-start): replaying the whole log, {_from(None)}."
+    if cursor is None:
+        return f"first run: the log is empty, so watching {_from(None)}; nothing is skipped."
+    return (
+        f"first run: starting at the newest event, so watching {_from(cursor)}; earlier events "
+        "are not replayed. Use --from-start to replay them, or sweep your inbox with "
+        "`logstream list --to-agent <you>`."
+    )
 
 
 # ----------------------------------------------------------------------------- following
@@ -271,19 +291,23 @@ class Watcher:
         explicit = opts.since_event_id
         if explicit == "tip":
             explicit = self._tip() or None
+        if opts.from_start and state == STATE_OK:
+            self.out.note(
+                f"error: --from-start replays only on a first run, but the state file "
+                f"{opts.state_file} already holds cursor {stored}. Delete that file to replay "
+                "the whole log, or drop --from-start to resume after its cursor. Nothing was "
+                "consumed."
+            )
+            return False, None
         cursor = explicit if explicit is not None else stored
         if state == STATE_CORRUPT and explicit is None:
             self.out.note(
                 f"state file {opts.state_file} is unreadable or corrupt ({problem}); replaying "
                 "from the start of the log (duplicates possible, nothing skipped)"
             )
-        if cursor is None and not opts.from_start and state == STATE_ABSENT and not explicit:
-            cursor = self._tip()
-            self.out.note(
-                f"first run: starting at the newest event ({cursor or 'empty log'}); earlier "
-                "events are not replayed. Use --from-start to replay them, or sweep your inbox "
-                "with `logstream list --to-agent <you>`."
-            )
+        if cursor is None and state == STATE_ABSENT and not explicit:
+            cursor = None if opts.from_start else self._tip()
+            self.out.note(_first_run_note(cursor, opts.from_start))
         if cursor is not None:
             try:
                 self.client.call("event_list", since_event_id=cursor, limit=1)
@@ -309,9 +333,7 @@ class Watcher:
                 )
                 return False, None
         if self.human:
-            self.out.note(
-                f"Watching {opts.describe()} from {cursor or 'the start'}; Ctrl-C to stop."
-            )
+            self.out.note(f"Watching {opts.describe()} {_from(cursor)}; Ctrl-C to stop.")
         return True, cursor
 
     def _tip(self) -> str | None:

@@ -1,4 +1,5 @@
-"""Smoke test of the benchmark harness: `bench/run.py --quick --only store` runs end to end.
+"""Smoke tests of the benchmark harness: `bench/run.py --quick --only store` runs end to end,
+and so does `bench/bench_cli_wait.py` on three samples.
 
 Not a performance assertion: it checks that the one bench command exits 0, prints each ratio
 and target line with a number in it (ours vs raw sqlite3 vs the reference), and repeats them
@@ -70,3 +71,21 @@ def test_quick_store_bench_prints_ratios_side_by_side(tmp_path: Path) -> None:
     summary = out.split("######## summary")[1]
     assert re.search(r"^store\s+ok\s", summary, re.M), summary
     assert "[ratio] store: append 1 writer FULL ours/raw" in summary
+
+
+def test_the_cli_wait_bench_runs_and_prints_its_targets(tmp_path: Path) -> None:
+    """bench/bench_cli_wait.py (issue 9, item 15) end to end on a few samples, ours only."""
+    env = {**os.environ, "LOGSTREAM_BENCH_TMP": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, "bench/bench_cli_wait.py", "--samples", "3", "--no-ref"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for what in ("p50", "p95"):
+        line = rf"^\[target\] cli_wait: ours CLI wait {what}, append returned -> output line = "
+        assert re.search(line + rf"{NUMBER} ms", proc.stdout, re.M), proc.stdout[-3000:]

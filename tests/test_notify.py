@@ -268,3 +268,62 @@ def test_a_lost_signal_costs_at_most_the_fallback_interval(tmp_path: Path) -> No
     finally:
         writer.close()
         waiter.close()
+
+
+# ----------------------------------------------------------------------------- issue 9, item 15
+
+
+@pytest.mark.parametrize("kind", ["sqlite-inotify", "sqlite-poll", "postgresql"])
+def test_stopping_the_signal_thread_is_immediate(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """stop() returns with the thread gone although the signal's tick is a minute long: the
+    cancel interrupts the blocked wait (before the fix, join gave up with the thread alive)."""
+    if kind == "postgresql":
+        store = LogStore.open(request.getfixturevalue("pg_url"))
+    else:
+        store = LogStore.open(str(tmp_path / "x.sqlite3"))
+    try:
+        if kind.startswith("sqlite"):
+            path = str(store.engine.url.database)
+            inotify = kind == "sqlite-inotify"
+            factory = lambda: notify.SqliteSignal(path, use_inotify=inotify)  # noqa: E731
+        else:
+            factory = store._change_watcher._factory
+        watcher = notify.ChangeWatcher(notify.Notifier(), factory, idle_exit_s=600, tick_s=600)
+        watcher.ensure_running()
+        assert _wait_until(lambda: watcher.opens == 1, 30)
+        thread = watcher._thread
+        assert thread is not None and thread.is_alive()
+        watcher.stop()
+        assert not thread.is_alive(), "stop() returned while the signal thread still waited"
+        assert watcher._signal is None  # the thread closed its signal on the way out
+    finally:
+        store.close()
+
+
+def test_a_cancel_that_races_the_open_still_stops_the_thread(tmp_path: Path) -> None:
+    """stop() between the signal's open and its publication: the thread cancels it itself."""
+    LogStore.open(str(tmp_path / "x.sqlite3")).close()
+    path = str(tmp_path / "x.sqlite3")
+    opened = threading.Event()
+    proceed = threading.Event()
+
+    class SlowOpen(notify.SqliteSignal):
+        def open(self) -> None:
+            super().open()
+            opened.set()
+            proceed.wait(30)
+
+    watcher = notify.ChangeWatcher(
+        notify.Notifier(), lambda: SlowOpen(path), idle_exit_s=600, tick_s=600
+    )
+    watcher.ensure_running()
+    assert opened.wait(30)
+    thread = watcher._thread
+    stopper = threading.Thread(target=watcher.stop)
+    stopper.start()
+    assert _wait_until(lambda: watcher._closed, 30)  # stop() saw no signal to cancel
+    proceed.set()
+    stopper.join(30)
+    assert thread is not None and not thread.is_alive()

@@ -160,6 +160,7 @@ def test_a_waiting_process_is_woken_by_an_append_in_another_process(db_url: str)
 
 def test_cli_wait_exits_2_on_timeout_1_on_bad_input_and_0_on_a_match(tmp_path) -> None:
     db = str(tmp_path / "log.sqlite3")
+    LogStore.open(db).close()
     timed_out = run_forked("wait", "--db", db, "--since-event-id", "tip", "--timeout-ms", "10")
     assert timed_out.returncode == 2, timed_out.stderr
     bad = run_forked("wait", "--db", db, "--timeout-ms", "300001")
@@ -183,3 +184,48 @@ def test_cli_wait_exits_130_on_ctrl_c(tmp_path) -> None:
     assert len(os.listdir(f"/proc/{proc.pid}/task")) >= 2
     proc.send(signal.SIGINT)
     assert proc.wait(60) == 130
+
+
+def test_cli_wait_prints_its_answer_before_the_store_closes(tmp_path, monkeypatch) -> None:
+    """Issue 9, item 15: the output line reaches the reader while the store's close is held
+    (before the fix the CLI printed only after close, which waited for the signal thread)."""
+    db = str(tmp_path / "log.sqlite3")
+    with LogStore.open(db) as s:
+        ident = _append(s, to_agent="bob").id
+    release = tmp_path / "release-close"
+    real_close = LogStore.close
+
+    def held_close(self: LogStore) -> None:
+        deadline = time.monotonic() + 60
+        while not release.exists() and time.monotonic() < deadline:
+            time.sleep(0.005)  # the forked CLI's close, held until the test lets it go
+        real_close(self)
+
+    monkeypatch.setattr(LogStore, "close", held_close)  # inherited by the forked child only
+    proc = fork_cli("wait", "--db", db, "--to-agent", "bob", "--timeout-ms", "10", "--json")
+    monkeypatch.undo()
+    try:
+        assert proc.wait_for_stdout(ident.encode(), timeout=30), proc.stderr
+        assert proc.returncode is None and os.waitpid(proc.pid, os.WNOHANG) == (0, 0)
+    finally:
+        release.touch()
+    assert proc.wait(60) == 0, proc.stderr
+    assert json.loads(proc.stdout)["events"][0]["id"] == ident
+
+
+def test_a_blocked_wait_has_its_page_statement_compiled_already(sqlite_store: LogStore) -> None:
+    """The wake-up path runs no SQL compilation (about 10-20 ms in a fresh CLI process): the
+    page statement is compiled before the wait blocks."""
+    tip = _append(sqlite_store).id
+    result: list[object] = []
+    waiter = threading.Thread(target=lambda: result.append(sqlite_store.event_wait(
+        since_event_id=tip, to_agent="bob", timeout_ms=30_000)))  # fmt: skip
+    waiter.start()
+    deadline = time.monotonic() + 30
+    while sqlite_store.notifier.waiters == 0 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert sqlite_store.notifier.waiters == 1
+    assert any(isinstance(k, tuple) and k[0] == "page" for k in sqlite_store._sql_cache)
+    _append(sqlite_store, to_agent="bob")
+    waiter.join(30)
+    assert len(result[0].events) == 1  # type: ignore[attr-defined]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO
-from watchkit import fork_cli, run_forked
+from watchkit import fork_cli, inotify_fds, run_forked, wait_until_blocked
 
 from mempalace_logstream import LogStore, errors
 from mempalace_logstream import watch as w
@@ -92,7 +93,8 @@ def test_state_writes_are_atomic_and_leave_no_temporary_files(tmp_path: Path) ->
     [
         ({"poll_timeout_ms": 0}, "poll_timeout_ms is 0; it must be between 1 and 300000 ms"),
         ({"limit": 0}, "limit is 0; it must be between 1 and 500"),
-        ({"idle_exit_ms": -1}, "idle_exit_ms is -1; it must be 0 or more"),
+        ({"idle_exit_ms": -1}, "idle_exit_ms is -1; it must be 0 (wait for ever) or more"),
+        ({"from_start": True, "since_event_id": "evt_1"}, "from_start cannot be combined"),
         ({"idle_exit_ms": True}, "idle_exit_ms must be an integer"),
         ({"type": ["Task.Request"]}, "type"),
         ({"status": ["nope"]}, "status"),
@@ -102,7 +104,7 @@ def test_state_writes_are_atomic_and_leave_no_temporary_files(tmp_path: Path) ->
     ],
 )
 def test_watch_options_validate_every_argument(kwargs: dict, message: str) -> None:
-    with pytest.raises(errors.ValidationError, match=message.replace("(", r"\(")):
+    with pytest.raises(errors.ValidationError, match=re.escape(message)):
         w.WatchOptions.parse(**kwargs)
 
 
@@ -149,19 +151,25 @@ def _ids(stdout: bytes) -> list[str]:
 
 @pytest.fixture
 def db(tmp_path: Path) -> str:
-    return str(tmp_path / "log.sqlite3")
+    """An empty log (watch is a reader: it refuses a missing file)."""
+    path = str(tmp_path / "log.sqlite3")
+    LogStore.open(path).close()
+    return path
 
 
 def test_first_run_starts_at_the_tip_and_says_so(db: str, tmp_path: Path) -> None:
     old = _append(db, to_agent="bob")
-    run = _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "0")
+    run = _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "1")
     assert run.returncode == 2, run.stderr
     assert b"first run: starting at the newest event" in run.stderr
     assert b"--from-start" in run.stderr
+    # Both start messages name the same starting point.
+    assert f"watching after event {old};".encode() in run.stderr
+    assert f"Watching agent bob after event {old};".encode() in run.stderr
     state = json.loads((tmp_path / ".mempalace/watch/bob.json").read_text())
     assert state["cursor"] == old and state["agent"] == "bob"
     new = _append(db, to_agent="bob")
-    run = _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "0", "--json")
+    run = _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "1", "--json")
     assert run.returncode == 0, run.stderr
     doc = json.loads(run.stdout)
     assert [e["id"] for e in doc["events"]] == [new] and doc["timed_out"] is False
@@ -170,7 +178,7 @@ def test_first_run_starts_at_the_tip_and_says_so(db: str, tmp_path: Path) -> Non
 
 def test_from_start_replays_the_whole_log_on_a_first_run(db: str, tmp_path: Path) -> None:
     ids = [_append(db, to_agent="bob") for _ in range(3)]
-    run = _watch(db, tmp_path, "--agent", "bob", "--from-start", "--idle-exit-ms", "0", "--json")
+    run = _watch(db, tmp_path, "--agent", "bob", "--from-start", "--idle-exit-ms", "1", "--json")
     assert run.returncode == 0 and json.loads(run.stdout)["count"] == 3
     assert _ids(run.stdout.replace(b"\n", b"")) == ids
 
@@ -178,11 +186,11 @@ def test_from_start_replays_the_whole_log_on_a_first_run(db: str, tmp_path: Path
 def test_a_watch_started_on_an_empty_log_replays_from_the_start_never_the_tip(
     db: str, tmp_path: Path
 ) -> None:
-    run = _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "0")
+    run = _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "1")
     assert run.returncode == 2
     assert json.loads((tmp_path / ".mempalace/watch/bob.json").read_text())["cursor"] is None
     ids = [_append(db, to_agent="bob"), _append(db, to_agent="*", from_agent="carol")]
-    run = _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "0", "--json")
+    run = _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "1", "--json")
     assert run.returncode == 0 and _ids(run.stdout.replace(b"\n", b"")) == ids
     assert b"first run" not in run.stderr
 
@@ -195,7 +203,7 @@ def test_a_corrupt_state_file_replays_from_the_start_with_a_notice(
     state = tmp_path / "state.json"
     state.write_bytes(garbage)
     run = _watch(db, tmp_path, "--agent", "bob", "--state-file", str(state),
-                 "--idle-exit-ms", "0", "--json")  # fmt: skip
+                 "--idle-exit-ms", "1", "--json")  # fmt: skip
     assert run.returncode == 0
     assert _ids(run.stdout.replace(b"\n", b"")) == ids
     assert b"unreadable or corrupt" in run.stderr
@@ -208,7 +216,7 @@ def test_a_directory_in_the_way_refuses_to_start_and_consumes_nothing(
     _append(db, to_agent="bob")
     state = tmp_path / "state.json"
     state.mkdir()
-    run = _watch(db, tmp_path, "--agent", "bob", "--state-file", str(state), "--idle-exit-ms", "0")
+    run = _watch(db, tmp_path, "--agent", "bob", "--state-file", str(state), "--idle-exit-ms", "1")
     assert run.returncode == 1
     assert b"could not write the initial checkpoint" in run.stderr
     assert run.stdout == b"" and state.is_dir() and list(state.iterdir()) == []
@@ -220,7 +228,7 @@ def test_an_ok_state_resumes_strictly_after_its_cursor(db: str, tmp_path: Path) 
     state = tmp_path / "state.json"
     state.write_text(json.dumps({"cursor": first}))
     run = _watch(db, tmp_path, "--agent", "bob", "--state-file", str(state),
-                 "--idle-exit-ms", "0", "--json")  # fmt: skip
+                 "--idle-exit-ms", "1", "--json")  # fmt: skip
     assert _ids(run.stdout.replace(b"\n", b"")) == [second]
 
 
@@ -228,7 +236,7 @@ def test_an_unknown_explicit_cursor_is_an_error_and_writes_nothing(db: str, tmp_
     _append(db)
     state = tmp_path / "state.json"
     run = _watch(db, tmp_path, "--agent", "bob", "--state-file", str(state),
-                 "--since-event-id", "evt_missing", "--idle-exit-ms", "0")  # fmt: skip
+                 "--since-event-id", "evt_missing", "--idle-exit-ms", "1")  # fmt: skip
     assert run.returncode == 1
     assert b"since_event_id 'evt_missing' not found" in run.stderr
     assert b"Nothing was written to the state file" in run.stderr
@@ -240,37 +248,38 @@ def test_an_unknown_stored_cursor_replays_from_the_start(db: str, tmp_path: Path
     state = tmp_path / "state.json"
     state.write_text(json.dumps({"cursor": "evt_from_another_log"}))
     run = _watch(db, tmp_path, "--agent", "bob", "--state-file", str(state),
-                 "--idle-exit-ms", "0", "--json")  # fmt: skip
+                 "--idle-exit-ms", "1", "--json")  # fmt: skip
     assert run.returncode == 0 and _ids(run.stdout.replace(b"\n", b"")) == [ident]
     assert b"is not in this log" in run.stderr
 
 
-def test_bad_arguments_exit_1_before_any_poll_or_write(db: str, tmp_path: Path) -> None:
+def test_bad_arguments_exit_1_before_any_poll_or_write(tmp_path: Path) -> None:
+    db = str(tmp_path / "never.sqlite3")
     for args in (["--limit", "0"], ["--poll-timeout-ms", "0"], ["--idle-exit-ms", "-5"],
                  ["--type", "Bad.Type"], ["--agent", ".."]):  # fmt: skip
         run = _watch(db, tmp_path, "--agent", "bob", *args)
         assert run.returncode == 1, args
-        assert run.stderr.startswith(b"error: ")
+        assert run.stderr.startswith(b"error: ") and b"no log at" not in run.stderr
     assert not Path(db).exists()  # nothing opened, nothing created
     assert not (tmp_path / ".mempalace").exists()
 
 
 def test_a_watcher_never_wakes_on_its_own_broadcast(db: str, tmp_path: Path) -> None:
-    run = _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "0")
+    run = _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "1")
     assert run.returncode == 2
     _append(db, from_agent="bob", to_agent="*", body="bob is watching")
-    run = _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "0")
+    run = _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "1")
     assert run.returncode == 2
     # The rejected broadcast was examined: the checkpoint moved past it.
     state = json.loads((tmp_path / ".mempalace/watch/bob.json").read_text())
     assert state["cursor"] is not None
     theirs = _append(db, from_agent="carol", to_agent="*")
-    run = _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "0", "--json")
+    run = _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "1", "--json")
     assert run.returncode == 0 and _ids(run.stdout.replace(b"\n", b"")) == [theirs]
 
 
 def test_follow_json_prints_one_batch_envelope_per_line(db: str, tmp_path: Path) -> None:
-    _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "0")
+    _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "1")
     proc = fork_cli("watch", "--db", db, "--agent", "bob", "--follow", "--json",
                     "--idle-exit-ms", "1500", env={"HOME": str(tmp_path)})  # fmt: skip
     a = _append(db, to_agent="bob")
@@ -294,13 +303,13 @@ def test_ctrl_c_exits_130_and_never_0(db: str, tmp_path: Path) -> None:
 
 
 def test_print_comes_before_the_checkpoint_so_a_kill_replays(db: str, tmp_path: Path) -> None:
-    _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "0")
+    _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "1")
     ident = _append(db, to_agent="bob")
     env = {"HOME": str(tmp_path), "LOGSTREAM_TEST_KILL_AT": "print:1"}
     run = run_forked("watch", "--db", db, "--agent", "bob", "--json", env=env)
     assert run.returncode == -signal.SIGKILL
     assert _ids(run.stdout.replace(b"\n", b"")) == [ident]  # printed ...
-    run = _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "0", "--json")
+    run = _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "1", "--json")
     assert _ids(run.stdout.replace(b"\n", b"")) == [ident]  # ... and replayed, not skipped
 
 
@@ -355,3 +364,73 @@ def test_a_watch_through_a_hub_wakes_on_an_append_to_that_hub(tmp_path: Path) ->
         assert proc.wait(60) == 0, proc.stderr
     assert _ids(proc.stdout.replace(b"\n", b"")) == [ident]
     assert json.loads(state.read_text())["cursor"] == ident
+
+
+# ----------------------------------------------------------------------------- issue 9, item 16
+
+
+def test_idle_exit_zero_means_wait_for_ever_as_in_the_reference() -> None:
+    assert w.WatchOptions.parse(idle_exit_ms=0).idle_exit_ms is None
+    assert w.WatchOptions.parse().idle_exit_ms is None
+    assert w.WatchOptions.parse(idle_exit_ms=5).idle_exit_ms == 5
+
+
+def test_a_watch_with_idle_exit_zero_keeps_waiting_until_interrupted(
+    db: str, tmp_path: Path
+) -> None:
+    if inotify_fds() < 0:
+        pytest.skip("needs Linux /proc to see that the watcher is blocked in its wait")
+    _append(db)
+    baseline = inotify_fds()
+    proc = fork_cli("watch", "--db", db, "--agent", "bob", "--follow", "--json",
+                    "--idle-exit-ms", "0", env={"HOME": str(tmp_path)})  # fmt: skip
+    # Blocked in a wait (its change signal is up) rather than exited at once with code 2.
+    assert wait_until_blocked(proc, baseline), (proc.wait(10), proc.stdout, proc.stderr)
+    ident = _append(db, to_agent="bob")
+    assert proc.wait_for_stdout(ident.encode()), proc.stderr
+    # Still following after the match with a zero idle limit: only Ctrl-C ends it.
+    assert wait_until_blocked(proc, baseline), (proc.wait(10), proc.stdout, proc.stderr)
+    proc.send(signal.SIGINT)
+    assert proc.wait(60) == 130, (proc.stdout, proc.stderr)
+    assert _ids(proc.stdout.replace(b"}\n{", b"}{").replace(b"\n", b"")) == [ident]
+
+
+def test_from_start_with_a_stored_cursor_is_refused_and_consumes_nothing(
+    db: str, tmp_path: Path
+) -> None:
+    first = _append(db, to_agent="bob")
+    _append(db, to_agent="bob")
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"cursor": first}))
+    before = state.read_bytes()
+    run = _watch(db, tmp_path, "--agent", "bob", "--state-file", str(state), "--from-start",
+                 "--idle-exit-ms", "1")  # fmt: skip
+    assert run.returncode == 1, run.stderr
+    err = run.stderr.decode()
+    assert "--from-start replays only on a first run" in err and str(state) in err, err
+    assert first in err and "Delete that file" in err
+    assert run.stdout == b"" and state.read_bytes() == before
+
+
+def test_from_start_with_an_explicit_cursor_is_refused(db: str, tmp_path: Path) -> None:
+    ident = _append(db)
+    run = _watch(db, tmp_path, "--agent", "bob", "--from-start", "--since-event-id", ident)
+    assert run.returncode == 1
+    assert run.stderr.startswith(b"error: from_start cannot be combined with since_event_id")
+    assert not (tmp_path / ".mempalace").exists()
+
+
+def test_the_first_run_messages_agree_on_an_empty_log_and_with_from_start(
+    db: str, tmp_path: Path
+) -> None:
+    run = _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "1")
+    err = run.stderr.decode()
+    assert "first run: the log is empty, so watching from the start of the log" in err, err
+    assert "Watching agent bob from the start of the log;" in err
+    assert "newest event" not in err
+    ident = _append(db, to_agent="bob")
+    run = _watch(db, tmp_path, "--agent", "carol", "--from-start", "--idle-exit-ms", "1")
+    err = run.stderr.decode()
+    assert "first run (--from-start): replaying the whole log, from the start of the log" in err
+    assert "Watching agent carol from the start of the log;" in err
+    assert "newest event" not in err and ident not in err

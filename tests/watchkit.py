@@ -127,3 +127,38 @@ def run_forked(*args: str, env: dict[str, str] | None = None, timeout: float = 6
     proc = fork_cli(*args, env=env)
     proc.wait(timeout)
     return proc
+
+
+def inotify_fds(pid: int | str = "self") -> int:
+    """How many inotify instances process `pid` holds (Linux /proc)."""
+    count = 0
+    fd_dir = f"/proc/{pid}/fd"
+    try:
+        names = os.listdir(fd_dir)
+    except OSError:
+        return -1
+    for name in names:
+        try:
+            if os.readlink(f"{fd_dir}/{name}") == "anon_inode:inotify":
+                count += 1
+        except OSError:
+            continue
+    return count
+
+
+def wait_until_blocked(proc: Forked, baseline: int, timeout: float = 30) -> bool:
+    """True once the forked CLI holds more inotify instances than `baseline` (what it inherited
+    at fork): its store's change-signal thread runs only while a wait is blocked. False if the
+    process exited first (or /proc is missing)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        held = inotify_fds(proc.pid)
+        if held < 0 or not proc._readers[1].is_alive():
+            return False
+        if held > baseline:
+            return True
+        with proc._err_grew:  # wake early on output; else re-check every 10 ms
+            proc._err_grew.wait(0.01)
+    return False

@@ -74,7 +74,7 @@ def test_watch_never_skips_a_matching_event_across_restarts(
         with LogStore.open(db) as store:
             # The first run sees an empty log: its checkpoint is an empty cursor, so nothing
             # that is appended later may ever be skipped (no jump to the tip).
-            first = run_forked(*base, "--idle-exit-ms", "0", env=env)
+            first = run_forked(*base, "--idle-exit-ms", "1", env=env)
             assert first.returncode == 2, first.stderr
             for action, arg, n in steps:
                 if action == "append":
@@ -85,10 +85,10 @@ def test_watch_never_skips_a_matching_event_across_restarts(
                 elif action == "corrupt":
                     state.write_text(arg)
                 elif arg == "clean":
-                    printed += _printed(run_forked(*base, "--idle-exit-ms", "0", env=env).stdout)
+                    printed += _printed(run_forked(*base, "--idle-exit-ms", "1", env=env).stdout)
                 elif arg in ("print", "checkpoint"):  # SIGKILL right after that step
                     kill_env = {**env, "LOGSTREAM_TEST_KILL_AT": f"{arg}:{n}"}
-                    proc = run_forked(*base, "--follow", "--idle-exit-ms", "0", env=kill_env)
+                    proc = run_forked(*base, "--follow", "--idle-exit-ms", "1", env=kill_env)
                     printed += _printed(proc.stdout)
                 else:
                     proc = fork_cli(*base, "--follow", env=env)
@@ -97,7 +97,7 @@ def test_watch_never_skips_a_matching_event_across_restarts(
                     proc.wait(60)
                     printed += _printed(proc.stdout)
             for _ in range(len(expected) + 2):  # drain: run until nothing is left
-                final = run_forked(*base, "--idle-exit-ms", "0", env=env)
+                final = run_forked(*base, "--idle-exit-ms", "1", env=env)
                 printed += _printed(final.stdout)
                 if final.returncode == 2:
                     break
