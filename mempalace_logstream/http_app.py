@@ -100,13 +100,8 @@ def listen_socket(host: str, port: int) -> socket.socket:
 
 
 def check_token(token: str | None) -> str | None:
-    """A hub token as given, or ValidationError when it is only whitespace: a blank token is
-    a mistake (an unset variable in a script), refused like a missing one, never accepted."""
-    if token is not None and not token.strip():
-        raise errors.ValidationError(
-            "token is blank (only whitespace); pass a real token or leave it out", field="token"
-        )
-    return token
+    """The hub's token, refused when blank (see `validation.token`)."""
+    return v.token(token)
 
 
 def is_loopback_host(host: str) -> bool:

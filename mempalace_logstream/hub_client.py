@@ -24,6 +24,9 @@ from mempalace_logstream import errors
 from mempalace_logstream import validation as v
 
 DEFAULT_TIMEOUT_S = 30.0
+# The largest honest answer is a page of 500 events at the body and metadata limits (~160 MB);
+# anything past this is a hub that lies, and reading on would only exhaust memory (S-8.10).
+MAX_ANSWER_BYTES = 256 * 1024 * 1024
 _BY_STATUS: dict[int, type[errors.LogstreamError]] = {
     400: errors.ValidationError,
     422: errors.ValidationError,
@@ -38,7 +41,12 @@ class HubClient:
     """A client with `.call(op, **args) -> dict`, like `operations.LocalClient`."""
 
     def __init__(
-        self, url: str, token: str | None = None, *, timeout: float = DEFAULT_TIMEOUT_S
+        self,
+        url: str,
+        token: str | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        max_bytes: int = MAX_ANSWER_BYTES,
     ) -> None:
         if not timeout > 0:
             raise errors.ValidationError(
@@ -47,6 +55,8 @@ class HubClient:
             )
         self.url = url.rstrip("/")
         self.timeout = float(timeout)
+        self.max_bytes = max_bytes
+        v.token(token)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=self.timeout)
 
@@ -64,6 +74,12 @@ class HubClient:
                     raw += chunk
                     if time.monotonic() > deadline:
                         raise httpx.ReadTimeout("deadline passed mid-answer")
+                    if len(raw) > self.max_bytes:
+                        raise errors.PeerUnavailableError(
+                            f"hub {self.url} answered {op} with more than {self.max_bytes} "
+                            "bytes; refused (is it a logstream hub?)",
+                            peer_id=self.url,
+                        )
         except httpx.TimeoutException as exc:
             raise errors.PeerUnavailableError(
                 f"hub {self.url} did not answer {op} within {limit:g} s; it may be overloaded "

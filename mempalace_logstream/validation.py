@@ -407,5 +407,13 @@ def replica_id(value: Any, field: str = "replica_id") -> str:
     return text
 
 
+def token(value: str | None, field: str = "token") -> str | None:
+    """A bearer token as given, or ValidationError when it is only whitespace: a blank token is
+    a mistake (an unset variable in a script), refused like a missing one, never sent."""
+    if value is not None and not value.strip():
+        raise fail(field, "is blank (only whitespace); pass a real token or leave it out")
+    return value
+
+
 def idempotency_key(value: Any, field: str = "idempotency_key") -> str | None:
     return routing(field, value)

@@ -116,3 +116,56 @@ def test_a_bad_hub_timeout_is_refused_by_name(bad: str) -> None:
     assert "LOGSTREAM_HUB_TIMEOUT" in err and "positive number of seconds" in err, err
     with pytest.raises(errors.ValidationError, match="hub_timeout"):
         HubClient("http://127.0.0.1:9", timeout=0)
+
+
+class FloodServer:
+    """Answers every request with 200 and a JSON body that never ends (a hub that lies)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.sent = 0
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        try:
+            conn, _ = self.sock.accept()
+        except OSError:
+            return
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n")
+            chunk = b'{"events": [' + b" " * (1 << 20)
+            try:
+                while self.sent < 64 << 20:
+                    conn.sendall(chunk)
+                    self.sent += len(chunk)
+            except OSError:
+                return  # the client hung up: what we want
+
+    def close(self) -> None:
+        self.sock.close()
+        self._thread.join(5)
+
+
+def test_an_answer_past_the_byte_cap_is_refused_not_buffered() -> None:
+    server = FloodServer()
+    try:
+        client = HubClient(server.url, timeout=30, max_bytes=4 << 20)
+        with pytest.raises(errors.PeerUnavailableError, match="more than 4194304 bytes"):
+            client.call("event_list")
+        client.close()
+    finally:
+        server.close()
+    assert server.sent < 64 << 20  # the client stopped reading long before the end
+
+
+@pytest.mark.parametrize("token", [" ", "\t  "])
+def test_a_blank_token_is_refused_before_any_request(silent: SilentServer, token: str) -> None:
+    done = run_cli("list", "--hub", silent.url, "--token", token, timeout=30)
+    assert done.returncode == 1
+    assert done.stderr.decode().strip() == (
+        "error: token is blank (only whitespace); pass a real token or leave it out"
+    )
+    assert silent.accepted == 0
