@@ -21,7 +21,14 @@ if TYPE_CHECKING:
 # Alembic is imported only when a migration actually runs: opening a database that is already
 # at head (every CLI call after the first) must not pay about a second of imports.
 
-MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+def _migrations_dir() -> Path:
+    """Alembic's scripts: `migrations/` at the top of a source checkout, shipped inside the
+    package in a wheel (pyproject's force-include), so `pip install` still migrates."""
+    shipped = Path(__file__).with_name("migrations")
+    return shipped if shipped.is_dir() else Path(__file__).resolve().parents[1] / "migrations"
+
+
+MIGRATIONS_DIR = _migrations_dir()
 PG_MIGRATE_LOCK = 0x6D696772  # "migr"
 KNOWN_REVISIONS = (None, "0001", "0002", "0003")
 
