@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 # Alembic is imported only when a migration actually runs: opening a database that is already
 # at head (every CLI call after the first) must not pay about a second of imports.
 
+
 def _migrations_dir() -> Path:
     """Alembic's scripts: `migrations/` at the top of a source checkout, shipped inside the
     package in a wheel (pyproject's force-include), so `pip install` still migrates."""
