@@ -618,7 +618,7 @@ def migrate(
     url = config.resolve_db(db or settings.db, palace or settings.palace)
     try:
         eng = engine_mod.create_engine(url, durability=STATE.durability)
-        if engine_mod.was_created(eng):
+        if engine_mod.was_created(eng) and not STATE.as_json:
             typer.echo(f"created a new log at {eng.url.database}", err=True)
         try:
             before = migrate_mod.upgrade(eng)
@@ -779,8 +779,9 @@ def _open_store(db: str | None, palace: str | None, *, create: bool):
 
 
 def _said_created(store: Any) -> Any:
-    """Say once, on stderr, that this command made a new log (a typo is then visible)."""
-    if store.created:
+    """Say once, on stderr, that this command made a new log (a typo is then visible); not
+    with --json, where stderr holds only the one JSON error object scripts parse."""
+    if store.created and not STATE.as_json:
         typer.echo(f"created a new log at {store.engine.url.database}", err=True)
     return store
 

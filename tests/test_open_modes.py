@@ -121,9 +121,13 @@ def test_sync_creates_its_own_log_but_not_the_peer(tmp_path: Path) -> None:
     with LogStore.open(str(peer)) as s:
         s.event_append(type="note", stream="s", room="r", from_agent="p")
     mine = tmp_path / "mine.sqlite3"
-    result = invoke("sync", "--db", str(mine), "--peer-db", str(peer), "--json")
+    result = invoke("sync", "--db", str(mine), "--peer-db", str(peer))
     assert result.exit_code == 0, result.stderr
     assert f"created a new log at {mine}" in result.stderr and "peer" not in result.stderr
+    again = invoke(
+        "sync", "--db", str(tmp_path / "other.sqlite3"), "--peer-db", str(peer), "--json"
+    )
+    assert again.exit_code == 0 and again.stderr == ""  # with --json stderr is for errors only
 
 
 def _refused(path: Path, why: str, *args: list[str]) -> None:
