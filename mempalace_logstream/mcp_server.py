@@ -2,7 +2,7 @@
 
 Tools are thin module-level functions: they pass their arguments to the core through
 `aio.call` (worker threads; `event_wait` sleeps on the notifier, so a 300 s wait blocks nothing)
-and turn domain errors into tool errors. The only `mcp` importer (SDK 1.x, `FastMCP`); must not
+and turn domain errors into tool errors. The only `mcp` importer (SDK 2.x, `MCPServer`); must not
 import fastapi or typer.
 """
 
@@ -11,14 +11,14 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Annotated, Any
 
-from mcp.server.fastmcp import Context, FastMCP
-from mcp.server.fastmcp.exceptions import ToolError
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.types import TextContent, ToolAnnotations
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
 from mempalace_logstream import aio, errors
@@ -36,8 +36,8 @@ INSTRUCTIONS = (
 )
 
 
-class LogstreamMCP(FastMCP):
-    """FastMCP bound to one LogStore; tools reach it through their Context.
+class LogstreamMCP(MCPServer):
+    """An MCPServer bound to one LogStore; tools reach it through their Context.
 
     Tool calls skip the SDK's argument model: the raw arguments go to the core, which checks
     names (`operations.check_args`) and values exactly as for HTTP and the CLI, so every
@@ -46,17 +46,24 @@ class LogstreamMCP(FastMCP):
     """
 
     def __init__(self, store: LogStore, **kwargs: Any) -> None:
-        super().__init__(name="mempalace-logstream", instructions=INSTRUCTIONS, **kwargs)
-        self._mcp_server.version = _version()  # serverInfo.version: ours, not the SDK's
+        # version: serverInfo.version is ours (2.x sends "" when none is given).
+        super().__init__(
+            "mempalace-logstream", instructions=INSTRUCTIONS, version=_version(), **kwargs
+        )
         self.store = store
+        self.tool_names: set[str] = set()  # what `_add` registered (read-only leaves some out)
 
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Sequence[TextContent]:
-        if self._tool_manager.get_tool(name) is None or not name.startswith(TOOL_PREFIX):
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context | None = None
+    ) -> CallToolResult:
+        # The SDK turns a ToolError raised here into an isError result whose text is exactly
+        # the message (no prefix: the prefix belongs to its own argument model, skipped here).
+        if name not in self.tool_names:
             raise ToolError(f"unknown tool {name!r}")
         result = await _run(self.store, name.removeprefix(TOOL_PREFIX), dict(arguments or {}))
-        # Compact JSON: every indent space is a token the agent pays for.
+        # Compact JSON, once (no structuredContent): every space is a token the agent pays for.
         text = json.dumps(result, ensure_ascii=False, separators=(",", ":"))
-        return [TextContent(type="text", text=text)]
+        return CallToolResult(content=[TextContent(type="text", text=text)])
 
 
 def _version() -> str:
@@ -74,7 +81,7 @@ async def _run(store: LogStore, op: str, args: dict[str, Any]) -> dict[str, Any]
 
 async def _call(ctx: Context, op: str, args: dict[str, Any]) -> dict[str, Any]:
     """The tool functions' own path (a direct call, not through `call_tool`)."""
-    server = ctx.fastmcp
+    server = ctx.mcp_server
     assert isinstance(server, LogstreamMCP)
     return await _run(server.store, op, {k: val for k, val in args.items() if k != "ctx"})
 
@@ -362,6 +369,7 @@ def _add(server: LogstreamMCP, fn: Callable[..., Any], hints: ToolAnnotations) -
     # result is returned once, as compact JSON text.
     doc = inspect.cleandoc(fn.__doc__ or "")
     server.add_tool(fn, description=doc, annotations=hints, structured_output=False)
+    server.tool_names.add(fn.__name__)
 
 
 def run_stdio(store: LogStore, *, read_only: bool = False) -> None:
@@ -369,14 +377,30 @@ def run_stdio(store: LogStore, *, read_only: bool = False) -> None:
     build_server(store, read_only=read_only).run("stdio")
 
 
+_NO_SDK_LIMIT = 1 << 62  # bytes; the SDK wants a positive number
+
+
 class _Endpoint:
     """ASGI endpoint (a class, so Starlette routes it as an app) for streamable HTTP."""
 
     def __init__(self, server: LogstreamMCP) -> None:
-        server.streamable_http_app()  # creates the session manager
+        # Builds the session manager; its app is not mounted (the hub routes here instead).
+        server.streamable_http_app(
+            # The hub's guard checks Host/Origin and the token.
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+            # The hub's guard owns the body limit (--max-request-bytes); 2.x would add 4 MiB,
+            # too small for a 4 MiB artifact in its JSON envelope.
+            max_request_body_size=_NO_SDK_LIMIT,
+            # Sessions live until the client ends them, as with SDK 1.x (2.x would reap one
+            # idle for 30 min and refuse new ones past 10,000).
+            session_idle_timeout=None,
+            max_sessions=None,
+        )
         self.manager = server.session_manager
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        exchange = _Exchange(scope, receive, send)
+        receive, send = exchange.receive, exchange.send
         if scope.get("method") == "POST":
             body = await _read_body(receive)
             if _too_deep(body):
@@ -384,6 +408,28 @@ class _Endpoint:
                 return
             receive = _replay(body, receive)
         await self.manager.handle_request(scope, receive, send)
+
+
+class _Exchange:
+    """One request at /mcp; a client that leaves before its answer is complete (gives up on a
+    call, closes its GET stream, exits) is normal: one debug line, whatever the SDK does."""
+
+    def __init__(self, scope: Any, receive: Any, send: Any) -> None:
+        self.what = f"{scope.get('method')} {scope.get('path')}"
+        self._receive, self._send = receive, send
+        self.answered = self.gone = False
+
+    async def receive(self) -> Any:
+        message = await self._receive()
+        if message["type"] == "http.disconnect" and not (self.answered or self.gone):
+            self.gone = True
+            _log.debug("MCP client went away (%s, before its answer was complete)", self.what)
+        return message
+
+    async def send(self, message: Any) -> None:
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            self.answered = True
+        await self._send(message)
 
 
 async def _read_body(receive: Any) -> bytes:
@@ -435,15 +481,11 @@ def http_endpoint(
 ) -> tuple[Any, Callable[[], AbstractAsyncContextManager[Any]]]:
     """(ASGI app, lifespan) for streamable HTTP; the hub mounts it at /mcp.
 
-    The hub's own guard checks Host/Origin and the token, so the SDK's check is off here.
+    The hub's own guard checks Host/Origin, the token and the body size, so the SDK's checks
+    are off here.
     """
     quiet_disconnects()
-    server = build_server(
-        store,
-        read_only=read_only,
-        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
-    )
-    endpoint = _Endpoint(server)
+    endpoint = _Endpoint(build_server(store, read_only=read_only))
 
     def lifespan() -> AbstractAsyncContextManager[Any]:
         return endpoint.manager.run()
@@ -451,8 +493,11 @@ def http_endpoint(
     return endpoint, lifespan
 
 
-# A client that closes its session or its GET stream is normal; the SDK logs it as an error
-# with a full traceback (about 45 lines per disconnect). These are the exceptions it then has.
+# SDK 1.x logged a client that closed its session or its GET stream as an error with a full
+# traceback (about 45 lines per disconnect). 2.x catches those itself, but its transport still
+# logs any other exception in its stream tasks with a traceback ("Error in SSE writer", "SSE
+# response error", "Error in message router", "Session ... crashed"): a safety net for when
+# one of these is a client that went away.
 _DISCONNECTS = ("ClosedResourceError", "BrokenResourceError", "EndOfStream", "ClientDisconnect")
 _SDK_LOGGERS = ("mcp.server.streamable_http", "mcp.server.streamable_http_manager")
 
