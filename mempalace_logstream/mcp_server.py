@@ -399,15 +399,9 @@ class _Endpoint:
         self.manager = server.session_manager
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        # Bad JSON, nested past any depth included, is the SDK's JSON-RPC parse error (400).
         exchange = _Exchange(scope, receive, send)
-        receive, send = exchange.receive, exchange.send
-        if scope.get("method") == "POST":
-            body = await _read_body(receive)
-            if _too_deep(body):
-                await _parse_error(send, "Parse error: the JSON nests too deeply")
-                return
-            receive = _replay(body, receive)
-        await self.manager.handle_request(scope, receive, send)
+        await self.manager.handle_request(scope, exchange.receive, exchange.send)
 
 
 class _Exchange:
@@ -430,50 +424,6 @@ class _Exchange:
         if message["type"] == "http.response.body" and not message.get("more_body", False):
             self.answered = True
         await self._send(message)
-
-
-async def _read_body(receive: Any) -> bytes:
-    # Bounded: the hub's guard refuses bodies over its request size limit before this runs.
-    chunks = []
-    while True:
-        message = await receive()
-        chunks.append(message.get("body", b""))
-        if message["type"] != "http.request" or not message.get("more_body", False):
-            return b"".join(chunks)
-
-
-def _replay(body: bytes, receive: Any) -> Any:
-    sent = False
-
-    async def replay() -> dict[str, Any]:
-        nonlocal sent
-        if sent:
-            return dict(await receive())
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return replay
-
-
-def _too_deep(body: bytes) -> bool:
-    """The SDK answers invalid JSON with a parse error, but JSON nested past Python's recursion
-    limit escapes its handler as a 500. Caught here, before the SDK parses."""
-    try:
-        json.loads(body)
-    except RecursionError:
-        return True
-    except ValueError:
-        return False  # the SDK's own parse error answers it
-    return False
-
-
-async def _parse_error(send: Any, message: str) -> None:
-    payload = json.dumps(
-        {"jsonrpc": "2.0", "id": "server-error", "error": {"code": -32700, "message": message}}
-    ).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(payload))]
-    await send({"type": "http.response.start", "status": 400, "headers": headers})
-    await send({"type": "http.response.body", "body": payload})
 
 
 def http_endpoint(

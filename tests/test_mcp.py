@@ -26,6 +26,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from mempalace_logstream import LogStore, mcp_server
+from mempalace_logstream.validation import DEFAULT_MAX_ARTIFACT_BYTES
 from tests.hubkit import live_hub
 
 REPO = Path(__file__).resolve().parents[1]
@@ -355,10 +356,30 @@ def test_the_sdk_transport_logging_a_disconnect_traceback_becomes_one_debug_line
         ("DEBUG", "MCP client went away (Error in SSE writer: ExceptionGroup)")]  # fmt: skip
 
 
-def test_an_mcp_body_nested_too_deeply_is_a_parse_error_not_a_500(tmp_path: Path) -> None:
+def test_the_largest_artifact_fits_through_the_hubs_mcp_endpoint(tmp_path: Path) -> None:
+    """The hub's guard owns the body limit (16 MiB by default); the SDK adds none of its own
+    (2.x would refuse any body over 4 MiB with a 413)."""
+    content = "x" * DEFAULT_MAX_ARTIFACT_BYTES  # the JSON-RPC envelope makes it > 4 MiB
+
+    async def scenario(url: str) -> dict[str, Any]:
+        async with Client(url, mode="legacy") as client:
+            args = {"kind": "file", "content": content, "created_by": "big"}
+            return _data(await client.call_tool("mempalace_artifact_put", args))
+
     with live_hub(tmp_path) as hub:
-        headers = {"accept": "application/json, text/event-stream",
-                   "content-type": "application/json"}  # fmt: skip
+        put = asyncio.run(asyncio.wait_for(scenario(f"{hub.url}/mcp"), 60))["artifact"]
+        assert put["sha256"] == hashlib.sha256(content.encode()).hexdigest()
+        assert hub.store.artifact_get(put["id"]).sha256 == put["sha256"]
+
+
+@pytest.mark.parametrize("era", [None, "2025-11-25", "2026-07-28"])
+def test_an_mcp_body_nested_too_deeply_is_a_parse_error_not_a_500(
+    tmp_path: Path, era: str | None
+) -> None:
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    if era is not None:  # the protocol version header picks the SDK's code path
+        headers["mcp-protocol-version"] = era
+    with live_hub(tmp_path) as hub:
         resp = httpx.post(f"{hub.url}/mcp", content=b"[" * 100_000, headers=headers, timeout=30)
         bad = httpx.post(f"{hub.url}/mcp", content=b"{nope", headers=headers, timeout=30)
     assert resp.status_code == 400, resp.text
