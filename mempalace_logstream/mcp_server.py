@@ -45,10 +45,10 @@ class LogstreamMCP(MCPServer):
     the tools (their JSON schemas).
     """
 
-    def __init__(self, store: LogStore, **kwargs: Any) -> None:
+    def __init__(self, store: LogStore, *, instructions: str = INSTRUCTIONS, **kwargs: Any) -> None:
         # version: serverInfo.version is ours (2.x sends "" when none is given).
         super().__init__(
-            "mempalace-logstream", instructions=INSTRUCTIONS, version=_version(), **kwargs
+            "mempalace-logstream", instructions=instructions, version=_version(), **kwargs
         )
         self.store = store
         self.tool_names: set[str] = set()  # what `_add` registered (read-only leaves some out)
@@ -343,23 +343,32 @@ async def mempalace_stats(ctx: Context) -> dict[str, Any]:
 
 
 READ_TOOLS: tuple[Callable[..., Any], ...] = (
-    mempalace_event_list, mempalace_event_wait, mempalace_event_get, mempalace_artifact_get,
-    mempalace_version_vector, mempalace_stats,
-)  # fmt: skip
+    mempalace_event_list,
+    mempalace_event_wait,
+    mempalace_event_get,
+    mempalace_artifact_get,
+    mempalace_version_vector,
+    mempalace_stats,
+)
 WRITE_TOOLS: tuple[Callable[..., Any], ...] = (
-    mempalace_event_append, mempalace_event_ack, mempalace_artifact_put, mempalace_patch_submit,
+    mempalace_event_append,
+    mempalace_event_ack,
+    mempalace_artifact_put,
+    mempalace_patch_submit,
     mempalace_task_create,
-)  # fmt: skip
+)
 
 
 def build_server(store: LogStore, *, read_only: bool = False, **kwargs: Any) -> LogstreamMCP:
     """An MCP server with the logstream tools; `read_only` leaves the mutating ones out."""
     server = LogstreamMCP(store, log_level="WARNING", **kwargs)
     for fn in READ_TOOLS:
-        _add(server, fn, ToolAnnotations(readOnlyHint=True, openWorldHint=False))
+        _add(server, fn, ToolAnnotations(read_only_hint=True, open_world_hint=False))
     if not read_only:
         for fn in WRITE_TOOLS:
-            hints = ToolAnnotations(readOnlyHint=False, destructiveHint=False, openWorldHint=False)
+            hints = ToolAnnotations(
+                read_only_hint=False, destructive_hint=False, open_world_hint=False
+            )
             _add(server, fn, hints)
     return server
 
