@@ -2,7 +2,7 @@
 
 Tools are thin module-level functions: they pass their arguments to the core through
 `aio.call` (worker threads; `event_wait` sleeps on the notifier, so a 300 s wait blocks nothing)
-and turn domain errors into tool errors. The only `mcp` importer (SDK 1.x, `FastMCP`); must not
+and turn domain errors into tool errors. The only `mcp` importer (SDK 2.x, `MCPServer`); must not
 import fastapi or typer.
 """
 
@@ -11,14 +11,14 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Annotated, Any
 
-from mcp.server.fastmcp import Context, FastMCP
-from mcp.server.fastmcp.exceptions import ToolError
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.types import TextContent, ToolAnnotations
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
 from mempalace_logstream import aio, errors
@@ -36,8 +36,8 @@ INSTRUCTIONS = (
 )
 
 
-class LogstreamMCP(FastMCP):
-    """FastMCP bound to one LogStore; tools reach it through their Context.
+class LogstreamMCP(MCPServer):
+    """An MCPServer bound to one LogStore; tools reach it through their Context.
 
     Tool calls skip the SDK's argument model: the raw arguments go to the core, which checks
     names (`operations.check_args`) and values exactly as for HTTP and the CLI, so every
@@ -45,18 +45,25 @@ class LogstreamMCP(FastMCP):
     the tools (their JSON schemas).
     """
 
-    def __init__(self, store: LogStore, **kwargs: Any) -> None:
-        super().__init__(name="mempalace-logstream", instructions=INSTRUCTIONS, **kwargs)
-        self._mcp_server.version = _version()  # serverInfo.version: ours, not the SDK's
+    def __init__(self, store: LogStore, *, instructions: str = INSTRUCTIONS, **kwargs: Any) -> None:
+        # version: serverInfo.version is ours (2.x sends "" when none is given).
+        super().__init__(
+            "mempalace-logstream", instructions=instructions, version=_version(), **kwargs
+        )
         self.store = store
+        self.tool_names: set[str] = set()  # what `_add` registered (read-only leaves some out)
 
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Sequence[TextContent]:
-        if self._tool_manager.get_tool(name) is None or not name.startswith(TOOL_PREFIX):
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context | None = None
+    ) -> CallToolResult:
+        # The SDK turns a ToolError raised here into an isError result whose text is exactly
+        # the message (no prefix: the prefix belongs to its own argument model, skipped here).
+        if name not in self.tool_names:
             raise ToolError(f"unknown tool {name!r}")
         result = await _run(self.store, name.removeprefix(TOOL_PREFIX), dict(arguments or {}))
-        # Compact JSON: every indent space is a token the agent pays for.
+        # Compact JSON, once (no structuredContent): every space is a token the agent pays for.
         text = json.dumps(result, ensure_ascii=False, separators=(",", ":"))
-        return [TextContent(type="text", text=text)]
+        return CallToolResult(content=[TextContent(type="text", text=text)])
 
 
 def _version() -> str:
@@ -74,7 +81,7 @@ async def _run(store: LogStore, op: str, args: dict[str, Any]) -> dict[str, Any]
 
 async def _call(ctx: Context, op: str, args: dict[str, Any]) -> dict[str, Any]:
     """The tool functions' own path (a direct call, not through `call_tool`)."""
-    server = ctx.fastmcp
+    server = ctx.mcp_server
     assert isinstance(server, LogstreamMCP)
     return await _run(server.store, op, {k: val for k, val in args.items() if k != "ctx"})
 
@@ -336,23 +343,32 @@ async def mempalace_stats(ctx: Context) -> dict[str, Any]:
 
 
 READ_TOOLS: tuple[Callable[..., Any], ...] = (
-    mempalace_event_list, mempalace_event_wait, mempalace_event_get, mempalace_artifact_get,
-    mempalace_version_vector, mempalace_stats,
-)  # fmt: skip
+    mempalace_event_list,
+    mempalace_event_wait,
+    mempalace_event_get,
+    mempalace_artifact_get,
+    mempalace_version_vector,
+    mempalace_stats,
+)
 WRITE_TOOLS: tuple[Callable[..., Any], ...] = (
-    mempalace_event_append, mempalace_event_ack, mempalace_artifact_put, mempalace_patch_submit,
+    mempalace_event_append,
+    mempalace_event_ack,
+    mempalace_artifact_put,
+    mempalace_patch_submit,
     mempalace_task_create,
-)  # fmt: skip
+)
 
 
 def build_server(store: LogStore, *, read_only: bool = False, **kwargs: Any) -> LogstreamMCP:
     """An MCP server with the logstream tools; `read_only` leaves the mutating ones out."""
     server = LogstreamMCP(store, log_level="WARNING", **kwargs)
     for fn in READ_TOOLS:
-        _add(server, fn, ToolAnnotations(readOnlyHint=True, openWorldHint=False))
+        _add(server, fn, ToolAnnotations(read_only_hint=True, open_world_hint=False))
     if not read_only:
         for fn in WRITE_TOOLS:
-            hints = ToolAnnotations(readOnlyHint=False, destructiveHint=False, openWorldHint=False)
+            hints = ToolAnnotations(
+                read_only_hint=False, destructive_hint=False, open_world_hint=False
+            )
             _add(server, fn, hints)
     return server
 
@@ -362,6 +378,7 @@ def _add(server: LogstreamMCP, fn: Callable[..., Any], hints: ToolAnnotations) -
     # result is returned once, as compact JSON text.
     doc = inspect.cleandoc(fn.__doc__ or "")
     server.add_tool(fn, description=doc, annotations=hints, structured_output=False)
+    server.tool_names.add(fn.__name__)
 
 
 def run_stdio(store: LogStore, *, read_only: bool = False) -> None:
@@ -369,65 +386,53 @@ def run_stdio(store: LogStore, *, read_only: bool = False) -> None:
     build_server(store, read_only=read_only).run("stdio")
 
 
+_NO_SDK_LIMIT = 1 << 62  # bytes; the SDK wants a positive number
+
+
 class _Endpoint:
     """ASGI endpoint (a class, so Starlette routes it as an app) for streamable HTTP."""
 
     def __init__(self, server: LogstreamMCP) -> None:
-        server.streamable_http_app()  # creates the session manager
+        # Builds the session manager; its app is not mounted (the hub routes here instead).
+        server.streamable_http_app(
+            # The hub's guard checks Host/Origin and the token.
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+            # The hub's guard owns the body limit (--max-request-bytes); 2.x would add 4 MiB,
+            # too small for a 4 MiB artifact in its JSON envelope.
+            max_request_body_size=_NO_SDK_LIMIT,
+            # Sessions live until the client ends them, as with SDK 1.x (2.x would reap one
+            # idle for 30 min and refuse new ones past 10,000).
+            session_idle_timeout=None,
+            max_sessions=None,
+        )
         self.manager = server.session_manager
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope.get("method") == "POST":
-            body = await _read_body(receive)
-            if _too_deep(body):
-                await _parse_error(send, "Parse error: the JSON nests too deeply")
-                return
-            receive = _replay(body, receive)
-        await self.manager.handle_request(scope, receive, send)
+        # Bad JSON, nested past any depth included, is the SDK's JSON-RPC parse error (400).
+        exchange = _Exchange(scope, receive, send)
+        await self.manager.handle_request(scope, exchange.receive, exchange.send)
 
 
-async def _read_body(receive: Any) -> bytes:
-    # Bounded: the hub's guard refuses bodies over its request size limit before this runs.
-    chunks = []
-    while True:
-        message = await receive()
-        chunks.append(message.get("body", b""))
-        if message["type"] != "http.request" or not message.get("more_body", False):
-            return b"".join(chunks)
+class _Exchange:
+    """One request at /mcp; a client that leaves before its answer is complete (gives up on a
+    call, closes its GET stream, exits) is normal: one debug line, whatever the SDK does."""
 
+    def __init__(self, scope: Any, receive: Any, send: Any) -> None:
+        self.what = f"{scope.get('method')} {scope.get('path')}"
+        self._receive, self._send = receive, send
+        self.answered = self.gone = False
 
-def _replay(body: bytes, receive: Any) -> Any:
-    sent = False
+    async def receive(self) -> Any:
+        message = await self._receive()
+        if message["type"] == "http.disconnect" and not (self.answered or self.gone):
+            self.gone = True
+            _log.debug("MCP client went away (%s, before its answer was complete)", self.what)
+        return message
 
-    async def replay() -> dict[str, Any]:
-        nonlocal sent
-        if sent:
-            return dict(await receive())
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return replay
-
-
-def _too_deep(body: bytes) -> bool:
-    """The SDK answers invalid JSON with a parse error, but JSON nested past Python's recursion
-    limit escapes its handler as a 500. Caught here, before the SDK parses."""
-    try:
-        json.loads(body)
-    except RecursionError:
-        return True
-    except ValueError:
-        return False  # the SDK's own parse error answers it
-    return False
-
-
-async def _parse_error(send: Any, message: str) -> None:
-    payload = json.dumps(
-        {"jsonrpc": "2.0", "id": "server-error", "error": {"code": -32700, "message": message}}
-    ).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(payload))]
-    await send({"type": "http.response.start", "status": 400, "headers": headers})
-    await send({"type": "http.response.body", "body": payload})
+    async def send(self, message: Any) -> None:
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            self.answered = True
+        await self._send(message)
 
 
 def http_endpoint(
@@ -435,15 +440,11 @@ def http_endpoint(
 ) -> tuple[Any, Callable[[], AbstractAsyncContextManager[Any]]]:
     """(ASGI app, lifespan) for streamable HTTP; the hub mounts it at /mcp.
 
-    The hub's own guard checks Host/Origin and the token, so the SDK's check is off here.
+    The hub's own guard checks Host/Origin, the token and the body size, so the SDK's checks
+    are off here.
     """
     quiet_disconnects()
-    server = build_server(
-        store,
-        read_only=read_only,
-        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
-    )
-    endpoint = _Endpoint(server)
+    endpoint = _Endpoint(build_server(store, read_only=read_only))
 
     def lifespan() -> AbstractAsyncContextManager[Any]:
         return endpoint.manager.run()
@@ -451,8 +452,11 @@ def http_endpoint(
     return endpoint, lifespan
 
 
-# A client that closes its session or its GET stream is normal; the SDK logs it as an error
-# with a full traceback (about 45 lines per disconnect). These are the exceptions it then has.
+# SDK 1.x logged a client that closed its session or its GET stream as an error with a full
+# traceback (about 45 lines per disconnect). 2.x catches those itself, but its transport still
+# logs any other exception in its stream tasks with a traceback ("Error in SSE writer", "SSE
+# response error", "Error in message router", "Session ... crashed"): a safety net for when
+# one of these is a client that went away.
 _DISCONNECTS = ("ClosedResourceError", "BrokenResourceError", "EndOfStream", "ClientDisconnect")
 _SDK_LOGGERS = ("mcp.server.streamable_http", "mcp.server.streamable_http_manager")
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
@@ -64,14 +65,14 @@ def _logstream_exe() -> str:
 
 
 async def _list_and_call(session: ClientSession) -> None:
-    await session.initialize()
+    await session.initialize()  # the 2025-11-25 handshake, as Claude Code and Codex open it
     names = {t.name for t in (await session.list_tools()).tools}
     assert {"mempalace_task_create", "mempalace_event_wait", "mempalace_patch_submit"} <= names
     made = await session.call_tool("mempalace_event_append", {
         "type": "note", "stream": "readme", "room": "r", "from_agent": "snippet"})  # fmt: skip
-    assert made.isError is False
+    assert made.is_error is False
     bad = await session.call_tool("mempalace_event_list", {"limit": 501})
-    assert bad.isError is True and "limit" in bad.content[0].text
+    assert bad.is_error is True and "limit" in bad.content[0].text
 
 
 @pytest.mark.parametrize("client", ["claude-stdio", "codex-stdio"])
@@ -104,10 +105,10 @@ def test_http_snippets_reach_the_hubs_mcp_endpoint(client: str, tmp_path: Path) 
         url = entry["url"].replace("http://127.0.0.1:8765", hub.url)
 
         async def scenario() -> None:
-            async with httpx.AsyncClient(headers={"Authorization": header}, timeout=60) as http:
-                async with streamable_http_client(url, http_client=http) as (read, write, _), \
-                        ClientSession(read, write) as session:  # fmt: skip
-                    await _list_and_call(session)
+            async with httpx2.AsyncClient(headers={"Authorization": header}, timeout=60) as http:
+                async with streamable_http_client(url, http_client=http) as (read, write):
+                    async with ClientSession(read, write) as session:
+                        await _list_and_call(session)
 
         asyncio.run(asyncio.wait_for(scenario(), 90))
         assert httpx.post(url, json={}).status_code == 401  # the token is required

@@ -18,7 +18,7 @@ import pytest
 from httpx_sse import aconnect_sse
 from hypothesis import given
 from hypothesis import strategies as st
-from mcp.shared.memory import create_connected_server_and_client_session
+from mcp import Client
 
 from mempalace_logstream import LogStore, mcp_server, sync
 from tests.conftest import run_cli
@@ -192,11 +192,11 @@ def _sse_ids(hub: LiveHub, after: str, n: int) -> list[str]:
 def _mcp_list(store: LogStore, after: str) -> list[str]:
     async def scenario() -> list[str]:
         server = mcp_server.build_server(store)
-        async with create_connected_server_and_client_session(server) as session:
-            result = await session.call_tool(
+        async with Client(server) as client:
+            result = await client.call_tool(
                 "mempalace_event_list", {"since_event_id": after, "limit": 2}
             )
-        assert result.isError is False, result.content
+        assert result.is_error is False, result.content
         return [e["id"] for e in json.loads(result.content[0].text)["events"]]
 
     return asyncio.run(scenario())

@@ -1,6 +1,6 @@
 """One table of bad inputs, refused the same way on every surface: HTTP, MCP (the official SDK
-client, in memory and over streamable HTTP) and the CLI. Same parameter names, same texts,
-nothing written.
+client, in memory and over streamable HTTP, in both protocol eras) and the CLI. Same parameter
+names, same texts, nothing written.
 
 The CLI column is the command line a person would type for the same mistake; it is absent
 where the CLI cannot express the mistake (a JSON `true` for an integer, an unknown key: typer
@@ -17,14 +17,14 @@ from typing import Any
 
 import httpx
 import pytest
-from mcp import ClientSession
+from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.memory import create_connected_server_and_client_session
 
 from mempalace_logstream import LogStore, mcp_server, operations
 from tests.conftest import run_cli
 from tests.hubkit import LiveHub, live_hub
 
+MODES = ["auto", "legacy"]  # `Client(mode=...)`: 2026-07-28 (discover) or the 2025 handshake
 NOTE = {"type": "note", "stream": "s", "room": "r", "from_agent": "a"}
 NOTE_CLI = ("append", "--type", "note", "--stream", "s", "--room", "r", "--from-agent", "a")
 
@@ -107,21 +107,22 @@ def test_http_refuses_with_the_message_and_field(hub: LiveHub, case: Case) -> No
     _nothing_written(hub.store)
 
 
-async def _mcp_errors(session: ClientSession) -> list[str]:
+async def _mcp_errors(session: Client | ClientSession) -> list[str]:
     out = []
     for case in CASES:
         result = await session.call_tool(f"mempalace_{case.op}", case.args)
-        assert result.isError is True, (case, result.content)
+        assert result.is_error is True, (case, result.content)
         out.append(result.content[0].text)
     return out
 
 
-def test_mcp_in_memory_refuses_with_the_same_texts(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_mcp_in_memory_refuses_with_the_same_texts(tmp_path: Path, mode: str) -> None:
     async def scenario() -> list[str]:
         with LogStore.open(str(tmp_path / "mcp.sqlite3")) as store:
             server = mcp_server.build_server(store)
-            async with create_connected_server_and_client_session(server) as session:
-                texts = await _mcp_errors(session)
+            async with Client(server, mode=mode) as client:
+                texts = await _mcp_errors(client)
             _nothing_written(store)
         return texts
 
@@ -129,11 +130,21 @@ def test_mcp_in_memory_refuses_with_the_same_texts(tmp_path: Path) -> None:
 
 
 def test_mcp_over_streamable_http_refuses_with_the_same_texts(hub: LiveHub) -> None:
-    async def scenario() -> list[str]:
-        async with streamable_http_client(f"{hub.url}/mcp") as (read, write, _):
+    async def scenario() -> list[str]:  # the 2025-11-25 handshake, as agents speak it today
+        async with streamable_http_client(f"{hub.url}/mcp") as (read, write):
             async with ClientSession(read, write) as session:
                 await session.initialize()
                 return await _mcp_errors(session)
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 60)) == [c.message for c in CASES]
+    _nothing_written(hub.store)
+
+
+def test_mcp_2026_over_streamable_http_refuses_with_the_same_texts(hub: LiveHub) -> None:
+    async def scenario() -> list[str]:  # `Client` discovers 2026-07-28: no session, no handshake
+        async with Client(f"{hub.url}/mcp") as client:
+            assert client.protocol_version == "2026-07-28"
+            return await _mcp_errors(client)
 
     assert asyncio.run(asyncio.wait_for(scenario(), 60)) == [c.message for c in CASES]
     _nothing_written(hub.store)
@@ -156,9 +167,9 @@ def test_every_tool_documents_exactly_the_operation_parameters(tmp_path: Path) -
     async def scenario() -> dict[str, set[str]]:
         with LogStore.open(str(tmp_path / "schema.sqlite3")) as store:
             server = mcp_server.build_server(store)
-            async with create_connected_server_and_client_session(server) as session:
-                tools = (await session.list_tools()).tools
-        return {t.name: set(t.inputSchema["properties"]) for t in tools}
+            async with Client(server) as client:
+                tools = (await client.list_tools()).tools
+        return {t.name: set(t.input_schema["properties"]) for t in tools}
 
     schemas = asyncio.run(scenario())
     table = operations.params()
