@@ -387,6 +387,8 @@ def run_stdio(store: LogStore, *, read_only: bool = False) -> None:
 
 
 _NO_SDK_LIMIT = 1 << 62  # bytes; the SDK wants a positive number
+SESSION_IDLE_S = 6 * 3600.0
+MAX_SESSIONS = 1000
 
 
 class _Endpoint:
@@ -400,10 +402,11 @@ class _Endpoint:
             # The hub's guard owns the body limit (--max-request-bytes); 2.x would add 4 MiB,
             # too small for a 4 MiB artifact in its JSON envelope.
             max_request_body_size=_NO_SDK_LIMIT,
-            # Sessions live until the client ends them, as with SDK 1.x (2.x would reap one
-            # idle for 30 min and refuse new ones past 10,000).
-            session_idle_timeout=None,
-            max_sessions=None,
+            # Bounded memory against clients that never say goodbye (S-8.10): a session idle
+            # for 6 h is reaped (a spec-following client re-initializes on its 404), and at
+            # most 1,000 live at once. 2.x's 30 min would end an agent's session over lunch.
+            session_idle_timeout=SESSION_IDLE_S,
+            max_sessions=MAX_SESSIONS,
         )
         self.manager = server.session_manager
 
