@@ -470,6 +470,8 @@ def serve(
     mcp_read_only: Annotated[bool, typer.Option("--mcp-read-only", help="Hide mutating MCP tools at /mcp.")] = False,
     sync_interval: Annotated[float | None, typer.Option("--sync-interval", help="Seconds between background sync rounds with the peers of <palace>/peers.json (0 disables). Default: $MEMPALACE_LOGSTREAM_SYNC_INTERVAL, $MEMPALACE_SYNC_INTERVAL or 15.", show_default=False)] = None,
     sync_push: Annotated[bool, typer.Option("--sync-push", help="Background rounds also push what each peer lacks.")] = False,
+    sync_deadline_s: Annotated[float, typer.Option("--sync-deadline-s", help="Seconds a background round with one peer may take in all; past it the round stops and reports it as that peer's error.")] = 300.0,
+    sync_max_response_bytes: Annotated[int, typer.Option("--sync-max-response-bytes", help="Bytes read from one peer response in background rounds; a larger response is refused.")] = 16 * 1024 * 1024,
     db: DbOpt = None, palace: PalaceOpt = None,
 ) -> None:  # fmt: skip
     """Run the hub: HTTP API under /v1, SSE at /v1/stream, MCP at /mcp, docs at /docs."""
@@ -486,6 +488,8 @@ def serve(
         raise fail(
             f"--sync-interval must be 0 (off) or a positive number of seconds, got {sync_interval}"
         )
+    _check_sync_limits("--sync-deadline-s", sync_deadline_s, "--sync-max-response-bytes",
+                       sync_max_response_bytes, sync_mod.MIN_RESPONSE_BYTES)  # fmt: skip
     try:
         interval = (
             sync_interval if sync_interval is not None else sync_mod.interval_from_env(os.environ)
@@ -499,7 +503,9 @@ def serve(
         ping_interval_s=ping_interval, max_request_bytes=max_request_bytes,
         allowed_hosts=tuple(allow_host or ()), palace=str(palace_path),
     )  # fmt: skip
-    loop = sync_mod.SyncLoop(store, palace_path, interval_s=interval, push=sync_push)
+    loop = sync_mod.SyncLoop(store, palace_path, interval_s=interval, push=sync_push,
+                             deadline_s=sync_deadline_s,
+                             max_response_bytes=sync_max_response_bytes)  # fmt: skip
     mcp_app, mcp_lifespan = mcp_server.http_endpoint(store, read_only=mcp_read_only)
     mount = http_app.ExtraMount("/mcp", mcp_app, mcp_lifespan)
     application = http_app.create_app(store, settings, mounts=(mount,), sync_loop=loop)
@@ -570,6 +576,9 @@ def _sync_line(r: dict[str, Any]) -> str:
         line += f", {r['conflict_count']} CONFLICTS (see `logstream peers --json`)"
     if r.get("rejected_count"):
         line += f", {r['rejected_count']} REJECTED"
+    if r.get("sequence_anomaly_count"):
+        line += (f", {r['sequence_anomaly_count']} SEQUENCE ANOMALIES "
+                 f"({r['sequence_anomalies'][0]['message']})")  # fmt: skip
     if "repair" in r:
         holes = [h for h in r["repair"]["holes"] if h["side"] == "local"]
         line += f", {len(holes)} holes repaired (+{r['repair']['pulled_events']} events)"
@@ -608,6 +617,8 @@ def sync_cmd(
         typer.Option("--repair-holes", help="Then probe for holes the version vector cannot "
                      "see and re-pull them (not supported by reference hubs)."),
     ] = False,
+    deadline_s: Annotated[float, typer.Option("--deadline-s", help="Seconds a round with one peer may take in all (every socket read included); past it the round stops and reports it as that peer's error.")] = 300.0,
+    max_response_bytes: Annotated[int, typer.Option("--max-response-bytes", help="Bytes read from one peer response; a larger response is refused with an error naming the peer.")] = 16 * 1024 * 1024,
     db: DbOpt = None, palace: PalaceOpt = None, as_json: JsonOpt = False,
 ) -> None:  # fmt: skip
     """Pull (and with --push also push) events and artifacts from peers (S-7.4).
@@ -619,6 +630,9 @@ def sync_cmd(
 
     if peer and peer_db:
         raise fail("give --peer or --peer-db, not both", 2)
+    _check_sync_limits("--deadline-s", deadline_s, "--max-response-bytes", max_response_bytes,
+                       sync_mod.MIN_RESPONSE_BYTES)  # fmt: skip
+    limits = {"deadline_s": deadline_s, "max_response_bytes": max_response_bytes}
     settings = config.Settings.from_env()
     palace_path = config.palace_dir(palace or settings.palace)
     try:
@@ -636,7 +650,7 @@ def sync_cmd(
                                description=f"sync {str(info.get('origin'))[:16]}")  # fmt: skip
 
             results = _run_sync(store, sync_mod, peer, token, peer_db, push, palace_path,
-                                progress, repair_holes)  # fmt: skip
+                                progress, repair_holes, limits)  # fmt: skip
     except errors.LogstreamError as exc:
         raise fail(exc.message) from None
     finally:
@@ -652,28 +666,34 @@ def sync_cmd(
 
 def _run_sync(store: Any, sync_mod: Any, peer: str | None, token: str | None,
               peer_db: str | None, push: bool, palace_path: Path,
-              progress: Any, repair: bool = False) -> list[dict[str, Any]]:  # fmt: skip
+              progress: Any, repair: bool, limits: dict[str, Any]) -> list[dict[str, Any]]:  # fmt: skip
     if peer_db:
         from mempalace_logstream.store import LogStore
 
         other = LogStore.open(config.resolve_db(peer_db, None), durability=STATE.durability)
         try:
             return [sync_mod.sync_one(store, sync_mod.LocalPeer(other, name=peer_db), push,
-                                      progress, repair)]  # fmt: skip
+                                      progress, repair, limits["deadline_s"])]  # fmt: skip
         finally:
             other.close()
     if peer:
-        remote = sync_mod.HttpPeer(peer, token)
-        try:
-            return [sync_mod.sync_one(store, remote, push, progress, repair)]
-        finally:
-            remote.close()
+        spec = {"url": peer, "token": token}
+        return [sync_mod.http_round(store, spec, push, progress, repair, **limits)]
     if not sync_mod.load_peers(palace_path):
         raise errors.ValidationError(
             f"no peers configured ({sync_mod.peers_file(palace_path)}) and no --peer given",
             field="peer",
         )
-    return sync_mod.sync_all(store, palace_path, push=push, progress=progress, repair=repair)
+    return sync_mod.sync_all(store, palace_path, push=push, progress=progress, repair=repair,
+                             **limits)  # fmt: skip
+
+
+def _check_sync_limits(deadline_flag: str, deadline_s: float, bytes_flag: str, max_bytes: int,
+                       min_bytes: int) -> None:  # fmt: skip
+    if not deadline_s > 0:
+        raise fail(f"{deadline_flag} must be a positive number of seconds, got {deadline_s}", 2)
+    if max_bytes < min_bytes:
+        raise fail(f"{bytes_flag} is {max_bytes}; it must be at least {min_bytes} bytes", 2)
 
 
 @app.command("peers")
@@ -711,7 +731,8 @@ def peers_cmd(
     console.print(table)
     c = out["sync"]
     console.print(f"conflicts {c['conflicts']}, rejections {c['rejections']} "
-                  f"(deferred {c['deferred']}), clock anomalies {c['clock_anomalies']}")  # fmt: skip
+                  f"(deferred {c['deferred']}), clock anomalies {c['clock_anomalies']}, "
+                  f"sequence anomalies {c['sequence_anomalies']}")  # fmt: skip
 
 
 # --------------------------------------------------------------------------- import (PostgreSQL)
