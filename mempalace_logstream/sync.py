@@ -316,7 +316,10 @@ class HttpPeer:
         self._secrets = _url_secrets(target)
         self.max_response_bytes = max(MIN_RESPONSE_BYTES, int(max_response_bytes))
         self.deadline: Deadline | None = None
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        # Uncompressed bodies only: the cap then bounds what is decoded, not what is inflated.
+        headers = {"Accept-Encoding": "identity"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
         self._client = httpx.Client(base_url=target, headers=headers, timeout=timeout)
         _bound_sockets(self._client, self._left)
         self.batched: bool | None = None  # None until the batch route was tried
@@ -369,6 +372,13 @@ class HttpPeer:
     def _read_capped(self, resp: Any, path: str) -> bytearray:
         """The (content-decoded) body, refused as soon as it passes the cap."""
         cap = self.max_response_bytes
+        encoding = resp.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):  # asked for identity: a compression bomb?
+            message = (
+                f"{self.name}: {path} response is {encoding}-compressed though an "
+                "uncompressed one was asked for; refused"
+            )
+            raise errors.SyncError(message, peer_id=self.name)
         declared = resp.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > cap:
             raise self._over_cap(path, f"declares {int(declared):,} bytes")

@@ -232,6 +232,34 @@ def test_a_hub_loop_with_the_200_mb_peer_in_peers_json_stays_bounded(
     assert [e["id"] for e in got] == [sent.id]
 
 
+class _Bomb(BaseHTTPRequestHandler):
+    """Answers every request with a gzip body that inflates 1,000 times (a compression bomb)."""
+
+    def do_GET(self) -> None:  # noqa: N802
+        import gzip
+
+        body = gzip.compress(b"[" + b"0," * (8 * 1024 * 1024) + b"0]")
+        self.send_response(200)
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        return None
+
+
+def test_a_compressed_answer_to_an_uncompressed_request_is_refused(make) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Bomb)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        result = sync.http_round(make("b"), {"url": f"http://127.0.0.1:{server.server_port}"})
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "/sync/version_vector response is gzip-compressed" in result["error"]
+
+
 # ----------------------------------------------------------------------------- item 8: time
 
 
