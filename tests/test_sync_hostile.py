@@ -64,34 +64,37 @@ def _first_line(proc: subprocess.Popen[bytes], timeout: float) -> str:
     return box[0].decode().strip()
 
 
+# Runs argv[2:] and writes its peak RSS (KiB) to argv[1]. The kernel's ru_maxrss of a child
+# includes the high-water mark of the image it was forked from, so the measured process must
+# be started by a small launcher, not by the (large) pytest process itself.
+_LAUNCHER = """
+import os, subprocess, sys
+proc = subprocess.Popen(sys.argv[2:])
+_, status, usage = os.wait4(proc.pid, 0)
+proc.returncode = os.waitstatus_to_exitcode(status)
+with open(sys.argv[1], "w") as f:
+    f.write(str(usage.ru_maxrss))
+sys.exit(proc.returncode % 256)
+"""
+
+
 def measured(*args: str, timeout: float = 120) -> tuple[int, str, str, float]:
     """Run `python -m mempalace_logstream *args`; (exit code, stdout, stderr, peak RSS in MB
     of that process alone, from its wait4 rusage)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mempalace_logstream", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=ENV,
-    )
-    out: dict[str, bytes] = {}
-    readers = [
-        threading.Thread(target=lambda k=k, f=f: out.__setitem__(k, f.read()), daemon=True)
-        for k, f in (("out", proc.stdout), ("err", proc.stderr))
-    ]
-    for r in readers:
-        r.start()
-    killer = threading.Timer(timeout, proc.kill)
-    killer.start()
-    try:
-        _, status, usage = os.wait4(proc.pid, 0)
-    finally:
-        killer.cancel()
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    for r in readers:
-        r.join(30)
-    proc.stdout.close()  # type: ignore[union-attr]
-    proc.stderr.close()  # type: ignore[union-attr]
-    return proc.returncode, out["out"].decode(), out["err"].decode(), usage.ru_maxrss / 1024
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("r", suffix=".rss") as rss:
+        cmd = [sys.executable, "-c", _LAUNCHER, rss.name, sys.executable, "-m",
+               "mempalace_logstream", *args]  # fmt: skip
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV,
+                                start_new_session=True)  # fmt: skip
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            out, err = proc.communicate()
+        peak_kib = int(Path(rss.name).read_text() or 0)
+    return proc.returncode, out.decode(), err.decode(), peak_kib / 1024
 
 
 def report_rss(capsys: pytest.CaptureFixture[str], what: str, mb: float) -> None:
