@@ -599,8 +599,16 @@ def sync_with_peer(
     plan = _plan_pulls(store, peer, peer_replica, mine, rvv, rcounts, anomalies)
     total = sum(rvv[o] - after for o, after in plan.items())
     for origin in sorted(plan):
-        n = _pull_origin(store, peer, origin, plan[origin], rvv[origin], res, stats, progress,
-                         total)  # fmt: skip
+        top = rvv[origin]
+        n = _pull_origin(store, peer, origin, plan[origin], top, res, stats, progress, total)
+        # Pulling up to the peer's top cannot fill a hole below where we started: the peer's
+        # count can (one more pass at most, so a round always ends). Deferred events are
+        # left to their own retries (`replication.pull_after`).
+        again = None
+        if replication.pull_after(store, origin, top) >= top:
+            again = _hole_start(store, peer, origin, top, top, None, rcounts, anomalies)
+        if again is not None:
+            n += _pull_origin(store, peer, origin, again, top, res, stats, progress, total)
         if n:
             stats["per_origin"][origin] = n
     if push:
@@ -688,10 +696,20 @@ def _pull_start(store: LogStore, peer: Peer, origin: str, top: int, held_top: in
     if held < top:
         anomalies.append(_anomaly(origin, "peer_top_not_held", peer, top, held_top, held))
         return held
+    ours = accounted if held_top == top else None
+    return _hole_start(store, peer, origin, top, held_top, ours, rcounts, anomalies)
+
+
+def _hole_start(store: LogStore, peer: Peer, origin: str, top: int, held_top: int,
+                ours: int | None, rcounts: Mapping[str, int] | None,
+                anomalies: list[dict[str, Any]]) -> int | None:  # fmt: skip
+    """Just before our first hole in `origin` up to the peer's `top`, or None: where we account
+    for fewer positions up to `top` than the peer says it does (`ours`: our count, if known)."""
     theirs = None if rcounts is None else rcounts.get(origin)
     if theirs is None:
         return None
-    ours = accounted if held_top == top else replication.count_upto(store, origin, top)
+    if ours is None:
+        ours = replication.count_upto(store, origin, top)
     if ours >= theirs:
         return None
     first = _first_difference(store, peer, origin, top)
@@ -744,6 +762,8 @@ def _first_difference(store: LogStore, peer: Peer, origin: str, hi: int) -> int 
     """The lowest position u <= hi where we and the peer account for a different number of
     positions of `origin` up to u (O(log hi) `/sync/count` probes), or None if the counts
     agree at `hi` after all (a concurrent round filled the gap)."""
+    if getattr(peer, "count", None) is None:  # a peer that cannot be probed
+        return None
     if replication.count_upto(store, origin, hi) == peer.count(origin, hi):
         return None
     lo = 0  # counts agree at lo (0 = nothing), differ at hi
