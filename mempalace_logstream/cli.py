@@ -488,8 +488,13 @@ def serve(
         raise fail(
             f"--sync-interval must be 0 (off) or a positive number of seconds, got {sync_interval}"
         )
-    _check_sync_limits("--sync-deadline-s", sync_deadline_s, "--sync-max-response-bytes",
-                       sync_max_response_bytes, sync_mod.MIN_RESPONSE_BYTES)  # fmt: skip
+    _check_sync_limits(
+        "--sync-deadline-s",
+        sync_deadline_s,
+        "--sync-max-response-bytes",
+        sync_max_response_bytes,
+        sync_mod.MIN_RESPONSE_BYTES,
+    )
     try:
         interval = (
             sync_interval if sync_interval is not None else sync_mod.interval_from_env(os.environ)
@@ -503,9 +508,14 @@ def serve(
         ping_interval_s=ping_interval, max_request_bytes=max_request_bytes,
         allowed_hosts=tuple(allow_host or ()), palace=str(palace_path),
     )  # fmt: skip
-    loop = sync_mod.SyncLoop(store, palace_path, interval_s=interval, push=sync_push,
-                             deadline_s=sync_deadline_s,
-                             max_response_bytes=sync_max_response_bytes)  # fmt: skip
+    loop = sync_mod.SyncLoop(
+        store,
+        palace_path,
+        interval_s=interval,
+        push=sync_push,
+        deadline_s=sync_deadline_s,
+        max_response_bytes=sync_max_response_bytes,
+    )
     mcp_app, mcp_lifespan = mcp_server.http_endpoint(store, read_only=mcp_read_only)
     mount = http_app.ExtraMount("/mcp", mcp_app, mcp_lifespan)
     application = http_app.create_app(store, settings, mounts=(mount,), sync_loop=loop)
@@ -577,8 +587,10 @@ def _sync_line(r: dict[str, Any]) -> str:
     if r.get("rejected_count"):
         line += f", {r['rejected_count']} REJECTED"
     if r.get("sequence_anomaly_count"):
-        line += (f", {r['sequence_anomaly_count']} SEQUENCE ANOMALIES "
-                 f"({r['sequence_anomalies'][0]['message']})")  # fmt: skip
+        line += (
+            f", {r['sequence_anomaly_count']} SEQUENCE ANOMALIES "
+            f"({r['sequence_anomalies'][0]['message']})"
+        )
     if "repair" in r:
         holes = [h for h in r["repair"]["holes"] if h["side"] == "local"]
         line += f", {len(holes)} holes repaired (+{r['repair']['pulled_events']} events)"
@@ -630,8 +642,13 @@ def sync_cmd(
 
     if peer and peer_db:
         raise fail("give --peer or --peer-db, not both", 2)
-    _check_sync_limits("--deadline-s", deadline_s, "--max-response-bytes", max_response_bytes,
-                       sync_mod.MIN_RESPONSE_BYTES)  # fmt: skip
+    _check_sync_limits(
+        "--deadline-s",
+        deadline_s,
+        "--max-response-bytes",
+        max_response_bytes,
+        sync_mod.MIN_RESPONSE_BYTES,
+    )
     limits = {"deadline_s": deadline_s, "max_response_bytes": max_response_bytes}
     settings = config.Settings.from_env()
     palace_path = config.palace_dir(palace or settings.palace)
@@ -649,8 +666,18 @@ def sync_cmd(
                     bar.update(task, completed=done, total=info.get("total") or None,
                                description=f"sync {str(info.get('origin'))[:16]}")  # fmt: skip
 
-            results = _run_sync(store, sync_mod, peer, token, peer_db, push, palace_path,
-                                progress, repair_holes, limits)  # fmt: skip
+            results = _run_sync(
+                store,
+                sync_mod,
+                peer,
+                token,
+                peer_db,
+                push,
+                palace_path,
+                progress,
+                repair_holes,
+                limits,
+            )
     except errors.LogstreamError as exc:
         raise fail(exc.message) from None
     finally:
@@ -664,16 +691,33 @@ def sync_cmd(
         raise typer.Exit(1)
 
 
-def _run_sync(store: Any, sync_mod: Any, peer: str | None, token: str | None,
-              peer_db: str | None, push: bool, palace_path: Path,
-              progress: Any, repair: bool, limits: dict[str, Any]) -> list[dict[str, Any]]:  # fmt: skip
+def _run_sync(
+    store: Any,
+    sync_mod: Any,
+    peer: str | None,
+    token: str | None,
+    peer_db: str | None,
+    push: bool,
+    palace_path: Path,
+    progress: Any,
+    repair: bool,
+    limits: dict[str, Any],
+) -> list[dict[str, Any]]:
     if peer_db:
         from mempalace_logstream.store import LogStore
 
         other = LogStore.open(config.resolve_db(peer_db, None), durability=STATE.durability)
         try:
-            return [sync_mod.sync_one(store, sync_mod.LocalPeer(other, name=peer_db), push,
-                                      progress, repair, limits["deadline_s"])]  # fmt: skip
+            return [
+                sync_mod.sync_one(
+                    store,
+                    sync_mod.LocalPeer(other, name=peer_db),
+                    push,
+                    progress,
+                    repair,
+                    limits["deadline_s"],
+                )
+            ]
         finally:
             other.close()
     if peer:
@@ -684,12 +728,14 @@ def _run_sync(store: Any, sync_mod: Any, peer: str | None, token: str | None,
             f"no peers configured ({sync_mod.peers_file(palace_path)}) and no --peer given",
             field="peer",
         )
-    return sync_mod.sync_all(store, palace_path, push=push, progress=progress, repair=repair,
-                             **limits)  # fmt: skip
+    return sync_mod.sync_all(
+        store, palace_path, push=push, progress=progress, repair=repair, **limits
+    )
 
 
-def _check_sync_limits(deadline_flag: str, deadline_s: float, bytes_flag: str, max_bytes: int,
-                       min_bytes: int) -> None:  # fmt: skip
+def _check_sync_limits(
+    deadline_flag: str, deadline_s: float, bytes_flag: str, max_bytes: int, min_bytes: int
+) -> None:
     if not deadline_s > 0:
         raise fail(f"{deadline_flag} must be a positive number of seconds, got {deadline_s}", 2)
     if max_bytes < min_bytes:
@@ -730,9 +776,11 @@ def peers_cmd(
     console = Console()
     console.print(table)
     c = out["sync"]
-    console.print(f"conflicts {c['conflicts']}, rejections {c['rejections']} "
-                  f"(deferred {c['deferred']}), clock anomalies {c['clock_anomalies']}, "
-                  f"sequence anomalies {c['sequence_anomalies']}")  # fmt: skip
+    console.print(
+        f"conflicts {c['conflicts']}, rejections {c['rejections']} "
+        f"(deferred {c['deferred']}), clock anomalies {c['clock_anomalies']}, "
+        f"sequence anomalies {c['sequence_anomalies']}"
+    )
 
 
 # --------------------------------------------------------------------------- import (PostgreSQL)

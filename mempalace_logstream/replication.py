@@ -416,8 +416,11 @@ class EventChecker:
         c_origin = same("origin_replica", origin)
         c_seq = v.strict_int("origin_seq", origin_seq)
         if c_seq < 1 or c_seq > MAX_SEQ:
-            raise v.fail("origin_seq", f"is {c_seq}; it must be a positive integer of at most "
-                         f"{MAX_SEQ}", MAX_SEQ)  # fmt: skip
+            raise v.fail(
+                "origin_seq",
+                f"is {c_seq}; it must be a positive integer of at most {MAX_SEQ}",
+                MAX_SEQ,
+            )
         if not isinstance(stamp, str) or len(stamp) > 200 or not _HLC_MATCH(stamp):
             raise v.fail("hlc", f"{stamp!r} is not <13-digit ms>-<6 hex counter>-<replica id>")
         c_id = v.remote_id("id", ident)

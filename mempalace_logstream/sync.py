@@ -128,8 +128,10 @@ def check_deadline(peer: Any, doing: str = "") -> None:
     if deadline.cancelled:
         message = f"{peer.name}: the round was stopped (the hub is shutting down){where}"
     else:
-        message = (f"{peer.name}: the round passed its {deadline.seconds:g} s deadline "
-                   f"(deadline_s){where}; what it applied stays")  # fmt: skip
+        message = (
+            f"{peer.name}: the round passed its {deadline.seconds:g} s deadline "
+            f"(deadline_s){where}; what it applied stays"
+        )
     raise DeadlineExceededError(message, peer_id=peer.name)
 
 
@@ -162,8 +164,9 @@ class _DeadlineStream:
     def close(self) -> None:
         self._inner.close()
 
-    def start_tls(self, ssl_context: Any, server_hostname: str | None = None,
-                  timeout: float | None = None) -> _DeadlineStream:  # fmt: skip
+    def start_tls(
+        self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None
+    ) -> _DeadlineStream:
         inner = self._inner.start_tls(ssl_context, server_hostname, self._timeout(timeout))
         return _DeadlineStream(inner, self._left)
 
@@ -187,16 +190,22 @@ class _DeadlineBackend:
         socket_options: Any = None,
     ) -> Any:
         probe = _DeadlineStream(None, self._left)
-        stream = self._inner.connect_tcp(host, port, timeout=probe._timeout(timeout),
-                                         local_address=local_address,
-                                         socket_options=socket_options)  # fmt: skip
+        stream = self._inner.connect_tcp(
+            host,
+            port,
+            timeout=probe._timeout(timeout),
+            local_address=local_address,
+            socket_options=socket_options,
+        )
         return _DeadlineStream(stream, self._left)
 
-    def connect_unix_socket(self, path: str, timeout: float | None = None,
-                            socket_options: Any = None) -> Any:  # fmt: skip
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Any = None
+    ) -> Any:
         probe = _DeadlineStream(None, self._left)
-        stream = self._inner.connect_unix_socket(path, timeout=probe._timeout(timeout),
-                                                 socket_options=socket_options)  # fmt: skip
+        stream = self._inner.connect_unix_socket(
+            path, timeout=probe._timeout(timeout), socket_options=socket_options
+        )
         return _DeadlineStream(stream, self._left)
 
     def sleep(self, seconds: float) -> None:
@@ -262,9 +271,11 @@ class LocalPeer:
 
     def version_vector(self) -> dict[str, Any]:
         positions = replication.origin_positions(self.store)
-        return {"replica_id": self.store.replica_id,
-                "version_vector": {o: top for o, (top, _) in positions.items()},
-                "origin_counts": {o: n for o, (_, n) in positions.items()}}  # fmt: skip
+        return {
+            "replica_id": self.store.replica_id,
+            "version_vector": {o: top for o, (top, _) in positions.items()},
+            "origin_counts": {o: n for o, (_, n) in positions.items()},
+        }
 
     def ops(self, origin: str, after: int, limit: int) -> list[dict[str, Any]]:
         return replication.ops_page(self.store, origin, after, limit)["events"]
@@ -305,9 +316,15 @@ class HttpPeer:
     `url` and `name` never carry the URL's credentials; the requests do.
     """
 
-    def __init__(self, url: str, token: str | None = None, *, name: str | None = None,
-                 timeout: float = HTTP_TIMEOUT_S,
-                 max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:  # fmt: skip
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        *,
+        name: str | None = None,
+        timeout: float = HTTP_TIMEOUT_S,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
+    ) -> None:
         import httpx
 
         target = url.rstrip("/")
@@ -344,8 +361,7 @@ class HttpPeer:
 
         check_deadline(self, path)
         try:
-            resp = self._client.send(self._client.build_request(method, path, **kw),
-                                     stream=True)  # fmt: skip
+            resp = self._client.send(self._client.build_request(method, path, **kw), stream=True)
             try:
                 if pause is not None:
                     pause()
@@ -359,15 +375,19 @@ class HttpPeer:
             ) from exc
         if resp.status_code >= 400:
             text = raw[:300].decode("utf-8", "replace")
-            raise _HttpStatus(resp.status_code, f"{self.url}{path}: HTTP {resp.status_code}: "
-                              f"{self._scrub(text)}", peer_id=self.name)  # fmt: skip
+            raise _HttpStatus(
+                resp.status_code,
+                f"{self.url}{path}: HTTP {resp.status_code}: {self._scrub(text)}",
+                peer_id=self.name,
+            )
         return self._decode(raw, path)
 
     def _over_cap(self, path: str, what: str) -> ResponseTooLargeError:
         return ResponseTooLargeError(
             f"{self.name}: {path} response {what}; the cap is {self.max_response_bytes:,} "
-            "bytes per response (max_response_bytes); refused", peer_id=self.name,
-        )  # fmt: skip
+            "bytes per response (max_response_bytes); refused",
+            peer_id=self.name,
+        )
 
     def _read_capped(self, resp: Any, path: str) -> bytearray:
         """The (content-decoded) body, refused as soon as it passes the cap."""
@@ -403,8 +423,9 @@ class HttpPeer:
         try:
             return json.loads(raw)
         except (ValueError, RecursionError) as exc:
-            raise errors.SyncError(f"{self.url}{path}: not JSON ({type(exc).__name__})",
-                                   peer_id=self.name) from exc  # fmt: skip
+            raise errors.SyncError(
+                f"{self.url}{path}: not JSON ({type(exc).__name__})", peer_id=self.name
+            ) from exc
 
     def version_vector(self) -> dict[str, Any]:
         body = self._request("GET", "/sync/version_vector")
@@ -482,8 +503,7 @@ class HttpPeer:
             got, more = self._batch_once(ids[: len(ids) // 2])
             return got, more + ids[len(ids) // 2 :]
         if not isinstance(body, dict):
-            raise errors.SyncError(f"{self.url}/sync/artifacts: not an object",
-                                   peer_id=self.name)  # fmt: skip
+            raise errors.SyncError(f"{self.url}/sync/artifacts: not an object", peer_id=self.name)
         asked = set(ids)
         more = [i for i in body.get("more") or [] if isinstance(i, str) and i in asked]
         return list(body.get("artifacts") or []), more
@@ -637,8 +657,9 @@ def _parse_vector(remote: Any, peer: Peer) -> tuple[str, dict[str, int], dict[st
         counts = remote.get("origin_counts")
         rcounts = None if counts is None else _position_map(counts, "origin_counts")
     except errors.ValidationError as exc:
-        raise errors.SyncError(f"{peer.url}: bad version vector: {exc.message}",
-                               peer_id=peer.name) from exc  # fmt: skip
+        raise errors.SyncError(
+            f"{peer.url}: bad version vector: {exc.message}", peer_id=peer.name
+        ) from exc
     return rid, rvv, rcounts
 
 
@@ -655,10 +676,15 @@ def _position_map(raw: Any, field: str) -> dict[str, int]:
     return out
 
 
-def _plan_pulls(store: LogStore, peer: Peer, peer_replica: str,
-                mine: Mapping[str, tuple[int, int]], rvv: Mapping[str, int],
-                rcounts: Mapping[str, int] | None,
-                anomalies: list[dict[str, Any]]) -> dict[str, int]:  # fmt: skip
+def _plan_pulls(
+    store: LogStore,
+    peer: Peer,
+    peer_replica: str,
+    mine: Mapping[str, tuple[int, int]],
+    rvv: Mapping[str, int],
+    rcounts: Mapping[str, int] | None,
+    anomalies: list[dict[str, Any]],
+) -> dict[str, int]:
     """{origin: the origin_seq to pull after} for every origin the peer has something of
     that we lack; deferred events pin their origin lower (see `replication.pull_after`)."""
     plan = {}
@@ -677,9 +703,16 @@ def _plan_pulls(store: LogStore, peer: Peer, peer_replica: str,
     return plan
 
 
-def _pull_start(store: LogStore, peer: Peer, origin: str, top: int, held_top: int,
-                accounted: int, rcounts: Mapping[str, int] | None,
-                anomalies: list[dict[str, Any]]) -> int | None:  # fmt: skip
+def _pull_start(
+    store: LogStore,
+    peer: Peer,
+    origin: str,
+    top: int,
+    held_top: int,
+    accounted: int,
+    rcounts: Mapping[str, int] | None,
+    anomalies: list[dict[str, Any]],
+) -> int | None:
     """Where to pull `origin` from the peer whose vector entry is `top`, or None.
 
     Our own vector entry is only trusted up to what the peer holds: when we hold events of
@@ -700,9 +733,16 @@ def _pull_start(store: LogStore, peer: Peer, origin: str, top: int, held_top: in
     return _hole_start(store, peer, origin, top, held_top, ours, rcounts, anomalies)
 
 
-def _hole_start(store: LogStore, peer: Peer, origin: str, top: int, held_top: int,
-                ours: int | None, rcounts: Mapping[str, int] | None,
-                anomalies: list[dict[str, Any]]) -> int | None:  # fmt: skip
+def _hole_start(
+    store: LogStore,
+    peer: Peer,
+    origin: str,
+    top: int,
+    held_top: int,
+    ours: int | None,
+    rcounts: Mapping[str, int] | None,
+    anomalies: list[dict[str, Any]],
+) -> int | None:
     """Just before our first hole in `origin` up to the peer's `top`, or None: where we account
     for fewer positions up to `top` than the peer says it does (`ours`: our count, if known)."""
     theirs = None if rcounts is None else rcounts.get(origin)
@@ -719,23 +759,40 @@ def _hole_start(store: LogStore, peer: Peer, origin: str, top: int, held_top: in
     return first - 1
 
 
-def _anomaly(origin: str, reason: str, peer: Peer, peer_top: int, local_top: int,
-             resume_after: int, ours: int | None = None,
-             theirs: int | None = None) -> dict[str, Any]:  # fmt: skip
+def _anomaly(
+    origin: str,
+    reason: str,
+    peer: Peer,
+    peer_top: int,
+    local_top: int,
+    resume_after: int,
+    ours: int | None = None,
+    theirs: int | None = None,
+) -> dict[str, Any]:
     if reason == "hole":
-        what = (f"we account for {ours} positions of {origin} up to {peer_top}, the peer for "
-                f"{theirs}: the first that differs is {resume_after + 1}")  # fmt: skip
+        what = (
+            f"we account for {ours} positions of {origin} up to {peer_top}, the peer for "
+            f"{theirs}: the first that differs is {resume_after + 1}"
+        )
     else:
-        what = (f"we hold events of {origin} up to origin_seq {local_top} but not the peer's "
-                f"top {peer_top}")  # fmt: skip
-    return {"origin": origin, "reason": reason, "peer": peer.name, "peer_top": peer_top,
-            "local_top": local_top, "resume_after": resume_after,
-            "message": f"{what}; pulling {origin} from {peer.name} resumes after "
-                       f"{resume_after}"}  # fmt: skip
+        what = (
+            f"we hold events of {origin} up to origin_seq {local_top} but not the peer's "
+            f"top {peer_top}"
+        )
+    return {
+        "origin": origin,
+        "reason": reason,
+        "peer": peer.name,
+        "peer_top": peer_top,
+        "local_top": local_top,
+        "resume_after": resume_after,
+        "message": f"{what}; pulling {origin} from {peer.name} resumes after {resume_after}",
+    }
 
 
-def _author_check(store: LogStore, peer: Peer, origin: str, top: int,
-                  held_top: int) -> list[dict[str, Any]]:  # fmt: skip
+def _author_check(
+    store: LogStore, peer: Peer, origin: str, top: int, held_top: int
+) -> list[dict[str, Any]]:
     """The peer IS `origin` and says its own tip is `top`, yet we held events of it above `top`
     before we asked (so they are not events it wrote since): they claim positions their author
     never wrote. They stay (the log is append-only); each is recorded as a `sequence` anomaly
@@ -744,18 +801,37 @@ def _author_check(store: LogStore, peer: Peer, origin: str, top: int,
     for ident, seq in replication.held_above(store, origin, top):
         if seq > held_top:
             break
-        reports.append({
-            "kind": "sequence", "ident": ident, "origin_replica": origin, "origin_seq": seq,
-            "peer": peer.name, "reason": "beyond_author_tip", "retryable": False,
-            "message": f"event {ident} claims origin {origin} at origin_seq {seq}, but {origin} "
-            f"itself (peer {peer.name}) says its last origin_seq is {top}: a forged or "
-            "mistaken position; the event is kept, and pulls of it resume at what its peers "
-            "hold",
-        })  # fmt: skip
+        message = (
+            f"event {ident} claims origin {origin} at origin_seq {seq}, but {origin} itself "
+            f"(peer {peer.name}) says its last origin_seq is {top}: a forged or mistaken "
+            "position; the event is kept, and pulls of it resume at what its peers hold"
+        )
+        reports.append(
+            {
+                "kind": "sequence",
+                "ident": ident,
+                "origin_replica": origin,
+                "origin_seq": seq,
+                "peer": peer.name,
+                "reason": "beyond_author_tip",
+                "retryable": False,
+                "message": message,
+            }
+        )
     replication.record_sequence_anomalies(store, reports)
-    return [{"origin": origin, "reason": "beyond_author_tip", "peer": peer.name,
-             "peer_top": top, "local_top": held_top, "event_id": r["ident"],
-             "origin_seq": r["origin_seq"], "message": r["message"]} for r in reports]  # fmt: skip
+    return [
+        {
+            "origin": origin,
+            "reason": "beyond_author_tip",
+            "peer": peer.name,
+            "peer_top": top,
+            "local_top": held_top,
+            "event_id": r["ident"],
+            "origin_seq": r["origin_seq"],
+            "message": r["message"],
+        }
+        for r in reports
+    ]
 
 
 def _first_difference(store: LogStore, peer: Peer, origin: str, hi: int) -> int | None:
@@ -922,8 +998,9 @@ def _fetch(peer: Peer, origin: str, after: int,
         if len(got) > limit:
             raise errors.SyncError(
                 f"{peer.name}: asked for at most {limit} events of {origin} after {after}, "
-                f"got {len(got):,}; the page is refused", peer_id=peer.name,
-            )  # fmt: skip
+                f"got {len(got):,}; the page is refused",
+                peer_id=peer.name,
+            )
         if getattr(peer, "page_limit_now", None):
             peer.page_limit_now = limit * 2  # type: ignore[attr-defined]
         kind = list if rows else dict
@@ -937,8 +1014,9 @@ def _page_limit(peer: Peer, full: int) -> int:
     return max(1, min(full, now, ceiling))
 
 
-def _fetch_once(peer: Peer, origin: str, after: int, limit: int,
-                pause: Callable[[], Any] | None) -> tuple[list[Any], bool, int]:  # fmt: skip
+def _fetch_once(
+    peer: Peer, origin: str, after: int, limit: int, pause: Callable[[], Any] | None
+) -> tuple[list[Any], bool, int]:
     """(items, as rows?, the limit asked) of one request."""
     if getattr(peer, "rows_limit", 0):
         try:
@@ -1097,15 +1175,22 @@ def repair_holes(store: LogStore, peer: Peer, progress: Progress | None = None) 
             "rejected_count": len(res.rejected), "conflict_count": len(res.conflicts)}  # fmt: skip
 
 
-def _push(store: LogStore, peer: Peer, rvv: Mapping[str, int],
-          rcounts: Mapping[str, int] | None, res: replication.ApplyResult,
-          stats: dict[str, Any], progress: Progress | None,
-          anomalies: list[dict[str, Any]]) -> None:  # fmt: skip
+def _push(
+    store: LogStore,
+    peer: Peer,
+    rvv: Mapping[str, int],
+    rcounts: Mapping[str, int] | None,
+    res: replication.ApplyResult,
+    stats: dict[str, Any],
+    progress: Progress | None,
+    anomalies: list[dict[str, Any]],
+) -> None:
     local = replication.origin_positions(store)
     for origin in sorted(local):
         top, accounted = local[origin]
-        after = _push_start(store, peer, origin, top, accounted, rvv.get(origin, 0), rcounts,
-                            anomalies)  # fmt: skip
+        after = _push_start(
+            store, peer, origin, top, accounted, rvv.get(origin, 0), rcounts, anomalies
+        )
         while after is not None and after < top:
             check_deadline(peer, f"pushing {origin}")
             evs = replication.list_ops(store, origin, after, BATCH)
@@ -1125,13 +1210,21 @@ def _push(store: LogStore, peer: Peer, rvv: Mapping[str, int],
             )
             after = evs[-1].origin_seq
             if progress is not None:
-                progress({"origin": origin, "pushed": stats["pushed_events"], "after": after,
-                          "top": top})  # fmt: skip
+                progress(
+                    {"origin": origin, "pushed": stats["pushed_events"], "after": after, "top": top}
+                )
 
 
-def _push_start(store: LogStore, peer: Peer, origin: str, top: int, accounted: int,
-                peer_top: int, rcounts: Mapping[str, int] | None,
-                anomalies: list[dict[str, Any]]) -> int | None:  # fmt: skip
+def _push_start(
+    store: LogStore,
+    peer: Peer,
+    origin: str,
+    top: int,
+    accounted: int,
+    peer_top: int,
+    rcounts: Mapping[str, int] | None,
+    anomalies: list[dict[str, Any]],
+) -> int | None:
     """Where to push `origin` from (the mirror of `_pull_start`), or None: after the peer's
     entry when it is behind us, unless it accounts for fewer positions up to that entry than
     we do (a hole on its side: bisected). A peer at or past our top is probed at our top, so
@@ -1143,13 +1236,18 @@ def _push_start(store: LogStore, peer: Peer, origin: str, top: int, accounted: i
         first = _first_difference(store, peer, origin, peer_top)
         return peer_top if first is None else first - 1
     if origin == store.replica_id and peer_top > top:
-        anomalies.append({
-            "origin": origin, "reason": "peer_beyond_our_tip", "peer": peer.name,
-            "peer_top": peer_top, "local_top": top,
-            "message": f"{peer.name} holds events of ours ({origin}) up to origin_seq "
-            f"{peer_top}, past our own last origin_seq {top}: forged or mistaken positions; "
-            "our pushes to it are probed below them",
-        })  # fmt: skip
+        anomalies.append(
+            {
+                "origin": origin,
+                "reason": "peer_beyond_our_tip",
+                "peer": peer.name,
+                "peer_top": peer_top,
+                "local_top": top,
+                "message": f"{peer.name} holds events of ours ({origin}) up to origin_seq "
+                f"{peer_top}, past our own last origin_seq {top}: forged or mistaken positions; "
+                "our pushes to it are probed below them",
+            }
+        )
     if peer_top == top and theirs is not None:
         at_top: int | None = theirs
     elif rcounts is None:
@@ -1259,15 +1357,21 @@ def _safe_estate(store: LogStore, peer: Peer, result: dict[str, Any] | None,
         log.warning("could not record sync estate for %s: %s", peer.name, exc)
 
 
-def http_round(store: LogStore, spec: Mapping[str, Any], push: bool = False,
-               progress: Progress | None = None, repair: bool = False,
-               deadline_s: float | None = DEFAULT_DEADLINE_S,
-               max_response_bytes: int = MAX_RESPONSE_BYTES,
-               started: Callable[[Peer], Any] | None = None) -> dict[str, Any]:  # fmt: skip
+def http_round(
+    store: LogStore,
+    spec: Mapping[str, Any],
+    push: bool = False,
+    progress: Progress | None = None,
+    repair: bool = False,
+    deadline_s: float | None = DEFAULT_DEADLINE_S,
+    max_response_bytes: int = MAX_RESPONSE_BYTES,
+    started: Callable[[Peer], Any] | None = None,
+) -> dict[str, Any]:
     """`sync_one` with the HttpPeer of a peers.json entry {name, url, token}; `started` is
     given the peer once it exists (so a stopping hub can cancel its deadline)."""
-    peer = HttpPeer(spec["url"], spec.get("token"), name=spec.get("name"),
-                    max_response_bytes=max_response_bytes)  # fmt: skip
+    peer = HttpPeer(
+        spec["url"], spec.get("token"), name=spec.get("name"), max_response_bytes=max_response_bytes
+    )
     try:
         if started is not None:
             started(peer)
@@ -1297,11 +1401,14 @@ def sync_all(
         def started(peer: Peer) -> None:
             peers[i] = peer
 
-        results[i] = http_round(store, specs[i], push, progress, repair, deadline_s,
-                                max_response_bytes, started)  # fmt: skip
+        results[i] = http_round(
+            store, specs[i], push, progress, repair, deadline_s, max_response_bytes, started
+        )
 
-    threads = [threading.Thread(target=run, args=(i,), name=f"logstream-sync-{i}", daemon=True)
-               for i in range(len(specs))]  # fmt: skip
+    threads = [
+        threading.Thread(target=run, args=(i,), name=f"logstream-sync-{i}", daemon=True)
+        for i in range(len(specs))
+    ]
     for t in threads:
         t.start()
     end = None if deadline_s is None else time.monotonic() + deadline_s + ABANDON_GRACE_S
@@ -1311,9 +1418,12 @@ def sync_all(
             deadline = getattr(peers[i], "deadline", None)
             if deadline is not None:
                 deadline.cancel()
-            results[i] = {"peer_name": specs[i]["name"], "peer_url": redact_url(specs[i]["url"]),
-                          "error": f"the round did not end within {deadline_s:g} s + "
-                                   f"{ABANDON_GRACE_S:g} s; abandoned"}  # fmt: skip
+            results[i] = {
+                "peer_name": specs[i]["name"],
+                "peer_url": redact_url(specs[i]["url"]),
+                "error": f"the round did not end within {deadline_s:g} s + "
+                f"{ABANDON_GRACE_S:g} s; abandoned",
+            }
     return [r for r in results if r is not None]
 
 
@@ -1409,9 +1519,15 @@ class SyncLoop:
     rounds in flight and joins.
     """
 
-    def __init__(self, store: LogStore, palace: str | Path, interval_s: float = DEFAULT_INTERVAL_S,
-                 push: bool = False, deadline_s: float | None = DEFAULT_DEADLINE_S,
-                 max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:  # fmt: skip
+    def __init__(
+        self,
+        store: LogStore,
+        palace: str | Path,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        push: bool = False,
+        deadline_s: float | None = DEFAULT_DEADLINE_S,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
+    ) -> None:
         self.store = store
         self.palace = Path(palace).expanduser()
         self.interval_s = float(interval_s)
@@ -1481,8 +1597,9 @@ class SyncLoop:
 
     def _spawn(self, spec: dict[str, Any]) -> _Worker:
         w = _Worker(spec)
-        w.thread = threading.Thread(target=self._work, args=(w,), daemon=True,
-                                    name=f"logstream-sync-{spec['name']}"[:60])  # fmt: skip
+        w.thread = threading.Thread(
+            target=self._work, args=(w,), daemon=True, name=f"logstream-sync-{spec['name']}"[:60]
+        )
         w.thread.start()
         return w
 

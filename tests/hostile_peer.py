@@ -32,20 +32,51 @@ from urllib.parse import parse_qs, urlsplit
 ME = "rep_" + "b" * 32  # this peer's replica id
 OTHER = "rep_" + "c" * 32  # the origin its big pages claim
 FORGED_SEQ = 10**15
-COLUMNS = ["id", "origin_replica", "origin_seq", "hlc", "type", "stream", "room", "topic",
-           "from_agent", "to_agent", "correlation_id", "branch", "base_commit", "status",
-           "artifact_ids", "body", "created_at", "metadata"]  # fmt: skip
+COLUMNS = [
+    "id",
+    "origin_replica",
+    "origin_seq",
+    "hlc",
+    "type",
+    "stream",
+    "room",
+    "topic",
+    "from_agent",
+    "to_agent",
+    "correlation_id",
+    "branch",
+    "base_commit",
+    "status",
+    "artifact_ids",
+    "body",
+    "created_at",
+    "metadata",
+]
 CHUNK = 64 * 1024
 
 
 def event(origin: str, seq: int, body: str = "x") -> dict:
     ms = 1_700_000_000_000 + seq % 10**9
-    return {"id": f"evt_20260101T000000_{origin[4:12]}{seq:012x}", "origin_replica": origin,
-            "origin_seq": seq, "hlc": f"{ms:013d}-000000-{origin}", "type": "note",
-            "stream": "s", "room": "r", "topic": None, "from_agent": "hostile", "to_agent": None,
-            "correlation_id": None, "branch": None, "base_commit": None, "status": None,
-            "artifact_ids": [], "body": body, "created_at": "2026-01-01T00:00:00.000Z",
-            "metadata": {}}  # fmt: skip
+    return {
+        "id": f"evt_20260101T000000_{origin[4:12]}{seq:012x}",
+        "origin_replica": origin,
+        "origin_seq": seq,
+        "hlc": f"{ms:013d}-000000-{origin}",
+        "type": "note",
+        "stream": "s",
+        "room": "r",
+        "topic": None,
+        "from_agent": "hostile",
+        "to_agent": None,
+        "correlation_id": None,
+        "branch": None,
+        "base_commit": None,
+        "status": None,
+        "artifact_ids": [],
+        "body": body,
+        "created_at": "2026-01-01T00:00:00.000Z",
+        "metadata": {},
+    }
 
 
 def events_page(origin: str, n: int, first: int = 1) -> Iterator[bytes]:
@@ -172,8 +203,17 @@ class Handler(BaseHTTPRequestHandler):
 
 def main(argv: list[str]) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("mode", choices=["huge-event", "long-page", "big-pages", "trickle-headers",
-                                    "trickle-body", "forge"])  # fmt: skip
+    p.add_argument(
+        "mode",
+        choices=[
+            "huge-event",
+            "long-page",
+            "big-pages",
+            "trickle-headers",
+            "trickle-body",
+            "forge",
+        ],
+    )
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--events", type=int, default=1_000_000)
     p.add_argument("--mb", type=int, default=None)

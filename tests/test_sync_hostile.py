@@ -84,10 +84,19 @@ def measured(*args: str, timeout: float = 120) -> tuple[int, str, str, float]:
     import tempfile
 
     with tempfile.NamedTemporaryFile("r", suffix=".rss") as rss:
-        cmd = [sys.executable, "-c", _LAUNCHER, rss.name, sys.executable, "-m",
-               "mempalace_logstream", *args]  # fmt: skip
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV,
-                                start_new_session=True)  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-c",
+            _LAUNCHER,
+            rss.name,
+            sys.executable,
+            "-m",
+            "mempalace_logstream",
+            *args,
+        ]
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV, start_new_session=True
+        )
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -353,6 +362,11 @@ def test_a_forged_origin_position_does_not_stop_later_pulls_and_is_reported(make
         assert json.loads(forged.stdout)[0]["pulled_events"] == 1  # a valid event: accepted
         later = [note(p2, f"later {i}") for i in range(2)]
         proc = run_cli("sync", "--db", db, "--peer", p2_url, "--token", TOKEN, "--json")
+        note(p2, "and one more")
+        human = run_cli("sync", "--db", db, "--peer", p2_url, "--token", TOKEN)
+    line = human.stdout.decode()
+    assert human.returncode == 0 and "+1 events" in line and "2 SEQUENCE ANOMALIES" in line
+    assert f"pulling {p2.replica_id} from {p2_url} resumes after 5" in line
     result = json.loads(proc.stdout)[0]
     assert result["pulled_events"] == 2, result
     resumed, anomaly = result["sequence_anomalies"]
@@ -455,6 +469,19 @@ def test_numbers_past_64_bits_are_400s_naming_the_parameter(make) -> None:
             [refused] = out.json()["rejected"]
             assert refused["field"] == "origin_seq" and "9223372036854775807" in refused["message"]
         assert replication.counts(a)["rejections"] == 1  # one id, refused three times
+
+
+def test_sync_limits_must_be_sane_and_the_refusal_names_the_option(tmp_path) -> None:
+    db = str(tmp_path / "x.sqlite3")
+    for args, text in [
+        (("--deadline-s", "0"), b"--deadline-s must be a positive number of seconds, got 0.0"),
+        (("--max-response-bytes", "1000"), b"--max-response-bytes is 1000; it must be at least"),
+    ]:
+        proc = run_cli("sync", "--db", db, "--peer", "http://127.0.0.1:9", *args)
+        assert proc.returncode == 2 and text in proc.stderr, proc.stderr
+    proc = run_cli("serve", "--db", db, "--sync-deadline-s", "-1")
+    assert proc.returncode == 2 and b"--sync-deadline-s must be a positive" in proc.stderr
+    assert not Path(db).exists()
 
 
 def test_a_version_vector_past_64_bits_is_the_peers_error(make) -> None:

@@ -18,10 +18,11 @@ from mempalace_logstream import LogStore, errors, replication, sync, sync_routes
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=5), inner,
-                                                                max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=5), inner, max_size=5)
+    ),
     max_leaves=40,
-)  # fmt: skip
+)
 
 
 def nodes(value: Any) -> int:
@@ -56,11 +57,13 @@ def test_any_response_body_decodes_or_is_a_sync_error(peer, raw: bytes) -> None:
         assert exc.message.startswith(("http://127.0.0.1:9/sync/ops: not JSON", "http://127.0.0"))
 
 
-@given(user=st.text("abcXYZ019-._~%!$&'()*+,;=", min_size=1, max_size=12),
-       password=st.text("XYZ!$&'()*+;~%:@", min_size=3, max_size=20),  # not in hosts/paths
-       host=st.sampled_from(["127.0.0.1:8765", "hub.example", "[::1]:9"]),
-       path=st.sampled_from(["", "/", "/x/y?q=1#f"]),
-       scheme=st.sampled_from(["http", "https"]))  # fmt: skip
+@given(
+    user=st.text("abcXYZ019-._~%!$&'()*+,;=", min_size=1, max_size=12),
+    password=st.text("XYZ!$&'()*+;~%:@", min_size=3, max_size=20),  # not in hosts/paths
+    host=st.sampled_from(["127.0.0.1:8765", "hub.example", "[::1]:9"]),
+    path=st.sampled_from(["", "/", "/x/y?q=1#f"]),
+    scheme=st.sampled_from(["http", "https"]),
+)
 def test_credentials_never_survive_redaction(user, password, host, path, scheme) -> None:
     url = f"{scheme}://{user}:{password}@{host}{path}"
     shown = sync.redact_url(url)
@@ -128,10 +131,20 @@ def store():
 @given(seq=st.integers(-(2**70), 2**70) | st.floats(allow_nan=False, allow_infinity=False))
 def test_origin_seq_is_accepted_exactly_when_it_is_a_positive_64_bit_integer(store, seq) -> None:
     origin = "rep_" + "d" * 32
-    wire = {"id": "evt_20260101T000000_wire", "origin_replica": origin, "origin_seq": seq,
-            "hlc": f"1700000000000-000000-{origin}", "type": "note", "stream": "s", "room": "r",
-            "from_agent": "a", "body": "b", "created_at": "2026-01-01T00:00:00Z",
-            "metadata": {}, "artifact_ids": []}  # fmt: skip
+    wire = {
+        "id": "evt_20260101T000000_wire",
+        "origin_replica": origin,
+        "origin_seq": seq,
+        "hlc": f"1700000000000-000000-{origin}",
+        "type": "note",
+        "stream": "s",
+        "room": "r",
+        "from_agent": "a",
+        "body": "b",
+        "created_at": "2026-01-01T00:00:00Z",
+        "metadata": {},
+        "artifact_ids": [],
+    }
     ok = (isinstance(seq, int) or seq.is_integer()) and 1 <= int(seq) <= replication.MAX_SEQ
     try:
         replication.parse_remote_event(store, wire)
