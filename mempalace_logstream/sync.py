@@ -62,7 +62,8 @@ class Peer(Protocol):
 
     def version_vector(self) -> dict[str, Any]:
         """`{replica_id, version_vector}` as served at `/sync/version_vector` (our hubs add
-        `origin_counts`: positions accounted for up to each entry, see `count`)."""
+        `origin_fingerprints`: of the positions accounted for up to each entry, see
+        `replication.fingerprint_upto`)."""
         ...
 
     def ops(self, origin: str, after: int, limit: int) -> list[dict[str, Any]]:
@@ -79,7 +80,8 @@ class Peer(Protocol):
         ...
 
     def count(self, origin: str, upto: int) -> int:
-        """How many positions of `origin` <= upto the peer accounts for (hole probes)."""
+        """How many positions of `origin` <= upto the peer accounts for (hole probes). Our
+        peers also offer `fingerprint(origin, upto)`, which hole searches prefer."""
         ...
 
     def close(self) -> None: ...
@@ -274,7 +276,7 @@ class LocalPeer:
         return {
             "replica_id": self.store.replica_id,
             "version_vector": {o: top for o, (top, _) in positions.items()},
-            "origin_counts": {o: n for o, (_, n) in positions.items()},
+            "origin_fingerprints": {o: list(fp) for o, (_, fp) in positions.items()},
         }
 
     def ops(self, origin: str, after: int, limit: int) -> list[dict[str, Any]]:
@@ -297,6 +299,9 @@ class LocalPeer:
 
     def count(self, origin: str, upto: int) -> int:
         return replication.count_upto(self.store, origin, upto)
+
+    def fingerprint(self, origin: str, upto: int) -> replication.Fingerprint:
+        return replication.fingerprint_upto(self.store, origin, upto)
 
     def close(self) -> None:
         return None
@@ -532,6 +537,10 @@ class HttpPeer:
         return out if isinstance(out, dict) else {}
 
     def count(self, origin: str, upto: int) -> int:
+        return self.fingerprint(origin, upto)[0]
+
+    def fingerprint(self, origin: str, upto: int) -> replication.Fingerprint:
+        """The peer's fingerprint of the positions of `origin` up to `upto` (`/sync/count`)."""
         try:
             body = self._request("GET", "/sync/count", params={"origin": origin, "upto": upto})
         except _HttpStatus as exc:
@@ -541,10 +550,12 @@ class HttpPeer:
                     peer_id=self.name,
                 ) from exc
             raise
-        n = body.get("count") if isinstance(body, dict) else None
-        if type(n) is not int or not 0 <= n <= replication.MAX_SEQ:
-            raise errors.SyncError(f"{self.url}/sync/count: no count", peer_id=self.name)
-        return n
+        try:
+            return fingerprint(body.get("fingerprint") if isinstance(body, dict) else None)
+        except errors.ValidationError as exc:
+            raise errors.SyncError(
+                f"{self.url}/sync/count: {exc.message}", peer_id=self.name
+            ) from exc
 
     def close(self) -> None:
         self._client.close()
@@ -608,7 +619,7 @@ def sync_with_peer(
     """
     mine = replication.origin_positions(store)  # before the peer's vector: see _author_check
     remote = peer.version_vector()
-    peer_replica, rvv, rcounts = _parse_vector(remote, peer)
+    peer_replica, rvv, rfps = _parse_vector(remote, peer)
     res = replication.ApplyResult()
     stats: dict[str, Any] = {
         "peer_name": peer.name, "peer_url": peer.url, "peer_replica": peer_replica,
@@ -616,24 +627,24 @@ def sync_with_peer(
         "per_origin": {}, "remote_version_vector": rvv,
     }  # fmt: skip
     anomalies: list[dict[str, Any]] = []
-    plan = _plan_pulls(store, peer, peer_replica, mine, rvv, rcounts, anomalies)
+    plan = _plan_pulls(store, peer, peer_replica, mine, rvv, rfps, anomalies)
     total = sum(rvv[o] - after for o, after in plan.items())
     for origin in sorted(plan):
         top = rvv[origin]
         n = _pull_origin(store, peer, origin, plan[origin], top, res, stats, progress, total)
         # Pulling up to the peer's top cannot fill a hole below where we started: the peer's
-        # count can (one more pass at most, so a round always ends). Deferred events are
-        # left to their own retries (`replication.pull_after`).
+        # fingerprint can (one more pass at most, so a round always ends). Deferred events
+        # are left to their own retries (`replication.pull_after`).
         again = None
         if replication.pull_after(store, origin, top) >= top:
-            again = _hole_start(store, peer, origin, top, top, None, rcounts, anomalies)
+            again = _hole_start(store, peer, origin, top, top, None, rfps, anomalies)
         if again is not None:
             n += _pull_origin(store, peer, origin, again, top, res, stats, progress, total)
         if n:
             stats["per_origin"][origin] = n
     if push:
         try:
-            _push(store, peer, rvv, rcounts, res, stats, progress, anomalies)
+            _push(store, peer, rvv, rfps, res, stats, progress, anomalies)
         except _PushRefused as exc:  # a pull-only (reference) hub: the pull half still counts
             stats["push_error"] = exc.message
     stats["pulled_events"] = res.applied_events
@@ -646,26 +657,34 @@ def sync_with_peer(
     return stats
 
 
-def _parse_vector(remote: Any, peer: Peer) -> tuple[str, dict[str, int], dict[str, int] | None]:
-    """(replica id, vector, origin_counts or None) of a `/sync/version_vector` body; every
-    number must fit an origin position. Raises SyncError naming what is wrong."""
+Fingerprints = Mapping[str, replication.Fingerprint]
+
+
+def _parse_vector(remote: Any, peer: Peer) -> tuple[str, dict[str, int], Fingerprints | None]:
+    """(replica id, vector, origin_fingerprints or None) of a `/sync/version_vector` body;
+    every number must fit an origin position. Raises SyncError naming what is wrong."""
     try:
         if not isinstance(remote, dict) or not isinstance(remote.get("version_vector"), dict):
             raise v.fail("version_vector", "must be a JSON object")
         rid = v.replica_id(remote.get("replica_id"))
         rvv = _position_map(remote["version_vector"], "version_vector")
-        counts = remote.get("origin_counts")
-        rcounts = None if counts is None else _position_map(counts, "origin_counts")
+        raw = remote.get("origin_fingerprints")
+        rfps = None
+        if raw is not None:
+            if not isinstance(raw, dict):
+                raise v.fail("origin_fingerprints", "must be a JSON object")
+            rfps = {
+                v.replica_id(o, "origin_fingerprints key"): fingerprint(fp, "origin_fingerprints")
+                for o, fp in raw.items()
+            }
     except errors.ValidationError as exc:
         raise errors.SyncError(
             f"{peer.url}: bad version vector: {exc.message}", peer_id=peer.name
         ) from exc
-    return rid, rvv, rcounts
+    return rid, rvv, rfps
 
 
 def _position_map(raw: Any, field: str) -> dict[str, int]:
-    if not isinstance(raw, dict):
-        raise v.fail(field, "must be a JSON object")
     out = {}
     for origin, n in raw.items():
         key = v.replica_id(origin, f"{field} key")
@@ -676,13 +695,29 @@ def _position_map(raw: Any, field: str) -> dict[str, int]:
     return out
 
 
+def fingerprint(raw: Any, field: str = "fingerprint") -> replication.Fingerprint:
+    """A wire fingerprint [count, sum mod FP_P1, sum of squares mod FP_P2]; raises
+    ValidationError naming `field`."""
+    ok = (
+        isinstance(raw, list)
+        and len(raw) == 3
+        and all(type(x) is int for x in raw)
+        and 0 <= raw[0] <= replication.MAX_SEQ
+        and 0 <= raw[1] < replication.FP_P1
+        and 0 <= raw[2] < replication.FP_P2
+    )
+    if not ok:
+        raise v.fail(field, "must hold [count, sum, sum of squares] of origin positions")
+    return raw[0], raw[1], raw[2]
+
+
 def _plan_pulls(
     store: LogStore,
     peer: Peer,
     peer_replica: str,
-    mine: Mapping[str, tuple[int, int]],
+    mine: Mapping[str, tuple[int, replication.Fingerprint]],
     rvv: Mapping[str, int],
-    rcounts: Mapping[str, int] | None,
+    rfps: Fingerprints | None,
     anomalies: list[dict[str, Any]],
 ) -> dict[str, int]:
     """{origin: the origin_seq to pull after} for every origin the peer has something of
@@ -691,8 +726,8 @@ def _plan_pulls(
     for origin, top in rvv.items():
         if origin == store.replica_id:
             continue
-        held_top, accounted = mine.get(origin, (0, 0))
-        after = _pull_start(store, peer, origin, top, held_top, accounted, rcounts, anomalies)
+        held_top, fp = mine.get(origin, (0, replication.NO_POSITIONS))
+        after = _pull_start(store, peer, origin, top, held_top, fp, rfps, anomalies)
         if origin == peer_replica and held_top > top:
             anomalies += _author_check(store, peer, origin, top, held_top)
         floor = replication.pull_after(store, origin, top)
@@ -709,8 +744,8 @@ def _pull_start(
     origin: str,
     top: int,
     held_top: int,
-    accounted: int,
-    rcounts: Mapping[str, int] | None,
+    fp: replication.Fingerprint,
+    rfps: Fingerprints | None,
     anomalies: list[dict[str, Any]],
 ) -> int | None:
     """Where to pull `origin` from the peer whose vector entry is `top`, or None.
@@ -718,10 +753,11 @@ def _pull_start(
     Our own vector entry is only trusted up to what the peer holds: when we hold events of
     `origin` above `top` (an event with a forged, far-ahead origin_seq, or a peer behind us),
     the pull resumes after the highest position we hold at or below `top`. When that is `top`
-    itself and the peer reports how many positions it accounts for up to `top`
-    (`origin_counts`, our hubs), a shortfall on our side is a hole: it is bisected with
-    `/sync/count` probes and the pull resumes just before it. So a jump never moves where
-    pulls resume past what the peer can show us, and every such case is reported.
+    itself and the peer sends the fingerprint of the positions it accounts for up to `top`
+    (`origin_fingerprints`, our hubs), a different fingerprint on our side means a hole: the
+    first position it holds that we lack is searched with `/sync/count` probes and the pull
+    resumes just before it. So a jump never moves where pulls resume past what the peer can
+    show us, and every such case is reported.
     """
     if held_top < top:
         return held_top  # the usual case: the peer is ahead
@@ -729,8 +765,8 @@ def _pull_start(
     if held < top:
         anomalies.append(_anomaly(origin, "peer_top_not_held", peer, top, held_top, held))
         return held
-    ours = accounted if held_top == top else None
-    return _hole_start(store, peer, origin, top, held_top, ours, rcounts, anomalies)
+    ours = fp if held_top == top else None
+    return _hole_start(store, peer, origin, top, held_top, ours, rfps, anomalies)
 
 
 def _hole_start(
@@ -739,20 +775,20 @@ def _hole_start(
     origin: str,
     top: int,
     held_top: int,
-    ours: int | None,
-    rcounts: Mapping[str, int] | None,
+    ours: replication.Fingerprint | None,
+    rfps: Fingerprints | None,
     anomalies: list[dict[str, Any]],
 ) -> int | None:
-    """Just before our first hole in `origin` up to the peer's `top`, or None: where we account
-    for fewer positions up to `top` than the peer says it does (`ours`: our count, if known)."""
-    theirs = None if rcounts is None else rcounts.get(origin)
+    """Just before the first position of `origin` up to the peer's `top` that the peer
+    accounts for and we do not, or None (`ours`: our fingerprint up to `top`, if known)."""
+    theirs = None if rfps is None else rfps.get(origin)
     if theirs is None:
         return None
     if ours is None:
-        ours = replication.count_upto(store, origin, top)
-    if ours >= theirs:
+        ours = replication.fingerprint_upto(store, origin, top)
+    if ours == theirs:
         return None
-    first = _first_difference(store, peer, origin, top)
+    first = _first_gap(store, peer, origin, top, "peer", (ours, theirs))
     if first is None:
         return None
     anomalies.append(_anomaly(origin, "hole", peer, top, held_top, first - 1, ours, theirs))
@@ -766,13 +802,14 @@ def _anomaly(
     peer_top: int,
     local_top: int,
     resume_after: int,
-    ours: int | None = None,
-    theirs: int | None = None,
+    ours: replication.Fingerprint | None = None,
+    theirs: replication.Fingerprint | None = None,
 ) -> dict[str, Any]:
     if reason == "hole":
         what = (
-            f"we account for {ours} positions of {origin} up to {peer_top}, the peer for "
-            f"{theirs}: the first that differs is {resume_after + 1}"
+            f"our positions of {origin} up to {peer_top} differ from the peer's (we account "
+            f"for {ours[0] if ours else 0}, it for {theirs[0] if theirs else 0}): the first it "
+            f"holds that we lack is {resume_after + 1}"
         )
     else:
         what = (
@@ -834,23 +871,73 @@ def _author_check(
     ]
 
 
-def _first_difference(store: LogStore, peer: Peer, origin: str, hi: int) -> int | None:
-    """The lowest position u <= hi where we and the peer account for a different number of
-    positions of `origin` up to u (O(log hi) `/sync/count` probes), or None if the counts
-    agree at `hi` after all (a concurrent round filled the gap)."""
-    if getattr(peer, "count", None) is None:  # a peer that cannot be probed
-        return None
-    if replication.count_upto(store, origin, hi) == peer.count(origin, hi):
-        return None
-    lo = 0  # counts agree at lo (0 = nothing), differ at hi
-    while hi - lo > 1:
-        check_deadline(peer, f"probing {origin} for holes")
-        mid = (lo + hi) // 2
-        if replication.count_upto(store, origin, mid) == peer.count(origin, mid):
-            lo = mid
-        else:
-            hi = mid
-    return hi
+MAX_GAP_STEPS = 64  # positions only the other side holds, passed over in one search
+
+
+class _Prefixes:
+    """Prefix fingerprints of one origin on both sides, fetched as needed and cached for one
+    search (ours from the store, theirs with `peer.fingerprint` probes)."""
+
+    def __init__(self, store: LogStore, peer: Peer, origin: str) -> None:
+        self.store, self.peer, self.origin = store, peer, origin
+        self.ours: dict[int, replication.Fingerprint] = {0: replication.NO_POSITIONS}
+        self.theirs: dict[int, replication.Fingerprint] = {0: replication.NO_POSITIONS}
+
+    def at(self, u: int) -> tuple[replication.Fingerprint, replication.Fingerprint]:
+        if u not in self.theirs:
+            check_deadline(self.peer, f"probing {self.origin} for holes")
+            self.ours[u] = replication.fingerprint_upto(self.store, self.origin, u)
+            self.theirs[u] = _peer_fingerprint(self.peer, self.origin, u)
+        return self.ours[u], self.theirs[u]
+
+    def between(self, a: int, b: int) -> tuple[replication.Fingerprint, replication.Fingerprint]:
+        """Both sides' fingerprints of the positions in (a, b]."""
+        (oa, ta), (ob, tb) = self.at(a), self.at(b)
+        return replication.fp_between(oa, ob), replication.fp_between(ta, tb)
+
+
+def _peer_fingerprint(peer: Peer, origin: str, upto: int) -> replication.Fingerprint:
+    probe = getattr(peer, "fingerprint", None)
+    if probe is None:  # a peer that can only count: a count is a weak fingerprint
+        return peer.count(origin, upto), 0, 0
+    return probe(origin, upto)
+
+
+def _first_gap(
+    store: LogStore,
+    peer: Peer,
+    origin: str,
+    top: int,
+    holder: str,
+    known: tuple[Any, Any] | None = None,
+) -> int | None:
+    """The lowest position of `origin` up to `top` that `holder` ("peer" or "ours") accounts
+    for and the other side does not, or None. Bisects on range fingerprints (O(log top)
+    probes); a differing position held by the other side only is passed over and the search
+    goes on above it (at most MAX_GAP_STEPS times)."""
+    if getattr(peer, "fingerprint", None) is None and getattr(peer, "count", None) is None:
+        return None  # a peer that cannot be probed
+    fps = _Prefixes(store, peer, origin)
+    if known is not None:
+        fps.ours[top], fps.theirs[top] = known
+    lo = 0
+    for _ in range(MAX_GAP_STEPS):
+        ours, theirs = fps.between(lo, top)
+        if ours == theirs:
+            return None
+        a, b = lo, top  # (lo, a] agree, (lo, b] differ: position b is held by one side only
+        while b - a > 1:
+            mid = (a + b) // 2
+            ours, theirs = fps.between(lo, mid)
+            if ours == theirs:
+                a = mid
+            else:
+                b = mid
+        ours, theirs = fps.between(b - 1, b)
+        if (theirs if holder == "peer" else ours)[0] > (ours if holder == "peer" else theirs)[0]:
+            return b
+        lo = b
+    return None
 
 
 def _pull_origin(store: LogStore, peer: Peer, origin: str, after: int, top: int,
@@ -1135,25 +1222,36 @@ _Staged = tuple[replication.ParsedEvents, int, int, Any, _Fetched]
 
 def find_holes(store: LogStore, peer: Peer,
                rvv: Mapping[str, int] | None = None) -> list[dict[str, Any]]:  # fmt: skip
-    """Holes the version vector cannot see: for each origin both sides know, compare how many
-    positions each accounts for up to the lower top; where they differ, bisect (O(log n)
-    probes) to the first differing origin_seq, on our side ("local") when we account for
-    fewer, else on the peer's. (A round already does this where the tops are equal.)"""
+    """Holes the version vector cannot see: for each origin both sides know, compare the
+    fingerprints of the positions each accounts for up to the lower top; where they differ,
+    search (O(log n) probes) the first position the peer holds and we lack (side "local") and
+    the first we hold and the peer lacks (side "peer"). A round already does the first where
+    the tops are equal; this probes every origin."""
     if rvv is None:
         rvv = _parse_vector(peer.version_vector(), peer)[1]
     local = store.version_vector()
     holes = []
     for origin in sorted(set(local) & set(rvv)):
         top = min(local[origin], rvv[origin])
-        mine, theirs = replication.count_upto(store, origin, top), peer.count(origin, top)
-        if mine == theirs:
+        fps = (
+            replication.fingerprint_upto(store, origin, top),
+            _peer_fingerprint(peer, origin, top),
+        )
+        if fps[0] == fps[1]:
             continue
-        first = _first_difference(store, peer, origin, top)
-        if first is None:
-            continue
-        holes.append({"origin": origin, "first_missing_origin_seq": first, "upto": top,
-                      "local_count": mine, "peer_count": theirs,
-                      "side": "local" if mine < theirs else "peer"})  # fmt: skip
+        for side, holder in (("local", "peer"), ("peer", "ours")):
+            first = _first_gap(store, peer, origin, top, holder, fps)
+            if first is not None:
+                holes.append(
+                    {
+                        "origin": origin,
+                        "first_missing_origin_seq": first,
+                        "upto": top,
+                        "local_count": fps[0][0],
+                        "peer_count": fps[1][0],
+                        "side": side,
+                    }
+                )
     return holes
 
 
@@ -1179,7 +1277,7 @@ def _push(
     store: LogStore,
     peer: Peer,
     rvv: Mapping[str, int],
-    rcounts: Mapping[str, int] | None,
+    rfps: Fingerprints | None,
     res: replication.ApplyResult,
     stats: dict[str, Any],
     progress: Progress | None,
@@ -1187,10 +1285,8 @@ def _push(
 ) -> None:
     local = replication.origin_positions(store)
     for origin in sorted(local):
-        top, accounted = local[origin]
-        after = _push_start(
-            store, peer, origin, top, accounted, rvv.get(origin, 0), rcounts, anomalies
-        )
+        top, fp = local[origin]
+        after = _push_start(store, peer, origin, top, fp, rvv.get(origin, 0), rfps, anomalies)
         while after is not None and after < top:
             check_deadline(peer, f"pushing {origin}")
             evs = replication.list_ops(store, origin, after, BATCH)
@@ -1220,20 +1316,20 @@ def _push_start(
     peer: Peer,
     origin: str,
     top: int,
-    accounted: int,
+    fp: replication.Fingerprint,
     peer_top: int,
-    rcounts: Mapping[str, int] | None,
+    rfps: Fingerprints | None,
     anomalies: list[dict[str, Any]],
 ) -> int | None:
     """Where to push `origin` from (the mirror of `_pull_start`), or None: after the peer's
-    entry when it is behind us, unless it accounts for fewer positions up to that entry than
-    we do (a hole on its side: bisected). A peer at or past our top is probed at our top, so
-    a forged far-ahead event on the peer never stops our pushes."""
-    theirs = None if rcounts is None else rcounts.get(origin)
+    entry when it is behind us, or before the first position we hold and it lacks when the
+    fingerprints up to the lower of the two tops differ. A peer at or past our top is probed
+    at our top, so a forged far-ahead event on the peer never stops our pushes."""
+    theirs = None if rfps is None else rfps.get(origin)
     if peer_top < top:
-        if theirs is None or theirs >= replication.count_upto(store, origin, peer_top):
+        if theirs is None or theirs == replication.fingerprint_upto(store, origin, peer_top):
             return peer_top
-        first = _first_difference(store, peer, origin, peer_top)
+        first = _first_gap(store, peer, origin, peer_top, "ours")
         return peer_top if first is None else first - 1
     if origin == store.replica_id and peer_top > top:
         anomalies.append(
@@ -1248,15 +1344,12 @@ def _push_start(
                 "our pushes to it are probed below them",
             }
         )
-    if peer_top == top and theirs is not None:
-        at_top: int | None = theirs
-    elif rcounts is None:
-        return None  # a peer without counts (the reference) cannot be probed
-    else:
-        at_top = peer.count(origin, top)
-    if at_top >= accounted:
+    if rfps is None:
+        return None  # a peer without fingerprints (the reference) cannot be probed
+    at_top = theirs if peer_top == top else _peer_fingerprint(peer, origin, top)
+    if at_top == fp:
         return None
-    first = _first_difference(store, peer, origin, top)
+    first = _first_gap(store, peer, origin, top, "ours", (fp, at_top))
     return None if first is None else first - 1
 
 

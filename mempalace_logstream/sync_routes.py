@@ -1,9 +1,11 @@
-"""The hub's `/sync/*` routes (S-7.6): the reference's three GET routes in its exact JSON shapes,
-plus `POST /sync/artifacts` (batched fetch, within the client's `max_bytes`), `POST /sync/push`,
-`GET /sync/count` (hole probes), `GET /sync/peers` (estate) and `GET /sync/ops_rows` (compact
-5,000-event pages for our own client, advertised in the version vector's profile as
-`sync_rows`; the reference client never sees or asks for it). Every integer parameter must fit
-an origin position (signed 64-bit): a larger one is a 400 naming it, never a 500.
+"""The hub's `/sync/*` routes (S-7.6): the reference's three GET routes in its exact JSON shapes
+(the version vector with our `origin_fingerprints` added), plus `POST /sync/artifacts` (batched
+fetch, within the client's `max_bytes`), `POST /sync/push`, `GET /sync/count` (hole probes:
+count and fingerprint of the positions up to `upto`), `GET /sync/peers` (estate) and
+`GET /sync/ops_rows` (compact 5,000-event pages for our own client, advertised in the version
+vector's profile as `sync_rows`; the reference client never sees or asks for it). Every integer
+parameter must fit an origin position (signed 64-bit): a larger one is a 400 naming it, never
+a 500.
 
 Only translation happens here: validation and apply live in replication.py / sync.py. Auth is
 the hub's middleware (http_app.py). Errors keep the reference's shape `{"error": "..."}`.
@@ -76,8 +78,8 @@ def router(store: LogStore, settings: Any = None, loop: sync.SyncLoop | None = N
 
     @r.get("/sync/version_vector")
     def version_vector() -> Response:
-        """The reference's shape plus `origin_counts` (our clients compare it with their own
-        count to see holes below equal tops; the reference client ignores it)."""
+        """The reference's shape plus `origin_fingerprints` (our clients compare them with
+        their own to see holes below equal tops; the reference client ignores them)."""
         profile = _profile()
         positions = replication.origin_positions(store)
         return _json(
@@ -86,7 +88,7 @@ def router(store: LogStore, settings: Any = None, loop: sync.SyncLoop | None = N
                 "version_vector": {o: top for o, (top, _) in positions.items()},
                 "profile": profile,
                 "profiles": {store.replica_id: profile},
-                "origin_counts": {o: n for o, (_, n) in positions.items()},
+                "origin_fingerprints": {o: list(fp) for o, (_, fp) in positions.items()},
             }
         )
 
@@ -181,10 +183,11 @@ def router(store: LogStore, settings: Any = None, loop: sync.SyncLoop | None = N
             if not origin or not origin.strip():
                 return _error("origin must be a non-empty string", 400)
             bound = _int_param("upto", upto, 0)
-            n = replication.count_upto(store, origin, bound)
+            fp = replication.fingerprint_upto(store, origin, bound)
         except errors.ValidationError as exc:
             return _error(exc.message, 400, exc.field if exc.field == "upto" else None)
-        return _json({"origin": origin.strip(), "upto": bound, "count": n})
+        body = {"origin": origin.strip(), "upto": bound, "count": fp[0], "fingerprint": list(fp)}
+        return _json(body)
 
     @r.get("/sync/peers")
     def peers() -> Response:

@@ -329,11 +329,11 @@ def test_cli_sync_exits_1_when_a_peer_fails_and_2_on_usage(tmp_path) -> None:
 
 
 class NoCounts(sync.LocalPeer):
-    """A peer whose version vector carries no `origin_counts` (as the reference hub's)."""
+    """A peer whose version vector carries no `origin_fingerprints` (as the reference hub's)."""
 
     def version_vector(self) -> dict[str, Any]:
         out = super().version_vector()
-        del out["origin_counts"]
+        del out["origin_fingerprints"]
         return out
 
 

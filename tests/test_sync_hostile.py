@@ -414,6 +414,27 @@ def test_a_forged_position_that_spread_to_a_hub_does_not_stop_its_spokes(make) -
     assert (hole["reason"], hole["resume_after"]) == ("hole", later.origin_seq - 1)
 
 
+def test_forgeries_that_even_out_the_counts_do_not_hide_an_honest_event(make) -> None:
+    """Found by the state machine: the spoke holds a forged position the hub lacks, the hub an
+    honest one the spoke lacks; equal tops, equal counts, different sets. Fingerprints of the
+    positions (not counts) tell them apart, and the search skips the spoke's own extra."""
+    p2, hub, spoke = make("p2"), make("hub"), make("spoke")
+    note(p2, "one")
+    for s in (hub, spoke):
+        sync.sync_with_peer(s, sync.LocalPeer(p2))
+        replication.apply_remote_events(s, [_forged(p2.replica_id)], "mallory")
+    replication.apply_remote_events(spoke, [_forged(p2.replica_id, 10**12)], "mallory")
+    later = note(p2, "two")
+    sync.sync_with_peer(hub, sync.LocalPeer(p2))
+    assert replication.count_upto(hub, p2.replica_id, 10**15) == 3
+    assert replication.count_upto(spoke, p2.replica_id, 10**15) == 3
+    result = sync.sync_with_peer(spoke, sync.LocalPeer(hub), push=True)
+    assert result["pulled_events"] == 1 and spoke.event_get(later.id).body == "two"
+    assert result["pushed_events"] == 1  # and the hub gets the spoke's extra
+    [hole] = result["sequence_anomalies"]
+    assert (hole["reason"], hole["resume_after"]) == ("hole", later.origin_seq - 1)
+
+
 def test_the_author_pushes_past_a_forged_position_on_the_hub(make) -> None:
     p2, hub = make("p2"), make("hub")
     note(p2, "one")

@@ -233,14 +233,15 @@ def test_hole_probe_route_and_repair_over_http(make) -> None:
     replication.apply_remote_events(b, wires[:6] + wires[7:])
     with running_hub(a) as url:
         probe = get(url, "/sync/count", origin=a.replica_id, upto=5).json()
-        assert probe == {"origin": a.replica_id, "upto": 5, "count": 5}
+        # positions 1..5: count 5, sum 15, sum of squares 55
+        assert probe == {"origin": a.replica_id, "upto": 5, "count": 5, "fingerprint": [5, 15, 55]}
         assert get(url, "/sync/count", origin="").status_code == 400
         peer = sync.HttpPeer(url, TOKEN)
         try:
             out = sync.sync_one(b, peer, repair=True)
         finally:
             peer.close()
-    # The round itself sees the hole below equal tops (origin_counts) and bisects to it with
+    # The round itself sees the hole below equal tops (origin_fingerprints) and finds it with
     # /sync/count probes; the explicit repair then finds nothing left.
     [hole] = out["sequence_anomalies"]
     assert (hole["reason"], hole["resume_after"]) == ("hole", wires[6]["origin_seq"] - 1)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -82,12 +83,30 @@ def test_any_version_vector_body_parses_or_is_a_sync_error(body) -> None:
         name = url = "peer"
 
     try:
-        rid, rvv, counts = sync._parse_vector(body, Named())  # type: ignore[arg-type]
+        rid, rvv, fps = sync._parse_vector(body, Named())  # type: ignore[arg-type]
     except errors.SyncError as exc:
         assert exc.message.startswith("peer: bad version vector: ")
         return
-    for n in [*rvv.values(), *(counts or {}).values()]:
+    for n in rvv.values():
         assert 0 <= n <= replication.MAX_SEQ
+    for n, s1, s2 in (fps or {}).values():
+        assert 0 <= n <= replication.MAX_SEQ and 0 <= s1 < replication.FP_P1
+        assert 0 <= s2 < replication.FP_P2
+
+
+POSITIONS = st.sets(st.integers(1, 2**63 - 1) | st.integers(1, 200), max_size=30)
+
+
+@given(POSITIONS, POSITIONS)
+def test_position_fingerprints_tell_sets_apart_and_subtract_by_range(a, b) -> None:
+    assert (replication._fp_of(a) == replication._fp_of(b)) == (a == b)
+    cut = sorted(a)[len(a) // 2] if a else 0
+    low = replication._fp_of(p for p in a if p <= cut)
+    assert replication.fp_between(low, replication._fp_of(a)) == replication._fp_of(
+        p for p in a if p > cut
+    )
+    wire = list(replication._fp_of(a))
+    assert sync.fingerprint(wire) == tuple(wire)
 
 
 @given(st.integers(-(2**64), 2**64) | st.integers(0, 9).map(lambda n: 2**63 - 1 + n))
@@ -126,6 +145,30 @@ def store():
     yield s
     s.close()
     shutil.rmtree(d, ignore_errors=True)
+
+
+@given(
+    st.text("0123456789abcdef", min_size=32, max_size=32),
+    st.sets(st.integers(1, 2**63 - 1), max_size=20),
+    st.integers(0, 2**63 - 1),
+)
+def test_the_store_fingerprints_exactly_the_positions_it_holds(store, hexid, positions, upto):
+    origin = "rep_" + hexid
+    wires = [
+        {"id": f"evt_20260101T000000_{hexid[:8]}{p:016x}", "origin_replica": origin,
+         "origin_seq": p, "hlc": f"1700000000000-000000-{origin}", "type": "note",
+         "stream": "s", "room": "r", "from_agent": "a", "body": "b",
+         "created_at": "2026-01-01T00:00:00Z", "metadata": {}, "artifact_ids": []}
+        for p in positions
+    ]  # fmt: skip
+    replication.apply_remote_events(store, wires)
+    with store.engine.connect() as conn:
+        c = replication.events.c
+        query = sa.select(c.origin_seq).where(c.origin_replica == origin)
+        held = {r[0] for r in conn.execute(query)}
+    assert replication.fingerprint_upto(store, origin, upto) == replication._fp_of(
+        p for p in held if p <= upto
+    )
 
 
 @given(seq=st.integers(-(2**70), 2**70) | st.floats(allow_nan=False, allow_infinity=False))
