@@ -644,7 +644,7 @@ def sync_with_peer(
             stats["per_origin"][origin] = n
     if push:
         try:
-            _push(store, peer, rvv, rfps, res, stats, progress, anomalies)
+            _push(store, peer, peer_replica, rvv, rfps, res, stats, progress, anomalies)
         except _PushRefused as exc:  # a pull-only (reference) hub: the pull half still counts
             stats["push_error"] = exc.message
     stats["pulled_events"] = res.applied_events
@@ -1276,6 +1276,7 @@ def repair_holes(store: LogStore, peer: Peer, progress: Progress | None = None) 
 def _push(
     store: LogStore,
     peer: Peer,
+    peer_replica: str,
     rvv: Mapping[str, int],
     rfps: Fingerprints | None,
     res: replication.ApplyResult,
@@ -1285,6 +1286,8 @@ def _push(
 ) -> None:
     local = replication.origin_positions(store)
     for origin in sorted(local):
+        if origin == peer_replica:
+            continue  # its own events: an author keeps only what it wrote (and drops the rest)
         top, fp = local[origin]
         after = _push_start(store, peer, origin, top, fp, rvv.get(origin, 0), rfps, anomalies)
         while after is not None and after < top:

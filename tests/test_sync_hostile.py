@@ -446,6 +446,24 @@ def test_the_author_pushes_past_a_forged_position_on_the_hub(make) -> None:
     assert result["sequence_anomalies"][0]["reason"] == "peer_beyond_our_tip"
 
 
+def test_a_forgery_is_never_pushed_back_to_the_author_it_claims(make) -> None:
+    p2, hub = make("p2"), make("hub")
+    note(p2, "one")
+    replication.apply_remote_events(hub, [_forged(p2.replica_id)], "mallory")
+
+    class Pushes(sync.LocalPeer):
+        sent: list[Any] = []
+
+        def push(self, artifacts: Any, events: Any, sender: str) -> dict[str, Any]:
+            self.sent += events
+            return super().push(artifacts, events, sender)
+
+    author = Pushes(p2)
+    for _ in range(2):
+        sync.sync_with_peer(hub, author, push=True)
+    assert [e["origin_replica"] for e in author.sent] == []
+
+
 def test_a_forged_position_above_a_lagging_peer_resumes_at_its_top(make) -> None:
     """No counts needed: a reference-shaped peer whose top we do not hold is pulled from."""
     from tests.test_sync import NoCounts
