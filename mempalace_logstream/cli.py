@@ -681,6 +681,8 @@ def serve(
     mcp_read_only: Annotated[bool, typer.Option("--mcp-read-only", help="Hide mutating MCP tools at /mcp.")] = False,
     sync_interval: Annotated[float | None, typer.Option("--sync-interval", help="Seconds between background sync rounds with the peers of <palace>/peers.json (0 disables). Default: $MEMPALACE_LOGSTREAM_SYNC_INTERVAL, $MEMPALACE_SYNC_INTERVAL or 15.", show_default=False)] = None,
     sync_push: Annotated[bool, typer.Option("--sync-push", help="Background rounds also push what each peer lacks.")] = False,
+    sync_deadline_s: Annotated[float, typer.Option("--sync-deadline-s", help="Seconds a background round with one peer may take in all; past it the round stops and reports it as that peer's error.")] = 300.0,
+    sync_max_response_bytes: Annotated[int, typer.Option("--sync-max-response-bytes", help="Bytes read from one peer response in background rounds; a larger response is refused.")] = 16 * 1024 * 1024,
     db: DbOpt = None, palace: PalaceOpt = None,
 ) -> None:  # fmt: skip
     """Run the hub: HTTP API under /v1, SSE at /v1/stream, MCP at /mcp, docs at /docs."""
@@ -701,6 +703,13 @@ def serve(
         raise fail(
             f"--sync-interval must be 0 (off) or a positive number of seconds, got {sync_interval}"
         )
+    _check_sync_limits(
+        "--sync-deadline-s",
+        sync_deadline_s,
+        "--sync-max-response-bytes",
+        sync_max_response_bytes,
+        sync_mod.MIN_RESPONSE_BYTES,
+    )
     try:
         interval = (
             sync_interval if sync_interval is not None else sync_mod.interval_from_env(os.environ)
@@ -714,7 +723,14 @@ def serve(
         ping_interval_s=ping_interval, max_request_bytes=max_request_bytes,
         allowed_hosts=tuple(allow_host or ()), palace=str(palace_path),
     )  # fmt: skip
-    loop = sync_mod.SyncLoop(store, palace_path, interval_s=interval, push=sync_push)
+    loop = sync_mod.SyncLoop(
+        store,
+        palace_path,
+        interval_s=interval,
+        push=sync_push,
+        deadline_s=sync_deadline_s,
+        max_response_bytes=sync_max_response_bytes,
+    )
     mcp_app, mcp_lifespan = mcp_server.http_endpoint(store, read_only=mcp_read_only)
     mount = http_app.ExtraMount("/mcp", mcp_app, mcp_lifespan)
     application = http_app.create_app(store, settings, mounts=(mount,), sync_loop=loop)
@@ -798,6 +814,11 @@ def _sync_line(r: dict[str, Any]) -> str:
         line += f", {r['conflict_count']} CONFLICTS (see `logstream peers --json`)"
     if r.get("rejected_count"):
         line += f", {r['rejected_count']} REJECTED"
+    if r.get("sequence_anomaly_count"):
+        line += (
+            f", {r['sequence_anomaly_count']} SEQUENCE ANOMALIES "
+            f"({r['sequence_anomalies'][0]['message']})"
+        )
     if "repair" in r:
         holes = [h for h in r["repair"]["holes"] if h["side"] == "local"]
         line += f", {len(holes)} holes repaired (+{r['repair']['pulled_events']} events)"
@@ -836,6 +857,8 @@ def sync_cmd(
         typer.Option("--repair-holes", help="Then probe for holes the version vector cannot "
                      "see and re-pull them (not supported by reference hubs)."),
     ] = False,
+    deadline_s: Annotated[float, typer.Option("--deadline-s", help="Seconds a round with one peer may take in all (every socket read included); past it the round stops and reports it as that peer's error.")] = 300.0,
+    max_response_bytes: Annotated[int, typer.Option("--max-response-bytes", help="Bytes read from one peer response; a larger response is refused with an error naming the peer.")] = 16 * 1024 * 1024,
     db: DbOpt = None, palace: PalaceOpt = None, as_json: JsonOpt = False,
 ) -> None:  # fmt: skip
     """Pull (and with --push also push) events and artifacts from peers.
@@ -847,6 +870,14 @@ def sync_cmd(
 
     if peer and peer_db:
         raise fail("give --peer or --peer-db, not both", 2)
+    _check_sync_limits(
+        "--deadline-s",
+        deadline_s,
+        "--max-response-bytes",
+        max_response_bytes,
+        sync_mod.MIN_RESPONSE_BYTES,
+    )
+    limits = {"deadline_s": deadline_s, "max_response_bytes": max_response_bytes}
     settings = config.Settings.from_env()
     palace_path = config.palace_dir(palace or settings.palace)
     try:
@@ -863,8 +894,18 @@ def sync_cmd(
                     bar.update(task, completed=done, total=info.get("total") or None,
                                description=f"sync {str(info.get('origin'))[:16]}")  # fmt: skip
 
-            results = _run_sync(store, sync_mod, peer, token, peer_db, push, palace_path,
-                                progress, repair_holes)  # fmt: skip
+            results = _run_sync(
+                store,
+                sync_mod,
+                peer,
+                token,
+                peer_db,
+                push,
+                palace_path,
+                progress,
+                repair_holes,
+                limits,
+            )
     except errors.LogstreamError as exc:
         raise fail(exc.message) from None
     finally:
@@ -878,9 +919,18 @@ def sync_cmd(
         raise typer.Exit(1)
 
 
-def _run_sync(store: Any, sync_mod: Any, peer: str | None, token: str | None,
-              peer_db: str | None, push: bool, palace_path: Path,
-              progress: Any, repair: bool = False) -> list[dict[str, Any]]:  # fmt: skip
+def _run_sync(
+    store: Any,
+    sync_mod: Any,
+    peer: str | None,
+    token: str | None,
+    peer_db: str | None,
+    push: bool,
+    palace_path: Path,
+    progress: Any,
+    repair: bool,
+    limits: dict[str, Any],
+) -> list[dict[str, Any]]:
     if peer_db:
         from mempalace_logstream.store import LogStore
 
@@ -888,22 +938,38 @@ def _run_sync(store: Any, sync_mod: Any, peer: str | None, token: str | None,
             config.resolve_db(peer_db, None), durability=STATE.durability, create=False
         )
         try:
-            return [sync_mod.sync_one(store, sync_mod.LocalPeer(other, name=peer_db), push,
-                                      progress, repair)]  # fmt: skip
+            return [
+                sync_mod.sync_one(
+                    store,
+                    sync_mod.LocalPeer(other, name=peer_db),
+                    push,
+                    progress,
+                    repair,
+                    limits["deadline_s"],
+                )
+            ]
         finally:
             other.close()
     if peer:
-        remote = sync_mod.HttpPeer(peer, token)
-        try:
-            return [sync_mod.sync_one(store, remote, push, progress, repair)]
-        finally:
-            remote.close()
+        spec = {"url": peer, "token": token}
+        return [sync_mod.http_round(store, spec, push, progress, repair, **limits)]
     if not sync_mod.load_peers(palace_path):
         raise errors.ValidationError(
             f"no peers configured ({sync_mod.peers_file(palace_path)}) and no --peer given",
             field="peer",
         )
-    return sync_mod.sync_all(store, palace_path, push=push, progress=progress, repair=repair)
+    return sync_mod.sync_all(
+        store, palace_path, push=push, progress=progress, repair=repair, **limits
+    )
+
+
+def _check_sync_limits(
+    deadline_flag: str, deadline_s: float, bytes_flag: str, max_bytes: int, min_bytes: int
+) -> None:
+    if not deadline_s > 0:
+        raise fail(f"{deadline_flag} must be a positive number of seconds, got {deadline_s}", 2)
+    if max_bytes < min_bytes:
+        raise fail(f"{bytes_flag} is {max_bytes}; it must be at least {min_bytes} bytes", 2)
 
 
 @app.command("peers")
@@ -930,8 +996,11 @@ def peers_cmd(
         return
     c = out["sync"]
     typer.echo(_peers_table(out))
-    typer.echo(f"conflicts {c['conflicts']}, rejections {c['rejections']} "
-               f"(deferred {c['deferred']}), clock anomalies {c['clock_anomalies']}")  # fmt: skip
+    typer.echo(
+        f"conflicts {c['conflicts']}, rejections {c['rejections']} "
+        f"(deferred {c['deferred']}), clock anomalies {c['clock_anomalies']}, "
+        f"sequence anomalies {c['sequence_anomalies']}"
+    )
 
 
 PEER_COLUMNS = (

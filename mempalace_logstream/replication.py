@@ -51,6 +51,7 @@ from mempalace_logstream.store import (
 )
 
 MAX_OPS_LIMIT = 500
+MAX_SEQ = 2**63 - 1  # origin positions are signed 64-bit integers on both backends
 MAX_RETRIES = 5  # a deferred event pins its origin's pull position for this many rounds
 REPORT_CAP = 100  # conflicts/rejections listed per round result (counts are exact)
 _CREATED_AT_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z$")
@@ -138,9 +139,18 @@ class ApplyResult:
 # ----------------------------------------------------------------------------- reading
 
 
+def seq_int(field: str, value: Any) -> int:
+    """An integer that fits an origin position column (signed 64-bit); raises ValidationError
+    naming `field` (a larger number must never reach the database as an OverflowError)."""
+    n = v.strict_int(field, value)
+    if not -MAX_SEQ - 1 <= n <= MAX_SEQ:
+        raise v.fail(field, f"is {n}; the limit is {MAX_SEQ} (a signed 64-bit integer)", MAX_SEQ)
+    return n
+
+
 def _ops_args(origin: Any, after_seq: Any, limit: Any, cap: int) -> tuple[str, int, int]:
     clean_origin = v.required_routing("origin", origin)
-    after = v.strict_int("after", 0 if after_seq is None else after_seq)
+    after = seq_int("after", 0 if after_seq is None else after_seq)
     if after < 0:
         raise v.fail("after", f"is {after}; it must be a non-negative integer")
     n = cap if limit is None else v.strict_int("limit", limit)
@@ -399,8 +409,12 @@ class EventChecker:
             v.remote_id(f"artifact_ids[{i}]", aid)
         c_origin = same("origin_replica", origin)
         c_seq = v.strict_int("origin_seq", origin_seq)
-        if c_seq < 1:
-            raise v.fail("origin_seq", f"is {c_seq}; it must be a positive integer")
+        if c_seq < 1 or c_seq > MAX_SEQ:
+            raise v.fail(
+                "origin_seq",
+                f"is {c_seq}; it must be a positive integer of at most {MAX_SEQ}",
+                MAX_SEQ,
+            )
         if not isinstance(stamp, str) or len(stamp) > 200 or not _HLC_MATCH(stamp):
             raise v.fail("hlc", f"{stamp!r} is not <13-digit ms>-<6 hex counter>-<replica id>")
         c_id = v.remote_id("id", ident)
@@ -945,7 +959,7 @@ def _raw_position(raw: Any) -> tuple[str | None, int | None]:
     origin, seq = raw.get("origin_replica"), raw.get("origin_seq")
     return (
         origin if isinstance(origin, str) else None,
-        seq if isinstance(seq, int) and not isinstance(seq, bool) else None,
+        seq if type(seq) is int and 0 <= seq <= MAX_SEQ else None,  # a column, never overflow
     )
 
 
@@ -1088,17 +1102,135 @@ def origin_top(store: LogStore, origin: str) -> int:
     return int(top or 0)
 
 
+Fingerprint = tuple[int, int, int]
+FP_P1, FP_P2 = 2_147_483_647, 1_000_000_007  # two primes: sums stay well inside 64 bits
+NO_POSITIONS: Fingerprint = (0, 0, 0)
+
+
 def count_upto(store: LogStore, origin: Any, upto: Any) -> int:
-    """How many events of `origin` with origin_seq <= upto this replica holds (hole probes)."""
+    """How many positions of `origin` up to `upto` this replica accounts for (hole probes):
+    the events it holds plus the positions it refused for good (invalid, conflicting, deferred
+    past MAX_RETRIES) and does not hold. Two replicas that account for the same positions
+    agree, so an event one of them refuses is not a hole to re-pull every round."""
+    return fingerprint_upto(store, origin, upto)[0]
+
+
+def fingerprint_upto(store: LogStore, origin: Any, upto: Any) -> Fingerprint:
+    """(count, sum of seq mod FP_P1, sum of seq² mod FP_P2) over the positions of `origin` up
+    to `upto` that this replica accounts for (as `count_upto`). Equal fingerprints mean the
+    same set of positions, short of a deliberate collision; a count alone does not (two
+    replicas may each hold a position the other lacks). An index-only range scan."""
     clean = v.required_routing("origin", origin)
-    bound = v.strict_int("upto", upto)
+    bound = seq_int("upto", upto)
+    c = events.c
     with store._storage_errors(), store.engine.connect() as conn:
-        n = conn.execute(
-            sa.select(sa.func.count())
-            .select_from(events)
-            .where(events.c.origin_replica == clean, events.c.origin_seq <= bound)
+        row = conn.execute(
+            sa.select(*_fp_aggregates(c.origin_seq)).where(
+                c.origin_replica == clean, c.origin_seq <= bound
+            )
+        ).one()
+        return _fp_add(_fp_row(row), _fp_of(_refused_positions(conn, clean, bound)))
+
+
+def _fp_aggregates(col: Any) -> list[Any]:
+    return [
+        sa.func.count(),
+        sa.func.coalesce(sa.func.sum(col % FP_P1), 0),
+        sa.func.coalesce(sa.func.sum((col % FP_P2) * (col % FP_P2) % FP_P2), 0),
+    ]
+
+
+def _fp_row(row: Sequence[Any]) -> Fingerprint:
+    return int(row[0] or 0), int(row[1] or 0) % FP_P1, int(row[2] or 0) % FP_P2
+
+
+def _fp_of(positions: Iterable[int]) -> Fingerprint:
+    n = s1 = s2 = 0
+    for p in positions:
+        n, s1, s2 = n + 1, s1 + p % FP_P1, s2 + (p % FP_P2) ** 2 % FP_P2
+    return n, s1 % FP_P1, s2 % FP_P2
+
+
+def _fp_add(a: Fingerprint, b: Fingerprint) -> Fingerprint:
+    return a[0] + b[0], (a[1] + b[1]) % FP_P1, (a[2] + b[2]) % FP_P2
+
+
+def fp_between(lower: Fingerprint, upper: Fingerprint) -> Fingerprint:
+    """The fingerprint of the positions in (a, b] from the prefix fingerprints at a and b."""
+    return upper[0] - lower[0], (upper[1] - lower[1]) % FP_P1, (upper[2] - lower[2]) % FP_P2
+
+
+def _refused_union() -> sa.Subquery:
+    r, c = sync_rejections.c, sync_conflicts.c
+    return sa.union(
+        sa.select(r.origin_replica, r.origin_seq).where(
+            r.kind == "event", r.retryable.is_(False), r.origin_seq.is_not(None)
+        ),
+        sa.select(c.origin_replica, c.origin_seq).where(c.origin_seq.is_not(None)),
+    ).subquery()
+
+
+def _refused_positions(conn: sa.Connection, origin: str, upto: int) -> list[int]:
+    """Distinct positions of `origin` <= upto refused for good (rejections that are no longer
+    retried, conflicts) at which no event is held. Both tables are empty on a healthy log."""
+    u = _refused_union()
+    held = sa.exists().where(
+        events.c.origin_replica == u.c.origin_replica, events.c.origin_seq == u.c.origin_seq
+    )
+    q = sa.select(u.c.origin_seq).where(u.c.origin_replica == origin, u.c.origin_seq <= upto, ~held)
+    return [int(r[0]) for r in conn.execute(q)]
+
+
+def origin_positions(store: LogStore) -> dict[str, tuple[int, Fingerprint]]:
+    """{origin: (top, fingerprint)}: our version-vector entry and `fingerprint_upto(origin,
+    top)`, for every origin we hold events of. One scan, like `version_vector()`; served to our
+    peers as `origin_fingerprints` next to the vector, so that a round sees a hole below equal
+    tops."""
+    c = events.c
+    with store._storage_errors(), store.engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(
+                c.origin_replica, sa.func.max(c.origin_seq), *_fp_aggregates(c.origin_seq)
+            ).group_by(c.origin_replica)
+        ).all()
+        out = {r[0]: (int(r[1]), _fp_row(r[2:])) for r in rows}
+        u = _refused_union()
+        refused = [r[0] for r in conn.execute(sa.select(u.c.origin_replica).distinct())]
+        for origin in refused:
+            if origin in out:
+                top, fp = out[origin]
+                out[origin] = (top, _fp_add(fp, _fp_of(_refused_positions(conn, origin, top))))
+    return out
+
+
+def highest_held(store: LogStore, origin: str, upto: int) -> int:
+    """The highest origin_seq of `origin` <= upto that we hold (0 if none): one index seek."""
+    with store._storage_errors(), store.engine.connect() as conn:
+        top = conn.execute(
+            sa.select(sa.func.max(events.c.origin_seq)).where(
+                events.c.origin_replica == origin, events.c.origin_seq <= seq_int("upto", upto)
+            )
         ).scalar()
-    return int(n or 0)
+    return int(top or 0)
+
+
+def held_above(store: LogStore, origin: str, above: int, limit: int = REPORT_CAP) -> list:
+    """(id, origin_seq) of the first `limit` events of `origin` held above `above`."""
+    with store._storage_errors(), store.engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(events.c.id, events.c.origin_seq)
+            .where(events.c.origin_replica == origin, events.c.origin_seq > above)
+            .order_by(events.c.origin_seq)
+            .limit(limit)
+        ).all()
+    return [(r[0], int(r[1])) for r in rows]
+
+
+def record_sequence_anomalies(store: LogStore, reports: list[dict[str, Any]]) -> None:
+    """Remember events that claim an origin position beyond what that origin itself says it
+    has written (kind `sequence` in sync_rejections; the events stay, nothing is retried)."""
+    if reports:
+        store._submit(lambda conn, st: _record_rejections(store, _Core(store, conn), reports))
 
 
 def list_conflicts(store: LogStore, limit: int = 100) -> list[dict[str, Any]]:
@@ -1189,15 +1321,19 @@ def estate_rows(store: LogStore) -> list[dict[str, Any]]:
 
 
 def counts(store: LogStore) -> dict[str, int]:
-    """Outstanding conflicts, rejections, deferred events and clock anomalies."""
+    """Outstanding conflicts, rejections, deferred events, clock anomalies and sequence
+    anomalies (events held beyond their origin's own tip)."""
     with store._storage_errors(), store.engine.connect() as conn:
 
         def n(q: Any) -> int:
             return int(conn.execute(q).scalar() or 0)
 
+        rejections = sa.select(sa.func.count()).select_from(sync_rejections)
+        anomaly = sync_rejections.c.kind == "sequence"
         return {
             "conflicts": n(sa.select(sa.func.count()).select_from(sync_conflicts)),
-            "rejections": n(sa.select(sa.func.count()).select_from(sync_rejections)),
+            "rejections": n(rejections.where(~anomaly)),
+            "sequence_anomalies": n(rejections.where(anomaly)),
             "deferred": n(
                 sa.select(sa.func.count())
                 .select_from(sync_rejections)

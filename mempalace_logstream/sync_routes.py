@@ -1,7 +1,11 @@
-"""The hub's `/sync/*` routes (S-7.6): the reference's three GET routes in its exact JSON shapes,
-plus `POST /sync/artifacts` (batched fetch), `POST /sync/push`, `GET /sync/peers` (estate) and
+"""The hub's `/sync/*` routes (S-7.6): the reference's three GET routes in its exact JSON shapes
+(the version vector with our `origin_fingerprints` added), plus `POST /sync/artifacts` (batched
+fetch, within the client's `max_bytes`), `POST /sync/push`, `GET /sync/count` (hole probes:
+count and fingerprint of the positions up to `upto`), `GET /sync/peers` (estate) and
 `GET /sync/ops_rows` (compact 5,000-event pages for our own client, advertised in the version
-vector's profile as `sync_rows`; the reference client never sees or asks for it).
+vector's profile as `sync_rows`; the reference client never sees or asks for it). Every integer
+parameter must fit an origin position (signed 64-bit): a larger one is a 400 naming it, never
+a 500.
 
 Only translation happens here: validation and apply live in replication.py / sync.py. Auth is
 the hub's middleware (http_app.py). Errors keep the reference's shape `{"error": "..."}`.
@@ -30,6 +34,7 @@ def _error(message: str, status: int, field: str | None = None) -> Response:
                  status)  # fmt: skip
 
 
+ARTIFACTS_MAX_BYTES = 16 * 1024 * 1024  # content per /sync/artifacts reply (>= 1 artifact)
 ROWS_OFFER = {"format": replication.ROWS_FORMAT, "route": "/sync/ops_rows",
               "max_limit": replication.MAX_ROWS_LIMIT}  # fmt: skip
 
@@ -44,16 +49,25 @@ def _profile() -> dict[str, Any]:
 
 
 def _int_param(name: str, raw: str | None, default: int, *, reference: bool = True) -> int:
-    """An integer query parameter. On the reference's routes the 400 keeps its exact text (its
-    client and tests read it); on our own routes it says which parameter and what was sent."""
+    """An integer query parameter that fits an origin position (signed 64-bit). On the
+    reference's routes a non-integer keeps the reference's exact 400 text (its client and tests
+    read it); otherwise the 400 names the parameter and what was sent or the limit."""
     if raw is None or raw == "":
         return default
+    if len(raw) > 40:  # far past 19 digits: never hand int() a huge string
+        raise errors.ValidationError(
+            f"{name} is {len(raw)} characters; the limit is {replication.MAX_SEQ}", field=name
+        )
     try:
-        return int(raw)
+        n = int(raw)
     except ValueError:
-        message = (f"invalid literal for int() with base 10: {raw!r}" if reference
-                   else f"{name} must be an integer, got {raw[:50]!r}")  # fmt: skip
+        message = (
+            f"invalid literal for int() with base 10: {raw!r}"
+            if reference
+            else f"{name} must be an integer, got {raw[:50]!r}"
+        )
         raise errors.ValidationError(message, field=name) from None
+    return replication.seq_int(name, n)
 
 
 def router(store: LogStore, settings: Any = None, loop: sync.SyncLoop | None = None) -> APIRouter:
@@ -64,11 +78,19 @@ def router(store: LogStore, settings: Any = None, loop: sync.SyncLoop | None = N
 
     @r.get("/sync/version_vector")
     def version_vector() -> Response:
+        """The reference's shape plus `origin_fingerprints` (our clients compare them with
+        their own to see holes below equal tops; the reference client ignores them)."""
         profile = _profile()
-        return _json({
-            "replica_id": store.replica_id, "version_vector": store.version_vector(),
-            "profile": profile, "profiles": {store.replica_id: profile},
-        })  # fmt: skip
+        positions = replication.origin_positions(store)
+        return _json(
+            {
+                "replica_id": store.replica_id,
+                "version_vector": {o: top for o, (top, _) in positions.items()},
+                "profile": profile,
+                "profiles": {store.replica_id: profile},
+                "origin_fingerprints": {o: list(fp) for o, (_, fp) in positions.items()},
+            }
+        )
 
     @r.get("/sync/ops")
     def ops(origin: str | None = None, after: str | None = None,
@@ -84,7 +106,7 @@ def router(store: LogStore, settings: Any = None, loop: sync.SyncLoop | None = N
                 return _error("limit must be a positive integer", 400)
             return _json(replication.ops_page(store, origin, n_after, n_limit))
         except errors.ValidationError as exc:
-            return _error(exc.message, 400)
+            return _error(exc.message, 400)  # the reference's shape: the text names it
 
     @r.get("/sync/ops_rows")
     def ops_rows(origin: str | None = None, after: str | None = None,
@@ -125,10 +147,15 @@ def router(store: LogStore, settings: Any = None, loop: sync.SyncLoop | None = N
             return _error("ids must be a list of artifact ids", 400)
         if len(ids) > sync.ARTIFACT_BATCH * 5:
             return _error(f"ids has {len(ids)} items; the limit is {sync.ARTIFACT_BATCH * 5}", 400)
+        budget = payload.get("max_bytes", ARTIFACTS_MAX_BYTES)
+        if type(budget) is not int or budget < 1:
+            return _error("max_bytes must be a positive integer", 400, "max_bytes")
         from starlette.concurrency import run_in_threadpool
 
         try:
-            found, missing, more = await run_in_threadpool(replication.get_artifacts, store, ids)
+            found, missing, more = await run_in_threadpool(
+                replication.get_artifacts, store, ids, min(budget, ARTIFACTS_MAX_BYTES)
+            )
         except errors.ValidationError as exc:
             return _error(exc.message, 400)
         return _json({"artifacts": [a.to_dict() for a in found], "not_found": missing,
@@ -156,10 +183,11 @@ def router(store: LogStore, settings: Any = None, loop: sync.SyncLoop | None = N
             if not origin or not origin.strip():
                 return _error("origin must be a non-empty string", 400)
             bound = _int_param("upto", upto, 0)
-            n = replication.count_upto(store, origin, bound)
+            fp = replication.fingerprint_upto(store, origin, bound)
         except errors.ValidationError as exc:
-            return _error(exc.message, 400)
-        return _json({"origin": origin.strip(), "upto": bound, "count": n})
+            return _error(exc.message, 400, exc.field if exc.field == "upto" else None)
+        body = {"origin": origin.strip(), "upto": bound, "count": fp[0], "fingerprint": list(fp)}
+        return _json(body)
 
     @r.get("/sync/peers")
     def peers() -> Response:

@@ -328,18 +328,41 @@ def test_cli_sync_exits_1_when_a_peer_fails_and_2_on_usage(tmp_path) -> None:
     assert proc.returncode == 2
 
 
+class NoCounts(sync.LocalPeer):
+    """A peer whose version vector carries no `origin_fingerprints` (as the reference hub's)."""
+
+    def version_vector(self) -> dict[str, Any]:
+        out = super().version_vector()
+        del out["origin_fingerprints"]
+        return out
+
+
+def test_a_round_repairs_holes_below_equal_tops_from_the_peer_counts(make) -> None:
+    a, b = make("a"), make("b")
+    evs = synth_events(40)
+    load(a, evs)
+    replication.apply_remote_events(b, evs[:3] + evs[4:30] + evs[31:])  # holes at 4 and 31
+    assert b.version_vector() == a.version_vector()
+    result = sync.sync_with_peer(b, sync.LocalPeer(a))
+    assert result["pulled_events"] == 2 and result["duplicates"] == 35
+    [hole] = result["sequence_anomalies"]
+    assert (hole["reason"], hole["resume_after"]) == ("hole", 3)
+    assert snapshot(b) == snapshot(a)
+    assert sync.sync_with_peer(b, sync.LocalPeer(a))["sequence_anomaly_count"] == 0
+
+
 def test_holes_the_version_vector_cannot_see_are_found_and_repaired(make) -> None:
     a, b, c = make("a"), make("b"), make("c")
     evs = synth_events(40)
     load(a, evs)
     replication.apply_remote_events(b, evs[:3] + evs[4:30] + evs[31:])  # holes at 4 and 31
     assert b.version_vector() == a.version_vector()
-    assert sync.sync_with_peer(b, sync.LocalPeer(a))["pulled_events"] == 0  # invisible
-    sync.sync_with_peer(c, sync.LocalPeer(b))  # holes travel by gossip
+    assert sync.sync_with_peer(b, NoCounts(a))["pulled_events"] == 0  # invisible
+    sync.sync_with_peer(c, NoCounts(b))  # holes travel by gossip
     holes = sync.find_holes(c, sync.LocalPeer(a))
     assert [(h["first_missing_origin_seq"], h["side"]) for h in holes] == [(4, "local")]
     assert sync.find_holes(a, sync.LocalPeer(b))[0]["side"] == "peer"
-    fixed = sync.sync_one(c, sync.LocalPeer(a), repair=True)
+    fixed = sync.sync_one(c, NoCounts(a), repair=True)
     assert fixed["repair"]["pulled_events"] == 2
     assert snapshot(c) == snapshot(a)
     assert sync.find_holes(c, sync.LocalPeer(a)) == []

@@ -178,8 +178,7 @@ def test_hub_loop_picks_up_peers_json_written_after_start(make, tmp_path) -> Non
             assert b.stats()["events"] == 0
             peers = {"peers": [{"name": "alpha", "url": url, "token": TOKEN}]}
             (palace / "peers.json").write_text(json.dumps(peers))
-            start = loop.rounds
-            assert loop.wait_rounds(start + 2, 30)
+            assert loop.wait_peer_rounds("alpha", 1, 30)
         finally:
             loop.stop()
     assert b.stats()["events"] == 1
@@ -234,15 +233,19 @@ def test_hole_probe_route_and_repair_over_http(make) -> None:
     replication.apply_remote_events(b, wires[:6] + wires[7:])
     with running_hub(a) as url:
         probe = get(url, "/sync/count", origin=a.replica_id, upto=5).json()
-        assert probe == {"origin": a.replica_id, "upto": 5, "count": 5}
+        # positions 1..5: count 5, sum 15, sum of squares 55
+        assert probe == {"origin": a.replica_id, "upto": 5, "count": 5, "fingerprint": [5, 15, 55]}
         assert get(url, "/sync/count", origin="").status_code == 400
         peer = sync.HttpPeer(url, TOKEN)
         try:
             out = sync.sync_one(b, peer, repair=True)
         finally:
             peer.close()
-    assert out["repair"]["holes"][0]["first_missing_origin_seq"] == wires[6]["origin_seq"]
-    assert out["repair"]["pulled_events"] == 1
+    # The round itself sees the hole below equal tops (origin_fingerprints) and finds it with
+    # /sync/count probes; the explicit repair then finds nothing left.
+    [hole] = out["sequence_anomalies"]
+    assert (hole["reason"], hole["resume_after"]) == ("hole", wires[6]["origin_seq"] - 1)
+    assert out["pulled_events"] == 1 and out["repair"]["holes"] == []
     assert b.event_get(wires[6]["id"]).body == "6"
 
 

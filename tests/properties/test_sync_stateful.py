@@ -2,10 +2,12 @@
 
 Random appends, acks and patches; random pulls/pushes between replicas through a peer that
 duplicates and reorders batch items, replays stale batches, and crashes after k calls; random
-partitions; a replica's database recreated from scratch (a new generation). Pulls go through
-reference-shaped pages, compact rows, or compact rows with the threaded prefetch pipeline.
-After a full honest round every replica holds the same events and artifacts in the same HLC
-order, and a second round changes nothing.
+partitions; a replica's database recreated from scratch (a new generation); a hostile peer
+handing a replica a valid event that claims another replica's origin at a far-ahead origin_seq
+(issue 9, item 9). Pulls go through reference-shaped pages, compact rows, or compact rows with
+the threaded prefetch pipeline. After a full honest round every replica holds the same honest
+events and artifacts in the same HLC order (forged positions never stop them), and a second
+round changes nothing.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import random
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -75,8 +78,8 @@ class ChaosPeer:
         if self.last and self.rnd.random() < 0.2:
             return list(self.last)  # a stale, replayed batch
         batch = fetch(origin, after, self.rnd.choice([1, 2, 3, limit]))
-        if batch and self.rnd.random() < 0.5:
-            batch = batch + self.rnd.sample(batch, k=min(len(batch), 2))  # duplicates
+        if batch and self.rnd.random() < 0.5:  # duplicates, within the limit asked
+            batch = (batch + self.rnd.sample(batch, k=min(len(batch), 2)))[:limit]
         self.rnd.shuffle(batch)
         self.last = batch
         return batch
@@ -86,6 +89,10 @@ class ChaosPeer:
         out = self.inner.artifacts(ids)
         self.rnd.shuffle(out)
         return out + out[:1]
+
+    def count(self, origin: str, upto: int) -> int:
+        self._tick()
+        return self.inner.count(origin, upto)
 
     def push(self, artifacts: Any, events: Any, sender: str) -> dict[str, Any]:
         self._tick()
@@ -97,7 +104,8 @@ class ChaosPeer:
         return None
 
 
-def snapshot(store: LogStore) -> tuple[list[tuple], list[tuple]]:
+def snapshot(store: LogStore, skip: set[str] = frozenset()) -> tuple[list[tuple], list[tuple]]:
+    """(events in HLC order, artifacts), leaving out the events whose id is in `skip`."""
     evs: list[Any] = []
     cursor = None
     while True:
@@ -108,7 +116,8 @@ def snapshot(store: LogStore) -> tuple[list[tuple], list[tuple]]:
         cursor = page.cursor
     with store.engine.connect() as conn:
         arts = sorted((r.id, r.sha256) for r in conn.execute(replication.artifacts.select()))
-    return [(e.hlc, e.content_key()) for e in sorted(evs, key=lambda e: e.hlc)], arts
+    kept = sorted((e for e in evs if e.id not in skip), key=lambda e: e.hlc)
+    return [(e.hlc, e.content_key()) for e in kept], arts
 
 
 class SyncMachine(RuleBasedStateMachine):
@@ -117,6 +126,8 @@ class SyncMachine(RuleBasedStateMachine):
         self.dir = Path(tempfile.mkdtemp(prefix="sync-sm-"))
         self.stores: list[LogStore] = []
         self.partitioned: set[frozenset[int]] = set()
+        self.forged: set[str] = set()  # ids of the forged events
+        self.forged_seqs: set[int] = set()
 
     @initialize(n=st.integers(3, 4))
     def open_replicas(self, n: int) -> None:
@@ -163,6 +174,33 @@ class SyncMachine(RuleBasedStateMachine):
         shutil.copy(template(), path)
         self.stores[i] = LogStore.open(str(path), durability="normal")
 
+    @rule(data=st.data(), far=st.integers(10**6, 2**62))
+    def forge(self, data: st.DataObject, far: int) -> None:
+        """A hostile peer hands replica i one valid event claiming replica j's origin at a
+        far-ahead origin_seq (each forgery at its own position, so two never conflict)."""
+        i, j = self._pick(data, "victim"), self._pick(data, "claimed author")
+        if i == j or far in self.forged_seqs:
+            return
+        origin = self.stores[j].replica_id
+        ms = int(time.time() * 1000) - 1000
+        event = {
+            "id": f"evt_20260101T000000_forged{far:016x}",
+            "origin_replica": origin,
+            "origin_seq": far,
+            "hlc": f"{ms:013d}-000000-{origin}",
+            "type": "note",
+            "stream": "s",
+            "room": "r",
+            "from_agent": "mallory",
+            "body": "forged",
+            "created_at": "2026-01-01T00:00:00Z",
+            "metadata": {},
+            "artifact_ids": [],
+        }
+        assert replication.apply_remote_events(self.stores[i], [event], "mallory").applied_events
+        self.forged.add(event["id"])
+        self.forged_seqs.add(far)
+
     @precondition(lambda self: bool(self.partitioned))
     @rule()
     def heal(self) -> None:
@@ -203,7 +241,10 @@ class SyncMachine(RuleBasedStateMachine):
                 ).one()
                 assert (top or 0) == n
                 for table in refusals:
-                    assert conn.execute(sa.select(sa.func.count()).select_from(table)).scalar() == 0
+                    q = sa.select(sa.func.count()).select_from(table)
+                    if table is schema.sync_rejections:  # forgeries seen by their author
+                        q = q.where(table.c.kind != "sequence")
+                    assert conn.execute(q).scalar() == 0
 
     def full_round(self) -> list[dict[str, Any]]:
         hub = sync.LocalPeer(self.stores[0])
@@ -214,15 +255,16 @@ class SyncMachine(RuleBasedStateMachine):
     @rule()
     def converge(self) -> None:
         self.full_round()
-        first = snapshot(self.stores[0])
+        first = snapshot(self.stores[0], self.forged)
         for s in self.stores[1:]:
-            assert snapshot(s) == first
-        vectors = {tuple(sorted(s.version_vector().items())) for s in self.stores}
-        assert len(vectors) == 1
+            assert snapshot(s, self.forged) == first
+        if not self.forged:  # an author never stores a forgery of itself: its entry differs
+            vectors = {tuple(sorted(s.version_vector().items())) for s in self.stores}
+            assert len(vectors) == 1
         again = self.full_round()
         assert all(r["pulled_events"] == r["pushed_events"] == 0 for r in again)
         assert all(r["pulled_artifacts"] == r["pushed_artifacts"] == 0 for r in again)
-        assert [snapshot(s) for s in self.stores] == [first] * len(self.stores)
+        assert [snapshot(s, self.forged) for s in self.stores] == [first] * len(self.stores)
 
     def teardown(self) -> None:
         if self.stores:
