@@ -681,4 +681,36 @@ def test_a_plain_list_imports_no_server_framework(db, tmp_path):
     loaded = json.loads(report.read_text())
     heavy = [m for m in loaded if any(m == s or m.startswith(s + ".") for s in SERVER_MODULES)]
     assert heavy == []
-    assert "mempalace_logstream.cli.events" in loaded  # the command really ran from the package
+    assert "mempalace_logstream.operations" in loaded  # the command really ran, locally
+
+
+FILTER_FLAGS = (
+    "--stream",
+    "--room",
+    "--topic",
+    "--type",
+    "--to-agent",
+    "--writer",
+    "--exclude-writer",
+    "--correlation-id",
+    "--status",
+)
+
+
+def test_the_readers_share_one_declaration_of_the_filter_options(db):
+    """list, wait and watch take the same filter flags with the same help, and all three refuse
+    --from-agent (an identity, not a filter) the same way."""
+    root = typer.main.get_command(cli.app)
+    helps = {}
+    for name in ("list", "wait", "watch"):
+        params = {p.opts[0]: p for p in root.commands[name].params}  # type: ignore[attr-defined]
+        helps[name] = {flag: params[flag].help for flag in FILTER_FLAGS}
+        assert all(params[flag].multiple for flag in FILTER_FLAGS), name
+        assert params["--from-agent"].hidden, name
+    assert helps["list"] == helps["wait"] == helps["watch"]
+    assert all(text and "repeat" in text for text in helps["list"].values())
+    for name in ("list", "wait", "watch"):
+        refused = invoke(name, *D(db), "--from-agent", "bob", "--json")
+        assert refused.exit_code == 2, (name, refused.stderr)
+        assert json.loads(refused.stderr)["field"] == "from_agent", name
+        assert "--writer bob" in json.loads(refused.stderr)["error"], name
