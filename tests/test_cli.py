@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import sqlite3
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from pathlib import Path
 
 import pytest
 import typer
-from conftest import run_cli
+from conftest import REPO, run_cli
 from typer.testing import CliRunner
 
 from mempalace_logstream import cli
@@ -630,3 +633,84 @@ def test_help_touches_no_database(tmp_path):
     for word in ("append", "list", "artifact", "patch", "task", "migrate", "stats"):
         assert word in result.stdout
     assert not (tmp_path / ".mempalace").exists()
+
+
+# What a plain `list` must not load: the servers, their frameworks, the hub client and sync.
+SERVER_MODULES = (
+    "fastapi",
+    "starlette",
+    "sse_starlette",
+    "uvicorn",
+    "mcp",
+    "httpx",
+    "mempalace_logstream.http_app",
+    "mempalace_logstream.sync_routes",
+    "mempalace_logstream.mcp_server",
+    "mempalace_logstream.hub_client",
+    "mempalace_logstream.sync",
+)
+LIST_THEN_SHOW_MODULES = """
+import json, sys
+from mempalace_logstream import cli
+db, report = sys.argv[1:]
+sys.argv = ["logstream", "list", "--json", "--db", db]
+try:
+    cli.main()
+except SystemExit as exc:
+    assert exc.code in (0, None), exc.code
+with open(report, "w") as fh:
+    json.dump(sorted(sys.modules), fh)
+"""
+
+
+def test_a_plain_list_imports_no_server_framework(db, tmp_path):
+    """`list` and `wait` run in loops from scripts: they must not pay for FastAPI, the MCP SDK,
+    uvicorn or httpx. Measured in a fresh interpreter, by what `sys.modules` holds after."""
+    note = ("--type", "note", "--stream", "s", "--room", "r", "--from-agent", "a")
+    assert invoke("append", *D(db), *note, "--body", "hi").exit_code == 0
+    report = tmp_path / "modules.json"
+    proc = subprocess.run(
+        [sys.executable, "-c", LIST_THEN_SHOW_MODULES, str(db), str(report)],
+        capture_output=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    assert json.loads(proc.stdout)["count"] == 1
+    loaded = json.loads(report.read_text())
+    heavy = [m for m in loaded if any(m == s or m.startswith(s + ".") for s in SERVER_MODULES)]
+    assert heavy == []
+    assert "mempalace_logstream.operations" in loaded  # the command really ran, locally
+
+
+FILTER_FLAGS = (
+    "--stream",
+    "--room",
+    "--topic",
+    "--type",
+    "--to-agent",
+    "--writer",
+    "--exclude-writer",
+    "--correlation-id",
+    "--status",
+)
+
+
+def test_the_readers_share_one_declaration_of_the_filter_options(db):
+    """list, wait and watch take the same filter flags with the same help, and all three refuse
+    --from-agent (an identity, not a filter) the same way."""
+    root = typer.main.get_command(cli.app)
+    helps = {}
+    for name in ("list", "wait", "watch"):
+        params = {p.opts[0]: p for p in root.commands[name].params}  # type: ignore[attr-defined]
+        helps[name] = {flag: params[flag].help for flag in FILTER_FLAGS}
+        assert all(params[flag].multiple for flag in FILTER_FLAGS), name
+        assert params["--from-agent"].hidden, name
+    assert helps["list"] == helps["wait"] == helps["watch"]
+    assert all(text and "repeat" in text for text in helps["list"].values())
+    for name in ("list", "wait", "watch"):
+        refused = invoke(name, *D(db), "--from-agent", "bob", "--json")
+        assert refused.exit_code == 2, (name, refused.stderr)
+        assert json.loads(refused.stderr)["field"] == "from_agent", name
+        assert "--writer bob" in json.loads(refused.stderr)["error"], name

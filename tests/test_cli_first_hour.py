@@ -283,7 +283,7 @@ def test_peers_on_an_80_column_terminal_folds_but_never_cuts(palace, monkeypatch
         from mempalace_logstream import sync
 
         estate = sync.estate(store, palace)
-    text = re.sub(r"\x1b\[[0-9;]*m", "", cli._peers_table(estate))  # styles off
+    text = re.sub(r"\x1b\[[0-9;]*m", "", cli.sync.peers_table(estate))  # styles off
     assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
     columns = [[c.strip() for c in line.split("│")[1:-1]] for line in text.splitlines()
                if line.startswith("│")]  # fmt: skip

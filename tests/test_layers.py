@@ -84,15 +84,26 @@ def _names(module: str) -> set[str]:
 
 
 def _modules() -> list[str]:
-    return sorted(p.stem for p in PKG.glob("*.py") if p.stem not in ("__init__", "__main__"))
+    """The package's modules by short name; a subpackage (cli/) counts as one module."""
+    files = [p.stem for p in PKG.glob("*.py") if p.stem not in ("__init__", "__main__")]
+    return sorted(files + [p.parent.name for p in PKG.glob("*/__init__.py")])
+
+
+def _files(module: str) -> list[Path]:
+    """The source files of a module: its .py file, or every file of a subpackage."""
+    path = PKG / f"{module}.py"
+    return [path] if path.exists() else sorted((PKG / module).glob("*.py"))
+
+
+def _all_imports(module: str) -> list[tuple[str, bool]]:
+    return [imp for path in _files(module) for imp in _imports(path)]
 
 
 @pytest.mark.parametrize("module", sorted(RULES))
 def test_core_modules_import_only_downwards(module):
-    path = PKG / f"{module}.py"
-    if not path.exists():
+    if not _files(module):
         pytest.fail(f"{module}.py is listed in the layer table but does not exist")
-    bad = [m for m, _top in _imports(path) if _names(m) & set(RULES[module])]
+    bad = [m for m, _top in _all_imports(module) if _names(m) & set(RULES[module])]
     assert bad == [], f"{module}.py imports {bad}, which STYLE §1 forbids"
 
 
@@ -109,7 +120,7 @@ def test_migrations_import_only_the_schema():
 
 def test_surfaces_never_import_each_other_except_the_cli_lazily():
     for module, group in SURFACES.items():
-        for imported, top in _imports(PKG / f"{module}.py"):
+        for imported, top in _all_imports(module):
             other = _names(imported) - {"<package>"}
             for name in other:
                 if name in SURFACES and SURFACES[name] != group:
@@ -120,16 +131,71 @@ def test_surfaces_never_import_each_other_except_the_cli_lazily():
 
 def test_each_framework_has_exactly_one_home():
     for module in _modules():
-        for imported, _top in _imports(PKG / f"{module}.py"):
+        for imported, _top in _all_imports(module):
             lib = imported.split(".")[0]
             if lib in SOLE_IMPORTERS:
                 assert module in SOLE_IMPORTERS[lib], f"{module}.py imports {lib}"
 
 
 def test_the_cli_imports_servers_and_the_store_lazily():
-    eager = {m for m, top in _imports(PKG / "cli.py") if top}
-    for heavy in ("http_app", "mcp_server", "store", "sync", "fastapi", "uvicorn", "mcp"):
-        assert not any(heavy in _names(m) for m in eager), f"cli.py imports {heavy} eagerly"
+    for path in _files("cli"):
+        eager = {m for m, top in _imports(path) if top}
+        for heavy in ("http_app", "mcp_server", "store", "sync", "fastapi", "uvicorn", "mcp"):
+            assert not any(heavy in _names(m) for m in eager), f"cli/{path.name} imports {heavy}"
+
+
+# --------------------------------------------------------------------------- the CLI package
+# Inside cli/: shared plumbing at the bottom, the root app above it, command groups on top;
+# a group never imports another group. cli module -> the cli modules it may import.
+CLI_BASE = ("shared", "options", "filters", "byteio", "root")
+CLI_RULES: dict[str, tuple[str, ...]] = {
+    "shared": (),
+    "testhooks": (),
+    "options": ("shared",),
+    "byteio": ("shared",),
+    "filters": ("shared", "options"),
+    "root": ("shared", "options"),
+    "events": CLI_BASE,
+    "waiting": (*CLI_BASE, "testhooks"),
+    "artifacts": CLI_BASE,
+    "hub": CLI_BASE,
+    "sync": CLI_BASE,
+    "admin": CLI_BASE,
+    "__init__": ("root", "shared", "events", "waiting", "artifacts", "hub", "sync", "admin"),
+}
+
+
+def _cli_imports(path: Path) -> set[str]:
+    """The cli modules a cli file imports (`from mempalace_logstream.cli import x` too)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+            "mempalace_logstream.cli"
+        ):
+            parts = (node.module or "").split(".")
+            out |= {parts[2]} if len(parts) > 2 else {a.name for a in node.names}
+    return out
+
+
+def test_every_cli_module_is_in_the_cli_layer_table():
+    names = sorted(p.stem for p in _files("cli"))
+    assert names == sorted(CLI_RULES), "add the new cli module to CLI_RULES in test_layers.py"
+
+
+@pytest.mark.parametrize("module", sorted(CLI_RULES))
+def test_cli_modules_import_only_downwards(module):
+    bad = _cli_imports(PKG / "cli" / f"{module}.py") - set(CLI_RULES[module]) - {module}
+    assert not bad, f"cli/{module}.py imports cli modules {sorted(bad)}"
+
+
+def test_test_only_seams_live_in_cli_testhooks():
+    """The crash hook's variable is read in one clearly named module, nowhere else."""
+    homes = [
+        str(p.relative_to(PKG))
+        for p in sorted(PKG.rglob("*.py"))
+        if "LOGSTREAM_TEST_" in p.read_text(encoding="utf-8")
+    ]
+    assert homes == ["cli/testhooks.py"]
 
 
 def test_errors_is_importable_alone_and_imports_nothing_from_the_package():

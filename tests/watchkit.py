@@ -94,7 +94,7 @@ def fork_cli(*args: str, env: dict[str, str] | None = None) -> Forked:
             signal.signal(signal.SIGINT, signal.default_int_handler)
             os.environ.update(env or {})
             sys.argv = ["logstream", *args]
-            cli.app = _COMMAND  # type: ignore[assignment]  (this child only)
+            cli.root.app = _COMMAND  # type: ignore[assignment]  (this child only: main() runs it)
             try:
                 cli.main()
                 code = 0

@@ -1,0 +1,179 @@
+"""The event commands: `append`, `list`, `get` and `ack`, each one core operation through
+`shared.run` (the local store, or a hub with --hub) and a printed answer.
+
+Imports only the CLI's own modules; the store is opened lazily by `shared`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from mempalace_logstream.cli.byteio import text_arg
+from mempalace_logstream.cli.filters import FilterArgs, filter_options
+from mempalace_logstream.cli.options import (
+    BaseCommitOpt,
+    BodyFileOpt,
+    BodyOpt,
+    BranchOpt,
+    CorrelationOpt,
+    DbOpt,
+    FromAgentOpt,
+    HubOpt,
+    JsonOpt,
+    LimitOpt,
+    MetadataOpt,
+    Multi,
+    PalaceOpt,
+    PreviewOpt,
+    RoomOpt,
+    ToAgentOpt,
+    TokenOpt,
+    TopicOpt,
+)
+from mempalace_logstream.cli.root import app
+from mempalace_logstream.cli.shared import emit, event_line, given_args, run
+
+TypeOpt = Annotated[str, typer.Option("--type", help="Event type, e.g. task.reply.")]
+StreamOpt = Annotated[str, typer.Option("--stream", help="Stream, e.g. project/x.")]
+StatusOpt = Annotated[str | None, typer.Option("--status", help="open|claimed|ready|applied|...")]
+ArtifactIdsOpt = Annotated[
+    Multi, typer.Option("--artifact-id", help="Referenced artifact (repeat).")
+]
+IDEMPOTENCY_HELP = "Retry-safe key: the same key and content return the first event."
+IdempotencyOpt = Annotated[str | None, typer.Option("--idempotency-key", help=IDEMPOTENCY_HELP)]
+
+
+@app.command()
+def append(
+    type: TypeOpt,
+    stream: StreamOpt,
+    room: RoomOpt,
+    from_agent: FromAgentOpt,
+    to_agent: ToAgentOpt = None,
+    topic: TopicOpt = None,
+    correlation_id: CorrelationOpt = None,
+    branch: BranchOpt = None,
+    base_commit: BaseCommitOpt = None,
+    status: StatusOpt = None,
+    body: BodyOpt = None,
+    body_file: BodyFileOpt = None,
+    metadata: MetadataOpt = None,
+    artifact_id: ArtifactIdsOpt = None,
+    idempotency_key: IdempotencyOpt = None,
+    db: DbOpt = None,
+    palace: PalaceOpt = None,
+    hub: HubOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Append one event to the log."""
+    fields = {
+        "type": type,
+        "stream": stream,
+        "room": room,
+        "from_agent": from_agent,
+        "to_agent": to_agent,
+        "topic": topic,
+        "correlation_id": correlation_id,
+        "branch": branch,
+        "base_commit": base_commit,
+        "status": status,
+        "body": text_arg(body, body_file, "body") or "",
+        "metadata": metadata,
+        "artifact_ids": artifact_id,
+        "idempotency_key": idempotency_key,
+    }
+    out = run(db, palace, "event_append", hub, token, **fields)
+    emit(out, as_json, "Appended: " + event_line(out["event"]))
+
+
+LIST_SINCE_HELP = "Only events after this id (oldest first); 'tip' = none yet."
+BEFORE_HELP = "Only events before this id (page back)."
+CREATED_HELP = "Only events created at or after YYYY-MM-DD[THH:MM:SSZ] (a window, not a cursor)."
+ListSinceOpt = Annotated[str | None, typer.Option("--since-event-id", help=LIST_SINCE_HELP)]
+BeforeOpt = Annotated[str | None, typer.Option("--before-event-id", help=BEFORE_HELP)]
+CreatedOpt = Annotated[str | None, typer.Option("--since-created-at", help=CREATED_HELP)]
+OrderOpt = Annotated[str | None, typer.Option("--order", help="asc or desc.")]
+
+
+@app.command("list")
+@filter_options
+def list_(
+    filters: FilterArgs,
+    since_event_id: ListSinceOpt = None,
+    before_event_id: BeforeOpt = None,
+    since_created_at: CreatedOpt = None,
+    limit: LimitOpt = None,
+    order: OrderOpt = None,
+    preview: PreviewOpt = False,
+    db: DbOpt = None,
+    palace: PalaceOpt = None,
+    hub: HubOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List events (newest first without a cursor, oldest first after --since-event-id)."""
+    page = given_args(
+        since_event_id=since_event_id,
+        before_event_id=before_event_id,
+        since_created_at=since_created_at,
+        limit=limit,
+        order=order,
+        preview=preview or None,
+    )
+    out = run(db, palace, "event_list", hub, token, **filters, **page)
+    lines = [f"{out['count']} event(s):"] + [event_line(e) for e in out["events"]]
+    if out.get("note"):
+        lines.append(f"note: {out['note']}")
+    emit(out, as_json, "\n".join(lines))
+
+
+@app.command()
+def get(
+    event_id: Annotated[str, typer.Argument(help="Event id.")],
+    db: DbOpt = None,
+    palace: PalaceOpt = None,
+    hub: HubOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show one event."""
+    out = run(db, palace, "event_get", hub, token, event_id=event_id)
+    emit(out, as_json, event_line(out["event"]) + "\n" + out["event"]["body"])
+
+
+ACK_STATUS_HELP = "open|claimed|ready|applied|blocked|failed|superseded."
+AckStatusOpt = Annotated[str | None, typer.Option("--status", help=ACK_STATUS_HELP)]
+
+
+@app.command()
+def ack(
+    event_id: Annotated[str, typer.Argument(help="The event to acknowledge.")],
+    from_agent: FromAgentOpt,
+    status: AckStatusOpt = None,
+    body: BodyOpt = None,
+    body_file: BodyFileOpt = None,
+    topic: TopicOpt = None,
+    db: DbOpt = None,
+    palace: PalaceOpt = None,
+    hub: HubOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Acknowledge an event (appends event.ack; the target never changes)."""
+    text = text_arg(body, body_file, "body") or ""
+    out = run(
+        db,
+        palace,
+        "event_ack",
+        hub,
+        token,
+        event_id=event_id,
+        from_agent=from_agent,
+        status=status,
+        body=text,
+        topic=topic,
+    )
+    emit(out, as_json, "Acked: " + event_line(out["event"]))

@@ -1,0 +1,224 @@
+"""The server commands: `serve` (the HTTP hub with SSE, MCP at /mcp and background sync) and
+`mcp` (the MCP tools over stdio).
+
+Every server module (http_app, mcp_server, uvicorn, sync) is imported inside the command that
+runs it, never at module level: a plain `list` must not pay for FastAPI or the MCP SDK.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from mempalace_logstream import config, errors
+from mempalace_logstream.cli.options import DbOpt, Multi, PalaceOpt
+from mempalace_logstream.cli.root import app
+from mempalace_logstream.cli.shared import check_sync_limits, fail, open_store
+
+if TYPE_CHECKING:
+    import socket
+
+    from mempalace_logstream.http_app import HubSettings
+    from mempalace_logstream.store import LogStore
+    from mempalace_logstream.sync import SyncLoop
+
+MiB = 1024 * 1024
+HOST_HELP = "Bind address; non-loopback needs --token."
+SERVE_TOKEN_HELP = "Bearer token clients must send (never printed)."
+PING_HELP = "Seconds between SSE ': ping' comments."
+ALLOW_HOST_HELP = "Extra Host name accepted on a loopback bind (repeat)."
+SYNC_INTERVAL_HELP = (
+    "Seconds between background sync rounds with the peers of <palace>/peers.json (0 "
+    "disables). Default: $MEMPALACE_LOGSTREAM_SYNC_INTERVAL, $MEMPALACE_SYNC_INTERVAL or 15."
+)
+SYNC_DEADLINE_HELP = (
+    "Seconds a background round with one peer may take in all; past it the round stops and "
+    "reports it as that peer's error."
+)
+SYNC_BYTES_HELP = (
+    "Bytes read from one peer response in background rounds; a larger response is refused."
+)
+HostOpt = Annotated[str, typer.Option("--host", help=HOST_HELP)]
+PortOpt = Annotated[int, typer.Option("--port", help="Port (0 = any free port).")]
+ServeTokenOpt = Annotated[
+    str | None,
+    typer.Option("--token", envvar="LOGSTREAM_TOKEN", help=SERVE_TOKEN_HELP, show_default=False),
+]
+SseClientsOpt = Annotated[
+    int, typer.Option("--sse-max-clients", help="Concurrent SSE clients before 503.")
+]
+PingOpt = Annotated[float, typer.Option("--ping-interval", help=PING_HELP)]
+RequestBytesOpt = Annotated[
+    int, typer.Option("--max-request-bytes", help="Larger requests get 413.")
+]
+AllowHostOpt = Annotated[Multi, typer.Option("--allow-host", help=ALLOW_HOST_HELP)]
+McpReadOnlyOpt = Annotated[
+    bool, typer.Option("--mcp-read-only", help="Hide mutating MCP tools at /mcp.")
+]
+SyncIntervalOpt = Annotated[
+    float | None,
+    typer.Option("--sync-interval", help=SYNC_INTERVAL_HELP, show_default=False),
+]
+SyncPushOpt = Annotated[
+    bool, typer.Option("--sync-push", help="Background rounds also push what each peer lacks.")
+]
+SyncDeadlineOpt = Annotated[float, typer.Option("--sync-deadline-s", help=SYNC_DEADLINE_HELP)]
+SyncBytesOpt = Annotated[int, typer.Option("--sync-max-response-bytes", help=SYNC_BYTES_HELP)]
+
+
+@app.command()
+def serve(
+    host: HostOpt = "127.0.0.1",
+    port: PortOpt = 8765,
+    token: ServeTokenOpt = None,
+    sse_max_clients: SseClientsOpt = 256,
+    ping_interval: PingOpt = 15.0,
+    max_request_bytes: RequestBytesOpt = 16 * MiB,
+    allow_host: AllowHostOpt = None,
+    mcp_read_only: McpReadOnlyOpt = False,
+    sync_interval: SyncIntervalOpt = None,
+    sync_push: SyncPushOpt = False,
+    sync_deadline_s: SyncDeadlineOpt = 300.0,
+    sync_max_response_bytes: SyncBytesOpt = 16 * MiB,
+    db: DbOpt = None,
+    palace: PalaceOpt = None,
+) -> None:
+    """Run the hub: HTTP API under /v1, SSE at /v1/stream, MCP at /mcp, docs at /docs."""
+    import uvicorn
+
+    from mempalace_logstream import http_app
+    from mempalace_logstream import sync as sync_mod
+
+    _check_serve_flags(host, token, sync_interval, sync_deadline_s, sync_max_response_bytes)
+    try:
+        interval = (
+            sync_interval if sync_interval is not None else sync_mod.interval_from_env(os.environ)
+        )
+        store = open_store(db, palace, create=True)
+    except errors.LogstreamError as exc:
+        raise fail(exc.message) from None
+    palace_path = config.palace_dir(palace or config.Settings.from_env().palace)
+    settings = http_app.HubSettings(
+        host=host,
+        port=port,
+        token=token,
+        sse_max_clients=sse_max_clients,
+        ping_interval_s=ping_interval,
+        max_request_bytes=max_request_bytes,
+        allowed_hosts=tuple(allow_host or ()),
+        palace=str(palace_path),
+    )
+    loop = sync_mod.SyncLoop(
+        store,
+        palace_path,
+        interval_s=interval,
+        push=sync_push,
+        deadline_s=sync_deadline_s,
+        max_response_bytes=sync_max_response_bytes,
+    )
+    application = _hub_app(store, settings, loop, mcp_read_only)
+    sock = _bind(host, port)
+    _banner(host, sock, store, loop, interval, palace_path)
+    config_ = uvicorn.Config(application, log_level="warning", timeout_graceful_shutdown=3)
+    try:
+        uvicorn.Server(config_).run(sockets=[sock])
+    finally:
+        store.close()
+
+
+def _check_serve_flags(
+    host: str,
+    token: str | None,
+    sync_interval: float | None,
+    sync_deadline_s: float,
+    sync_max_response_bytes: int,
+) -> None:
+    """Refuse a bad token, a public bind without one, and impossible sync settings."""
+    from mempalace_logstream import http_app
+    from mempalace_logstream import sync as sync_mod
+
+    try:
+        http_app.check_token(token or None)
+    except errors.LogstreamError as exc:
+        raise fail(exc.message) from None
+    if not http_app.is_loopback_host(host) and not token:
+        raise fail(f"refusing to bind {host} without a token: pass --token or set LOGSTREAM_TOKEN")
+    if sync_interval is not None and sync_interval < 0:
+        raise fail(
+            f"--sync-interval must be 0 (off) or a positive number of seconds, got {sync_interval}"
+        )
+    check_sync_limits(
+        "--sync-deadline-s",
+        sync_deadline_s,
+        "--sync-max-response-bytes",
+        sync_max_response_bytes,
+        sync_mod.MIN_RESPONSE_BYTES,
+    )
+
+
+def _hub_app(store: LogStore, settings: HubSettings, loop: SyncLoop, mcp_read_only: bool) -> Any:
+    """The hub's ASGI app with the MCP endpoint mounted at /mcp."""
+    from mempalace_logstream import http_app, mcp_server
+
+    mcp_app, mcp_lifespan = mcp_server.http_endpoint(store, read_only=mcp_read_only)
+    mount = http_app.ExtraMount("/mcp", mcp_app, mcp_lifespan)
+    return http_app.create_app(store, settings, mounts=(mount,), sync_loop=loop)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    from mempalace_logstream import http_app
+
+    try:
+        return http_app.listen_socket(host, port)
+    except OSError as exc:
+        raise fail(f"cannot bind {host}:{port}: {exc.strerror}") from None
+
+
+def _banner(
+    host: str,
+    sock: socket.socket,
+    store: LogStore,
+    loop: SyncLoop,
+    interval: float,
+    palace_path: Path,
+) -> None:
+    """Where the hub listens (stdout, flushed: scripts wait for this line) and what it serves."""
+    from mempalace_logstream import http_app
+
+    bound = sock.getsockname()[1]
+    shown = f"[{host.strip('[]')}]" if ":" in host else host
+    typer.echo(
+        f"logstream hub listening on http://{shown}:{bound} "
+        "(API /v1, SSE /v1/stream, MCP /mcp, docs /docs)"
+    )
+    database = store.engine.url.render_as_string(hide_password=True)
+    typer.echo(
+        f"  database {database}, replica {store.replica_id}, "
+        f"mempalace-logstream {http_app.version()}"
+    )
+    if loop.enabled:
+        peers = palace_path / "peers.json"
+        typer.echo(f"sync: a round every {interval:g} s with the peers of {peers}", err=True)
+    sys.stdout.flush()
+
+
+ReadOnlyOpt = Annotated[bool, typer.Option("--read-only", help="Hide the mutating tools.")]
+
+
+@app.command("mcp")
+def mcp_cmd(read_only: ReadOnlyOpt = False, db: DbOpt = None, palace: PalaceOpt = None) -> None:
+    """Serve the MCP tools over stdio (for Claude Code, Codex and other MCP clients)."""
+    from mempalace_logstream import mcp_server
+
+    try:
+        store = open_store(db, palace, create=True)
+    except errors.LogstreamError as exc:
+        raise fail(exc.message) from None
+    try:
+        mcp_server.run_stdio(store, read_only=read_only)
+    finally:
+        store.close()

@@ -1,0 +1,161 @@
+"""The root of `logstream`: the typer app, its global options (before the subcommand:
+--version, --debug, --durability and the ones a command may also take), the group that turns
+usage errors into one JSON object with --json, and `main()`, the console script's edge.
+
+Imports no command module (they import `app` from here and register themselves).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+from mempalace_logstream import __version__, errors
+from mempalace_logstream.cli import options
+from mempalace_logstream.cli.shared import STATE, click_errors, fail
+
+_NO_ARGS = getattr(click_errors, "NoArgsIsHelpError", ())  # click >= 8.2
+
+
+class _Group(TyperGroup):
+    """Usage errors as one JSON object with --json; global options a command lacks refused."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        STATE.reset()
+        argv = list(sys.argv[1:] if args is None else args)
+        if not standalone_mode:
+            return super().main(
+                argv, prog_name, complete_var, standalone_mode, windows_expand_args, **extra
+            )
+        try:
+            code = super().main(argv, prog_name, complete_var, False, windows_expand_args, **extra)
+        except _NO_ARGS as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click_errors.ClickException as exc:
+            if not (STATE.as_json or "--json" in argv[: _end_of_options(argv)]):
+                exc.show()
+            else:
+                STATE.as_json = True
+                fail(exc.format_message(), field=_error_field(exc))
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            typer.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        name, cmd, rest = super().resolve_command(ctx, args)
+        if cmd is not None and not isinstance(cmd, TyperGroup):
+            takes = {p.name for p in cmd.params if options.is_global(p)}
+            root = ctx.find_root()
+            for key, flag in options.GLOBAL_OPTIONS.items():
+                if options.given(root, key) and key not in takes:
+                    path = " ".join([*ctx.command_path.split()[1:], name or ""]).strip()
+                    raise click_errors.UsageError(
+                        f"{flag} does not apply to `logstream {path}`", ctx
+                    )
+        return name, cmd, rest
+
+
+def _end_of_options(argv: list[str]) -> int:
+    return argv.index("--") if "--" in argv else len(argv)
+
+
+def _error_field(exc: Any) -> str | None:
+    """The field a usage error is about (`--max-bytes` → `max_bytes`), if it names one."""
+    param = getattr(exc, "param", None)
+    name = getattr(param, "name", None) or getattr(exc, "option_name", None)
+    return (name or "").lstrip("-").replace("-", "_") or None
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"logstream {__version__}")
+        raise typer.Exit()
+
+
+def new_typer(**kw: Any) -> typer.Typer:
+    """A typer app (the root or a group) with the JSON-aware group class and plain help."""
+    # Plain help (rich_markup_mode=None): typer's rich help prints flags as `--json <bool>`.
+    return typer.Typer(cls=_Group, rich_markup_mode=None, no_args_is_help=True, **kw)
+
+
+app = new_typer(
+    name="logstream",
+    help="A local-first coordination log for AI agents: events, artifacts, tasks, watch, sync.",
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+DURABILITY_HELP = "full (default: survives power loss) or normal (survives a crash of the process)."
+DebugOpt = Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")]
+DurabilityOpt = Annotated[
+    str, typer.Option("--durability", envvar="MEMPALACE_LOGSTREAM_DURABILITY", help=DURABILITY_HELP)
+]
+VersionOpt = Annotated[
+    bool,
+    typer.Option(
+        "--version", help="Print the version and exit.", is_eager=True, callback=_show_version
+    ),
+]
+# Before the command, the global options are plain; the command's own copy reads them.
+RootDbOpt = Annotated[str | None, typer.Option("--db", help=options.DB_HELP)]
+RootPalaceOpt = Annotated[str | None, typer.Option("--palace", help=options.PALACE_HELP)]
+RootHubOpt = Annotated[str | None, typer.Option("--hub", help=options.HUB_HELP)]
+RootTokenOpt = Annotated[str | None, typer.Option("--token", help=options.TOKEN_HELP)]
+RootJsonOpt = Annotated[bool, typer.Option("--json", help=options.JSON_HELP)]
+
+
+@app.callback()
+def _root(
+    debug: DebugOpt = False,
+    durability: DurabilityOpt = "full",
+    version: VersionOpt = False,
+    db: RootDbOpt = None,
+    palace: RootPalaceOpt = None,
+    hub: RootHubOpt = None,
+    token: RootTokenOpt = None,
+    as_json: RootJsonOpt = False,
+) -> None:
+    """Global options; --db, --palace, --hub, --token and --json may also follow the command."""
+    STATE.debug = debug
+    STATE.durability = durability
+    STATE.as_json = STATE.as_json or as_json
+
+
+def main() -> None:
+    """The console script: run the app; any error is one line on stderr unless --debug."""
+    try:
+        app()
+    except errors.LogstreamError as exc:  # a domain error outside run(): same one-line form
+        if STATE.debug:
+            raise
+        raise SystemExit(_exit_with(exc.message)) from None
+    except Exception as exc:  # the outermost edge: no traceback without --debug
+        if STATE.debug:
+            raise
+        raise SystemExit(_exit_with(f"{type(exc).__name__}: {exc} (rerun with --debug)")) from None
+    finally:
+        # Every store is closed by now: let the interpreter exit without a last cyclic-GC scan
+        # of all it imported (about 0.3 s with SQLAlchemy loaded, paid by every `wait` script).
+        import gc
+
+        gc.freeze()
+
+
+def _exit_with(message: str) -> int:
+    fail(message)
+    return 1

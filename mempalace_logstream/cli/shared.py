@@ -1,0 +1,155 @@
+"""The plumbing every command shares: the run's state, the one error form, opening a client
+(the local store, or a hub with --hub), one operation per command, and the printed event line.
+
+Imports the store, the hub client and every server lazily, inside functions: `--help` and a
+plain `list` must stay cheap. Must not import the command modules or the root app.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from mempalace_logstream import config, errors
+
+if TYPE_CHECKING:
+    from mempalace_logstream.hub_client import HubClient
+    from mempalace_logstream.operations import LocalClient
+    from mempalace_logstream.store import LogStore
+
+# The exceptions of click, or of the copy of click that typer >= 0.29 vendors.
+click_errors = importlib.import_module(typer.BadParameter.__module__)
+
+
+class State:
+    """What the root options said for this run; `_Group.main` resets it before each run."""
+
+    debug = False
+    durability = "full"
+    as_json = False  # errors as one JSON object on stderr
+
+    def reset(self) -> None:
+        self.debug, self.durability, self.as_json = False, "full", False
+
+
+STATE = State()
+
+
+def fail(message: str, code: int = 1, field: str | None = None) -> typer.Exit:
+    """One line on stderr, always: `error: …`, or with --json `{"error": …, "field": …}`.
+
+    The field defaults to that of the domain error being handled, if any."""
+    text = " ".join(str(message).split())  # database messages (PostgreSQL DETAIL) span lines
+    if field is None:
+        field = getattr(sys.exc_info()[1], "field", None)
+    if STATE.as_json:
+        typer.echo(json.dumps({"error": text, "field": field}, ensure_ascii=False), err=True)
+    else:
+        typer.echo("error: " + text, err=True)
+    return typer.Exit(code)
+
+
+# The operations that write: only their commands (and serve, mcp, migrate, sync's own log,
+# import's target) create a missing log; every other command refuses a mistyped path.
+WRITE_OPS = frozenset({"event_append", "event_ack", "artifact_put", "patch_submit", "task_create"})
+
+
+def open_client(
+    db: str | None,
+    palace: str | None,
+    hub: str | None = None,
+    token: str | None = None,
+    *,
+    create: bool = False,
+) -> LocalClient | HubClient:
+    """A client with `.call(op, **args)`: the local store, or a remote hub with --hub."""
+    settings = config.Settings.from_env()
+    if hub:
+        from mempalace_logstream.hub_client import HubClient
+
+        return HubClient(hub, token=token, timeout=settings.hub_timeout_s)
+    from mempalace_logstream.operations import LocalClient
+
+    return LocalClient(open_store(db, palace, create=create))
+
+
+def open_store(db: str | None, palace: str | None, *, create: bool) -> LogStore:
+    """The local store; `create` for commands that write (a reader refuses a missing file)."""
+    from mempalace_logstream.store import LogStore
+
+    settings = config.Settings.from_env()
+    url = config.resolve_db(db or settings.db, palace or settings.palace)
+    store = LogStore.open(
+        url,
+        durability=STATE.durability,
+        create=create,
+        max_body_bytes=settings.max_body_bytes,
+        max_artifact_bytes=settings.max_artifact_bytes,
+    )
+    return said_created(store)
+
+
+def said_created(store: LogStore) -> LogStore:
+    """Say once, on stderr, that this command made a new log (a typo is then visible); not
+    with --json, where stderr holds only the one JSON error object scripts parse."""
+    if store.created and not STATE.as_json:
+        typer.echo(f"created a new log at {store.engine.url.database}", err=True)
+    return store
+
+
+def run(
+    db: str | None,
+    palace: str | None,
+    op: str,
+    hub: str | None = None,
+    token: str | None = None,
+    **args: Any,
+) -> dict[str, Any]:
+    """Open, call one operation, close; domain errors become one stderr line and exit 1."""
+    try:
+        client = open_client(db, palace, hub, token, create=op in WRITE_OPS)
+        try:
+            return client.call(op, **args)
+        finally:
+            client.close()
+    except errors.LogstreamError as exc:
+        if STATE.debug:
+            raise
+        raise fail(exc.message) from None
+
+
+def given_args(**kw: Any) -> dict[str, Any]:
+    """The arguments the user gave: None and empty repeats mean "not given"."""
+    return {k: val for k, val in kw.items() if val not in (None, [])}
+
+
+def emit(data: dict[str, Any], as_json: bool, human: str | None = None) -> None:
+    """`data` as indented JSON, or the human text when there is one and --json was not given."""
+    if as_json or human is None:
+        typer.echo(json.dumps(data, ensure_ascii=False, indent=2))
+    else:
+        typer.echo(human)
+
+
+def event_line(e: dict[str, Any]) -> str:
+    """One event on one line: id, type, stream/room, route, routing fields, a cut body."""
+    route = f"{e.get('from_agent')}->{e.get('to_agent') or '-'}"
+    extra = "".join(f" {k}={e[k]}" for k in ("topic", "status", "correlation_id") if e.get(k))
+    body = (e.get("body") or "").replace("\n", " ")
+    if len(body) > 80:
+        body = body[:77] + "..."
+    return f"{e['id']} [{e['type']}] {e['stream']}/{e['room']} {route}{extra} {body}".rstrip()
+
+
+def check_sync_limits(
+    deadline_flag: str, deadline_s: float, bytes_flag: str, max_bytes: int, min_bytes: int
+) -> None:
+    """The deadline and response-size flags of `sync` and `serve`, refused as usage errors."""
+    if not deadline_s > 0:
+        raise fail(f"{deadline_flag} must be a positive number of seconds, got {deadline_s}", 2)
+    if max_bytes < min_bytes:
+        raise fail(f"{bytes_flag} is {max_bytes}; it must be at least {min_bytes} bytes", 2)

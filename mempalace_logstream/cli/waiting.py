@@ -1,0 +1,221 @@
+"""The commands that block for events: `wait` (one answer, then exit) and `watch` (a
+checkpointed cursor in a state file; print, then save, so a crash replays and never skips).
+
+The watch algorithm is `mempalace_logstream.watch`; this module parses, prints and maps exit
+codes. The store is opened lazily by `shared`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Annotated, Any, cast
+
+import typer
+
+from mempalace_logstream import errors
+from mempalace_logstream.cli.filters import FilterArgs, filter_options
+from mempalace_logstream.cli.options import (
+    DbOpt,
+    HubOpt,
+    JsonOpt,
+    LimitOpt,
+    PalaceOpt,
+    PreviewOpt,
+    TokenOpt,
+    take_global,
+)
+from mempalace_logstream.cli.root import app
+from mempalace_logstream.cli.shared import STATE, emit, event_line, fail, given_args, open_client
+from mempalace_logstream.cli.testhooks import watch_crash_hook
+
+if TYPE_CHECKING:
+    from mempalace_logstream.watch import Batch, Client, WatchOptions
+
+WAIT_SINCE_HELP = "Only events after this id; 'tip' = only new ones."
+WaitSinceOpt = Annotated[str | None, typer.Option("--since-event-id", help=WAIT_SINCE_HELP)]
+TimeoutOpt = Annotated[int | None, typer.Option("--timeout-ms", help="0-300000 (default 60000).")]
+
+
+@app.command()
+@filter_options
+def wait(
+    filters: FilterArgs,
+    since_event_id: WaitSinceOpt = None,
+    timeout_ms: TimeoutOpt = None,
+    limit: LimitOpt = None,
+    preview: PreviewOpt = False,
+    db: DbOpt = None,
+    palace: PalaceOpt = None,
+    hub: HubOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Block until a matching event exists (exit 0) or the timeout passes (exit 2).
+
+    Without --since-event-id, existing matches return at once; with one, only later events.
+    """
+    args = given_args(
+        since_event_id=since_event_id, timeout_ms=timeout_ms, limit=limit, preview=preview or None
+    )
+    try:
+        client = open_client(db, palace, hub, token)
+        try:
+            out = client.call("event_wait", **filters, **args)
+            _print_wait(out, as_json)  # the answer first: closing the store comes after
+        finally:
+            client.close()
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    except errors.LogstreamError as exc:
+        if STATE.debug:
+            raise
+        raise fail(exc.message) from None
+    if out["timed_out"]:
+        raise typer.Exit(2)
+
+
+def _print_wait(out: dict[str, Any], as_json: bool) -> None:
+    if out["timed_out"]:
+        emit(out, as_json, f"Timed out; no matching events (cursor {out['cursor']}).")
+    else:
+        lines = [f"{out['count']} event(s):"] + [event_line(e) for e in out["events"]]
+        emit(out, as_json, "\n".join(lines))
+    sys.stdout.flush()
+
+
+class _WatchPrinter:
+    """Prints watch batches and flushes before the watcher checkpoints (print, then save)."""
+
+    def __init__(self, as_json: bool, follow: bool) -> None:
+        self.as_json = as_json
+        self.follow = follow
+
+    def batch(self, batch: Batch, *, final: bool) -> None:
+        data = batch.to_dict()
+        if self.as_json and self.follow:
+            text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+        elif self.as_json:
+            text = json.dumps(data, ensure_ascii=False, indent=2)
+        elif batch.events:
+            text = "\n".join(
+                [f"{data['count']} event(s):"] + [event_line(e) for e in data["events"]]
+            )
+        else:
+            text = "No matching events before the idle timeout."
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+    def note(self, message: str) -> None:
+        sys.stderr.write(message + "\n")
+        sys.stderr.flush()
+
+
+AGENT_HELP = "Your id: watch your inbox (to you or *), never your own writes."
+STATE_FILE_HELP = "Checkpoint file (default ~/.mempalace/watch/<agent>.json; '' = none)."
+FROM_START_HELP = (
+    "On a first run (no state file yet), replay the whole log instead of starting at the "
+    "newest event; refused when the state file already holds a cursor."
+)
+WATCH_SINCE_HELP = "Start after this event (overrides the state file)."
+IDLE_EXIT_HELP = (
+    "Exit after this long without a match (exit 2 if nothing matched); 0 or absent = wait for ever."
+)
+WATCH_JSON_HELP = "Print JSON (with --follow: one batch envelope per line)."
+AgentOpt = Annotated[str | None, typer.Option("--agent", help=AGENT_HELP)]
+StateFileOpt = Annotated[str | None, typer.Option("--state-file", help=STATE_FILE_HELP)]
+FromStartOpt = Annotated[bool, typer.Option("--from-start", help=FROM_START_HELP)]
+WatchSinceOpt = Annotated[str | None, typer.Option("--since-event-id", help=WATCH_SINCE_HELP)]
+FollowOpt = Annotated[bool, typer.Option("--follow", help="Keep watching after a match.")]
+IdleExitOpt = Annotated[int | None, typer.Option("--idle-exit-ms", help=IDLE_EXIT_HELP)]
+BatchLimitOpt = Annotated[
+    int | None, typer.Option("--limit", help="Events per batch, 1-500 (default 50).")
+]
+PollOpt = Annotated[
+    int | None, typer.Option("--poll-timeout-ms", help="Longest single wait, 1-300000 ms.")
+]
+WatchJsonOpt = Annotated[bool, typer.Option("--json", help=WATCH_JSON_HELP, callback=take_global)]
+
+
+@app.command()
+@filter_options
+def watch(
+    agent: AgentOpt = None,
+    *,
+    filters: FilterArgs,
+    state_file: StateFileOpt = None,
+    from_start: FromStartOpt = False,
+    since_event_id: WatchSinceOpt = None,
+    follow: FollowOpt = False,
+    idle_exit_ms: IdleExitOpt = None,
+    limit: BatchLimitOpt = None,
+    poll_timeout_ms: PollOpt = None,
+    db: DbOpt = None,
+    palace: PalaceOpt = None,
+    hub: HubOpt = None,
+    token: TokenOpt = None,
+    as_json: WatchJsonOpt = False,
+) -> None:
+    """Wait for mail: exit 0 when matching events were printed, 2 on idle timeout, 130 on Ctrl-C.
+
+    First run starts at the newest event (say --from-start to replay); later runs resume after
+    the checkpoint in the state file (--from-start is then refused: delete the file to replay).
+    Output is printed before each checkpoint, so a crash replays events (dedupe by id) and never
+    skips one.
+    """
+    from mempalace_logstream import watch as watch_mod
+
+    try:
+        opts = watch_mod.WatchOptions.parse(
+            agent=agent,
+            state_file=state_file,
+            since_event_id=since_event_id,
+            from_start=from_start,
+            follow=follow,
+            idle_exit_ms=idle_exit_ms,
+            limit=limit,
+            poll_timeout_ms=poll_timeout_ms,
+            **filters,
+        )
+    except errors.LogstreamError as exc:
+        raise fail(exc.message) from None
+    code = _run_watcher(opts, as_json, follow, db, palace, hub, token)
+    raise typer.Exit(code)
+
+
+def _run_watcher(
+    opts: WatchOptions,
+    as_json: bool,
+    follow: bool,
+    db: str | None,
+    palace: str | None,
+    hub: str | None,
+    token: str | None,
+) -> int:
+    """Run the watcher to its exit code (0 matched, 2 idle, 130 interrupted, 1 error)."""
+    from mempalace_logstream import watch as watch_mod
+
+    printer = _WatchPrinter(as_json, follow)
+    try:
+        client = open_client(db, palace, hub, token)
+        try:
+            hook = watch_crash_hook()
+            # HubClient names call()'s first parameter `op`, watch.Client `name`; both are
+            # only ever passed it positionally.
+            watcher = watch_mod.Watcher(
+                cast("Client", client), opts, printer, crash_hook=hook, human=not as_json
+            )
+            code = watcher.run()
+        finally:
+            client.close()
+    except KeyboardInterrupt:
+        code = watch_mod.EXIT_INTERRUPTED
+    except errors.LogstreamError as exc:
+        if STATE.debug:
+            raise
+        raise fail(exc.message) from None
+    except BrokenPipeError:
+        raise typer.Exit(1) from None
+    if code == watch_mod.EXIT_INTERRUPTED and not as_json:
+        printer.note("Stopped.")
+    return code
