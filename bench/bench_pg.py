@@ -33,8 +33,14 @@ if __package__ in (None, ""):
 from bench import common
 
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-ROW = {"type": "bench.append", "stream": "project/bench", "room": "r", "from_agent": "bench",
-       "to_agent": "agent-b", "body": "x" * 200}  # fmt: skip
+ROW = {
+    "type": "bench.append",
+    "stream": "project/bench",
+    "room": "r",
+    "from_agent": "bench",
+    "to_agent": "agent-b",
+    "body": "x" * 200,
+}
 
 
 @dataclass(frozen=True)
@@ -142,8 +148,16 @@ class Raw:
         self.local = threading.local()
         self.conns: list[Any] = []
         self.lock = threading.Lock()
-        names = ["seq", "id", "origin_replica", "origin_seq", "hlc", *ROW, "created_at",
-                 "metadata_json"]  # fmt: skip
+        names = [
+            "seq",
+            "id",
+            "origin_replica",
+            "origin_seq",
+            "hlc",
+            *ROW,
+            "created_at",
+            "metadata_json",
+        ]
         marks = ", ".join(["%s" if self.pg else "?"] * len(names))
         self.sql = f"INSERT INTO events ({', '.join(names)}) VALUES ({marks})"
         for _ in range(3):
@@ -165,9 +179,13 @@ class Raw:
 
             url = sa.make_url(self.url)
             conn = psycopg.connect(
-                host=url.host, port=url.port, user=url.username, password=url.password,
-                dbname=url.database, options=url.query.get("options"),
-            )  # fmt: skip
+                host=url.host,
+                port=url.port,
+                user=url.username,
+                password=url.password,
+                dbname=url.database,
+                options=url.query.get("options"),
+            )
             sync = "on" if self.durability == "full" else "off"
             conn.execute(f"SET synchronous_commit = {sync}")
             conn.commit()
@@ -180,8 +198,16 @@ class Raw:
 
     def insert(self) -> None:
         seq = next(self.counter)
-        row = (seq, f"evt_raw_{seq}", "rep_raw", seq, f"{seq:013d}-000000-rep_raw", *ROW.values(),
-               "2026-01-01T00:00:00.000Z", "{}")  # fmt: skip
+        row = (
+            seq,
+            f"evt_raw_{seq}",
+            "rep_raw",
+            seq,
+            f"{seq:013d}-000000-rep_raw",
+            *ROW.values(),
+            "2026-01-01T00:00:00.000Z",
+            "{}",
+        )
         conn = self._conn()
         if self.pg:
             conn.execute(self.sql, row)
@@ -228,8 +254,11 @@ def bench_append(admin_url: str, tmp: Path, sizes: Sizes) -> dict[str, float]:
         rows.append(
             [label, common.fmt_num(ours), common.fmt_num(raw), common.fmt_num(ours / raw, 2)]
         )
-    common.print_table("append throughput (events/s, best of reps)",
-                       ["case", "ours", "raw driver", "ours/raw"], rows)  # fmt: skip
+    common.print_table(
+        "append throughput (events/s, best of reps)",
+        ["case", "ours", "raw driver", "ours/raw"],
+        rows,
+    )
     out: dict[str, float] = {}
     for (b, kind, d, t), value in best.items():
         out[f"{b}/{kind}/{d}/{t}"] = value
@@ -271,8 +300,10 @@ def wake_latency(url: str, pings: int) -> tuple[list[float], list[float]]:
     warm = 3
     proc = subprocess.Popen(
         [sys.executable, "-c", WAITER, url, str(pings + warm)],
-        stdout=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     assert proc.stdout is not None
     samples: list[float] = []
     after_commit: list[float] = []
@@ -283,8 +314,9 @@ def wake_latency(url: str, pings: int) -> tuple[list[float], list[float]]:
         for i in range(pings + warm):
             time.sleep(random.uniform(0.01, 0.03))
             sent = time.monotonic_ns()
-            store.event_append(type="bench.wake", stream="s", room="r", from_agent="a",
-                               body=str(sent))  # fmt: skip
+            store.event_append(
+                type="bench.wake", stream="s", room="r", from_agent="a", body=str(sent)
+            )
             committed = time.monotonic_ns()
             line = proc.stdout.readline()
             if not line:
@@ -310,15 +342,15 @@ def bench_wake(admin_url: str, tmp: Path, sizes: Sizes) -> dict[str, dict[str, f
         out[backend] = common.summarize(total)
         out[backend + " after commit"] = common.summarize(after)
     rows = [
-        [b, common.fmt_ms(s["p50"]), common.fmt_ms(s["p95"]), common.fmt_ms(s["max"]),
-         int(s["n"])]
+        [b, common.fmt_ms(s["p50"]), common.fmt_ms(s["p95"]), common.fmt_ms(s["max"]), int(s["n"])]
         for b, s in out.items()
-    ]  # fmt: skip
+    ]
     common.print_table(
         "cross-process wake latency (ms): append call in A -> event_wait returns in B "
         "('after commit': from the append's return)",
-        ["backend", "p50", "p95", "max", "n"], rows,
-    )  # fmt: skip
+        ["backend", "p50", "p95", "max", "n"],
+        rows,
+    )
     return out
 
 
@@ -328,10 +360,12 @@ def bench_wake(admin_url: str, tmp: Path, sizes: Sizes) -> dict[str, dict[str, f
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bench_pg", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
-    p.add_argument("--pg-url", default=os.environ.get("LOGSTREAM_BENCH_PG", DEFAULT_PG),
-                   help="PostgreSQL server (a schema is created and dropped there)")  # fmt: skip
-    p.add_argument("--sections", nargs="+", choices=("append", "wake"),
-                   default=["append", "wake"])  # fmt: skip
+    p.add_argument(
+        "--pg-url",
+        default=os.environ.get("LOGSTREAM_BENCH_PG", DEFAULT_PG),
+        help="PostgreSQL server (a schema is created and dropped there)",
+    )
+    p.add_argument("--sections", nargs="+", choices=("append", "wake"), default=["append", "wake"])
     return p.parse_args(argv)
 
 

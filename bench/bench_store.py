@@ -137,12 +137,20 @@ class RawWriter:
         conn.execute(
             self.SQL,
             (
-                f"evt_raw_{secrets.token_hex(10)}", "rep_raw", n, f"{ms:013d}-{n:06x}-rep_raw",
-                APPEND_ROW["type"], APPEND_ROW["stream"], APPEND_ROW["room"],
-                APPEND_ROW["from_agent"], APPEND_ROW["to_agent"], APPEND_ROW["body"],
-                "2026-11-29T00:00:00.000Z", "{}",
+                f"evt_raw_{secrets.token_hex(10)}",
+                "rep_raw",
+                n,
+                f"{ms:013d}-{n:06x}-rep_raw",
+                APPEND_ROW["type"],
+                APPEND_ROW["stream"],
+                APPEND_ROW["room"],
+                APPEND_ROW["from_agent"],
+                APPEND_ROW["to_agent"],
+                APPEND_ROW["body"],
+                "2026-11-29T00:00:00.000Z",
+                "{}",
             ),
-        )  # fmt: skip
+        )
         conn.execute("COMMIT")
 
     def run(self, n: int, threads: int = 1) -> tuple[float, float]:
@@ -271,8 +279,14 @@ def _rate_rows(writers: dict[str, Any], rates: Series, cpu: Series, sync: dict[s
 
 
 HEAD = [
-    "system", "synchronous", "events/s (median)", "min", "max", "CPU ms/event", "per repetition",
-]  # fmt: skip
+    "system",
+    "synchronous",
+    "events/s (median)",
+    "min",
+    "max",
+    "CPU ms/event",
+    "per repetition",
+]
 
 
 def _ratio(rates: dict[str, list[float]], a: str, b: str) -> float | None:
@@ -309,11 +323,13 @@ def bench_append(tmp: Path, sizes: Sizes, use_ref: bool, ref_reason: str | None)
             "at the reference's level"
         )
     common.print_table("append throughput, 1 writer", HEAD, _rate_rows(writers, rates, cpu, sync))
-    common.ratio_line(BENCH, "append 1 writer FULL ours/raw", _ratio(rates, "ours", "raw"),
-                      ">=", 0.85)  # fmt: skip
+    common.ratio_line(
+        BENCH, "append 1 writer FULL ours/raw", _ratio(rates, "ours", "raw"), ">=", 0.85
+    )
     if use_ref:
-        common.ratio_line(BENCH, "append 1 writer FULL ours/reference",
-                          _ratio(rates, "ours", "ref"), ">=", 1.5)  # fmt: skip
+        common.ratio_line(
+            BENCH, "append 1 writer FULL ours/reference", _ratio(rates, "ours", "ref"), ">=", 1.5
+        )
         common.ratio_line(BENCH, "append 1 writer FULL raw/reference", _ratio(rates, "raw", "ref"))
     else:
         print(f"reference not measured: {ref_reason}")
@@ -360,13 +376,16 @@ def bench_threads(tmp: Path, sizes: Sizes, use_ref: bool, ref_reason: str | None
         for w in writers.values():
             w.close()
     sync = {"ours": "FULL", "raw": "FULL", "ref": "FULL (default)"}
-    common.print_table(f"append throughput, {THREADS} threads", HEAD,
-                       _rate_rows(writers, rates, cpu, sync))  # fmt: skip
-    common.ratio_line(BENCH, f"append {THREADS} threads FULL ours/raw",
-                      _ratio(rates, "ours", "raw"))  # fmt: skip
+    common.print_table(
+        f"append throughput, {THREADS} threads", HEAD, _rate_rows(writers, rates, cpu, sync)
+    )
+    common.ratio_line(
+        BENCH, f"append {THREADS} threads FULL ours/raw", _ratio(rates, "ours", "raw")
+    )
     if use_ref:
-        common.ratio_line(BENCH, f"append {THREADS} threads FULL ours/reference",
-                          _ratio(rates, "ours", "ref"))  # fmt: skip
+        common.ratio_line(
+            BENCH, f"append {THREADS} threads FULL ours/reference", _ratio(rates, "ours", "ref")
+        )
     else:
         print(f"reference not measured: {ref_reason}")
         common.ratio_line(BENCH, f"append {THREADS} threads FULL ours/reference", None)
@@ -735,8 +754,9 @@ def _measure_ours(path: Path, queries: list[Query], sizes: Sizes) -> tuple[dict,
     return results, counts, plans
 
 
-def bench_list(sizes: Sizes, n: int, cache: Path, rebuild: bool, use_ref: bool,
-               ref_reason: str | None) -> None:  # fmt: skip
+def bench_list(
+    sizes: Sizes, n: int, cache: Path, rebuild: bool, use_ref: bool, ref_reason: str | None
+) -> None:
     print(f"\n== inbox/list latency on a {n:,}-event log (limit {LIST_LIMIT}, warm cache)")
     path = ours_log(n, cache, rebuild)
     palace = ref_log(n, cache, rebuild) if use_ref else None
@@ -745,19 +765,31 @@ def bench_list(sizes: Sizes, n: int, cache: Path, rebuild: bool, use_ref: bool,
     ref_label = "reference list_events"
     if palace is not None:
         ref_out = common.run_ref_json(
-            _REF_LIST, palace, sizes.list_samples, sizes.list_budget_s,
-            json.dumps([q.ref for q in queries]), timeout=1800,
-        )  # fmt: skip
+            _REF_LIST,
+            palace,
+            sizes.list_samples,
+            sizes.list_budget_s,
+            json.dumps([q.ref for q in queries]),
+            timeout=1800,
+        )
         for q, res in zip(queries, ref_out, strict=True):
             results[q.label][ref_label] = _latency(res["samples"], res["cpu"])
             counts[q.label][ref_label] = res["count"]
     rows = []
     for q in queries:
         for i, (label, s) in enumerate(results[q.label].items()):
-            rows.append([q.label if i == 0 else "", label, common.fmt_ms(s["p50"]),
-                         common.fmt_ms(s["p95"]), common.fmt_ms(s["max"]),
-                         common.fmt_ms(s["cpu_p50"]), int(s["n"]),
-                         counts[q.label][label]])  # fmt: skip
+            rows.append(
+                [
+                    q.label if i == 0 else "",
+                    label,
+                    common.fmt_ms(s["p50"]),
+                    common.fmt_ms(s["p95"]),
+                    common.fmt_ms(s["max"]),
+                    common.fmt_ms(s["cpu_p50"]),
+                    int(s["n"]),
+                    counts[q.label][label],
+                ]
+            )
     common.print_table(
         f"list latency, {n:,} events (ms; 'same SQL shape' = what the store runs, minus "
         "SQLAlchemy, validation, the tip lookup and hydration)",
@@ -781,13 +813,19 @@ def bench_list(sizes: Sizes, n: int, cache: Path, rebuild: bool, use_ref: bool,
             BENCH, f"list p50 {q.label}: raw-sqlite3/ours", res[RAW_BEST]["p50"] / ours
         )
         if ref_label in res:
-            common.ratio_line(BENCH, f"list p50 {q.label}: reference/ours (speed-up)",
-                              res[ref_label]["p50"] / ours)  # fmt: skip
+            common.ratio_line(
+                BENCH,
+                f"list p50 {q.label}: reference/ours (speed-up)",
+                res[ref_label]["p50"] / ours,
+            )
             cpu_ratio = res[ref_label]["cpu_p50"] / res["ours event_list"]["cpu_p50"]
             common.ratio_line(BENCH, f"list CPU p50 {q.label}: reference/ours", cpu_ratio)
         if OURS_IN in res:
-            common.ratio_line(BENCH, f"list p50 {q.label}: IN-list shape/UNION ALL shape",
-                              res[OURS_IN]["p50"] / ours)  # fmt: skip
+            common.ratio_line(
+                BENCH,
+                f"list p50 {q.label}: IN-list shape/UNION ALL shape",
+                res[OURS_IN]["p50"] / ours,
+            )
     if palace is None:
         print(f"reference not measured: {ref_reason}")
 

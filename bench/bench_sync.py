@@ -79,18 +79,23 @@ def build_source(path: Path, n_events: int, n_artifacts: int) -> None:
                     ids = []
                     if i % every == 0 and arts < n_artifacts:
                         draft = store.draft_artifact(
-                            kind="patch", created_by=f"agent-{i % 7}",
+                            kind="patch",
+                            created_by=f"agent-{i % 7}",
                             content=f"diff --git a/f{i} b/f{i}\n" + "+line\n" * 40,
-                        )  # fmt: skip
+                        )
                         ids = [store._insert_artifact(conn, st, draft).id]
                         arts += 1
                     draft = store.draft_event(
                         type="task.progress" if ids == [] else "patch.ready",
-                        stream=f"project/p{i % 20:02d}", room="delegation",
-                        from_agent=f"agent-{i % 7}", to_agent=f"agent-{(i + 1) % 7}",
-                        correlation_id=f"task_{i // 50}", body=body,
-                        metadata={"step": i, "of": n_events}, artifact_ids=ids,
-                    )  # fmt: skip
+                        stream=f"project/p{i % 20:02d}",
+                        room="delegation",
+                        from_agent=f"agent-{i % 7}",
+                        to_agent=f"agent-{(i + 1) % 7}",
+                        correlation_id=f"task_{i // 50}",
+                        body=body,
+                        metadata={"step": i, "of": n_events},
+                        artifact_ids=ids,
+                    )
                     store._insert_event(conn, st, draft)
 
             store._submit(write)
@@ -103,8 +108,11 @@ def our_hub(db: Path) -> Iterator[str]:
     env = {**os.environ, "PYTHONPATH": str(common.REPO)}
     proc = subprocess.Popen(
         [sys.executable, "-c", _HUB, str(db), str(port), TOKEN],
-        env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_http(url + "/healthz", proc)
@@ -144,8 +152,19 @@ def wait_http(url: str, proc: subprocess.Popen, timeout: float = 60) -> None:
 
 def ours_pull(url: str, token: str, dest: Path) -> tuple[float, dict]:
     env = {**os.environ, "PYTHONPATH": str(common.REPO)}
-    cmd = [sys.executable, "-m", "mempalace_logstream", "sync", "--db", str(dest), "--peer", url,
-           "--token", token, "--json"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "mempalace_logstream",
+        "sync",
+        "--db",
+        str(dest),
+        "--peer",
+        url,
+        "--token",
+        token,
+        "--json",
+    ]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, env=env, timeout=3600)
     secs = time.perf_counter() - t0
@@ -156,8 +175,9 @@ def ours_pull(url: str, token: str, dest: Path) -> tuple[float, dict]:
 
 def ref_pull(refpkg, url: str, token: str, palace: Path) -> tuple[float, dict]:  # type: ignore[no-untyped-def]
     t0 = time.perf_counter()
-    proc = refpkg.ref_cli("logstream", "sync", "--peer", url, "--token", token, "--json",
-                          palace=palace, timeout=7200)  # fmt: skip
+    proc = refpkg.ref_cli(
+        "logstream", "sync", "--peer", url, "--token", token, "--json", palace=palace, timeout=7200
+    )
     secs = time.perf_counter() - t0
     if proc.returncode != 0:
         raise RuntimeError(f"reference sync failed: {proc.stderr.decode()[-1500:]}")
@@ -204,9 +224,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             except refpkg.ReferenceUnavailable as exc:
                 reason = f"reference hub unavailable: {exc}"
     rows = [row(k, *(v if v else (None, None)), n, a) for k, v in results.items()]
-    common.print_table("pull of the whole log, client <- server (one CLI process each)",
-                       ["client <- server", "seconds", "events/s", "artifacts/s", "complete"],
-                       rows)  # fmt: skip
+    common.print_table(
+        "pull of the whole log, client <- server (one CLI process each)",
+        ["client <- server", "seconds", "events/s", "artifacts/s", "complete"],
+        rows,
+    )
     if reason:
         print(f"reference not measured: {reason}")
 
@@ -214,12 +236,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         rx, ry = results[x], results[y]
         return ry[0] / rx[0] if rx and ry else None
 
-    common.ratio_line(BENCH, "ours<-ours vs ref<-ref throughput", ratio("ours<-ours", "ref<-ref"),
-                      ">=", 5)  # fmt: skip
-    common.ratio_line(BENCH, "our client vs ref client, both from our hub",
-                      ratio("ours<-ours", "ref<-ours"))  # fmt: skip
-    common.ratio_line(BENCH, "our client vs ref client, both from the ref hub",
-                      ratio("ours<-ref", "ref<-ref"))  # fmt: skip
+    common.ratio_line(
+        BENCH, "ours<-ours vs ref<-ref throughput", ratio("ours<-ours", "ref<-ref"), ">=", 5
+    )
+    common.ratio_line(
+        BENCH, "our client vs ref client, both from our hub", ratio("ours<-ours", "ref<-ours")
+    )
+    common.ratio_line(
+        BENCH, "our client vs ref client, both from the ref hub", ratio("ours<-ref", "ref<-ref")
+    )
     return 0
 
 

@@ -44,8 +44,14 @@ DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 WARMUP = 5
 WATCH_AGENT = "agent-07"
 WATCH_TYPE = "task.cancel"  # absent from the synthetic log: the watch's last match is old
-NOISE = {"type": "chat.message", "stream": "project/p01", "room": "chat",
-         "from_agent": "agent-01", "to_agent": "agent-02", "body": "x"}  # fmt: skip
+NOISE = {
+    "type": "chat.message",
+    "stream": "project/p01",
+    "room": "chat",
+    "from_agent": "agent-01",
+    "to_agent": "agent-02",
+    "body": "x",
+}
 
 # Both sides speak one line per sample on stdin/stdout; stamps are time.monotonic_ns().
 _OURS_WAITER = r"""
@@ -104,9 +110,12 @@ class Worker:
 
     def __init__(self, python: str, code: str, target: str, env: dict[str, str]) -> None:
         self.proc = subprocess.Popen(
-            [python, "-c", code, target], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            text=True, env=env,
-        )  # fmt: skip
+            [python, "-c", code, target],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         self.expect("ready")
 
     def send(self, line: str) -> None:
@@ -137,8 +146,9 @@ class Worker:
             self.proc.wait()
 
 
-def wake_samples(python: str, waiter: str, appender: str, target: str, env: dict[str, str],
-                 n: int) -> dict[str, list[float]]:  # fmt: skip
+def wake_samples(
+    python: str, waiter: str, appender: str, target: str, env: dict[str, str], n: int
+) -> dict[str, list[float]]:
     """`n` pings: B arms a wait after the tip, A appends after a random pause, B wakes."""
     b = Worker(python, waiter, target, env)
     a = Worker(python, appender, target, env)
@@ -200,8 +210,9 @@ def bench_latency(args: argparse.Namespace, tmp: Path) -> None:
     print(f"\n== cross-process wake latency: {n} samples each (+{WARMUP} warm-up), one at a time")
     results: dict[str, dict[str, list[float]]] = {}
     ours_sqlite = f"sqlite:///{tmp / 'wake.sqlite3'}"
-    results["ours, SQLite"] = wake_samples(sys.executable, _OURS_WAITER, _OURS_APPENDER,
-                                           ours_sqlite, our_env(), n)  # fmt: skip
+    results["ours, SQLite"] = wake_samples(
+        sys.executable, _OURS_WAITER, _OURS_APPENDER, ours_sqlite, our_env(), n
+    )
     try:
         with pg_schema(args.pg_url) as url:
             results["ours, PostgreSQL"] = wake_samples(
@@ -214,24 +225,40 @@ def bench_latency(args: argparse.Namespace, tmp: Path) -> None:
         palace = tmp / "ref-palace"
         palace.mkdir()
         results["reference wait_events, SQLite"] = wake_samples(
-            str(refpkg.ref_python()), _REF_WAITER, _REF_APPENDER,
-            str(palace / "logstream.sqlite3"), ref_env(), n,
-        )  # fmt: skip
+            str(refpkg.ref_python()),
+            _REF_WAITER,
+            _REF_APPENDER,
+            str(palace / "logstream.sqlite3"),
+            ref_env(),
+            n,
+        )
     rows = []
     for label, res in results.items():
-        for kind, title in (("commit", "append returned -> wait returned"),
-                            ("call", "append called -> wait returned")):  # fmt: skip
+        for kind, title in (
+            ("commit", "append returned -> wait returned"),
+            ("call", "append called -> wait returned"),
+        ):
             s = common.summarize(res[kind])
-            rows.append([label, title, common.fmt_ms(s["p50"]), common.fmt_ms(s["p95"]),
-                         common.fmt_ms(s["max"]), int(s["n"])])  # fmt: skip
+            rows.append(
+                [
+                    label,
+                    title,
+                    common.fmt_ms(s["p50"]),
+                    common.fmt_ms(s["p95"]),
+                    common.fmt_ms(s["max"]),
+                    int(s["n"]),
+                ]
+            )
     common.print_table("wake latency (ms)", ["system", "measured", "p50", "p95", "max", "n"], rows)
     for label, res in results.items():
         if label.startswith("ours"):
             s = common.summarize(res["commit"])
-            common.target_line(BENCH, f"{label} wake p50 after commit", s["p50"] * 1e3, "ms",
-                               "<=", 5)  # fmt: skip
-            common.target_line(BENCH, f"{label} wake p95 after commit", s["p95"] * 1e3, "ms",
-                               "<=", 20)  # fmt: skip
+            common.target_line(
+                BENCH, f"{label} wake p50 after commit", s["p50"] * 1e3, "ms", "<=", 5
+            )
+            common.target_line(
+                BENCH, f"{label} wake p95 after commit", s["p95"] * 1e3, "ms", "<=", 20
+            )
     ref = results.get("reference wait_events, SQLite")
     if ref is None:
         print(f"reference not measured: {reason}")
@@ -289,9 +316,11 @@ def bench_polls(args: argparse.Namespace, tmp: Path) -> None:
     from bench import bench_store
 
     sizes = [int(x) for x in args.sizes.split(",")]
-    print(f"\n== per-poll cost of a selective watch (to_agent={WATCH_AGENT}, "
-          f"exclude_writer={WATCH_AGENT}, type={WATCH_TYPE}); {args.polls} polls, "
-          f"{args.per_poll} new non-matching events before each")  # fmt: skip
+    print(
+        f"\n== per-poll cost of a selective watch (to_agent={WATCH_AGENT}, "
+        f"exclude_writer={WATCH_AGENT}, type={WATCH_TYPE}); {args.polls} polls, "
+        f"{args.per_poll} new non-matching events before each"
+    )
     rows = []
     p50s: list[float] = []
     for n in sizes:
@@ -302,16 +331,28 @@ def bench_polls(args: argparse.Namespace, tmp: Path) -> None:
         common.remove_sqlite(work)
         s, r = common.summarize(res["ours"]), common.summarize(res["rescan"])
         p50s.append(s["p50"])
-        rows.append([f"{n:,}", common.fmt_ms(s["p50"]), common.fmt_ms(s["p95"]),
-                     common.fmt_ms(r["p50"]), common.fmt_ms(res["first"])])  # fmt: skip
+        rows.append(
+            [
+                f"{n:,}",
+                common.fmt_ms(s["p50"]),
+                common.fmt_ms(s["p95"]),
+                common.fmt_ms(r["p50"]),
+                common.fmt_ms(res["first"]),
+            ]
+        )
     common.print_table(
         "selective watch, per poll (ms)",
         ["backlog", "ours p50", "ours p95", "rescan-from-last-match p50", "first poll (one scan)"],
         rows,
     )
     if len(p50s) > 1:
-        common.ratio_line(BENCH, f"per-poll p50 {sizes[-1]:,} / {sizes[0]:,} events (flat = 1)",
-                          p50s[-1] / p50s[0], "<=", 1.5)  # fmt: skip
+        common.ratio_line(
+            BENCH,
+            f"per-poll p50 {sizes[-1]:,} / {sizes[0]:,} events (flat = 1)",
+            p50s[-1] / p50s[0],
+            "<=",
+            1.5,
+        )
 
 
 # ----------------------------------------------------------------- entry point

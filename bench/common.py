@@ -229,16 +229,36 @@ def run_ref_json(code: str, *args: Any, timeout: float = 900) -> Any:
 
 # Row fields shared by both schemas, in this order; seq (= rowid) and origin_seq are i + 1.
 EVENT_FIELDS = (
-    "id", "type", "stream", "room", "topic", "from_agent", "to_agent", "correlation_id",
-    "branch", "base_commit", "status", "body", "created_at", "metadata_json",
-    "origin_replica", "origin_seq", "hlc",
-)  # fmt: skip
+    "id",
+    "type",
+    "stream",
+    "room",
+    "topic",
+    "from_agent",
+    "to_agent",
+    "correlation_id",
+    "branch",
+    "base_commit",
+    "status",
+    "body",
+    "created_at",
+    "metadata_json",
+    "origin_replica",
+    "origin_seq",
+    "hlc",
+)
 AGENTS = tuple(f"agent-{i:02d}" for i in range(50))
 INBOX_AGENT = "agent-07"
 TYPE_WEIGHTS = (
-    ("chat.message", 40), ("task.progress", 20), ("status.update", 15), ("event.ack", 10),
-    ("task.request", 5), ("patch.ready", 4), ("task.done", 4), ("review.request", 2),
-)  # fmt: skip
+    ("chat.message", 40),
+    ("task.progress", 20),
+    ("status.update", 15),
+    ("event.ack", 10),
+    ("task.request", 5),
+    ("patch.ready", 4),
+    ("task.done", 4),
+    ("review.request", 2),
+)
 FILTER_TYPE = "task.request"
 STREAMS = tuple(f"project/p{i:02d}" for i in range(20))
 ROOMS = ("delegation", "chat", "presence", "reviews", "ops")

@@ -31,8 +31,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         prog="bench/run.py", description="Run the benchmarks and print a summary of ratios."
     )
     p.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
-    p.add_argument("--only", nargs="+", choices=BENCHES, metavar="NAME",
-                   help=f"run only these ({', '.join(BENCHES)})")  # fmt: skip
+    p.add_argument(
+        "--only",
+        nargs="+",
+        choices=BENCHES,
+        metavar="NAME",
+        help=f"run only these ({', '.join(BENCHES)})",
+    )
     p.add_argument("--list", action="store_true", help="list the benches present and exit")
     p.add_argument("extra", nargs="*", help="after `--`: arguments passed to every bench")
     return p.parse_args(argv)
@@ -51,9 +56,16 @@ def run_one(name: str, args: list[str]) -> tuple[int, float, list[str]]:
     tagged: list[str] = []
     t0 = time.perf_counter()
     with subprocess.Popen(
-        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        encoding="utf-8", errors="replace", bufsize=1,
-    ) as proc:  # fmt: skip
+        cmd,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        encoding="utf-8",
+        errors="replace",
+        bufsize=1,
+    ) as proc:
         assert proc.stdout is not None
         try:
             for line in proc.stdout:
@@ -86,8 +98,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n######## bench {name} {' '.join(bench_args)}".rstrip(), flush=True)
         code, seconds, tagged = run_one(name, bench_args)
         results.append((name, "ok" if code == 0 else f"FAILED (exit {code})", seconds, tagged))
-    print(f"\n######## summary ({'quick' if args.quick else 'full'} sizes, "
-          f"{time.perf_counter() - started:.0f} s)")  # fmt: skip
+    print(
+        f"\n######## summary ({'quick' if args.quick else 'full'} sizes, "
+        f"{time.perf_counter() - started:.0f} s)"
+    )
     for name, status, seconds, tagged in results:
         print(f"{name:6} {status:18} {seconds:7.1f} s")
         for line in tagged:

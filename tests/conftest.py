@@ -141,8 +141,9 @@ def sqlite_store(tmp_path: Path):
     s.close()
 
 
-def run_cli(*args: str, input: bytes | None = None, env: dict[str, str] | None = None,
-            timeout: float = 60) -> subprocess.CompletedProcess[bytes]:  # fmt: skip
+def run_cli(
+    *args: str, input: bytes | None = None, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[bytes]:
     """Run `python -m mempalace_logstream` as a real subprocess, bytes in and out."""
     full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     return subprocess.run(

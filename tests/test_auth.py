@@ -63,8 +63,10 @@ def test_a_foreign_host_or_origin_is_403_on_a_loopback_hub(hub) -> None:
 
 def test_host_pinning_is_off_for_a_token_protected_non_loopback_hub(tmp_path: Path) -> None:
     with live_hub(tmp_path, host="0.0.0.0", token=TOKEN) as h:
-        resp = httpx.get(h.url + "/v1/stats", headers={
-            "Host": "hub.example.org", "Authorization": f"Bearer {TOKEN}"})  # fmt: skip
+        resp = httpx.get(
+            h.url + "/v1/stats",
+            headers={"Host": "hub.example.org", "Authorization": f"Bearer {TOKEN}"},
+        )
         assert resp.status_code == 200
 
 
@@ -93,8 +95,9 @@ def test_a_blank_token_is_refused_by_the_settings(token: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
 def test_serve_refuses_a_blank_token_like_a_missing_one(tmp_path: Path, host: str) -> None:
-    proc = run_cli("serve", "--host", host, "--port", "0", "--db", str(tmp_path / "x.db"),
-                   "--token", "   ")  # fmt: skip
+    proc = run_cli(
+        "serve", "--host", host, "--port", "0", "--db", str(tmp_path / "x.db"), "--token", "   "
+    )
     assert proc.returncode == 1
     assert proc.stderr.decode().strip() == (
         "error: token is blank (only whitespace); pass a real token or leave it out"
@@ -108,8 +111,16 @@ def test_settings_repr_hides_the_token() -> None:
 
 @pytest.mark.slow
 def test_serve_refuses_a_non_loopback_bind_without_a_token(tmp_path: Path) -> None:
-    proc = run_cli("serve", "--host", "0.0.0.0", "--port", "0", "--db", str(tmp_path / "x.db"),
-                   env={"LOGSTREAM_TOKEN": ""})  # fmt: skip
+    proc = run_cli(
+        "serve",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "0",
+        "--db",
+        str(tmp_path / "x.db"),
+        env={"LOGSTREAM_TOKEN": ""},
+    )
     assert proc.returncode == 1
     assert b"refusing to bind 0.0.0.0 without a token" in proc.stderr
     assert not (tmp_path / "x.db").exists()
@@ -119,10 +130,20 @@ def test_serve_refuses_a_non_loopback_bind_without_a_token(tmp_path: Path) -> No
 def test_serve_prints_its_url_and_never_the_token(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO), "LOGSTREAM_TOKEN": TOKEN}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mempalace_logstream", "serve", "--port", "0",
-         "--db", str(tmp_path / "s.db")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "mempalace_logstream",
+            "serve",
+            "--port",
+            "0",
+            "--db",
+            str(tmp_path / "s.db"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
     try:
         line = _read_line(proc, timeout=60)
         assert line.startswith("logstream hub listening on http://127.0.0.1:")

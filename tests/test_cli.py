@@ -541,17 +541,33 @@ def real(tmp_path_factory) -> dict:
     before = written(refusal_db)
     first = {
         "body": (["append", *D(db), *ev, "--body-file", "-", "--json"], BODY, None),
-        "put": (["artifact", "put", "-", *D(db), "--kind", "patch", "--created-by", "a",
-                 "--json"], PATCH, None),
-        "binary": (["artifact", "put", *D(db), "--kind", "file", "--created-by", "a",
-                    "--binary", "--json"], BLOB, None),
+        "put": (
+            ["artifact", "put", "-", *D(db), "--kind", "patch", "--created-by", "a", "--json"],
+            PATCH,
+            None,
+        ),
+        "binary": (
+            [
+                "artifact",
+                "put",
+                *D(db),
+                "--kind",
+                "file",
+                "--created-by",
+                "a",
+                "--binary",
+                "--json",
+            ],
+            BLOB,
+            None,
+        ),
         "nul_body": (["append", *D(refusal_db), *ev, "--body-file", "-"], b"a\x00b", None),
         "limit": (["list", *D(refusal_db), "--limit", "0"], None, None),
         "garbage": (["list", "--db", str(garbage)], None, None),
         "json_garbage": (["--json", "list", "--db", str(garbage)], None, None),
         "json_refusal": (["list", *D(refusal_db), "--order", "sideways", "--json"], None, None),
         "json_usage": (["list", *D(refusal_db), "--limit", "many", "--json"], None, None),
-    }  # fmt: skip
+    }
     with ThreadPoolExecutor(max_workers=2) as pool:
         futures = {k: pool.submit(run_cli, *a, input=i, env=e) for k, (a, i, e) in first.items()}
         out = {k: f.result() for k, f in futures.items()}
@@ -562,10 +578,12 @@ def real(tmp_path_factory) -> dict:
         get_out = pool.submit(run_cli, "artifact", "get", bin_id, *D(db), "--out", str(out_file))
         out["get_raw"], out["get_out"] = get_raw.result(), get_out.result()
         json_file = tmp / "copy.json.bin"
-        out["get_out_json"] = run_cli("--json", "artifact", "get", bin_id, *D(db),
-                                      "--out", str(json_file))  # fmt: skip
-    out.update(tmp=tmp, out_file=out_file, json_file=json_file, refusal_db=refusal_db,
-               before=before)  # fmt: skip
+        out["get_out_json"] = run_cli(
+            "--json", "artifact", "get", bin_id, *D(db), "--out", str(json_file)
+        )
+    out.update(
+        tmp=tmp, out_file=out_file, json_file=json_file, refusal_db=refusal_db, before=before
+    )
     return out
 
 
@@ -591,8 +609,11 @@ def test_artifact_get_writes_the_exact_bytes_to_stdout_and_to_out(real):
 
 
 def test_with_json_every_error_is_one_json_object_on_stderr(real):
-    for key, field, code in (("json_garbage", None, 1), ("json_refusal", "order", 1),
-                             ("json_usage", "limit", 2)):  # fmt: skip
+    for key, field, code in (
+        ("json_garbage", None, 1),
+        ("json_refusal", "order", 1),
+        ("json_usage", "limit", 2),
+    ):
         proc = real[key]
         assert proc.returncode == code and proc.stdout == b"", (key, proc)
         lines = proc.stderr.decode().strip().splitlines()

@@ -51,8 +51,18 @@ EV = ("append", "--type", "note", "--stream", "s", "--room", "r", "--from-agent"
 
 
 def _submit_and_fetch(where: list[str], tmp_path: Path, content: bytes, name: str):
-    sub = invoke("patch", "submit", "-", *where, "--from-agent", "w", "--stream", "project/x",
-                 "--json", input=content)  # fmt: skip
+    sub = invoke(
+        "patch",
+        "submit",
+        "-",
+        *where,
+        "--from-agent",
+        "w",
+        "--stream",
+        "project/x",
+        "--json",
+        input=content,
+    )
     art = ok_json(sub)["artifact"]
     raw = invoke("artifact", "get", art["id"], *where)
     assert raw.exit_code == 0, raw.stderr
@@ -79,16 +89,39 @@ def test_a_latin1_patch_round_trips_byte_for_byte_through_a_hub(tmp_path):
             assert art["encoding"] == "base64", name
             assert art["sha256"] == hashlib.sha256(content).hexdigest(), name
             assert printed == content and saved == content, name
-        text = ok_json(invoke("artifact", "put", "-", *where, "--kind", "file",
-                              "--created-by", "a", "--json", input=nul_text))  # fmt: skip
+        text = ok_json(
+            invoke(
+                "artifact",
+                "put",
+                "-",
+                *where,
+                "--kind",
+                "file",
+                "--created-by",
+                "a",
+                "--json",
+                input=nul_text,
+            )
+        )
         assert text["artifact"]["encoding"] == "base64"  # artifact put sniffs the same way
         stored = hub.store.artifact_get(art["id"])
     assert stored.content == nul_text
 
 
 def test_an_empty_patch_is_stored_with_a_warning(db):
-    result = invoke("patch", "submit", "-", "--db", str(db), "--from-agent", "w",
-                    "--stream", "s", "--json", input=b"")  # fmt: skip
+    result = invoke(
+        "patch",
+        "submit",
+        "-",
+        "--db",
+        str(db),
+        "--from-agent",
+        "w",
+        "--stream",
+        "s",
+        "--json",
+        input=b"",
+    )
     out = ok_json(result)
     assert out["artifact"]["size_bytes"] == 0
     assert out["warnings"] == ["patch is empty; there is nothing to apply"]
@@ -160,8 +193,19 @@ def test_a_domain_error_with_json_names_the_field(db):
 
 @pytest.fixture
 def stored(db) -> str:
-    put = invoke("artifact", "put", "-", "--db", str(db), "--kind", "file", "--created-by", "a",
-                 "--json", input=b"new bytes\n")  # fmt: skip
+    put = invoke(
+        "artifact",
+        "put",
+        "-",
+        "--db",
+        str(db),
+        "--kind",
+        "file",
+        "--created-by",
+        "a",
+        "--json",
+        input=b"new bytes\n",
+    )
     return ok_json(put)["artifact"]["id"]
 
 
@@ -233,10 +277,26 @@ def test_from_agent_is_refused_on_list_and_wait_with_a_hint(db):
 
 
 def test_task_create_names_the_stream_and_says_the_task_id_is_the_correlation_id(db):
-    result = invoke("task", "create", "--db", str(db), "--project", "Demo App",
-                    "--from-agent", "lead", "--to-agent", "worker", "--goal", "Fix it",
-                    "--done", "tests pass", "--branch", "main",
-                    "--base-commit", "3f2a9c1")  # fmt: skip
+    result = invoke(
+        "task",
+        "create",
+        "--db",
+        str(db),
+        "--project",
+        "Demo App",
+        "--from-agent",
+        "lead",
+        "--to-agent",
+        "worker",
+        "--goal",
+        "Fix it",
+        "--done",
+        "tests pass",
+        "--branch",
+        "main",
+        "--base-commit",
+        "3f2a9c1",
+    )
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
     task = events(db)[0]
@@ -285,8 +345,11 @@ def test_peers_on_an_80_column_terminal_folds_but_never_cuts(palace, monkeypatch
         estate = sync.estate(store, palace)
     text = re.sub(r"\x1b\[[0-9;]*m", "", cli.sync.peers_table(estate))  # styles off
     assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
-    columns = [[c.strip() for c in line.split("│")[1:-1]] for line in text.splitlines()
-               if line.startswith("│")]  # fmt: skip
+    columns = [
+        [c.strip() for c in line.split("│")[1:-1]]
+        for line in text.splitlines()
+        if line.startswith("│")
+    ]
     url_cells = "".join(row[1] for row in columns)
     assert LONG_URL in url_cells and LONG_URL + "/ci" in url_cells
     assert LONG_ERROR.replace(" ", "") in "".join(row[-1] for row in columns).replace(" ", "")

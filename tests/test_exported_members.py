@@ -56,8 +56,17 @@ def test_the_whole_error_tree_is_exported():
 
 
 def test_the_core_api_is_exported():
-    for name in ("LogStore", "Event", "Artifact", "Page", "LogstreamError", "ValidationError",
-                 "NotFoundError", "ConflictError", "StorageError"):  # fmt: skip
+    for name in (
+        "LogStore",
+        "Event",
+        "Artifact",
+        "Page",
+        "LogstreamError",
+        "ValidationError",
+        "NotFoundError",
+        "ConflictError",
+        "StorageError",
+    ):
         assert name in pkg.__all__
 
 

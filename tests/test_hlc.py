@@ -31,9 +31,18 @@ def test_stamps_are_fixed_width_and_parse_back():
 
 @pytest.mark.parametrize(
     "bad",
-    ["", "x", "178303884912-000000-rep_x", "1783038849123-00000-rep_x",
-     "1783038849123-00000G-rep_x", "1783038849123-000000-", "1783038849123-0000000-rep_x", None, 7],
-)  # fmt: skip
+    [
+        "",
+        "x",
+        "178303884912-000000-rep_x",
+        "1783038849123-00000-rep_x",
+        "1783038849123-00000G-rep_x",
+        "1783038849123-000000-",
+        "1783038849123-0000000-rep_x",
+        None,
+        7,
+    ],
+)
 def test_malformed_stamps_do_not_parse(bad):
     assert hlc.parse(bad) is None
 
@@ -129,7 +138,8 @@ def test_two_stores_on_one_file_stamp_in_commit_order(tmp_path):
     with LogStore.open(path, clock=wall_a) as a, LogStore.open(path, clock=wall_b) as b:
         events = []
         for i in range(6):
-            events.append((a if i % 2 else b).event_append(type="x", stream="s", room="r",
-                                                           from_agent="w"))  # fmt: skip
+            events.append(
+                (a if i % 2 else b).event_append(type="x", stream="s", room="r", from_agent="w")
+            )
         stamps = [e.hlc for e in sorted(events, key=lambda e: e.seq)]
         assert stamps == sorted(stamps) and len(set(stamps)) == 6

@@ -73,8 +73,10 @@ def test_an_unknown_field_is_422_naming_it(client: httpx.Client) -> None:
 
 
 def test_a_missing_or_null_required_field_is_422(client: httpx.Client) -> None:
-    for body in ({"stream": "s", "room": "r", "from_agent": "a"},
-                 {"type": None, "stream": "s", "room": "r", "from_agent": "a"}):  # fmt: skip
+    for body in (
+        {"stream": "s", "room": "r", "from_agent": "a"},
+        {"type": None, "stream": "s", "room": "r", "from_agent": "a"},
+    ):
         resp = client.post("/v1/event_append", json=body)
         assert resp.status_code == 422
         assert resp.json() == {"error": "type is required", "field": "type"}
@@ -95,17 +97,31 @@ def test_unknown_ids_are_404_and_a_reused_idempotency_key_is_409(client: httpx.C
     assert resp.json() == {"error": "artifact 'art_nope' not found", "field": "artifact_id"}
     assert client.post("/v1/event_list", json={"since_event_id": "evt_x"}).status_code == 404
     append(client, idempotency_key="k-409", body="one")
-    resp = client.post("/v1/event_append", json={
-        "type": "note", "stream": "s", "room": "r", "from_agent": "a", "idempotency_key": "k-409",
-        "body": "two"})  # fmt: skip
+    resp = client.post(
+        "/v1/event_append",
+        json={
+            "type": "note",
+            "stream": "s",
+            "room": "r",
+            "from_agent": "a",
+            "idempotency_key": "k-409",
+            "body": "two",
+        },
+    )
     assert resp.status_code == 409 and resp.json()["field"] == "idempotency_key"
 
 
 def test_binary_artifacts_round_trip_byte_exact_through_base64(client: httpx.Client) -> None:
     raw = bytes(range(256)) * 3
-    resp = client.post("/v1/artifact_put", json={
-        "kind": "file", "content": base64.b64encode(raw).decode(), "encoding": "base64",
-        "created_by": "a"})  # fmt: skip
+    resp = client.post(
+        "/v1/artifact_put",
+        json={
+            "kind": "file",
+            "content": base64.b64encode(raw).decode(),
+            "encoding": "base64",
+            "created_by": "a",
+        },
+    )
     assert resp.status_code == 200, resp.text
     art = resp.json()["artifact"]
     assert art["sha256"] == hashlib.sha256(raw).hexdigest()
@@ -122,15 +138,19 @@ def test_oversized_requests_get_413_with_or_without_content_length(client: httpx
         for i in range(0, len(big), 4096):
             yield big[i : i + 4096]
 
-    resp = client.post("/v1/event_list", content=chunks(),
-                       headers={"content-type": "application/json"})  # fmt: skip
+    resp = client.post(
+        "/v1/event_list", content=chunks(), headers={"content-type": "application/json"}
+    )
     assert resp.status_code == 413
 
 
 def test_a_chunked_body_under_the_limit_is_accepted(client: httpx.Client) -> None:
     body = b'{"type":"note","stream":"s","room":"r","from_agent":"a","body":"chunked"}'
-    resp = client.post("/v1/event_append", content=iter([body[:10], body[10:]]),
-                       headers={"content-type": "application/json"})  # fmt: skip
+    resp = client.post(
+        "/v1/event_append",
+        content=iter([body[:10], body[10:]]),
+        headers={"content-type": "application/json"},
+    )
     assert resp.status_code == 200 and resp.json()["event"]["body"] == "chunked"
 
 
@@ -166,7 +186,7 @@ async def _long_waits_and_an_append(hub: LiveHub) -> None:
                         "timeout_ms": 300_000,
                     },
                 )
-            )  # fmt: skip
+            )
             for i in range(60)
         ]
         await _until(lambda: hub.store.notifier.waiters >= 60)

@@ -45,13 +45,30 @@ def _ok(result) -> str:
 
 
 def test_reads_print_the_same_through_the_hub(both) -> None:
-    remote, _ = both("append", "--type", "note", "--stream", "cli", "--room", "r",
-                     "--from-agent", "a", "--to-agent", "b", "--body", "héllo")  # fmt: skip
+    remote, _ = both(
+        "append",
+        "--type",
+        "note",
+        "--stream",
+        "cli",
+        "--room",
+        "r",
+        "--from-agent",
+        "a",
+        "--to-agent",
+        "b",
+        "--body",
+        "héllo",
+    )
     assert _ok(remote).startswith("Appended: evt_")
     event_id = _ok(remote).split()[1]
-    for args in (("get", event_id), ("get", event_id, "--json"),
-                 ("list", "--stream", "cli", "--json"), ("list", "--to-agent", "b"),
-                 ("stats", "--json")):  # fmt: skip
+    for args in (
+        ("get", event_id),
+        ("get", event_id, "--json"),
+        ("list", "--stream", "cli", "--json"),
+        ("list", "--to-agent", "b"),
+        ("stats", "--json"),
+    ):
         remote, local = both(*args)
         assert _ok(remote) == _ok(local), args
 
@@ -74,8 +91,21 @@ def test_binary_artifacts_and_a_delegation_work_through_the_hub(hub, tmp_path: P
     remote = ["--hub", hub.url, "--token", TOKEN]
     raw = bytes(range(256)) + b"\r\n\x00end"
     (tmp_path / "blob").write_bytes(raw)
-    put = runner.invoke(cli.app, ["artifact", "put", str(tmp_path / "blob"), "--kind", "file",
-                                  "--created-by", "a", "--binary", "--json", *remote])  # fmt: skip
+    put = runner.invoke(
+        cli.app,
+        [
+            "artifact",
+            "put",
+            str(tmp_path / "blob"),
+            "--kind",
+            "file",
+            "--created-by",
+            "a",
+            "--binary",
+            "--json",
+            *remote,
+        ],
+    )
     art_id = json.loads(_ok(put))["artifact"]["id"]
     got = runner.invoke(cli.app, ["artifact", "get", art_id, *remote])
     assert got.exit_code == 0 and got.stdout_bytes == raw
@@ -104,12 +134,24 @@ def test_binary_artifacts_and_a_delegation_work_through_the_hub(hub, tmp_path: P
         ],
     )
     t = json.loads(_ok(task))["task"]
-    claim = runner.invoke(cli.app, ["ack", t["id"], "--from-agent", "w", "--status", "claimed",
-                                    "--json", *remote])  # fmt: skip
+    claim = runner.invoke(
+        cli.app, ["ack", t["id"], "--from-agent", "w", "--status", "claimed", "--json", *remote]
+    )
     claim_id = json.loads(_ok(claim))["event"]["id"]
-    wait = runner.invoke(cli.app, ["wait", "--correlation-id", t["correlation_id"],
-                                   "--since-event-id", t["id"], "--timeout-ms", "5000",
-                                   "--json", *remote])  # fmt: skip
+    wait = runner.invoke(
+        cli.app,
+        [
+            "wait",
+            "--correlation-id",
+            t["correlation_id"],
+            "--since-event-id",
+            t["id"],
+            "--timeout-ms",
+            "5000",
+            "--json",
+            *remote,
+        ],
+    )
     assert [e["id"] for e in json.loads(_ok(wait))["events"]] == [claim_id]
     (tmp_path / "p.diff").write_text("--- a\n+++ b\n")
     patch = runner.invoke(
@@ -140,8 +182,9 @@ def test_a_wrong_token_or_a_dead_hub_is_a_one_line_error(hub) -> None:
 
 @pytest.mark.slow
 def test_the_real_cli_process_talks_to_the_hub(hub) -> None:
-    proc = run_cli("list", "--json", "--limit", "3", "--hub", hub.url,
-                   env={"LOGSTREAM_TOKEN": TOKEN})  # fmt: skip
+    proc = run_cli(
+        "list", "--json", "--limit", "3", "--hub", hub.url, env={"LOGSTREAM_TOKEN": TOKEN}
+    )
     assert proc.returncode == 0, proc.stderr
     local = CliRunner().invoke(
         cli.app, ["list", "--json", "--limit", "3", "--db", hub.store.engine.url.database]

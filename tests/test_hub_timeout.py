@@ -83,8 +83,15 @@ def test_hub_calls_time_out_against_a_hub_that_never_answers(silent, args) -> No
 
 
 def test_wait_gets_its_own_timeout_plus_the_margin(silent) -> None:
-    proc = run_cli("wait", "--timeout-ms", "300", "--hub", silent.url,
-                   env={"LOGSTREAM_HUB_TIMEOUT": "0.5"}, timeout=30)  # fmt: skip
+    proc = run_cli(
+        "wait",
+        "--timeout-ms",
+        "300",
+        "--hub",
+        silent.url,
+        env={"LOGSTREAM_HUB_TIMEOUT": "0.5"},
+        timeout=30,
+    )
     err = proc.stderr.decode()
     assert proc.returncode == 1, err
     assert "did not answer event_wait within 0.8 s" in err, err

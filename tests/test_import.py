@@ -32,7 +32,7 @@ def build_source(path: Path, n_events: int, n_artifacts: int = 12) -> str:
                 created_by="builder",
                 content=(f"shared {i % 4}\r\n" if i % 2 else bytes([i, 0, 255])),
                 metadata={"i": i},
-            )  # fmt: skip
+            )
             for i in range(n_artifacts)
         ]
         origins = (store.replica_id, *OTHER_REPLICAS)
@@ -43,17 +43,31 @@ def build_source(path: Path, n_events: int, n_artifacts: int = 12) -> str:
             counters[origin] += 1
             ms = 1_780_000_000_000 + seq * 7
             eid = f"evt_20260529T000000_{seq:020x}"
-            rows.append((
-                seq, eid, origin, counters[origin], f"{ms:013d}-{seq % 5:06x}-{origin}",
-                TYPES[seq % 4], f"project/p{seq % 7}", "r", None if seq % 2 else f"t{seq % 3}",
-                f"agent{seq % 5}", (None, "*", "agent1")[seq % 3], f"c{seq // 10}", None,
-                "abcdef1" if seq % 13 == 0 else None, (None, "open", "claimed")[seq % 3],
-                f"b{seq} ünï\r\nline" if seq % 17 == 0 else f"body {seq}",
-                "2026-05-29T00:00:00Z" if seq % 11 == 0  # legacy second precision
-                else f"2026-05-29T00:00:{seq % 60:02d}.{seq % 1000:03d}Z",
-                f'{{"z":{seq},"a":[1,"x"]}}' if seq % 19 == 0 else "{}",
-                f"k{seq}" if seq % 23 == 0 else None,
-            ))  # fmt: skip
+            rows.append(
+                (
+                    seq,
+                    eid,
+                    origin,
+                    counters[origin],
+                    f"{ms:013d}-{seq % 5:06x}-{origin}",
+                    TYPES[seq % 4],
+                    f"project/p{seq % 7}",
+                    "r",
+                    None if seq % 2 else f"t{seq % 3}",
+                    f"agent{seq % 5}",
+                    (None, "*", "agent1")[seq % 3],
+                    f"c{seq // 10}",
+                    None,
+                    "abcdef1" if seq % 13 == 0 else None,
+                    (None, "open", "claimed")[seq % 3],
+                    f"b{seq} ünï\r\nline" if seq % 17 == 0 else f"body {seq}",
+                    "2026-05-29T00:00:00Z"
+                    if seq % 11 == 0  # legacy second precision
+                    else f"2026-05-29T00:00:{seq % 60:02d}.{seq % 1000:03d}Z",
+                    f'{{"z":{seq},"a":[1,"x"]}}' if seq % 19 == 0 else "{}",
+                    f"k{seq}" if seq % 23 == 0 else None,
+                )
+            )
             if arts and seq % 97 == 0:
                 pick = [arts[seq % len(arts)].id, arts[(seq * 7 + 1) % len(arts)].id]
                 links += [(eid, aid, pos) for pos, aid in enumerate(dict.fromkeys(pick))]
@@ -76,8 +90,14 @@ def build_source(path: Path, n_events: int, n_artifacts: int = 12) -> str:
         # A few through the real append path too (they continue the seq after the bulk rows).
         for i in range(3):
             links_to = [arts[i].id] if arts else None
-            store.event_append(type="note", stream="s", room="r", from_agent="tail",
-                               body=f"tail {i}", artifact_ids=links_to)  # fmt: skip
+            store.event_append(
+                type="note",
+                stream="s",
+                room="r",
+                from_agent="tail",
+                body=f"tail {i}",
+                artifact_ids=links_to,
+            )
     return url
 
 
@@ -102,8 +122,9 @@ def assert_same_log(source: LogStore, target: LogStore) -> int:
         (event_artifacts, "event_id, position"),
         (artifact_blobs, "sha256"),
     ):
-        pairs = zip(driver_rows(source, table, order), driver_rows(target, table, order),
-                    strict=True)  # fmt: skip
+        pairs = zip(
+            driver_rows(source, table, order), driver_rows(target, table, order), strict=True
+        )
         for mine, theirs in pairs:
             assert mine == theirs, f"{table.name} differ"
             n += len(mine) if table is events else 0
@@ -114,8 +135,9 @@ def test_import_copies_every_field_and_a_rerun_changes_nothing(tmp_path, db_url)
     src_url = build_source(tmp_path / "src.sqlite3", 300)
     with importer.open_source(src_url) as source, LogStore.open(db_url) as target:
         ticks: list[tuple[str, int, int]] = []
-        report = importer.import_log(source, target, batch_size=50,
-                                     progress=lambda *t: ticks.append(t))  # fmt: skip
+        report = importer.import_log(
+            source, target, batch_size=50, progress=lambda *t: ticks.append(t)
+        )
         assert (report.events_imported, report.events_skipped) == (303, 0)
         assert report.artifacts_imported == 12 and report.blobs_copied == 8
         assert assert_same_log(source, target) == 303
@@ -181,9 +203,11 @@ def test_import_refuses_when_the_target_gained_events_after_a_partial_import(tmp
     with importer.open_source(src_url) as source, LogStore.open(pg_url) as target:
         with pytest.raises(Crash):
             importer.import_log(
-                source, target, batch_size=50,
+                source,
+                target,
+                batch_size=50,
                 progress=lambda p, d, t: _raise_if(p == "events" and d >= 50),
-            )  # fmt: skip
+            )
         target.event_append(type="x", stream="s", room="r", from_agent="local")
         with pytest.raises(errors.ConflictError, match="first difference"):
             importer.import_log(source, target)

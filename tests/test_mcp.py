@@ -31,13 +31,20 @@ from tests.hubkit import live_hub
 
 REPO = Path(__file__).resolve().parents[1]
 READ_TOOLS = {
-    "mempalace_event_list", "mempalace_event_wait", "mempalace_event_get",
-    "mempalace_artifact_get", "mempalace_version_vector", "mempalace_stats",
-}  # fmt: skip
+    "mempalace_event_list",
+    "mempalace_event_wait",
+    "mempalace_event_get",
+    "mempalace_artifact_get",
+    "mempalace_version_vector",
+    "mempalace_stats",
+}
 WRITE_TOOLS = {
-    "mempalace_event_append", "mempalace_event_ack", "mempalace_artifact_put",
-    "mempalace_patch_submit", "mempalace_task_create",
-}  # fmt: skip
+    "mempalace_event_append",
+    "mempalace_event_ack",
+    "mempalace_artifact_put",
+    "mempalace_patch_submit",
+    "mempalace_task_create",
+}
 MODES = ["auto", "legacy"]  # `Client(mode=...)`: 2026-07-28 (discover) or the 2025 handshake
 PATCH = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-print('bug')\n+print('fixed ✓')\n"
 
@@ -84,18 +91,48 @@ async def delegation(session: Session) -> None:
     corr, stream = task["correlation_id"], task["stream"]
 
     # The lead blocks for a claim; the claim arrives through the same session meanwhile.
-    wait = asyncio.create_task(session.call_tool("mempalace_event_wait", {
-        "correlation_id": corr, "status": "claimed", "since_event_id": task["id"],
-        "timeout_ms": 120_000}))  # fmt: skip
-    claim = _data(await session.call_tool("mempalace_event_append", {
-        "type": "task.claim", "stream": stream, "room": "delegation", "from_agent": "worker",
-        "to_agent": "lead", "correlation_id": corr, "status": "claimed"}))["event"]  # fmt: skip
+    wait = asyncio.create_task(
+        session.call_tool(
+            "mempalace_event_wait",
+            {
+                "correlation_id": corr,
+                "status": "claimed",
+                "since_event_id": task["id"],
+                "timeout_ms": 120_000,
+            },
+        )
+    )
+    claim = _data(
+        await session.call_tool(
+            "mempalace_event_append",
+            {
+                "type": "task.claim",
+                "stream": stream,
+                "room": "delegation",
+                "from_agent": "worker",
+                "to_agent": "lead",
+                "correlation_id": corr,
+                "status": "claimed",
+            },
+        )
+    )["event"]
     woke = _data(await asyncio.wait_for(wait, 30))
     assert woke["timed_out"] is False and [e["id"] for e in woke["events"]] == [claim["id"]]
 
-    submitted = _data(await session.call_tool("mempalace_patch_submit", {
-        "content": PATCH, "from_agent": "worker", "stream": stream, "to_agent": "lead",
-        "correlation_id": corr, "branch": "main", "base_commit": "abc1234"}))  # fmt: skip
+    submitted = _data(
+        await session.call_tool(
+            "mempalace_patch_submit",
+            {
+                "content": PATCH,
+                "from_agent": "worker",
+                "stream": stream,
+                "to_agent": "lead",
+                "correlation_id": corr,
+                "branch": "main",
+                "base_commit": "abc1234",
+            },
+        )
+    )
     art_id = submitted["artifact"]["id"]
     got = _data(await session.call_tool("mempalace_artifact_get", {"artifact_id": art_id}))
     art = got["artifact"]
@@ -110,10 +147,17 @@ async def delegation(session: Session) -> None:
         )
     )
     assert ack["event"]["to_agent"] == "worker" and ack["event"]["correlation_id"] == corr
-    thread = _data(await session.call_tool("mempalace_event_list", {
-        "correlation_id": corr, "order": "asc", "slim": True}))  # fmt: skip
+    thread = _data(
+        await session.call_tool(
+            "mempalace_event_list", {"correlation_id": corr, "order": "asc", "slim": True}
+        )
+    )
     assert [e["type"] for e in thread["events"]] == [
-        "task.request", "task.claim", "patch.ready", "event.ack"]  # fmt: skip
+        "task.request",
+        "task.claim",
+        "patch.ready",
+        "event.ack",
+    ]
 
 
 async def validation_errors_are_tool_errors(session: Session) -> None:
@@ -266,14 +310,20 @@ def _vanish_mid_call(url: str) -> None:
     """A client whose connection drops with a call in flight (its process died): no
     `notifications/cancelled`, no DELETE, just a closed socket."""
     accept = {"accept": "application/json, text/event-stream"}
-    hello = {"protocolVersion": "2025-11-25", "capabilities": {},
-             "clientInfo": {"name": "gone", "version": "1"}}  # fmt: skip
+    hello = {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "gone", "version": "1"},
+    }
     call = {"name": "mempalace_event_wait", "arguments": {"timeout_ms": 10_000}}
     with httpx.Client(timeout=30) as http:
         init = http.post(url, headers=accept, json=_rpc("initialize", hello, 1))
         assert init.status_code == 200, init.text
-        session = {**accept, "mcp-session-id": init.headers["mcp-session-id"],
-                   "mcp-protocol-version": "2025-11-25"}  # fmt: skip
+        session = {
+            **accept,
+            "mcp-session-id": init.headers["mcp-session-id"],
+            "mcp-protocol-version": "2025-11-25",
+        }
         http.post(url, headers=session, json=_rpc("notifications/initialized"))
         with http.stream("POST", url, headers=session, json=_rpc("tools/call", call, 2)) as resp:
             assert resp.status_code == 200  # the answer's SSE stream is open; we leave
@@ -353,7 +403,8 @@ def test_the_sdk_transport_logging_a_disconnect_traceback_becomes_one_debug_line
     assert sdk_records == [("ERROR", "Error in message router")]
     went = [r for r in caplog.records if "MCP client went away" in r.getMessage()]
     assert [(r.levelname, r.getMessage()) for r in went] == [
-        ("DEBUG", "MCP client went away (Error in SSE writer: ExceptionGroup)")]  # fmt: skip
+        ("DEBUG", "MCP client went away (Error in SSE writer: ExceptionGroup)")
+    ]
 
 
 def test_the_largest_artifact_fits_through_the_hubs_mcp_endpoint(tmp_path: Path) -> None:

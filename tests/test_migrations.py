@@ -92,8 +92,9 @@ def test_downgrade_to_base_then_upgrade_again_restores_schema_and_triggers(db_ur
     assert _triggers(db_url) == with_triggers
     with LogStore.open(db_url) as store:
         a = store.artifact_put(kind="note", content="keep", created_by="a")
-        e = store.event_append(type="x", stream="s", room="r", from_agent="a", body="keep",
-                               artifact_ids=[a.id])  # fmt: skip
+        e = store.event_append(
+            type="x", stream="s", room="r", from_agent="a", body="keep", artifact_ids=[a.id]
+        )
         for sql in (
             "UPDATE events SET body = 'changed'",
             "DELETE FROM events",
@@ -200,9 +201,25 @@ def test_a_reference_palace_of_every_generation_is_adopted_in_place(
         assert [e.id for e in got] == [e["id"] for e in expected]
         for mine, theirs in zip(got, expected, strict=True):
             wire = mine.to_dict()
-            for key in ("id", "seq", "created_at", "hlc", "origin_replica", "origin_seq", "type",
-                        "stream", "room", "from_agent", "to_agent", "correlation_id", "branch",
-                        "base_commit", "status", "body", "metadata"):  # fmt: skip
+            for key in (
+                "id",
+                "seq",
+                "created_at",
+                "hlc",
+                "origin_replica",
+                "origin_seq",
+                "type",
+                "stream",
+                "room",
+                "from_agent",
+                "to_agent",
+                "correlation_id",
+                "branch",
+                "base_commit",
+                "status",
+                "body",
+                "metadata",
+            ):
                 assert wire[key] == theirs[key], (generation, key, wire[key], theirs[key])
             assert wire["topic"] == theirs.get("topic")
             assert sorted(wire["artifact_ids"]) == sorted(theirs["artifact_ids"])
@@ -220,8 +237,11 @@ def test_a_reference_palace_of_every_generation_is_adopted_in_place(
             assert art.sha256 == theirs["sha256"]
             assert art.size_bytes == theirs["size_bytes"]
             assert (art.kind, art.created_by, art.created_at, art.metadata) == (
-                theirs["kind"], theirs["created_by"], theirs["created_at"], theirs["metadata"]
-            )  # fmt: skip
+                theirs["kind"],
+                theirs["created_by"],
+                theirs["created_at"],
+                theirs["metadata"],
+            )
             assert art.origin_replica == theirs.get("origin_replica", replica)
         linked = [e for e in got if e.artifact_ids]
         assert {a for e in linked for a in e.artifact_ids} == {a["id"] for a in ref.artifacts}
@@ -275,6 +295,7 @@ def test_logstream_migrate_adopts_a_reference_palace(ref_python, tmp_path):
     result = CliRunner().invoke(cli.app, ["migrate", "--palace", str(ref.palace), "--json"])
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["from"] is None
-    listed = CliRunner().invoke(cli.app, ["list", "--palace", str(ref.palace), "--json",
-                                          "--order", "asc", "--limit", "500"])  # fmt: skip
+    listed = CliRunner().invoke(
+        cli.app, ["list", "--palace", str(ref.palace), "--json", "--order", "asc", "--limit", "500"]
+    )
     assert [e["id"] for e in json.loads(listed.stdout)["events"]] == [e["id"] for e in ref.events]

@@ -197,8 +197,10 @@ def test_sqlite_signal_sees_a_commit_from_another_connection(
         if use_inotify:
             assert signal.mode == "inotify"
         assert signal.wait(0.05) is False
-        threading.Timer(0.05, lambda: sqlite3.connect(path).execute("INSERT INTO t VALUES (1)")
-                        .connection.commit()).start()  # fmt: skip
+        threading.Timer(
+            0.05,
+            lambda: sqlite3.connect(path).execute("INSERT INTO t VALUES (1)").connection.commit(),
+        ).start()
         t0 = time.monotonic()
         assert signal.wait(5) is True
         assert time.monotonic() - t0 < 2
@@ -259,8 +261,9 @@ def test_a_lost_signal_costs_at_most_the_fallback_interval(tmp_path: Path) -> No
     try:
         waiter._change_watcher.stop()  # no cross-process signal at all
         tip = writer.event_append(type="x.one", stream="s", room="r", from_agent="w").id
-        threading.Timer(0.1, lambda: writer.event_append(
-            type="x.two", stream="s", room="r", from_agent="w")).start()  # fmt: skip
+        threading.Timer(
+            0.1, lambda: writer.event_append(type="x.two", stream="s", room="r", from_agent="w")
+        ).start()
         t0 = time.monotonic()
         page = waiter.event_wait(since_event_id=tip, timeout_ms=30_000)
         assert len(page.events) == 1

@@ -62,8 +62,22 @@ def test_pages_stay_behind_the_token(tmp_path: Path) -> None:
 
 def test_stats_show_database_replica_and_version(tmp_path: Path) -> None:
     db = str(tmp_path / "s.sqlite3")
-    assert run_cli("append", "--type", "note", "--stream", "s", "--room", "r",
-                   "--from-agent", "a", "--db", db).returncode == 0  # fmt: skip
+    assert (
+        run_cli(
+            "append",
+            "--type",
+            "note",
+            "--stream",
+            "s",
+            "--room",
+            "r",
+            "--from-agent",
+            "a",
+            "--db",
+            db,
+        ).returncode
+        == 0
+    )
     out = json.loads(run_cli("stats", "--db", db, "--json").stdout)
     assert out["version"] == mempalace_logstream.__version__
     assert out["database"].endswith("s.sqlite3") and out["replica_id"].startswith("rep_")

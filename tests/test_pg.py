@@ -69,8 +69,9 @@ def writer_main(argv: list[str]) -> None:
         for i in range(count):
             if os.path.exists(stop_file):
                 break
-            store.event_append(type="race.tick", stream="race", room="r", from_agent=agent,
-                               body=str(i))  # fmt: skip
+            store.event_append(
+                type="race.tick", stream="race", room="r", from_agent=agent, body=str(i)
+            )
     finally:
         store.close()
 
@@ -148,8 +149,17 @@ class Tailer:
         return self.report
 
 
-def run_race(url: str, kind: str, tmp_path: Path, *, procs: int, threads: int, per_writer: int,
-             budget_s: float, stop_on_violation: bool) -> TailReport:  # fmt: skip
+def run_race(
+    url: str,
+    kind: str,
+    tmp_path: Path,
+    *,
+    procs: int,
+    threads: int,
+    per_writer: int,
+    budget_s: float,
+    stop_on_violation: bool,
+) -> TailReport:
     """Writers (processes + threads in this process) append while a reader tails the log."""
     stop_file = tmp_path / f"stop-{kind}"
     reader = LogStore.open(url)
@@ -162,8 +172,9 @@ def run_race(url: str, kind: str, tmp_path: Path, *, procs: int, threads: int, p
             for i in range(per_writer):
                 if stop_file.exists():
                     return
-                local.event_append(type="race.tick", stream="race", room="r", from_agent=agent,
-                                   body=str(i))  # fmt: skip
+                local.event_append(
+                    type="race.tick", stream="race", room="r", from_agent=agent, body=str(i)
+                )
         except BaseException as exc:  # surfaced by the assertion below
             thread_errors.append(exc)
 
@@ -198,8 +209,16 @@ def run_race(url: str, kind: str, tmp_path: Path, *, procs: int, threads: int, p
 @pytest.mark.slow
 def test_concurrent_writers_never_become_visible_behind_a_tailing_reader(pg_url, tmp_path):
     LogStore.open(pg_url).close()
-    report = run_race(pg_url, "serialized", tmp_path, procs=3, threads=2, per_writer=40,
-                      budget_s=60, stop_on_violation=False)  # fmt: skip
+    report = run_race(
+        pg_url,
+        "serialized",
+        tmp_path,
+        procs=3,
+        threads=2,
+        per_writer=40,
+        budget_s=60,
+        stop_on_violation=False,
+    )
     assert report.late == []
     assert report.skipped == []
     seqs = [s for s, _ in report.seen]
@@ -216,11 +235,21 @@ def test_the_race_checker_catches_unserialized_seq_assignment(pg_url, tmp_path):
     with eng.begin() as conn:
         conn.execute(sa.text(f"CREATE SEQUENCE {RACE_SEQUENCE} INCREMENT BY 1000"))
     eng.dispose()
-    report = run_race(pg_url, "unserialized", tmp_path, procs=3, threads=2, per_writer=5000,
-                      budget_s=40, stop_on_violation=True)  # fmt: skip
-    print(f"broken store: {len(report.seen)} events tailed in {report.polls} polls, "
-          f"{len(report.late)} became visible behind the cursor, e.g. {report.late[:3]}, "
-          f"{len(report.skipped)} skipped forever by the cursor")  # fmt: skip
+    report = run_race(
+        pg_url,
+        "unserialized",
+        tmp_path,
+        procs=3,
+        threads=2,
+        per_writer=5000,
+        budget_s=40,
+        stop_on_violation=True,
+    )
+    print(
+        f"broken store: {len(report.seen)} events tailed in {report.polls} polls, "
+        f"{len(report.late)} became visible behind the cursor, e.g. {report.late[:3]}, "
+        f"{len(report.skipped)} skipped forever by the cursor"
+    )
     assert report.late, "the checker must detect out-of-order visibility in the broken store"
     # The same events are what a cursor-following reader loses for good.
     assert report.skipped
@@ -246,8 +275,9 @@ def test_the_race_checker_catches_unserialized_seq_assignment(pg_url, tmp_path):
 def test_postgresql_itself_rejects_mutation_of_append_only_tables(pg_url, sql):
     with LogStore.open(pg_url) as store:
         art = store.artifact_put(kind="note", content="x", created_by="a")
-        ev = store.event_append(type="x", stream="s", room="r", from_agent="a", body="kept",
-                                artifact_ids=[art.id])  # fmt: skip
+        ev = store.event_append(
+            type="x", stream="s", room="r", from_agent="a", body="kept", artifact_ids=[art.id]
+        )
         with pytest.raises(sa.exc.DBAPIError, match="append-only"), store.engine.begin() as c:
             c.execute(sa.text(sql))
         assert store.event_get(ev.id).to_dict() == ev.to_dict()
@@ -320,10 +350,18 @@ def test_group_commit_batches_threads_and_keeps_seq_contiguous_on_postgresql(pg_
             for i in range(per):
                 if agent == "t3" and i == 5:  # one bad append inside a batch fails alone
                     with pytest.raises(errors.NotFoundError):
-                        store.event_append(type="x", stream="s", room="r", from_agent=agent,
-                                           artifact_ids=["art_missing"])  # fmt: skip
-                got.append(store.event_append(type="x", stream="s", room="r", from_agent=agent,
-                                              body=str(i)))  # fmt: skip
+                        store.event_append(
+                            type="x",
+                            stream="s",
+                            room="r",
+                            from_agent=agent,
+                            artifact_ids=["art_missing"],
+                        )
+                got.append(
+                    store.event_append(
+                        type="x", stream="s", room="r", from_agent=agent, body=str(i)
+                    )
+                )
         except BaseException as exc:
             failures.append(exc)
 
@@ -362,8 +400,7 @@ def test_a_database_error_inside_a_batch_fails_only_its_own_item_on_postgresql(p
             outcomes[name] = exc
 
     def append(body: str) -> Any:
-        return lambda: store.event_append(type="x", stream="s", room="r", from_agent="a",
-                                          body=body)  # fmt: skip
+        return lambda: store.event_append(type="x", stream="s", room="r", from_agent="a", body=body)
 
     def broken() -> Any:
         return store._submit(lambda conn, st: conn.execute(sa.text("SELECT 1/0")))
@@ -407,7 +444,7 @@ def test_two_schemas_in_one_database_do_not_share_the_append_lock(pg_database, p
                 target=lambda: (
                     other.event_append(type="x", stream="s", room="r", from_agent="a"),
                     done.set(),
-                )  # fmt: skip
+                )
             )
             t.start()
             assert done.wait(10), "an append in another schema waited for this schema's lock"
@@ -427,7 +464,7 @@ def test_the_append_lock_blocks_writers_of_the_same_log(pg_url):
                 target=lambda: (
                     b.event_append(type="x", stream="s", room="r", from_agent="b"),
                     done.set(),
-                )  # fmt: skip
+                )
             )
             t.start()
             assert not done.wait(0.3), "a second writer got past a held append lock"
@@ -439,8 +476,7 @@ def test_the_append_lock_blocks_writers_of_the_same_log(pg_url):
 
 
 @pytest.mark.parametrize(("durability", "expected"), [("full", "on"), ("normal", "off")])
-def test_durability_normal_maps_to_asynchronous_commit_on_postgresql(pg_url, durability,
-                                                                     expected):  # fmt: skip
+def test_durability_normal_maps_to_asynchronous_commit_on_postgresql(pg_url, durability, expected):
     with LogStore.open(pg_url, durability=durability) as store:
         store.event_append(type="x", stream="s", room="r", from_agent="a")
         with store.engine.connect() as conn:
@@ -479,8 +515,22 @@ def test_cli_migrate_and_append_work_against_postgresql(pg_url):
     assert again.returncode == 0, again.stderr.decode()
     assert f'"from": "{SCHEMA_HEAD}"'.encode() in again.stdout
     assert b"postgresql+psycopg://" in again.stdout
-    put = run_cli("append", "--db", pg_url, "--type", "note", "--stream", "s", "--room", "r",
-                  "--from-agent", "a", "--body", "hi", "--json")  # fmt: skip
+    put = run_cli(
+        "append",
+        "--db",
+        pg_url,
+        "--type",
+        "note",
+        "--stream",
+        "s",
+        "--room",
+        "r",
+        "--from-agent",
+        "a",
+        "--body",
+        "hi",
+        "--json",
+    )
     assert put.returncode == 0, put.stderr.decode()
     with LogStore.open(pg_url) as store:
         assert [e.body for e in store.event_list().events] == ["hi"]

@@ -67,11 +67,7 @@ def _page(store: LogStore, req: dict[str, Any]) -> tuple:
 
 
 requests = st.fixed_dictionaries(
-    {
-        "to_agent": st.lists(
-            st.sampled_from(("a", "b", "c", "*", "nobody")), min_size=1, max_size=4
-        )
-    },  # fmt: skip
+    {"to_agent": st.lists(st.sampled_from(("a", "b", "c", "*", "nobody")), min_size=1, max_size=4)},
     optional={
         "type": st.lists(st.sampled_from(TYPES), min_size=1, max_size=2),
         "correlation_id": st.sampled_from(CORRS),

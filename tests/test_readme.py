@@ -68,8 +68,10 @@ async def _list_and_call(session: ClientSession) -> None:
     await session.initialize()  # the 2025-11-25 handshake, as Claude Code and Codex open it
     names = {t.name for t in (await session.list_tools()).tools}
     assert {"mempalace_task_create", "mempalace_event_wait", "mempalace_patch_submit"} <= names
-    made = await session.call_tool("mempalace_event_append", {
-        "type": "note", "stream": "readme", "room": "r", "from_agent": "snippet"})  # fmt: skip
+    made = await session.call_tool(
+        "mempalace_event_append",
+        {"type": "note", "stream": "readme", "room": "r", "from_agent": "snippet"},
+    )
     assert made.is_error is False
     bad = await session.call_tool("mempalace_event_list", {"limit": 501})
     assert bad.is_error is True and "limit" in bad.content[0].text
@@ -154,9 +156,14 @@ class Shell:
         self.stderr_path = stderr
         self._err = stderr.open("wb")
         self.proc = subprocess.Popen(
-            ["bash", "--norc", "--noprofile"], cwd=cwd, env=env, stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=self._err, start_new_session=True,
-        )  # fmt: skip
+            ["bash", "--norc", "--noprofile"],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._err,
+            start_new_session=True,
+        )
         self.lines: queue.Queue[bytes] = queue.Queue()
         self.transcript: list[bytes] = []
         self._pumper = threading.Thread(target=self._pump, daemon=True)
@@ -210,10 +217,16 @@ class Shell:
 
 def _fresh_env(home: Path) -> dict[str, str]:
     """No `logstream` on PATH, no LOGSTREAM_*/MEMPALACE_* settings, a HOME of our own."""
-    path = [d for d in os.environ.get("PATH", "").split(os.pathsep)
-            if d and not (Path(d) / "logstream").exists()]  # fmt: skip
-    env = {k: val for k, val in os.environ.items()
-           if not k.startswith(("LOGSTREAM_", "MEMPALACE_", "VIRTUAL_ENV"))}  # fmt: skip
+    path = [
+        d
+        for d in os.environ.get("PATH", "").split(os.pathsep)
+        if d and not (Path(d) / "logstream").exists()
+    ]
+    env = {
+        k: val
+        for k, val in os.environ.items()
+        if not k.startswith(("LOGSTREAM_", "MEMPALACE_", "VIRTUAL_ENV"))
+    }
     return {**env, "PATH": os.pathsep.join(path), "HOME": str(home), "PYTHONPATH": str(REPO)}
 
 
@@ -255,7 +268,11 @@ def test_the_quick_start_runs_verbatim_in_a_fresh_shell(tmp_path: Path) -> None:
     thread = outputs[-1].decode().splitlines()
     assert thread[0] == "4 event(s):", outputs[-1]
     assert [re.search(r"\[(\S+)\]", line).group(1) for line in thread[1:]] == [
-        "task.request", "task.claim", "patch.ready", "event.ack"]  # fmt: skip
+        "task.request",
+        "task.claim",
+        "patch.ready",
+        "event.ack",
+    ]
 
 
 def _run_quick_start(shell: Shell, hub_url: str, home: Path) -> list[bytes]:

@@ -55,9 +55,13 @@ def test_list_ops_pages_in_origin_seq_order_with_artifact_ids(store: LogStore) -
 
 @pytest.mark.parametrize(
     ("args", "field"),
-    [(("", 0, 10), "origin"), (("rep_x", -1, 10), "after"), (("rep_x", 0, 0), "limit"),
-     (("rep_x", "x", 10), "after")],
-)  # fmt: skip
+    [
+        (("", 0, 10), "origin"),
+        (("rep_x", -1, 10), "after"),
+        (("rep_x", 0, 0), "limit"),
+        (("rep_x", "x", 10), "after"),
+    ],
+)
 def test_list_ops_rejects_bad_arguments(sqlite_store: LogStore, args: tuple, field: str) -> None:
     with pytest.raises(errors.ValidationError) as info:
         replication.list_ops(sqlite_store, *args)
@@ -76,8 +80,21 @@ def test_remote_event_is_applied_verbatim_with_a_fresh_local_seq(store: LogStore
     wire = _wire(other)[0]
     assert replication.apply_remote_event(store, wire) is True
     got = store.event_get(src.id)
-    for key in ("id", "origin_replica", "origin_seq", "hlc", "type", "stream", "room", "topic",
-                "from_agent", "body", "created_at", "metadata", "artifact_ids"):  # fmt: skip
+    for key in (
+        "id",
+        "origin_replica",
+        "origin_seq",
+        "hlc",
+        "type",
+        "stream",
+        "room",
+        "topic",
+        "from_agent",
+        "body",
+        "created_at",
+        "metadata",
+        "artifact_ids",
+    ):
         assert got.to_dict()[key] == src.to_dict()[key], key
     assert got.seq == 2
     assert list(got.metadata) == ["z", "a"]  # key order kept
@@ -210,11 +227,16 @@ def test_binary_artifact_travels_as_base64_and_keeps_its_bytes(store: LogStore, 
 def test_reference_shaped_artifact_without_encoding_is_text(sqlite_store: LogStore) -> None:
     content = "héllo\n"
     wire = {
-        "id": "art_20260101T000000_0123456789ab", "kind": "note",
-        "sha256": hashlib.sha256(content.encode()).hexdigest(), "size_bytes": 7,
-        "content": content, "created_by": "a", "created_at": "2026-01-01T00:00:00Z",
-        "origin_replica": "rep_0123456789ab", "metadata": {},
-    }  # fmt: skip
+        "id": "art_20260101T000000_0123456789ab",
+        "kind": "note",
+        "sha256": hashlib.sha256(content.encode()).hexdigest(),
+        "size_bytes": 7,
+        "content": content,
+        "created_by": "a",
+        "created_at": "2026-01-01T00:00:00Z",
+        "origin_replica": "rep_0123456789ab",
+        "metadata": {},
+    }
     assert replication.apply_remote_artifact(sqlite_store, wire) is True
     assert sqlite_store.artifact_get(wire["id"]).content == content.encode()
 
@@ -336,13 +358,35 @@ def _rich_events(store: LogStore) -> list[Any]:
     a1 = store.artifact_put(kind="note", content="one", created_by="x")
     a2 = store.artifact_put(kind="file", content=b"\x00\x01", created_by="x")
     out = [
-        _note(store, 'quotes " \\ and\nnew\tlines, café ✓ 🚀', artifact_ids=[a2.id, a1.id],
-              metadata={"n": 1, "f": 1.5, "big": 2**70, "e": 1e20, "s": "é\u2028", "l": [1, {}],
-                        "z": None, "t": True}),
-        store.event_append(type="task.request", stream="p/x", room="delegation", from_agent="a",
-                           to_agent="*", topic="t", correlation_id="c1", branch="main",
-                           base_commit="abc1234", status="open", body=""),
-    ]  # fmt: skip
+        _note(
+            store,
+            'quotes " \\ and\nnew\tlines, café ✓ 🚀',
+            artifact_ids=[a2.id, a1.id],
+            metadata={
+                "n": 1,
+                "f": 1.5,
+                "big": 2**70,
+                "e": 1e20,
+                "s": "é\u2028",
+                "l": [1, {}],
+                "z": None,
+                "t": True,
+            },
+        ),
+        store.event_append(
+            type="task.request",
+            stream="p/x",
+            room="delegation",
+            from_agent="a",
+            to_agent="*",
+            topic="t",
+            correlation_id="c1",
+            branch="main",
+            base_commit="abc1234",
+            status="open",
+            body="",
+        ),
+    ]
     out += [_note(store, f"n{i}") for i in range(5)]
     return out
 
@@ -391,9 +435,14 @@ def test_compact_pages_are_bounded_by_bytes_but_never_empty(sqlite_store: LogSto
 
 @pytest.mark.parametrize(
     ("args", "field"),
-    [(("", 0, 10), "origin"), (("rep_x", -1, 10), "after"), (("rep_x", 0, 0), "limit"),
-     (("rep_x", "x", 10), "after"), (("rep_x", 0, "many"), "limit")],
-)  # fmt: skip
+    [
+        (("", 0, 10), "origin"),
+        (("rep_x", -1, 10), "after"),
+        (("rep_x", 0, 0), "limit"),
+        (("rep_x", "x", 10), "after"),
+        (("rep_x", 0, "many"), "limit"),
+    ],
+)
 def test_ops_rows_rejects_bad_arguments(sqlite_store: LogStore, args: tuple, field: str) -> None:
     for fn in (replication.ops_rows, replication.ops_rows_json):
         with pytest.raises(errors.ValidationError) as exc:
@@ -411,11 +460,13 @@ def test_rows_are_validated_like_event_objects(sqlite_store: LogStore, other) ->
     bad_hlc = [*rows[1]]
     bad_hlc[at("hlc")] = "yesterday"
     res = replication.apply_remote_batch(
-        sqlite_store, (),
-        replication.parse_events(sqlite_store, [bad_type, bad_hlc, rows[2][:5], rows[3]], "p",
-                                 rows=True),
+        sqlite_store,
+        (),
+        replication.parse_events(
+            sqlite_store, [bad_type, bad_hlc, rows[2][:5], rows[3]], "p", rows=True
+        ),
         "p",
-    )  # fmt: skip
+    )
     assert res.applied_events == 1
     assert sorted(r["field"] for r in res.rejected) == ["event", "hlc", "type"]
     assert {r["ident"] for r in res.rejected if r["field"] != "event"} == {
@@ -448,12 +499,20 @@ def _oracle(store: LogStore, raw: Any) -> Any:
     if not isinstance(raw, dict):
         raise v.fail("event", "must be a JSON object")
     draft = store.draft_event(
-        type=raw.get("type"), stream=raw.get("stream"), room=raw.get("room"),
-        from_agent=raw.get("from_agent"), topic=raw.get("topic"), to_agent=raw.get("to_agent"),
-        correlation_id=raw.get("correlation_id"), branch=raw.get("branch"),
-        base_commit=raw.get("base_commit"), status=raw.get("status"), body=raw.get("body"),
-        metadata=raw.get("metadata"), artifact_ids=raw.get("artifact_ids"),
-    )  # fmt: skip
+        type=raw.get("type"),
+        stream=raw.get("stream"),
+        room=raw.get("room"),
+        from_agent=raw.get("from_agent"),
+        topic=raw.get("topic"),
+        to_agent=raw.get("to_agent"),
+        correlation_id=raw.get("correlation_id"),
+        branch=raw.get("branch"),
+        base_commit=raw.get("base_commit"),
+        status=raw.get("status"),
+        body=raw.get("body"),
+        metadata=raw.get("metadata"),
+        artifact_ids=raw.get("artifact_ids"),
+    )
     for i, aid in enumerate(draft.artifact_ids):
         v.remote_id(f"artifact_ids[{i}]", aid)
     origin = v.replica_id(raw.get("origin_replica"), "origin_replica")
@@ -465,11 +524,32 @@ def _oracle(store: LogStore, raw: Any) -> Any:
         raise v.fail("hlc", "bad")
     ident = v.remote_id("id", raw.get("id"))
     created = replication._created_at(raw.get("created_at"))
-    fields = {k: getattr(draft, k) for k in ("type", "stream", "room", "topic", "from_agent",
-              "to_agent", "correlation_id", "branch", "base_commit", "status", "artifact_ids",
-              "body", "metadata_json")}  # fmt: skip
-    return {**fields, "id": ident, "origin_replica": origin, "origin_seq": origin_seq,
-            "hlc": stamp, "created_at": created}  # fmt: skip
+    fields = {
+        k: getattr(draft, k)
+        for k in (
+            "type",
+            "stream",
+            "room",
+            "topic",
+            "from_agent",
+            "to_agent",
+            "correlation_id",
+            "branch",
+            "base_commit",
+            "status",
+            "artifact_ids",
+            "body",
+            "metadata_json",
+        )
+    }
+    return {
+        **fields,
+        "id": ident,
+        "origin_replica": origin,
+        "origin_seq": origin_seq,
+        "hlc": stamp,
+        "created_at": created,
+    }
 
 
 def _outcome(fn: Any, *args: Any) -> Any:
@@ -482,8 +562,24 @@ def _outcome(fn: Any, *args: Any) -> Any:
     return ("ok", out)
 
 
-_ROUTING = ["s", " s ", "", "\t", "x" * 257, "a\nb", "nul\x00", 7, None, ["s"], "task.done",
-            "BAD TYPE", "open", "Open", "claimed ", "é"]  # fmt: skip
+_ROUTING = [
+    "s",
+    " s ",
+    "",
+    "\t",
+    "x" * 257,
+    "a\nb",
+    "nul\x00",
+    7,
+    None,
+    ["s"],
+    "task.done",
+    "BAD TYPE",
+    "open",
+    "Open",
+    "claimed ",
+    "é",
+]
 
 
 def _remote_events() -> Any:
@@ -491,28 +587,57 @@ def _remote_events() -> Any:
 
     rid = "rep_" + "a" * 32
     base = {
-        "id": "evt_1", "origin_replica": rid, "origin_seq": 3,
-        "hlc": f"1780000000000-00000a-{rid}", "type": "note", "stream": "s", "room": "r",
-        "from_agent": "a", "body": "b", "created_at": "2026-01-01T00:00:00.000Z",
-        "metadata": {}, "artifact_ids": [],
-    }  # fmt: skip
+        "id": "evt_1",
+        "origin_replica": rid,
+        "origin_seq": 3,
+        "hlc": f"1780000000000-00000a-{rid}",
+        "type": "note",
+        "stream": "s",
+        "room": "r",
+        "from_agent": "a",
+        "body": "b",
+        "created_at": "2026-01-01T00:00:00.000Z",
+        "metadata": {},
+        "artifact_ids": [],
+    }
     values = {
-        **{k: st.sampled_from(_ROUTING) for k in ("type", "stream", "room", "from_agent",
-                                                  "topic", "to_agent", "correlation_id",
-                                                  "branch", "base_commit", "status")},
+        **{
+            k: st.sampled_from(_ROUTING)
+            for k in (
+                "type",
+                "stream",
+                "room",
+                "from_agent",
+                "topic",
+                "to_agent",
+                "correlation_id",
+                "branch",
+                "base_commit",
+                "status",
+            )
+        },
         "id": st.sampled_from(["evt_1", "evt 2", "", None, "x" * 129, "e:1.2_3-4"]),
         "origin_replica": st.sampled_from([rid, "rep_x", None, " " + rid, "rep_" + "b" * 12]),
         "origin_seq": st.sampled_from([1, 0, -3, "4", 2.0, 2.5, True, None, "x"]),
-        "hlc": st.sampled_from([base["hlc"], "1780000000000-00000A-r", "x", None, 5,
-                                "1780000000000-00000a-" + "r" * 300]),
+        "hlc": st.sampled_from(
+            [
+                base["hlc"],
+                "1780000000000-00000A-r",
+                "x",
+                None,
+                5,
+                "1780000000000-00000a-" + "r" * 300,
+            ]
+        ),
         "body": st.sampled_from(["b", "", None, 3, "nul\x00", "\ud800", "x" * 300]),
         "created_at": st.sampled_from(
             [base["created_at"], "2026-01-01", None, "2026-01-01T00:00:00Z"]
         ),
-        "metadata": st.sampled_from([{}, {"a": 1}, '{"a": 1}', "[1]", "nope", None, {"k": "\x00"},
-                                     {"f": float("nan")}, []]),
+        "metadata": st.sampled_from(
+            [{}, {"a": 1}, '{"a": 1}', "[1]", "nope", None, {"k": "\x00"}, {"f": float("nan")}, []]
+        ),
         "artifact_ids": st.sampled_from([[], ["art_1"], ["art 1"], "art_1", [3], ["a", "a"], None]),
-    }  # fmt: skip
+    }
     return st.fixed_dictionaries({}, optional={k: s for k, s in values.items()}).map(
         lambda changes: {**base, **changes}
     )

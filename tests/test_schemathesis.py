@@ -52,9 +52,7 @@ def _bounded(case) -> None:
 
 
 def test_the_api_never_answers_5xx_or_off_schema(hub) -> None:
-    schema = schemathesis.openapi.from_url(hub.url + "/openapi.json").exclude(
-        path_regex="stream"
-    )
+    schema = schemathesis.openapi.from_url(hub.url + "/openapi.json").exclude(path_regex="stream")
     labels = []
     for result in schema.get_all_operations():
         operation = result.ok()

@@ -7,10 +7,19 @@ from mempalace_logstream import errors
 
 def test_append_then_list_round_trips_every_field(store):
     e = store.event_append(
-        type="task.request", stream="project/x", room="delegation", from_agent="a",
-        to_agent="b", topic="t", correlation_id="c1", branch="main", base_commit="abcdef1",
-        status="open", body="line\r\nnext", metadata={"z": 1, "a": [1, 2]},
-    )  # fmt: skip
+        type="task.request",
+        stream="project/x",
+        room="delegation",
+        from_agent="a",
+        to_agent="b",
+        topic="t",
+        correlation_id="c1",
+        branch="main",
+        base_commit="abcdef1",
+        status="open",
+        body="line\r\nnext",
+        metadata={"z": 1, "a": [1, 2]},
+    )
     page = store.event_list(since_event_id=None)
     assert [x.to_dict() for x in page.events] == [e.to_dict()]
     assert list(page.events[0].metadata) == ["z", "a"]

@@ -60,21 +60,31 @@ def _script(store: LogStore) -> list[Any]:
     out: list[Any] = [a1, a2, a3]
     out.append(store.event_append(type="chat.message", stream="s", room="r", from_agent="w"))
     full = dict(
-        type="task.request", stream="s", room="r2", from_agent="lead", topic="t", to_agent="w",
-        correlation_id="c1", branch="main", base_commit="abc1234", status="open",
-        body="héllo\nworld ✓", metadata={"k": [1, 2], "z": None},
-        artifact_ids=[a3.id, a1.id, a2.id], idempotency_key="k1",
-    )  # fmt: skip
+        type="task.request",
+        stream="s",
+        room="r2",
+        from_agent="lead",
+        topic="t",
+        to_agent="w",
+        correlation_id="c1",
+        branch="main",
+        base_commit="abc1234",
+        status="open",
+        body="héllo\nworld ✓",
+        metadata={"k": [1, 2], "z": None},
+        artifact_ids=[a3.id, a1.id, a2.id],
+        idempotency_key="k1",
+    )
     out.append(store.event_append(**full))
     # the same key and content: the earlier event, nothing new written
     out.append(store.event_append(**full))
     for bad in (
         lambda: store.event_append(
             type="x", stream="s", room="r", from_agent="lead", body="other", idempotency_key="k1"
-        ),  # fmt: skip
+        ),
         lambda: store.event_append(
             type="x", stream="s", room="r", from_agent="w", artifact_ids=[a1.id, "art_missing"]
-        ),  # fmt: skip
+        ),
         lambda: store.event_ack(event_id="evt_missing", from_agent="w"),
     ):
         try:
@@ -82,8 +92,11 @@ def _script(store: LogStore) -> list[Any]:
         except errors.LogstreamError as exc:
             out.append((type(exc).__name__, exc.field, str(exc)))
     target = out[4]
-    out.append(store.event_ack(event_id=target.id, from_agent="w", status="applied", body="ok",
-                               metadata={"note": "x"}))  # fmt: skip
+    out.append(
+        store.event_ack(
+            event_id=target.id, from_agent="w", status="applied", body="ok", metadata={"note": "x"}
+        )
+    )
     out.append(store.event_ack(event_id=target.id, from_agent="w2", idempotency_key="a1"))
     out.append(store.event_ack(event_id=target.id, from_agent="w2", idempotency_key="a1"))
     out.append(store.patch_submit(content="--- a\n+++ b\n", from_agent="w", stream="s"))
@@ -104,8 +117,11 @@ def _normalized(value: Any) -> str:
 
     text = json.dumps(plain(value), sort_keys=True, ensure_ascii=False)
     seen: dict[str, str] = {}
-    text = re.sub(r"\b(?:evt|art)_\d{8}T\d{6}_[0-9a-f]{20}\b",
-                  lambda m: seen.setdefault(m.group(0), f"<id{len(seen)}>"), text)  # fmt: skip
+    text = re.sub(
+        r"\b(?:evt|art)_\d{8}T\d{6}_[0-9a-f]{20}\b",
+        lambda m: seen.setdefault(m.group(0), f"<id{len(seen)}>"),
+        text,
+    )
     return re.sub(r"rep_[0-9a-f]{32}", "<replica>", text)
 
 
@@ -114,8 +130,7 @@ def _table_dump(path: Path) -> list[Any]:
     conn = sqlite3.connect(path)
     try:
         out = []
-        for table, order in (("events", "seq"), ("event_artifacts", "rowid"),
-                             ("artifacts", "seq")):  # fmt: skip
+        for table, order in (("events", "seq"), ("event_artifacts", "rowid"), ("artifacts", "seq")):
             cols = [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
             select = ", ".join(f"{c}, typeof({c})" for c in cols)
             out.append(
@@ -138,8 +153,10 @@ def test_fast_and_sqlalchemy_writes_store_identical_rows_and_results(tmp_path: P
         _table_dump(tmp_path / "slow.sqlite3")
     )
     assert [x[0] for x in fast_out if isinstance(x, tuple)] == [
-        "ConflictError", "NotFoundError", "NotFoundError",
-    ]  # fmt: skip
+        "ConflictError",
+        "NotFoundError",
+        "NotFoundError",
+    ]
     assert fast_out[4].artifact_ids == (fast_out[2].id, fast_out[0].id, fast_out[1].id)
     assert fast_out[5] == fast_out[4]  # the idempotent retry returned the stored event
 
@@ -171,11 +188,16 @@ def filled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LogStore,
         links = [arts[(i + k) % 4] for k in range(i % 3)][::-1]
         e = store.event_append(
             type=("chat.message", "task.request", "status.update")[i % 3],
-            stream=("s1", "s2")[i % 2], room="r", from_agent="abc"[i % 3],
-            to_agent=(None, "*", "a", "b", "c")[i % 5], topic=("t1", None)[i % 2],
-            correlation_id=(None, "c1", "c2")[i % 3], status=(None, "open")[i % 2],
-            body=f"event {i} " + "y" * (i * 7), artifact_ids=links,
-        )  # fmt: skip
+            stream=("s1", "s2")[i % 2],
+            room="r",
+            from_agent="abc"[i % 3],
+            to_agent=(None, "*", "a", "b", "c")[i % 5],
+            topic=("t1", None)[i % 2],
+            correlation_id=(None, "c1", "c2")[i % 3],
+            status=(None, "open")[i % 2],
+            body=f"event {i} " + "y" * (i * 7),
+            artifact_ids=links,
+        )
         ids.append(e.id)
     yield store, ids
     store.close()
@@ -188,9 +210,13 @@ def _page_key(page: Any) -> tuple:
 @pytest.mark.parametrize("req", READS, ids=[json.dumps(r)[:40] for r in READS])
 def test_fast_reads_equal_sqlalchemy_reads_for_every_filter_shape(filled, req) -> None:
     store, ids = filled
-    for cursor in ({}, {"since_event_id": ids[20]}, {"before_event_id": ids[70]},
-                   {"since_event_id": ids[10], "before_event_id": ids[60]},
-                   {"since_event_id": "tip"}):  # fmt: skip
+    for cursor in (
+        {},
+        {"since_event_id": ids[20]},
+        {"before_event_id": ids[70]},
+        {"since_event_id": ids[10], "before_event_id": ids[60]},
+        {"since_event_id": "tip"},
+    ):
         args = {**req, **cursor}
         fast = store.event_list(**args)
         with sqlalchemy_path(store):
@@ -239,8 +265,9 @@ def test_an_empty_log_reads_the_same_on_both_paths(tmp_path: Path) -> None:
 
 def _raw_sql_item(store: LogStore, sql: str) -> Callable[[], Any]:
     """A batch item with a DBAPI version (so the batch stays on the fast path)."""
-    return lambda: store._submit(lambda conn, st: conn.exec_driver_sql(sql),
-                                 lambda db, st: db.execute(sql))  # fmt: skip
+    return lambda: store._submit(
+        lambda conn, st: conn.exec_driver_sql(sql), lambda db, st: db.execute(sql)
+    )
 
 
 def test_savepoints_isolate_failing_items_in_a_fast_batch(tmp_path: Path) -> None:
@@ -263,7 +290,7 @@ def test_savepoints_isolate_failing_items_in_a_fast_batch(tmp_path: Path) -> Non
                 from_agent="idem",
                 idempotency_key="k",
                 body="changed",
-            ),  # fmt: skip
+            ),
             _raw_sql_item(store, dup),
             lambda: store.event_ack(event_id="evt_gone", from_agent="w"),
             lambda: add(type="x", stream="s", room="r", from_agent="w", body="ok-2"),
@@ -372,16 +399,20 @@ def test_threads_and_a_second_process_lose_and_reorder_nothing(tmp_path: Path) -
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
         [sys.executable, "-c", WRITER, str(path), "proc", str(per_proc)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-    )  # fmt: skip
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
     failures: list[BaseException] = []
     seen_seqs: list[int] = []
 
     def writer(w: int) -> None:
         try:
             for i in range(per_thread):
-                store.event_append(type="load", stream="load", room="r", from_agent=f"t{w}",
-                                   body=f"t{w}:{i}")  # fmt: skip
+                store.event_append(
+                    type="load", stream="load", room="r", from_agent=f"t{w}", body=f"t{w}:{i}"
+                )
                 seen_seqs.append(store.tip()[0])
         except BaseException as exc:
             failures.append(exc)

@@ -85,8 +85,9 @@ def test_deep_metadata_is_refused_on_http_and_nothing_is_written(
     meta = deep_text(depth)
     head = '{"type": "note", "stream": "s", "room": "r", "from_agent": "a", "metadata": '
     content = head + (json.dumps(meta) if as_text else meta) + "}"
-    resp = client.post("/v1/event_append", content=content.encode(),
-                       headers={"content-type": "application/json"})  # fmt: skip
+    resp = client.post(
+        "/v1/event_append", content=content.encode(), headers={"content-type": "application/json"}
+    )
     assert resp.status_code == 422, resp.text
     assert resp.json() == {
         "error": f"metadata nests {depth} levels deep; the limit is 64 levels",
@@ -98,8 +99,11 @@ def test_deep_metadata_is_refused_on_http_and_nothing_is_written(
 def test_json_too_deep_for_the_parser_is_a_clear_422(client: httpx.Client, hub: LiveHub) -> None:
     before = hub.store.stats()["events"]
     head = '{"type": "note", "stream": "s", "room": "r", "from_agent": "a", "metadata": '
-    resp = client.post("/v1/event_append", content=(head + deep_text(5000) + "}").encode(),
-                       headers={"content-type": "application/json"})  # fmt: skip
+    resp = client.post(
+        "/v1/event_append",
+        content=(head + deep_text(5000) + "}").encode(),
+        headers={"content-type": "application/json"},
+    )
     assert resp.status_code == 422 and resp.json()["field"] == "body"
     assert "nested too deeply" in resp.json()["error"]
     assert hub.store.stats()["events"] == before

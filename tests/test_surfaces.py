@@ -48,43 +48,102 @@ class Case:
 CASES = [
     Case("event_append", {**NOTE, "to": "claude"}, "to", "to is not a parameter of event_append"),
     Case("event_list", {"limit": True}, "limit", "limit must be an integer"),
-    Case("event_list", {"limit": 0}, "limit", "limit is 0; it must be between 1 and 500",
-         ("list", "--limit", "0")),
+    Case(
+        "event_list",
+        {"limit": 0},
+        "limit",
+        "limit is 0; it must be between 1 and 500",
+        ("list", "--limit", "0"),
+    ),
     Case("event_wait", {"order": "asc"}, "order", "order is not a parameter of event_wait"),
-    Case("event_append", {k: v for k, v in NOTE.items() if k != "from_agent"}, "from_agent",
-         "from_agent is required"),
+    Case(
+        "event_append",
+        {k: v for k, v in NOTE.items() if k != "from_agent"},
+        "from_agent",
+        "from_agent is required",
+    ),
     Case("event_append", {**NOTE, "stream": 5}, "stream", "stream must be a string, not int"),
     Case("event_append", {**NOTE, "from_agent": None}, "from_agent", "from_agent is required"),
-    Case("event_append", {**NOTE, "type": "Not A Type"}, "type",
-         "type 'Not A Type' is not a valid event type (1-64 chars: a lowercase letter or digit, "
-         "then lowercase letters, digits, '.', '_', '-')",
-         ("append", "--type", "Not A Type", "--stream", "s", "--room", "r", "--from-agent", "a")),
-    Case("event_append", {**NOTE, "metadata": json.dumps(_nested(300))}, "metadata",
-         "metadata nests 300 levels deep; the limit is 64 levels",
-         (*NOTE_CLI, "--metadata", json.dumps(_nested(300)))),
-    Case("event_append", {**NOTE, "metadata": _nested(65)}, "metadata",
-         "metadata nests 65 levels deep; the limit is 64 levels"),
-    Case("event_append", {**NOTE, "from_agent": "claude-laptop\u200d"}, "from_agent",
-         "from_agent contains U+200D (ZERO WIDTH JOINER); invisible and direction-changing "
-         "characters are not allowed in routing fields",
-         ("append", "--type", "note", "--stream", "s", "--room", "r", "--from-agent",
-          "claude-laptop\u200d")),
-    Case("event_append", {**NOTE, "to_agent": "bob\u202e"}, "to_agent",
-         "to_agent contains U+202E (RIGHT-TO-LEFT OVERRIDE); invisible and direction-changing "
-         "characters are not allowed in routing fields"),
-    Case("event_append", {**NOTE, "room": "r\u0085"}, "room",
-         "room contains U+0085 (a control character); invisible and direction-changing "
-         "characters are not allowed in routing fields"),
-    Case("event_list", {"to_agent": ""}, "to_agent",
-         "to_agent is empty; give a value or leave the filter out", ("list", "--to-agent", "")),
-    Case("event_list", {"stream": ["s", "\ufeffs"]}, "stream",
-         "stream contains U+FEFF (ZERO WIDTH NO-BREAK SPACE); invisible and direction-changing "
-         "characters are not allowed in routing fields"),
-    Case("event_ack", {"event_id": "evt_x", "from_agent": "a", "to": "b"}, "to",
-         "to is not a parameter of event_ack"),
-    Case("artifact_put", {"kind": "patch", "content": "x", "created_by": "a", "limit": 3},
-         "limit", "limit is not a parameter of artifact_put"),
-]  # fmt: skip
+    Case(
+        "event_append",
+        {**NOTE, "type": "Not A Type"},
+        "type",
+        "type 'Not A Type' is not a valid event type (1-64 chars: a lowercase letter or digit, "
+        "then lowercase letters, digits, '.', '_', '-')",
+        ("append", "--type", "Not A Type", "--stream", "s", "--room", "r", "--from-agent", "a"),
+    ),
+    Case(
+        "event_append",
+        {**NOTE, "metadata": json.dumps(_nested(300))},
+        "metadata",
+        "metadata nests 300 levels deep; the limit is 64 levels",
+        (*NOTE_CLI, "--metadata", json.dumps(_nested(300))),
+    ),
+    Case(
+        "event_append",
+        {**NOTE, "metadata": _nested(65)},
+        "metadata",
+        "metadata nests 65 levels deep; the limit is 64 levels",
+    ),
+    Case(
+        "event_append",
+        {**NOTE, "from_agent": "claude-laptop\u200d"},
+        "from_agent",
+        "from_agent contains U+200D (ZERO WIDTH JOINER); invisible and direction-changing "
+        "characters are not allowed in routing fields",
+        (
+            "append",
+            "--type",
+            "note",
+            "--stream",
+            "s",
+            "--room",
+            "r",
+            "--from-agent",
+            "claude-laptop\u200d",
+        ),
+    ),
+    Case(
+        "event_append",
+        {**NOTE, "to_agent": "bob\u202e"},
+        "to_agent",
+        "to_agent contains U+202E (RIGHT-TO-LEFT OVERRIDE); invisible and direction-changing "
+        "characters are not allowed in routing fields",
+    ),
+    Case(
+        "event_append",
+        {**NOTE, "room": "r\u0085"},
+        "room",
+        "room contains U+0085 (a control character); invisible and direction-changing "
+        "characters are not allowed in routing fields",
+    ),
+    Case(
+        "event_list",
+        {"to_agent": ""},
+        "to_agent",
+        "to_agent is empty; give a value or leave the filter out",
+        ("list", "--to-agent", ""),
+    ),
+    Case(
+        "event_list",
+        {"stream": ["s", "\ufeffs"]},
+        "stream",
+        "stream contains U+FEFF (ZERO WIDTH NO-BREAK SPACE); invisible and direction-changing "
+        "characters are not allowed in routing fields",
+    ),
+    Case(
+        "event_ack",
+        {"event_id": "evt_x", "from_agent": "a", "to": "b"},
+        "to",
+        "to is not a parameter of event_ack",
+    ),
+    Case(
+        "artifact_put",
+        {"kind": "patch", "content": "x", "created_by": "a", "limit": 3},
+        "limit",
+        "limit is not a parameter of artifact_put",
+    ),
+]
 IDS = [f"{c.op}-{c.field}-{i}" for i, c in enumerate(CASES)]
 
 

@@ -53,12 +53,22 @@ def synth_events(n: int, origin: str = FAKE_ORIGIN, arts: list[str] | None = Non
     out = []
     for i in range(1, n + 1):
         ms = 1_780_000_000_000 + i
-        out.append({
-            "id": f"evt_20260101T000000_{i:020x}", "origin_replica": origin, "origin_seq": i,
-            "hlc": f"{ms:013d}-000000-{origin}", "type": "note", "stream": "s", "room": "r",
-            "from_agent": "bulk", "body": f"bulk {i}", "created_at": "2026-01-01T00:00:00.000Z",
-            "metadata": {}, "artifact_ids": [arts[i - 1]] if arts else [],
-        })  # fmt: skip
+        out.append(
+            {
+                "id": f"evt_20260101T000000_{i:020x}",
+                "origin_replica": origin,
+                "origin_seq": i,
+                "hlc": f"{ms:013d}-000000-{origin}",
+                "type": "note",
+                "stream": "s",
+                "room": "r",
+                "from_agent": "bulk",
+                "body": f"bulk {i}",
+                "created_at": "2026-01-01T00:00:00.000Z",
+                "metadata": {},
+                "artifact_ids": [arts[i - 1]] if arts else [],
+            }
+        )
     return out
 
 
@@ -75,7 +85,7 @@ def synth_artifacts(n: int, origin: str = FAKE_ORIGIN) -> list[dict]:
             "created_at": "2026-01-01T00:00:00Z",
             "origin_replica": origin,
             "metadata": {},
-        }  # fmt: skip
+        }
         for i in range(1, n + 1)
     ]
 
@@ -396,8 +406,9 @@ class PipelinedPeer(sync.LocalPeer):
 
     prefetch = True
 
-    def __init__(self, store: LogStore, puller: LogStore, page: int,
-                 fail_at: int | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, store: LogStore, puller: LogStore, page: int, fail_at: int | None = None
+    ) -> None:
         super().__init__(store)
         self.puller, self.rows_limit, self.fail_at = puller, page, fail_at
         self.served = self.calls = self.max_ahead = 0

@@ -260,16 +260,30 @@ def test_serve_runs_background_rounds_with_the_peers_of_its_palace(make, tmp_pat
     sent = note(a, "pulled by the hub loop")
     palace = tmp_path / "palace-b"
     palace.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
-           "LOGSTREAM_TOKEN": "b-token", "MEMPALACE_PALACE_PATH": str(palace)}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+        "LOGSTREAM_TOKEN": "b-token",
+        "MEMPALACE_PALACE_PATH": str(palace),
+    }
     with running_hub(a) as url_a:
         peers = {"peers": [{"name": "alpha", "url": url_a, "token": TOKEN}]}
         (palace / "peers.json").write_text(json.dumps(peers))
         proc = subprocess.Popen(
-            [sys.executable, "-m", "mempalace_logstream", "serve", "--port", "0",
-             "--sync-interval", "0.2"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "mempalace_logstream",
+                "serve",
+                "--port",
+                "0",
+                "--sync-interval",
+                "0.2",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
         try:
             url_b = _read_line(proc, timeout=60).split()[4]
             deadline, got = time.monotonic() + 30, []
@@ -320,12 +334,13 @@ def test_compact_rows_route_serves_the_ops_events_and_names_bad_parameters(make)
         more = get(url, "/sync/ops_rows", origin=a.replica_id, after=2, limit=99999).json()
         assert [r[2] for r in more["rows"]] == [3, 4]  # a limit over the cap is clamped
         refusals = [
-            ({}, "origin"), ({"origin": " "}, "origin"),
+            ({}, "origin"),
+            ({"origin": " "}, "origin"),
             ({"origin": a.replica_id, "after": "x"}, "after"),
             ({"origin": a.replica_id, "after": -1}, "after"),
             ({"origin": a.replica_id, "limit": 0}, "limit"),
             ({"origin": a.replica_id, "limit": "ten"}, "limit"),
-        ]  # fmt: skip
+        ]
         for params, name in refusals:
             resp = get(url, "/sync/ops_rows", **params)
             assert resp.status_code == 400, params
@@ -346,9 +361,12 @@ class _Proxy:
         with self.lock:
             self.paths.append(request.url.path)
         resp = self.real.request(
-            request.method, request.url.path, params=request.url.params,
-            content=request.content, headers=dict(request.headers),
-        )  # fmt: skip
+            request.method,
+            request.url.path,
+            params=request.url.params,
+            content=request.content,
+            headers=dict(request.headers),
+        )
         kind = {"content-type": resp.headers.get("content-type", "")}
         out = httpx.Response(resp.status_code, content=resp.content, headers=kind)
         return self.rewrite(request.url.path, out)
@@ -356,8 +374,11 @@ class _Proxy:
     def peer(self, url: str, rows_limit: int | None = None) -> sync.HttpPeer:
         peer = _SmallPages(url, TOKEN, rows_limit, self)
         peer._client.close()
-        peer._client = httpx.Client(base_url=url, transport=httpx.MockTransport(self),
-                                    headers={"Authorization": f"Bearer {TOKEN}"})  # fmt: skip
+        peer._client = httpx.Client(
+            base_url=url,
+            transport=httpx.MockTransport(self),
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )
         return peer
 
 
@@ -460,8 +481,12 @@ def test_tampered_compact_pages_are_refused_and_the_rest_applies(make) -> None:
         return {**d, "rows": rows}
 
     def evil_artifacts(d: dict[str, Any]) -> dict[str, Any]:
-        return {**d, "artifacts": [{**x, "content": "evil"} if x["id"] == victim["art"] else x
-                                   for x in d["artifacts"]]}  # fmt: skip
+        return {
+            **d,
+            "artifacts": [
+                {**x, "content": "evil"} if x["id"] == victim["art"] else x for x in d["artifacts"]
+            ],
+        }
 
     def rewrite(path: str, resp: httpx.Response) -> httpx.Response:
         if path == "/sync/ops_rows":
@@ -477,8 +502,13 @@ def test_tampered_compact_pages_are_refused_and_the_rest_applies(make) -> None:
         finally:
             peer.close()
     reasons = sorted((r["reason"], r["field"]) for r in result["rejected"])
-    assert reasons == [("invalid", "event"), ("invalid", "origin_seq"), ("invalid", "type"),
-                       ("missing_artifact", "artifact_ids"), ("tampered", "sha256")]  # fmt: skip
+    assert reasons == [
+        ("invalid", "event"),
+        ("invalid", "origin_seq"),
+        ("invalid", "type"),
+        ("missing_artifact", "artifact_ids"),
+        ("tampered", "sha256"),
+    ]
     assert result["pulled_events"] == 6 and result["pulled_artifacts"] == 3
     with pytest.raises(replication.errors.NotFoundError):
         b.artifact_get(victim["art"])

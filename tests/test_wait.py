@@ -34,8 +34,13 @@ def test_wait_without_a_cursor_returns_existing_matches_at_once(store: LogStore)
 def test_wait_at_tip_times_out_with_an_empty_result_not_an_error(store: LogStore) -> None:
     last = _append(store)
     out = operations.call(store, "event_wait", {"since_event_id": "tip", "timeout_ms": 50})
-    assert out == {"timed_out": True, "events": [], "count": 0, "cursor": last.id,
-                   "has_more": False}  # fmt: skip
+    assert out == {
+        "timed_out": True,
+        "events": [],
+        "count": 0,
+        "cursor": last.id,
+        "has_more": False,
+    }
 
 
 def test_wait_on_an_empty_log_times_out_with_a_null_cursor(store: LogStore) -> None:
@@ -107,8 +112,9 @@ def test_the_cursor_passes_rejected_rows_so_a_selective_wait_never_rescans(
 
     store.read = spy  # type: ignore[method-assign]
     late = []
-    timer = threading.Timer(0.1, lambda: [late.append(_append(store, to_agent=t))
-                                          for t in ("carol", "bob")])  # fmt: skip
+    timer = threading.Timer(
+        0.1, lambda: [late.append(_append(store, to_agent=t)) for t in ("carol", "bob")]
+    )
     timer.start()
     page = store.event_wait(since_event_id=page.cursor, to_agent="bob", timeout_ms=30_000)
     timer.join()
@@ -138,14 +144,39 @@ def test_a_waiting_process_is_woken_by_an_append_in_another_process(db_url: str)
     with LogStore.open(db_url) as s:
         tip = _append(s).id
     waiter = subprocess.Popen(
-        [sys.executable, "-m", "mempalace_logstream", "wait", "--since-event-id", tip,
-         "--to-agent", "bob", "--timeout-ms", "60000", "--json"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_cli_env(db_url),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "mempalace_logstream",
+            "wait",
+            "--since-event-id",
+            tip,
+            "--to-agent",
+            "bob",
+            "--timeout-ms",
+            "60000",
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_cli_env(db_url),
+    )
     try:
-        appended = run_cli("append", "--type", "task.reply", "--stream", "s", "--room", "r",
-                           "--from-agent", "alice", "--to-agent", "bob", "--json",
-                           env={"LOGSTREAM_DB": db_url})  # fmt: skip
+        appended = run_cli(
+            "append",
+            "--type",
+            "task.reply",
+            "--stream",
+            "s",
+            "--room",
+            "r",
+            "--from-agent",
+            "alice",
+            "--to-agent",
+            "bob",
+            "--json",
+            env={"LOGSTREAM_DB": db_url},
+        )
         assert appended.returncode == 0, appended.stderr
         event_id = json.loads(appended.stdout)["event"]["id"]
         out, err = waiter.communicate(timeout=60)
@@ -218,8 +249,11 @@ def test_a_blocked_wait_has_its_page_statement_compiled_already(sqlite_store: Lo
     page statement is compiled before the wait blocks."""
     tip = _append(sqlite_store).id
     result: list[object] = []
-    waiter = threading.Thread(target=lambda: result.append(sqlite_store.event_wait(
-        since_event_id=tip, to_agent="bob", timeout_ms=30_000)))  # fmt: skip
+    waiter = threading.Thread(
+        target=lambda: result.append(
+            sqlite_store.event_wait(since_event_id=tip, to_agent="bob", timeout_ms=30_000)
+        )
+    )
     waiter.start()
     deadline = time.monotonic() + 30
     while sqlite_store.notifier.waiters == 0 and time.monotonic() < deadline:

@@ -110,8 +110,11 @@ def test_watch_options_validate_every_argument(kwargs: dict, message: str) -> No
 
 def test_agent_means_my_inbox_minus_my_own_writes(tmp_path: Path) -> None:
     opts = w.WatchOptions.parse(agent="bob", to_agent=["team"], type=["a.b", "a.b"], home=tmp_path)
-    assert opts.filters == {"type": ("a.b",), "to_agent": ("team", "bob"),
-                            "exclude_writer": ("bob",)}  # fmt: skip
+    assert opts.filters == {
+        "type": ("a.b",),
+        "to_agent": ("team", "bob"),
+        "exclude_writer": ("bob",),
+    }
     assert opts.state_file == tmp_path / ".mempalace/watch/bob.json"
 
 
@@ -202,8 +205,9 @@ def test_a_corrupt_state_file_replays_from_the_start_with_a_notice(
     ids = [_append(db, to_agent="bob") for _ in range(2)]
     state = tmp_path / "state.json"
     state.write_bytes(garbage)
-    run = _watch(db, tmp_path, "--agent", "bob", "--state-file", str(state),
-                 "--idle-exit-ms", "1", "--json")  # fmt: skip
+    run = _watch(
+        db, tmp_path, "--agent", "bob", "--state-file", str(state), "--idle-exit-ms", "1", "--json"
+    )
     assert run.returncode == 0
     assert _ids(run.stdout.replace(b"\n", b"")) == ids
     assert b"unreadable or corrupt" in run.stderr
@@ -227,16 +231,27 @@ def test_an_ok_state_resumes_strictly_after_its_cursor(db: str, tmp_path: Path) 
     second = _append(db, to_agent="bob")
     state = tmp_path / "state.json"
     state.write_text(json.dumps({"cursor": first}))
-    run = _watch(db, tmp_path, "--agent", "bob", "--state-file", str(state),
-                 "--idle-exit-ms", "1", "--json")  # fmt: skip
+    run = _watch(
+        db, tmp_path, "--agent", "bob", "--state-file", str(state), "--idle-exit-ms", "1", "--json"
+    )
     assert _ids(run.stdout.replace(b"\n", b"")) == [second]
 
 
 def test_an_unknown_explicit_cursor_is_an_error_and_writes_nothing(db: str, tmp_path: Path) -> None:
     _append(db)
     state = tmp_path / "state.json"
-    run = _watch(db, tmp_path, "--agent", "bob", "--state-file", str(state),
-                 "--since-event-id", "evt_missing", "--idle-exit-ms", "1")  # fmt: skip
+    run = _watch(
+        db,
+        tmp_path,
+        "--agent",
+        "bob",
+        "--state-file",
+        str(state),
+        "--since-event-id",
+        "evt_missing",
+        "--idle-exit-ms",
+        "1",
+    )
     assert run.returncode == 1
     assert b"since_event_id 'evt_missing' not found" in run.stderr
     assert b"Nothing was written to the state file" in run.stderr
@@ -247,16 +262,22 @@ def test_an_unknown_stored_cursor_replays_from_the_start(db: str, tmp_path: Path
     ident = _append(db, to_agent="bob")
     state = tmp_path / "state.json"
     state.write_text(json.dumps({"cursor": "evt_from_another_log"}))
-    run = _watch(db, tmp_path, "--agent", "bob", "--state-file", str(state),
-                 "--idle-exit-ms", "1", "--json")  # fmt: skip
+    run = _watch(
+        db, tmp_path, "--agent", "bob", "--state-file", str(state), "--idle-exit-ms", "1", "--json"
+    )
     assert run.returncode == 0 and _ids(run.stdout.replace(b"\n", b"")) == [ident]
     assert b"is not in this log" in run.stderr
 
 
 def test_bad_arguments_exit_1_before_any_poll_or_write(tmp_path: Path) -> None:
     db = str(tmp_path / "never.sqlite3")
-    for args in (["--limit", "0"], ["--poll-timeout-ms", "0"], ["--idle-exit-ms", "-5"],
-                 ["--type", "Bad.Type"], ["--agent", ".."]):  # fmt: skip
+    for args in (
+        ["--limit", "0"],
+        ["--poll-timeout-ms", "0"],
+        ["--idle-exit-ms", "-5"],
+        ["--type", "Bad.Type"],
+        ["--agent", ".."],
+    ):
         run = _watch(db, tmp_path, "--agent", "bob", *args)
         assert run.returncode == 1, args
         assert run.stderr.startswith(b"error: ") and b"no log at" not in run.stderr
@@ -280,8 +301,18 @@ def test_a_watcher_never_wakes_on_its_own_broadcast(db: str, tmp_path: Path) -> 
 
 def test_follow_json_prints_one_batch_envelope_per_line(db: str, tmp_path: Path) -> None:
     _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "1")
-    proc = fork_cli("watch", "--db", db, "--agent", "bob", "--follow", "--json",
-                    "--idle-exit-ms", "1500", env={"HOME": str(tmp_path)})  # fmt: skip
+    proc = fork_cli(
+        "watch",
+        "--db",
+        db,
+        "--agent",
+        "bob",
+        "--follow",
+        "--json",
+        "--idle-exit-ms",
+        "1500",
+        env={"HOME": str(tmp_path)},
+    )
     a = _append(db, to_agent="bob")
     assert proc.wait_for_stdout(a.encode())
     b = _append(db, to_agent="bob", type="task.reply")
@@ -294,8 +325,7 @@ def test_follow_json_prints_one_batch_envelope_per_line(db: str, tmp_path: Path)
 
 
 def test_ctrl_c_exits_130_and_never_0(db: str, tmp_path: Path) -> None:
-    proc = fork_cli("watch", "--db", db, "--agent", "bob", "--follow",
-                    env={"HOME": str(tmp_path)})  # fmt: skip
+    proc = fork_cli("watch", "--db", db, "--agent", "bob", "--follow", env={"HOME": str(tmp_path)})
     assert proc.wait_for_stderr(b"Ctrl-C to stop")
     proc.send(signal.SIGINT)
     assert proc.wait(60) == 130, proc.stderr
@@ -324,10 +354,21 @@ def test_a_spawned_watcher_wakes_on_an_append_from_another_process(
         s.event_append(type="note", stream="s", room="r", from_agent="alice")
     env = {**os.environ, "PYTHONPATH": str(REPO), "HOME": str(tmp_path), "LOGSTREAM_DB": db_url}
     watcher = subprocess.Popen(
-        [sys.executable, "-m", "mempalace_logstream", "watch", "--agent", "bob", "--json",
-         "--idle-exit-ms", "60000"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "mempalace_logstream",
+            "watch",
+            "--agent",
+            "bob",
+            "--json",
+            "--idle-exit-ms",
+            "60000",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
     try:
         state = tmp_path / ".mempalace/watch/bob.json"
         # The first checkpoint is written before the first poll: once it exists, we are armed.
@@ -382,8 +423,18 @@ def test_a_watch_with_idle_exit_zero_keeps_waiting_until_interrupted(
         pytest.skip("needs Linux /proc to see that the watcher is blocked in its wait")
     _append(db)
     baseline = inotify_fds()
-    proc = fork_cli("watch", "--db", db, "--agent", "bob", "--follow", "--json",
-                    "--idle-exit-ms", "0", env={"HOME": str(tmp_path)})  # fmt: skip
+    proc = fork_cli(
+        "watch",
+        "--db",
+        db,
+        "--agent",
+        "bob",
+        "--follow",
+        "--json",
+        "--idle-exit-ms",
+        "0",
+        env={"HOME": str(tmp_path)},
+    )
     # Blocked in a wait (its change signal is up) rather than exited at once with code 2.
     assert wait_until_blocked(proc, baseline), (proc.wait(10), proc.stdout, proc.stderr)
     ident = _append(db, to_agent="bob")
@@ -403,8 +454,17 @@ def test_from_start_with_a_stored_cursor_is_refused_and_consumes_nothing(
     state = tmp_path / "state.json"
     state.write_text(json.dumps({"cursor": first}))
     before = state.read_bytes()
-    run = _watch(db, tmp_path, "--agent", "bob", "--state-file", str(state), "--from-start",
-                 "--idle-exit-ms", "1")  # fmt: skip
+    run = _watch(
+        db,
+        tmp_path,
+        "--agent",
+        "bob",
+        "--state-file",
+        str(state),
+        "--from-start",
+        "--idle-exit-ms",
+        "1",
+    )
     assert run.returncode == 1, run.stderr
     err = run.stderr.decode()
     assert "--from-start replays only on a first run" in err and str(state) in err, err

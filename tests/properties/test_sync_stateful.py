@@ -48,8 +48,14 @@ class ChaosPeer:
     """A LocalPeer seen through a bad network: duplicated, reordered and stale batches, and a
     connection that drops after `crash_after` calls."""
 
-    def __init__(self, inner: sync.LocalPeer, rnd: random.Random, crash_after: int | None,
-                 blocked: bool, mode: str = "ops") -> None:  # fmt: skip
+    def __init__(
+        self,
+        inner: sync.LocalPeer,
+        rnd: random.Random,
+        crash_after: int | None,
+        blocked: bool,
+        mode: str = "ops",
+    ) -> None:
         self.inner, self.rnd = inner, rnd
         self.name, self.url = inner.name, inner.url
         self.crash_after, self.blocked = crash_after, blocked
@@ -213,14 +219,16 @@ class SyncMachine(RuleBasedStateMachine):
         seed=st.integers(0, 2**16),
         mode=st.sampled_from(["ops", "rows", "rows-prefetch"]),
     )
-    def sync(self, data: st.DataObject, push: bool, crash_after: int | None, seed: int,
-             mode: str) -> None:  # fmt: skip
+    def sync(
+        self, data: st.DataObject, push: bool, crash_after: int | None, seed: int, mode: str
+    ) -> None:
         i, j = self._pick(data, "puller"), self._pick(data, "peer")
         if i == j:
             return
         blocked = frozenset((i, j)) in self.partitioned
-        peer = ChaosPeer(sync.LocalPeer(self.stores[j]), random.Random(seed), crash_after, blocked,
-                         mode)  # fmt: skip
+        peer = ChaosPeer(
+            sync.LocalPeer(self.stores[j]), random.Random(seed), crash_after, blocked, mode
+        )
         try:
             result = sync.sync_with_peer(self.stores[i], peer, push=push)
         except errors.PeerUnavailableError:

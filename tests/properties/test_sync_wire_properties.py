@@ -155,12 +155,22 @@ def store():
 def test_the_store_fingerprints_exactly_the_positions_it_holds(store, hexid, positions, upto):
     origin = "rep_" + hexid
     wires = [
-        {"id": f"evt_20260101T000000_{hexid[:8]}{p:016x}", "origin_replica": origin,
-         "origin_seq": p, "hlc": f"1700000000000-000000-{origin}", "type": "note",
-         "stream": "s", "room": "r", "from_agent": "a", "body": "b",
-         "created_at": "2026-01-01T00:00:00Z", "metadata": {}, "artifact_ids": []}
+        {
+            "id": f"evt_20260101T000000_{hexid[:8]}{p:016x}",
+            "origin_replica": origin,
+            "origin_seq": p,
+            "hlc": f"1700000000000-000000-{origin}",
+            "type": "note",
+            "stream": "s",
+            "room": "r",
+            "from_agent": "a",
+            "body": "b",
+            "created_at": "2026-01-01T00:00:00Z",
+            "metadata": {},
+            "artifact_ids": [],
+        }
         for p in positions
-    ]  # fmt: skip
+    ]
     replication.apply_remote_events(store, wires)
     with store.engine.connect() as conn:
         c = replication.events.c

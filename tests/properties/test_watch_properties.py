@@ -65,8 +65,18 @@ def test_watch_never_skips_a_matching_event_across_restarts(
         home = Path(tmp)
         db = str(home / "log.sqlite3")
         state = home / ".mempalace" / "watch" / "bob.json"
-        base = ("watch", "--db", db, "--agent", "bob", "--type", "note", "--json",
-                "--limit", str(limit))  # fmt: skip
+        base = (
+            "watch",
+            "--db",
+            db,
+            "--agent",
+            "bob",
+            "--type",
+            "note",
+            "--json",
+            "--limit",
+            str(limit),
+        )
         env = {"HOME": str(home)}
         expected: set[str] = set()
         unwanted: set[str] = set()
