@@ -98,11 +98,25 @@ class Event:
     def content_key(self) -> tuple[Any, ...]:
         """The immutable, replicated fields: equal keys mean the same event."""
         return (
-            self.id, self.origin_replica, self.origin_seq, self.hlc, self.type, self.stream,
-            self.room, self.topic, self.from_agent, self.to_agent, self.correlation_id,
-            self.branch, self.base_commit, self.status, tuple(sorted(self.artifact_ids)),
-            self.body, self.created_at, self.metadata,
-        )  # fmt: skip
+            self.id,
+            self.origin_replica,
+            self.origin_seq,
+            self.hlc,
+            self.type,
+            self.stream,
+            self.room,
+            self.topic,
+            self.from_agent,
+            self.to_agent,
+            self.correlation_id,
+            self.branch,
+            self.base_commit,
+            self.status,
+            tuple(sorted(self.artifact_ids)),
+            self.body,
+            self.created_at,
+            self.metadata,
+        )
 
     def to_dict(self, *, preview: bool = False, slim: bool = False) -> dict[str, Any]:
         metadata, problem = read_metadata(self.metadata_json)

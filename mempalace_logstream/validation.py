@@ -35,9 +35,16 @@ ARTIFACT_KINDS = ("patch", "file", "log", "json", "note")
 ENCODINGS = ("utf-8", "base64")
 ORDERS = ("asc", "desc")
 FILTER_FIELDS = (
-    "stream", "room", "topic", "type", "to_agent", "writer", "exclude_writer",
-    "correlation_id", "status",
-)  # fmt: skip
+    "stream",
+    "room",
+    "topic",
+    "type",
+    "to_agent",
+    "writer",
+    "exclude_writer",
+    "correlation_id",
+    "status",
+)
 
 _TYPE_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 _HEX_RE = re.compile(r"^[0-9a-fA-F]{7,64}$")

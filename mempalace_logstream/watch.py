@@ -24,8 +24,6 @@ from mempalace_logstream import validation as v
 STATE_ABSENT, STATE_OK, STATE_EMPTY, STATE_CORRUPT = "absent", "ok", "empty", "corrupt"
 DEFAULT_POLL_TIMEOUT_MS = 300_000
 EXIT_MATCHED, EXIT_ERROR, EXIT_IDLE, EXIT_INTERRUPTED = 0, 1, 2, 130
-SPEC_FIELDS = ("stream", "room", "topic", "type", "to_agent", "writer", "exclude_writer",
-               "correlation_id", "status")  # fmt: skip
 
 
 class Client(Protocol):
@@ -134,18 +132,28 @@ class WatchOptions:
     poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
 
     @classmethod
-    def parse(cls, *, agent: Any = None, state_file: Any = None, since_event_id: Any = None,
-              from_start: bool = False, follow: bool = False, idle_exit_ms: Any = None,
-              limit: Any = None, poll_timeout_ms: Any = None, home: Path | None = None,
-              **raw_filters: Any) -> WatchOptions:  # fmt: skip
+    def parse(
+        cls,
+        *,
+        agent: Any = None,
+        state_file: Any = None,
+        since_event_id: Any = None,
+        from_start: bool = False,
+        follow: bool = False,
+        idle_exit_ms: Any = None,
+        limit: Any = None,
+        poll_timeout_ms: Any = None,
+        home: Path | None = None,
+        **raw_filters: Any,
+    ) -> WatchOptions:
         """Raises ValidationError naming the field and the limit."""
-        unknown = set(raw_filters) - set(SPEC_FIELDS)
+        unknown = set(raw_filters) - set(v.FILTER_FIELDS)
         if unknown:
             raise v.fail(sorted(unknown)[0], "is not a watch filter")
         clean_agent = v.routing("agent", agent)
         filters = {
             name: vals
-            for name in SPEC_FIELDS
+            for name in v.FILTER_FIELDS
             if (vals := v.filter_values(name, raw_filters.get(name))) is not None
         }
         if clean_agent is not None:
@@ -249,9 +257,12 @@ def follow(
     args = {name: list(vals) for name, vals in filters.items()}
     while True:
         out = client.call(
-            "event_wait", since_event_id=cursor, timeout_ms=max(0, timeout_ms()), limit=limit,
+            "event_wait",
+            since_event_id=cursor,
+            timeout_ms=max(0, timeout_ms()),
+            limit=limit,
             **args,
-        )  # fmt: skip
+        )
         cursor = out.get("cursor") or cursor
         yield Batch(events=list(out["events"]), cursor=cursor, timed_out=not out["events"])
 
@@ -353,8 +364,9 @@ class Watcher:
             left = int((idle_deadline - time.monotonic()) * 1000)
             return max(0, min(opts.poll_timeout_ms, left))
 
-        for batch in follow(self.client, opts.filters, cursor, limit=opts.limit,
-                            timeout_ms=timeout_ms):  # fmt: skip
+        for batch in follow(
+            self.client, opts.filters, cursor, limit=opts.limit, timeout_ms=timeout_ms
+        ):
             if batch.events:
                 self.out.batch(batch, final=not opts.follow)
                 printed += 1
