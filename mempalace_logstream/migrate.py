@@ -6,6 +6,8 @@ PostgreSQL), so processes opening a fresh file at once migrate it exactly once.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -52,12 +54,14 @@ def current_revision(conn: sa.Connection) -> str | None:
     return conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
 
 
-def _locked(engine: sa.Engine):
-    ctx = engine_mod.writer(engine).begin()
-    conn = ctx.__enter__()
-    if engine.dialect.name == "postgresql":
-        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_MIGRATE_LOCK})
-    return ctx, conn
+@contextlib.contextmanager
+def _locked(engine: sa.Engine) -> Iterator[sa.Connection]:
+    """One write transaction holding the migration lock (SQLite's write lock at BEGIN, or a
+    PostgreSQL advisory lock), so concurrent first starts migrate once."""
+    with engine_mod.writer(engine).begin() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_MIGRATE_LOCK})
+        yield conn
 
 
 def ensure_schema(engine: sa.Engine) -> str | None:
@@ -69,8 +73,7 @@ def ensure_schema(engine: sa.Engine) -> str | None:
 
 
 def upgrade(engine: sa.Engine, revision: str = "head") -> str | None:
-    ctx, conn = _locked(engine)
-    try:
+    with _locked(engine) as conn:
         before = current_revision(conn)
         if before not in KNOWN_REVISIONS:
             raise errors.SchemaVersionError(
@@ -81,23 +84,14 @@ def upgrade(engine: sa.Engine, revision: str = "head") -> str | None:
             from alembic import command
 
             command.upgrade(alembic_config(conn), revision)
-    except BaseException:
-        ctx.__exit__(*__import__("sys").exc_info())
-        raise
-    ctx.__exit__(None, None, None)
     return before
 
 
 def downgrade(engine: sa.Engine, revision: str = "base") -> None:
-    ctx, conn = _locked(engine)
-    try:
-        from alembic import command
+    from alembic import command
 
+    with _locked(engine) as conn:
         command.downgrade(alembic_config(conn), revision)
-    except BaseException:
-        ctx.__exit__(*__import__("sys").exc_info())
-        raise
-    ctx.__exit__(None, None, None)
 
 
 def check_schema(engine: sa.Engine) -> None:
