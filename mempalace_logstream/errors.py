@@ -3,7 +3,9 @@
 LogstreamError
 ├── ValidationError        bad input; names the field and the limit; nothing was written
 ├── NotFoundError          an event, artifact or cursor that does not exist here
-├── ConflictError          same id or idempotency key with different content
+├── ForbiddenError         this writer may not do that (not the requester, not the assignee)
+├── ConflictError          same id or idempotency key with different content, or a move the
+│                          task's state refuses (it is cancelled; another agent holds it)
 ├── StorageError           the database failed (disk, lock timeout, corruption)
 │   ├── SchemaVersionError the file was written by a newer schema than this code knows
 │   └── IntegrityError     stored bytes no longer match their sha256 (changed behind the log)
@@ -36,6 +38,15 @@ class ValidationError(LogstreamError, ValueError):
 
 class NotFoundError(LogstreamError, LookupError):
     """No such event or artifact."""
+
+    def __init__(self, message: str, *, field: str | None = None, ident: str | None = None):
+        super().__init__(message)
+        self.field = field
+        self.ident = ident
+
+
+class ForbiddenError(LogstreamError):
+    """This writer may not do that."""
 
     def __init__(self, message: str, *, field: str | None = None, ident: str | None = None):
         super().__init__(message)

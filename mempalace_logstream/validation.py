@@ -30,7 +30,10 @@ DEFAULT_WAIT_MS = 60_000
 MAX_WAIT_MS = 300_000
 MAX_FILTER_VALUES = 64
 
-STATUSES = ("open", "claimed", "ready", "applied", "blocked", "failed", "superseded")
+STATUSES = (
+    *("open", "claimed", "ready", "applied", "blocked", "failed", "superseded"),  # the reference
+    *("working", "completed", "declined", "cancelled"),  # task states (RFC 0007)
+)
 ARTIFACT_KINDS = ("patch", "file", "log", "json", "note")
 ENCODINGS = ("utf-8", "base64")
 ORDERS = ("asc", "desc")

@@ -1,0 +1,36 @@
+"""The task lifecycle (RFC 0007): states, moves and the fold that derives a task's state from
+its thread. Pure: no SQL, no I/O, no clock (times come from the events' HLC stamps).
+
+    classify(event, task) -> Move | None     which move an event is, if any
+    check(task, move, settings) -> Task      a local move: the next state, or a refusal
+    advance(task, move, settings) -> Task    a peer's move: the next state, illegal moves recorded
+    fold(events, settings) -> Task | None    a whole thread, in HLC order
+"""
+
+from mempalace_logstream.tasks.fold import advance, check, fold
+from mempalace_logstream.tasks.model import (
+    A2A_STATES,
+    ACTIONS,
+    NON_TERMINAL,
+    STATES,
+    TERMINAL,
+    Move,
+    Task,
+    TaskSettings,
+)
+from mempalace_logstream.tasks.moves import classify
+
+__all__ = [
+    "A2A_STATES",
+    "ACTIONS",
+    "NON_TERMINAL",
+    "STATES",
+    "TERMINAL",
+    "Move",
+    "Task",
+    "TaskSettings",
+    "advance",
+    "check",
+    "classify",
+    "fold",
+]
