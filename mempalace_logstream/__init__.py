@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from mempalace_logstream.errors import (
     ConflictError,
+    ForbiddenError,
     IntegrityError,
     LogstreamError,
     NotFoundError,
@@ -22,6 +23,7 @@ __all__ = [
     "Artifact",
     "ConflictError",
     "Event",
+    "ForbiddenError",
     "IntegrityError",
     "LogStore",
     "LogstreamError",

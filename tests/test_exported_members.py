@@ -65,6 +65,7 @@ def test_the_core_api_is_exported():
         "ValidationError",
         "NotFoundError",
         "ConflictError",
+        "ForbiddenError",
         "StorageError",
     ):
         assert name in pkg.__all__

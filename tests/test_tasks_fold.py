@@ -79,7 +79,10 @@ class Thread:
         return self.ev("task.request", "claude", ms, status="open", to=self.to_agent, meta=meta)
 
 
-def step(task: Task | None, event: Event, cfg: TaskSettings = TaskSettings()) -> Task:
+DEFAULTS = TaskSettings()
+
+
+def step(task: Task | None, event: Event, cfg: TaskSettings = DEFAULTS) -> Task:
     move = classify(event, task)
     assert move is not None, event.type
     return check(task, move, cfg)

@@ -347,7 +347,7 @@ def test_every_status_of_the_set_is_accepted(store, status):
     assert append(store, status=status).status == status
 
 
-@pytest.mark.parametrize("bad", ["done", "OPEN", "open ish", "cancelled", 1])
+@pytest.mark.parametrize("bad", ["done", "OPEN", "open ish", "canceled", 1])
 def test_statuses_outside_the_set_are_rejected(store, bad):
     err = refused(store, lambda: append(store, status=bad), "status")
     if isinstance(bad, str) and bad != "OPEN":
