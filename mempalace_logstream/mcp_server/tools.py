@@ -1,89 +1,23 @@
-"""MCP tools on the official SDK (S-6.2): `build_server(store)`, stdio, and the hub's /mcp endpoint.
-
-Tools are thin module-level functions: they pass their arguments to the core through
-`aio.call` (worker threads; `event_wait` sleeps on the notifier, so a 300 s wait blocks nothing)
-and turn domain errors into tool errors. The only `mcp` importer (SDK 2.x, `MCPServer`); must not
-import fastapi or typer.
+"""The MCP tools: thin module-level functions whose signatures and docstrings are what agents
+read (the JSON schemas and descriptions). Each passes its arguments to the server's backend.
 """
 
 from __future__ import annotations
 
-import inspect
-import json
-import logging
 from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
 from typing import Annotated, Any
 
-from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.server.transport_security import TransportSecuritySettings
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from mcp.server.mcpserver import Context
 from pydantic import Field
 
-from mempalace_logstream import aio, errors
-from mempalace_logstream.store import LogStore
-
-TOOL_PREFIX = "mempalace_"
-_log = logging.getLogger(__name__)
-
-INSTRUCTIONS = (
-    "A shared, append-only coordination log for agents. Post what you do as events "
-    "(mempalace_event_append), read your inbox with mempalace_event_list(to_agent=<you>), block "
-    "for new work with mempalace_event_wait(since_event_id=<cursor>), and hand over exact bytes "
-    "as artifacts (mempalace_artifact_put / mempalace_patch_submit). Keep the `cursor` each read "
-    "returns and pass it back as since_event_id so you never miss or repeat an event."
-)
-
-
-class LogstreamMCP(MCPServer):
-    """An MCPServer bound to one LogStore; tools reach it through their Context.
-
-    Tool calls skip the SDK's argument model: the raw arguments go to the core, which checks
-    names (`operations.check_args`) and values exactly as for HTTP and the CLI, so every
-    surface refuses the same input with the same text. The signatures below only document
-    the tools (their JSON schemas).
-    """
-
-    def __init__(self, store: LogStore, *, instructions: str = INSTRUCTIONS, **kwargs: Any) -> None:
-        # version: serverInfo.version is ours (2.x sends "" when none is given).
-        super().__init__(
-            "mempalace-logstream", instructions=instructions, version=_version(), **kwargs
-        )
-        self.store = store
-        self.tool_names: set[str] = set()  # what `_add` registered (read-only leaves some out)
-
-    async def call_tool(
-        self, name: str, arguments: dict[str, Any], context: Context | None = None
-    ) -> CallToolResult:
-        # The SDK turns a ToolError raised here into an isError result whose text is exactly
-        # the message (no prefix: the prefix belongs to its own argument model, skipped here).
-        if name not in self.tool_names:
-            raise ToolError(f"unknown tool {name!r}")
-        result = await _run(self.store, name.removeprefix(TOOL_PREFIX), dict(arguments or {}))
-        # Compact JSON, once (no structuredContent): every space is a token the agent pays for.
-        text = json.dumps(result, ensure_ascii=False, separators=(",", ":"))
-        return CallToolResult(content=[TextContent(type="text", text=text)])
-
-
-def _version() -> str:
-    import mempalace_logstream
-
-    return mempalace_logstream.__version__
-
-
-async def _run(store: LogStore, op: str, args: dict[str, Any]) -> dict[str, Any]:
-    try:
-        return await aio.call(store, op, args)
-    except errors.LogstreamError as exc:
-        raise ToolError(exc.message) from exc
+from mempalace_logstream.mcp_server.server import LogstreamMCP
 
 
 async def _call(ctx: Context, op: str, args: dict[str, Any]) -> dict[str, Any]:
     """The tool functions' own path (a direct call, not through `call_tool`)."""
     server = ctx.mcp_server
     assert isinstance(server, LogstreamMCP)
-    return await _run(server.store, op, {k: val for k, val in args.items() if k != "ctx"})
+    return await server.run_op(op, {k: val for k, val in args.items() if k != "ctx"})
 
 
 # Parameter types shared by several tools; descriptions are read by agents.
@@ -357,136 +291,3 @@ WRITE_TOOLS: tuple[Callable[..., Any], ...] = (
     mempalace_patch_submit,
     mempalace_task_create,
 )
-
-
-def build_server(store: LogStore, *, read_only: bool = False, **kwargs: Any) -> LogstreamMCP:
-    """An MCP server with the logstream tools; `read_only` leaves the mutating ones out."""
-    server = LogstreamMCP(store, log_level="WARNING", **kwargs)
-    for fn in READ_TOOLS:
-        _add(server, fn, ToolAnnotations(read_only_hint=True, open_world_hint=False))
-    if not read_only:
-        for fn in WRITE_TOOLS:
-            hints = ToolAnnotations(
-                read_only_hint=False, destructive_hint=False, open_world_hint=False
-            )
-            _add(server, fn, hints)
-    return server
-
-
-def _add(server: LogstreamMCP, fn: Callable[..., Any], hints: ToolAnnotations) -> None:
-    # The docstring without its source indentation; text only (no outputSchema), since the
-    # result is returned once, as compact JSON text.
-    doc = inspect.cleandoc(fn.__doc__ or "")
-    server.add_tool(fn, description=doc, annotations=hints, structured_output=False)
-    server.tool_names.add(fn.__name__)
-
-
-def run_stdio(store: LogStore, *, read_only: bool = False) -> None:
-    """Serve the tools over stdio until the client closes the pipe."""
-    build_server(store, read_only=read_only).run("stdio")
-
-
-_NO_SDK_LIMIT = 1 << 62  # bytes; the SDK wants a positive number
-SESSION_IDLE_S = 6 * 3600.0
-MAX_SESSIONS = 1000
-
-
-class _Endpoint:
-    """ASGI endpoint (a class, so Starlette routes it as an app) for streamable HTTP."""
-
-    def __init__(self, server: LogstreamMCP) -> None:
-        # Builds the session manager; its app is not mounted (the hub routes here instead).
-        server.streamable_http_app(
-            # The hub's guard checks Host/Origin and the token.
-            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
-            # The hub's guard owns the body limit (--max-request-bytes); 2.x would add 4 MiB,
-            # too small for a 4 MiB artifact in its JSON envelope.
-            max_request_body_size=_NO_SDK_LIMIT,
-            # Bounded memory against clients that never say goodbye (S-8.10): a session idle
-            # for 6 h is reaped (a spec-following client re-initializes on its 404), and at
-            # most 1,000 live at once. 2.x's 30 min would end an agent's session over lunch.
-            session_idle_timeout=SESSION_IDLE_S,
-            max_sessions=MAX_SESSIONS,
-        )
-        self.manager = server.session_manager
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        # Bad JSON, nested past any depth included, is the SDK's JSON-RPC parse error (400).
-        exchange = _Exchange(scope, receive, send)
-        await self.manager.handle_request(scope, exchange.receive, exchange.send)
-
-
-class _Exchange:
-    """One request at /mcp; a client that leaves before its answer is complete (gives up on a
-    call, closes its GET stream, exits) is normal: one debug line, whatever the SDK does."""
-
-    def __init__(self, scope: Any, receive: Any, send: Any) -> None:
-        self.what = f"{scope.get('method')} {scope.get('path')}"
-        self._receive, self._send = receive, send
-        self.answered = self.gone = False
-
-    async def receive(self) -> Any:
-        message = await self._receive()
-        if message["type"] == "http.disconnect" and not (self.answered or self.gone):
-            self.gone = True
-            _log.debug("MCP client went away (%s, before its answer was complete)", self.what)
-        return message
-
-    async def send(self, message: Any) -> None:
-        if message["type"] == "http.response.body" and not message.get("more_body", False):
-            self.answered = True
-        await self._send(message)
-
-
-def http_endpoint(
-    store: LogStore, *, read_only: bool = False
-) -> tuple[Any, Callable[[], AbstractAsyncContextManager[Any]]]:
-    """(ASGI app, lifespan) for streamable HTTP; the hub mounts it at /mcp.
-
-    The hub's own guard checks Host/Origin, the token and the body size, so the SDK's checks
-    are off here.
-    """
-    quiet_disconnects()
-    endpoint = _Endpoint(build_server(store, read_only=read_only))
-
-    def lifespan() -> AbstractAsyncContextManager[Any]:
-        return endpoint.manager.run()
-
-    return endpoint, lifespan
-
-
-# SDK 1.x logged a client that closed its session or its GET stream as an error with a full
-# traceback (about 45 lines per disconnect). 2.x catches those itself, but its transport still
-# logs any other exception in its stream tasks with a traceback ("Error in SSE writer", "SSE
-# response error", "Error in message router", "Session ... crashed"): a safety net for when
-# one of these is a client that went away.
-_DISCONNECTS = ("ClosedResourceError", "BrokenResourceError", "EndOfStream", "ClientDisconnect")
-_SDK_LOGGERS = ("mcp.server.streamable_http", "mcp.server.streamable_http_manager")
-
-
-class _QuietDisconnects(logging.Filter):
-    """Turns the SDK's tracebacks for a client that went away into one debug line."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        if exc is None or not _is_disconnect(exc):
-            return True
-        _log.debug("MCP client went away (%s: %s)", record.getMessage(), type(exc).__name__)
-        return False
-
-
-def _is_disconnect(exc: BaseException) -> bool:
-    if isinstance(exc, BaseExceptionGroup):
-        return all(_is_disconnect(e) for e in exc.exceptions)
-    return type(exc).__name__ in _DISCONNECTS
-
-
-def quiet_disconnects() -> None:
-    """Install the filter on the SDK's HTTP transport loggers (once per process)."""
-    for name in _SDK_LOGGERS:
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, _QuietDisconnects) for f in logger.filters):
-            logger.addFilter(_QuietDisconnects())
-
-
-__all__ = ["LogstreamMCP", "build_server", "http_endpoint", "run_stdio"]

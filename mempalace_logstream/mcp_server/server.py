@@ -1,0 +1,132 @@
+"""The MCP server on the official SDK (2.x `MCPServer`): one server class over a backend (a local
+`LogStore`, or a remote hub through its client), the tools registered on it, and stdio.
+
+Tool calls skip the SDK's argument model: the raw arguments go to the core, which checks names
+(`operations.check_args`) and values exactly as for HTTP and the CLI, so every surface refuses the
+same input with the same text.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+
+from mempalace_logstream import aio, errors
+from mempalace_logstream.store import LogStore
+
+TOOL_PREFIX = "mempalace_"
+
+INSTRUCTIONS = (
+    "A shared, append-only coordination log for agents. Post what you do as events "
+    "(mempalace_event_append), read your inbox with mempalace_event_list(to_agent=<you>), block "
+    "for new work with mempalace_event_wait(since_event_id=<cursor>), and hand over exact bytes "
+    "as artifacts (mempalace_artifact_put / mempalace_patch_submit). Keep the `cursor` each read "
+    "returns and pass it back as since_event_id so you never miss or repeat an event."
+)
+
+
+class Backend(Protocol):
+    """Where the tools' operations run: `call(op, args)` with raw arguments."""
+
+    async def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]: ...
+
+
+class StoreBackend:
+    """A LogStore in this process; waits sleep on its notifier, not in a thread."""
+
+    def __init__(self, store: LogStore) -> None:
+        self.store = store
+
+    async def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        return await aio.call(self.store, op, args)
+
+
+class ClientBackend:
+    """Anything with a blocking `call(op, **args)`: the hub client of `--hub`."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    async def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        given = {k: val for k, val in args.items() if val is not None}
+        result: dict[str, Any] = await aio.run(self.client.call, op, **given)
+        return result
+
+
+class LogstreamMCP(MCPServer):
+    """An MCPServer bound to one backend; tools reach it through their Context.
+
+    The signatures of the tool functions only document the tools (their JSON schemas).
+    """
+
+    def __init__(
+        self, backend: Backend, *, instructions: str = INSTRUCTIONS, **kwargs: Any
+    ) -> None:
+        # version: serverInfo.version is ours (2.x sends "" when none is given).
+        super().__init__(
+            "mempalace-logstream", instructions=instructions, version=_version(), **kwargs
+        )
+        self.backend = backend
+        self.tool_names: set[str] = set()  # what `_add` registered (read-only leaves some out)
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context | None = None
+    ) -> CallToolResult:
+        # The SDK turns a ToolError raised here into an isError result whose text is exactly
+        # the message (no prefix: the prefix belongs to its own argument model, skipped here).
+        if name not in self.tool_names:
+            raise ToolError(f"unknown tool {name!r}")
+        result = await self.run_op(name.removeprefix(TOOL_PREFIX), dict(arguments or {}))
+        # Compact JSON, once (no structuredContent): every space is a token the agent pays for.
+        text = json.dumps(result, ensure_ascii=False, separators=(",", ":"))
+        return CallToolResult(content=[TextContent(type="text", text=text)])
+
+    async def run_op(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return await self.backend.call(op, args)
+        except errors.LogstreamError as exc:
+            raise ToolError(exc.message) from exc
+
+
+def _version() -> str:
+    import mempalace_logstream
+
+    return mempalace_logstream.__version__
+
+
+def build_server(
+    source: LogStore | Backend, *, read_only: bool = False, **kwargs: Any
+) -> LogstreamMCP:
+    """An MCP server with the logstream tools; `read_only` leaves the mutating ones out."""
+    from mempalace_logstream.mcp_server.tools import READ_TOOLS, WRITE_TOOLS
+
+    backend = StoreBackend(source) if isinstance(source, LogStore) else source
+    server = LogstreamMCP(backend, log_level="WARNING", **kwargs)
+    for fn in READ_TOOLS:
+        _add(server, fn, ToolAnnotations(read_only_hint=True, open_world_hint=False))
+    if not read_only:
+        for fn in WRITE_TOOLS:
+            hints = ToolAnnotations(
+                read_only_hint=False, destructive_hint=False, open_world_hint=False
+            )
+            _add(server, fn, hints)
+    return server
+
+
+def _add(server: LogstreamMCP, fn: Callable[..., Any], hints: ToolAnnotations) -> None:
+    # The docstring without its source indentation; text only (no outputSchema), since the
+    # result is returned once, as compact JSON text.
+    doc = inspect.cleandoc(fn.__doc__ or "")
+    server.add_tool(fn, description=doc, annotations=hints, structured_output=False)
+    server.tool_names.add(fn.__name__)
+
+
+def run_stdio(store: LogStore, *, read_only: bool = False) -> None:
+    """Serve the tools over stdio until the client closes the pipe."""
+    build_server(store, read_only=read_only).run("stdio")
