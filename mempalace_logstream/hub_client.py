@@ -60,7 +60,7 @@ class HubClient:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=self.timeout)
 
-    def call(self, op: str, **args: Any) -> dict[str, Any]:
+    def call(self, op: str, /, **args: Any) -> dict[str, Any]:
         """Run `op` on the hub; raises the same domain errors as a local call."""
         body = {k: val for k, val in args.items() if val is not None}
         limit = self.deadline_s(op, body)

@@ -163,7 +163,7 @@ class LocalClient:
     def __init__(self, store: LogStore) -> None:
         self.store = store
 
-    def call(self, name: str, **args: Any) -> dict[str, Any]:
+    def call(self, name: str, /, **args: Any) -> dict[str, Any]:
         return call(self.store, name, args)
 
     def close(self) -> None:

@@ -27,7 +27,7 @@ EXIT_MATCHED, EXIT_ERROR, EXIT_IDLE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class Client(Protocol):
-    def call(self, name: str, **args: Any) -> dict[str, Any]: ...
+    def call(self, name: str, /, **args: Any) -> dict[str, Any]: ...
 
 
 # ----------------------------------------------------------------------------- state file
@@ -288,14 +288,14 @@ class Watcher:
     def run(self) -> int:
         """Returns the exit code: 0 matched, 2 idle with nothing, 130 interrupted, 1 error."""
         try:
-            started, cursor = self._start()
+            started, cursor = self.start()
             return self._loop(cursor) if started else EXIT_ERROR
         except KeyboardInterrupt:
             return EXIT_INTERRUPTED
 
     # -- start: resolve the cursor, then the required first checkpoint
 
-    def _start(self) -> tuple[bool, str | None]:
+    def start(self) -> tuple[bool, str | None]:
         """(started, cursor); False after an error note, with nothing consumed or written."""
         opts = self.opts
         state, stored, problem = read_state(opts.state_file)

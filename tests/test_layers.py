@@ -160,9 +160,13 @@ CLI_RULES: dict[str, tuple[str, ...]] = {
     "waiting": (*CLI_BASE, "testhooks"),
     "artifacts": CLI_BASE,
     "hub": CLI_BASE,
+    "mcp_stdio": (*CLI_BASE, "testhooks"),
     "sync": CLI_BASE,
     "admin": CLI_BASE,
-    "__init__": ("root", "shared", "events", "waiting", "artifacts", "hub", "sync", "admin"),
+    "__init__": (
+        *("root", "shared", "events", "waiting", "artifacts", "hub", "mcp_stdio", "sync"),
+        "admin",
+    ),
 }
 
 

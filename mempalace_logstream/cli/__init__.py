@@ -15,6 +15,7 @@ from mempalace_logstream.cli.shared import STATE
 from mempalace_logstream.cli import events as events
 from mempalace_logstream.cli import admin as admin
 from mempalace_logstream.cli import hub as hub
+from mempalace_logstream.cli import mcp_stdio as mcp_stdio
 from mempalace_logstream.cli import sync as sync
 from mempalace_logstream.cli import waiting as waiting
 from mempalace_logstream.cli import artifacts as artifacts

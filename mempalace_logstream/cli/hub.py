@@ -1,5 +1,4 @@
-"""The server commands: `serve` (the HTTP hub with SSE, MCP at /mcp and background sync) and
-`mcp` (the MCP tools over stdio).
+"""The hub command: `serve` (the HTTP hub with SSE, MCP at /mcp and background sync).
 
 Every server module (http_app, mcp_server, uvicorn, sync) is imported inside the command that
 runs it, never at module level: a plain `list` must not pay for FastAPI or the MCP SDK.
@@ -204,21 +203,3 @@ def _banner(
         peers = palace_path / "peers.json"
         typer.echo(f"sync: a round every {interval:g} s with the peers of {peers}", err=True)
     sys.stdout.flush()
-
-
-ReadOnlyOpt = Annotated[bool, typer.Option("--read-only", help="Hide the mutating tools.")]
-
-
-@app.command("mcp")
-def mcp_cmd(read_only: ReadOnlyOpt = False, db: DbOpt = None, palace: PalaceOpt = None) -> None:
-    """Serve the MCP tools over stdio (for Claude Code, Codex and other MCP clients)."""
-    from mempalace_logstream import mcp_server
-
-    try:
-        store = open_store(db, palace, create=True)
-    except errors.LogstreamError as exc:
-        raise fail(exc.message) from None
-    try:
-        mcp_server.run_stdio(store, read_only=read_only)
-    finally:
-        store.close()

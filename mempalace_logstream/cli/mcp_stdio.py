@@ -1,0 +1,158 @@
+"""`logstream mcp`: the MCP tools over stdio for Claude Code, Codex and other MCP clients; with
+`--agent NAME --channel`, new mail in NAME's inbox is pushed into the session (channel mode).
+
+The MCP SDK is imported inside the command only.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from mempalace_logstream import errors
+from mempalace_logstream.cli.filters import FilterArgs, filter_options
+from mempalace_logstream.cli.options import DbOpt, HubOpt, Multi, PalaceOpt, TokenOpt
+from mempalace_logstream.cli.root import app
+from mempalace_logstream.cli.shared import STATE, fail, open_client
+from mempalace_logstream.cli.testhooks import watch_crash_hook
+
+ReadOnlyOpt = Annotated[bool, typer.Option("--read-only", help="Hide the mutating tools.")]
+AgentOpt = Annotated[
+    str | None, typer.Option("--agent", help="Your agent id: whose inbox --channel pushes.")
+]
+ChannelOpt = Annotated[
+    bool,
+    typer.Option(
+        "--channel",
+        help="Push each new event of --agent's inbox into the session as a Claude Code channel "
+        "notification (launch with `claude --dangerously-load-development-channels server:NAME`).",
+    ),
+]
+AllowFromOpt = Annotated[
+    Multi, typer.Option("--allow-from", help="Push only events by this sender (repeat).")
+]
+StateFileOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--state-file", help="Channel cursor file (default ~/.mempalace/channel/<agent>.json)."
+    ),
+]
+FromStartOpt = Annotated[
+    bool,
+    typer.Option(
+        "--from-start", help="First run only: push the whole inbox, not just what comes next."
+    ),
+]
+BodyCharsOpt = Annotated[
+    int | None, typer.Option("--body-chars", help="Cut quoted bodies here (default 600).")
+]
+BurstOpt = Annotated[
+    int | None,
+    typer.Option("--burst", help="More events than this at once become one notification (3)."),
+]
+WindowOpt = Annotated[
+    int | None,
+    typer.Option("--window-ms", help="Gather a burst for this long after a notification (250)."),
+]
+CHANNEL_ONLY = ("allow_from", "state_file", "from_start", "body_chars", "burst", "window_ms")
+
+
+@app.command("mcp")
+@filter_options
+def mcp_cmd(
+    read_only: ReadOnlyOpt = False,
+    agent: AgentOpt = None,
+    channel: ChannelOpt = False,
+    *,
+    filters: FilterArgs,
+    allow_from: AllowFromOpt = None,
+    state_file: StateFileOpt = None,
+    from_start: FromStartOpt = False,
+    body_chars: BodyCharsOpt = None,
+    burst: BurstOpt = None,
+    window_ms: WindowOpt = None,
+    db: DbOpt = None,
+    palace: PalaceOpt = None,
+    hub: HubOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Serve the MCP tools over stdio (local log, or a hub with --hub).
+
+    With --agent NAME --channel, new events addressed to NAME (or to *), never NAME's own, are
+    pushed into the session; the cursor is checkpointed after each notification, so a restart
+    resumes where it stopped and a crash repeats, never skips. Filters narrow what is pushed.
+    """
+    given = {
+        "allow_from": allow_from,
+        "state_file": state_file,
+        "from_start": from_start or None,
+        "body_chars": body_chars,
+        "burst": burst,
+        "window_ms": window_ms,
+    }
+    if not channel:
+        extra = [name for name, val in given.items() if val not in (None, [])]
+        extra += ["filters"] if filters else []
+        if extra or agent is not None:
+            flag = "--" + (extra[0] if extra else "agent").replace("_", "-")
+            raise fail(f"{flag} is an option of channel mode: add --channel (and --agent NAME)")
+    try:
+        if channel:
+            _run_channel(agent, filters, given, read_only, db, palace, hub, token)
+        else:
+            _run_tools(read_only, db, palace, hub, token)
+    except errors.LogstreamError as exc:
+        if STATE.debug:
+            raise
+        raise fail(exc.message) from None
+
+
+def _run_tools(
+    read_only: bool, db: str | None, palace: str | None, hub: str | None, token: str | None
+) -> None:
+    from mempalace_logstream import mcp_server
+
+    client = open_client(db, palace, hub, token, create=True)
+    try:
+        backend = _backend(client)
+        mcp_server.build_server(backend, read_only=read_only).run("stdio")
+    finally:
+        client.close()
+
+
+def _run_channel(
+    agent: str | None,
+    filters: FilterArgs,
+    given: dict[str, Any],
+    read_only: bool,
+    db: str | None,
+    palace: str | None,
+    hub: str | None,
+    token: str | None,
+) -> None:
+    import anyio
+
+    from mempalace_logstream.mcp_server import channel
+
+    if agent is None:
+        raise fail("--channel needs --agent NAME: whose inbox to push")
+    opts = channel.ChannelOptions.parse(agent=agent, **filters, **given)
+    client = open_client(db, palace, hub, token, create=True)
+    try:
+        backend = _backend(client)
+        hook = watch_crash_hook()
+        anyio.run(
+            lambda: channel.serve(backend, client, opts, read_only=read_only, crash_hook=hook)
+        )
+    finally:
+        client.close()
+
+
+def _backend(client: Any) -> Any:
+    from mempalace_logstream import mcp_server
+    from mempalace_logstream.operations import LocalClient
+
+    if isinstance(client, LocalClient):
+        return mcp_server.StoreBackend(client.store)
+    return mcp_server.ClientBackend(client)
