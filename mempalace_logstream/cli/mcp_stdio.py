@@ -115,8 +115,7 @@ def _run_tools(
 
     client = open_client(db, palace, hub, token, create=True)
     try:
-        backend = _backend(client)
-        mcp_server.build_server(backend, read_only=read_only).run("stdio")
+        mcp_server.run_stdio(_backend(client), read_only=read_only)
     finally:
         client.close()
 

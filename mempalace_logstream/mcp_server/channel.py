@@ -402,6 +402,7 @@ async def serve(
                 await channel.run()
 
             tg.start_soon(deliver)
+            tg.start_soon(server.subscriptions.run)
             await lowlevel.run(read, write, init)
             tg.cancel_scope.cancel()  # the client closed stdin: stop following
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
+import anyio
 from mcp.server.transport_security import TransportSecuritySettings
 
 from mempalace_logstream.mcp_server.server import LogstreamMCP, build_server
@@ -75,10 +77,15 @@ def http_endpoint(
     are off here.
     """
     quiet_disconnects()
-    endpoint = _Endpoint(build_server(store, read_only=read_only))
+    server = build_server(store, read_only=read_only)
+    endpoint = _Endpoint(server)
 
-    def lifespan() -> AbstractAsyncContextManager[Any]:
-        return endpoint.manager.run()
+    @contextlib.asynccontextmanager
+    async def lifespan() -> AsyncIterator[None]:
+        async with endpoint.manager.run(), anyio.create_task_group() as tg:
+            tg.start_soon(server.subscriptions.run)
+            yield
+            tg.cancel_scope.cancel()
 
     return endpoint, lifespan
 

@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable
 from typing import Any, Protocol
 
+import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
@@ -74,6 +75,9 @@ class LogstreamMCP(MCPServer):
         )
         self.backend = backend
         self.tool_names: set[str] = set()  # what `_add` registered (read-only leaves some out)
+        from mempalace_logstream.mcp_server import resources
+
+        self.subscriptions = resources.install(self)
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context | None = None
@@ -127,6 +131,14 @@ def _add(server: LogstreamMCP, fn: Callable[..., Any], hints: ToolAnnotations) -
     server.tool_names.add(fn.__name__)
 
 
-def run_stdio(store: LogStore, *, read_only: bool = False) -> None:
-    """Serve the tools over stdio until the client closes the pipe."""
-    build_server(store, read_only=read_only).run("stdio")
+def run_stdio(source: LogStore | Backend, *, read_only: bool = False) -> None:
+    """Serve the tools and resources over stdio until the client closes the pipe."""
+    anyio.run(serve_stdio, build_server(source, read_only=read_only))
+
+
+async def serve_stdio(server: LogstreamMCP) -> None:
+    """`server` over stdio, with its resource follower beside it."""
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(server.subscriptions.run)
+        await server.run_stdio_async()
+        tg.cancel_scope.cancel()

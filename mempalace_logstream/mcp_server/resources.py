@@ -1,0 +1,195 @@
+"""MCP resources over the log, and `resources/subscribe` (S-8.8), for every spec-following client.
+
+    logstream://inbox/{agent}            the newest 50 events to `agent` (or to *)
+    logstream://task/{task_id}           a task's thread, oldest first (up to 500 events)
+    logstream://events{?stream,room,…}   the newest 50 events matching the filters
+
+A client that subscribes to one of these URIs (handshake-era `resources/subscribe`, over stdio
+or streamable HTTP) gets `notifications/resources/updated` with that URI whenever an event it
+would now list is appended. One follower per server wakes on the log's own wake-ups
+(`event_wait`), and runs only while someone is subscribed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, cast
+
+import anyio
+from mcp.server.mcpserver import Context
+from mcp.shared.exceptions import MCPError
+from mcp.shared.uri_template import UriTemplate
+from mcp.types import EmptyResult, SubscribeRequestParams, UnsubscribeRequestParams
+
+from mempalace_logstream import errors
+from mempalace_logstream import validation as v
+from mempalace_logstream.models import Event
+from mempalace_logstream.store import Filters
+
+if TYPE_CHECKING:
+    from mempalace_logstream.mcp_server.server import LogstreamMCP
+
+INBOX = "logstream://inbox/{agent}"
+TASK = "logstream://task/{task_id}"
+EVENTS = "logstream://events{?" + ",".join(v.FILTER_FIELDS) + "}"
+INVALID_PARAMS = -32602
+MAX_SUBSCRIPTIONS = 1_000  # per server: bounded memory against a client that never stops
+POLL_TIMEOUT_MS = 60_000
+_log = logging.getLogger(__name__)
+_TEMPLATES = {name: UriTemplate.parse(t) for name, t in (("inbox", INBOX), ("task", TASK))}
+_TEMPLATES["events"] = UriTemplate.parse(EVENTS)
+
+
+def _dump(result: dict[str, Any]) -> str:
+    return json.dumps(result, ensure_ascii=False, separators=(",", ":"))
+
+
+async def inbox(agent: str, ctx: Context) -> str:
+    """Your inbox: the newest 50 events addressed to you (or to *), as JSON {events, cursor}.
+    Subscribe to be told when new mail arrives."""
+    return _dump(await _server(ctx).run_op("event_list", {"to_agent": agent, "limit": 50}))
+
+
+async def task(task_id: str, ctx: Context) -> str:
+    """A task's thread (its correlation id), oldest first, up to 500 events, as JSON."""
+    args = {"correlation_id": task_id, "order": "asc", "limit": v.MAX_LIST_LIMIT}
+    return _dump(await _server(ctx).run_op("event_list", args))
+
+
+async def events(
+    ctx: Context,
+    stream: str | None = None,
+    room: str | None = None,
+    topic: str | None = None,
+    type: str | None = None,
+    to_agent: str | None = None,
+    writer: str | None = None,
+    exclude_writer: str | None = None,
+    correlation_id: str | None = None,
+    status: str | None = None,
+) -> str:
+    """The newest 50 events matching the filters (comma-separated values mean any of them)."""
+    args = {k: _values(val) for k, val in locals().items() if k != "ctx" and val is not None}
+    return _dump(await _server(ctx).run_op("event_list", {**args, "limit": 50}))
+
+
+def _values(raw: Any) -> list[str]:
+    items = raw if isinstance(raw, list) else str(raw).split(",")
+    return [item for item in items if item != ""] or [""]
+
+
+def _server(ctx: Context) -> LogstreamMCP:
+    from mempalace_logstream.mcp_server.server import LogstreamMCP
+
+    server = ctx.mcp_server
+    assert isinstance(server, LogstreamMCP)
+    return server
+
+
+def filters_for(uri: str) -> Filters:
+    """What an event must match to change the resource at `uri`; ValidationError otherwise."""
+    for kind, template in _TEMPLATES.items():
+        params = template.match(uri)
+        if params is None:
+            continue
+        if kind == "inbox":
+            return Filters.parse(to_agent=[params["agent"]])
+        if kind == "task":
+            return Filters.parse(correlation_id=[params["task_id"]])
+        return Filters.parse(**{k: _values(val) for k, val in params.items()})
+    raise errors.ValidationError(f"{uri!r} is not a logstream resource", field="uri")
+
+
+@dataclass
+class Subscriptions:
+    """Who is subscribed to what, and the one follower that tells them when it changes."""
+
+    server: LogstreamMCP
+    by_session: dict[Any, dict[str, Filters]] = field(default_factory=dict)  # connection key
+    senders: dict[Any, Any] = field(default_factory=dict)  # connection key -> a ServerSession
+    wanted: anyio.Event = field(default_factory=anyio.Event)
+
+    def install(self) -> None:
+        lowlevel = self.server._lowlevel_server  # MCPServer has no public handle on it (SDK 2.3)
+        lowlevel.add_request_handler("resources/subscribe", SubscribeRequestParams, self.subscribe)
+        lowlevel.add_request_handler(
+            "resources/unsubscribe", UnsubscribeRequestParams, self.unsubscribe
+        )
+
+    def count(self) -> int:
+        return sum(len(uris) for uris in self.by_session.values())
+
+    async def subscribe(self, ctx: Any, params: SubscribeRequestParams) -> EmptyResult:
+        uri = str(params.uri)
+        try:
+            matcher = filters_for(uri)
+        except errors.LogstreamError as exc:
+            raise MCPError(code=INVALID_PARAMS, message=exc.message) from exc
+        if self.count() >= MAX_SUBSCRIPTIONS:
+            raise MCPError(code=INVALID_PARAMS, message="too many subscriptions on this server")
+        key = _connection(ctx)
+        self.by_session.setdefault(key, {})[uri] = matcher
+        self.senders.setdefault(key, ctx.session)
+        self.wanted.set()
+        return EmptyResult()
+
+    async def unsubscribe(self, ctx: Any, params: UnsubscribeRequestParams) -> EmptyResult:
+        key = _connection(ctx)
+        self.by_session.get(key, {}).pop(str(params.uri), None)
+        if not self.by_session.get(key):
+            self._forget(key)
+        return EmptyResult()
+
+    def _forget(self, key: Any) -> None:
+        self.by_session.pop(key, None)
+        self.senders.pop(key, None)
+
+    async def run(self) -> None:
+        """Follow the log while anyone is subscribed; tell each subscriber what changed."""
+        cursor: str | None = "tip"
+        while True:
+            if not self.by_session:
+                self.wanted = anyio.Event()
+                await self.wanted.wait()
+                cursor = "tip"  # changes before a subscription are not news to it
+            args = {"since_event_id": cursor, "timeout_ms": POLL_TIMEOUT_MS, "limit": 500}
+            try:
+                out = await self.server.backend.call("event_wait", args)
+            except errors.LogstreamError as exc:  # e.g. a hub that went away: try again later
+                _log.warning("resource follower: %s", exc.message)
+                await anyio.sleep(1.0)
+                continue
+            cursor = out.get("cursor") or cursor
+            if out["events"]:
+                await self._tell(out["events"])
+
+    async def _tell(self, batch: list[dict[str, Any]]) -> None:
+        rows = [cast(Event, SimpleNamespace(**event)) for event in batch]
+        for key, uris in list(self.by_session.items()):
+            changed = [uri for uri, match in uris.items() if any(map(match.matches, rows))]
+            for uri in changed:
+                try:
+                    await self.senders[key].send_resource_updated(uri)
+                except Exception as exc:  # noqa: BLE001 - a session that went away is dropped
+                    _log.debug("resource subscriber went away (%s)", type(exc).__name__)
+                    self._forget(key)
+                    break
+
+
+def _connection(ctx: Any) -> Any:
+    """One key per client connection: SDK 2.x builds a ServerSession per request around the
+    connection (not public in 2.3), so the session object alone cannot key a subscription."""
+    return getattr(ctx.session, "_connection", ctx.session)
+
+
+def install(server: LogstreamMCP) -> Subscriptions:
+    """Register the three resource templates and the subscribe handlers on `server`."""
+    server.resource(INBOX, name="inbox", mime_type="application/json")(inbox)
+    server.resource(TASK, name="task", mime_type="application/json")(task)
+    server.resource(EVENTS, name="events", mime_type="application/json")(events)
+    subs = Subscriptions(server)
+    subs.install()
+    return subs
