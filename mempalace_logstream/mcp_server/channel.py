@@ -6,16 +6,17 @@ model what a `<channel>` block is and which tools answer it. Delivery keeps `wat
 a cursor in a state file, the notification written and flushed to stdout before the checkpoint
 (a crash replays, never skips), a restart resumes after the cursor, a first start begins at the
 tip unless `--from-start`. Wake-ups are the log's own (`event_wait`), never a sleep. Bursts are
-coalesced: after a notification, events arriving within `window_ms` are gathered, and more than
-`burst` of them become one notification that counts and lists them.
+coalesced: at most `burst` notifications go out per `window_ms` as events come; past that rate,
+events are gathered until the window ends and go out as one notification that counts and lists
+them (as does any batch of more than `burst` events).
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import logging
-import math
 import os
 import sys
 import threading
@@ -75,6 +76,10 @@ class ChannelOptions:
     body_chars: int = DEFAULT_BODY_CHARS
     burst: int = DEFAULT_BURST
     window_ms: int = DEFAULT_WINDOW_MS
+
+    @property
+    def window_s(self) -> float:
+        return self.window_ms / 1000
 
     @classmethod
     def parse(
@@ -287,13 +292,16 @@ class Channel:
     opts: ChannelOptions
     wire: Wire
     crash_hook: Callable[[str, int], None] | None = None
-    sent: int = 0
+    sent: int = 0  # batches delivered (the crash hook counts these, like watch's prints)
+    _sent_at: collections.deque[float] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._sent_at = collections.deque(maxlen=self.opts.burst)
 
     async def run(self) -> None:
         started, cursor = await aio.run(self._start)
         if not started:
             raise SystemExit(1)
-        last_sent = -math.inf
         while True:
             out = await self._wait(cursor, POLL_TIMEOUT_MS)
             after = out.get("cursor") or cursor
@@ -302,9 +310,8 @@ class Channel:
                     await self._checkpoint(after)  # rows the filters passed over are safe
                     cursor = after
                 continue
-            events, after = await self._gather(list(out["events"]), after, last_sent)
-            self._send(events, cursor, after)
-            last_sent = time.monotonic()
+            events, after, held = await self._gather(list(out["events"]), after)
+            self._send(events, cursor, after, one=held)
             await self._checkpoint(after)
             self._crash("checkpoint")
             cursor = after
@@ -326,11 +333,15 @@ class Channel:
         return await self.backend.call("event_wait", args)
 
     async def _gather(
-        self, events: list[dict[str, Any]], cursor: str | None, last_sent: float
-    ) -> tuple[list[dict[str, Any]], str | None]:
-        """Within `window_ms` of the last notification, keep collecting (bounded) before
-        sending, so a burst becomes a few notifications rather than one per event."""
-        until = last_sent + self.opts.window_ms / 1000
+        self, events: list[dict[str, Any]], cursor: str | None
+    ) -> tuple[list[dict[str, Any]], str | None, bool]:
+        """(events, cursor, held). Up to `burst` notifications per `window_ms` go out at once;
+        past that, events are gathered (bounded) until the window ends and go out as one, so a
+        busy log costs a session a few notifications, never one per event."""
+        sent = self._sent_at
+        if len(sent) < self.opts.burst or time.monotonic() - sent[0] >= self.opts.window_s:
+            return events, cursor, False
+        until = sent[0] + self.opts.window_s
         while len(events) < v.MAX_LIST_LIMIT * 4:
             left = until - time.monotonic()
             if left <= 0:
@@ -338,14 +349,20 @@ class Channel:
             more = await self._wait(cursor, max(1, int(left * 1000)))
             cursor = more.get("cursor") or cursor
             events += more["events"]
-        return events, cursor
+        return events, cursor, True
 
-    def _send(self, events: list[dict[str, Any]], since: str | None, after: str | None) -> None:
-        if len(events) > self.opts.burst:
+    def _send(
+        self, events: list[dict[str, Any]], since: str | None, after: str | None, *, one: bool
+    ) -> None:
+        """One notification per event, or one for all of them when they are many (more than
+        `burst`) or were held back by the rate (`one`)."""
+        if len(events) > self.opts.burst or (one and len(events) > 1):
             self.wire.notify(*render_burst(events, since, after, self.opts))
+            self._sent_at.append(time.monotonic())
         else:
             for event in events:
                 self.wire.notify(*render(event, self.opts))
+                self._sent_at.append(time.monotonic())
         self.sent += 1
         self._crash("print")
 
