@@ -89,3 +89,20 @@ def test_the_cli_wait_bench_runs_and_prints_its_targets(tmp_path: Path) -> None:
     for what in ("p50", "p95"):
         line = rf"^\[target\] cli_wait: ours CLI wait {what}, append returned -> output line = "
         assert re.search(line + rf"{NUMBER} ms", proc.stdout, re.M), proc.stdout[-3000:]
+
+
+def test_the_channel_bench_runs_and_prints_its_target(tmp_path: Path) -> None:
+    """bench/bench_channel.py (issue 13) end to end on a few samples."""
+    env = {**os.environ, "LOGSTREAM_BENCH_TMP": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, "bench/bench_channel.py", "--samples", "3"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = r"^\[target\] channel: channel notification p50 after commit = "
+    assert re.search(line + rf"{NUMBER} ms", proc.stdout, re.M), proc.stdout[-3000:]

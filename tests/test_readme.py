@@ -44,6 +44,9 @@ def _mcp_snippets() -> dict[str, dict[str, Any]]:
     for text in _blocks("json"):
         if '"mcpServers"' in text:
             entry = json.loads(text)["mcpServers"]["logstream"]
+            if "--channel" in entry.get("args", ()):
+                out["claude-channel"] = entry
+                continue
             out["claude-http" if "url" in entry else "claude-stdio"] = entry
     for text in _blocks("toml"):
         if "[mcp_servers.logstream]" in text:
@@ -56,7 +59,9 @@ def test_the_readme_opens_with_exactly_two_commands() -> None:
     first = _blocks("sh")[0].strip().splitlines()
     assert len(first) == 2
     assert first[0].endswith("logstream serve") and first[1].endswith("python -m pytest")
-    assert set(_mcp_snippets()) == {"claude-stdio", "claude-http", "codex-stdio", "codex-http"}
+    assert set(_mcp_snippets()) == {
+        *("claude-stdio", "claude-http", "codex-stdio", "codex-http", "claude-channel")
+    }
 
 
 def _logstream_exe() -> str:
@@ -312,3 +317,67 @@ def _wait_for_file(path: Path, shell: Shell, timeout: float = 60) -> None:
         assert "command not found" not in shell.stderr(), shell.stderr()
         assert time.monotonic() < deadline, (f"{path} did not appear", shell.stderr())
         time.sleep(0.01)
+
+
+# --------------------------------------------------------------------------- channel mode
+
+
+def test_the_channel_snippet_pushes_new_mail_into_the_session(tmp_path: Path) -> None:
+    """The README's channel entry, run as written: its command and args, its palace env."""
+    from mcp.client.extension import NotificationBinding
+    from pydantic import BaseModel
+
+    from mempalace_logstream import LogStore
+
+    entry = _mcp_snippets()["claude-channel"]
+    assert entry["command"] == "logstream"
+    assert entry["args"][:1] == ["mcp"] and "--channel" in entry["args"]
+    agent = entry["args"][entry["args"].index("--agent") + 1]
+    home = tmp_path / "home"
+    env = {**os.environ, **entry["env"], "MEMPALACE_PALACE_PATH": str(tmp_path), "HOME": str(home)}
+    env["PYTHONPATH"] = str(REPO)
+    params = StdioServerParameters(command=_logstream_exe(), args=entry["args"], env=env)
+    cursor = home / ".mempalace" / "channel" / f"{agent}.json"  # the default the README names
+    got: list[dict[str, str]] = []
+    arrived = asyncio.Event()
+
+    class Params(BaseModel):
+        content: str
+        meta: dict[str, str]
+
+    async def on_channel(params: Params) -> None:
+        got.append(params.meta)
+        arrived.set()
+
+    binding = NotificationBinding(
+        method="notifications/claude/channel", params_type=Params, handler=on_channel
+    )
+
+    async def scenario() -> None:
+        async with (
+            stdio_client(params) as (read, write),
+            ClientSession(read, write, notification_bindings=[binding]) as session,
+        ):
+            init = await session.initialize()
+            assert init.capabilities.experimental == {"claude/channel": {}}
+            while not cursor.exists():  # the first checkpoint: the channel has started
+                await asyncio.sleep(0.01)
+            with LogStore.open(str(tmp_path / "logstream.sqlite3")) as store:
+                sent = store.event_append(
+                    type="note", stream="s", room="r", from_agent="codex", to_agent=agent
+                )
+            await arrived.wait()
+            assert got == [
+                {
+                    "event_id": sent.id,
+                    "type": "note",
+                    "from_agent": "codex",
+                    "to_agent": agent,
+                    "stream": "s",
+                    "room": "r",
+                }
+            ]
+
+    asyncio.run(asyncio.wait_for(scenario(), 90))
+    launch = [b for b in _blocks("sh") if "--dangerously-load-development-channels" in b]
+    assert launch == ["claude --dangerously-load-development-channels server:logstream\n"]
