@@ -25,6 +25,7 @@ RULES: dict[str, tuple[str, ...]] = {
     "migrate": ("store", *SURFACE_LIBS),
     "config": ("store", "engine", *SURFACE_LIBS),
     "operations": SURFACE_LIBS,
+    "presence": ("sqlalchemy", "store", "engine", "schema", "notify", "sync", *SURFACE_LIBS),
     "tasks": ("sqlalchemy", "store", "engine", "schema", "notify", "sync", *SURFACE_LIBS),
     "notify": ("fastapi", "typer", "mcp", "store"),
     "watch": ("fastapi", "typer", "mcp", "store"),

@@ -1,0 +1,183 @@
+"""Presence (S-8.4): who is home, held in the hub's memory and never written to the log.
+
+An agent announces `watching`, `working` or `idle` with a TTL; the entry vanishes when the TTL
+passes unless it is announced again; `leave` removes it at once. Listeners (the SSE feed) get
+every change, expiries included, as `presence` frames. Bounded: at most `max_agents` entries;
+an announcement past that is refused. Pure: a clock is injected, no I/O, no framework.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from mempalace_logstream import errors
+from mempalace_logstream import validation as v
+
+STATES = ("watching", "working", "idle")
+DEFAULT_TTL_S = 60
+MAX_TTL_S = 3_600
+MAX_NOTE_CHARS = 500
+MAX_AGENTS = 1_000
+NEEDS_A_HUB = (
+    "presence lives in a hub's memory: give --hub URL (or LOGSTREAM_HUB), or start one with "
+    "`logstream serve`"
+)
+
+Listener = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Presence:
+    agent: str
+    state: str
+    task_id: str | None
+    note: str | None
+    announced_ms: int
+    expires_ms: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "agent": self.agent,
+            "state": self.state,
+            "task_id": self.task_id,
+            "note": self.note,
+            "announced_at": _iso(self.announced_ms),
+            "expires_at": _iso(self.expires_ms),
+        }
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Registry:
+    """The hub's presence table; thread-safe (HTTP handlers run in worker threads)."""
+
+    def __init__(
+        self, *, clock: Callable[[], int] = _wall_ms, max_agents: int = MAX_AGENTS
+    ) -> None:
+        self._clock = clock
+        self._max = max_agents
+        self._lock = threading.Lock()
+        self._entries: dict[str, Presence] = {}
+        self._expiry: list[tuple[int, str]] = []  # (expires_ms, agent), lazily cleaned
+        self._listeners: list[Listener] = []
+
+    def announce(
+        self,
+        *,
+        agent: Any,
+        state: Any,
+        task_id: Any = None,
+        note: Any = None,
+        ttl_s: Any = None,
+    ) -> Presence:
+        """Announce or refresh an agent; raises ValidationError naming the field."""
+        name = v.routing("agent", agent, required=True)
+        assert name is not None
+        if state not in STATES:
+            raise v.fail("state", f"state {state!r} is not one of {', '.join(STATES)}")
+        ttl = DEFAULT_TTL_S if ttl_s is None else v.strict_int("ttl_s", ttl_s)
+        if not 1 <= ttl <= MAX_TTL_S:
+            raise v.fail(
+                "ttl_s", f"ttl_s is {ttl}; it must be between 1 and {MAX_TTL_S}", MAX_TTL_S
+            )
+        text = None if note is None else v.body(note, field="note")
+        if text is not None and len(text) > MAX_NOTE_CHARS:
+            raise v.fail("note", f"note is {len(text)} characters; the limit is 500", 500)
+        now = self._clock()
+        entry = Presence(
+            agent=name,
+            state=state,
+            task_id=v.routing("task_id", task_id),
+            note=text or None,
+            announced_ms=now,
+            expires_ms=now + ttl * 1000,
+        )
+        with self._lock:
+            gone = self._expire(now)
+            if name not in self._entries and len(self._entries) >= self._max:
+                raise errors.ValidationError(
+                    f"this hub tracks at most {self._max:,} agents; presence refused",
+                    field="agent",
+                    limit=self._max,
+                )
+            self._entries[name] = entry
+            heapq.heappush(self._expiry, (entry.expires_ms, name))
+        self._tell(gone + [{"event": "announce", **entry.to_dict()}])
+        return entry
+
+    def leave(self, agent: Any) -> bool:
+        """Remove an agent at once (a watcher that stops); True if it was present."""
+        name = v.routing("agent", agent, required=True)
+        with self._lock:
+            gone = self._expire(self._clock())
+            entry = self._entries.pop(str(name), None)
+        frames = gone + ([{"event": "leave", "agent": name}] if entry else [])
+        self._tell(frames)
+        return entry is not None
+
+    def present(self) -> list[Presence]:
+        """Who is home now, by agent name."""
+        with self._lock:
+            gone = self._expire(self._clock())
+            out = sorted(self._entries.values(), key=lambda e: e.agent)
+        self._tell(gone)
+        return out
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Call `listener(frame)` on every change; returns the unsubscribe function."""
+        with self._lock:
+            self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if listener in self._listeners:
+                    self._listeners.remove(listener)
+
+        return unsubscribe
+
+    def next_expiry_ms(self) -> int | None:
+        """When the next entry expires (a hub's timer wakes then to announce it)."""
+        with self._lock:
+            live = [(t, a) for t, a in self._expiry if self._live(a, t)]
+            return min(live)[0] if live else None
+
+    def sweep(self) -> int:
+        """Expire what is due now and tell the listeners; returns how many went."""
+        with self._lock:
+            gone = self._expire(self._clock())
+        self._tell(gone)
+        return len(gone)
+
+    def _live(self, agent: str, expires_ms: int) -> bool:
+        entry = self._entries.get(agent)
+        return entry is not None and entry.expires_ms == expires_ms
+
+    def _expire(self, now: int) -> list[dict[str, Any]]:
+        gone: list[dict[str, Any]] = []
+        while self._expiry and self._expiry[0][0] <= now:
+            expires_ms, agent = heapq.heappop(self._expiry)
+            if self._live(agent, expires_ms):
+                del self._entries[agent]
+                gone.append({"event": "expire", "agent": agent})
+        return gone
+
+    def _tell(self, frames: list[dict[str, Any]]) -> None:
+        if not frames:
+            return
+        with self._lock:
+            listeners = list(self._listeners)
+        for frame in frames:
+            for listener in listeners:
+                listener(frame)
