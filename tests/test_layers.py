@@ -26,6 +26,7 @@ RULES: dict[str, tuple[str, ...]] = {
     "config": ("store", "engine", *SURFACE_LIBS),
     "operations": SURFACE_LIBS,
     "tasks": ("sqlalchemy", "store", "engine", "schema", "notify", "sync", *SURFACE_LIBS),
+    "identity": ("sqlalchemy", "store", "engine", "schema", "notify", "sync", *SURFACE_LIBS),
     "notify": ("fastapi", "typer", "mcp", "store"),
     "watch": ("fastapi", "typer", "mcp", "store"),
     "sync": ("fastapi", "typer", "mcp", "sse_starlette"),
