@@ -1,7 +1,7 @@
 """RFC 8785 JSON Canonicalization Scheme (JCS): the bytes that event signatures cover.
 
-Pure. Integers outside ±(2**53 - 1) are refused rather than rounded to a double, so two
-different values can never canonicalize (and so sign) the same. Imports nothing from the package.
+Pure. JCS numbers are IEEE doubles: an integer a double cannot hold exactly is refused rather
+than rounded, so two different values never canonicalize (and so sign) the same. Imports nothing from the package.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ MAX_SAFE_INTEGER = 2**53 - 1
 
 
 class CanonicalizationError(ValueError):
-    """The value has no RFC 8785 canonical form (NaN, infinity, unsafe integer, lone surrogate)."""
+    """The value has no RFC 8785 canonical form (NaN, infinity, an integer no double holds,
+    a lone surrogate)."""
 
 
 def canonicalize(value: Any) -> bytes:
@@ -104,11 +105,17 @@ def _string(value: str) -> str:
 
 
 def _integer(value: int) -> str:
-    if abs(value) > MAX_SAFE_INTEGER:
+    if abs(value) <= MAX_SAFE_INTEGER:
+        return str(value)
+    try:
+        double = float(value)
+    except OverflowError:
+        double = math.inf
+    if math.isinf(double) or int(double) != value:
         raise CanonicalizationError(
-            f"integer {value} is outside ±(2**53 - 1): JSON canonicalization would round it"
+            f"integer {value} is not exactly a double: JSON canonicalization would round it"
         )
-    return str(value)
+    return format_number(double)
 
 
 def format_number(value: float) -> str:
