@@ -1,7 +1,8 @@
 """RFC 8785 JSON Canonicalization Scheme (JCS): the bytes that event signatures cover.
 
 Pure. JCS numbers are IEEE doubles: an integer a double cannot hold exactly is refused rather
-than rounded, so two different values never canonicalize (and so sign) the same. Imports nothing from the package.
+than rounded, so two different values never canonicalize (and so sign) the same.
+Imports nothing from the package.
 """
 
 from __future__ import annotations
