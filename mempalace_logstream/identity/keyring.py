@@ -199,8 +199,12 @@ class Keyring:
             return None  # a pinned root adding (or revoking) itself
         if self.is_admin_trusted(item.key_id, event.hlc):
             return None
-        if event.type == KEY_REVOKE and item.key_id == facts["key_id"]:
-            return None  # a holder may always give its own key up
+        if (
+            event.type == KEY_REVOKE
+            and item.key_id == facts["key_id"]
+            and event.from_agent == facts["agent"]
+        ):
+            return None  # a holder may always give its own key up, writing as itself
         return "not_admin", f"{event.id} is signed by {item.key_id}, not a trusted admin key"
 
     def _add(self, item: SignedEvent, facts: Mapping[str, Any]) -> None:
