@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mempalace_logstream.identity.canonical import (
+    MAX_DEPTH,
     CanonicalizationError,
     canonicalize,
     format_number,
@@ -112,11 +113,19 @@ def test_booleans_are_literals_not_integers():
     assert canonicalize([True, False, 1, 0, None]) == b"[true,false,1,0,null]"
 
 
-def test_deep_nesting_does_not_recurse():
+def test_nesting_up_to_the_limit_works_and_deeper_fails_cleanly():
     value: object = []
-    for _ in range(5000):
+    for _ in range(MAX_DEPTH - 1):
         value = [value]
-    assert canonicalize(value) == b"[" * 5001 + b"]" * 5001
+    assert canonicalize(value) == b"[" * MAX_DEPTH + b"]" * MAX_DEPTH
+    for deeper in ([value], {"k": value}):
+        with pytest.raises(CanonicalizationError, match="nest deeper"):
+            canonicalize(deeper)
+    very_deep: object = {}
+    for _ in range(50_000):
+        very_deep = {"k": very_deep}
+    with pytest.raises(CanonicalizationError, match="nest deeper"):
+        canonicalize(very_deep)
 
 
 json_leaves = (

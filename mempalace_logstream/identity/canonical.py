@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 MAX_SAFE_INTEGER = 2**53 - 1
+MAX_DEPTH = 256  # far above metadata's 64 levels, far below Python's recursion limit
 
 
 class CanonicalizationError(ValueError):
@@ -22,64 +24,54 @@ class CanonicalizationError(ValueError):
 def canonicalize(value: Any) -> bytes:
     """The RFC 8785 serialization of a parsed JSON value, as UTF-8 bytes.
 
-    Raises CanonicalizationError for values JCS cannot represent.
+    Raises CanonicalizationError for values JCS cannot represent, and for arrays and objects
+    nested deeper than MAX_DEPTH (metadata is limited to 64 levels on write; a hostile
+    peer's deeper value must fail cleanly, never with RecursionError).
     """
     parts: list[str] = []
-    _write(value, parts)
+    _write(value, parts, 0)
     try:
         return "".join(parts).encode("utf-8")
     except UnicodeEncodeError as exc:
         raise CanonicalizationError(f"a string holds a lone surrogate ({exc.reason})") from exc
 
 
-def _write(value: Any, out: list[str]) -> None:
-    # Explicit stack instead of recursion: metadata nests up to 64 levels, but a hostile peer's
-    # value may nest deeper, and the encoder must fail cleanly, not with RecursionError.
-    stack: list[Any] = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, _Literal):
-            out.append(item.text)
-        elif isinstance(item, dict):
-            stack.extend(reversed(_object_items(item)))
-        elif isinstance(item, (list, tuple)):
-            stack.extend(reversed(_array_items(item)))
-        else:
-            out.append(_scalar(item))
+def _write(value: Any, out: list[str], depth: int) -> None:
+    if type(value) is str:
+        out.append(_string(value))
+    elif isinstance(value, dict):
+        _write_object(value, out, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        if depth >= MAX_DEPTH:
+            raise CanonicalizationError(f"arrays and objects nest deeper than {MAX_DEPTH}")
+        out.append("[")
+        for n, element in enumerate(value):
+            if n:
+                out.append(",")
+            _write(element, out, depth + 1)
+        out.append("]")
+    else:
+        out.append(_scalar(value))
 
 
-class _Literal:
-    __slots__ = ("text",)
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-
-def _object_items(obj: dict[Any, Any]) -> list[Any]:
+def _write_object(obj: dict[Any, Any], out: list[str], depth: int) -> None:
+    if depth > MAX_DEPTH:
+        raise CanonicalizationError(f"arrays and objects nest deeper than {MAX_DEPTH}")
     for key in obj:
         if not isinstance(key, str):
             raise CanonicalizationError(f"object key {key!r} is not a string")
-    items: list[Any] = [_Literal("{")]
-    for n, key in enumerate(sorted(obj, key=_utf16_key)):
-        prefix = "," if n else ""
-        items += [_Literal(prefix + _string(key) + ":"), obj[key]]
-    items.append(_Literal("}"))
-    return items
-
-
-def _array_items(arr: list[Any] | tuple[Any, ...]) -> list[Any]:
-    items: list[Any] = [_Literal("[")]
-    for n, element in enumerate(arr):
-        if n:
-            items.append(_Literal(","))
-        items.append(element)
-    items.append(_Literal("]"))
-    return items
+    # JCS sorts by UTF-16 code units; for ASCII keys (the usual case) that is plain order.
+    ascii_only = all(key.isascii() for key in obj)
+    out.append("{")
+    for n, key in enumerate(sorted(obj) if ascii_only else sorted(obj, key=_utf16_key)):
+        out.append(("," if n else "") + _string(key) + ":")
+        _write(obj[key], out, depth)
+    out.append("}")
 
 
 def _utf16_key(key: str) -> bytes:
-    # JCS sorts by UTF-16 code units; big-endian UTF-16 bytes compare in that order.
-    # surrogatepass: a lone surrogate still sorts, and fails later, at the UTF-8 encode.
+    # Big-endian UTF-16 bytes compare in code-unit order. surrogatepass: a lone surrogate
+    # still sorts, and fails later, at the UTF-8 encode.
     return key.encode("utf-16-be", "surrogatepass")
 
 
@@ -99,10 +91,10 @@ def _scalar(value: Any) -> str:
     raise CanonicalizationError(f"{type(value).__name__} is not a JSON value")
 
 
-def _string(value: str) -> str:
-    # Python's encoder escapes exactly what JCS escapes when ensure_ascii is off: `"`, `\`,
-    # the short forms \b \t \n \f \r, other controls as lowercase \u00xx; `/` stays as is.
-    return json.dumps(value, ensure_ascii=False)
+# The stdlib's own string encoder with ensure_ascii off escapes exactly what JCS escapes:
+# `"`, `\`, the short forms \b \t \n \f \r, other controls as lowercase \u00xx; `/` and
+# everything else stay literal.
+_string: Callable[[str], str] = json.encoder.encode_basestring
 
 
 def _integer(value: int) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import functools
 import hashlib
 import os
 import re
@@ -77,9 +78,14 @@ class PublicKey:
     def to_text(self) -> str:
         return b64url_encode(self.raw)
 
+    @functools.cached_property
+    def _loaded(self) -> Ed25519PublicKey:
+        # Loaded once per key: the keyring verifies many events with the same key.
+        return Ed25519PublicKey.from_public_bytes(self.raw)
+
     def verify(self, signature: bytes, message: bytes) -> bool:
         try:
-            Ed25519PublicKey.from_public_bytes(self.raw).verify(signature, message)
+            self._loaded.verify(signature, message)
         except (InvalidSignature, ValueError):
             return False
         return True
