@@ -33,15 +33,23 @@ class SignedEvent:
     body_sha256: str | None = None
     artifact_sha256s: Mapping[str, str] = field(default_factory=dict)
 
-    def payload_verifies(self, public_key: keys.PublicKey) -> bool:
-        if self.sig is None:
-            return False
-        try:
-            body = self.body_sha256 or signing.body_sha256(self.event.body)
-        except signing.SigningError:
-            return False
+    def payload(self) -> bytes:
+        """The signed message (RFC 0008). Raises SigningError if the event has none."""
+        body = self.body_sha256 or signing.body_sha256(self.event.body)
         fields = signing.event_fields(self.event)
-        return signing.verify(public_key, self.sig, fields, body, self.artifact_sha256s)
+        return signing.signing_payload(fields, body, self.artifact_sha256s)
+
+    def signature_bytes(self) -> bytes:
+        """The decoded signature. Raises KeyFormatError if absent or not 64 bytes."""
+        if self.sig is None:
+            raise keys.KeyFormatError("no signature")
+        return keys.b64url_decode(self.sig, size=keys.SIGNATURE_BYTES)
+
+    def payload_verifies(self, public_key: keys.PublicKey) -> bool:
+        try:
+            return public_key.verify(self.signature_bytes(), self.payload())
+        except (keys.KeyFormatError, signing.SigningError):
+            return False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from mempalace_logstream import hlc as hlc_mod
-from mempalace_logstream.identity import keys
+from mempalace_logstream.identity import keys, signing
 from mempalace_logstream.identity.keyring import (
     KEY_ADD,
     KEY_EVENT_TYPES,
@@ -75,9 +75,6 @@ def verdict(
         return _false("malformed", f"{event.id}: a signature needs both sig and key_id")
     if not keys.is_key_id(key_id):
         return _false("malformed", f"{event.id}: key_id {key_id!r} is not ed25519:<32 hex>")
-    record = keyring.key(key_id)
-    if record is None:
-        return _false("unknown_key", f"{event.id} is signed by {key_id}, unknown here (yet)")
     signed = SignedEvent(
         event=event,
         sig=signature,
@@ -85,7 +82,18 @@ def verdict(
         body_sha256=body_sha256,
         artifact_sha256s=artifact_sha256s or {},
     )
-    if not signed.payload_verifies(record.public_key):
+    try:
+        raw, message = signed.signature_bytes(), signed.payload()
+    except keys.KeyFormatError as exc:
+        return _false(
+            "malformed", f"{event.id}: the signature is not 64 bytes of base64url ({exc})"
+        )
+    except signing.SigningError as exc:
+        return _false("malformed", f"{event.id} cannot be encoded for verification: {exc}")
+    record = keyring.key(key_id)
+    if record is None:
+        return _false("unknown_key", f"{event.id} is signed by {key_id}, unknown here (yet)")
+    if not record.public_key.verify(raw, message):
         return _false("bad_signature", f"{event.id}: the signature by {key_id} does not verify")
     is_own_revocation = record.revoked_by == event.id
     if not is_own_revocation and not keyring.is_valid(key_id, event.hlc):
