@@ -174,6 +174,13 @@ def test_a_holder_may_revoke_its_own_key_and_that_revocation_verifies():
     assert judge(signed(ALICE, event(11)), keyring).code == "revoked_key"
 
 
+def test_reusing_the_revocations_event_id_never_exempts_an_event_from_it():
+    revocation = key_revoke(ADMIN, 10, "alice", ALICE.key_id)
+    keyring = ring(key_add(ADMIN, 2, "alice", ALICE), revocation)
+    thief = replace(event(10), id=revocation.event.id)  # same id and HLC, a plain note
+    assert judge(signed(ALICE, thief), keyring).code == "revoked_key"
+
+
 def test_a_self_revocation_written_as_someone_else_is_refused_everywhere():
     posing = key_revoke(ALICE, 10, "alice", ALICE.key_id, writer="admin")
     keyring = ring(key_add(ADMIN, 2, "alice", ALICE), posing)

@@ -17,6 +17,7 @@ from mempalace_logstream.identity.keyring import (
     KEY_ADD,
     KEY_EVENT_TYPES,
     KEY_REVOKE,
+    KeyRecord,
     Keyring,
     SignedEvent,
 )
@@ -85,9 +86,7 @@ def verdict(
     try:
         raw, message = signed.signature_bytes(), signed.payload()
     except keys.KeyFormatError as exc:
-        return _false(
-            "malformed", f"{event.id}: the signature is not 64 bytes of base64url ({exc})"
-        )
+        return _false("malformed", f"{event.id}: the signature is not 64 bytes ({exc})")
     except signing.SigningError as exc:
         return _false("malformed", f"{event.id} cannot be encoded for verification: {exc}")
     record = keyring.key(key_id)
@@ -95,11 +94,18 @@ def verdict(
         return _false("unknown_key", f"{event.id} is signed by {key_id}, unknown here (yet)")
     if not record.public_key.verify(raw, message):
         return _false("bad_signature", f"{event.id}: the signature by {key_id} does not verify")
-    is_own_revocation = record.revoked_by == event.id
-    if not is_own_revocation and not keyring.is_valid(key_id, event.hlc):
+    return _authority(event, record, keyring)
+
+
+def _authority(event: Event, record: KeyRecord, keyring: Keyring) -> Verdict:
+    """A genuine signature: may this key sign this event at its HLC?"""
+    # The one event a key may sign at its revocation HLC is the revocation itself (the type
+    # is checked too: an id alone must never exempt an event from a revocation).
+    is_own_revocation = event.type == KEY_REVOKE and record.revoked_by == event.id
+    if not is_own_revocation and not keyring.is_valid(record.key_id, event.hlc):
         return _false(
             "revoked_key",
-            f"{event.id} (HLC {event.hlc}) is signed by {key_id} of {record.agent}, "
+            f"{event.id} (HLC {event.hlc}) is signed by {record.key_id} of {record.agent}, "
             f"revoked at HLC {record.revoked_hlc} ({record.revoke_reason or 'no reason given'})",
         )
     if record.role == "admin":
@@ -109,7 +115,8 @@ def verdict(
     if record.agent != event.from_agent:
         return _false(
             "wrong_agent",
-            f"{event.id} claims from_agent {event.from_agent!r} but {key_id} is {record.agent}'s",
+            f"{event.id} claims from_agent {event.from_agent!r} "
+            f"but {record.key_id} is {record.agent}'s",
         )
     return Verdict(True, "ok", f"signed by {record.agent}", record.agent, "agent")
 
