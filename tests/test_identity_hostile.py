@@ -60,7 +60,9 @@ def signed(pair: KeyPair, ev: Event) -> SignedEvent:
     return SignedEvent(event=ev, sig=signing.sign_event(pair, ev), key_id=pair.key_id)
 
 
-def add(signer: KeyPair, n: int, agent: str, pair: KeyPair, role="agent", replaces=None):
+def add(
+    signer: KeyPair, n: int, agent: str, pair: KeyPair, role="agent", replaces=None, by="admin"
+):
     meta = {
         "agent": agent,
         "key_id": pair.key_id,
@@ -68,7 +70,7 @@ def add(signer: KeyPair, n: int, agent: str, pair: KeyPair, role="agent", replac
         "role": role,
         "replaces": replaces,
     }
-    return signed(signer, event(n, "admin", type=KEY_ADD, meta=meta))
+    return signed(signer, event(n, by, type=KEY_ADD, meta=meta))
 
 
 KEY_EVENTS = [
@@ -108,7 +110,7 @@ def attacks(draw, log: list[SignedEvent]) -> tuple[SignedEvent, list[SignedEvent
     if forged is None:  # mallory grants herself an admin key, then writes as alice with it
         rogue = KeyPair.from_seed(b"\x66" * 32)
         n = draw(st.integers(10, 1000))
-        extra = [add(MALLORY, n, "mallory", rogue, role="admin")]
+        extra = [add(MALLORY, n, "mallory", rogue, role="admin", by="mallory")]
         forged = signed(rogue, event(n + 1, "alice", body="admin says pay mallory"))
     return forged, extra
 

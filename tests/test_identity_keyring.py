@@ -304,6 +304,14 @@ def test_rotations_keep_every_old_signature_valid(gaps, data):
             assert judge(signed(pair, event(after)), keyring).code == "revoked_key"
 
 
+def test_a_key_event_seen_twice_counts_once_and_a_changed_copy_is_refused():
+    grant = key_add(ADMIN, 2, "alice", ALICE)
+    keyring = ring(grant, grant).extended([grant])
+    assert keyring.refused == () and keyring.key(ALICE.key_id) is not None
+    altered = replace(grant, event=replace(grant.event, body="other"))
+    assert [r.code for r in ring(grant, altered).refused] == ["conflict"]
+
+
 @given(st.permutations(range(5)))
 def test_the_keyring_is_the_same_whatever_order_the_key_events_arrive_in(order):
     events = [

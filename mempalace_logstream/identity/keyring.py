@@ -103,12 +103,19 @@ class Keyring:
     def build(cls, key_events: Iterable[SignedEvent], pinned_admins: Iterable[str] = ()) -> Keyring:
         """Fold the key events (any order given; folded in HLC order, then by event id).
 
-        Events of other types, and events with a malformed HLC, are refused, never raised.
+        A repeated event counts once; events of other types, with a malformed HLC, or reusing
+        an event id with other content are refused (listed in `refused`), never raised.
         """
         ring = cls(pinned_admins)
         good: list[tuple[hlc_mod.Stamp, str, SignedEvent]] = []
+        seen: dict[str, SignedEvent] = {}
         for item in key_events:
-            parsed = hlc_mod.parse(item.event.hlc)
+            parsed, first = hlc_mod.parse(item.event.hlc), seen.get(item.event.id)
+            if first is not None:  # the same event again is a no-op (sync is idempotent)
+                if first != item:
+                    ring._refuse(item, "conflict", f"{item.event.id} differs from its first copy")
+                continue
+            seen[item.event.id] = item
             if parsed is None:
                 ring._refuse(item, "malformed", f"malformed HLC {item.event.hlc!r}")
             else:
