@@ -97,7 +97,11 @@ def measure(samples: int) -> list[tuple[str, dict[str, float]]]:
     fields, body = signing.event_fields(event), signing.body_sha256(event.body)
     sig = signing.sign(alice, fields, body, shas)
     assert verdict(event, sig, alice.key_id, keyring, artifact_sha256s=shas).verified is True
+    message = signing.signing_payload(fields, body, shas)
+    raw_sig = alice.sign(message)
     return [
+        ("Ed25519 sign alone", _timed(lambda: alice.sign(message), samples)),
+        ("Ed25519 verify alone", _timed(lambda: alice.public.verify(raw_sig, message), samples)),
         (
             "canonical encoding",
             _timed(lambda: signing.signing_payload(fields, body, shas), samples),
