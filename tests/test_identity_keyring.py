@@ -245,6 +245,8 @@ def test_malformed_signature_fields_are_refused_not_raised():
     assert verdict(good.event, good.sig[:-2], good.key_id, keyring).code == "malformed"
     unencodable = replace(good.event, metadata_json='{"n": 9007199254740993}')
     assert verdict(unencodable, good.sig, good.key_id, keyring).code == "malformed"
+    garbage = replace(good.event, metadata_json="[1, 2")
+    assert verdict(garbage, good.sig, good.key_id, keyring).code == "malformed"
     with_artifact = replace(good.event, artifact_ids=("art_missing",))
     v = verdict(with_artifact, good.sig, good.key_id, keyring)
     assert (v.code, "art_missing" in v.reason) == ("malformed", True)

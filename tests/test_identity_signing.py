@@ -142,6 +142,21 @@ def test_an_unencodable_event_cannot_be_signed_and_never_verifies():
         signing.signing_payload(without_hlc, "0" * 64, SHAS)
 
 
+def test_unreadable_stored_metadata_is_never_signed_as_its_empty_stand_in():
+    pair = KeyPair.from_seed(SEED)
+    signed_empty = signing.sign_event(pair, kat_event(metadata_json="{}"), SHAS)
+    garbage = kat_event(metadata_json="{not json")
+    assert garbage.metadata == {}  # what reads show
+    with pytest.raises(signing.SigningError, match="not readable JSON"):
+        signing.event_fields(garbage)
+    with pytest.raises(signing.SigningError):
+        signing.sign_event(pair, garbage, SHAS)
+    body = signing.body_sha256(garbage.body)
+    assert signing.verify(
+        pair.public, signed_empty, signing.event_fields(kat_event(metadata_json="{}")), body, SHAS
+    )
+
+
 def test_mistyped_fields_and_malformed_hashes_are_refused():
     fields = signing.event_fields(kat_event())
     for name, value in [("origin_seq", "1"), ("origin_seq", True), ("topic", 5), ("id", None)]:

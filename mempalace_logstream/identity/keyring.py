@@ -35,8 +35,8 @@ class SignedEvent:
 
     def payload(self) -> bytes:
         """The signed message (RFC 0008). Raises SigningError if the event has none."""
-        body = self.body_sha256 or signing.body_sha256(self.event.body)
         fields = signing.event_fields(self.event)
+        body = self.body_sha256 or signing.body_sha256(self.event.body)
         return signing.signing_payload(fields, body, self.artifact_sha256s)
 
     def signature_bytes(self) -> bytes:

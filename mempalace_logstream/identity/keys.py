@@ -149,6 +149,15 @@ def write_private_key(pair: KeyPair, path: Path) -> None:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+    _fsync_dir(path.parent)  # the new name survives a power loss
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def load_private_key(path: Path) -> KeyPair:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mempalace_logstream.identity import canonical, keys
-from mempalace_logstream.models import Event
+from mempalace_logstream.models import Event, read_metadata
 
 DOMAIN = "mempalace-logstream/event-signature/v1"
 STRING_FIELDS = ("id", "origin_replica", "hlc", "type", "stream", "room", "from_agent")
@@ -55,7 +55,14 @@ def body_sha256(body: str) -> str:
 
 
 def event_fields(event: Event) -> dict[str, Any]:
-    """The signed fields of a stored event, by their RFC 0008 names."""
+    """The signed fields of a stored event, by their RFC 0008 names.
+
+    Raises SigningError when the stored metadata is unreadable: reads show such metadata as
+    `{}`, and a signature must never cover a stand-in for what is stored.
+    """
+    metadata, problem = read_metadata(event.metadata_json)
+    if problem is not None:
+        raise SigningError(f"{event.id}: {problem}")
     return {
         "id": event.id,
         "origin_replica": event.origin_replica,
@@ -73,7 +80,7 @@ def event_fields(event: Event) -> dict[str, Any]:
         "status": event.status,
         "artifact_ids": list(event.artifact_ids),
         "created_at": event.created_at,
-        "metadata": event.metadata,
+        "metadata": metadata,
     }
 
 
