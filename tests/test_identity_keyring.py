@@ -8,7 +8,7 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mempalace_logstream.identity import signing
+from mempalace_logstream.identity import key_events, signing
 from mempalace_logstream.identity.keyring import KEY_ADD, KEY_REVOKE, Keyring, SignedEvent
 from mempalace_logstream.identity.keys import KeyPair
 from mempalace_logstream.identity.verdict import verdict
@@ -328,3 +328,27 @@ def test_the_keyring_is_the_same_whatever_order_the_key_events_arrive_in(order):
     assert shuffled.records() == expected.records()
     assert shuffled.refused == expected.refused
     assert ring().extended(events).refused == expected.refused
+
+
+def test_the_key_event_builders_write_what_the_keyring_reads():
+    meta = key_events.key_add_metadata("alice", ALICE.public)
+    grant = signed(ADMIN, event(2, type=key_events.KEY_ADD, from_agent="admin", metadata=meta))
+    rotate_meta = key_events.key_add_metadata("alice", ALICE2.public, replaces=ALICE.key_id)
+    rotate = signed(ADMIN, event(3, type=KEY_ADD, from_agent="admin", metadata=rotate_meta))
+    gone = key_events.key_revoke_metadata("alice", ALICE2.key_id, "left the team")
+    revoke = signed(ADMIN, event(4, type=key_events.KEY_REVOKE, from_agent="admin", metadata=gone))
+    keyring = ring(grant, rotate, revoke)
+    assert keyring.refused == ()
+    assert keyring.key(ALICE.key_id).revoke_reason == "rotated"
+    assert keyring.key(ALICE2.key_id).revoke_reason == "left the team"
+    assert meta == key_add_meta_by_hand("alice", ALICE)
+
+
+def key_add_meta_by_hand(agent, pair):
+    return {
+        "agent": agent,
+        "key_id": pair.key_id,
+        "public_key": pair.public.to_text(),
+        "role": "agent",
+        "replaces": None,
+    }

@@ -7,6 +7,7 @@ Must not import sqlalchemy, the store, the engine, the schema, notify, sync or a
 from __future__ import annotations
 
 from mempalace_logstream.identity.canonical import CanonicalizationError, canonicalize
+from mempalace_logstream.identity.key_events import key_add_metadata, key_revoke_metadata
 from mempalace_logstream.identity.keyring import (
     KEY_ADD,
     KEY_REVOKE,
@@ -52,7 +53,9 @@ __all__ = [
     "body_sha256",
     "canonicalize",
     "event_fields",
+    "key_add_metadata",
     "key_id",
+    "key_revoke_metadata",
     "load_private_key",
     "sign",
     "sign_event",
