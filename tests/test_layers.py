@@ -27,6 +27,7 @@ RULES: dict[str, tuple[str, ...]] = {
     "operations": SURFACE_LIBS,
     "presence": ("sqlalchemy", "store", "engine", "schema", "notify", "sync", *SURFACE_LIBS),
     "tasks": ("sqlalchemy", "store", "engine", "schema", "notify", "sync", *SURFACE_LIBS),
+    "identity": ("sqlalchemy", "store", "engine", "schema", "notify", "sync", *SURFACE_LIBS),
     "notify": ("fastapi", "typer", "mcp", "store"),
     "watch": ("fastapi", "typer", "mcp", "store"),
     "sync": ("fastapi", "typer", "mcp", "sse_starlette"),

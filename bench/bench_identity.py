@@ -1,0 +1,150 @@
+"""Identity benchmark (issue 12): what signing and verifying an event costs, per event.
+
+    python bench/bench_identity.py [--quick] [--samples N]
+
+Times, one call at a time after a warm-up, on a realistic event (a 600-byte body, six metadata
+keys, one artifact): the canonical encoding alone (RFC 8785 JCS of the signed fields), signing
+(encoding + Ed25519 sign), verifying (encoding + Ed25519 verify) and the full verdict (keyring
+lookup, revocation check, verify). Prints p50/p95 in microseconds and events per second of one
+core. Pure CPU: no database; the store/sync benchmarks add these costs to an append and to a
+sync apply once the wiring lands. Never a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import common
+from mempalace_logstream.identity import signing
+from mempalace_logstream.identity.keyring import KEY_ADD, Keyring, SignedEvent
+from mempalace_logstream.identity.keys import KeyPair
+from mempalace_logstream.identity.verdict import verdict
+from mempalace_logstream.models import Event
+
+REP = "rep_" + "ab" * 16
+
+
+def _event(n: int, *, type: str = "patch.ready", metadata: dict[str, Any] | None = None) -> Event:
+    artifacts = ("art_20261202T000000_0001",) if metadata is None else ()
+    return Event(
+        id=f"evt_20261202T000000_{n:020x}",
+        seq=n,
+        origin_replica=REP,
+        origin_seq=n,
+        hlc=f"{1764633600000 + n:013d}-000000-{REP}",
+        type=type,
+        stream="project/logstream",
+        room="delegation",
+        topic="identity",
+        from_agent="alice",
+        to_agent="bob",
+        correlation_id="task_identity_core_1a2b3c",
+        branch="identity",
+        base_commit="823a08e",
+        status="ready",
+        artifact_ids=artifacts,
+        body="Result of the identity slice.\n" + "x" * 570,
+        created_at="2026-12-02T00:00:00.000Z",
+        metadata_json=json.dumps(
+            metadata
+            or {
+                "ack_of": None,
+                "progress": 75.5,
+                "files": ["a.py", "b.py"],
+                "warnings": [],
+                "lease_ms": 900000,
+                "note": "café",
+            }
+        ),
+    )
+
+
+def _timed(fn: Callable[[], object], n: int) -> dict[str, float]:
+    micros = [s * 1e6 for s in common.time_calls(fn, n, warmup=max(20, n // 20))]
+    return common.summarize(micros)
+
+
+def measure(samples: int) -> list[tuple[str, dict[str, float]]]:
+    admin, alice = KeyPair.generate(), KeyPair.generate()
+    add_meta = {
+        "agent": "alice",
+        "key_id": alice.key_id,
+        "public_key": alice.public.to_text(),
+        "role": "agent",
+        "replaces": None,
+    }
+    root_meta = {**add_meta, "agent": "admin", "key_id": admin.key_id, "role": "admin"}
+    root_meta["public_key"] = admin.public.to_text()
+    key_events = []
+    for n, (signer, meta) in enumerate([(admin, root_meta), (admin, add_meta)], start=1):
+        ev = _event(n, type=KEY_ADD, metadata=meta)
+        key_events.append(
+            SignedEvent(event=ev, sig=signing.sign_event(signer, ev), key_id=signer.key_id)
+        )
+    keyring = Keyring.build(key_events, [admin.key_id])
+    event = _event(100)
+    shas = {"art_20261202T000000_0001": hashlib.sha256(b"patch").hexdigest()}
+    fields, body = signing.event_fields(event), signing.body_sha256(event.body)
+    sig = signing.sign(alice, fields, body, shas)
+    assert verdict(event, sig, alice.key_id, keyring, artifact_sha256s=shas).verified is True
+    message = signing.signing_payload(fields, body, shas)
+    raw_sig = alice.sign(message)
+    return [
+        ("Ed25519 sign alone", _timed(lambda: alice.sign(message), samples)),
+        ("Ed25519 verify alone", _timed(lambda: alice.public.verify(raw_sig, message), samples)),
+        (
+            "canonical encoding",
+            _timed(lambda: signing.signing_payload(fields, body, shas), samples),
+        ),
+        (
+            "sign (encode + Ed25519)",
+            _timed(lambda: signing.sign(alice, fields, body, shas), samples),
+        ),
+        (
+            "verify (encode + Ed25519)",
+            _timed(lambda: signing.verify(alice.public, sig, fields, body, shas), samples),
+        ),
+        (
+            "verdict (fields, hash, keyring, verify)",
+            _timed(
+                lambda: verdict(event, sig, alice.key_id, keyring, artifact_sha256s=shas), samples
+            ),
+        ),
+    ]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="bench/bench_identity.py", description=__doc__)
+    p.add_argument("--quick", action="store_true", help="few samples (a smoke run)")
+    p.add_argument("--samples", type=int, default=None, help="timed calls per measure")
+    args = p.parse_args(argv)
+    samples = args.samples or (300 if args.quick else 5000)
+    print(common.machine_line())
+    t0 = time.perf_counter()
+    rows = measure(samples)
+    common.print_table(
+        f"identity: cost per event, {samples} calls each (µs)",
+        ["what", "p50 µs", "p95 µs", "events/s (1 core, p50)"],
+        [
+            (what, f"{s['p50']:.1f}", f"{s['p95']:.1f}", common.fmt_num(1e6 / s["p50"]))
+            for what, s in rows
+        ],
+    )
+    for what, s in rows:
+        print(f"[measure] identity: {what} p50 = {s['p50']:.1f} µs")
+    print(f"(took {time.perf_counter() - t0:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,288 @@
+"""The keyring: key events folded in HLC order into "which keys are valid for whom, when".
+
+Pure: given the `identity.key_add` / `identity.key_revoke` events (RFC 0008 "Key events") and
+the locally pinned admin key ids, answer which key ids are valid for an agent at an HLC and
+whether an admin key is trusted. The verdict on an event lives in `verdict.py`. No SQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from mempalace_logstream import hlc as hlc_mod
+from mempalace_logstream.identity import keys, signing
+from mempalace_logstream.models import Event
+
+KEY_ADD = "identity.key_add"
+KEY_REVOKE = "identity.key_revoke"
+KEY_EVENT_TYPES = (KEY_ADD, KEY_REVOKE)
+Role = Literal["agent", "admin"]
+ROLES: tuple[Role, ...] = ("agent", "admin")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SignedEvent:
+    """An event with what checking it needs: its signature, key id, the SHA-256 of its body
+    (given when the body was redacted; else the body is hashed) and of its artifacts."""
+
+    event: Event
+    sig: str | None = None
+    key_id: str | None = None
+    body_sha256: str | None = None
+    artifact_sha256s: Mapping[str, str] = field(default_factory=dict)
+
+    def payload(self) -> bytes:
+        """The signed message (RFC 0008). Raises SigningError if the event has none."""
+        fields = signing.event_fields(self.event)
+        body = self.body_sha256 or signing.body_sha256(self.event.body)
+        return signing.signing_payload(fields, body, self.artifact_sha256s)
+
+    def signature_bytes(self) -> bytes:
+        """The decoded signature. Raises KeyFormatError if absent or not 64 bytes."""
+        if self.sig is None:
+            raise keys.KeyFormatError("no signature")
+        return keys.b64url_decode(self.sig, size=keys.SIGNATURE_BYTES)
+
+    def payload_verifies(self, public_key: keys.PublicKey) -> bool:
+        try:
+            return public_key.verify(self.signature_bytes(), self.payload())
+        except (keys.KeyFormatError, signing.SigningError):
+            return False
+
+
+@dataclass(frozen=True, kw_only=True)
+class KeyRecord:
+    """A key the keyring accepted: whose, which role, since and until which HLC."""
+
+    key_id: str
+    agent: str
+    role: Role
+    public_key: keys.PublicKey
+    added_hlc: str
+    added_by: str  # the event id of its key_add
+    revoked_hlc: str | None = None
+    revoked_by: str | None = None  # the event id of the revocation (or rotation)
+    revoke_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A key event the keyring ignored, and why (doctor lists these)."""
+
+    event_id: str
+    code: str
+    message: str
+
+
+def order_key(stamp: str) -> hlc_mod.Stamp:
+    """The HLC stamp as an ordered value; ValueError if it is malformed."""
+    parsed = hlc_mod.parse(stamp)
+    if parsed is None:
+        raise ValueError(f"malformed HLC {stamp!r}")
+    return parsed
+
+
+def is_before(a: str, b: str) -> bool:
+    """Whether HLC `a` is strictly earlier than HLC `b`."""
+    return order_key(a) < order_key(b)
+
+
+class Keyring:
+    """Keys by id, folded from key events in HLC order. Build with `Keyring.build`."""
+
+    def __init__(self, pinned_admins: Iterable[str] = ()) -> None:
+        self.pinned_admins = frozenset(pinned_admins)
+        self._records: dict[str, KeyRecord] = {}
+        self._first_add: dict[str, str] = {}  # agent -> HLC of its first accepted key
+        self._refused: list[Refusal] = []
+        self._events: tuple[SignedEvent, ...] = ()
+
+    @classmethod
+    def build(cls, key_events: Iterable[SignedEvent], pinned_admins: Iterable[str] = ()) -> Keyring:
+        """Fold the key events (any order given; folded in HLC order, then by event id).
+
+        A repeated event counts once; events of other types, with a malformed HLC, or reusing
+        an event id with other content are refused (listed in `refused`), never raised.
+        """
+        ring = cls(pinned_admins)
+        good: list[tuple[hlc_mod.Stamp, str, SignedEvent]] = []
+        seen: dict[str, SignedEvent] = {}
+        for item in key_events:
+            parsed, first = hlc_mod.parse(item.event.hlc), seen.get(item.event.id)
+            if first is not None:  # the same event again is a no-op (sync is idempotent)
+                if first != item:
+                    ring._refuse(item, "conflict", f"{item.event.id} differs from its first copy")
+                continue
+            seen[item.event.id] = item
+            if parsed is None:
+                ring._refuse(item, "malformed", f"malformed HLC {item.event.hlc!r}")
+            else:
+                good.append((parsed, item.event.id, item))
+        good.sort(key=lambda entry: (entry[0], entry[1]))
+        ring._events = tuple(entry[2] for entry in good)
+        for item in ring._events:
+            ring._apply(item)
+        return ring
+
+    def extended(self, more: Iterable[SignedEvent]) -> Keyring:
+        """A keyring over these key events plus `more` (rebuilt: HLC order may interleave)."""
+        return Keyring.build((*self._events, *more), self.pinned_admins)
+
+    # ------------------------------------------------------------------ queries
+    def key(self, key_id: str) -> KeyRecord | None:
+        return self._records.get(key_id)
+
+    def records(self) -> tuple[KeyRecord, ...]:
+        return tuple(self._records.values())
+
+    @property
+    def refused(self) -> tuple[Refusal, ...]:
+        return tuple(self._refused)
+
+    def is_valid(self, key_id: str, at_hlc: str) -> bool:
+        """Whether the key may sign an event stamped `at_hlc` (valid before its revocation)."""
+        record = self._records.get(key_id)
+        if record is None:
+            return False
+        return record.revoked_hlc is None or is_before(at_hlc, record.revoked_hlc)
+
+    def valid_keys(self, agent: str, at_hlc: str) -> frozenset[str]:
+        """The key ids that may sign `agent`'s events stamped `at_hlc`."""
+        return frozenset(
+            r.key_id
+            for r in self._records.values()
+            if r.agent == agent and r.role == "agent" and self.is_valid(r.key_id, at_hlc)
+        )
+
+    def is_admin_trusted(self, key_id: str, at_hlc: str) -> bool:
+        """Whether `key_id` is an admin key (pinned root or added by one) valid at `at_hlc`."""
+        record = self._records.get(key_id)
+        return record is not None and record.role == "admin" and self.is_valid(key_id, at_hlc)
+
+    def must_sign(self, agent: str, at_hlc: str) -> bool:
+        """Whether `agent` signs every event from `at_hlc` on (it had a key added by then)."""
+        first = self._first_add.get(agent)
+        return first is not None and not is_before(at_hlc, first)
+
+    # ------------------------------------------------------------------ folding
+    def _refuse(self, item: SignedEvent, code: str, message: str) -> None:
+        self._refused.append(Refusal(item.event.id, code, message))
+
+    def _apply(self, item: SignedEvent) -> None:
+        event = item.event
+        try:
+            facts = _facts(event)
+        except ValueError as exc:
+            self._refuse(item, "malformed", str(exc))
+            return
+        problem = self._authorize(item, facts)
+        if problem is not None:
+            self._refuse(item, *problem)
+        elif event.type == KEY_ADD:
+            self._add(item, facts)
+        else:
+            self._revoke(item, facts)
+
+    def _signer(self, item: SignedEvent, facts: Mapping[str, Any]) -> keys.PublicKey | None:
+        """The signing key: an accepted key, or a pinned admin key signing its own add."""
+        if item.key_id is None:
+            return None
+        self_signed_root = (
+            item.event.type == KEY_ADD
+            and facts["role"] == "admin"
+            and item.key_id == facts["key_id"]
+            and item.key_id in self.pinned_admins
+        )
+        if self_signed_root:
+            public: keys.PublicKey = facts["public_key"]
+            return public
+        record = self._records.get(item.key_id)
+        return record.public_key if record else None
+
+    def _authorize(self, item: SignedEvent, facts: Mapping[str, Any]) -> tuple[str, str] | None:
+        event = item.event
+        if item.sig is None or item.key_id is None:
+            return "unsigned", f"{event.type} {event.id} is not signed"
+        signer = self._signer(item, facts)
+        if signer is None:
+            return "unknown_key", f"{event.id} is signed by unknown key {item.key_id}"
+        if not item.payload_verifies(signer):
+            return "bad_signature", f"{event.id}: the signature does not verify"
+        if item.key_id in self.pinned_admins and item.key_id == facts["key_id"]:
+            return None  # a pinned root adding (or revoking) itself
+        if self.is_admin_trusted(item.key_id, event.hlc):
+            return None
+        if (
+            event.type == KEY_REVOKE
+            and item.key_id == facts["key_id"]
+            and event.from_agent == facts["agent"]
+        ):
+            return None  # a holder may always give its own key up, writing as itself
+        return "not_admin", f"{event.id} is signed by {item.key_id}, not a trusted admin key"
+
+    def _add(self, item: SignedEvent, facts: Mapping[str, Any]) -> None:
+        event, new_id, agent = item.event, facts["key_id"], facts["agent"]
+        if new_id in self._records:
+            self._refuse(item, "duplicate_key", f"key {new_id} was already added")
+            return
+        replaces = facts["replaces"]
+        if replaces is not None:
+            old = self._records.get(replaces)
+            if old is None or old.agent != agent:
+                self._refuse(item, "bad_replaces", f"{replaces} is not a key of {agent}")
+                return
+            if old.revoked_hlc is None:
+                self._records[replaces] = replace(
+                    old, revoked_hlc=event.hlc, revoked_by=event.id, revoke_reason="rotated"
+                )
+        self._records[new_id] = KeyRecord(
+            key_id=new_id,
+            agent=agent,
+            role=facts["role"],
+            public_key=facts["public_key"],
+            added_hlc=event.hlc,
+            added_by=event.id,
+        )
+        self._first_add.setdefault(agent, event.hlc)
+
+    def _revoke(self, item: SignedEvent, facts: Mapping[str, Any]) -> None:
+        event, target = item.event, facts["key_id"]
+        old = self._records.get(target)
+        if old is None or old.agent != facts["agent"]:
+            self._refuse(item, "bad_revoke", f"{target} is not a key of {facts['agent']}")
+            return
+        if old.revoked_hlc is None:  # the earliest revocation (in HLC order) stands
+            self._records[target] = replace(
+                old, revoked_hlc=event.hlc, revoked_by=event.id, revoke_reason=facts["reason"]
+            )
+
+
+def _facts(event: Event) -> dict[str, Any]:
+    """The key event's metadata, checked (ValueError names the problem)."""
+    if event.type not in KEY_EVENT_TYPES:
+        raise ValueError(f"{event.id} is a {event.type}, not a key event")
+    meta = event.metadata
+    agent, key_id = meta.get("agent"), meta.get("key_id")
+    if not isinstance(agent, str) or not agent:
+        raise ValueError(f"{event.id}: metadata.agent must be a name")
+    if not keys.is_key_id(key_id):
+        raise ValueError(f"{event.id}: metadata.key_id must be ed25519:<32 hex>")
+    facts: dict[str, Any] = {"agent": agent, "key_id": key_id}
+    if event.type == KEY_REVOKE:
+        reason = meta.get("reason")
+        facts["reason"] = reason if isinstance(reason, str) else None
+        return facts
+    try:
+        public = keys.PublicKey.from_text(meta.get("public_key"))  # type: ignore[arg-type]
+    except keys.KeyFormatError as exc:
+        raise ValueError(f"{event.id}: metadata.public_key: {exc}") from exc
+    if public.key_id != key_id:
+        raise ValueError(f"{event.id}: key_id {key_id} is not derived from the public key")
+    role, replaces = meta.get("role", "agent"), meta.get("replaces")
+    if role not in ROLES:
+        raise ValueError(f"{event.id}: metadata.role must be agent or admin")
+    if replaces is not None and not keys.is_key_id(replaces):
+        raise ValueError(f"{event.id}: metadata.replaces must be a key id or null")
+    return {**facts, "public_key": public, "role": role, "replaces": replaces}
