@@ -490,6 +490,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--small-events", type=int, default=None, help="events of that run (30)")
     p.add_argument("--no-ref", action="store_true", help="skip the reference hub")
+    p.add_argument(
+        "--appends-only",
+        action="store_true",
+        help="only the append throughput runs on our hub (no fan-out, no reference)",
+    )
     args = p.parse_args(argv)
     quick = args.quick
     args.subscribers = args.subscribers or (20 if quick else 200)
@@ -499,8 +504,38 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+def appends_only(args: argparse.Namespace) -> int:
+    """Our hub's append throughput alone (`--appends-only`): N clients, then 1 client."""
+    per_client = max(1, args.appends // args.clients)
+    single = max(1, args.appends // 10)
+    tp: dict[str, dict[str, Any] | None] = dict.fromkeys(("oursN", "ours1"))
+    with common.temp_dir("logstream-bench-hub-") as tmp, our_hub(tmp, "hub", 256) as hub:
+        tp["oursN"] = asyncio.run(
+            throughput(ours_append(hub.url), args.clients, per_client, hub.pid)
+        )
+        tp["ours1"] = asyncio.run(throughput(ours_append(hub.url), 1, single, hub.pid))
+    common.print_table(
+        "HTTP append throughput (POST /v1/event_append, keep-alive)",
+        [
+            "hub",
+            "clients",
+            "appends",
+            "failed",
+            "events/s",
+            "p50 ms",
+            "p95 ms",
+            "hub CPU ms/append",
+        ],
+        [tp_row(TP_ROWS[key], tp[key]) for key in ("oursN", "ours1")],
+    )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.appends_only:
+        print(common.machine_line())
+        return appends_only(args)
     print(common.machine_line())
     per_client = max(1, args.appends // args.clients)
     single = max(1, args.appends // 10)
