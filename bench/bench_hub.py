@@ -65,9 +65,11 @@ CONNECT_TIMEOUT_S = 90.0
 clock = time.perf_counter
 
 TP_ROWS = {
-    "oursN": "ours, `logstream serve`", "ours1": "ours, `logstream serve`",
-    "refN": "reference", "ref1": "reference",
-}  # fmt: skip
+    "oursN": "ours, `logstream serve`",
+    "ours1": "ours, `logstream serve`",
+    "refN": "reference",
+    "ref1": "reference",
+}
 Append = Callable[[Any, int], Awaitable[str]]  # (httpx.AsyncClient, worker) -> event id
 
 
@@ -125,21 +127,40 @@ class Hub:
 
 
 @contextlib.contextmanager
-def our_hub(tmp: Path, name: str, sse_max_clients: int) -> Iterator[Hub]:
+def our_hub(tmp: Path, name: str, sse_max_clients: int, durability: str = "full") -> Iterator[Hub]:
     """`logstream serve --db <tmp>/<name>.sqlite3` on a free loopback port, background sync
     off, its palace an empty dir of its own (never ~/.mempalace). Killed on exit."""
     port = free_port()
     palace = tmp / f"{name}-palace"
     palace.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(common.REPO), "LOGSTREAM_TOKEN": TOKEN,
-           "MEMPALACE_LOGSTREAM_SYNC_INTERVAL": "0", "MEMPALACE_SYNC_INTERVAL": "0"}  # fmt: skip
-    cmd = [sys.executable, "-m", "mempalace_logstream", "serve",
-           "--db", str(tmp / f"{name}.sqlite3"), "--palace", str(palace),
-           "--host", "127.0.0.1", "--port", str(port),
-           "--sse-max-clients", str(sse_max_clients)]  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(common.REPO),
+        "LOGSTREAM_TOKEN": TOKEN,
+        "MEMPALACE_LOGSTREAM_SYNC_INTERVAL": "0",
+        "MEMPALACE_SYNC_INTERVAL": "0",
+        "MEMPALACE_LOGSTREAM_DURABILITY": durability,
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "mempalace_logstream",
+        "serve",
+        "--db",
+        str(tmp / f"{name}.sqlite3"),
+        "--palace",
+        str(palace),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--sse-max-clients",
+        str(sse_max_clients),
+    ]
     with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=log,
-                                stderr=subprocess.STDOUT)  # fmt: skip
+        proc = subprocess.Popen(
+            cmd, env=env, start_new_session=True, stdout=log, stderr=subprocess.STDOUT
+        )
         url = f"http://127.0.0.1:{port}"
         try:
             wait_healthz(url, proc, log)
@@ -222,14 +243,21 @@ def make_client(connections: int) -> Any:
 
 
 def _append_fields(worker: int) -> dict[str, Any]:
-    return {"type": "bench.hub", "stream": "bench", "room": "r", "from_agent": f"w{worker:02d}",
-            "to_agent": "*", "body": "x" * 100}  # fmt: skip
+    return {
+        "type": "bench.hub",
+        "stream": "bench",
+        "room": "r",
+        "from_agent": f"w{worker:02d}",
+        "to_agent": "*",
+        "body": "x" * 100,
+    }
 
 
 def ours_append(url: str) -> Append:
     async def append(client: Any, worker: int) -> str:
-        resp = await client.post(url + "/v1/event_append", json=_append_fields(worker),
-                                 headers=AUTH)  # fmt: skip
+        resp = await client.post(
+            url + "/v1/event_append", json=_append_fields(worker), headers=AUTH
+        )
         if resp.status_code != 200:
             raise RuntimeError(f"our append answered {resp.status_code}: {resp.text[:300]}")
         return str(resp.json()["event"]["id"])
@@ -241,9 +269,12 @@ def ref_append(url: str) -> Append:
     """The reference hub's HTTP append: MCP JSON-RPC `tools/call mempalace_event_append`."""
 
     async def append(client: Any, worker: int) -> str:
-        rpc = {"jsonrpc": "2.0", "id": worker, "method": "tools/call",
-               "params": {"name": "mempalace_event_append",
-                          "arguments": _append_fields(worker)}}  # fmt: skip
+        rpc = {
+            "jsonrpc": "2.0",
+            "id": worker,
+            "method": "tools/call",
+            "params": {"name": "mempalace_event_append", "arguments": _append_fields(worker)},
+        }
         resp = await client.post(url + "/mcp", json=rpc, headers=AUTH)
         if resp.status_code != 200:
             raise RuntimeError(f"reference append answered {resp.status_code}: {resp.text[:300]}")
@@ -253,6 +284,61 @@ def ref_append(url: str) -> Append:
         return str(result["event"]["id"])
 
     return append
+
+
+class RawClient:
+    """A minimal HTTP/1.1 keep-alive client on one asyncio stream (`--raw-client`): a few
+    microseconds of CPU per request where httpx spends about a millisecond, so the figures show
+    the hub, not the client. Enough HTTP for our hub's answers (Content-Length bodies)."""
+
+    def __init__(self, url: str) -> None:
+        parts = url.removeprefix("http://").split(":")
+        self.host, self.port = parts[0], int(parts[1])
+        self.streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+
+    async def post(self, path: str, payload: dict[str, Any]) -> tuple[int, bytes]:
+        if self.streams is None:
+            self.streams = await asyncio.open_connection(self.host, self.port)
+        reader, writer = self.streams
+        body = json.dumps(payload).encode()
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
+            f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        )
+        writer.write(head.encode() + body)
+        lines = (await reader.readuntil(b"\r\n\r\n")).split(b"\r\n")
+        length = next(
+            int(x.split(b":")[1]) for x in lines if x.lower().startswith(b"content-length:")
+        )
+        return int(lines[0].split()[1]), await reader.readexactly(length)
+
+    async def aclose(self) -> None:
+        if self.streams is not None:
+            self.streams[1].close()
+
+
+def raw_append(url: str) -> Append:
+    """Our append through `RawClient`; `client` is a dict of one RawClient per worker."""
+
+    async def append(client: Any, worker: int) -> str:
+        raw = client.setdefault(worker, RawClient(url))
+        status, body = await raw.post("/v1/event_append", _append_fields(worker))
+        if status != 200:
+            raise RuntimeError(f"our append answered {status}: {body[:300]!r}")
+        return str(json.loads(body)["event"]["id"])
+
+    return append
+
+
+@contextlib.asynccontextmanager
+async def raw_clients() -> Any:
+    clients: dict[int, RawClient] = {}
+    try:
+        yield clients
+    finally:
+        for raw in clients.values():
+            await raw.aclose()
 
 
 # ----------------------------------------------------------------- SSE fan-out
@@ -309,8 +395,14 @@ async def probe_extra(client: Any, url: str) -> dict[str, Any]:
     return {"status": sub.status, "retry_after": sub.retry_after, "error": sub.error}
 
 
-async def fanout(stream_url: str, append: Append, n_subs: int, n_events: int, pid: int | None,
-                 on_stage: Callable[[str], None] = lambda _s: None) -> dict[str, Any]:  # fmt: skip
+async def fanout(
+    stream_url: str,
+    append: Append,
+    n_subs: int,
+    n_events: int,
+    pid: int | None,
+    on_stage: Callable[[str], None] = lambda _s: None,
+) -> dict[str, Any]:
     """`n_subs` subscribers, then warm-up + `n_events` appends one at a time (see module doc).
 
     Also the CPU time the hub process and this (client) process spent per measured event.
@@ -328,17 +420,21 @@ async def fanout(stream_url: str, append: Append, n_subs: int, n_events: int, pi
     expected: list[str] = []
     timeouts = 0
     async with make_client(n_subs + 8) as sse_client, make_client(4) as post_client:
-        tasks = [asyncio.ensure_future(subscribe(sse_client, stream_url, s, on_frame))
-                 for s in subs]  # fmt: skip
+        tasks = [
+            asyncio.ensure_future(subscribe(sse_client, stream_url, s, on_frame)) for s in subs
+        ]
         try:
             t0 = clock()
-            await asyncio.wait_for(asyncio.gather(*(s.ready.wait() for s in subs)),
-                                   CONNECT_TIMEOUT_S)  # fmt: skip
+            await asyncio.wait_for(
+                asyncio.gather(*(s.ready.wait() for s in subs)), CONNECT_TIMEOUT_S
+            )
             connect_s = clock() - t0
             bad = [s for s in subs if s.status != 200]
             if bad:
-                raise RuntimeError(f"{len(bad)}/{n_subs} subscribers not connected: "
-                                   f"status {bad[0].status}, {bad[0].error}")  # fmt: skip
+                raise RuntimeError(
+                    f"{len(bad)}/{n_subs} subscribers not connected: "
+                    f"status {bad[0].status}, {bad[0].error}"
+                )
             on_stage("connected")
             extra = await probe_extra(sse_client, stream_url)
             cpu0 = hub0 = float("nan")
@@ -361,8 +457,10 @@ async def fanout(stream_url: str, append: Append, n_subs: int, n_events: int, pi
                     changed.clear()
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(changed.wait(), left)
-            cpu = {"client": (time.process_time() - cpu0) * 1000 / max(1, n_events),
-                   "hub": (proc_cpu(pid) - hub0) * 1000 / max(1, n_events)}  # fmt: skip
+            cpu = {
+                "client": (time.process_time() - cpu0) * 1000 / max(1, n_events),
+                "hub": (proc_cpu(pid) - hub0) * 1000 / max(1, n_events),
+            }
             await asyncio.sleep(0.2)  # a late duplicate would show up here
             on_stage("after the events")
         finally:
@@ -384,17 +482,29 @@ async def fanout(stream_url: str, append: Append, n_subs: int, n_events: int, pi
         latencies += values
         first.append(min(values))
         last.append(max(values))
-    return {"subs": n_subs, "events": n_events, "lat": latencies, "first": first, "last": last,
-            "complete": complete, "deliveries": len(latencies), "timeouts": timeouts,
-            "connect_s": connect_s, "extra": extra, "append_rtt": answered[WARMUP_EVENTS:],
-            "errors": [s.error for s in subs if s.error], "cpu": cpu}  # fmt: skip
+    return {
+        "subs": n_subs,
+        "events": n_events,
+        "lat": latencies,
+        "first": first,
+        "last": last,
+        "complete": complete,
+        "deliveries": len(latencies),
+        "timeouts": timeouts,
+        "connect_s": connect_s,
+        "extra": extra,
+        "append_rtt": answered[WARMUP_EVENTS:],
+        "errors": [s.error for s in subs if s.error],
+        "cpu": cpu,
+    }
 
 
 # ----------------------------------------------------------------- append throughput
 
 
-async def throughput(append: Append, clients: int, per_client: int,
-                     pid: int | None) -> dict[str, Any]:  # fmt: skip
+async def throughput(
+    append: Append, clients: int, per_client: int, pid: int | None, raw: bool = False
+) -> dict[str, Any]:
     """`clients` tasks x `per_client` appends. A request that fails at the transport level
     (connection reset, timeout) is counted, not retried; events/s counts the appends that
     were answered."""
@@ -402,7 +512,7 @@ async def throughput(append: Append, clients: int, per_client: int,
 
     lat: list[float] = []
     failed: list[str] = []
-    async with make_client(clients + 2) as client:
+    async with raw_clients() if raw else make_client(clients + 2) as client:
         warm = (append(client, w) for w in range(min(clients, 8)))
         await asyncio.gather(*warm, return_exceptions=True)  # warm-up; failures show below
 
@@ -411,22 +521,32 @@ async def throughput(append: Append, clients: int, per_client: int,
                 t0 = clock()
                 try:
                     await append(client, w)
-                except httpx.TransportError as exc:
+                except (httpx.TransportError, OSError, asyncio.IncompleteReadError) as exc:
                     failed.append(f"{type(exc).__name__} after {clock() - t0:.2f} s")
                     continue
                 lat.append(clock() - t0)
 
-        cpu0 = proc_cpu(pid)
+        cpu0, mine0 = proc_cpu(pid), time.process_time()
         t0 = clock()
         await asyncio.wait_for(asyncio.gather(*(worker(w) for w in range(clients))), 600)
         secs = clock() - t0
-        cpu = proc_cpu(pid) - cpu0
+        cpu, mine = proc_cpu(pid) - cpu0, time.process_time() - mine0
     n = len(lat)
     if failed:
-        print(f"{len(failed)} of {clients * per_client} appends failed ({clients} clients), "
-              f"e.g. {failed[0]}")  # fmt: skip
-    return {"clients": clients, "n": n, "secs": secs, "rate": n / secs, "lat": lat,
-            "cpu_ms": cpu * 1000 / max(1, n), "failed": len(failed)}  # fmt: skip
+        print(
+            f"{len(failed)} of {clients * per_client} appends failed ({clients} clients), "
+            f"e.g. {failed[0]}"
+        )
+    return {
+        "clients": clients,
+        "n": n,
+        "secs": secs,
+        "rate": n / secs,
+        "lat": lat,
+        "cpu_ms": cpu * 1000 / max(1, n),
+        "client_cpu_ms": mine * 1000 / max(1, n),
+        "failed": len(failed),
+    }
 
 
 # ----------------------------------------------------------------- report
@@ -437,21 +557,40 @@ def lat_row(label: str, res: dict[str, Any] | None) -> list[str]:
         return [label] + ["n/a"] * 9
     s, lat = common.summarize(res["lat"]), res["lat"]
     ms = common.fmt_ms
-    ok = (res["complete"] == res["subs"] and res["deliveries"] == res["subs"] * res["events"]
-          and not res["timeouts"])  # fmt: skip
-    return [label, str(res["subs"]), str(res["deliveries"]), ms(s["p50"]),
-            ms(common.percentile(lat, 0.95)), ms(common.percentile(lat, 0.99)), ms(s["max"]),
-            ms(common.median(res["first"])), ms(common.median(res["last"])),
-            "yes" if ok else f"NO ({res['complete']}/{res['subs']})"]  # fmt: skip
+    ok = (
+        res["complete"] == res["subs"]
+        and res["deliveries"] == res["subs"] * res["events"]
+        and not res["timeouts"]
+    )
+    return [
+        label,
+        str(res["subs"]),
+        str(res["deliveries"]),
+        ms(s["p50"]),
+        ms(common.percentile(lat, 0.95)),
+        ms(common.percentile(lat, 0.99)),
+        ms(s["max"]),
+        ms(common.median(res["first"])),
+        ms(common.median(res["last"])),
+        "yes" if ok else f"NO ({res['complete']}/{res['subs']})",
+    ]
 
 
 def tp_row(label: str, res: dict[str, Any] | None) -> list[str]:
     if res is None:
-        return [label] + ["n/a"] * 7
+        return [label] + ["n/a"] * 8
     s = common.summarize(res["lat"])
-    return [label, str(res["clients"]), f"{res['n']:,}", str(res["failed"]),
-            common.fmt_num(res["rate"]), common.fmt_ms(s["p50"]), common.fmt_ms(s["p95"]),
-            common.fmt_num(res["cpu_ms"], 2)]  # fmt: skip
+    return [
+        label,
+        str(res["clients"]),
+        f"{res['n']:,}",
+        str(res["failed"]),
+        common.fmt_num(res["rate"]),
+        common.fmt_ms(s["p50"]),
+        common.fmt_ms(s["p95"]),
+        common.fmt_num(res["cpu_ms"], 2),
+        common.fmt_num(res["client_cpu_ms"], 2),
+    ]
 
 
 def extra_text(extra: dict[str, Any] | None) -> str:
@@ -471,8 +610,9 @@ def mb(value: float | None) -> str:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bench/bench_hub.py", description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true",
-                   help="20 subscribers, 5 events, 200 appends (a smoke run)")  # fmt: skip
+    p.add_argument(
+        "--quick", action="store_true", help="20 subscribers, 5 events, 200 appends (a smoke run)"
+    )
     p.add_argument("--subscribers", type=int, default=None, help="fan-out subscribers (200)")
     p.add_argument("--events", type=int, default=None, help="events in the fan-out (50)")
     p.add_argument(
@@ -494,6 +634,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--appends-only",
         action="store_true",
         help="only the append throughput runs on our hub (no fan-out, no reference)",
+    )
+    p.add_argument(
+        "--raw-client",
+        action="store_true",
+        help="with --appends-only: a minimal HTTP/1.1 client instead of httpx (shows the hub)",
+    )
+    p.add_argument(
+        "--durability",
+        default="full",
+        choices=("full", "normal", "off"),
+        help="with --appends-only: our hub's --durability (default full, as shipped)",
     )
     args = p.parse_args(argv)
     quick = args.quick
@@ -525,6 +676,7 @@ def appends_only(args: argparse.Namespace) -> int:
             "p50 ms",
             "p95 ms",
             "hub CPU ms/append",
+            "client CPU ms/append",
         ],
         [tp_row(TP_ROWS[key], tp[key]) for key in ("oursN", "ours1")],
     )
@@ -539,9 +691,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(common.machine_line())
     per_client = max(1, args.appends // args.clients)
     single = max(1, args.appends // 10)
-    print(f"hub bench: {args.subscribers} SSE subscribers x {args.events} events; "
-          f"{args.clients} x {per_client} and 1 x {single} HTTP appends; "
-          f"{args.small} subscribers x {args.small_events} events vs the reference")  # fmt: skip
+    print(
+        f"hub bench: {args.subscribers} SSE subscribers x {args.events} events; "
+        f"{args.clients} x {per_client} and 1 x {single} HTTP appends; "
+        f"{args.small} subscribers x {args.small_events} events vs the reference"
+    )
     n = args.subscribers
     mem: dict[str, dict[str, float]] = {}
     fan: dict[str, dict[str, Any] | None] = dict.fromkeys(("big", "ours8", "ref8"))
@@ -564,22 +718,35 @@ def main(argv: Sequence[str] | None = None) -> int:
                 mem[f"ours, {n} subscribers {name}"] = proc_mem(pid)
 
             t0 = clock()
-            fan["big"] = asyncio.run(fanout(hub.url + "/v1/stream", ours_append(hub.url), n,
-                                            args.events, hub.pid, stage))  # fmt: skip
-            print(f"fan-out, {n} subscribers: {clock() - t0:.1f} s "
-                  f"(connect {fan['big']['connect_s']:.2f} s)")  # fmt: skip
+            fan["big"] = asyncio.run(
+                fanout(hub.url + "/v1/stream", ours_append(hub.url), n, args.events, hub.pid, stage)
+            )
+            print(
+                f"fan-out, {n} subscribers: {clock() - t0:.1f} s "
+                f"(connect {fan['big']['connect_s']:.2f} s)"
+            )
             nodelay_note = accepted_nodelay(hub.url)
             appends("ours", ours_append(hub.url), hub.pid)
             mem["ours after the appends"] = proc_mem(hub.pid)
         # 4: like for like at the reference's SSE cap, another fresh hub of ours
         with our_hub(tmp, "hub8", 256) as hub:
-            fan["ours8"] = asyncio.run(fanout(hub.url + "/v1/stream", ours_append(hub.url),
-                                              args.small, args.small_events, hub.pid))  # fmt: skip
+            fan["ours8"] = asyncio.run(
+                fanout(
+                    hub.url + "/v1/stream",
+                    ours_append(hub.url),
+                    args.small,
+                    args.small_events,
+                    hub.pid,
+                )
+            )
             mem[f"ours, {args.small} subscribers (peak)"] = proc_mem(hub.pid)
         if refpkg is not None:
             if not (refpkg.ref_full_venv_dir() / ".refpkg-complete").exists():
-                print("building the full reference venv (pip install mempalace==3.11.0 with "
-                      "chromadb, ~525 MB, about 1-2 min the first time)", flush=True)  # fmt: skip
+                print(
+                    "building the full reference venv (pip install mempalace==3.11.0 with "
+                    "chromadb, ~525 MB, about 1-2 min the first time)",
+                    flush=True,
+                )
             try:
                 refpkg.ref_full_python()
                 palace = tmp / "ref-palace"
@@ -588,9 +755,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                     rpid = ref_hub_pid(int(ref_url.rsplit(":", 1)[1]))
                     mem["reference idle"] = proc_mem(rpid)
                     t0 = clock()
-                    fan["ref8"] = asyncio.run(fanout(ref_url + "/logstream/stream",
-                                                     ref_append(ref_url), args.small,
-                                                     args.small_events, rpid))  # fmt: skip
+                    fan["ref8"] = asyncio.run(
+                        fanout(
+                            ref_url + "/logstream/stream",
+                            ref_append(ref_url),
+                            args.small,
+                            args.small_events,
+                            rpid,
+                        )
+                    )
                     print(f"reference fan-out: {clock() - t0:.1f} s")
                     mem[f"reference, {args.small} subscribers (peak)"] = proc_mem(rpid)
                     appends("ref", ref_append(ref_url), rpid)
@@ -606,33 +779,70 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def report(args: argparse.Namespace, fan: dict[str, Any], tp: dict[str, Any],
-           mem: dict[str, dict[str, float]], reason: str | None) -> None:  # fmt: skip
+def report(
+    args: argparse.Namespace,
+    fan: dict[str, Any],
+    tp: dict[str, Any],
+    mem: dict[str, dict[str, float]],
+    reason: str | None,
+) -> None:
     n, k = args.subscribers, args.small
     common.print_table(
         "SSE delivery latency, append request sent -> frame parsed by the subscriber (ms)",
-        ["hub", "subs", "deliveries", "p50", "p95", "p99", "max", "first/event p50",
-         "last/event p50", "all exactly once, in order"],
-        [lat_row(f"ours, {n} subscribers", fan["big"]),
-         lat_row(f"ours, {k} subscribers", fan["ours8"]),
-         lat_row(f"reference, {k} subscribers", fan["ref8"])],
-    )  # fmt: skip
+        [
+            "hub",
+            "subs",
+            "deliveries",
+            "p50",
+            "p95",
+            "p99",
+            "max",
+            "first/event p50",
+            "last/event p50",
+            "all exactly once, in order",
+        ],
+        [
+            lat_row(f"ours, {n} subscribers", fan["big"]),
+            lat_row(f"ours, {k} subscribers", fan["ours8"]),
+            lat_row(f"reference, {k} subscribers", fan["ref8"]),
+        ],
+    )
     rows = []
-    for label, key in ((f"ours, {n} subscribers (cap {n})", "big"),
-                       (f"ours, {k} subscribers (cap 256)", "ours8"),
-                       (f"reference, {k} subscribers (cap 8)", "ref8")):  # fmt: skip
+    for label, key in (
+        (f"ours, {n} subscribers (cap {n})", "big"),
+        (f"ours, {k} subscribers (cap 256)", "ours8"),
+        (f"reference, {k} subscribers (cap 8)", "ref8"),
+    ):
         res = fan[key]
         if res is not None:
             rtt = common.summarize(res["append_rtt"])
-            rows.append([label, extra_text(res["extra"]), f"{res['connect_s']:.2f}",
-                         common.fmt_ms(rtt["p50"]), common.fmt_num(res["cpu"]["hub"], 2),
-                         common.fmt_num(res["cpu"]["client"], 2), str(res["timeouts"]),
-                         str(len(res["errors"]))])  # fmt: skip
-    common.print_table("subscribers: the one past those connected, connect time, append RTT, "
-                       "CPU per measured event (hub process; this client process)",
-                       ["hub", "next subscriber", "connect all (s)", "append RTT p50 (ms)",
-                        "hub CPU ms/event", "client CPU ms/event", "delivery timeouts",
-                        "client errors"], rows)  # fmt: skip
+            rows.append(
+                [
+                    label,
+                    extra_text(res["extra"]),
+                    f"{res['connect_s']:.2f}",
+                    common.fmt_ms(rtt["p50"]),
+                    common.fmt_num(res["cpu"]["hub"], 2),
+                    common.fmt_num(res["cpu"]["client"], 2),
+                    str(res["timeouts"]),
+                    str(len(res["errors"])),
+                ]
+            )
+    common.print_table(
+        "subscribers: the one past those connected, connect time, append RTT, "
+        "CPU per measured event (hub process; this client process)",
+        [
+            "hub",
+            "next subscriber",
+            "connect all (s)",
+            "append RTT p50 (ms)",
+            "hub CPU ms/event",
+            "client CPU ms/event",
+            "delivery timeouts",
+            "client errors",
+        ],
+        rows,
+    )
     common.print_table(
         "hub process memory (MB, /proc/<pid>/status)",
         ["state", "VmRSS", "VmHWM"],
@@ -640,10 +850,19 @@ def report(args: argparse.Namespace, fan: dict[str, Any], tp: dict[str, Any],
     )
     common.print_table(
         "HTTP append throughput (ours: POST /v1/event_append; reference: POST /mcp tools/call)",
-        ["hub", "clients", "appends", "failed", "events/s", "p50 ms", "p95 ms",
-         "hub CPU ms/append"],
+        [
+            "hub",
+            "clients",
+            "appends",
+            "failed",
+            "events/s",
+            "p50 ms",
+            "p95 ms",
+            "hub CPU ms/append",
+            "client CPU ms/append",
+        ],
         [tp_row(TP_ROWS[key], tp[key]) for key in TP_ROWS],
-    )  # fmt: skip
+    )
     if reason:
         print(f"reference not measured: {reason}")
     big = fan["big"]
@@ -652,8 +871,10 @@ def report(args: argparse.Namespace, fan: dict[str, Any], tp: dict[str, Any],
     peak = mem.get(f"ours, {n} subscribers after the events", {}).get("hwm")
     common.target_line(BENCH, f"hub peak RSS with {n} subscribers", peak, "MB", "<=", 200)
     if big and (big["complete"] != n or big["timeouts"]):
-        print(f"WARNING: only {big['complete']}/{n} subscribers got every event exactly once "
-              f"in order; {big['timeouts']} delivery timeouts")  # fmt: skip
+        print(
+            f"WARNING: only {big['complete']}/{n} subscribers got every event exactly once "
+            f"in order; {big['timeouts']} delivery timeouts"
+        )
     ours8, ref8 = fan["ours8"], fan["ref8"]
     for q, name in ((0.5, "p50"), (0.95, "p95")):
         value = None
