@@ -3,6 +3,8 @@ to the reference hub, in one run.
 
     python bench/bench_hub.py [--quick] [--subscribers 200] [--events 50] [--appends 2000]
                               [--small 8] [--small-events 30] [--no-ref]
+    python bench/bench_hub.py --appends-only [--appends N] [--clients N] [--raw-client]
+                              [--durability full|normal|off]
 
 Target (SPEC §9): "200 subscribers on one hub all receive an event with p95 <= 100 ms; hub
 RSS <= 200 MB". Everything goes to 127.0.0.1; each hub is its own process on a fresh database.
@@ -19,9 +21,14 @@ RSS <= 200 MB". Everything goes to 127.0.0.1; each hub is its own process on a f
 2. RSS: VmRSS of the hub process (/proc/<pid>/status) idle, with the subscribers connected,
    after the events, and its peak (VmHWM).
 3. Append throughput: 16 concurrent clients (asyncio tasks on one httpx.AsyncClient, keep-alive)
-   each posting appends to `/v1/event_append`, then 1 client; events/s, request latency and
-   the hub's CPU per append. The shipped listener is IPPROTO_TCP, so accepted connections
-   get TCP_NODELAY (the run prints what it saw on one of them).
+   each posting appends to `/v1/event_append`, then 1 client; events/s, request latency, the
+   hub's CPU per append (user + system CPU of the hub process from /proc/<pid>/stat over the
+   run, divided by the appends) and this client process's CPU per append. The shipped
+   listener is IPPROTO_TCP, so accepted connections get TCP_NODELAY (the run prints what it
+   saw on one of them). `--appends-only` runs just this on a fresh hub of ours;
+   `--raw-client` swaps httpx for a minimal HTTP/1.1 client (microseconds per request instead
+   of about a millisecond, so the figures show the hub) and `--durability` sets the hub's
+   (FULL, as shipped, fsyncs every commit).
 4. Reference (`mempalace==3.11.0 serve`, full install in its own venv via tests/refpkg.py):
    its SSE cap is 8 clients, so 8 subscribers on `/logstream/stream` against ours with 8 too
    (another fresh hub of ours), the 9th subscriber on each, and the same append throughput
