@@ -3,6 +3,8 @@ to the reference hub, in one run.
 
     python bench/bench_hub.py [--quick] [--subscribers 200] [--events 50] [--appends 2000]
                               [--small 8] [--small-events 30] [--no-ref]
+    python bench/bench_hub.py --appends-only [--appends N] [--clients N] [--raw-client]
+                              [--durability full|normal|off]
 
 Target (SPEC §9): "200 subscribers on one hub all receive an event with p95 <= 100 ms; hub
 RSS <= 200 MB". Everything goes to 127.0.0.1; each hub is its own process on a fresh database.
@@ -19,9 +21,14 @@ RSS <= 200 MB". Everything goes to 127.0.0.1; each hub is its own process on a f
 2. RSS: VmRSS of the hub process (/proc/<pid>/status) idle, with the subscribers connected,
    after the events, and its peak (VmHWM).
 3. Append throughput: 16 concurrent clients (asyncio tasks on one httpx.AsyncClient, keep-alive)
-   each posting appends to `/v1/event_append`, then 1 client; events/s, request latency and
-   the hub's CPU per append. The shipped listener is IPPROTO_TCP, so accepted connections
-   get TCP_NODELAY (the run prints what it saw on one of them).
+   each posting appends to `/v1/event_append`, then 1 client; events/s, request latency, the
+   hub's CPU per append (user + system CPU of the hub process from /proc/<pid>/stat over the
+   run, divided by the appends) and this client process's CPU per append. The shipped
+   listener is IPPROTO_TCP, so accepted connections get TCP_NODELAY (the run prints what it
+   saw on one of them). `--appends-only` runs just this on a fresh hub of ours;
+   `--raw-client` swaps httpx for a minimal HTTP/1.1 client (microseconds per request instead
+   of about a millisecond, so the figures show the hub) and `--durability` sets the hub's
+   (FULL, as shipped, fsyncs every commit).
 4. Reference (`mempalace==3.11.0 serve`, full install in its own venv via tests/refpkg.py):
    its SSE cap is 8 clients, so 8 subscribers on `/logstream/stream` against ours with 8 too
    (another fresh hub of ours), the 9th subscriber on each, and the same append throughput
@@ -127,7 +134,7 @@ class Hub:
 
 
 @contextlib.contextmanager
-def our_hub(tmp: Path, name: str, sse_max_clients: int) -> Iterator[Hub]:
+def our_hub(tmp: Path, name: str, sse_max_clients: int, durability: str = "full") -> Iterator[Hub]:
     """`logstream serve --db <tmp>/<name>.sqlite3` on a free loopback port, background sync
     off, its palace an empty dir of its own (never ~/.mempalace). Killed on exit."""
     port = free_port()
@@ -139,6 +146,7 @@ def our_hub(tmp: Path, name: str, sse_max_clients: int) -> Iterator[Hub]:
         "LOGSTREAM_TOKEN": TOKEN,
         "MEMPALACE_LOGSTREAM_SYNC_INTERVAL": "0",
         "MEMPALACE_SYNC_INTERVAL": "0",
+        "MEMPALACE_LOGSTREAM_DURABILITY": durability,
     }
     cmd = [
         sys.executable,
@@ -283,6 +291,61 @@ def ref_append(url: str) -> Append:
         return str(result["event"]["id"])
 
     return append
+
+
+class RawClient:
+    """A minimal HTTP/1.1 keep-alive client on one asyncio stream (`--raw-client`): a few
+    microseconds of CPU per request where httpx spends about a millisecond, so the figures show
+    the hub, not the client. Enough HTTP for our hub's answers (Content-Length bodies)."""
+
+    def __init__(self, url: str) -> None:
+        parts = url.removeprefix("http://").split(":")
+        self.host, self.port = parts[0], int(parts[1])
+        self.streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+
+    async def post(self, path: str, payload: dict[str, Any]) -> tuple[int, bytes]:
+        if self.streams is None:
+            self.streams = await asyncio.open_connection(self.host, self.port)
+        reader, writer = self.streams
+        body = json.dumps(payload).encode()
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
+            f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        )
+        writer.write(head.encode() + body)
+        lines = (await reader.readuntil(b"\r\n\r\n")).split(b"\r\n")
+        length = next(
+            int(x.split(b":")[1]) for x in lines if x.lower().startswith(b"content-length:")
+        )
+        return int(lines[0].split()[1]), await reader.readexactly(length)
+
+    async def aclose(self) -> None:
+        if self.streams is not None:
+            self.streams[1].close()
+
+
+def raw_append(url: str) -> Append:
+    """Our append through `RawClient`; `client` is a dict of one RawClient per worker."""
+
+    async def append(client: Any, worker: int) -> str:
+        raw = client.setdefault(worker, RawClient(url))
+        status, body = await raw.post("/v1/event_append", _append_fields(worker))
+        if status != 200:
+            raise RuntimeError(f"our append answered {status}: {body[:300]!r}")
+        return str(json.loads(body)["event"]["id"])
+
+    return append
+
+
+@contextlib.asynccontextmanager
+async def raw_clients() -> Any:
+    clients: dict[int, RawClient] = {}
+    try:
+        yield clients
+    finally:
+        for raw in clients.values():
+            await raw.aclose()
 
 
 # ----------------------------------------------------------------- SSE fan-out
@@ -447,7 +510,7 @@ async def fanout(
 
 
 async def throughput(
-    append: Append, clients: int, per_client: int, pid: int | None
+    append: Append, clients: int, per_client: int, pid: int | None, raw: bool = False
 ) -> dict[str, Any]:
     """`clients` tasks x `per_client` appends. A request that fails at the transport level
     (connection reset, timeout) is counted, not retried; events/s counts the appends that
@@ -456,7 +519,7 @@ async def throughput(
 
     lat: list[float] = []
     failed: list[str] = []
-    async with make_client(clients + 2) as client:
+    async with raw_clients() if raw else make_client(clients + 2) as client:
         warm = (append(client, w) for w in range(min(clients, 8)))
         await asyncio.gather(*warm, return_exceptions=True)  # warm-up; failures show below
 
@@ -465,16 +528,16 @@ async def throughput(
                 t0 = clock()
                 try:
                     await append(client, w)
-                except httpx.TransportError as exc:
+                except (httpx.TransportError, OSError, asyncio.IncompleteReadError) as exc:
                     failed.append(f"{type(exc).__name__} after {clock() - t0:.2f} s")
                     continue
                 lat.append(clock() - t0)
 
-        cpu0 = proc_cpu(pid)
+        cpu0, mine0 = proc_cpu(pid), time.process_time()
         t0 = clock()
         await asyncio.wait_for(asyncio.gather(*(worker(w) for w in range(clients))), 600)
         secs = clock() - t0
-        cpu = proc_cpu(pid) - cpu0
+        cpu, mine = proc_cpu(pid) - cpu0, time.process_time() - mine0
     n = len(lat)
     if failed:
         print(
@@ -488,6 +551,7 @@ async def throughput(
         "rate": n / secs,
         "lat": lat,
         "cpu_ms": cpu * 1000 / max(1, n),
+        "client_cpu_ms": mine * 1000 / max(1, n),
         "failed": len(failed),
     }
 
@@ -521,7 +585,7 @@ def lat_row(label: str, res: dict[str, Any] | None) -> list[str]:
 
 def tp_row(label: str, res: dict[str, Any] | None) -> list[str]:
     if res is None:
-        return [label] + ["n/a"] * 7
+        return [label] + ["n/a"] * 8
     s = common.summarize(res["lat"])
     return [
         label,
@@ -532,6 +596,7 @@ def tp_row(label: str, res: dict[str, Any] | None) -> list[str]:
         common.fmt_ms(s["p50"]),
         common.fmt_ms(s["p95"]),
         common.fmt_num(res["cpu_ms"], 2),
+        common.fmt_num(res["client_cpu_ms"], 2),
     ]
 
 
@@ -572,6 +637,22 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--small-events", type=int, default=None, help="events of that run (30)")
     p.add_argument("--no-ref", action="store_true", help="skip the reference hub")
+    p.add_argument(
+        "--appends-only",
+        action="store_true",
+        help="only the append throughput runs on our hub (no fan-out, no reference)",
+    )
+    p.add_argument(
+        "--raw-client",
+        action="store_true",
+        help="with --appends-only: a minimal HTTP/1.1 client instead of httpx (shows the hub)",
+    )
+    p.add_argument(
+        "--durability",
+        default="full",
+        choices=("full", "normal", "off"),
+        help="with --appends-only: our hub's --durability (default full, as shipped)",
+    )
     args = p.parse_args(argv)
     quick = args.quick
     args.subscribers = args.subscribers or (20 if quick else 200)
@@ -581,8 +662,39 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+def appends_only(args: argparse.Namespace) -> int:
+    """Our hub's append throughput alone (`--appends-only`): N clients, then 1 client."""
+    per_client = max(1, args.appends // args.clients)
+    single = max(1, args.appends // 10)
+    tp: dict[str, dict[str, Any] | None] = dict.fromkeys(("oursN", "ours1"))
+    with common.temp_dir("logstream-bench-hub-") as tmp, our_hub(tmp, "hub", 256) as hub:
+        tp["oursN"] = asyncio.run(
+            throughput(ours_append(hub.url), args.clients, per_client, hub.pid)
+        )
+        tp["ours1"] = asyncio.run(throughput(ours_append(hub.url), 1, single, hub.pid))
+    common.print_table(
+        "HTTP append throughput (POST /v1/event_append, keep-alive)",
+        [
+            "hub",
+            "clients",
+            "appends",
+            "failed",
+            "events/s",
+            "p50 ms",
+            "p95 ms",
+            "hub CPU ms/append",
+            "client CPU ms/append",
+        ],
+        [tp_row(TP_ROWS[key], tp[key]) for key in ("oursN", "ours1")],
+    )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.appends_only:
+        print(common.machine_line())
+        return appends_only(args)
     print(common.machine_line())
     per_client = max(1, args.appends // args.clients)
     single = max(1, args.appends // 10)
@@ -754,6 +866,7 @@ def report(
             "p50 ms",
             "p95 ms",
             "hub CPU ms/append",
+            "client CPU ms/append",
         ],
         [tp_row(TP_ROWS[key], tp[key]) for key in TP_ROWS],
     )

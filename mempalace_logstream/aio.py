@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
 
 import anyio.to_thread
 
@@ -23,9 +23,10 @@ from mempalace_logstream.store import LogStore, ReadRequest
 
 FALLBACK_CHECK_S = notify.FALLBACK_CHECK_S
 FEED_BATCH = 500
+T = TypeVar("T")
 
 
-async def run(fn: Any, *args: Any, **kwargs: Any) -> Any:
+async def run(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run a sync core call in a worker thread."""
     return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
 
@@ -35,7 +36,8 @@ async def call(store: LogStore, name: str, args: dict[str, Any]) -> dict[str, An
     clean = operations.check_args(name, args)
     if name == "event_wait":
         return await event_wait(store, clean)
-    return await run(operations.OPERATIONS[name], store, **clean)
+    result: dict[str, Any] = await run(operations.OPERATIONS[name], store, **clean)
+    return result
 
 
 async def event_wait(store: LogStore, args: dict[str, Any]) -> dict[str, Any]:
@@ -89,9 +91,12 @@ class Feed:
         if fut is None:
             fut = asyncio.ensure_future(run(self._store.read, self._req, seq))
             self._inflight[seq] = fut
-            fut.add_done_callback(lambda _f, s=seq: self._inflight.pop(s, None))
+            fut.add_done_callback(functools.partial(self._forget, seq))
         # Shielded: one subscriber disconnecting must not cancel the read the others await.
         return await asyncio.shield(fut)
+
+    def _forget(self, seq: int, _fut: asyncio.Future[Page]) -> None:
+        self._inflight.pop(seq, None)
 
 
 async def follow(

@@ -36,17 +36,25 @@ RULES: dict[str, tuple[str, ...]] = {
     "aio": ("fastapi", "mcp", "typer", "httpx"),
     "hub_client": ("fastapi", "mcp", "typer"),
     "mcp_server": ("fastapi", "typer", "sse_starlette"),
-    "http_app": ("typer", "mcp"),
-    "sync_routes": ("typer", "mcp"),
+    "http": ("typer", "mcp"),
+    # Re-export shims of the old paths (the hub now lives in the http package).
+    "http_app": ("typer", "mcp", "fastapi", "sse_starlette"),
+    "sync_routes": ("typer", "mcp", "fastapi", "sse_starlette"),
 }
 MIGRATION_RULES = ("store", "engine", "migrate", *SURFACE_LIBS)
 # Surfaces never import each other; the CLI alone may do so lazily, inside a command.
-SURFACES = {"cli": "cli", "http_app": "http", "sync_routes": "http", "mcp_server": "mcp"}
+SURFACES = {
+    "cli": "cli",
+    "http": "http",
+    "http_app": "http",
+    "sync_routes": "http",
+    "mcp_server": "mcp",
+}
 SOLE_IMPORTERS = {
     "typer": {"cli"},
     "mcp": {"mcp_server"},
-    "fastapi": {"http_app", "sync_routes"},
-    "sse_starlette": {"http_app"},
+    "fastapi": {"http"},
+    "sse_starlette": {"http"},
 }
 
 
@@ -193,6 +201,49 @@ def test_every_cli_module_is_in_the_cli_layer_table():
 def test_cli_modules_import_only_downwards(module):
     bad = _cli_imports(PKG / "cli" / f"{module}.py") - set(CLI_RULES[module]) - {module}
     assert not bad, f"cli/{module}.py imports cli modules {sorted(bad)}"
+
+
+# --------------------------------------------------------------------------- the HTTP package
+# Inside http/: settings and the error shape at the bottom, route modules above them, the app
+# on top; a route module never imports another. http module -> the http modules it may import.
+HTTP_BASE = ("settings", "responses", "params")
+HTTP_RULES: dict[str, tuple[str, ...]] = {
+    "settings": (),
+    "responses": (),
+    "params": (),
+    "guard": ("settings", "responses"),
+    "pages": HTTP_BASE,
+    "ops": HTTP_BASE,
+    "sse": HTTP_BASE,
+    "sync_routes": HTTP_BASE,
+    "app": (*HTTP_BASE, "guard", "pages", "ops", "sse", "sync_routes"),
+    "__init__": ("app", "settings"),
+}
+
+
+def _http_imports(path: Path) -> set[str]:
+    """The http modules an http file imports (`from mempalace_logstream.http import x` too)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+            "mempalace_logstream.http"
+        ):
+            parts = (node.module or "").split(".")
+            if parts[1] != "http":  # http_app: the old path, not this package
+                continue
+            out |= {parts[2]} if len(parts) > 2 else {a.name for a in node.names}
+    return out
+
+
+def test_every_http_module_is_in_the_http_layer_table():
+    names = sorted(p.stem for p in _files("http"))
+    assert names == sorted(HTTP_RULES), "add the new http module to HTTP_RULES in test_layers.py"
+
+
+@pytest.mark.parametrize("module", sorted(HTTP_RULES))
+def test_http_modules_import_only_downwards(module):
+    bad = _http_imports(PKG / "http" / f"{module}.py") - set(HTTP_RULES[module]) - {module}
+    assert not bad, f"http/{module}.py imports http modules {sorted(bad)}"
 
 
 def test_test_only_seams_live_in_cli_testhooks():

@@ -1,0 +1,140 @@
+"""The hub app: `create_app(store, settings)` wires the guard, the error handler table and the
+routes (operations, pages, SSE, sync) onto one FastAPI app, plus optional extra ASGI mounts
+(the MCP endpoint, built by the CLI).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+import anyio
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
+
+from mempalace_logstream import aio, errors, sync
+from mempalace_logstream.http import ops, pages, sse, sync_routes
+from mempalace_logstream.http.guard import HubGuard
+from mempalace_logstream.http.responses import (
+    ERROR_RESPONSES,
+    domain_error_response,
+    error_response,
+)
+from mempalace_logstream.http.settings import ExtraMount, HubSettings, version
+from mempalace_logstream.store import LogStore
+
+
+def create_app(
+    store: LogStore,
+    settings: HubSettings | None = None,
+    mounts: tuple[ExtraMount, ...] = (),
+    sync_loop: sync.SyncLoop | None = None,
+) -> FastAPI:
+    """The hub app. Store calls run in worker threads; waits and SSE sleep on the notifier.
+
+    `sync_loop`, when given, runs its background rounds for the app's lifetime and is the
+    source of the `/sync/peers` estate.
+    """
+    settings = settings or HubSettings()
+    app = FastAPI(
+        title="mempalace-logstream hub",
+        version=version(),
+        lifespan=_lifespan(mounts, sync_loop),
+        responses=ERROR_RESPONSES,
+        docs_url=None,  # served by pages.py from the package's own Swagger UI files, not a CDN
+        redoc_url=None,
+    )
+    app.state.store = store
+    app.state.settings = settings
+    app.state.feed = aio.Feed(store)
+    for exc_class, handler in EXCEPTION_HANDLERS.items():
+        app.add_exception_handler(exc_class, handler)
+    app.add_middleware(HubGuard, settings=settings)
+    app.get("/healthz", tags=["hub"])(healthz)
+    pages.add_pages(app)
+    ops.add_op_routes(app)
+    ops.add_get_aliases(app)
+    sse.add_sse_routes(app)
+    sync_routes.install(app, store, settings, sync_loop)
+    for m in mounts:
+        app.router.routes.append(Route(m.path, endpoint=m.app))
+    return app
+
+
+def _lifespan(mounts: tuple[ExtraMount, ...], sync_loop: sync.SyncLoop | None) -> Any:
+    """The mounts' lifespans, and the background sync rounds, for the app's lifetime."""
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            for m in mounts:
+                if m.lifespan is not None:
+                    await stack.enter_async_context(m.lifespan())
+            if sync_loop is not None:
+                sync_loop.start()
+                stack.push_async_callback(_stop_in_thread, sync_loop)
+            yield
+
+    return lifespan
+
+
+async def _stop_in_thread(sync_loop: sync.SyncLoop) -> None:
+    await anyio.to_thread.run_sync(sync_loop.stop)
+
+
+async def healthz(request: Request) -> dict[str, Any]:
+    """Liveness; needs no token."""
+    store: LogStore = request.app.state.store
+    return {"ok": True, "replica_id": store.replica_id}
+
+
+# --------------------------------------------------------------------------- error handlers
+
+
+async def domain_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, errors.LogstreamError)
+    return domain_error_response(exc)
+
+
+async def request_error(request: Request, exc: Exception) -> JSONResponse:
+    """FastAPI's body validation errors, named the way the core names its own."""
+    assert isinstance(exc, RequestValidationError)
+    op = request.url.path.rsplit("/", 1)[-1]
+    for err in exc.errors():
+        loc = [str(p) for p in err.get("loc", ()) if p != "body"]
+        name = loc[0] if loc else None
+        kind = err.get("type")
+        if kind == "extra_forbidden" and name:
+            return error_response(422, f"{name} is not a parameter of {op}", name)
+        if kind == "missing" and name:
+            return error_response(422, f"{name} is required", name)
+        if kind == "json_invalid":
+            return error_response(422, "request body is not valid JSON", "body")
+        if name is None:
+            return error_response(422, "request body must be a JSON object", "body")
+        return error_response(422, f"{name}: {err.get('msg')}", name)
+    return error_response(422, "invalid request", None)
+
+
+async def http_error(request: Request, exc: Exception) -> JSONResponse:
+    """Starlette's own errors (unknown path, wrong method) in the same error shape."""
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400:  # FastAPI could not decode the body (not UTF-8, too deep)
+        return error_response(
+            422,
+            "request body is not JSON this hub can read (not UTF-8, or nested too deeply)",
+            "body",
+        )
+    return error_response(exc.status_code, str(exc.detail), None, dict(exc.headers or {}))
+
+
+# Each surface maps domain errors exactly once, at its edge (STYLE §3).
+EXCEPTION_HANDLERS: dict[type[Exception], Any] = {
+    errors.LogstreamError: domain_error,
+    RequestValidationError: request_error,
+    StarletteHTTPException: http_error,
+}

@@ -1,0 +1,185 @@
+"""The live feed (S-6.3): SSE at `/v1/stream` and `/logstream/stream`.
+
+Frames: `id:` the event id, `event: logstream`, `data:` the event's JSON. A stream resumes
+after `Last-Event-ID` (a reconnecting EventSource) or else `since_event_id`; without either it
+tails from now. Parameters are checked and the first read done before any header is sent, so
+an error is a plain 400 and never a half-open stream. At the client cap: 503 + Retry-After.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import weakref
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from fastapi import FastAPI
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.requests import Request
+from starlette.types import Receive, Scope, Send
+
+from mempalace_logstream import aio, errors
+from mempalace_logstream import validation as v
+from mempalace_logstream.http.params import query_args, query_docs
+from mempalace_logstream.http.responses import error_response
+from mempalace_logstream.http.settings import HubSettings
+from mempalace_logstream.models import Event, Page
+from mempalace_logstream.store import LogStore, ReadRequest
+
+SSE_PARAMS = (*v.FILTER_FIELDS, "from_agent", "since_event_id", "preview", "slim")
+STREAM_PATHS = ("/logstream/stream", "/v1/stream")
+
+# Our ids and the reference's: a Last-Event-ID of this shape may be an event that has not
+# synced to this hub yet, so the stream waits for it (bounded, S-5.2); any other unknown value
+# can never arrive and is refused at once.
+_EVENT_ID_SHAPE = re.compile(r"^evt_\d{8}T\d{6}_[0-9a-f]{12,}$")
+
+
+def add_sse_routes(app: FastAPI) -> None:
+    """The stream at both paths; only `/v1/stream` is in the OpenAPI document."""
+    app.state.sse_clients = 0
+    stream_doc = {"description": "text/event-stream", "content": {"text/event-stream": {}}}
+    docs = {**query_docs(SSE_PARAMS), "responses": {"200": stream_doc}}
+    for path in STREAM_PATHS:
+        in_schema = path == "/v1/stream"
+        app.get(path, tags=["stream"], openapi_extra=docs, include_in_schema=in_schema)(stream)
+
+
+class _SlotResponse(EventSourceResponse):
+    """Releases its client slot however the stream ends (even before the body starts)."""
+
+    def __init__(self, *args: Any, release: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
+
+
+async def stream(request: Request) -> Any:
+    """Live feed (S-6.3): `id:` event id, `event: logstream`, `data:` event JSON.
+
+    Resumes after `Last-Event-ID` (a reconnecting EventSource) or else `since_event_id`;
+    without either, tails from now. Errors answer 400 before the stream opens; at the
+    client cap, 503 + Retry-After.
+    """
+    state = request.app.state
+    store: LogStore = state.store
+    settings: HubSettings = state.settings
+    # The slot is taken before the first await: clients connecting at once cannot all
+    # pass the check while each waits for its first read.
+    if state.sse_clients >= settings.sse_max_clients:
+        return error_response(
+            503,
+            f"the hub serves at most {settings.sse_max_clients} SSE clients; retry later "
+            "or long-poll event_wait",
+            None,
+            {"Retry-After": "5"},
+        )
+    state.sse_clients += 1
+    released = False
+
+    def release() -> None:
+        nonlocal released
+        if not released:
+            released = True
+            state.sse_clients -= 1
+
+    try:
+        req, first = await _open_stream(request, store, settings)
+    except errors.LogstreamError as exc:
+        release()
+        return error_response(400, exc.message, getattr(exc, "field", None))
+    except BaseException:
+        release()
+        raise
+    return _SlotResponse(
+        _frames(store, state.feed, req, first, settings),
+        release=release,
+        ping=settings.ping_interval_s,
+        ping_message_factory=lambda: ServerSentEvent(comment="ping", sep="\n"),
+        sep="\n",
+        headers={"Cache-Control": "no-cache"},
+    )
+
+
+def _last_event_id(request: Request) -> str | None:
+    """The Last-Event-ID header, validated; None when absent or empty."""
+    raw = request.headers.get("last-event-id")
+    if raw is None or not raw.strip():
+        return None
+    return v.remote_id("Last-Event-ID", raw.strip())
+
+
+async def _open_stream(
+    request: Request, store: LogStore, settings: HubSettings
+) -> tuple[ReadRequest, Page]:
+    """Validate and run the first read before any header is sent (never a half-open stream).
+
+    `Last-Event-ID` wins over `since_event_id`: a browser EventSource reconnects to the URL it
+    was opened with (often `since_event_id=tip`) and says where it stopped in the header.
+    """
+    args = query_args(request, SSE_PARAMS, v.FILTER_FIELDS)
+    header = _last_event_id(request)
+    if header is not None:
+        args["since_event_id"] = header
+    elif not args.get("since_event_id"):
+        args["since_event_id"] = "tip"
+    req = store.read_request(**args)
+    catch_up = req.replace(limit=aio.FEED_BATCH, order="asc")
+    try:
+        first: Page = await aio.run(store.read, catch_up)
+    except errors.NotFoundError:
+        if header is None:
+            raise
+        waited = _EVENT_ID_SHAPE.match(header) is not None
+        if not waited or not await aio.wait_for_event(store, header, settings.resume_wait_s):
+            after = f" (waited {settings.resume_wait_s:g} s for it to sync in)" if waited else ""
+            raise errors.NotFoundError(
+                f"Last-Event-ID {header!r} is not an event of this hub{after}; reconnect "
+                "without it to tail from now",
+                field="Last-Event-ID",
+                ident=header,
+            ) from None
+        first = await aio.run(store.read, catch_up)
+    return req, first
+
+
+async def _frames(
+    store: LogStore, feed: aio.Feed, req: ReadRequest, first: Page, settings: HubSettings
+) -> AsyncIterator[ServerSentEvent]:
+    yield ServerSentEvent(comment="connected", retry=settings.retry_ms, sep="\n")
+    for event in first.events:
+        yield _frame(event, req)
+    async for batch in aio.follow(store, feed, req, first.scanned_seq):
+        for event in batch:
+            yield _frame(event, req)
+
+
+def _frame(event: Event, req: ReadRequest) -> ServerSentEvent:
+    data = _frame_data(event, req.preview, req.slim)
+    return ServerSentEvent(data=data, id=event.id, event="logstream", sep="\n")
+
+
+# An event's `data:` JSON per (preview, slim), built once for all the subscribers one commit
+# wakes: they share the Feed page's Event objects. Weak keys: an entry lives only while some
+# subscriber still holds the event, so memory stays bounded by the pages in flight.
+_FRAME_DATA: weakref.WeakKeyDictionary[Event, dict[tuple[bool, bool], str]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _frame_data(event: Event, preview: bool, slim: bool) -> str:
+    built = _FRAME_DATA.get(event)
+    if built is None:
+        built = _FRAME_DATA[event] = {}
+    data = built.get((preview, slim))
+    if data is None:
+        data = built[(preview, slim)] = json.dumps(
+            event.to_dict(preview=preview, slim=slim), ensure_ascii=False, separators=(",", ":")
+        )
+    return data
