@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
+from mempalace_logstream import backends, errors
 from mempalace_logstream import engine as engine_mod
-from mempalace_logstream import errors
 from mempalace_logstream.schema import SCHEMA_HEAD
 
 if TYPE_CHECKING:
@@ -55,8 +55,7 @@ def current_revision(conn: sa.Connection) -> str | None:
 def _locked(engine: sa.Engine):
     ctx = engine_mod.writer(engine).begin()
     conn = ctx.__enter__()
-    if engine.dialect.name == "postgresql":
-        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_MIGRATE_LOCK})
+    backends.for_engine(engine).lock_migrations(conn, PG_MIGRATE_LOCK)
     return ctx, conn
 
 

@@ -15,13 +15,12 @@ otherwise (PostgreSQL, or an engine with statement listeners).
 
 from __future__ import annotations
 
-import abc
 import base64
 import binascii
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +28,11 @@ import sqlalchemy as sa
 
 from mempalace_logstream import errors, hlc
 from mempalace_logstream import validation as v
+from mempalace_logstream.backends.base import EVENT_COL_NAMES as _EVENT_COL_NAMES
+from mempalace_logstream.backends.base import CoreExecutor as _Core
+from mempalace_logstream.backends.base import Executor as _Ex
+from mempalace_logstream.backends.base import binds as _binds
+from mempalace_logstream.backends.base import in_lists as _in_lists
 from mempalace_logstream.models import Artifact, Event, read_metadata
 from mempalace_logstream.schema import (
     artifact_blobs,
@@ -41,13 +45,13 @@ from mempalace_logstream.schema import (
     sync_rejections,
 )
 from mempalace_logstream.store import (
-    _EVENT_COLS,
+    ARTIFACT_COLS,
     LogStore,
     _artifact_from_row,
     _artifact_ids,
     _events_from_rows,
-    _links_column,
     _now_text,
+    links_column,
 )
 
 MAX_OPS_LIMIT = 500
@@ -71,33 +75,15 @@ ROWS_MAX_BYTES = 8 * 1024 * 1024  # body + metadata characters per compact page 
 _READ_CHUNK = 500  # rows per read statement: the same memory bound as a reference page
 _ART_AT = ROW_COLUMNS.index("artifact_ids")
 _BODY_AT, _META_AT = ROW_COLUMNS.index("body"), ROW_COLUMNS.index("metadata")
-_IN_MAX = 512  # values per IN list; lists are padded to a power of two (few SQL shapes)
 
-# The events row of one stored event, in `_EVENT_COLS` order (idempotency_key stays NULL):
+# The events row of one stored event, in `EVENT_COLS` order (idempotency_key stays NULL):
 # seq, then the "tail" that EventChecker builds while validating (see `_event`).
-_EVENT_COL_NAMES = tuple(c.name for c in _EVENT_COLS)
 _TAIL_COLS = (
     "id", "origin_replica", "origin_seq", "hlc", "type", "stream", "room", "topic",
     "from_agent", "to_agent", "correlation_id", "branch", "base_commit", "status", "body",
     "created_at", "metadata_json",
 )  # fmt: skip
 assert _EVENT_COL_NAMES == ("seq", *_TAIL_COLS), "events columns changed: update _TAIL_COLS"
-_QMARK_INSERT_EVENTS = (
-    f"INSERT INTO {events.name} ({', '.join(_EVENT_COL_NAMES)}) "
-    f"VALUES ({', '.join('?' * len(_EVENT_COL_NAMES))})"
-)
-# A big page is bound into a constraint-free TEMP table, then moved with one INSERT…SELECT:
-# the 13 index updates run in one C statement, which releases the GIL for its whole length
-# (the next page is validated meanwhile), instead of 5,000 short steps.
-_QMARK_HELD_IDS: dict[int, str] = {}
-_STAGE = "logstream_sync_stage"
-_STAGE_MIN_ROWS = 64
-_STAGE_DDL = f"CREATE TEMP TABLE IF NOT EXISTS {_STAGE} ({', '.join(_EVENT_COL_NAMES)})"
-_STAGE_INSERT = _QMARK_INSERT_EVENTS.replace(f"INTO {events.name} ", f"INTO temp.{_STAGE} ", 1)
-_STAGE_MOVE = (
-    f"INSERT INTO main.{events.name} ({', '.join(_EVENT_COL_NAMES)}) "
-    f"SELECT {', '.join(_EVENT_COL_NAMES)} FROM temp.{_STAGE} ORDER BY rowid"
-)
 
 
 @dataclass
@@ -194,10 +180,10 @@ def ops_rows(store: LogStore, origin: Any, after_seq: Any = 0, limit: Any = None
     `ROW_COLUMNS` values as `/sync/ops` has them (artifact_ids sorted, metadata an object).
     Raises ValidationError."""
     clean_origin, after, n = _ops_args(origin, after_seq, limit, MAX_ROWS_LIMIT)
-    dialect = store.dialect
+    backend = store.backend
 
     def build() -> sa.Executable:
-        named = {"artifact_ids": _links_column(dialect), "metadata": events.c.metadata_json}
+        named = {"artifact_ids": links_column(backend), "metadata": events.c.metadata_json}
         cols = [named[c] if c in named else events.c[c] for c in ROW_COLUMNS]
         q = sa.select(*cols).where(
             events.c.origin_replica == sa.bindparam("origin"),
@@ -291,12 +277,12 @@ def get_artifacts(
     with store._storage_errors(), store.engine.connect() as conn:
         for chunk in _chunks(clean, 200):
             q = (
-                sa.select(artifacts, artifact_blobs.c.content)
+                sa.select(*ARTIFACT_COLS, artifact_blobs.c.content)
                 .join(artifact_blobs, artifact_blobs.c.sha256 == artifacts.c.sha256)
                 .where(artifacts.c.id.in_(chunk))
             )
             for row in conn.execute(q):
-                found[row.id] = _artifact_from_row(row, bytes(row.content))
+                found[row[0]] = _artifact_from_row(row, bytes(row[-1]))
     out: list[Artifact] = []
     more: list[str] = []
     budget = 0
@@ -652,120 +638,8 @@ def apply_remote_batch(store: LogStore, artifact_raws: Sequence[Any], parsed: Pa
         _resolve(store, ex, "artifact", art_ids)
         _resolve(store, ex, "event", res.applied_ids[len(art_ids) :])
 
-    store._submit(
-        lambda conn, st: work(_Core(store, conn), st),
-        lambda db, st: work(_Raw(store, db, on_bulk), st),
-    )
+    store._write(work, on_bulk)
     return res
-
-
-class _Ex(abc.ABC):
-    """The statements of one apply transaction. Shapes are compiled once per store
-    (`LogStore._sql`); `_Raw` runs them on the SQLite writer's DBAPI connection, `_Core`
-    through SQLAlchemy (PostgreSQL, or an engine with statement listeners)."""
-
-    @abc.abstractmethod
-    def rows(self, key: Any, build: Callable[[], Any], params: Mapping[str, Any]) -> Sequence: ...
-
-    @abc.abstractmethod
-    def run(self, key: Any, build: Callable[[], Any], params: Mapping[str, Any]) -> None: ...
-
-    @abc.abstractmethod
-    def insert(self, key: Any, table: sa.Table, rows: list[dict[str, Any]]) -> None:
-        """INSERT rows giving every column of `table`."""
-        ...
-
-    @abc.abstractmethod
-    def insert_events(self, rows: list[tuple[Any, ...]]) -> None:
-        """INSERT events rows in `_EVENT_COLS` order."""
-        ...
-
-    def held_ids(self, ids: list[str]) -> set[str]:
-        """The event ids among `ids` held here (distinct ids)."""
-        out: set[str] = set()
-        for n, params in _in_lists(ids):
-
-            def build(n: int = n) -> sa.Executable:
-                return sa.select(events.c.id).where(events.c.id.in_(_binds(n)))
-
-            out.update(r[0] for r in self.rows(("sync-held-ids", n), build, params))
-        return out
-
-
-class _Raw(_Ex):
-    def __init__(self, store: LogStore, db: Any, on_bulk: Callable[[], Any] | None = None):
-        self.store, self.db, self.on_bulk = store, db, on_bulk
-
-    def rows(self, key: Any, build: Callable[[], Any], params: Mapping[str, Any]) -> Sequence:
-        return self.db.execute(*self.store._sql(key, build, params)).fetchall()
-
-    def run(self, key: Any, build: Callable[[], Any], params: Mapping[str, Any]) -> None:
-        self.db.execute(*self.store._sql(key, build, params))
-
-    def insert(self, key: Any, table: sa.Table, rows: list[dict[str, Any]]) -> None:
-        sql, _ = self.store._sql(key, lambda: sa.insert(table), {})
-        self.db.executemany(sql, rows)
-
-    def held_ids(self, ids: list[str]) -> set[str]:
-        # Positional IN lists of 512 (padded): the probe of a fresh page costs ~1 µs an id.
-        out: set[str] = set()
-        for i in range(0, len(ids), _IN_MAX):
-            chunk = ids[i : i + _IN_MAX]
-            n = 1 << (len(chunk) - 1).bit_length()
-            sql = _QMARK_HELD_IDS.get(n)
-            if sql is None:
-                sql = _QMARK_HELD_IDS[n] = (
-                    f"SELECT id FROM {events.name} WHERE id IN ({', '.join('?' * n)})"
-                )
-            out.update(r[0] for r in self.db.execute(sql, chunk + [chunk[-1]] * (n - len(chunk))))
-        return out
-
-    def insert_events(self, rows: list[tuple[Any, ...]]) -> None:
-        # Positional binding: by name costs ~5 µs more per 19-column row.
-        db = self.db
-        if len(rows) < _STAGE_MIN_ROWS:
-            db.executemany(_QMARK_INSERT_EVENTS, rows)
-            return
-        db.execute(_STAGE_DDL)  # once per connection; part of this transaction
-        try:
-            db.executemany(_STAGE_INSERT, rows)
-            if self.on_bulk is not None:
-                self.on_bulk()
-            db.execute(_STAGE_MOVE)
-        finally:
-            db.execute(f"DELETE FROM temp.{_STAGE}")
-
-
-class _Core(_Ex):
-    def __init__(self, store: LogStore, conn: sa.Connection) -> None:
-        self.store, self.conn = store, conn
-
-    def rows(self, key: Any, build: Callable[[], Any], params: Mapping[str, Any]) -> Sequence:
-        return self.conn.execute(build(), dict(params)).all()
-
-    def run(self, key: Any, build: Callable[[], Any], params: Mapping[str, Any]) -> None:
-        self.conn.execute(build(), dict(params))
-
-    def insert(self, key: Any, table: sa.Table, rows: list[dict[str, Any]]) -> None:
-        self.conn.execute(sa.insert(table), rows)
-
-    def insert_events(self, rows: list[tuple[Any, ...]]) -> None:
-        names = _EVENT_COL_NAMES
-        self.conn.execute(sa.insert(events), [dict(zip(names, r, strict=True)) for r in rows])
-
-
-def _binds(n: int) -> list[sa.BindParameter[Any]]:
-    return [sa.bindparam(f"v{i}") for i in range(n)]
-
-
-def _in_lists(values: Sequence[Any]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(n, params v0..v{n-1}) per chunk of `values`: n is a power of two <= 512, the chunk
-    padded with its last value (a repeat changes nothing in an IN list)."""
-    for i in range(0, len(values), _IN_MAX):
-        chunk = values[i : i + _IN_MAX]
-        n = 1 << (len(chunk) - 1).bit_length()
-        last = chunk[-1]
-        yield n, {f"v{j}": chunk[j] if j < len(chunk) else last for j in range(n)}
 
 
 def _apply_artifacts_tx(store: LogStore, ex: _Ex, st: Any, good: list[Artifact],
@@ -1230,7 +1104,7 @@ def record_sequence_anomalies(store: LogStore, reports: list[dict[str, Any]]) ->
     """Remember events that claim an origin position beyond what that origin itself says it
     has written (kind `sequence` in sync_rejections; the events stay, nothing is retried)."""
     if reports:
-        store._submit(lambda conn, st: _record_rejections(store, _Core(store, conn), reports))
+        store._submit(lambda conn, st: _record_rejections(store, _Core(conn), reports))
 
 
 def list_conflicts(store: LogStore, limit: int = 100) -> list[dict[str, Any]]:

@@ -14,7 +14,6 @@ import functools
 import hashlib
 import re
 import secrets
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -23,20 +22,22 @@ from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 
+from mempalace_logstream import backends, errors, hlc, migrate, notify
 from mempalace_logstream import engine as engine_mod
-from mempalace_logstream import errors, hlc, migrate, notify
 from mempalace_logstream import validation as v
+from mempalace_logstream.backends import Backend, CoreExecutor, Executor, QueryExecutor
+from mempalace_logstream.backends.base import EVENT_COL_NAMES as _EVENT_COL_NAMES
+from mempalace_logstream.backends.base import EVENT_COLS
+from mempalace_logstream.backends.base import Query as _Query
 from mempalace_logstream.models import Artifact, ArtifactDraft, Event, EventDraft, Page
 from mempalace_logstream.schema import artifact_blobs, artifacts, event_artifacts, events, meta
 
-PG_APPEND_LOCK = 0x6C6F6773  # "logs": one advisory lock serializes seq assignment on PostgreSQL
+_EVENT_COLS = EVENT_COLS  # the events columns but idempotency_key (tests read them)
 FROM_AGENT_NOTE = (
     "from_agent is your identity on reads and does not filter; pass writer=<agent> to filter "
     "by author"
 )
-_EVENT_COLS = [c for c in events.c if c.name != "idempotency_key"]
 # An inbox read with up to this many to_agent values runs one index-ordered leg per value
 # (see LogStore._page_query); more values fall back to one IN list.
 _SPLIT_TO_AGENT_MAX = 8
@@ -54,9 +55,8 @@ _TX_STATE_QUERY = sa.select(
     .scalar_subquery(),
 )
 # Hot statements are compiled once per store from the Core tables above and run as plain SQL
-# text: on SQLite through a DBAPI connection (no SQLAlchemy per statement), elsewhere through
-# `exec_driver_sql`. SQLite text uses named parameters, which the sqlite3 module binds from dicts.
-_SQLITE_NAMED = SQLiteDialect_pysqlite(paramstyle="named")
+# text: on a backend's fast path through its DBAPI connection (no SQLAlchemy per statement),
+# elsewhere through `exec_driver_sql`.
 # Read statements select the Event fields in declaration order, the artifact links column in
 # the `artifact_ids` slot, so a row zips straight into an Event's __dict__.
 _EVENT_FIELDS = tuple(f.name for f in dataclasses.fields(Event))
@@ -65,16 +65,44 @@ _OSEQ_AT, _LINKS_AT = _EVENT_FIELDS.index("origin_seq"), _EVENT_FIELDS.index("ar
 # A page row carries its artifact links as "position<RS>id<US>position<RS>id…" (control
 # characters never occur in ids), so a read needs no second statement over the page's ids.
 _POS_SEP, _LINK_SEP = "\x1e", "\x1f"
-# Filter fields in the order of `Filters.clause()`, and the column each one tests.
-_PAGE_FILTERS = ("stream", "room", "topic", "type", "correlation_id", "status", "writer",
-                 "exclude_writer")  # fmt: skip
+# The read filters, described once: field -> (the events column it tests, how). "in": the
+# column is one of the values; "not_in": none of them; "inbox": one of them or "*" (broadcast).
+# The SQL of a page (`LogStore._page_statement`) and `Filters.matches` both derive from it.
+FILTER_RULES: dict[str, tuple[str, str]] = {
+    "stream": ("stream", "in"),
+    "room": ("room", "in"),
+    "topic": ("topic", "in"),
+    "type": ("type", "in"),
+    "correlation_id": ("correlation_id", "in"),
+    "status": ("status", "in"),
+    "writer": ("from_agent", "in"),
+    "exclude_writer": ("from_agent", "not_in"),
+    "to_agent": ("to_agent", "inbox"),
+}
+# An artifact row in the order `_artifact_from_row` reads it.
+ARTIFACT_COLS = [
+    artifacts.c[name]
+    for name in (
+        "id",
+        "kind",
+        "sha256",
+        "size_bytes",
+        "encoding",
+        "created_by",
+        "created_at",
+        "origin_replica",
+        "metadata_json",
+    )
+]
+_PAGE_FILTERS = tuple(name for name, (_, how) in FILTER_RULES.items() if how != "inbox")
 
 
-def _links_column(dialect: str) -> sa.Label[Any]:
+def links_column(backend: Backend) -> sa.Label[Any]:
+    """An event's artifact links as one column ("position<RS>id<US>…"), built with the
+    backend's string aggregate."""
     ea = event_artifacts.alias("ea")
-    char = sa.func.chr if dialect == "postgresql" else sa.func.char
+    char, agg = backend.links_functions()
     item = sa.cast(ea.c.position, sa.Text) + char(sa.literal_column("30")) + ea.c.artifact_id
-    agg = sa.func.string_agg if dialect == "postgresql" else sa.func.group_concat
     link_sep = char(sa.literal_column("31"))
     return (
         sa.select(agg(item, link_sep))
@@ -91,15 +119,15 @@ def _artifact_ids(links: str | None) -> tuple[str, ...]:
     return tuple(aid for _, aid in sorted(pairs, key=lambda p: int(p[0])))
 
 
-def _read_columns(dialect: str) -> list[sa.ColumnElement[Any]]:
+def _read_columns(backend: Backend) -> list[sa.ColumnElement[Any]]:
     cols: list[sa.ColumnElement[Any]] = []
     for name in _EVENT_FIELDS:
-        cols.append(_links_column(dialect) if name == "artifact_ids" else events.c[name])
+        cols.append(links_column(backend) if name == "artifact_ids" else events.c[name])
     return cols
 
 
 def _events_from_rows(rows: Sequence[Sequence[Any]]) -> list[Event]:
-    """Events from rows of `_read_columns` (plain tuples or Rows).
+    """Events from rows of `_read_columns` (plain tuples or Rows): the one row -> Event.
 
     A frozen dataclass assigns every field through `object.__setattr__` in `__init__`; filling
     `__dict__` directly builds the same object ~6x faster (a page has up to 500 of them).
@@ -114,10 +142,6 @@ def _events_from_rows(rows: Sequence[Sequence[Any]]) -> list[Event]:
         values["artifact_ids"] = _artifact_ids(row[_LINKS_AT])
         out.append(event)
     return out
-
-
-# Query = run one precompiled SQL text with a parameter dict, return all rows as tuples.
-_Query = Callable[[str, Mapping[str, Any]], Sequence[Sequence[Any]]]
 
 
 @functools.lru_cache(maxsize=4)
@@ -163,43 +187,28 @@ class Filters:
     def parse(cls, **raw: Any) -> Filters:
         return cls(**{name: v.filter_values(name, raw.get(name)) for name in v.FILTER_FIELDS})
 
-    def clause(self) -> list[sa.ColumnElement[bool]]:
-        out: list[sa.ColumnElement[bool]] = []
-        for name in ("stream", "room", "topic", "type", "correlation_id", "status"):
-            values = getattr(self, name)
-            if values:
-                out.append(_in(events.c[name], values))
-        if self.to_agent:
-            out.append(_in(events.c.to_agent, (*self.to_agent, "*")))
-        if self.writer:
-            out.append(_in(events.c.from_agent, self.writer))
-        if self.exclude_writer:
-            out.append(events.c.from_agent.not_in(self.exclude_writer))
-        return out
-
     def matches(self, event: Event) -> bool:
-        """The same rules as `clause()`, evaluated in Python (SSE fan-out, watch)."""
-        for name in ("stream", "room", "topic", "type", "correlation_id", "status"):
+        """`FILTER_RULES` evaluated in Python (SSE fan-out, watch): the page's SQL rules."""
+        for name, (column, how) in FILTER_RULES.items():
             values = getattr(self, name)
-            if values and getattr(event, name) not in values:
+            if not values:
+                continue
+            value = getattr(event, column)
+            if how == "not_in":
+                if value in values:
+                    return False
+            elif value not in values and not (how == "inbox" and value == "*"):
                 return False
-        if self.to_agent and event.to_agent not in (*self.to_agent, "*"):
-            return False
-        if self.writer and event.from_agent not in self.writer:
-            return False
-        return not (self.exclude_writer and event.from_agent in self.exclude_writer)
-
-
-def _in(col: sa.ColumnElement[Any], values: Sequence[str]) -> sa.ColumnElement[bool]:
-    return col == values[0] if len(values) == 1 else col.in_(values)
+        return True
 
 
 @dataclass
 class _Pending:
     fn: Callable[[sa.Connection, _TxState], Any]
-    # The same work on the SQLite DBAPI writer connection (event_append, event_ack): used when
-    # every item of a batch has one; any other item sends the whole batch down `fn`.
-    raw: Callable[[sqlite3.Connection, _TxState], Any] | None = None
+    # The same work on the backend's fast-path DBAPI connection (event_append, event_ack,
+    # replication): used when every item of a batch has one; any other item sends the whole
+    # batch down `fn`.
+    raw: Callable[[Any, _TxState], Any] | None = None
     done: bool = False
     result: Any = None
     error: BaseException | None = None
@@ -230,7 +239,8 @@ class LogStore:
         migrate_schema: bool = True,
     ) -> None:
         self.engine = engine
-        self.dialect = engine.dialect.name
+        self.backend = backends.for_engine(engine)
+        self.dialect = self.backend.name
         self._writer = engine_mod.writer(engine)
         self.max_body_bytes = max_body_bytes
         self.max_artifact_bytes = max_artifact_bytes
@@ -245,22 +255,18 @@ class LogStore:
             self.replica_id = self._load_replica_id()
         self.clock = hlc.HybridClock(self.replica_id, clock)
         self.notifier = notify.Notifier()
-        self._notify_channel: str | None = None
         self._change_watcher = self._make_change_watcher()
+        self._notify_channel = self.backend.notify_channel
         if self._change_watcher is not None:
             self.notifier.attach(self._change_watcher)
         self._queue: list[_Pending] = []
         self._queue_lock = threading.Lock()
         self._commit_lock = threading.Lock()
         self._closed = False
-        # Precompiled SQL text per statement shape (see `_sql`), and the SQLite writer's own
-        # DBAPI connection, opened on first use and used only under the commit lock.
-        self._sql_dialect = _SQLITE_NAMED if self.dialect == "sqlite" else engine.dialect
+        # Precompiled SQL text per statement shape (see `_sql`).
+        self._sql_dialect = self.backend.sql_dialect()
         self._sql_cache: dict[Any, tuple[str, dict[str, Any]]] = {}
-        self._raw_writer: Any = None
-        self._busy_timeout_s = 30.0
-        # (data_version, next seq, next artifact seq) after the raw writer's last commit.
-        self._raw_counters: tuple[int, int, int] | None = None
+        self._read_cols = _read_columns(self.backend)
         # Write transactions committed by this store (one per group commit; read by tests
         # and `stats` to show that concurrent appends share commits).
         self.commits = 0
@@ -279,9 +285,7 @@ class LogStore:
             return cls(engine, **kwargs)
         except errors.StorageError as exc:
             engine.dispose()
-            url_ = engine.url
-            sqlite = engine.dialect.name == "sqlite"
-            where = str(url_.database) if sqlite else url_.render_as_string(hide_password=True)
+            where = backends.for_engine(engine).describe()
             if where in exc.message:
                 raise
             raise type(exc)(f"cannot open {where}: {exc.message}") from exc
@@ -293,9 +297,7 @@ class LogStore:
         if self._change_watcher is not None:
             self._change_watcher.stop()
         with self._commit_lock:
-            if self._raw_writer is not None:
-                self._raw_writer.close()  # back to the pool, which dispose() closes
-                self._raw_writer = None
+            self.backend.close()
         self.engine.dispose()
 
     def __enter__(self) -> LogStore:
@@ -306,14 +308,9 @@ class LogStore:
 
     # ----------------------------------------------------------------- plumbing
 
-    @contextlib.contextmanager
-    def _storage_errors(self) -> Iterator[None]:
-        try:
-            yield
-        except sa.exc.DBAPIError as exc:
-            raise errors.StorageError(_storage_message(exc.orig)) from exc
-        except sa.exc.SQLAlchemyError as exc:
-            raise errors.StorageError(f"database error: {exc}") from exc
+    def _storage_errors(self) -> contextlib.AbstractContextManager[None]:
+        """Database errors (SQLAlchemy's, or the fast path's driver's) become StorageError."""
+        return backends.wrap_exceptions(self.backend.driver_errors)
 
     def _load_replica_id(self) -> str:
         # A plain read first: every open (each CLI call) would otherwise queue for the write
@@ -335,50 +332,23 @@ class LogStore:
             return rid
 
     def _lock_writes(self, conn: sa.Connection) -> None:
-        if self.dialect == "postgresql":
-            # Keyed by the events table's oid (resolved through search_path like every query),
-            # so logs in different schemas of one database do not serialize each other. Held
-            # to commit, and released only after the commit is visible: seq order = commit order.
-            conn.execute(
-                sa.text("SELECT pg_advisory_xact_lock(:k, 'events'::regclass::oid::int)"),
-                {"k": PG_APPEND_LOCK},
-            )
+        self.backend.lock_writes(conn)
 
     def _make_change_watcher(self) -> notify.ChangeWatcher | None:
         """The cross-process wake-up signal: one thread per store, running while anyone waits."""
-        if self.dialect == "sqlite":
-            path = str(self.engine.url.database)
-            kind = engine_mod.read_only_kind(self.engine)
-            if kind == "immutable":
-                return None  # opened as a snapshot: nothing it could signal
-            uri = engine_mod.sqlite_uri(path) if kind else None
-            return notify.ChangeWatcher(self.notifier, lambda: notify.SqliteSignal(path, uri=uri))
-        if self.dialect != "postgresql":
-            return None
-        # One channel per log: NOTIFY is per database, and logs in other schemas of the same
-        # database have other `events` tables (the same key as the append lock above).
-        with self._storage_errors(), self.engine.connect() as conn:
-            oid = conn.execute(sa.text("SELECT 'events'::regclass::oid::bigint")).scalar()
-        self._notify_channel = f"logstream_{oid}"
-        cargs, cparams = self.engine.dialect.create_connect_args(self.engine.url)
-
-        def connect() -> Any:
-            import psycopg
-
-            return psycopg.connect(*cargs, **{**cparams, "autocommit": True})
-
-        channel = self._notify_channel
-        return notify.ChangeWatcher(self.notifier, lambda: notify.PgListenSignal(connect, channel))
+        with self._storage_errors():
+            factory = self.backend.change_signal()
+        return None if factory is None else notify.ChangeWatcher(self.notifier, factory)
 
     def _submit(
         self,
         fn: Callable[[sa.Connection, _TxState], Any],
-        raw: Callable[[sqlite3.Connection, _TxState], Any] | None = None,
+        raw: Callable[[Any, _TxState], Any] | None = None,
     ) -> Any:
         """Run `fn` in a write transaction, group-committed with concurrent callers.
 
-        `raw`, when given, is the same work on the SQLite DBAPI writer connection; the batch
-        takes that path when every item has one (see `_fast_path`).
+        `raw`, when given, is the same work on the backend's fast-path DBAPI connection; the
+        batch takes that path when every item has one (see `_fast_path`).
         """
         if self._closed:
             raise errors.StorageError("the store is closed")
@@ -403,9 +373,8 @@ class LogStore:
                 state = self._begin_state(conn)
                 for item in batch:
                     self._run_item(conn, state, item, savepoint=len(batch) > 1)
-                if state.appended and self._notify_channel is not None:
-                    # Delivered by PostgreSQL at commit, never before: a hint for LISTENers.
-                    conn.execute(sa.select(sa.func.pg_notify(self._notify_channel, "")))
+                if state.appended:
+                    self.backend.after_appends(conn)
             self.commits += 1
             appended += state.appended
 
@@ -428,36 +397,49 @@ class LogStore:
         if appended:
             self.notifier.bump()
 
-    def _run_item(self, conn: sa.Connection, state: _TxState, item: _Pending, savepoint: bool):
-        snapshot = (state.next_seq, state.next_artifact_seq, len(state.appended))
-        if not savepoint:
-            item.result = item.fn(conn, state)
+    def _run_item(
+        self, conn: sa.Connection, state: _TxState, item: _Pending, savepoint: bool
+    ) -> None:
+        nested = conn.begin_nested if savepoint else None
+        self._isolated(state, item, lambda: item.fn(conn, state), nested)
+
+    def _run_raw_item(self, db: Any, state: _TxState, item: _Pending, savepoint: bool) -> None:
+        fast = self.backend.fast_path()
+        assert fast is not None and item.raw is not None
+        raw = item.raw
+        nested = functools.partial(fast.savepoint, db) if savepoint else None
+        self._isolated(state, item, lambda: raw(db, state), nested)
+
+    def _isolated(
+        self,
+        state: _TxState,
+        item: _Pending,
+        run: Callable[[], Any],
+        nested: Callable[[], contextlib.AbstractContextManager[Any]] | None,
+    ) -> None:
+        """Run one item of a batch. When several share the commit (`nested` is given), each
+        runs in its own savepoint: a failing item (bad reference, idempotency conflict, even a
+        database error on its rows) is rolled back alone and reported to its caller; the
+        others still commit."""
+        if nested is None:
+            item.result = run()
             return
-        # Each item of a group commit runs in its own savepoint: a failing item (bad
-        # reference, idempotency conflict, even a database error on its rows) is rolled back
-        # alone and reported to its caller; the others still commit.
+        snapshot = (state.next_seq, state.next_artifact_seq, len(state.appended))
         try:
-            with conn.begin_nested():
-                item.result = item.fn(conn, state)
+            with nested():
+                item.result = run()
         except Exception as exc:
             item.error = exc
-            if isinstance(exc, sa.exc.SQLAlchemyError):
-                detail = exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc
-                item.error = errors.StorageError(_storage_message(detail))
-                item.error.__cause__ = exc
+            mapped = backends.storage_error(exc, self.backend.driver_errors)
+            if mapped is not None:
+                item.error = mapped
+                mapped.__cause__ = exc
             state.next_seq, state.next_artifact_seq = snapshot[0], snapshot[1]
             del state.appended[snapshot[2] :]
 
     def _fast_path(self) -> bool:
-        """SQLite, and nobody listens to this engine's statements: plain DBAPI calls.
-
-        An engine with cursor-execute listeners (tracing, query-plan tests, the benchmark's
-        plan capture) keeps the SQLAlchemy path, which runs the very same SQL text for reads.
-        """
-        if self.dialect != "sqlite":
-            return False
-        dispatch = self.engine.dispatch
-        return not (dispatch.before_cursor_execute or dispatch.after_cursor_execute)
+        """Whether the backend's own DBAPI path is usable now (see its `fast_path`)."""
+        return self.backend.fast_path() is not None
 
     def _sql(
         self, key: Any, build: Callable[[], sa.Executable], params: Mapping[str, Any]
@@ -473,97 +455,31 @@ class LogStore:
         return sql, ({**defaults, **params} if defaults else params)
 
     def _run_raw_batch(self, batch: list[_Pending]) -> None:
-        """`_run_batch` on the SQLite writer's DBAPI connection, with the same semantics:
-        BEGIN IMMEDIATE, the state query, one SAVEPOINT per item when several share the
-        commit, COMMIT; sqlite3 errors become StorageError with the same texts."""
+        """`_run_batch` on the fast path's DBAPI connection, with the same semantics: the
+        write lock, the state query, one SAVEPOINT per item when several share the commit,
+        COMMIT; driver errors become StorageError with the same texts."""
+        fast = self.backend.fast_path()
+        assert fast is not None
         with self._settling(batch) as appended:
-            try:
-                db = self._raw_writer_connection()
-                self._raw_begin(db)
-                try:
-                    version, state = self._raw_state(db)
-                    for item in batch:
-                        self._run_raw_item(db, state, item, savepoint=len(batch) > 1)
-                    db.execute("COMMIT")
-                    self.commits += 1
-                    self._raw_counters = (version, state.next_seq, state.next_artifact_seq)
-                except BaseException:
-                    self._raw_counters = None
-                    if db.in_transaction:
-                        db.execute("ROLLBACK")
-                    raise
-            except sqlite3.Error as exc:
-                raise errors.StorageError(_storage_message(exc)) from exc
+            with self._storage_errors(), fast.transaction() as tx:
+                state = self._fast_state(tx.db, tx.known)
+                for item in batch:
+                    self._run_raw_item(tx.db, state, item, savepoint=len(batch) > 1)
+                tx.counters = (state.next_seq, state.next_artifact_seq)
+            self.commits += 1
             appended += state.appended
 
-    def _run_raw_item(
-        self, db: sqlite3.Connection, state: _TxState, item: _Pending, savepoint: bool
-    ) -> None:
-        assert item.raw is not None
-        if not savepoint:
-            item.result = item.raw(db, state)
-            return
-        snapshot = (state.next_seq, state.next_artifact_seq, len(state.appended))
-        db.execute("SAVEPOINT logstream_item")
-        try:
-            item.result = item.raw(db, state)
-        except Exception as exc:
-            db.execute("ROLLBACK TO logstream_item")
-            db.execute("RELEASE logstream_item")
-            item.error = exc
-            if isinstance(exc, sqlite3.Error):
-                item.error = errors.StorageError(_storage_message(exc))
-                item.error.__cause__ = exc
-            state.next_seq, state.next_artifact_seq = snapshot[0], snapshot[1]
-            del state.appended[snapshot[2] :]
-        else:
-            db.execute("RELEASE logstream_item")
-
-    def _raw_writer_connection(self) -> sqlite3.Connection:
-        """The writer's pooled DBAPI connection (engine.py's connect listener set WAL, the
-        synchronous level, busy_timeout, foreign_keys and isolation_level=None on it)."""
-        if self._raw_writer is None:
-            with self._storage_errors():
-                proxy = self.engine.raw_connection()
-            db = proxy.driver_connection
-            self._busy_timeout_s = db.execute("PRAGMA busy_timeout").fetchone()[0] / 1000
-            self._raw_writer = proxy
-        return self._raw_writer.driver_connection
-
-    def _raw_begin(self, db: sqlite3.Connection) -> None:
-        """BEGIN IMMEDIATE. SQLite already waits up to busy_timeout for the lock; a SQLITE_BUSY
-        returned early (WAL recovery by another connection, for one) is retried until the
-        same deadline, so callers only ever see "database busy" once it has really passed."""
-        deadline = time.monotonic() + self._busy_timeout_s
-        delay = 0.001
-        while True:
-            try:
-                db.execute("BEGIN IMMEDIATE")
-                return
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) and "busy" not in str(exc):
-                    raise
-                if time.monotonic() + delay >= deadline:
-                    raise
-            time.sleep(delay)
-            delay = min(delay * 2, 0.05)
-
-    def _raw_state(self, db: sqlite3.Connection) -> tuple[int, _TxState]:
-        """(data_version, the transaction's starting counters), under the write lock.
-
-        `PRAGMA data_version` changes when any other connection commits (another process, or
-        this store's own SQLAlchemy writer) and never for this connection's own commits. While
-        it is unchanged since our last commit, our counters are exact and the clock is already
-        past every stamp in the file, so the state query is skipped.
-        """
-        version = db.execute("PRAGMA data_version").fetchone()[0]
-        known = self._raw_counters
-        if known is not None and known[0] == version:
-            return version, _TxState(next_seq=known[1], next_artifact_seq=known[2])
-        sql, params = self._sql("tx-state", lambda: _TX_STATE_QUERY,
-                                {"own_replica": self.replica_id})  # fmt: skip
-        row = db.execute(sql, params).fetchone()
-        return version, self._state_from(*row)
+    def _fast_state(self, db: Any, known: tuple[int, int] | None) -> _TxState:
+        """The transaction's starting counters. `known`: nobody committed since our last
+        commit, so our counters are exact and the clock is already past every stamp in the
+        file; the state query is skipped."""
+        if known is not None:
+            return _TxState(next_seq=known[0], next_artifact_seq=known[1])
+        params = {"own_replica": self.replica_id}
+        sql, params = self._sql("tx-state", lambda: _TX_STATE_QUERY, params)
+        fast = self.backend.fast_path()
+        assert fast is not None
+        return self._state_from(*fast.query(db)(sql, params)[0])
 
     def _state_from(self, max_seq: Any, max_art: Any, top: Any, own: Any) -> _TxState:
         max_seq, max_art = max_seq or 0, max_art or 0
@@ -626,67 +542,51 @@ class LogStore:
         idempotency key with different content).
         """
         draft = self.draft_event(**fields)
-        return self._submit(
-            lambda conn, st: self._insert_event(conn, st, draft),
-            lambda db, st: self._insert_event_raw(db, st, draft),
-        )
+        return self._write(lambda ex, st: self._insert_event(ex, st, draft))
 
-    def _insert_event(self, conn: sa.Connection, st: _TxState, draft: EventDraft) -> Event:
+    def _write(
+        self,
+        work: Callable[[Executor, _TxState], Any],
+        on_bulk: Callable[[], Any] | None = None,
+    ) -> Any:
+        """Run `work` with the statements of a group-committed write transaction: on the
+        backend's fast path when it has one, else through SQLAlchemy. `on_bulk` is called by
+        the fast path when the rest of the transaction is long work that releases the GIL."""
+        fast = self.backend.fast_path()
+        raw: Callable[[Any, _TxState], Any] | None = None
+        if fast is not None:
+
+            def raw(db: Any, st: _TxState) -> Any:
+                return work(fast.executor(db, self._sql, on_bulk), st)
+
+        return self._submit(lambda conn, st: work(CoreExecutor(conn), st), raw)
+
+    def _insert_event(self, ex: Executor | sa.Connection, st: _TxState, draft: EventDraft) -> Event:
+        """The one insert of a local event: the idempotent replay, the artifact references,
+        the row and its links."""
+        if isinstance(ex, sa.Connection):
+            ex = CoreExecutor(ex)
         if draft.idempotency_key is not None:
-            prior = self._find_idempotent(conn, draft)
+            prior = self._find_idempotent(ex, draft)
             if prior is not None:
-                return prior
-        if draft.artifact_ids:
-            found = set(
-                conn.execute(
-                    sa.select(artifacts.c.id).where(artifacts.c.id.in_(draft.artifact_ids))
-                ).scalars()
-            )
-            missing = [a for a in draft.artifact_ids if a not in found]
-            if missing:
+                return self._same_as_prior(prior, draft)
+        for aid in draft.artifact_ids:
+            if not ex.rows("artifact-exists", _artifact_exists, {"id": aid}):
                 raise errors.NotFoundError(
-                    f"artifact_ids references unknown artifact {missing[0]!r}; put it first",
+                    f"artifact_ids references unknown artifact {aid!r}; put it first",
                     field="artifact_ids",
-                    ident=missing[0],
+                    ident=aid,
                 )
         event = self._new_event(st, draft)
-        self._write_event_row(conn, event, draft.idempotency_key)
-        st.next_seq += 1
-        st.appended.append(event)
-        return event
-
-    def _insert_event_raw(self, db: sqlite3.Connection, st: _TxState, draft: EventDraft) -> Event:
-        """`_insert_event` on the SQLite writer's DBAPI connection (same checks, same rows)."""
-        if draft.idempotency_key is not None:
-            params = {"from_agent": draft.from_agent, "idempotency_key": draft.idempotency_key}
-            sql, params = self._sql("idempotent", lambda: self._event_select(
-                events.c.from_agent == sa.bindparam("from_agent"),
-                events.c.idempotency_key == sa.bindparam("idempotency_key"),
-            ), params)  # fmt: skip
-            rows = db.execute(sql, params).fetchall()
-            if rows:
-                return self._same_as_prior(_events_from_rows(rows)[0], draft)
-        if draft.artifact_ids:
-            for aid in draft.artifact_ids:
-                sql, params = self._sql("artifact-exists", lambda: sa.select(artifacts.c.id).where(
-                    artifacts.c.id == sa.bindparam("id")
-                ), {"id": aid})  # fmt: skip
-                if db.execute(sql, params).fetchone() is None:
-                    raise errors.NotFoundError(
-                        f"artifact_ids references unknown artifact {aid!r}; put it first",
-                        field="artifact_ids",
-                        ident=aid,
-                    )
-        event = self._new_event(st, draft)
-        row = {**event.__dict__, "idempotency_key": draft.idempotency_key}
-        sql, params = self._sql("insert-event", lambda: sa.insert(events), row)
-        db.execute(sql, params)
+        row = {name: event.__dict__[name] for name in _EVENT_COL_NAMES}
+        row["idempotency_key"] = draft.idempotency_key
+        ex.insert("insert-event", events, [row])
         if event.artifact_ids:
-            sql, _ = self._sql("insert-link", lambda: sa.insert(event_artifacts), {})
-            db.executemany(sql, [
+            links = [
                 {"event_id": event.id, "artifact_id": a, "position": i}
                 for i, a in enumerate(event.artifact_ids)
-            ])  # fmt: skip
+            ]
+            ex.insert("insert-link", event_artifacts, links)
         st.next_seq += 1
         st.appended.append(event)
         return event
@@ -716,29 +616,18 @@ class LogStore:
             metadata_json=draft.metadata_json,
         )
 
-    def _write_event_row(self, conn: sa.Connection, event: Event, key: str | None) -> None:
-        row = {c.name: getattr(event, c.name) for c in _EVENT_COLS}
-        row["idempotency_key"] = key
-        conn.execute(sa.insert(events), row)
-        if event.artifact_ids:
-            conn.execute(
-                sa.insert(event_artifacts),
-                [
-                    {"event_id": event.id, "artifact_id": a, "position": i}
-                    for i, a in enumerate(event.artifact_ids)
-                ],
+    def _find_idempotent(self, ex: Executor, draft: EventDraft) -> Event | None:
+        """The event stored earlier under the draft's (from_agent, idempotency_key)."""
+
+        def build() -> sa.Select[Any]:
+            return self._event_select(
+                events.c.from_agent == sa.bindparam("from_agent"),
+                events.c.idempotency_key == sa.bindparam("idempotency_key"),
             )
 
-    def _find_idempotent(self, conn: sa.Connection, draft: EventDraft) -> Event | None:
-        row = conn.execute(
-            sa.select(*_EVENT_COLS).where(
-                events.c.from_agent == draft.from_agent,
-                events.c.idempotency_key == draft.idempotency_key,
-            )
-        ).first()
-        if row is None:
-            return None
-        return self._same_as_prior(self._hydrate(conn, [row])[0], draft)
+        params = {"from_agent": draft.from_agent, "idempotency_key": draft.idempotency_key}
+        rows = ex.rows("idempotent", build, params)
+        return _events_from_rows(rows)[0] if rows else None
 
     def _same_as_prior(self, prior: Event, draft: EventDraft) -> Event:
         """The earlier event of an idempotency key, or ConflictError if its content differs."""
@@ -803,16 +692,11 @@ class LogStore:
             )
             return draft
 
-        def write(conn: sa.Connection, st: _TxState) -> Event:
-            target = self._get_event(conn, target_id, field="event_id")
-            return self._insert_event(conn, st, ack_draft(target))
+        def write(ex: Executor, st: _TxState) -> Event:
+            target = self._event_by_id(ex, target_id, field="event_id")
+            return self._insert_event(ex, st, ack_draft(target))
 
-        def write_raw(db: sqlite3.Connection, st: _TxState) -> Event:
-            query: _Query = lambda sql, params: db.execute(sql, params).fetchall()  # noqa: E731
-            target = self._event_by_id(query, target_id, field="event_id")
-            return self._insert_event_raw(db, st, ack_draft(target))
-
-        return self._submit(write, write_raw)
+        return self._write(write)
 
     # ----------------------------------------------------------------- artifacts
 
@@ -842,11 +726,15 @@ class LogStore:
     def artifact_put(self, **fields: Any) -> Artifact:
         """Store an artifact byte-exact; content is kept once per sha256. Returns no content."""
         draft = self.draft_artifact(**fields)
-        return self._submit(lambda conn, st: self._insert_artifact(conn, st, draft))
+        return self._write(lambda ex, st: self._insert_artifact(ex, st, draft))
 
-    def _insert_artifact(self, conn: sa.Connection, st: _TxState, draft: ArtifactDraft):
+    def _insert_artifact(
+        self, ex: Executor | sa.Connection, st: _TxState, draft: ArtifactDraft
+    ) -> Artifact:
+        if isinstance(ex, sa.Connection):
+            ex = CoreExecutor(ex)
         digest = hashlib.sha256(draft.content).hexdigest()
-        self._ensure_blob(conn, digest, draft.content)
+        self._ensure_blob(ex, digest, draft.content)
         ms = self.clock.wall_clock.now_ms()
         art = Artifact(
             id=new_id("art", ms),
@@ -860,35 +748,30 @@ class LogStore:
             metadata_json=draft.metadata_json,
             warnings=draft.warnings,
         )
-        self._write_artifact_row(conn, st, art)
+        self._write_artifact_row(ex, st, art)
         return art
 
-    def _ensure_blob(self, conn: sa.Connection, digest: str, content: bytes) -> None:
-        exists = conn.execute(
-            sa.select(artifact_blobs.c.sha256).where(artifact_blobs.c.sha256 == digest)
-        ).first()
-        if exists is None:
-            conn.execute(
-                sa.insert(artifact_blobs).values(
-                    sha256=digest, size_bytes=len(content), content=content
-                )
-            )
+    def _ensure_blob(self, ex: Executor, digest: str, content: bytes) -> None:
+        """Store content once per sha256."""
+        if not ex.rows("blob-exists", _blob_exists, {"sha": digest}):
+            row = {"sha256": digest, "size_bytes": len(content), "content": content}
+            ex.insert("insert-blob", artifact_blobs, [row])
 
-    def _write_artifact_row(self, conn: sa.Connection, st: _TxState, art: Artifact) -> None:
-        conn.execute(
-            sa.insert(artifacts).values(
-                id=art.id,
-                seq=st.next_artifact_seq,
-                kind=art.kind,
-                sha256=art.sha256,
-                size_bytes=art.size_bytes,
-                encoding=art.encoding,
-                created_by=art.created_by,
-                created_at=art.created_at,
-                origin_replica=art.origin_replica,
-                metadata_json=art.metadata_json,
-            )
-        )
+    def _write_artifact_row(self, ex: Executor, st: _TxState, art: Artifact) -> None:
+        """The artifacts row of `art` (local or replicated), with the next artifact seq."""
+        row = {
+            "id": art.id,
+            "seq": st.next_artifact_seq,
+            "kind": art.kind,
+            "sha256": art.sha256,
+            "size_bytes": art.size_bytes,
+            "encoding": art.encoding,
+            "created_by": art.created_by,
+            "created_at": art.created_at,
+            "origin_replica": art.origin_replica,
+            "metadata_json": art.metadata_json,
+        }
+        ex.insert("insert-artifact", artifacts, [row])
         st.next_artifact_seq += 1
 
     def artifact_get(self, artifact_id: Any) -> Artifact:
@@ -896,7 +779,7 @@ class LogStore:
         ident = v.required_routing("artifact_id", artifact_id)
         with self._storage_errors(), self.engine.connect() as conn:
             row = conn.execute(
-                sa.select(artifacts, artifact_blobs.c.content)
+                sa.select(*ARTIFACT_COLS, artifact_blobs.c.content)
                 .join(artifact_blobs, artifact_blobs.c.sha256 == artifacts.c.sha256)
                 .where(artifacts.c.id == ident)
             ).first()
@@ -904,7 +787,7 @@ class LogStore:
             raise errors.NotFoundError(
                 f"artifact {ident!r} not found", field="artifact_id", ident=ident
             )
-        content = bytes(row.content)
+        content = bytes(row[-1])
         # Re-hashed on every read (cheap next to the I/O): bytes changed behind the log are
         # never served under the original digest.
         actual = hashlib.sha256(content).hexdigest()
@@ -949,9 +832,9 @@ class LogStore:
             idempotency_key=idempotency_key,
         )  # fmt: skip
 
-        def write(conn: sa.Connection, st: _TxState) -> tuple[Artifact, Event]:
+        def write(ex: Executor, st: _TxState) -> tuple[Artifact, Event]:
             if ev_draft.idempotency_key is not None:
-                prior = self._find_idempotent_patch(conn, ev_draft)
+                prior = self._find_idempotent_patch(ex, ev_draft)
                 if prior is not None:
                     # The same key with other patch bytes is a different submission.
                     if prior[0].sha256 != hashlib.sha256(art_draft.content).hexdigest():
@@ -962,27 +845,23 @@ class LogStore:
                             ident=prior[1].id,
                         )
                     return prior
-            art = self._insert_artifact(conn, st, art_draft)
+            art = self._insert_artifact(ex, st, art_draft)
             draft = EventDraft(**{**ev_draft.__dict__, "artifact_ids": (art.id,)})
-            return art, self._insert_event(conn, st, draft)
+            return art, self._insert_event(ex, st, draft)
 
-        art, event = self._submit(write)
+        art, event = self._write(write)
         return {
             "artifact": art,
             "event": event,
             "warnings": list(art_draft.warnings),
         }
 
-    def _find_idempotent_patch(self, conn: sa.Connection, draft: EventDraft):
-        row = conn.execute(
-            sa.select(events.c.id).where(
-                events.c.from_agent == draft.from_agent,
-                events.c.idempotency_key == draft.idempotency_key,
-            )
-        ).first()
-        if row is None:
+    def _find_idempotent_patch(
+        self, ex: Executor, draft: EventDraft
+    ) -> tuple[Artifact, Event] | None:
+        prior = self._find_idempotent(ex, draft)
+        if prior is None:
             return None
-        prior = self._get_event(conn, row[0], field="idempotency_key")
         if not prior.artifact_ids:
             raise errors.ConflictError(
                 f"idempotency_key {draft.idempotency_key!r} was used for a non-patch event",
@@ -990,15 +869,17 @@ class LogStore:
                 ident=prior.id,
             )
         full = EventDraft(**{**draft.__dict__, "artifact_ids": prior.artifact_ids})
-        self._find_idempotent(conn, full)
-        art = self._artifact_meta(conn, prior.artifact_ids[0])
-        return art, prior
+        self._same_as_prior(prior, full)
+        return self._artifact_meta(ex, prior.artifact_ids[0]), prior
 
-    def _artifact_meta(self, conn: sa.Connection, ident: str) -> Artifact:
-        row = conn.execute(sa.select(artifacts).where(artifacts.c.id == ident)).first()
-        if row is None:
+    def _artifact_meta(self, ex: Executor, ident: str) -> Artifact:
+        def build() -> sa.Select[Any]:
+            return sa.select(*ARTIFACT_COLS).where(artifacts.c.id == sa.bindparam("id"))
+
+        rows = ex.rows("artifact-meta", build, {"id": ident})
+        if not rows:
             raise errors.NotFoundError(f"artifact {ident!r} not found", field="artifact_id")
-        return _artifact_from_row(row, None)
+        return _artifact_from_row(rows[0], None)
 
     # ----------------------------------------------------------------- tasks
 
@@ -1056,54 +937,41 @@ class LogStore:
     def event_get(self, event_id: Any) -> Event:
         ident = v.required_routing("event_id", event_id)
         with self._reading() as query:
-            return self._event_by_id(query, ident, field="event_id")
+            return self._event_by_id(QueryExecutor(query, self._sql), ident, field="event_id")
 
     @contextlib.contextmanager
     def _reading(self) -> Iterator[_Query]:
         """One read snapshot that runs precompiled SQL text and returns plain rows.
 
-        SQLite (`_fast_path`): a pooled DBAPI connection in a deferred transaction, no
-        SQLAlchemy per statement. Otherwise (PostgreSQL, or an engine with cursor listeners):
-        the same text through `exec_driver_sql`, so listeners see every statement.
+        On the backend's fast path: its own DBAPI connection, no SQLAlchemy per statement.
+        Otherwise (PostgreSQL, or an engine with cursor listeners): the same text through
+        `exec_driver_sql`, so listeners see every statement.
         """
-        if not self._fast_path():
+        fast = self.backend.fast_path()
+        if fast is None:
             with self._storage_errors(), self.engine.connect() as conn:
                 yield lambda sql, params: conn.exec_driver_sql(sql, dict(params)).all()
             return
-        with self._storage_errors():
-            proxy = self.engine.raw_connection()
-        try:
-            db = proxy.driver_connection
-            db.execute("BEGIN")
-            try:
-                yield lambda sql, params: db.execute(sql, params).fetchall()
-            finally:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-        except sqlite3.Error as exc:
-            raise errors.StorageError(_storage_message(exc)) from exc
-        finally:
-            proxy.close()
+        with fast.reading() as query:
+            yield query
 
     def _event_select(self, *where: sa.ColumnElement[bool]) -> sa.Select[Any]:
-        return sa.select(*_read_columns(self.dialect)).where(*where)
+        """The Event columns (`_events_from_rows` reads them) of the rows matching `where`."""
+        return sa.select(*self._read_cols).where(*where)
 
-    def _event_by_id(self, query: _Query, ident: str, *, field: str) -> Event:
-        sql, params = self._sql(
-            "event-by-id",
-            lambda: self._event_select(events.c.id == sa.bindparam("id")),
-            {"id": ident},
-        )
-        rows = query(sql, params)
+    def _event_by_id(self, ex: Executor, ident: str, *, field: str) -> Event:
+        def build() -> sa.Select[Any]:
+            return self._event_select(events.c.id == sa.bindparam("id"))
+
+        rows = ex.rows("event-by-id", build, {"id": ident})
         if not rows:
             raise errors.NotFoundError(f"{field} {ident!r} not found", field=field, ident=ident)
         return _events_from_rows(rows)[0]
 
-    def _get_event(self, conn: sa.Connection, ident: str, *, field: str) -> Event:
-        row = conn.execute(sa.select(*_EVENT_COLS).where(events.c.id == ident)).first()
-        if row is None:
-            raise errors.NotFoundError(f"{field} {ident!r} not found", field=field, ident=ident)
-        return self._hydrate(conn, [row])[0]
+    def _hydrate(self, conn: sa.Connection, rows: Sequence[sa.Row[Any]]) -> list[Event]:
+        """The Events of rows that carry an `id`, read again through SQLAlchemy."""
+        ex = CoreExecutor(conn)
+        return [self._event_by_id(ex, row.id, field="event_id") for row in rows]
 
     def _seq_of(self, query: _Query, ident: str, field: str) -> int:
         sql, params = self._sql(
@@ -1115,20 +983,6 @@ class LogStore:
         if not rows:
             raise errors.NotFoundError(f"{field} {ident!r} not found", field=field, ident=ident)
         return int(rows[0][0])
-
-    def _hydrate(self, conn: sa.Connection, rows: Sequence[sa.Row[Any]]) -> list[Event]:
-        if not rows:
-            return []
-        ids = [r.id for r in rows]
-        links: dict[str, list[str]] = {}
-        for chunk in _chunks(ids, 500):
-            for eid, aid in conn.execute(
-                sa.select(event_artifacts.c.event_id, event_artifacts.c.artifact_id)
-                .where(event_artifacts.c.event_id.in_(chunk))
-                .order_by(event_artifacts.c.event_id, event_artifacts.c.position)
-            ):
-                links.setdefault(eid, []).append(aid)
-        return [_event_from_row(r, tuple(links.get(r.id, ()))) for r in rows]
 
     def tip(self) -> tuple[int, str | None]:
         """(seq, id) of the newest event, or (0, None) on an empty log."""
@@ -1269,7 +1123,7 @@ class LogStore:
         params.update((f"to_{i}", value) for i, value in enumerate(to_values))
         if req.since_created_at:
             params["since_created_at"] = req.since_created_at
-        split = self.dialect == "sqlite" and 1 < len(to_values) <= _SPLIT_TO_AGENT_MAX
+        split = self.backend.split_inbox and 1 < len(to_values) <= _SPLIT_TO_AGENT_MAX
         key = ("page", tuple(shape), len(to_values), split, bool(req.since_created_at), order)
         return self._sql(key, lambda: self._page_statement(
             tuple(shape), len(to_values), split, bool(req.since_created_at), order
@@ -1285,9 +1139,10 @@ class LogStore:
         if since_created:
             where.append(events.c.created_at >= sa.bindparam("since_created_at"))
         for name, n in shape:
-            col = events.c.from_agent if name in ("writer", "exclude_writer") else events.c[name]
+            column, how = FILTER_RULES[name]
+            col = events.c[column]
             binds = [sa.bindparam(f"{name}_{i}") for i in range(n)]
-            if name == "exclude_writer":
+            if how == "not_in":
                 where.append(col.not_in(binds))
             else:
                 where.append(col == binds[0] if n == 1 else col.in_(binds))
@@ -1384,18 +1239,7 @@ class LogStore:
         return out
 
     def _db_size(self) -> int | None:
-        if self.dialect == "sqlite":
-            import os
-
-            path = self.engine.url.database or ""
-            return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
-        # The log's own tables (indexes and TOAST included), not the whole database: several
-        # logs may share one database in different schemas.
-        names = ("events", "artifacts", "artifact_blobs", "event_artifacts", "logstream_meta")
-        tables = ", ".join(f"'{t}'::regclass" for t in names)
-        query = f"SELECT sum(pg_total_relation_size(c)) FROM unnest(ARRAY[{tables}]) c"
-        with self.engine.connect() as conn:
-            return int(conn.execute(sa.text(query)).scalar())
+        return self.backend.db_size()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -1416,42 +1260,32 @@ class ReadRequest:
         return replace(self, **changes)
 
 
-def _storage_message(orig: BaseException | None) -> str:
-    text = str(orig)
-    if "database is locked" in text or "database table is locked" in text:
-        # Only reached after the busy timeout (30 s by default) ran out: say what to do.
-        return (
-            "database busy: another process held the write lock past the busy timeout; "
-            "nothing was written, retry the operation"
-        )
-    return f"database error: {text}"
-
-
 def _json_str(text: str) -> str:
     import json
 
     return json.dumps(text, ensure_ascii=False)
 
 
-def _chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
+def _artifact_exists() -> sa.Select[Any]:
+    return sa.select(artifacts.c.id).where(artifacts.c.id == sa.bindparam("id"))
 
 
-def _event_from_row(row: sa.Row[Any], artifact_ids: tuple[str, ...]) -> Event:
-    return Event(
-        id=row.id, seq=int(row.seq), origin_replica=row.origin_replica,
-        origin_seq=int(row.origin_seq), hlc=row.hlc, type=row.type, stream=row.stream,
-        room=row.room, topic=row.topic, from_agent=row.from_agent, to_agent=row.to_agent,
-        correlation_id=row.correlation_id, branch=row.branch, base_commit=row.base_commit,
-        status=row.status, artifact_ids=artifact_ids, body=row.body, created_at=row.created_at,
-        metadata_json=row.metadata_json,
-    )  # fmt: skip
+def _blob_exists() -> sa.Select[Any]:
+    col = artifact_blobs.c.sha256
+    return sa.select(col).where(col == sa.bindparam("sha"))
 
 
-def _artifact_from_row(row: sa.Row[Any], content: bytes | None) -> Artifact:
+def _artifact_from_row(row: Sequence[Any], content: bytes | None) -> Artifact:
+    """The Artifact of a row that starts with `ARTIFACT_COLS`."""
     return Artifact(
-        id=row.id, kind=row.kind, sha256=row.sha256, size_bytes=int(row.size_bytes),
-        encoding=row.encoding, created_by=row.created_by, created_at=row.created_at,
-        origin_replica=row.origin_replica, metadata_json=row.metadata_json, content=content,
-    )  # fmt: skip
+        id=row[0],
+        kind=row[1],
+        sha256=row[2],
+        size_bytes=int(row[3]),
+        encoding=row[4],
+        created_by=row[5],
+        created_at=row[6],
+        origin_replica=row[7],
+        metadata_json=row[8],
+        content=content,
+    )

@@ -30,6 +30,7 @@ RULES: dict[str, tuple[str, ...]] = {
     "sync": ("fastapi", "typer", "mcp", "sse_starlette"),
     "replication": SURFACE_LIBS,
     "importer": (*SURFACE_LIBS, "rich"),
+    "backends": ("store", "replication", "importer", "sync", "watch", *SURFACE_LIBS),
     "aio": ("fastapi", "mcp", "typer", "httpx"),
     "hub_client": ("fastapi", "mcp", "typer"),
     "mcp_server": ("fastapi", "typer", "sse_starlette"),
@@ -200,3 +201,36 @@ def test_test_only_seams_live_in_cli_testhooks():
 
 def test_errors_is_importable_alone_and_imports_nothing_from_the_package():
     assert not [m for m, _ in _imports(PKG / "errors.py") if m.startswith("mempalace_logstream")]
+
+
+# --------------------------------------------------------------------------- the storage seam
+# Only the backends name a dialect. engine.py is the connection factory: it dispatches the URL
+# scheme and opens SQLite files (PRAGMAs, read-only and immutable modes), which is below the
+# store and its backends (a backend receives an engine made there). schema.py may name
+# dialect-specific types (`with_variant`); migrations live outside the package.
+DIALECT_HOMES = {"backends", "engine", "schema"}
+DIALECT_MODULES = ("sqlite3", "psycopg")
+DIALECT_NAMES = ("sqlite", "postgresql")
+
+
+def _dialect_mentions(path: Path) -> list[str]:
+    """Imports of a DBAPI driver, `….dialect.name`, and the dialect names as string literals."""
+    out: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names if a.name.split(".")[0] in DIALECT_MODULES]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            if (node.module or "").split(".")[0] in DIALECT_MODULES:
+                out.append(node.module or "")
+        elif isinstance(node, ast.Attribute) and node.attr == "name":
+            if isinstance(node.value, ast.Attribute) and node.value.attr == "dialect":
+                out.append(f"{ast.unparse(node)} (line {node.lineno})")
+        elif isinstance(node, ast.Constant) and node.value in DIALECT_NAMES:
+            out.append(f"{node.value!r} (line {node.lineno})")
+    return out
+
+
+@pytest.mark.parametrize("module", [m for m in _modules() if m not in DIALECT_HOMES])
+def test_only_the_backends_name_a_dialect(module):
+    bad = [f"{p.name}: {m}" for p in _files(module) for m in _dialect_mentions(p)]
+    assert bad == [], f"{module} names a dialect; move the decision into backends/: {bad}"
