@@ -121,8 +121,9 @@ def check_prefix(source: LogStore, target: LogStore, table: sa.Table, source_top
     if target_top == 0:
         return 0
     if target_top > source_top:
-        raise _not_a_prefix(table, f"the target goes up to seq {target_top}, the source to "
-                                   f"{source_top}")  # fmt: skip
+        raise _not_a_prefix(
+            table, f"the target goes up to seq {target_top}, the source to {source_top}"
+        )
     with source.engine.connect() as src, target.engine.connect() as dst:
         lo = 0
         while lo < target_top:
@@ -154,8 +155,15 @@ def _not_a_prefix(table: sa.Table, detail: str) -> errors.ConflictError:
 # --------------------------------------------------------------------------- artifacts
 
 
-def _copy_artifacts(source: LogStore, target: LogStore, done: int, top: int, batch_size: int,
-                    report: ImportReport, tick: Progress) -> None:  # fmt: skip
+def _copy_artifacts(
+    source: LogStore,
+    target: LogStore,
+    done: int,
+    top: int,
+    batch_size: int,
+    report: ImportReport,
+    tick: Progress,
+) -> None:
     for rows in _pages(source, artifacts, done, top, batch_size):
         _copy_blobs(source, target, {r["sha256"] for r in rows}, report)
         expect = done
@@ -168,8 +176,11 @@ def _copy_artifacts(source: LogStore, target: LogStore, done: int, top: int, bat
         target._submit(write)
         done = int(rows[-1]["seq"])
         report.artifacts_imported += len(rows)
-        tick("artifacts", report.artifacts_skipped + report.artifacts_imported,
-             report.artifacts_total)  # fmt: skip
+        tick(
+            "artifacts",
+            report.artifacts_skipped + report.artifacts_imported,
+            report.artifacts_total,
+        )
 
 
 def _copy_blobs(source: LogStore, target: LogStore, shas: set[str], report: ImportReport):
@@ -226,8 +237,15 @@ def _write_blobs(target: LogStore, chunk: list[dict[str, Any]], report: ImportRe
 # --------------------------------------------------------------------------- events
 
 
-def _copy_events(source: LogStore, target: LogStore, done: int, top: int, batch_size: int,
-                 report: ImportReport, tick: Progress) -> None:  # fmt: skip
+def _copy_events(
+    source: LogStore,
+    target: LogStore,
+    done: int,
+    top: int,
+    batch_size: int,
+    report: ImportReport,
+    tick: Progress,
+) -> None:
     for rows in _pages(source, events, done, top, batch_size):
         links = _links(source, int(rows[0]["seq"]) - 1, int(rows[-1]["seq"]))
         expect = done
@@ -281,8 +299,9 @@ def _require_tip(tip: int, expect: int, table: sa.Table) -> None:
         )
 
 
-def _pages(store: LogStore, table: sa.Table, lo: int, hi: int, size: int
-           ) -> Iterator[list[dict[str, Any]]]:  # fmt: skip
+def _pages(
+    store: LogStore, table: sa.Table, lo: int, hi: int, size: int
+) -> Iterator[list[dict[str, Any]]]:
     """Rows of `table` with lo < seq ≤ hi in seq order, `size` at a time (bounded memory)."""
     while lo < hi:
         q = (

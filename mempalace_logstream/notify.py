@@ -143,7 +143,7 @@ class ChangeWatcher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._signal: ChangeSignal | None = None
-        self.opens = 0  # how many times a signal was opened (tests, doctor)
+        self.opens = 0  # how many times a signal was opened (read by tests)
 
     @property
     def running(self) -> bool:

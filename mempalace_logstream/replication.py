@@ -66,10 +66,25 @@ _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 # order and falls back to `/sync/ops`).
 ROWS_FORMAT = "rows-v1"
 ROW_COLUMNS = (
-    "id", "origin_replica", "origin_seq", "hlc", "type", "stream", "room", "topic",
-    "from_agent", "to_agent", "correlation_id", "branch", "base_commit", "status",
-    "artifact_ids", "body", "created_at", "metadata",
-)  # fmt: skip
+    "id",
+    "origin_replica",
+    "origin_seq",
+    "hlc",
+    "type",
+    "stream",
+    "room",
+    "topic",
+    "from_agent",
+    "to_agent",
+    "correlation_id",
+    "branch",
+    "base_commit",
+    "status",
+    "artifact_ids",
+    "body",
+    "created_at",
+    "metadata",
+)
 MAX_ROWS_LIMIT = 5000
 ROWS_MAX_BYTES = 8 * 1024 * 1024  # body + metadata characters per compact page (>= 1 row)
 _READ_CHUNK = 500  # rows per read statement: the same memory bound as a reference page
@@ -79,10 +94,24 @@ _BODY_AT, _META_AT = ROW_COLUMNS.index("body"), ROW_COLUMNS.index("metadata")
 # The events row of one stored event, in `EVENT_COLS` order (idempotency_key stays NULL):
 # seq, then the "tail" that EventChecker builds while validating (see `_event`).
 _TAIL_COLS = (
-    "id", "origin_replica", "origin_seq", "hlc", "type", "stream", "room", "topic",
-    "from_agent", "to_agent", "correlation_id", "branch", "base_commit", "status", "body",
-    "created_at", "metadata_json",
-)  # fmt: skip
+    "id",
+    "origin_replica",
+    "origin_seq",
+    "hlc",
+    "type",
+    "stream",
+    "room",
+    "topic",
+    "from_agent",
+    "to_agent",
+    "correlation_id",
+    "branch",
+    "base_commit",
+    "status",
+    "body",
+    "created_at",
+    "metadata_json",
+)
 assert _EVENT_COL_NAMES == ("seq", *_TAIL_COLS), "events columns changed: update _TAIL_COLS"
 
 
@@ -172,8 +201,13 @@ def ops_page(store: LogStore, origin: Any, after_seq: Any = 0, limit: Any = None
     return {"origin": v.required_routing("origin", origin), "events": out, "count": len(out)}
 
 
-def ops_rows(store: LogStore, origin: Any, after_seq: Any = 0, limit: Any = None,
-             max_bytes: int = ROWS_MAX_BYTES) -> dict[str, Any]:  # fmt: skip
+def ops_rows(
+    store: LogStore,
+    origin: Any,
+    after_seq: Any = 0,
+    limit: Any = None,
+    max_bytes: int = ROWS_MAX_BYTES,
+) -> dict[str, Any]:
     """The compact page `{origin, format, columns, rows, count}`: events of `origin` with
     origin_seq > after_seq in origin_seq order, at most `limit` (clamped to 5,000) and about
     `max_bytes` of body and metadata text (always at least one event), each a list of the
@@ -211,8 +245,13 @@ def ops_rows(store: LogStore, origin: Any, after_seq: Any = 0, limit: Any = None
             if len(chunk) < want:
                 break
             after = int(out[-1][2])
-    return {"origin": clean_origin, "format": ROWS_FORMAT, "columns": list(ROW_COLUMNS),
-            "rows": out, "count": len(out)}  # fmt: skip
+    return {
+        "origin": clean_origin,
+        "format": ROWS_FORMAT,
+        "columns": list(ROW_COLUMNS),
+        "rows": out,
+        "count": len(out),
+    }
 
 
 # One chunk of a compact page built by SQLite's JSON functions (the hub's hot path on SQLite):
@@ -236,8 +275,13 @@ FROM (SELECT * FROM {events.name} WHERE origin_replica = :origin AND origin_seq 
 """  # table names come from the schema; values are bound
 
 
-def ops_rows_json(store: LogStore, origin: Any, after_seq: Any = 0, limit: Any = None,
-                  max_bytes: int = ROWS_MAX_BYTES) -> tuple[str, bytes, int]:  # fmt: skip
+def ops_rows_json(
+    store: LogStore,
+    origin: Any,
+    after_seq: Any = 0,
+    limit: Any = None,
+    max_bytes: int = ROWS_MAX_BYTES,
+) -> tuple[str, bytes, int]:
     """`ops_rows` with its rows already serialized: (clean origin, the rows as a UTF-8 JSON
     array, count). On SQLite the database writes the JSON (no Python per event), 500 events
     per statement, stopping at the first chunk that reaches `max_bytes`; elsewhere it is
@@ -306,8 +350,11 @@ def missing_artifacts(store: LogStore, ids: Iterable[str]) -> list[str]:
     have: set[str] = set()
     with store._reading() as query:
         for n, params in _in_lists(wanted):
-            sql = store._sql(("sync-have-arts", n), lambda n=n: sa.select(artifacts.c.id).where(
-                artifacts.c.id.in_(_binds(n))), params)  # fmt: skip
+            sql = store._sql(
+                ("sync-have-arts", n),
+                lambda n=n: sa.select(artifacts.c.id).where(artifacts.c.id.in_(_binds(n))),
+                params,
+            )
             have.update(r[0] for r in query(*sql))
     return [i for i in wanted if i not in have]
 
@@ -356,25 +403,58 @@ class EventChecker:
             raise v.fail("event", f"must be a JSON object, not {type(raw).__name__}")
         g = raw.get
         return self._event(
-            g("id"), g("origin_replica"), g("origin_seq"), g("hlc"), g("type"), g("stream"),
-            g("room"), g("topic"), g("from_agent"), g("to_agent"), g("correlation_id"),
-            g("branch"), g("base_commit"), g("status"), g("artifact_ids"), g("body"),
-            g("created_at"), g("metadata"),
-        )  # fmt: skip
+            g("id"),
+            g("origin_replica"),
+            g("origin_seq"),
+            g("hlc"),
+            g("type"),
+            g("stream"),
+            g("room"),
+            g("topic"),
+            g("from_agent"),
+            g("to_agent"),
+            g("correlation_id"),
+            g("branch"),
+            g("base_commit"),
+            g("status"),
+            g("artifact_ids"),
+            g("body"),
+            g("created_at"),
+            g("metadata"),
+        )
 
     def parse_row(self, row: Any) -> tuple[Event, tuple[Any, ...]]:
         """`parse_dict` for a `rows-v1` row (`ROW_COLUMNS` order)."""
         if not isinstance(row, list) or len(row) != len(ROW_COLUMNS):
-            raise v.fail("event", f"must be a list of the {len(ROW_COLUMNS)} {ROWS_FORMAT} "
-                         f"columns, not {type(row).__name__}"
-                         f"{f' of {len(row)}' if isinstance(row, list) else ''}")  # fmt: skip
+            raise v.fail(
+                "event",
+                f"must be a list of the {len(ROW_COLUMNS)} {ROWS_FORMAT} "
+                f"columns, not {type(row).__name__}"
+                f"{f' of {len(row)}' if isinstance(row, list) else ''}",
+            )
         return self._event(*row)
 
-    def _event(self, ident: Any, origin: Any, origin_seq: Any, stamp: Any, type_: Any,
-               stream: Any, room: Any, topic: Any, from_agent: Any, to_agent: Any,
-               correlation_id: Any, branch: Any, base_commit: Any, status: Any,
-               artifact_ids: Any, body: Any, created_at: Any,
-               metadata: Any) -> tuple[Event, tuple[Any, ...]]:  # fmt: skip
+    def _event(
+        self,
+        ident: Any,
+        origin: Any,
+        origin_seq: Any,
+        stamp: Any,
+        type_: Any,
+        stream: Any,
+        room: Any,
+        topic: Any,
+        from_agent: Any,
+        to_agent: Any,
+        correlation_id: Any,
+        branch: Any,
+        base_commit: Any,
+        status: Any,
+        artifact_ids: Any,
+        body: Any,
+        created_at: Any,
+        metadata: Any,
+    ) -> tuple[Event, tuple[Any, ...]]:
         same = self._same
         # LogStore.draft_event, field by field in its order (idempotency_key is never sent).
         c_type = same("type", type_)
@@ -407,13 +487,45 @@ class EventChecker:
         c_created = _created_at(created_at)
         event = object.__new__(Event)  # as LogStore builds events read back (no __init__)
         event.__dict__.update(
-            id=c_id, seq=0, origin_replica=c_origin, origin_seq=c_seq, hlc=stamp, type=c_type,
-            stream=c_stream, room=c_room, topic=c_topic, from_agent=c_from, to_agent=c_to,
-            correlation_id=c_corr, branch=c_branch, base_commit=c_base, status=c_status,
-            artifact_ids=c_arts, body=c_body, created_at=c_created, metadata_json=c_meta,
-        )  # fmt: skip
-        tail = (c_id, c_origin, c_seq, stamp, c_type, c_stream, c_room, c_topic, c_from, c_to,
-                c_corr, c_branch, c_base, c_status, c_body, c_created, c_meta)  # fmt: skip
+            id=c_id,
+            seq=0,
+            origin_replica=c_origin,
+            origin_seq=c_seq,
+            hlc=stamp,
+            type=c_type,
+            stream=c_stream,
+            room=c_room,
+            topic=c_topic,
+            from_agent=c_from,
+            to_agent=c_to,
+            correlation_id=c_corr,
+            branch=c_branch,
+            base_commit=c_base,
+            status=c_status,
+            artifact_ids=c_arts,
+            body=c_body,
+            created_at=c_created,
+            metadata_json=c_meta,
+        )
+        tail = (
+            c_id,
+            c_origin,
+            c_seq,
+            stamp,
+            c_type,
+            c_stream,
+            c_room,
+            c_topic,
+            c_from,
+            c_to,
+            c_corr,
+            c_branch,
+            c_base,
+            c_status,
+            c_body,
+            c_created,
+            c_meta,
+        )
         return event, tail
 
 
@@ -433,11 +545,13 @@ def _optional(name: str) -> Callable[[Any], str | None]:
 _CHECKS: dict[str, Callable[[Any], Any]] = {
     "type": v.event_type,
     **{name: _required(name) for name in ("stream", "room", "from_agent")},
-    **{name: _optional(name) for name in ("topic", "to_agent", "correlation_id", "branch",
-                                          "base_commit")},
+    **{
+        name: _optional(name)
+        for name in ("topic", "to_agent", "correlation_id", "branch", "base_commit")
+    },
     "status": v.status,
     "origin_replica": lambda value: v.replica_id(value, "origin_replica"),
-}  # fmt: skip
+}
 
 
 def parse_remote_event(store: LogStore, raw: Any) -> Event:
@@ -458,12 +572,21 @@ class ParsedEvents:
 
     def artifact_ids(self, origin: str | None = None) -> list[str]:
         """The artifact ids the valid events reference (of one origin's events, if given)."""
-        return [a for e, _, _ in self.items if origin in (None, e.origin_replica)
-                for a in e.artifact_ids]  # fmt: skip
+        return [
+            a
+            for e, _, _ in self.items
+            if origin in (None, e.origin_replica)
+            for a in e.artifact_ids
+        ]
 
 
-def parse_events(store: LogStore, raws: Sequence[Any], peer: str = "", rows: bool = False,
-                 pause: Callable[[], Any] | None = None) -> ParsedEvents:  # fmt: skip
+def parse_events(
+    store: LogStore,
+    raws: Sequence[Any],
+    peer: str = "",
+    rows: bool = False,
+    pause: Callable[[], Any] | None = None,
+) -> ParsedEvents:
     """Validate a batch of event objects (or `rows-v1` rows); never raises for a bad item.
     `pause`, if given, is called before every 256 items (a sync's prefetch thread waits
     there while the applying thread needs the GIL)."""
@@ -583,7 +706,7 @@ def apply_remote_event(store: LogStore, raw: Any, peer: str = "") -> bool:
 
     Raises ValidationError for an invalid event, NotFoundError when a referenced artifact is
     not held yet (deferred), ConflictError for a same-id/different-content event. Every refusal
-    is also recorded, so it is reported by `doctor` and in the round results.
+    is also recorded (the sync_rejections and sync_conflicts tables) and in the round results.
     """
     res = apply_remote_events(store, [raw], peer)
     if res.conflicts:
@@ -613,9 +736,13 @@ def apply_remote_events(store: LogStore, raws: Sequence[Any], peer: str = "") ->
     return apply_remote_batch(store, (), parse_events(store, raws, peer), peer)
 
 
-def apply_remote_batch(store: LogStore, artifact_raws: Sequence[Any], parsed: ParsedEvents,
-                       peer: str = "",
-                       on_bulk: Callable[[], Any] | None = None) -> ApplyResult:  # fmt: skip
+def apply_remote_batch(
+    store: LogStore,
+    artifact_raws: Sequence[Any],
+    parsed: ParsedEvents,
+    peer: str = "",
+    on_bulk: Callable[[], Any] | None = None,
+) -> ApplyResult:
     """Artifacts (validated here, sha256 recomputed) then already-parsed events, in ONE
     transaction: a page of a pull costs one commit. Never raises for a bad item. `on_bulk`
     is called when the rest of the transaction is long SQLite work that releases the GIL
@@ -642,8 +769,9 @@ def apply_remote_batch(store: LogStore, artifact_raws: Sequence[Any], parsed: Pa
     return res
 
 
-def _apply_artifacts_tx(store: LogStore, ex: _Ex, st: Any, good: list[Artifact],
-                        res: ApplyResult, peer: str) -> list[str]:  # fmt: skip
+def _apply_artifacts_tx(
+    store: LogStore, ex: _Ex, st: Any, good: list[Artifact], res: ApplyResult, peer: str
+) -> list[str]:
     held = _held_artifacts(ex, [a.id for a in good])
     applied: list[str] = []
     for art in good:
@@ -656,12 +784,24 @@ def _apply_artifacts_tx(store: LogStore, ex: _Ex, st: Any, good: list[Artifact],
             continue
         _ensure_blob(ex, art.sha256, art.content or b"")
         # The row LogStore._write_artifact_row writes for a local put, with the next seq.
-        ex.insert("sync-ins-artifact", artifacts, [{
-            "id": art.id, "seq": st.next_artifact_seq, "kind": art.kind, "sha256": art.sha256,
-            "size_bytes": art.size_bytes, "encoding": art.encoding, "created_by": art.created_by,
-            "created_at": art.created_at, "origin_replica": art.origin_replica,
-            "metadata_json": art.metadata_json,
-        }])  # fmt: skip
+        ex.insert(
+            "sync-ins-artifact",
+            artifacts,
+            [
+                {
+                    "id": art.id,
+                    "seq": st.next_artifact_seq,
+                    "kind": art.kind,
+                    "sha256": art.sha256,
+                    "size_bytes": art.size_bytes,
+                    "encoding": art.encoding,
+                    "created_by": art.created_by,
+                    "created_at": art.created_at,
+                    "origin_replica": art.origin_replica,
+                    "metadata_json": art.metadata_json,
+                }
+            ],
+        )
         st.next_artifact_seq += 1
         held[art.id] = art.sha256
         res.applied_artifacts += 1
@@ -676,13 +816,21 @@ def _ensure_blob(ex: _Ex, digest: str, content: bytes) -> None:
         return sa.select(col).where(col == sa.bindparam("sha"))
 
     if not ex.rows("sync-blob", build, {"sha": digest}):
-        ex.insert("sync-ins-blob", artifact_blobs,
-                  [{"sha256": digest, "size_bytes": len(content), "content": content}])  # fmt: skip
+        ex.insert(
+            "sync-ins-blob",
+            artifact_blobs,
+            [{"sha256": digest, "size_bytes": len(content), "content": content}],
+        )
 
 
-def _apply_events_tx(store: LogStore, ex: _Ex, st: Any,
-                     items: list[tuple[Event, Any, tuple[Any, ...]]], res: ApplyResult,
-                     peer: str) -> None:  # fmt: skip
+def _apply_events_tx(
+    store: LogStore,
+    ex: _Ex,
+    st: Any,
+    items: list[tuple[Event, Any, tuple[Any, ...]]],
+    res: ApplyResult,
+    peer: str,
+) -> None:
     by_id = _held_events(store, ex, [e.id for e, _, _ in items])
     by_pos = _held_positions(ex, items)
     have_arts = set(_held_artifacts(ex, [a for e, _, _ in items for a in e.artifact_ids]))
@@ -699,13 +847,15 @@ def _apply_events_tx(store: LogStore, ex: _Ex, st: Any,
             if prior.content_key() == event.content_key():
                 res.duplicates += 1
             else:
-                res.conflicts.append(_conflict(store, ex, event, raw, prior.id,
-                                               "different_content", peer, now))  # fmt: skip
+                res.conflicts.append(
+                    _conflict(store, ex, event, raw, prior.id, "different_content", peer, now)
+                )
             continue
         taken = by_pos.get((event.origin_replica, event.origin_seq))
         if taken is not None:
-            res.conflicts.append(_conflict(store, ex, event, raw, taken, "origin_seq_taken",
-                                           peer, now))  # fmt: skip
+            res.conflicts.append(
+                _conflict(store, ex, event, raw, taken, "origin_seq_taken", peer, now)
+            )
             continue
         lacking = [a for a in event.artifact_ids if a not in have_arts]
         if lacking:
@@ -751,10 +901,19 @@ def _clock_anomaly(ex: _Ex, event: Event, res: ApplyResult, peer: str, now: str)
         return sa.select(col).where(col == sa.bindparam("event_id"))
 
     if not ex.rows("sync-anomaly-held", build, {"event_id": event.id}):
-        ex.insert("sync-ins-anomaly", sync_clock_anomalies, [{
-            "event_id": event.id, "origin_replica": event.origin_replica, "hlc": event.hlc,
-            "peer": peer, "observed_at": now,
-        }])  # fmt: skip
+        ex.insert(
+            "sync-ins-anomaly",
+            sync_clock_anomalies,
+            [
+                {
+                    "event_id": event.id,
+                    "origin_replica": event.origin_replica,
+                    "hlc": event.hlc,
+                    "peer": peer,
+                    "observed_at": now,
+                }
+            ],
+        )
 
 
 def _held_events(store: LogStore, ex: _Ex, ids: list[str]) -> dict[str, Event]:
@@ -783,8 +942,9 @@ def _held_positions(ex: _Ex, items: list[tuple[Event, Any, Any]]) -> dict[tuple[
                 c = events.c
                 return sa.select(c.origin_seq, c.id).where(
                     c.origin_replica == sa.bindparam("origin"),
-                    c.origin_seq >= sa.bindparam("lo"), c.origin_seq <= sa.bindparam("hi"),
-                )  # fmt: skip
+                    c.origin_seq >= sa.bindparam("lo"),
+                    c.origin_seq <= sa.bindparam("hi"),
+                )
 
             found = ex.rows("sync-held-range", build, {"origin": origin, "lo": lo, "hi": hi})
         else:
@@ -841,36 +1001,64 @@ def _reject_report(kind: str, raw: Any, exc: errors.ValidationError, peer: str) 
     origin, seq = _raw_position(raw)
     reason = "tampered" if exc.field in ("sha256", "size_bytes") else "invalid"
     return {
-        "kind": kind, "ident": _raw_ident(raw), "origin_replica": origin, "origin_seq": seq,
-        "reason": reason, "field": exc.field, "message": exc.message, "retryable": False,
+        "kind": kind,
+        "ident": _raw_ident(raw),
+        "origin_replica": origin,
+        "origin_seq": seq,
+        "reason": reason,
+        "field": exc.field,
+        "message": exc.message,
+        "retryable": False,
         "peer": peer,
-    }  # fmt: skip
+    }
 
 
 def _deferred(event: Event, artifact_id: str, peer: str) -> dict[str, Any]:
     return {
-        "kind": "event", "ident": event.id, "origin_replica": event.origin_replica,
-        "origin_seq": event.origin_seq, "reason": "missing_artifact", "field": "artifact_ids",
+        "kind": "event",
+        "ident": event.id,
+        "origin_replica": event.origin_replica,
+        "origin_seq": event.origin_seq,
+        "reason": "missing_artifact",
+        "field": "artifact_ids",
         "message": f"event {event.id} references artifact {artifact_id}, which is not held "
         "here (refused or not yet fetched); the event is deferred and retried next round",
-        "retryable": True, "peer": peer,
-    }  # fmt: skip
+        "retryable": True,
+        "peer": peer,
+    }
 
 
 def _artifact_conflict(art: Artifact, prior_sha: str, peer: str) -> dict[str, Any]:
     return {
-        "kind": "artifact", "ident": art.id, "origin_replica": art.origin_replica,
-        "origin_seq": None, "reason": "conflict", "field": "sha256",
+        "kind": "artifact",
+        "ident": art.id,
+        "origin_replica": art.origin_replica,
+        "origin_seq": None,
+        "reason": "conflict",
+        "field": "sha256",
         "message": f"artifact {art.id} is held here with sha256 {prior_sha[:16]}…; the peer "
         f"sent {art.sha256[:16]}…",
-        "retryable": False, "peer": peer,
-    }  # fmt: skip
+        "retryable": False,
+        "peer": peer,
+    }
 
 
-def _conflict(store: LogStore, ex: _Ex, event: Event, raw: Any, local_id: str, reason: str,
-              peer: str, now: str) -> dict[str, Any]:  # fmt: skip
-    remote_json = json.dumps(_row_dict(raw) if isinstance(raw, list) else raw,
-                             ensure_ascii=False, default=str, sort_keys=True)  # fmt: skip
+def _conflict(
+    store: LogStore,
+    ex: _Ex,
+    event: Event,
+    raw: Any,
+    local_id: str,
+    reason: str,
+    peer: str,
+    now: str,
+) -> dict[str, Any]:
+    remote_json = json.dumps(
+        _row_dict(raw) if isinstance(raw, list) else raw,
+        ensure_ascii=False,
+        default=str,
+        sort_keys=True,
+    )
     digest = hashlib.sha256(remote_json.encode("utf-8", "surrogatepass")).hexdigest()
 
     def build() -> sa.Executable:
@@ -880,18 +1068,33 @@ def _conflict(store: LogStore, ex: _Ex, event: Event, raw: Any, local_id: str, r
         )
 
     if not ex.rows("sync-conflict-held", build, {"event_id": event.id, "sha": digest}):
-        ex.insert("sync-ins-conflict", sync_conflicts, [{
-            "event_id": event.id, "remote_sha256": digest, "origin_replica": event.origin_replica,
-            "origin_seq": event.origin_seq, "local_event_id": local_id, "peer": peer,
-            "reason": reason, "remote_json": remote_json, "first_seen_at": now,
-        }])  # fmt: skip
+        ex.insert(
+            "sync-ins-conflict",
+            sync_conflicts,
+            [
+                {
+                    "event_id": event.id,
+                    "remote_sha256": digest,
+                    "origin_replica": event.origin_replica,
+                    "origin_seq": event.origin_seq,
+                    "local_event_id": local_id,
+                    "peer": peer,
+                    "reason": reason,
+                    "remote_json": remote_json,
+                    "first_seen_at": now,
+                }
+            ],
+        )
     what = "id" if reason == "different_content" else "origin position"
     return {
-        "event_id": event.id, "origin_replica": event.origin_replica,
-        "origin_seq": event.origin_seq, "local_event_id": local_id, "reason": reason,
+        "event_id": event.id,
+        "origin_replica": event.origin_replica,
+        "origin_seq": event.origin_seq,
+        "local_event_id": local_id,
+        "reason": reason,
         "message": f"conflict: the peer's event {event.id} has the same {what} as local event "
         f"{local_id} but different content; the local copy is kept and the remote one recorded",
-    }  # fmt: skip
+    }
 
 
 def _record_rejections(store: LogStore, ex: _Ex, reports: list[dict[str, Any]]) -> None:
@@ -919,20 +1122,40 @@ def _record_rejections(store: LogStore, ex: _Ex, reports: list[dict[str, Any]]) 
         ident = {"kind": r["kind"], "ident": r["ident"]}
         prior = ex.rows("sync-rejection-prior", build_prior, ident)
         if not prior:
-            ex.insert("sync-ins-rejection", sync_rejections, [{
-                **ident, "origin_replica": r["origin_replica"], "origin_seq": r["origin_seq"],
-                "peer": r["peer"], "reason": r["reason"], "message": r["message"],
-                "retryable": r["retryable"], "attempts": 1, "first_seen_at": now,
-                "last_seen_at": now,
-            }])  # fmt: skip
+            ex.insert(
+                "sync-ins-rejection",
+                sync_rejections,
+                [
+                    {
+                        **ident,
+                        "origin_replica": r["origin_replica"],
+                        "origin_seq": r["origin_seq"],
+                        "peer": r["peer"],
+                        "reason": r["reason"],
+                        "message": r["message"],
+                        "retryable": r["retryable"],
+                        "attempts": 1,
+                        "first_seen_at": now,
+                        "last_seen_at": now,
+                    }
+                ],
+            )
             continue
         attempts = int(prior[0][0]) + 1
-        ex.run("sync-rejection-update", build_update, {
-            "key_kind": r["kind"], "key_ident": r["ident"], "new_attempts": attempts,
-            "new_last_seen_at": now,
-            "new_message": r["message"], "new_reason": r["reason"], "new_peer": r["peer"],
-            "new_retryable": r["retryable"] and attempts < MAX_RETRIES,
-        })  # fmt: skip
+        ex.run(
+            "sync-rejection-update",
+            build_update,
+            {
+                "key_kind": r["kind"],
+                "key_ident": r["ident"],
+                "new_attempts": attempts,
+                "new_last_seen_at": now,
+                "new_message": r["message"],
+                "new_reason": r["reason"],
+                "new_peer": r["peer"],
+                "new_retryable": r["retryable"] and attempts < MAX_RETRIES,
+            },
+        )
 
 
 def _resolve(store: LogStore, ex: _Ex, kind: str, ids: list[str]) -> None:
@@ -1133,7 +1356,7 @@ def list_clock_anomalies(store: LogStore, limit: int = 100) -> list[dict[str, An
 
 def origin_summary(store: LogStore) -> dict[str, dict[str, int]]:
     """{origin: {max, count}}: two replicas with equal `max` but different `count` for an
-    origin have a hole the version vector cannot show (used by `doctor`)."""
+    origin have a hole the version vector cannot show."""
     with store._storage_errors(), store.engine.connect() as conn:
         rows = conn.execute(
             sa.select(
@@ -1155,23 +1378,37 @@ def record_estate(
     def write(conn: sa.Connection, st: Any) -> None:
         key = sync_peers.c.name == name
         prior = conn.execute(sa.select(sync_peers).where(key)).mappings().first()
-        row: dict[str, Any] = dict(prior) if prior else {
-            "name": name, "replica_id": None, "reachable": None, "last_success_at": None,
-            "last_error": None, "last_error_at": None, "last_pulled_events": 0,
-            "last_pulled_artifacts": 0, "last_pushed_events": 0, "total_pulled_events": 0,
-            "rounds": 0, "remote_version_vector": "{}",
-        }  # fmt: skip
+        row: dict[str, Any] = (
+            dict(prior)
+            if prior
+            else {
+                "name": name,
+                "replica_id": None,
+                "reachable": None,
+                "last_success_at": None,
+                "last_error": None,
+                "last_error_at": None,
+                "last_pulled_events": 0,
+                "last_pulled_artifacts": 0,
+                "last_pushed_events": 0,
+                "total_pulled_events": 0,
+                "rounds": 0,
+                "remote_version_vector": "{}",
+            }
+        )
         row.update(url=url, updated_at=now, rounds=int(row["rounds"]) + 1)
         if result is not None:
             row.update(
-                replica_id=result.get("peer_replica"), reachable=True, last_success_at=now,
+                replica_id=result.get("peer_replica"),
+                reachable=True,
+                last_success_at=now,
                 last_pulled_events=int(result.get("pulled_events", 0)),
                 last_pulled_artifacts=int(result.get("pulled_artifacts", 0)),
                 last_pushed_events=int(result.get("pushed_events", 0)),
                 total_pulled_events=int(row["total_pulled_events"])
                 + int(result.get("pulled_events", 0)),
                 remote_version_vector=json.dumps(result.get("remote_version_vector") or {}),
-            )  # fmt: skip
+            )
         else:
             row.update(reachable=False, last_error=error, last_error_at=now)
         if prior is None:

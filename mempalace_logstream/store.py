@@ -632,14 +632,32 @@ class LogStore:
     def _same_as_prior(self, prior: Event, draft: EventDraft) -> Event:
         """The earlier event of an idempotency key, or ConflictError if its content differs."""
         same = (
-            prior.type, prior.stream, prior.room, prior.topic, prior.to_agent,
-            prior.correlation_id, prior.branch, prior.base_commit, prior.status,
-            prior.artifact_ids, prior.body, prior.metadata_json,
+            prior.type,
+            prior.stream,
+            prior.room,
+            prior.topic,
+            prior.to_agent,
+            prior.correlation_id,
+            prior.branch,
+            prior.base_commit,
+            prior.status,
+            prior.artifact_ids,
+            prior.body,
+            prior.metadata_json,
         ) == (
-            draft.type, draft.stream, draft.room, draft.topic, draft.to_agent,
-            draft.correlation_id, draft.branch, draft.base_commit, draft.status,
-            draft.artifact_ids, draft.body, draft.metadata_json,
-        )  # fmt: skip
+            draft.type,
+            draft.stream,
+            draft.room,
+            draft.topic,
+            draft.to_agent,
+            draft.correlation_id,
+            draft.branch,
+            draft.base_commit,
+            draft.status,
+            draft.artifact_ids,
+            draft.body,
+            draft.metadata_json,
+        )
         if not same:
             raise errors.ConflictError(
                 f"idempotency_key {draft.idempotency_key!r} was already used by "
@@ -822,15 +840,27 @@ class LogStore:
         warnings}; warnings are advisories, the content is never rewritten.
         """
         art_draft = self.draft_artifact(
-            kind="patch", content=content, created_by=from_agent, metadata=metadata,
+            kind="patch",
+            content=content,
+            created_by=from_agent,
+            metadata=metadata,
             encoding=encoding,
-        )  # fmt: skip
+        )
         ev_draft = self.draft_event(
-            type="patch.ready", stream=stream, room=room, from_agent=from_agent, topic=topic,
-            to_agent=to_agent, correlation_id=correlation_id, branch=branch,
-            base_commit=base_commit, status="ready", body=body, metadata=metadata,
+            type="patch.ready",
+            stream=stream,
+            room=room,
+            from_agent=from_agent,
+            topic=topic,
+            to_agent=to_agent,
+            correlation_id=correlation_id,
+            branch=branch,
+            base_commit=base_commit,
+            status="ready",
+            body=body,
+            metadata=metadata,
             idempotency_key=idempotency_key,
-        )  # fmt: skip
+        )
 
         def write(ex: Executor, st: _TxState) -> tuple[Artifact, Event]:
             if ev_draft.idempotency_key is not None:
@@ -1020,10 +1050,15 @@ class LogStore:
         ValidationError, NotFoundError for an unknown cursor.
         """
         req = self.read_request(
-            since_event_id=since_event_id, before_event_id=before_event_id,
-            since_created_at=since_created_at, limit=limit, order=order, preview=preview,
-            from_agent=from_agent, **filters,
-        )  # fmt: skip
+            since_event_id=since_event_id,
+            before_event_id=before_event_id,
+            since_created_at=since_created_at,
+            limit=limit,
+            order=order,
+            preview=preview,
+            from_agent=from_agent,
+            **filters,
+        )
         with self._reading() as query:
             return self._read(query, req)
 
@@ -1077,8 +1112,15 @@ class LogStore:
         order = req.order or ("asc" if has_cursor else "desc")
         if top is None or int(top[0]) <= lo:
             cursor = self._id_at(query, lo) if lo else None
-            return Page(events=(), cursor=cursor, has_more=False, note=req.note,
-                        scanned_seq=lo, preview=req.preview, slim=req.slim)  # fmt: skip
+            return Page(
+                events=(),
+                cursor=cursor,
+                has_more=False,
+                note=req.note,
+                scanned_seq=lo,
+                preview=req.preview,
+                slim=req.slim,
+            )
         top_seq, top_id = int(top[0]), top[1]
         rows = query(*self._page_query(req, lo, top_seq, order))
         has_more = len(rows) > req.limit
@@ -1125,17 +1167,26 @@ class LogStore:
             params["since_created_at"] = req.since_created_at
         split = self.backend.split_inbox and 1 < len(to_values) <= _SPLIT_TO_AGENT_MAX
         key = ("page", tuple(shape), len(to_values), split, bool(req.since_created_at), order)
-        return self._sql(key, lambda: self._page_statement(
-            tuple(shape), len(to_values), split, bool(req.since_created_at), order
-        ), params)  # fmt: skip
+        return self._sql(
+            key,
+            lambda: self._page_statement(
+                tuple(shape), len(to_values), split, bool(req.since_created_at), order
+            ),
+            params,
+        )
 
     def _page_statement(
-        self, shape: tuple[tuple[str, int], ...], n_to: int, split: bool, since_created: bool,
+        self,
+        shape: tuple[tuple[str, int], ...],
+        n_to: int,
+        split: bool,
+        since_created: bool,
         order: str,
-    ) -> sa.Executable:  # fmt: skip
+    ) -> sa.Executable:
         where: list[sa.ColumnElement[bool]] = [
-            events.c.seq > sa.bindparam("lo"), events.c.seq <= sa.bindparam("top")
-        ]  # fmt: skip
+            events.c.seq > sa.bindparam("lo"),
+            events.c.seq <= sa.bindparam("top"),
+        ]
         if since_created:
             where.append(events.c.created_at >= sa.bindparam("since_created_at"))
         for name, n in shape:
