@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from mempalace_logstream import errors
 from mempalace_logstream.models import Event
 from mempalace_logstream.schema import artifact_blobs, artifacts, event_artifacts, events
-from mempalace_logstream.store import LogStore, _TxState
+from mempalace_logstream.store import LogStore, TxState
 
 DEFAULT_BATCH = 2000
 BLOB_BATCH_BYTES = 16 * 1024 * 1024  # bytes of artifact content held in memory at once
@@ -168,7 +168,7 @@ def _copy_artifacts(
         _copy_blobs(source, target, {r["sha256"] for r in rows}, report)
         expect = done
 
-        def write(conn: sa.Connection, st: _TxState, rows=rows, expect=expect) -> None:
+        def write(conn: sa.Connection, st: TxState, rows=rows, expect=expect) -> None:
             _require_tip(st.next_artifact_seq - 1, expect, artifacts)
             target.backend.bulk_insert(conn, artifacts, rows)
             st.next_artifact_seq = max(st.next_artifact_seq, int(rows[-1]["seq"]) + 1)
@@ -216,7 +216,7 @@ def _copy_blobs(source: LogStore, target: LogStore, shas: set[str], report: Impo
 
 
 def _write_blobs(target: LogStore, chunk: list[dict[str, Any]], report: ImportReport) -> None:
-    def write(conn: sa.Connection, st: _TxState) -> None:
+    def write(conn: sa.Connection, st: TxState) -> None:
         # Content-addressed: a blob someone else stored meanwhile is the same bytes.
         have = set(
             conn.execute(
@@ -250,7 +250,7 @@ def _copy_events(
         links = _links(source, int(rows[0]["seq"]) - 1, int(rows[-1]["seq"]))
         expect = done
 
-        def write(conn: sa.Connection, st: _TxState, rows=rows, links=links, expect=expect):
+        def write(conn: sa.Connection, st: TxState, rows=rows, links=links, expect=expect):
             _require_tip(st.next_seq - 1, expect, events)
             target.backend.bulk_insert(conn, events, rows)
             if links:

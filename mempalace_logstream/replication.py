@@ -47,11 +47,11 @@ from mempalace_logstream.schema import (
 from mempalace_logstream.store import (
     ARTIFACT_COLS,
     LogStore,
-    _artifact_from_row,
-    _artifact_ids,
-    _events_from_rows,
-    _now_text,
+    artifact_from_row,
+    events_from_rows,
     links_column,
+    now_text,
+    parse_links,
 )
 
 MAX_OPS_LIMIT = 500
@@ -179,7 +179,7 @@ def list_ops(store: LogStore, origin: Any, after_seq: Any = 0, limit: Any = None
     clean_origin, after, n = _ops_args(origin, after_seq, limit, MAX_OPS_LIMIT)
 
     def build() -> sa.Executable:
-        q = store._event_select(
+        q = store.event_select(
             events.c.origin_replica == sa.bindparam("origin"),
             events.c.origin_seq > sa.bindparam("after"),
         )
@@ -187,7 +187,7 @@ def list_ops(store: LogStore, origin: Any, after_seq: Any = 0, limit: Any = None
 
     with store._reading() as query:
         params = {"origin": clean_origin, "after": after, "lim": n}
-        return _events_from_rows(query(*store._sql("sync-list-ops", build, params)))
+        return events_from_rows(query(*store._sql("sync-list-ops", build, params)))
 
 
 def ops_page(store: LogStore, origin: Any, after_seq: Any = 0, limit: Any = None) -> dict:
@@ -235,7 +235,7 @@ def ops_rows(
             for row in chunk:
                 item = list(row)
                 links = item[_ART_AT]
-                item[_ART_AT] = sorted(_artifact_ids(links)) if links else []
+                item[_ART_AT] = sorted(parse_links(links)) if links else []
                 meta = item[_META_AT]
                 size += len(item[_BODY_AT]) + len(meta)
                 item[_META_AT] = _metadata_object(meta)
@@ -326,7 +326,7 @@ def get_artifacts(
                 .where(artifacts.c.id.in_(chunk))
             )
             for row in conn.execute(q):
-                found[row[0]] = _artifact_from_row(row, bytes(row[-1]))
+                found[row[0]] = artifact_from_row(row, bytes(row[-1]))
     out: list[Artifact] = []
     more: list[str] = []
     budget = 0
@@ -837,7 +837,7 @@ def _apply_events_tx(
     rows: list[tuple[Any, ...]] = []
     links: list[dict[str, Any]] = []
     now_ms = store.clock.wall_clock.now_ms()
-    now = _now_text(now_ms)
+    now = now_text(now_ms)
     far = now_ms + hlc.MAX_FUTURE_DRIFT_MS
     newest: str | None = None  # the greatest adoptable stamp applied (one observe per batch)
     newest_key = (-1, "")
@@ -921,8 +921,8 @@ def _held_events(store: LogStore, ex: _Ex, ids: list[str]) -> dict[str, Event]:
     out: dict[str, Event] = {}
     held = ex.held_ids(list(dict.fromkeys(ids)))
     for n, params in _in_lists([i for i in dict.fromkeys(ids) if i in held]):
-        build = lambda n=n: store._event_select(events.c.id.in_(_binds(n)))  # noqa: E731
-        for e in _events_from_rows(ex.rows(("sync-held-events", n), build, params)):
+        build = lambda n=n: store.event_select(events.c.id.in_(_binds(n)))  # noqa: E731
+        for e in events_from_rows(ex.rows(("sync-held-events", n), build, params)):
             out[e.id] = e
     return out
 
@@ -1100,7 +1100,7 @@ def _conflict(
 def _record_rejections(store: LogStore, ex: _Ex, reports: list[dict[str, Any]]) -> None:
     if not reports:
         return
-    now = _now_text(store.clock.wall_clock.now_ms())
+    now = now_text(store.clock.wall_clock.now_ms())
     c = sync_rejections.c
 
     def key(prefix: str) -> list[sa.ColumnElement[bool]]:
@@ -1373,7 +1373,7 @@ def record_estate(
     store: LogStore, name: str, url: str, result: Mapping[str, Any] | None, error: str | None
 ) -> None:
     """Remember how the last round with a peer went (tokens are never stored)."""
-    now = _now_text(store.clock.wall_clock.now_ms())
+    now = now_text(store.clock.wall_clock.now_ms())
 
     def write(conn: sa.Connection, st: Any) -> None:
         key = sync_peers.c.name == name
