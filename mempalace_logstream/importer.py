@@ -173,7 +173,7 @@ def _copy_artifacts(
             target.backend.bulk_insert(conn, artifacts, rows)
             st.next_artifact_seq = max(st.next_artifact_seq, int(rows[-1]["seq"]) + 1)
 
-        target._submit(write)
+        target.core_transaction(write)
         done = int(rows[-1]["seq"])
         report.artifacts_imported += len(rows)
         tick(
@@ -229,7 +229,7 @@ def _write_blobs(target: LogStore, chunk: list[dict[str, Any]], report: ImportRe
         if fresh:
             conn.execute(sa.insert(artifact_blobs), fresh)
 
-    target._submit(write)
+    target.core_transaction(write)
     report.blobs_copied += len(chunk)
     report.blob_bytes_copied += sum(b["size_bytes"] for b in chunk)
 
@@ -258,7 +258,7 @@ def _copy_events(
             st.next_seq = max(st.next_seq, int(rows[-1]["seq"]) + 1)
             st.appended.extend(_as_events(rows, links))  # wake watchers of the target
 
-        target._submit(write)
+        target.core_transaction(write)
         done = int(rows[-1]["seq"])
         report.events_imported += len(rows)
         tick("events", report.events_skipped + report.events_imported, report.events_total)
@@ -320,7 +320,7 @@ def _pages(
 def _fetch(store: LogStore, query: sa.Select[Any]) -> list[dict[str, Any]]:
     """Run a read on the driver cursor: SQLAlchemy Row objects cost more than the copy itself
     at 100k rows. Only integer bounds are inlined (literal_binds), never user text."""
-    with store._storage_errors(), store.engine.connect() as conn:
+    with store.connect() as conn:
         sql = str(query.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         try:
@@ -332,12 +332,12 @@ def _fetch(store: LogStore, query: sa.Select[Any]) -> list[dict[str, Any]]:
 
 
 def _max(store: LogStore, col: sa.ColumnElement[Any]) -> int:
-    with store._storage_errors(), store.engine.connect() as conn:
+    with store.connect() as conn:
         return int(conn.execute(sa.select(sa.func.max(col))).scalar() or 0)
 
 
 def _count(store: LogStore, table: sa.Table, upto: int) -> int:
-    with store._storage_errors(), store.engine.connect() as conn:
+    with store.connect() as conn:
         q = sa.select(sa.func.count()).select_from(table).where(table.c.seq <= upto)
         return int(conn.execute(q).scalar() or 0)
 

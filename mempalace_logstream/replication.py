@@ -185,9 +185,9 @@ def list_ops(store: LogStore, origin: Any, after_seq: Any = 0, limit: Any = None
         )
         return q.order_by(events.c.origin_seq).limit(sa.bindparam("lim"))
 
-    with store._reading() as query:
+    with store.snapshot() as ex:
         params = {"origin": clean_origin, "after": after, "lim": n}
-        return events_from_rows(query(*store._sql("sync-list-ops", build, params)))
+        return events_from_rows(ex.rows("sync-list-ops", build, params))
 
 
 def ops_page(store: LogStore, origin: Any, after_seq: Any = 0, limit: Any = None) -> dict:
@@ -227,11 +227,11 @@ def ops_rows(
 
     out: list[list[Any]] = []
     size = 0
-    with store._reading() as query:
+    with store.snapshot() as ex:
         while len(out) < n and size < max_bytes:
             want = min(_READ_CHUNK, n - len(out))
             params = {"origin": clean_origin, "after": after, "lim": want}
-            chunk = query(*store._sql("sync-ops-rows", build, params))
+            chunk = ex.rows("sync-ops-rows", build, params)
             for row in chunk:
                 item = list(row)
                 links = item[_ART_AT]
@@ -254,27 +254,6 @@ def ops_rows(
     }
 
 
-# One chunk of a compact page built by SQLite's JSON functions (the hub's hot path on SQLite):
-# the rows as UTF-8 JSON (a BLOB: no decoding to str and encoding back), their count, last
-# origin_seq and body + metadata characters. The rows are the very values `ops_rows` lists
-# (artifact ids sorted, metadata parsed): a test holds the two equal. Row order inside the
-# array is not guaranteed (nor needed: the client sorts by origin position).
-_SQLITE_ROWS_CHUNK = f"""
-SELECT CAST(json_group_array(json_array(
-         e.id, e.origin_replica, e.origin_seq, e.hlc, e.type, e.stream, e.room, e.topic,
-         e.from_agent, e.to_agent, e.correlation_id, e.branch, e.base_commit, e.status,
-         (SELECT json_group_array(artifact_id) FROM (
-            SELECT ea.artifact_id FROM {event_artifacts.name} ea WHERE ea.event_id = e.id
-            ORDER BY ea.artifact_id)),
-         e.body, e.created_at,
-         CASE WHEN json_valid(e.metadata_json) AND json_type(e.metadata_json) = 'object'
-              THEN json(e.metadata_json) ELSE json_object() END)) AS BLOB),
-       count(*), max(e.origin_seq), sum(length(e.body) + length(e.metadata_json))
-FROM (SELECT * FROM {events.name} WHERE origin_replica = :origin AND origin_seq > :after
-      ORDER BY origin_seq LIMIT :lim) e
-"""  # table names come from the schema; values are bound
-
-
 def ops_rows_json(
     store: LogStore,
     origin: Any,
@@ -287,17 +266,18 @@ def ops_rows_json(
     per statement, stopping at the first chunk that reaches `max_bytes`; elsewhere it is
     `ops_rows` dumped. Raises ValidationError."""
     clean_origin, after, n = _ops_args(origin, after_seq, limit, MAX_ROWS_LIMIT)
-    if not store._fast_path():
+    rows_sql = store.backend.rows_json_sql
+    if rows_sql is None or not store.uses_fast_path():
         page = ops_rows(store, clean_origin, after, n, max_bytes)
         text = json.dumps(page["rows"], ensure_ascii=False, separators=(",", ":"))
         return clean_origin, text.encode("utf-8"), page["count"]
     parts: list[memoryview] = []
     count = size = 0
-    with store._reading() as query:
+    with store.snapshot() as ex:
         while count < n and size < max_bytes:
             want = min(_READ_CHUNK, n - count)
             params = {"origin": clean_origin, "after": after, "lim": want}
-            text, got, last, chars = query(_SQLITE_ROWS_CHUNK, params)[0]
+            text, got, last, chars = ex.query(rows_sql, params)[0]
             if not got:
                 break
             parts.append(memoryview(text)[1:-1])  # the array's items, without copying
@@ -318,7 +298,7 @@ def get_artifacts(
     """Artifacts with content for `ids`: (found, not_found, more). `more` did not fit in budget."""
     clean = list(dict.fromkeys(v.required_routing("ids", i) for i in ids))
     found: dict[str, Artifact] = {}
-    with store._storage_errors(), store.engine.connect() as conn:
+    with store.connect() as conn:
         for chunk in _chunks(clean, 200):
             q = (
                 sa.select(*ARTIFACT_COLS, artifact_blobs.c.content)
@@ -348,14 +328,11 @@ def missing_artifacts(store: LogStore, ids: Iterable[str]) -> list[str]:
     if not wanted:
         return []
     have: set[str] = set()
-    with store._reading() as query:
+    with store.snapshot() as ex:
         for n, params in _in_lists(wanted):
-            sql = store._sql(
-                ("sync-have-arts", n),
-                lambda n=n: sa.select(artifacts.c.id).where(artifacts.c.id.in_(_binds(n))),
-                params,
-            )
-            have.update(r[0] for r in query(*sql))
+            key = ("sync-have-arts", n)
+            build = lambda n=n: sa.select(artifacts.c.id).where(artifacts.c.id.in_(_binds(n)))  # noqa: E731
+            have.update(r[0] for r in ex.rows(key, build, params))
     return [i for i in wanted if i not in have]
 
 
@@ -765,7 +742,7 @@ def apply_remote_batch(
         _resolve(store, ex, "artifact", art_ids)
         _resolve(store, ex, "event", res.applied_ids[len(art_ids) :])
 
-    store._write(work, on_bulk)
+    store.transaction(lambda tx: work(tx.ex, tx.state), on_bulk)
     return res
 
 
@@ -1179,7 +1156,7 @@ def _resolve(store: LogStore, ex: _Ex, kind: str, ids: list[str]) -> None:
 def pull_after(store: LogStore, origin: str, vector_top: int) -> int:
     """Where to resume pulling `origin`: our vector entry, or just before the oldest deferred
     event of that origin (a deferred event left a hole the vector cannot see)."""
-    with store._storage_errors(), store.engine.connect() as conn:
+    with store.connect() as conn:
         floor = conn.execute(
             sa.select(sa.func.min(sync_rejections.c.origin_seq)).where(
                 sync_rejections.c.kind == "event",
@@ -1192,7 +1169,7 @@ def pull_after(store: LogStore, origin: str, vector_top: int) -> int:
 
 def origin_top(store: LogStore, origin: str) -> int:
     """Our version-vector entry for one origin (0 if we hold none of its events)."""
-    with store._storage_errors(), store.engine.connect() as conn:
+    with store.connect() as conn:
         top = conn.execute(
             sa.select(sa.func.max(events.c.origin_seq)).where(events.c.origin_replica == origin)
         ).scalar()
@@ -1220,7 +1197,7 @@ def fingerprint_upto(store: LogStore, origin: Any, upto: Any) -> Fingerprint:
     clean = v.required_routing("origin", origin)
     bound = seq_int("upto", upto)
     c = events.c
-    with store._storage_errors(), store.engine.connect() as conn:
+    with store.connect() as conn:
         row = conn.execute(
             sa.select(*_fp_aggregates(c.origin_seq)).where(
                 c.origin_replica == clean, c.origin_seq <= bound
@@ -1284,7 +1261,7 @@ def origin_positions(store: LogStore) -> dict[str, tuple[int, Fingerprint]]:
     peers as `origin_fingerprints` next to the vector, so that a round sees a hole below equal
     tops."""
     c = events.c
-    with store._storage_errors(), store.engine.connect() as conn:
+    with store.connect() as conn:
         rows = conn.execute(
             sa.select(
                 c.origin_replica, sa.func.max(c.origin_seq), *_fp_aggregates(c.origin_seq)
@@ -1302,7 +1279,7 @@ def origin_positions(store: LogStore) -> dict[str, tuple[int, Fingerprint]]:
 
 def highest_held(store: LogStore, origin: str, upto: int) -> int:
     """The highest origin_seq of `origin` <= upto that we hold (0 if none): one index seek."""
-    with store._storage_errors(), store.engine.connect() as conn:
+    with store.connect() as conn:
         top = conn.execute(
             sa.select(sa.func.max(events.c.origin_seq)).where(
                 events.c.origin_replica == origin, events.c.origin_seq <= seq_int("upto", upto)
@@ -1313,7 +1290,7 @@ def highest_held(store: LogStore, origin: str, upto: int) -> int:
 
 def held_above(store: LogStore, origin: str, above: int, limit: int = REPORT_CAP) -> list:
     """(id, origin_seq) of the first `limit` events of `origin` held above `above`."""
-    with store._storage_errors(), store.engine.connect() as conn:
+    with store.connect() as conn:
         rows = conn.execute(
             sa.select(events.c.id, events.c.origin_seq)
             .where(events.c.origin_replica == origin, events.c.origin_seq > above)
@@ -1327,12 +1304,12 @@ def record_sequence_anomalies(store: LogStore, reports: list[dict[str, Any]]) ->
     """Remember events that claim an origin position beyond what that origin itself says it
     has written (kind `sequence` in sync_rejections; the events stay, nothing is retried)."""
     if reports:
-        store._submit(lambda conn, st: _record_rejections(store, _Core(conn), reports))
+        store.core_transaction(lambda conn, st: _record_rejections(store, _Core(conn), reports))
 
 
 def list_conflicts(store: LogStore, limit: int = 100) -> list[dict[str, Any]]:
     """Recorded same-id/different-content events, newest first."""
-    with store._storage_errors(), store.engine.connect() as conn:
+    with store.connect() as conn:
         rows = conn.execute(
             sa.select(sync_conflicts).order_by(sync_conflicts.c.first_seen_at.desc()).limit(limit)
         ).mappings()
@@ -1341,7 +1318,7 @@ def list_conflicts(store: LogStore, limit: int = 100) -> list[dict[str, Any]]:
 
 def list_rejections(store: LogStore, limit: int = 100) -> list[dict[str, Any]]:
     """Refused and deferred remote items still outstanding, newest first."""
-    with store._storage_errors(), store.engine.connect() as conn:
+    with store.connect() as conn:
         rows = conn.execute(
             sa.select(sync_rejections).order_by(sync_rejections.c.last_seen_at.desc()).limit(limit)
         ).mappings()
@@ -1349,7 +1326,7 @@ def list_rejections(store: LogStore, limit: int = 100) -> list[dict[str, Any]]:
 
 
 def list_clock_anomalies(store: LogStore, limit: int = 100) -> list[dict[str, Any]]:
-    with store._storage_errors(), store.engine.connect() as conn:
+    with store.connect() as conn:
         rows = conn.execute(sa.select(sync_clock_anomalies).limit(limit)).mappings()
         return [dict(r) for r in rows]
 
@@ -1357,7 +1334,7 @@ def list_clock_anomalies(store: LogStore, limit: int = 100) -> list[dict[str, An
 def origin_summary(store: LogStore) -> dict[str, dict[str, int]]:
     """{origin: {max, count}}: two replicas with equal `max` but different `count` for an
     origin have a hole the version vector cannot show."""
-    with store._storage_errors(), store.engine.connect() as conn:
+    with store.connect() as conn:
         rows = conn.execute(
             sa.select(
                 events.c.origin_replica, sa.func.max(events.c.origin_seq), sa.func.count()
@@ -1416,11 +1393,11 @@ def record_estate(
         else:
             conn.execute(sa.update(sync_peers).where(key).values(**row))
 
-    store._submit(write)
+    store.core_transaction(write)
 
 
 def estate_rows(store: LogStore) -> list[dict[str, Any]]:
-    with store._storage_errors(), store.engine.connect() as conn:
+    with store.connect() as conn:
         rows = conn.execute(sa.select(sync_peers).order_by(sync_peers.c.name)).mappings().all()
     out = []
     for r in rows:
@@ -1434,7 +1411,7 @@ def estate_rows(store: LogStore) -> list[dict[str, Any]]:
 def counts(store: LogStore) -> dict[str, int]:
     """Outstanding conflicts, rejections, deferred events, clock anomalies and sequence
     anomalies (events held beyond their origin's own tip)."""
-    with store._storage_errors(), store.engine.connect() as conn:
+    with store.connect() as conn:
 
         def n(q: Any) -> int:
             return int(conn.execute(q).scalar() or 0)

@@ -40,6 +40,9 @@ class Backend(Protocol):
     driver_errors: tuple[type[BaseException], ...]  # DBAPI errors raised on the fast path
     notify_channel: str | None  # where appends announce themselves, if anywhere
     split_inbox: bool  # an inbox read runs one index-ordered leg per to_agent value
+    # One chunk of a compact sync page (`/sync/ops_rows`) serialized by the database on the
+    # fast path, or None: (rows as UTF-8 JSON, count, last origin_seq, body+metadata chars).
+    rows_json_sql: str | None
 
     def sql_dialect(self) -> sa.Dialect:
         """The dialect the store compiles its hot statements with."""

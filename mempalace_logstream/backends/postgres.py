@@ -29,6 +29,7 @@ class PostgresBackend:
     name = "postgresql"
     driver_errors: tuple[type[BaseException], ...] = ()
     split_inbox = False  # an IN list is read in index order by a merge of index scans
+    rows_json_sql: str | None = None
 
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine

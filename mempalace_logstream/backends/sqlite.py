@@ -23,7 +23,7 @@ from mempalace_logstream import engine as engine_mod
 from mempalace_logstream import notify
 from mempalace_logstream.backends import base
 from mempalace_logstream.backends.sqlite_signal import SqliteSignal
-from mempalace_logstream.schema import events
+from mempalace_logstream.schema import event_artifacts, events
 
 # SQLite text uses named parameters, which the sqlite3 module binds from dicts.
 _NAMED = SQLiteDialect_pysqlite(paramstyle="named")
@@ -45,6 +45,26 @@ _STAGE_MOVE = (
     f"SELECT {', '.join(_COLS)} FROM temp.{_STAGE} ORDER BY rowid"
 )
 
+# One chunk of a compact page built by SQLite's JSON functions (the hub's hot path on SQLite):
+# the rows as UTF-8 JSON (a BLOB: no decoding to str and encoding back), their count, last
+# origin_seq and body + metadata characters. The rows are the very values replication.ops_rows lists
+# (artifact ids sorted, metadata parsed): a test holds the two equal. Row order inside the
+# array is not guaranteed (nor needed: the client sorts by origin position).
+ROWS_JSON_CHUNK = f"""
+SELECT CAST(json_group_array(json_array(
+         e.id, e.origin_replica, e.origin_seq, e.hlc, e.type, e.stream, e.room, e.topic,
+         e.from_agent, e.to_agent, e.correlation_id, e.branch, e.base_commit, e.status,
+         (SELECT json_group_array(artifact_id) FROM (
+            SELECT ea.artifact_id FROM {event_artifacts.name} ea WHERE ea.event_id = e.id
+            ORDER BY ea.artifact_id)),
+         e.body, e.created_at,
+         CASE WHEN json_valid(e.metadata_json) AND json_type(e.metadata_json) = 'object'
+              THEN json(e.metadata_json) ELSE json_object() END)) AS BLOB),
+       count(*), max(e.origin_seq), sum(length(e.body) + length(e.metadata_json))
+FROM (SELECT * FROM {events.name} WHERE origin_replica = :origin AND origin_seq > :after
+      ORDER BY origin_seq LIMIT :lim) e
+"""  # table names come from the schema; values are bound
+
 
 class SqliteBackend:
     name = "sqlite"
@@ -52,6 +72,7 @@ class SqliteBackend:
     notify_channel: str | None = None
     # SQLite cannot read an IN list in the order of the (to_agent, seq) index.
     split_inbox = True
+    rows_json_sql: str | None = ROWS_JSON_CHUNK
 
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine

@@ -13,7 +13,7 @@ import functools
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
@@ -57,6 +57,9 @@ class TxState:
     appended: list[Event] = field(default_factory=list)
 
 
+T = TypeVar("T")
+
+
 class CommitPipeline:
     """The write path shared by every store operation (a base of `LogStore`)."""
 
@@ -74,6 +77,32 @@ class CommitPipeline:
     _sql_dialect: sa.Dialect
     _sql_cache: dict[Any, tuple[str, dict[str, Any]]]
     _read_cols: list[sa.ColumnElement[Any]]
+
+    # ----------------------------------------------------------------- public plumbing
+    # What replication and the importer use: no module outside the store touches its
+    # private members (tests/test_layers.py).
+
+    @contextlib.contextmanager
+    def connect(self) -> Iterator[sa.Connection]:
+        """A SQLAlchemy connection for reads, database errors mapped to StorageError."""
+        with self._storage_errors(), self.engine.connect() as conn:
+            yield conn
+
+    def core_transaction(self, work: Callable[[sa.Connection, TxState], T]) -> T:
+        """Run `work(conn, state)` in a group-committed write transaction on a SQLAlchemy
+        connection (bulk work that needs the connection itself: the importer's COPY)."""
+        result: T = self._submit(work)
+        return result
+
+    def uses_fast_path(self) -> bool:
+        """Whether reads and writes run on the backend's own DBAPI path right now."""
+        return self._fast_path()
+
+    def compiled(
+        self, key: Any, build: Callable[[], Any], params: Mapping[str, Any]
+    ) -> tuple[str, Mapping[str, Any]]:
+        """(SQL text, parameters) of a statement shape, compiled once per store."""
+        return self._sql(key, build, params)
 
     def _storage_errors(self) -> contextlib.AbstractContextManager[None]:
         """Database errors (SQLAlchemy's, or the fast path's driver's) become StorageError."""

@@ -43,6 +43,13 @@ class Reads(CommitPipeline):
             return self.event_by_id(QueryExecutor(query, self._sql), ident, field="event_id")
 
     @contextlib.contextmanager
+    def snapshot(self) -> Iterator[QueryExecutor]:
+        """One read snapshot whose executor runs statement shapes compiled once per store
+        (`rows(key, build, params)`), or raw SQL text through its `query`."""
+        with self._reading() as query:
+            yield QueryExecutor(query, self._sql)
+
+    @contextlib.contextmanager
     def _reading(self) -> Iterator[Query]:
         """One read snapshot that runs precompiled SQL text and returns plain rows.
 
