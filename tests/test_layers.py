@@ -242,8 +242,8 @@ def test_only_the_backends_name_a_dialect(module):
 # `self` nor `cls`) is refused when `_name` is defined in another file of the package and not
 # in the accessing file. Each allowance names its reason.
 PRIVATE_ALLOWED: dict[tuple[str, str], str] = {
-    ("replication.py", "_check_text"): "validation.py's text check, not yet public (other slice)",
-    ("replication.py", "_HLC_RE"): "hlc.py's stamp pattern, matched in the sync hot loop; hlc.py "
+    ("checks.py", "_check_text"): "validation.py's text check, not yet public (other slice)",
+    ("checks.py", "_HLC_RE"): "hlc.py's stamp pattern, matched in the sync hot loop; hlc.py "
     "is another slice's file",
 }
 
