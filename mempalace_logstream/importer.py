@@ -168,7 +168,12 @@ def _copy_artifacts(
         _copy_blobs(source, target, {r["sha256"] for r in rows}, report)
         expect = done
 
-        def write(conn: sa.Connection, st: TxState, rows=rows, expect=expect) -> None:
+        def write(
+            conn: sa.Connection,
+            st: TxState,
+            rows: list[dict[str, Any]] = rows,
+            expect: int = expect,
+        ) -> None:
             _require_tip(st.next_artifact_seq - 1, expect, artifacts)
             target.backend.bulk_insert(conn, artifacts, rows)
             st.next_artifact_seq = max(st.next_artifact_seq, int(rows[-1]["seq"]) + 1)
@@ -183,7 +188,7 @@ def _copy_artifacts(
         )
 
 
-def _copy_blobs(source: LogStore, target: LogStore, shas: set[str], report: ImportReport):
+def _copy_blobs(source: LogStore, target: LogStore, shas: set[str], report: ImportReport) -> None:
     """Copy the blobs the target lacks, verifying each sha256, holding ≤ BLOB_BATCH_BYTES."""
     with target.engine.connect() as dst:
         have = set(
@@ -250,7 +255,13 @@ def _copy_events(
         links = _links(source, int(rows[0]["seq"]) - 1, int(rows[-1]["seq"]))
         expect = done
 
-        def write(conn: sa.Connection, st: TxState, rows=rows, links=links, expect=expect):
+        def write(
+            conn: sa.Connection,
+            st: TxState,
+            rows: list[dict[str, Any]] = rows,
+            links: list[dict[str, Any]] = links,
+            expect: int = expect,
+        ) -> None:
             _require_tip(st.next_seq - 1, expect, events)
             target.backend.bulk_insert(conn, events, rows)
             if links:

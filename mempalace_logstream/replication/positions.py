@@ -160,7 +160,9 @@ def highest_held(store: LogStore, origin: str, upto: int) -> int:
     return int(top or 0)
 
 
-def held_above(store: LogStore, origin: str, above: int, limit: int = REPORT_CAP) -> list:
+def held_above(
+    store: LogStore, origin: str, above: int, limit: int = REPORT_CAP
+) -> list[tuple[str, int]]:
     """(id, origin_seq) of the first `limit` events of `origin` held above `above`."""
     with store.connect() as conn:
         rows = conn.execute(

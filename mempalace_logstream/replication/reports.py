@@ -50,7 +50,7 @@ def _raw_position(raw: Any) -> tuple[str | None, int | None]:
     )
 
 
-def _reject_report(kind: str, raw: Any, exc: errors.ValidationError, peer: str) -> dict:
+def _reject_report(kind: str, raw: Any, exc: errors.ValidationError, peer: str) -> dict[str, Any]:
     origin, seq = _raw_position(raw)
     reason = "tampered" if exc.field in ("sha256", "size_bytes") else "invalid"
     return {

@@ -191,7 +191,7 @@ def list_ops(store: LogStore, origin: Any, after_seq: Any = 0, limit: Any = None
         return events_from_rows(ex.rows("sync-list-ops", build, params))
 
 
-def ops_page(store: LogStore, origin: Any, after_seq: Any = 0, limit: Any = None) -> dict:
+def ops_page(store: LogStore, origin: Any, after_seq: Any = 0, limit: Any = None) -> dict[str, Any]:
     """`/sync/ops` wire shape `{origin, events, count}`; artifact_ids sorted like the reference."""
     evs = list_ops(store, origin, after_seq, limit)
     out = []
