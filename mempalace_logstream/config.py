@@ -47,7 +47,6 @@ def _seconds(environ: Mapping[str, str], key: str, default: float) -> float:
 class Settings:
     db: str | None = None
     palace: str | None = None
-    durability: str = "full"
     max_body_bytes: int = 256 * 1024
     max_artifact_bytes: int = 4 * 1024 * 1024
     hub_timeout_s: float = 30.0  # every `--hub` call; `wait` gets its own timeout on top
@@ -59,7 +58,6 @@ class Settings:
         return cls(
             db=env.get("LOGSTREAM_DB") or env.get(p + "DB") or None,
             palace=env.get("MEMPALACE_PALACE_PATH") or None,
-            durability=(env.get(p + "DURABILITY") or "full").strip().lower(),
             max_body_bytes=_int(env, p + "MAX_BODY_BYTES", 256 * 1024),
             max_artifact_bytes=_int(env, p + "MAX_ARTIFACT_BYTES", 4 * 1024 * 1024),
             hub_timeout_s=_seconds(env, "LOGSTREAM_HUB_TIMEOUT", 30.0),

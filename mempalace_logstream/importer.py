@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from mempalace_logstream import errors
 from mempalace_logstream.models import Event
 from mempalace_logstream.schema import artifact_blobs, artifacts, event_artifacts, events
-from mempalace_logstream.store import LogStore, _TxState
+from mempalace_logstream.store import LogStore, TxState
 
 DEFAULT_BATCH = 2000
 BLOB_BATCH_BYTES = 16 * 1024 * 1024  # bytes of artifact content held in memory at once
@@ -121,8 +121,9 @@ def check_prefix(source: LogStore, target: LogStore, table: sa.Table, source_top
     if target_top == 0:
         return 0
     if target_top > source_top:
-        raise _not_a_prefix(table, f"the target goes up to seq {target_top}, the source to "
-                                   f"{source_top}")  # fmt: skip
+        raise _not_a_prefix(
+            table, f"the target goes up to seq {target_top}, the source to {source_top}"
+        )
     with source.engine.connect() as src, target.engine.connect() as dst:
         lo = 0
         while lo < target_top:
@@ -154,25 +155,40 @@ def _not_a_prefix(table: sa.Table, detail: str) -> errors.ConflictError:
 # --------------------------------------------------------------------------- artifacts
 
 
-def _copy_artifacts(source: LogStore, target: LogStore, done: int, top: int, batch_size: int,
-                    report: ImportReport, tick: Progress) -> None:  # fmt: skip
+def _copy_artifacts(
+    source: LogStore,
+    target: LogStore,
+    done: int,
+    top: int,
+    batch_size: int,
+    report: ImportReport,
+    tick: Progress,
+) -> None:
     for rows in _pages(source, artifacts, done, top, batch_size):
         _copy_blobs(source, target, {r["sha256"] for r in rows}, report)
         expect = done
 
-        def write(conn: sa.Connection, st: _TxState, rows=rows, expect=expect) -> None:
+        def write(
+            conn: sa.Connection,
+            st: TxState,
+            rows: list[dict[str, Any]] = rows,
+            expect: int = expect,
+        ) -> None:
             _require_tip(st.next_artifact_seq - 1, expect, artifacts)
-            _bulk_insert(conn, artifacts, rows)
+            target.backend.bulk_insert(conn, artifacts, rows)
             st.next_artifact_seq = max(st.next_artifact_seq, int(rows[-1]["seq"]) + 1)
 
-        target._submit(write)
+        target.core_transaction(write)
         done = int(rows[-1]["seq"])
         report.artifacts_imported += len(rows)
-        tick("artifacts", report.artifacts_skipped + report.artifacts_imported,
-             report.artifacts_total)  # fmt: skip
+        tick(
+            "artifacts",
+            report.artifacts_skipped + report.artifacts_imported,
+            report.artifacts_total,
+        )
 
 
-def _copy_blobs(source: LogStore, target: LogStore, shas: set[str], report: ImportReport):
+def _copy_blobs(source: LogStore, target: LogStore, shas: set[str], report: ImportReport) -> None:
     """Copy the blobs the target lacks, verifying each sha256, holding ≤ BLOB_BATCH_BYTES."""
     with target.engine.connect() as dst:
         have = set(
@@ -205,7 +221,7 @@ def _copy_blobs(source: LogStore, target: LogStore, shas: set[str], report: Impo
 
 
 def _write_blobs(target: LogStore, chunk: list[dict[str, Any]], report: ImportReport) -> None:
-    def write(conn: sa.Connection, st: _TxState) -> None:
+    def write(conn: sa.Connection, st: TxState) -> None:
         # Content-addressed: a blob someone else stored meanwhile is the same bytes.
         have = set(
             conn.execute(
@@ -218,7 +234,7 @@ def _write_blobs(target: LogStore, chunk: list[dict[str, Any]], report: ImportRe
         if fresh:
             conn.execute(sa.insert(artifact_blobs), fresh)
 
-    target._submit(write)
+    target.core_transaction(write)
     report.blobs_copied += len(chunk)
     report.blob_bytes_copied += sum(b["size_bytes"] for b in chunk)
 
@@ -226,21 +242,34 @@ def _write_blobs(target: LogStore, chunk: list[dict[str, Any]], report: ImportRe
 # --------------------------------------------------------------------------- events
 
 
-def _copy_events(source: LogStore, target: LogStore, done: int, top: int, batch_size: int,
-                 report: ImportReport, tick: Progress) -> None:  # fmt: skip
+def _copy_events(
+    source: LogStore,
+    target: LogStore,
+    done: int,
+    top: int,
+    batch_size: int,
+    report: ImportReport,
+    tick: Progress,
+) -> None:
     for rows in _pages(source, events, done, top, batch_size):
         links = _links(source, int(rows[0]["seq"]) - 1, int(rows[-1]["seq"]))
         expect = done
 
-        def write(conn: sa.Connection, st: _TxState, rows=rows, links=links, expect=expect):
+        def write(
+            conn: sa.Connection,
+            st: TxState,
+            rows: list[dict[str, Any]] = rows,
+            links: list[dict[str, Any]] = links,
+            expect: int = expect,
+        ) -> None:
             _require_tip(st.next_seq - 1, expect, events)
-            _bulk_insert(conn, events, rows)
+            target.backend.bulk_insert(conn, events, rows)
             if links:
-                _bulk_insert(conn, event_artifacts, links)
+                target.backend.bulk_insert(conn, event_artifacts, links)
             st.next_seq = max(st.next_seq, int(rows[-1]["seq"]) + 1)
             st.appended.extend(_as_events(rows, links))  # wake watchers of the target
 
-        target._submit(write)
+        target.core_transaction(write)
         done = int(rows[-1]["seq"])
         report.events_imported += len(rows)
         tick("events", report.events_skipped + report.events_imported, report.events_total)
@@ -270,24 +299,6 @@ def _as_events(rows: list[dict[str, Any]], links: list[dict[str, Any]]) -> list[
 # --------------------------------------------------------------------------- helpers
 
 
-def _bulk_insert(conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]]) -> None:
-    """INSERT the rows; on PostgreSQL through COPY, several times faster than row-wise
-    INSERTs, inside the same transaction (and savepoint) as the rest of the batch."""
-    if conn.dialect.name != "postgresql":
-        conn.execute(sa.insert(table), rows)
-        return
-    quote = conn.dialect.identifier_preparer.quote
-    names = [c.name for c in table.c]
-    sql = f"COPY {quote(table.name)} ({', '.join(quote(n) for n in names)}) FROM STDIN"
-    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-    try:
-        with cursor.copy(sql) as copy:
-            for row in rows:
-                copy.write_row([row[n] for n in names])
-    finally:
-        cursor.close()
-
-
 def _require_tip(tip: int, expect: int, table: sa.Table) -> None:
     # Checked under the target's write lock: a local append or a second import in between
     # would otherwise interleave with the copy and break the prefix rule.
@@ -299,8 +310,9 @@ def _require_tip(tip: int, expect: int, table: sa.Table) -> None:
         )
 
 
-def _pages(store: LogStore, table: sa.Table, lo: int, hi: int, size: int
-           ) -> Iterator[list[dict[str, Any]]]:  # fmt: skip
+def _pages(
+    store: LogStore, table: sa.Table, lo: int, hi: int, size: int
+) -> Iterator[list[dict[str, Any]]]:
     """Rows of `table` with lo < seq ≤ hi in seq order, `size` at a time (bounded memory)."""
     while lo < hi:
         q = (
@@ -319,7 +331,7 @@ def _pages(store: LogStore, table: sa.Table, lo: int, hi: int, size: int
 def _fetch(store: LogStore, query: sa.Select[Any]) -> list[dict[str, Any]]:
     """Run a read on the driver cursor: SQLAlchemy Row objects cost more than the copy itself
     at 100k rows. Only integer bounds are inlined (literal_binds), never user text."""
-    with store._storage_errors(), store.engine.connect() as conn:
+    with store.connect() as conn:
         sql = str(query.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         try:
@@ -331,12 +343,12 @@ def _fetch(store: LogStore, query: sa.Select[Any]) -> list[dict[str, Any]]:
 
 
 def _max(store: LogStore, col: sa.ColumnElement[Any]) -> int:
-    with store._storage_errors(), store.engine.connect() as conn:
+    with store.connect() as conn:
         return int(conn.execute(sa.select(sa.func.max(col))).scalar() or 0)
 
 
 def _count(store: LogStore, table: sa.Table, upto: int) -> int:
-    with store._storage_errors(), store.engine.connect() as conn:
+    with store.connect() as conn:
         q = sa.select(sa.func.count()).select_from(table).where(table.c.seq <= upto)
         return int(conn.execute(q).scalar() or 0)
 

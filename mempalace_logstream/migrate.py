@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
+from mempalace_logstream import backends, errors
 from mempalace_logstream import engine as engine_mod
-from mempalace_logstream import errors
 from mempalace_logstream.schema import SCHEMA_HEAD
 
 if TYPE_CHECKING:
@@ -56,11 +56,10 @@ def current_revision(conn: sa.Connection) -> str | None:
 
 @contextlib.contextmanager
 def _locked(engine: sa.Engine) -> Iterator[sa.Connection]:
-    """One write transaction holding the migration lock (SQLite's write lock at BEGIN, or a
-    PostgreSQL advisory lock), so concurrent first starts migrate once."""
+    """One write transaction holding the migration lock (the backend's: SQLite's write lock at
+    BEGIN, a PostgreSQL advisory lock), so concurrent first starts migrate once."""
     with engine_mod.writer(engine).begin() as conn:
-        if engine.dialect.name == "postgresql":
-            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_MIGRATE_LOCK})
+        backends.for_engine(engine).lock_migrations(conn, PG_MIGRATE_LOCK)
         yield conn
 
 

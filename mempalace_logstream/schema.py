@@ -28,8 +28,15 @@ Seq = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 Key = sa.Text().with_variant(sa.Text(collation="C"), "postgresql")
 
 FILTER_COLUMNS = (
-    "stream", "room", "topic", "type", "to_agent", "from_agent", "correlation_id", "status",
-)  # fmt: skip
+    "stream",
+    "room",
+    "topic",
+    "type",
+    "to_agent",
+    "from_agent",
+    "correlation_id",
+    "status",
+)
 
 events = sa.Table(
     "events",

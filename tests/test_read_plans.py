@@ -20,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mempalace_logstream import LogStore
-from mempalace_logstream import store as store_mod
+from mempalace_logstream.store import reads as store_mod
 
 AGENTS = ("a", "b", "c")
 TO_VALUES = (None, "*", "a", "b", "c")

@@ -13,6 +13,7 @@ round changes nothing.
 from __future__ import annotations
 
 import random
+import secrets
 import shutil
 import tempfile
 import time
@@ -287,3 +288,64 @@ SyncMachine.TestCase.settings = settings(
     stateful_step_count=20,
 )
 TestSyncConvergence = SyncMachine.TestCase
+
+
+# ----------------------------------------------------------------------------- PostgreSQL
+# The same machine with every replica a schema of the session's PostgreSQL database (a reset
+# drops the schema and migrates a new one). Fewer examples: each replica is a migration.
+PG_EXAMPLES = 6
+
+
+class PgSyncMachine(SyncMachine):
+    database = ""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.schemas: dict[int, str] = {}
+
+    def _admin(self, sql: str) -> None:
+        import sqlalchemy as sa
+
+        eng = sa.create_engine(self.database, isolation_level="AUTOCOMMIT")
+        try:
+            with eng.connect() as conn:
+                conn.execute(sa.text(sql))
+        finally:
+            eng.dispose()
+
+    def _open(self, i: int) -> LogStore:
+        schema = f"sm_{secrets.token_hex(6)}"
+        self._admin(f"CREATE SCHEMA {schema}")
+        self.schemas[i] = schema
+        sep = "&" if "?" in self.database else "?"
+        url = f"{self.database}{sep}options=-csearch_path%3D{schema}"
+        return LogStore.open(url, durability="normal")
+
+    @initialize(n=st.integers(3, 4))
+    def open_replicas(self, n: int) -> None:
+        self.stores = [self._open(i) for i in range(n)]
+
+    @rule(data=st.data())
+    def reset(self, data: st.DataObject) -> None:
+        """A replica's database is recreated (new replica id, empty): a new generation."""
+        i = self._pick(data, "replica")
+        self.stores[i].close()
+        self._admin(f"DROP SCHEMA {self.schemas[i]} CASCADE")
+        self.stores[i] = self._open(i)
+
+    def teardown(self) -> None:
+        try:
+            super().teardown()
+        finally:
+            for schema in self.schemas.values():
+                self._admin(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def test_sync_convergence_on_postgresql(pg_database: str) -> None:
+    from hypothesis.stateful import run_state_machine_as_test
+
+    PgSyncMachine.database = pg_database
+    run_state_machine_as_test(
+        PgSyncMachine,
+        settings=settings(settings(), max_examples=PG_EXAMPLES, stateful_step_count=20),
+    )

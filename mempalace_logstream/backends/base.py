@@ -1,0 +1,228 @@
+"""The storage seam: what differs between the SQLite and the PostgreSQL backend.
+
+`Backend` is the protocol the store talks to; `sqlite.py` and `postgres.py` implement it, and
+no other module names a dialect. `Executor` runs the statements of one transaction (compiled
+once per store, see `LogStore._sql`); `CoreExecutor` runs them through SQLAlchemy on any
+backend, a backend's fast path may run them on its own DBAPI connection. `storage_error` is
+the one mapping of database errors to `StorageError`.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
+
+import sqlalchemy as sa
+
+from mempalace_logstream import errors, notify
+from mempalace_logstream.schema import events
+
+# Build a statement (called once per shape and store).
+Build = Callable[[], Any]
+# (SQL text, parameters) of a statement shape: `LogStore._sql`.
+Compile = Callable[[Any, Build, Mapping[str, Any]], tuple[str, Mapping[str, Any]]]
+# Run one precompiled SQL text with a parameter dict, return all rows as tuples.
+Query = Callable[[str, Mapping[str, Any]], Sequence[Sequence[Any]]]
+# The SQL functions of the artifact links column: (char(code), string aggregate(item, sep)).
+LinksFunctions = tuple[Callable[..., Any], Callable[..., Any]]
+
+IN_MAX = 512  # values per IN list; lists are padded to a power of two (few SQL shapes)
+EVENT_COLS = [c for c in events.c if c.name != "idempotency_key"]
+EVENT_COL_NAMES = tuple(c.name for c in EVENT_COLS)
+
+
+class Backend(Protocol):
+    """What the store asks of the database behind one engine (one instance per store)."""
+
+    name: str  # the SQLAlchemy dialect name, reported by `stats`
+    driver_errors: tuple[type[BaseException], ...]  # DBAPI errors raised on the fast path
+    notify_channel: str | None  # where appends announce themselves, if anywhere
+    split_inbox: bool  # an inbox read runs one index-ordered leg per to_agent value
+    # One chunk of a compact sync page (`/sync/ops_rows`) serialized by the database on the
+    # fast path, or None: (rows as UTF-8 JSON, count, last origin_seq, body+metadata chars).
+    rows_json_sql: str | None
+
+    def sql_dialect(self) -> sa.Dialect:
+        """The dialect the store compiles its hot statements with."""
+
+    def links_functions(self) -> LinksFunctions:
+        """The SQL functions that aggregate an event's artifact links into one column."""
+
+    def describe(self) -> str:
+        """The database as named in error messages."""
+
+    def lock_writes(self, conn: sa.Connection) -> None:
+        """Take the write lock that makes seq order commit order (held to commit)."""
+
+    def lock_migrations(self, conn: sa.Connection, key: int) -> None:
+        """Serialize schema migrations of concurrent openers (held to commit)."""
+
+    def after_appends(self, conn: sa.Connection) -> None:
+        """Run in a write transaction that appended events, just before its commit."""
+
+    def change_signal(self) -> Callable[[], notify.ChangeSignal] | None:
+        """The cross-process change signal's factory, or None when nothing can signal."""
+
+    def fast_path(self) -> FastPath | None:
+        """The backend's own DBAPI path for reads and writes, when usable right now."""
+
+    def db_size(self) -> int | None:
+        """The log's size in bytes."""
+
+    def bulk_insert(self, conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]]) -> None:
+        """INSERT many rows giving every column of `table` (an import), in `conn`'s
+        transaction."""
+
+    def close(self) -> None:
+        """Release what the backend holds (the fast path's connection)."""
+
+
+class FastTx(Protocol):
+    """One write transaction on a fast path: its DBAPI connection, and the counters of the
+    previous one if nobody committed since (`known`); the caller sets `counters` at the end."""
+
+    db: Any
+    known: tuple[int, int] | None
+    counters: tuple[int, int] | None
+
+
+class FastPath(Protocol):
+    """Writes and reads on the backend's own DBAPI connections, with the store's semantics."""
+
+    def transaction(self) -> contextlib.AbstractContextManager[FastTx]:
+        """A write transaction under the write lock, committed when the block ends."""
+
+    def savepoint(self, db: Any) -> contextlib.AbstractContextManager[None]:
+        """A savepoint that is rolled back alone if the block raises."""
+
+    def reading(self) -> contextlib.AbstractContextManager[Query]:
+        """One read snapshot."""
+
+    def executor(
+        self, db: Any, compile: Compile, on_bulk: Callable[[], Any] | None = None
+    ) -> Executor:
+        """The statements of one transaction on `db`."""
+
+    def query(self, db: Any) -> Query:
+        """Precompiled text on `db`."""
+
+
+def storage_message(orig: BaseException | None) -> str:
+    text = str(orig)
+    if "database is locked" in text or "database table is locked" in text:
+        # Only reached after the busy timeout (30 s by default) ran out: say what to do.
+        return (
+            "database busy: another process held the write lock past the busy timeout; "
+            "nothing was written, retry the operation"
+        )
+    return f"database error: {text}"
+
+
+def storage_error(
+    exc: BaseException, driver_errors: tuple[type[BaseException], ...] = ()
+) -> errors.StorageError | None:
+    """The StorageError for a database error (SQLAlchemy's or a DBAPI driver's), else None."""
+    if isinstance(exc, sa.exc.DBAPIError):
+        return errors.StorageError(storage_message(exc.orig))
+    if isinstance(exc, sa.exc.SQLAlchemyError):
+        return errors.StorageError(f"database error: {exc}")
+    if driver_errors and isinstance(exc, driver_errors):
+        return errors.StorageError(storage_message(exc))
+    return None
+
+
+@contextlib.contextmanager
+def wrap_exceptions(driver_errors: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
+    """Database errors raised inside become StorageError, chained with `from`."""
+    try:
+        yield
+    except Exception as exc:
+        mapped = storage_error(exc, driver_errors)
+        if mapped is None:
+            raise
+        raise mapped from exc
+
+
+def binds(n: int) -> list[sa.BindParameter[Any]]:
+    return [sa.bindparam(f"v{i}") for i in range(n)]
+
+
+def in_lists(values: Sequence[Any]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(n, params v0..v{n-1}) per chunk of `values`: n is a power of two <= 512, the chunk
+    padded with its last value (a repeat changes nothing in an IN list)."""
+    for i in range(0, len(values), IN_MAX):
+        chunk = values[i : i + IN_MAX]
+        n = 1 << (len(chunk) - 1).bit_length()
+        last = chunk[-1]
+        yield n, {f"v{j}": chunk[j] if j < len(chunk) else last for j in range(n)}
+
+
+class Executor(abc.ABC):
+    """The statements of one transaction (or read snapshot), by statement shape: `key` names
+    the shape, `build` makes it (once per store where the executor compiles)."""
+
+    @abc.abstractmethod
+    def rows(self, key: Any, build: Build, params: Mapping[str, Any]) -> Sequence[Any]: ...
+
+    @abc.abstractmethod
+    def run(self, key: Any, build: Build, params: Mapping[str, Any]) -> None: ...
+
+    @abc.abstractmethod
+    def insert(self, key: Any, table: sa.Table, rows: list[dict[str, Any]]) -> None:
+        """INSERT rows giving every column of `table`."""
+
+    @abc.abstractmethod
+    def insert_events(self, rows: list[tuple[Any, ...]]) -> None:
+        """INSERT events rows in `EVENT_COLS` order."""
+
+    def held_ids(self, ids: list[str]) -> set[str]:
+        """The event ids among `ids` held here (distinct ids)."""
+        out: set[str] = set()
+        for n, params in in_lists(ids):
+
+            def build(n: int = n) -> sa.Executable:
+                return sa.select(events.c.id).where(events.c.id.in_(binds(n)))
+
+            out.update(r[0] for r in self.rows(("sync-held-ids", n), build, params))
+        return out
+
+
+class CoreExecutor(Executor):
+    """Statements through SQLAlchemy Core on one connection: every backend, every listener."""
+
+    def __init__(self, conn: sa.Connection) -> None:
+        self.conn = conn
+
+    def rows(self, key: Any, build: Build, params: Mapping[str, Any]) -> Sequence[Any]:
+        return self.conn.execute(build(), dict(params)).all()
+
+    def run(self, key: Any, build: Build, params: Mapping[str, Any]) -> None:
+        self.conn.execute(build(), dict(params))
+
+    def insert(self, key: Any, table: sa.Table, rows: list[dict[str, Any]]) -> None:
+        self.conn.execute(sa.insert(table), rows[0] if len(rows) == 1 else rows)
+
+    def insert_events(self, rows: list[tuple[Any, ...]]) -> None:
+        names = EVENT_COL_NAMES
+        self.conn.execute(sa.insert(events), [dict(zip(names, r, strict=True)) for r in rows])
+
+
+class QueryExecutor(Executor):
+    """Read-only statements as precompiled text through a `Query` (a read snapshot)."""
+
+    def __init__(self, query: Query, compile: Compile) -> None:
+        self.query, self.compile = query, compile
+
+    def rows(self, key: Any, build: Build, params: Mapping[str, Any]) -> Sequence[Any]:
+        return self.query(*self.compile(key, build, params))
+
+    def run(self, key: Any, build: Build, params: Mapping[str, Any]) -> None:
+        self.query(*self.compile(key, build, params))
+
+    def insert(self, key: Any, table: sa.Table, rows: list[dict[str, Any]]) -> None:
+        raise errors.StorageError("a read snapshot cannot write")
+
+    def insert_events(self, rows: list[tuple[Any, ...]]) -> None:
+        raise errors.StorageError("a read snapshot cannot write")

@@ -1,0 +1,327 @@
+"""Applying remote events and artifacts in one group-committed store transaction: fresh local
+seqs under the write lock, duplicates and conflicts detected against what is held.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from mempalace_logstream import errors, hlc
+from mempalace_logstream.backends.base import Executor as _Ex
+from mempalace_logstream.backends.base import binds as _binds
+from mempalace_logstream.backends.base import in_lists as _in_lists
+from mempalace_logstream.models import Artifact, Event
+from mempalace_logstream.replication.checks import ParsedEvents, parse_events, parse_remote_artifact
+from mempalace_logstream.replication.reports import (
+    _artifact_conflict,
+    _conflict,
+    _deferred,
+    _record_rejections,
+    _reject_report,
+    _resolve,
+)
+from mempalace_logstream.replication.wire import ApplyResult
+from mempalace_logstream.schema import (
+    artifact_blobs,
+    artifacts,
+    event_artifacts,
+    events,
+    sync_clock_anomalies,
+)
+from mempalace_logstream.store import (
+    LogStore,
+    events_from_rows,
+    now_text,
+)
+
+
+def apply_remote_artifact(store: LogStore, raw: Any, peer: str = "") -> bool:
+    """Apply one remote artifact: True if stored, False if already held (idempotent).
+
+    Raises ValidationError (recorded in sync_rejections) for bad or tampered content and
+    ConflictError when the id is held with a different sha256.
+    """
+    res = apply_remote_artifacts(store, [raw], peer)
+    if res.rejected:
+        first = res.rejected[0]
+        cls = errors.ConflictError if first["reason"] == "conflict" else errors.ValidationError
+        raise cls(first["message"], field=first.get("field"))
+    return res.applied_artifacts == 1
+
+
+def apply_remote_event(store: LogStore, raw: Any, peer: str = "") -> bool:
+    """Apply one remote event verbatim: True if stored, False for a duplicate or our own echo.
+
+    Raises ValidationError for an invalid event, NotFoundError when a referenced artifact is
+    not held yet (deferred), ConflictError for a same-id/different-content event. Every refusal
+    is also recorded (the sync_rejections and sync_conflicts tables) and in the round results.
+    """
+    res = apply_remote_events(store, [raw], peer)
+    if res.conflicts:
+        c = res.conflicts[0]
+        raise errors.ConflictError(c["message"], field="id", ident=c["event_id"])
+    if res.rejected:
+        r = res.rejected[0]
+        if r["reason"] == "missing_artifact":
+            raise errors.NotFoundError(r["message"], field="artifact_ids", ident=r["ident"])
+        raise errors.ValidationError(r["message"], field=r.get("field"))
+    return res.applied_events == 1
+
+
+def apply_remote_artifacts(store: LogStore, raws: Sequence[Any], peer: str = "") -> ApplyResult:
+    """Validate and apply a batch of remote artifacts in one transaction; never raises for a
+    bad item (it is rejected and recorded), only for storage failures."""
+    return apply_remote_batch(store, raws, ParsedEvents([], []), peer)
+
+
+def apply_remote_events(store: LogStore, raws: Sequence[Any], peer: str = "") -> ApplyResult:
+    """Validate and apply a batch of remote events in one transaction, in origin_seq order.
+
+    Each event is kept verbatim (id, created_at, hlc, origin stamps) with a fresh local seq.
+    Duplicates are no-ops, our own echo is skipped, conflicts and refusals are recorded and
+    reported; nothing else in the batch is lost because of them.
+    """
+    return apply_remote_batch(store, (), parse_events(store, raws, peer), peer)
+
+
+def apply_remote_batch(
+    store: LogStore,
+    artifact_raws: Sequence[Any],
+    parsed: ParsedEvents,
+    peer: str = "",
+    on_bulk: Callable[[], Any] | None = None,
+) -> ApplyResult:
+    """Artifacts (validated here, sha256 recomputed) then already-parsed events, in ONE
+    transaction: a page of a pull costs one commit. Never raises for a bad item. `on_bulk`
+    is called when the rest of the transaction is long SQLite work that releases the GIL
+    (the events' index updates, then the commit)."""
+    res = ApplyResult(own=parsed.own, rejected=list(parsed.rejected))
+    good: list[Artifact] = []
+    for raw in artifact_raws:
+        try:
+            good.append(parse_remote_artifact(store, raw))
+        except errors.ValidationError as exc:
+            res.rejected.append(_reject_report("artifact", raw, exc, peer))
+    if not (good or parsed.items or res.rejected):
+        return res
+
+    def work(ex: _Ex, st: Any) -> None:
+        art_ids = _apply_artifacts_tx(store, ex, st, good, res, peer) if good else []
+        if parsed.items:
+            _apply_events_tx(store, ex, st, parsed.items, res, peer)
+        _record_rejections(store, ex, res.rejected)
+        _resolve(store, ex, "artifact", art_ids)
+        _resolve(store, ex, "event", res.applied_ids[len(art_ids) :])
+
+    store.transaction(lambda tx: work(tx.ex, tx.state), on_bulk)
+    return res
+
+
+def _apply_artifacts_tx(
+    store: LogStore, ex: _Ex, st: Any, good: list[Artifact], res: ApplyResult, peer: str
+) -> list[str]:
+    held = _held_artifacts(ex, [a.id for a in good])
+    applied: list[str] = []
+    for art in good:
+        prior = held.get(art.id)
+        if prior is not None:
+            if prior == art.sha256:
+                res.duplicates += 1
+            else:
+                res.rejected.append(_artifact_conflict(art, prior, peer))
+            continue
+        _ensure_blob(ex, art.sha256, art.content or b"")
+        # The row LogStore._write_artifact_row writes for a local put, with the next seq.
+        ex.insert(
+            "sync-ins-artifact",
+            artifacts,
+            [
+                {
+                    "id": art.id,
+                    "seq": st.next_artifact_seq,
+                    "kind": art.kind,
+                    "sha256": art.sha256,
+                    "size_bytes": art.size_bytes,
+                    "encoding": art.encoding,
+                    "created_by": art.created_by,
+                    "created_at": art.created_at,
+                    "origin_replica": art.origin_replica,
+                    "metadata_json": art.metadata_json,
+                }
+            ],
+        )
+        st.next_artifact_seq += 1
+        held[art.id] = art.sha256
+        res.applied_artifacts += 1
+        applied.append(art.id)
+    res.applied_ids += applied
+    return applied
+
+
+def _ensure_blob(ex: _Ex, digest: str, content: bytes) -> None:
+    def build() -> sa.Executable:
+        col = artifact_blobs.c.sha256
+        return sa.select(col).where(col == sa.bindparam("sha"))
+
+    if not ex.rows("sync-blob", build, {"sha": digest}):
+        ex.insert(
+            "sync-ins-blob",
+            artifact_blobs,
+            [{"sha256": digest, "size_bytes": len(content), "content": content}],
+        )
+
+
+def _apply_events_tx(
+    store: LogStore,
+    ex: _Ex,
+    st: Any,
+    items: list[tuple[Event, Any, tuple[Any, ...]]],
+    res: ApplyResult,
+    peer: str,
+) -> None:
+    by_id = _held_events(store, ex, [e.id for e, _, _ in items])
+    by_pos = _held_positions(ex, items)
+    have_arts = set(_held_artifacts(ex, [a for e, _, _ in items for a in e.artifact_ids]))
+    rows: list[tuple[Any, ...]] = []
+    links: list[dict[str, Any]] = []
+    now_ms = store.clock.wall_clock.now_ms()
+    now = now_text(now_ms)
+    far = now_ms + hlc.MAX_FUTURE_DRIFT_MS
+    newest: str | None = None  # the greatest adoptable stamp applied (one observe per batch)
+    newest_key = (-1, "")
+    for event, raw, tail in items:
+        prior = by_id.get(event.id)
+        if prior is not None:
+            if prior.content_key() == event.content_key():
+                res.duplicates += 1
+            else:
+                res.conflicts.append(
+                    _conflict(store, ex, event, raw, prior.id, "different_content", peer, now)
+                )
+            continue
+        taken = by_pos.get((event.origin_replica, event.origin_seq))
+        if taken is not None:
+            res.conflicts.append(
+                _conflict(store, ex, event, raw, taken, "origin_seq_taken", peer, now)
+            )
+            continue
+        lacking = [a for a in event.artifact_ids if a not in have_arts]
+        if lacking:
+            res.rejected.append(_deferred(event, lacking[0], peer))
+            continue
+        # The batch's own fresh Event becomes the stored one: it gets its local seq.
+        stored = event
+        seq = st.next_seq
+        stored.__dict__["seq"] = seq
+        st.next_seq = seq + 1
+        st.appended.append(stored)
+        rows.append((seq, *tail))
+        if stored.artifact_ids:
+            links += [
+                {"event_id": stored.id, "artifact_id": a, "position": i}
+                for i, a in enumerate(stored.artifact_ids)
+            ]
+        by_id[stored.id] = stored
+        by_pos[(stored.origin_replica, stored.origin_seq)] = stored.id
+        # The HLC: a stamp more than 60 s ahead is kept on the event but never adopted;
+        # observing the greatest of the others once is observing each (the clock takes max).
+        stamp = stored.hlc
+        wall = int(stamp[:13])
+        if wall > far:
+            _clock_anomaly(ex, stored, res, peer, now)
+        elif (wall, stamp[14:20]) > newest_key:
+            newest, newest_key = stamp, (wall, stamp[14:20])
+        res.applied_events += 1
+        res.applied_ids.append(stored.id)
+    if rows:
+        ex.insert_events(rows)
+    if links:
+        ex.insert("sync-ins-link", event_artifacts, links)
+    if newest is not None:
+        store.clock.observe(newest)
+
+
+def _clock_anomaly(ex: _Ex, event: Event, res: ApplyResult, peer: str, now: str) -> None:
+    res.clock_anomalies.append({"event_id": event.id, "hlc": event.hlc})
+
+    def build() -> sa.Executable:
+        col = sync_clock_anomalies.c.event_id
+        return sa.select(col).where(col == sa.bindparam("event_id"))
+
+    if not ex.rows("sync-anomaly-held", build, {"event_id": event.id}):
+        ex.insert(
+            "sync-ins-anomaly",
+            sync_clock_anomalies,
+            [
+                {
+                    "event_id": event.id,
+                    "origin_replica": event.origin_replica,
+                    "hlc": event.hlc,
+                    "peer": peer,
+                    "observed_at": now,
+                }
+            ],
+        )
+
+
+def _held_events(store: LogStore, ex: _Ex, ids: list[str]) -> dict[str, Event]:
+    """The held events among `ids`: a cheap id probe first, then only those read back."""
+    out: dict[str, Event] = {}
+    held = ex.held_ids(list(dict.fromkeys(ids)))
+    for n, params in _in_lists([i for i in dict.fromkeys(ids) if i in held]):
+        build = lambda n=n: store.event_select(events.c.id.in_(_binds(n)))  # noqa: E731
+        for e in events_from_rows(ex.rows(("sync-held-events", n), build, params)):
+            out[e.id] = e
+    return out
+
+
+def _held_positions(ex: _Ex, items: list[tuple[Event, Any, Any]]) -> dict[tuple[str, int], str]:
+    """(origin, origin_seq) -> id of the held events at the batch's origin positions: one
+    range read per origin when the batch is dense (a page), IN lists when it is sparse."""
+    by_origin: dict[str, list[int]] = {}
+    for e, _, _ in items:
+        by_origin.setdefault(e.origin_replica, []).append(e.origin_seq)
+    out: dict[tuple[str, int], str] = {}
+    for origin, seqs in by_origin.items():
+        lo, hi = min(seqs), max(seqs)
+        if hi - lo < 2 * len(seqs) + 16:
+
+            def build() -> sa.Executable:
+                c = events.c
+                return sa.select(c.origin_seq, c.id).where(
+                    c.origin_replica == sa.bindparam("origin"),
+                    c.origin_seq >= sa.bindparam("lo"),
+                    c.origin_seq <= sa.bindparam("hi"),
+                )
+
+            found = ex.rows("sync-held-range", build, {"origin": origin, "lo": lo, "hi": hi})
+        else:
+            found = []
+            for n, params in _in_lists(sorted(set(seqs))):
+
+                def build_in(n: int = n) -> sa.Executable:
+                    c = events.c
+                    return sa.select(c.origin_seq, c.id).where(
+                        c.origin_replica == sa.bindparam("origin"), c.origin_seq.in_(_binds(n))
+                    )
+
+                found += ex.rows(("sync-held-pos", n), build_in, {**params, "origin": origin})
+        for n_seq, ident in found:
+            out[(origin, int(n_seq))] = ident
+    return out
+
+
+def _held_artifacts(ex: _Ex, ids: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for n, params in _in_lists(list(dict.fromkeys(ids))):
+
+        def build(n: int = n) -> sa.Executable:
+            return sa.select(artifacts.c.id, artifacts.c.sha256).where(
+                artifacts.c.id.in_(_binds(n))
+            )
+
+        out.update({i: s for i, s in ex.rows(("sync-held-arts", n), build, params)})
+    return out

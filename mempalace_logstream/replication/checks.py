@@ -1,0 +1,343 @@
+"""Validation of remote input: `EventChecker` re-validates a remote event exactly like a local
+write (both wire shapes), `parse_remote_artifact` recomputes the sha256.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mempalace_logstream import errors, hlc
+from mempalace_logstream import validation as v
+from mempalace_logstream.models import Artifact, Event
+from mempalace_logstream.replication.reports import _reject_report
+from mempalace_logstream.replication.wire import (
+    _CREATED_AT_RE,
+    _SHA_RE,
+    MAX_SEQ,
+    ROW_COLUMNS,
+    ROWS_FORMAT,
+    _row_dict,
+)
+from mempalace_logstream.store import (
+    LogStore,
+)
+
+
+class EventChecker:
+    """Re-validates remote events with the local write rules: the validators `draft_event`
+    runs for a local append (same functions, same order, same field names in errors), then
+    the replication fields (ids, origin stamps, hlc, created_at). Routing values, types and
+    replica ids repeat from event to event, so a checker remembers the clean value of each
+    string it has already accepted (never a refusal); everything else is checked every time.
+    One checker per batch: the memory is bounded by the batch's distinct values."""
+
+    _MEMO_MAX = 4096  # distinct values remembered per field
+
+    def __init__(self, store: LogStore) -> None:
+        self.max_body_bytes = store.max_body_bytes
+        self._memo: dict[str, dict[str, Any]] = {name: {} for name in _CHECKS}
+
+    def _same(self, name: str, value: Any) -> Any:
+        """`_CHECKS[name](value)`, remembered for a string value it accepted."""
+        if type(value) is not str:
+            return _CHECKS[name](value)
+        memo = self._memo[name]
+        try:
+            return memo[value]
+        except KeyError:
+            clean = _CHECKS[name](value)
+            if len(memo) < self._MEMO_MAX:
+                memo[value] = clean
+            return clean
+
+    def from_dict(self, raw: Any) -> Event:
+        """A `/sync/ops` (or push) event object → Event with seq 0; raises ValidationError."""
+        return self.parse_dict(raw)[0]
+
+    def from_row(self, row: Any) -> Event:
+        """A `rows-v1` row (`ROW_COLUMNS` order) → Event with seq 0; raises ValidationError."""
+        return self.parse_row(row)[0]
+
+    def parse_dict(self, raw: Any) -> tuple[Event, tuple[Any, ...]]:
+        """(Event with seq 0, its events row after seq); raises ValidationError."""
+        if not isinstance(raw, Mapping):
+            raise v.fail("event", f"must be a JSON object, not {type(raw).__name__}")
+        g = raw.get
+        return self._event(
+            g("id"),
+            g("origin_replica"),
+            g("origin_seq"),
+            g("hlc"),
+            g("type"),
+            g("stream"),
+            g("room"),
+            g("topic"),
+            g("from_agent"),
+            g("to_agent"),
+            g("correlation_id"),
+            g("branch"),
+            g("base_commit"),
+            g("status"),
+            g("artifact_ids"),
+            g("body"),
+            g("created_at"),
+            g("metadata"),
+        )
+
+    def parse_row(self, row: Any) -> tuple[Event, tuple[Any, ...]]:
+        """`parse_dict` for a `rows-v1` row (`ROW_COLUMNS` order)."""
+        if not isinstance(row, list) or len(row) != len(ROW_COLUMNS):
+            raise v.fail(
+                "event",
+                f"must be a list of the {len(ROW_COLUMNS)} {ROWS_FORMAT} "
+                f"columns, not {type(row).__name__}"
+                f"{f' of {len(row)}' if isinstance(row, list) else ''}",
+            )
+        return self._event(*row)
+
+    def _event(
+        self,
+        ident: Any,
+        origin: Any,
+        origin_seq: Any,
+        stamp: Any,
+        type_: Any,
+        stream: Any,
+        room: Any,
+        topic: Any,
+        from_agent: Any,
+        to_agent: Any,
+        correlation_id: Any,
+        branch: Any,
+        base_commit: Any,
+        status: Any,
+        artifact_ids: Any,
+        body: Any,
+        created_at: Any,
+        metadata: Any,
+    ) -> tuple[Event, tuple[Any, ...]]:
+        same = self._same
+        # LogStore.draft_event, field by field in its order (idempotency_key is never sent).
+        c_type = same("type", type_)
+        c_stream = same("stream", stream)
+        c_room = same("room", room)
+        c_from = same("from_agent", from_agent)
+        c_topic = same("topic", topic)
+        c_to = same("to_agent", to_agent)
+        c_corr = same("correlation_id", correlation_id)
+        c_branch = same("branch", branch)
+        c_base = same("base_commit", base_commit)
+        c_status = same("status", status)
+        c_body = v.body(body, self.max_body_bytes)
+        c_meta = v.metadata(metadata)
+        c_arts = v.artifact_ids(artifact_ids)
+        # The replication fields, in parse_remote_event's historical order.
+        for i, aid in enumerate(c_arts):
+            v.remote_id(f"artifact_ids[{i}]", aid)
+        c_origin = same("origin_replica", origin)
+        c_seq = v.strict_int("origin_seq", origin_seq)
+        if c_seq < 1 or c_seq > MAX_SEQ:
+            raise v.fail(
+                "origin_seq",
+                f"is {c_seq}; it must be a positive integer of at most {MAX_SEQ}",
+                MAX_SEQ,
+            )
+        if not isinstance(stamp, str) or len(stamp) > 200 or not _HLC_MATCH(stamp):
+            raise v.fail("hlc", f"{stamp!r} is not <13-digit ms>-<6 hex counter>-<replica id>")
+        c_id = v.remote_id("id", ident)
+        c_created = _created_at(created_at)
+        event = object.__new__(Event)  # as LogStore builds events read back (no __init__)
+        event.__dict__.update(
+            id=c_id,
+            seq=0,
+            origin_replica=c_origin,
+            origin_seq=c_seq,
+            hlc=stamp,
+            type=c_type,
+            stream=c_stream,
+            room=c_room,
+            topic=c_topic,
+            from_agent=c_from,
+            to_agent=c_to,
+            correlation_id=c_corr,
+            branch=c_branch,
+            base_commit=c_base,
+            status=c_status,
+            artifact_ids=c_arts,
+            body=c_body,
+            created_at=c_created,
+            metadata_json=c_meta,
+        )
+        tail = (
+            c_id,
+            c_origin,
+            c_seq,
+            stamp,
+            c_type,
+            c_stream,
+            c_room,
+            c_topic,
+            c_from,
+            c_to,
+            c_corr,
+            c_branch,
+            c_base,
+            c_status,
+            c_body,
+            c_created,
+            c_meta,
+        )
+        return event, tail
+
+
+# hlc.parse's own format rule; parse() returns None exactly when this does not match.
+_HLC_MATCH = hlc._HLC_RE.match
+
+
+def _required(name: str) -> Callable[[Any], str]:
+    return lambda value: v.required_routing(name, value)
+
+
+def _optional(name: str) -> Callable[[Any], str | None]:
+    return lambda value: v.routing(name, value)
+
+
+# The validator of each remembered field: draft_event's, and the origin's replica id rule.
+_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "type": v.event_type,
+    **{name: _required(name) for name in ("stream", "room", "from_agent")},
+    **{
+        name: _optional(name)
+        for name in ("topic", "to_agent", "correlation_id", "branch", "base_commit")
+    },
+    "status": v.status,
+    "origin_replica": lambda value: v.replica_id(value, "origin_replica"),
+}
+
+
+def parse_remote_event(store: LogStore, raw: Any) -> Event:
+    """Re-validate a remote event dict with the local rules; `seq` is left 0. Raises
+    ValidationError naming the field."""
+    return EventChecker(store).from_dict(raw)
+
+
+@dataclass
+class ParsedEvents:
+    """A batch after validation: the valid events as (Event with seq 0, raw item, events row
+    after seq) sorted by origin position, our own echo left out; the refusals as reports;
+    how many were our echo. Applied once (the stored events get their seq in place)."""
+
+    items: list[tuple[Event, Any, tuple[Any, ...]]]
+    rejected: list[dict[str, Any]]
+    own: int = 0
+
+    def artifact_ids(self, origin: str | None = None) -> list[str]:
+        """The artifact ids the valid events reference (of one origin's events, if given)."""
+        return [
+            a
+            for e, _, _ in self.items
+            if origin in (None, e.origin_replica)
+            for a in e.artifact_ids
+        ]
+
+
+def parse_events(
+    store: LogStore,
+    raws: Sequence[Any],
+    peer: str = "",
+    rows: bool = False,
+    pause: Callable[[], Any] | None = None,
+) -> ParsedEvents:
+    """Validate a batch of event objects (or `rows-v1` rows); never raises for a bad item.
+    `pause`, if given, is called before every 256 items (a sync's prefetch thread waits
+    there while the applying thread needs the GIL)."""
+    checker = EventChecker(store)
+    parse = checker.parse_row if rows else checker.parse_dict
+    items: list[tuple[Event, Any, tuple[Any, ...]]] = []
+    rejected: list[dict[str, Any]] = []
+    for i, raw in enumerate(raws):
+        if pause is not None and not i & 255:
+            pause()
+        try:
+            event, tail = parse(raw)
+        except errors.ValidationError as exc:
+            rejected.append(_reject_report("event", _row_dict(raw) if rows else raw, exc, peer))
+            continue
+        items.append((event, raw, tail))
+    items.sort(key=_position)
+    own = store.replica_id
+    mine = [p for p in items if p[0].origin_replica != own]
+    return ParsedEvents(mine, rejected, len(items) - len(mine))
+
+
+def _position(item: tuple[Event, Any, Any]) -> tuple[str, int]:
+    return item[0].origin_replica, item[0].origin_seq
+
+
+def _created_at(value: Any) -> str:
+    if not isinstance(value, str) or not _CREATED_AT_RE.match(value):
+        raise v.fail(
+            "created_at", f"{value!r} is not YYYY-MM-DDTHH:MM:SSZ or YYYY-MM-DDTHH:MM:SS.sssZ"
+        )
+    return value
+
+
+def parse_remote_artifact(store: LogStore, raw: Any) -> Artifact:
+    """Re-validate a remote artifact and recompute its sha256 over the exact bytes.
+
+    Text (`encoding` utf-8 or absent, as the reference sends) hashes its UTF-8 bytes; binary
+    travels as base64. A digest or size that does not match the bytes raises ValidationError
+    on field `sha256`/`size_bytes`: the content was tampered with or corrupted in transit.
+    """
+    if not isinstance(raw, Mapping):
+        raise v.fail("artifact", f"must be a JSON object, not {type(raw).__name__}")
+    ident = v.remote_id("id", raw.get("id"))
+    kind = v.artifact_kind(raw.get("kind"))
+    enc = v.encoding(raw.get("encoding")) or "utf-8"
+    content = raw.get("content")
+    if content is None:
+        raise v.fail("content", "is required")
+    if isinstance(content, str) and enc == "utf-8":
+        v._check_text("content", content)
+        data = content.encode("utf-8")
+    elif isinstance(content, str):
+        try:
+            data = base64.b64decode(content.encode("ascii"), validate=True)
+        except (binascii.Error, UnicodeEncodeError) as exc:
+            raise v.fail("content", "is not valid base64") from exc
+    else:
+        raise v.fail("content", f"must be a string, not {type(content).__name__}")
+    if len(data) > store.max_artifact_bytes:
+        raise v.fail(
+            "content",
+            f"is {len(data)} bytes; the limit is {store.max_artifact_bytes} bytes",
+            store.max_artifact_bytes,
+        )
+    claimed = raw.get("sha256")
+    digest = hashlib.sha256(data).hexdigest()
+    if not isinstance(claimed, str) or not _SHA_RE.match(claimed) or claimed != digest:
+        raise v.fail(
+            "sha256",
+            f"failed verification for artifact {ident}: claimed {str(claimed)[:16]}…, "
+            f"computed {digest[:16]}… (tampered or corrupted content)",
+        )
+    size = raw.get("size_bytes")
+    if size is not None and v.strict_int("size_bytes", size) != len(data):
+        raise v.fail("size_bytes", f"is {size} but the content is {len(data)} bytes")
+    return Artifact(
+        id=ident,
+        kind=kind,
+        sha256=digest,
+        size_bytes=len(data),
+        encoding=enc,
+        created_by=v.required_routing("created_by", raw.get("created_by")),
+        created_at=_created_at(raw.get("created_at")),
+        origin_replica=v.replica_id(raw.get("origin_replica"), "origin_replica"),
+        metadata_json=v.metadata(raw.get("metadata")),
+        content=data,
+    )

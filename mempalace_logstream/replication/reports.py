@@ -1,0 +1,357 @@
+"""Bookkeeping of refusals (`sync_conflicts`, `sync_rejections`, `sync_clock_anomalies`), their
+listing, and the estate of peers (`sync_peers`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import sqlalchemy as sa
+
+from mempalace_logstream import errors
+from mempalace_logstream.backends.base import CoreExecutor as _Core
+from mempalace_logstream.backends.base import Executor as _Ex
+from mempalace_logstream.backends.base import binds as _binds
+from mempalace_logstream.backends.base import in_lists as _in_lists
+from mempalace_logstream.models import Artifact, Event
+from mempalace_logstream.replication.wire import MAX_RETRIES, MAX_SEQ, _row_dict
+from mempalace_logstream.schema import (
+    events,
+    sync_clock_anomalies,
+    sync_conflicts,
+    sync_peers,
+    sync_rejections,
+)
+from mempalace_logstream.store import (
+    LogStore,
+    now_text,
+)
+
+
+def _raw_ident(raw: Any) -> str:
+    ident = raw.get("id") if isinstance(raw, Mapping) else None
+    if isinstance(ident, str) and re.fullmatch(r"[A-Za-z0-9_.:-]{1,128}", ident):
+        return ident
+    blob = json.dumps(raw, sort_keys=True, default=str, ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _raw_position(raw: Any) -> tuple[str | None, int | None]:
+    if not isinstance(raw, Mapping):
+        return None, None
+    origin, seq = raw.get("origin_replica"), raw.get("origin_seq")
+    return (
+        origin if isinstance(origin, str) else None,
+        seq if type(seq) is int and 0 <= seq <= MAX_SEQ else None,  # a column, never overflow
+    )
+
+
+def _reject_report(kind: str, raw: Any, exc: errors.ValidationError, peer: str) -> dict[str, Any]:
+    origin, seq = _raw_position(raw)
+    reason = "tampered" if exc.field in ("sha256", "size_bytes") else "invalid"
+    return {
+        "kind": kind,
+        "ident": _raw_ident(raw),
+        "origin_replica": origin,
+        "origin_seq": seq,
+        "reason": reason,
+        "field": exc.field,
+        "message": exc.message,
+        "retryable": False,
+        "peer": peer,
+    }
+
+
+def _deferred(event: Event, artifact_id: str, peer: str) -> dict[str, Any]:
+    return {
+        "kind": "event",
+        "ident": event.id,
+        "origin_replica": event.origin_replica,
+        "origin_seq": event.origin_seq,
+        "reason": "missing_artifact",
+        "field": "artifact_ids",
+        "message": f"event {event.id} references artifact {artifact_id}, which is not held "
+        "here (refused or not yet fetched); the event is deferred and retried next round",
+        "retryable": True,
+        "peer": peer,
+    }
+
+
+def _artifact_conflict(art: Artifact, prior_sha: str, peer: str) -> dict[str, Any]:
+    return {
+        "kind": "artifact",
+        "ident": art.id,
+        "origin_replica": art.origin_replica,
+        "origin_seq": None,
+        "reason": "conflict",
+        "field": "sha256",
+        "message": f"artifact {art.id} is held here with sha256 {prior_sha[:16]}…; the peer "
+        f"sent {art.sha256[:16]}…",
+        "retryable": False,
+        "peer": peer,
+    }
+
+
+def _conflict(
+    store: LogStore,
+    ex: _Ex,
+    event: Event,
+    raw: Any,
+    local_id: str,
+    reason: str,
+    peer: str,
+    now: str,
+) -> dict[str, Any]:
+    remote_json = json.dumps(
+        _row_dict(raw) if isinstance(raw, list) else raw,
+        ensure_ascii=False,
+        default=str,
+        sort_keys=True,
+    )
+    digest = hashlib.sha256(remote_json.encode("utf-8", "surrogatepass")).hexdigest()
+
+    def build() -> sa.Executable:
+        c = sync_conflicts.c
+        return sa.select(c.event_id).where(
+            c.event_id == sa.bindparam("event_id"), c.remote_sha256 == sa.bindparam("sha")
+        )
+
+    if not ex.rows("sync-conflict-held", build, {"event_id": event.id, "sha": digest}):
+        ex.insert(
+            "sync-ins-conflict",
+            sync_conflicts,
+            [
+                {
+                    "event_id": event.id,
+                    "remote_sha256": digest,
+                    "origin_replica": event.origin_replica,
+                    "origin_seq": event.origin_seq,
+                    "local_event_id": local_id,
+                    "peer": peer,
+                    "reason": reason,
+                    "remote_json": remote_json,
+                    "first_seen_at": now,
+                }
+            ],
+        )
+    what = "id" if reason == "different_content" else "origin position"
+    return {
+        "event_id": event.id,
+        "origin_replica": event.origin_replica,
+        "origin_seq": event.origin_seq,
+        "local_event_id": local_id,
+        "reason": reason,
+        "message": f"conflict: the peer's event {event.id} has the same {what} as local event "
+        f"{local_id} but different content; the local copy is kept and the remote one recorded",
+    }
+
+
+def _record_rejections(store: LogStore, ex: _Ex, reports: list[dict[str, Any]]) -> None:
+    if not reports:
+        return
+    now = now_text(store.clock.wall_clock.now_ms())
+    c = sync_rejections.c
+
+    def key(prefix: str) -> list[sa.ColumnElement[bool]]:
+        # An UPDATE reserves the column names as bind names: the key binds are prefixed.
+        return [c.kind == sa.bindparam(f"{prefix}kind"), c.ident == sa.bindparam(f"{prefix}ident")]
+
+    def build_prior() -> sa.Executable:
+        return sa.select(c.attempts).where(*key(""))
+
+    def build_update() -> sa.Executable:
+        names = ("attempts", "last_seen_at", "message", "reason", "peer", "retryable")
+        return (
+            sa.update(sync_rejections)
+            .where(*key("key_"))
+            .values({n: sa.bindparam(f"new_{n}") for n in names})
+        )
+
+    for r in reports:
+        ident = {"kind": r["kind"], "ident": r["ident"]}
+        prior = ex.rows("sync-rejection-prior", build_prior, ident)
+        if not prior:
+            ex.insert(
+                "sync-ins-rejection",
+                sync_rejections,
+                [
+                    {
+                        **ident,
+                        "origin_replica": r["origin_replica"],
+                        "origin_seq": r["origin_seq"],
+                        "peer": r["peer"],
+                        "reason": r["reason"],
+                        "message": r["message"],
+                        "retryable": r["retryable"],
+                        "attempts": 1,
+                        "first_seen_at": now,
+                        "last_seen_at": now,
+                    }
+                ],
+            )
+            continue
+        attempts = int(prior[0][0]) + 1
+        ex.run(
+            "sync-rejection-update",
+            build_update,
+            {
+                "key_kind": r["kind"],
+                "key_ident": r["ident"],
+                "new_attempts": attempts,
+                "new_last_seen_at": now,
+                "new_message": r["message"],
+                "new_reason": r["reason"],
+                "new_peer": r["peer"],
+                "new_retryable": r["retryable"] and attempts < MAX_RETRIES,
+            },
+        )
+
+
+def _resolve(store: LogStore, ex: _Ex, kind: str, ids: list[str]) -> None:
+    """Forget the refusals of items now applied (skipped when none of `kind` is outstanding)."""
+    if not ids:
+        return
+    c = sync_rejections.c
+    build_any = lambda: sa.select(c.ident).where(c.kind == sa.bindparam("kind")).limit(1)  # noqa: E731
+    if not ex.rows("sync-rejection-any", build_any, {"kind": kind}):
+        return
+    for n, params in _in_lists(ids):
+
+        def build(n: int = n) -> sa.Executable:
+            return sa.delete(sync_rejections).where(
+                c.kind == sa.bindparam("kind"), c.ident.in_(_binds(n))
+            )
+
+        ex.run(("sync-resolve", n), build, {**params, "kind": kind})
+
+
+def record_sequence_anomalies(store: LogStore, reports: list[dict[str, Any]]) -> None:
+    """Remember events that claim an origin position beyond what that origin itself says it
+    has written (kind `sequence` in sync_rejections; the events stay, nothing is retried)."""
+    if reports:
+        store.core_transaction(lambda conn, st: _record_rejections(store, _Core(conn), reports))
+
+
+def list_conflicts(store: LogStore, limit: int = 100) -> list[dict[str, Any]]:
+    """Recorded same-id/different-content events, newest first."""
+    with store.connect() as conn:
+        rows = conn.execute(
+            sa.select(sync_conflicts).order_by(sync_conflicts.c.first_seen_at.desc()).limit(limit)
+        ).mappings()
+        return [{**dict(r), "remote": json.loads(r["remote_json"])} for r in rows]
+
+
+def list_rejections(store: LogStore, limit: int = 100) -> list[dict[str, Any]]:
+    """Refused and deferred remote items still outstanding, newest first."""
+    with store.connect() as conn:
+        rows = conn.execute(
+            sa.select(sync_rejections).order_by(sync_rejections.c.last_seen_at.desc()).limit(limit)
+        ).mappings()
+        return [{**dict(r), "retryable": bool(r["retryable"])} for r in rows]
+
+
+def list_clock_anomalies(store: LogStore, limit: int = 100) -> list[dict[str, Any]]:
+    with store.connect() as conn:
+        rows = conn.execute(sa.select(sync_clock_anomalies).limit(limit)).mappings()
+        return [dict(r) for r in rows]
+
+
+def origin_summary(store: LogStore) -> dict[str, dict[str, int]]:
+    """{origin: {max, count}}: two replicas with equal `max` but different `count` for an
+    origin have a hole the version vector cannot show."""
+    with store.connect() as conn:
+        rows = conn.execute(
+            sa.select(
+                events.c.origin_replica, sa.func.max(events.c.origin_seq), sa.func.count()
+            ).group_by(events.c.origin_replica)
+        ).all()
+    return {r[0]: {"max": int(r[1]), "count": int(r[2])} for r in rows}
+
+
+def record_estate(
+    store: LogStore, name: str, url: str, result: Mapping[str, Any] | None, error: str | None
+) -> None:
+    """Remember how the last round with a peer went (tokens are never stored)."""
+    now = now_text(store.clock.wall_clock.now_ms())
+
+    def write(conn: sa.Connection, st: Any) -> None:
+        key = sync_peers.c.name == name
+        prior = conn.execute(sa.select(sync_peers).where(key)).mappings().first()
+        row: dict[str, Any] = (
+            dict(prior)
+            if prior
+            else {
+                "name": name,
+                "replica_id": None,
+                "reachable": None,
+                "last_success_at": None,
+                "last_error": None,
+                "last_error_at": None,
+                "last_pulled_events": 0,
+                "last_pulled_artifacts": 0,
+                "last_pushed_events": 0,
+                "total_pulled_events": 0,
+                "rounds": 0,
+                "remote_version_vector": "{}",
+            }
+        )
+        row.update(url=url, updated_at=now, rounds=int(row["rounds"]) + 1)
+        if result is not None:
+            row.update(
+                replica_id=result.get("peer_replica"),
+                reachable=True,
+                last_success_at=now,
+                last_pulled_events=int(result.get("pulled_events", 0)),
+                last_pulled_artifacts=int(result.get("pulled_artifacts", 0)),
+                last_pushed_events=int(result.get("pushed_events", 0)),
+                total_pulled_events=int(row["total_pulled_events"])
+                + int(result.get("pulled_events", 0)),
+                remote_version_vector=json.dumps(result.get("remote_version_vector") or {}),
+            )
+        else:
+            row.update(reachable=False, last_error=error, last_error_at=now)
+        if prior is None:
+            conn.execute(sa.insert(sync_peers).values(**row))
+        else:
+            conn.execute(sa.update(sync_peers).where(key).values(**row))
+
+    store.core_transaction(write)
+
+
+def estate_rows(store: LogStore) -> list[dict[str, Any]]:
+    with store.connect() as conn:
+        rows = conn.execute(sa.select(sync_peers).order_by(sync_peers.c.name)).mappings().all()
+    out = []
+    for r in rows:
+        d = dict(r)
+        d["reachable"] = None if d["reachable"] is None else bool(d["reachable"])
+        d["remote_version_vector"] = json.loads(d["remote_version_vector"] or "{}")
+        out.append(d)
+    return out
+
+
+def counts(store: LogStore) -> dict[str, int]:
+    """Outstanding conflicts, rejections, deferred events, clock anomalies and sequence
+    anomalies (events held beyond their origin's own tip)."""
+    with store.connect() as conn:
+
+        def n(q: Any) -> int:
+            return int(conn.execute(q).scalar() or 0)
+
+        rejections = sa.select(sa.func.count()).select_from(sync_rejections)
+        anomaly = sync_rejections.c.kind == "sequence"
+        return {
+            "conflicts": n(sa.select(sa.func.count()).select_from(sync_conflicts)),
+            "rejections": n(rejections.where(~anomaly)),
+            "sequence_anomalies": n(rejections.where(anomaly)),
+            "deferred": n(
+                sa.select(sa.func.count())
+                .select_from(sync_rejections)
+                .where(sync_rejections.c.retryable.is_(True))
+            ),
+            "clock_anomalies": n(sa.select(sa.func.count()).select_from(sync_clock_anomalies)),
+        }

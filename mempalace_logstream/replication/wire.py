@@ -1,0 +1,349 @@
+"""The wire formats: the reference's `/sync/ops` page of event objects (`ops_page`, at most
+500) and our compact `rows-v1` page (`ops_rows`, up to 5,000 positional rows), op listing and
+artifact fetches, all read from one store snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+
+from mempalace_logstream import validation as v
+from mempalace_logstream.backends.base import EVENT_COL_NAMES as _EVENT_COL_NAMES
+from mempalace_logstream.backends.base import binds as _binds
+from mempalace_logstream.backends.base import in_lists as _in_lists
+from mempalace_logstream.models import Artifact, Event, read_metadata
+from mempalace_logstream.schema import (
+    artifact_blobs,
+    artifacts,
+    events,
+)
+from mempalace_logstream.store import (
+    ARTIFACT_COLS,
+    LogStore,
+    artifact_from_row,
+    events_from_rows,
+    links_column,
+    parse_links,
+)
+
+MAX_OPS_LIMIT = 500
+
+
+MAX_SEQ = 2**63 - 1  # origin positions are signed 64-bit integers on both backends
+
+
+MAX_RETRIES = 5  # a deferred event pins its origin's pull position for this many rounds
+
+
+REPORT_CAP = 100  # conflicts/rejections listed per round result (counts are exact)
+
+
+_CREATED_AT_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z$")
+
+
+_SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+# The compact page (`GET /sync/ops_rows`, our hubs only): one positional row per event in this
+# column order, each value as in the event object of `/sync/ops` (the client refuses any other
+# order and falls back to `/sync/ops`).
+ROWS_FORMAT = "rows-v1"
+
+
+ROW_COLUMNS = (
+    "id",
+    "origin_replica",
+    "origin_seq",
+    "hlc",
+    "type",
+    "stream",
+    "room",
+    "topic",
+    "from_agent",
+    "to_agent",
+    "correlation_id",
+    "branch",
+    "base_commit",
+    "status",
+    "artifact_ids",
+    "body",
+    "created_at",
+    "metadata",
+)
+
+
+MAX_ROWS_LIMIT = 5000
+
+
+ROWS_MAX_BYTES = 8 * 1024 * 1024  # body + metadata characters per compact page (>= 1 row)
+
+
+_READ_CHUNK = 500  # rows per read statement: the same memory bound as a reference page
+
+
+_ART_AT = ROW_COLUMNS.index("artifact_ids")
+
+
+_BODY_AT, _META_AT = ROW_COLUMNS.index("body"), ROW_COLUMNS.index("metadata")
+
+
+# The events row of one stored event, in `EVENT_COLS` order (idempotency_key stays NULL):
+# seq, then the "tail" that EventChecker builds while validating (see `_event`).
+_TAIL_COLS = (
+    "id",
+    "origin_replica",
+    "origin_seq",
+    "hlc",
+    "type",
+    "stream",
+    "room",
+    "topic",
+    "from_agent",
+    "to_agent",
+    "correlation_id",
+    "branch",
+    "base_commit",
+    "status",
+    "body",
+    "created_at",
+    "metadata_json",
+)
+
+
+assert _EVENT_COL_NAMES == ("seq", *_TAIL_COLS), "events columns changed: update _TAIL_COLS"
+
+
+@dataclass
+class ApplyResult:
+    """What one apply call did. Lists hold JSON-ready report dicts."""
+
+    applied_events: int = 0
+    applied_artifacts: int = 0
+    duplicates: int = 0
+    own: int = 0
+    conflicts: list[dict[str, Any]] = field(default_factory=list)
+    rejected: list[dict[str, Any]] = field(default_factory=list)
+    clock_anomalies: list[dict[str, Any]] = field(default_factory=list)
+    applied_ids: list[str] = field(default_factory=list)
+
+    def merge(self, other: ApplyResult) -> None:
+        self.applied_events += other.applied_events
+        self.applied_artifacts += other.applied_artifacts
+        self.duplicates += other.duplicates
+        self.own += other.own
+        self.conflicts += other.conflicts
+        self.rejected += other.rejected
+        self.clock_anomalies += other.clock_anomalies
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "applied_events": self.applied_events,
+            "applied_artifacts": self.applied_artifacts,
+            "duplicates": self.duplicates,
+            "own": self.own,
+            "conflicts": self.conflicts[:REPORT_CAP],
+            "conflict_count": len(self.conflicts),
+            "rejected": self.rejected[:REPORT_CAP],
+            "rejected_count": len(self.rejected),
+            "clock_anomalies": len(self.clock_anomalies),
+        }
+
+
+def seq_int(field: str, value: Any) -> int:
+    """An integer that fits an origin position column (signed 64-bit); raises ValidationError
+    naming `field` (a larger number must never reach the database as an OverflowError)."""
+    n = v.strict_int(field, value)
+    if not -MAX_SEQ - 1 <= n <= MAX_SEQ:
+        raise v.fail(field, f"is {n}; the limit is {MAX_SEQ} (a signed 64-bit integer)", MAX_SEQ)
+    return n
+
+
+def _ops_args(origin: Any, after_seq: Any, limit: Any, cap: int) -> tuple[str, int, int]:
+    clean_origin = v.required_routing("origin", origin)
+    after = seq_int("after", 0 if after_seq is None else after_seq)
+    if after < 0:
+        raise v.fail("after", f"is {after}; it must be a non-negative integer")
+    n = cap if limit is None else v.strict_int("limit", limit)
+    if n < 1:
+        raise v.fail("limit", f"is {n}; it must be a positive integer", cap)
+    return clean_origin, after, min(n, cap)
+
+
+def list_ops(store: LogStore, origin: Any, after_seq: Any = 0, limit: Any = None) -> list[Event]:
+    """Events authored by `origin` with origin_seq > after_seq, in origin_seq order (≤500)."""
+    clean_origin, after, n = _ops_args(origin, after_seq, limit, MAX_OPS_LIMIT)
+
+    def build() -> sa.Executable:
+        q = store.event_select(
+            events.c.origin_replica == sa.bindparam("origin"),
+            events.c.origin_seq > sa.bindparam("after"),
+        )
+        return q.order_by(events.c.origin_seq).limit(sa.bindparam("lim"))
+
+    with store.snapshot() as ex:
+        params = {"origin": clean_origin, "after": after, "lim": n}
+        return events_from_rows(ex.rows("sync-list-ops", build, params))
+
+
+def ops_page(store: LogStore, origin: Any, after_seq: Any = 0, limit: Any = None) -> dict[str, Any]:
+    """`/sync/ops` wire shape `{origin, events, count}`; artifact_ids sorted like the reference."""
+    evs = list_ops(store, origin, after_seq, limit)
+    out = []
+    for e in evs:
+        d = e.to_dict()
+        d["artifact_ids"] = sorted(d["artifact_ids"])
+        out.append(d)
+    return {"origin": v.required_routing("origin", origin), "events": out, "count": len(out)}
+
+
+def ops_rows(
+    store: LogStore,
+    origin: Any,
+    after_seq: Any = 0,
+    limit: Any = None,
+    max_bytes: int = ROWS_MAX_BYTES,
+) -> dict[str, Any]:
+    """The compact page `{origin, format, columns, rows, count}`: events of `origin` with
+    origin_seq > after_seq in origin_seq order, at most `limit` (clamped to 5,000) and about
+    `max_bytes` of body and metadata text (always at least one event), each a list of the
+    `ROW_COLUMNS` values as `/sync/ops` has them (artifact_ids sorted, metadata an object).
+    Raises ValidationError."""
+    clean_origin, after, n = _ops_args(origin, after_seq, limit, MAX_ROWS_LIMIT)
+    backend = store.backend
+
+    def build() -> sa.Executable:
+        named = {"artifact_ids": links_column(backend), "metadata": events.c.metadata_json}
+        cols = [named[c] if c in named else events.c[c] for c in ROW_COLUMNS]
+        q = sa.select(*cols).where(
+            events.c.origin_replica == sa.bindparam("origin"),
+            events.c.origin_seq > sa.bindparam("after"),
+        )
+        return q.order_by(events.c.origin_seq).limit(sa.bindparam("lim"))
+
+    out: list[list[Any]] = []
+    size = 0
+    with store.snapshot() as ex:
+        while len(out) < n and size < max_bytes:
+            want = min(_READ_CHUNK, n - len(out))
+            params = {"origin": clean_origin, "after": after, "lim": want}
+            chunk = ex.rows("sync-ops-rows", build, params)
+            for row in chunk:
+                item = list(row)
+                links = item[_ART_AT]
+                item[_ART_AT] = sorted(parse_links(links)) if links else []
+                meta = item[_META_AT]
+                size += len(item[_BODY_AT]) + len(meta)
+                item[_META_AT] = _metadata_object(meta)
+                out.append(item)
+                if size >= max_bytes:
+                    break
+            if len(chunk) < want:
+                break
+            after = int(out[-1][2])
+    return {
+        "origin": clean_origin,
+        "format": ROWS_FORMAT,
+        "columns": list(ROW_COLUMNS),
+        "rows": out,
+        "count": len(out),
+    }
+
+
+def ops_rows_json(
+    store: LogStore,
+    origin: Any,
+    after_seq: Any = 0,
+    limit: Any = None,
+    max_bytes: int = ROWS_MAX_BYTES,
+) -> tuple[str, bytes, int]:
+    """`ops_rows` with its rows already serialized: (clean origin, the rows as a UTF-8 JSON
+    array, count). On SQLite the database writes the JSON (no Python per event), 500 events
+    per statement, stopping at the first chunk that reaches `max_bytes`; elsewhere it is
+    `ops_rows` dumped. Raises ValidationError."""
+    clean_origin, after, n = _ops_args(origin, after_seq, limit, MAX_ROWS_LIMIT)
+    rows_sql = store.backend.rows_json_sql
+    if rows_sql is None or not store.uses_fast_path():
+        page = ops_rows(store, clean_origin, after, n, max_bytes)
+        text = json.dumps(page["rows"], ensure_ascii=False, separators=(",", ":"))
+        return clean_origin, text.encode("utf-8"), page["count"]
+    parts: list[memoryview] = []
+    count = size = 0
+    with store.snapshot() as ex:
+        while count < n and size < max_bytes:
+            want = min(_READ_CHUNK, n - count)
+            params = {"origin": clean_origin, "after": after, "lim": want}
+            text, got, last, chars = ex.query(rows_sql, params)[0]
+            if not got:
+                break
+            parts.append(memoryview(text)[1:-1])  # the array's items, without copying
+            count, size, after = count + got, size + int(chars or 0), int(last)
+            if got < want:
+                break
+    return clean_origin, b"[" + b",".join(parts) + b"]", count
+
+
+def _metadata_object(text: str) -> dict[str, Any]:
+    """The metadata object as `/sync/ops` serves it (Event.metadata: `{}` if unreadable)."""
+    return read_metadata(text)[0]
+
+
+def get_artifacts(
+    store: LogStore, ids: Sequence[str], max_bytes: int = 16 * 1024 * 1024
+) -> tuple[list[Artifact], list[str], list[str]]:
+    """Artifacts with content for `ids`: (found, not_found, more). `more` did not fit in budget."""
+    clean = list(dict.fromkeys(v.required_routing("ids", i) for i in ids))
+    found: dict[str, Artifact] = {}
+    with store.connect() as conn:
+        for chunk in _chunks(clean, 200):
+            q = (
+                sa.select(*ARTIFACT_COLS, artifact_blobs.c.content)
+                .join(artifact_blobs, artifact_blobs.c.sha256 == artifacts.c.sha256)
+                .where(artifacts.c.id.in_(chunk))
+            )
+            for row in conn.execute(q):
+                found[row[0]] = artifact_from_row(row, bytes(row[-1]))
+    out: list[Artifact] = []
+    more: list[str] = []
+    budget = 0
+    for ident in clean:
+        art = found.get(ident)
+        if art is None:
+            continue
+        if out and budget + art.size_bytes > max_bytes:
+            more.append(ident)
+            continue
+        budget += art.size_bytes
+        out.append(art)
+    return out, [i for i in clean if i not in found], more
+
+
+def missing_artifacts(store: LogStore, ids: Iterable[str]) -> list[str]:
+    """The ids among `ids` that this replica does not hold, order kept."""
+    wanted = list(dict.fromkeys(ids))
+    if not wanted:
+        return []
+    have: set[str] = set()
+    with store.snapshot() as ex:
+        for n, params in _in_lists(wanted):
+            key = ("sync-have-arts", n)
+            build = lambda n=n: sa.select(artifacts.c.id).where(artifacts.c.id.in_(_binds(n)))  # noqa: E731
+            have.update(r[0] for r in ex.rows(key, build, params))
+    return [i for i in wanted if i not in have]
+
+
+def _row_dict(raw: Any) -> Any:
+    """A row as the event object it stands for (reports and recorded conflicts)."""
+    if not isinstance(raw, list) or len(raw) != len(ROW_COLUMNS):
+        return raw
+    return dict(zip(ROW_COLUMNS, raw, strict=True))
+
+
+def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]

@@ -1,0 +1,232 @@
+"""LogStore: the only code that runs SQL. Append, read, wait, artifacts, acks, patches, tasks.
+
+Every public method validates first (nothing is written on bad input), runs in one transaction
+and returns frozen models. Concurrent appends in one process are group-committed; seq is
+assigned under the write lock, so seq order is commit order on every backend (S-2.4).
+The class is assembled from one base per concern: pipeline.py (group commit), writes.py,
+reads.py, stats.py; what differs between databases is behind `self.backend` (backends/).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import sqlalchemy as sa
+
+from mempalace_logstream import backends, errors, hlc, migrate, notify
+from mempalace_logstream import engine as engine_mod
+from mempalace_logstream import validation as v
+from mempalace_logstream.models import Event
+from mempalace_logstream.schema import meta
+from mempalace_logstream.store.ids import mint_replica_id
+from mempalace_logstream.store.pipeline import Pending
+from mempalace_logstream.store.reads import Reads
+from mempalace_logstream.store.rows import read_columns
+from mempalace_logstream.store.stats import Stats
+from mempalace_logstream.store.writes import Writes
+
+
+class LogStore(Writes, Reads, Stats):
+    """The append-only event and artifact store (SQLite file or PostgreSQL).
+
+    Thread-safe; one instance per process per database is the intended use. Errors raised:
+    `ValidationError` (bad input, nothing written), `NotFoundError`, `ConflictError`,
+    `StorageError`.
+    """
+
+    def __init__(
+        self,
+        engine: sa.Engine,
+        *,
+        clock: hlc.Clock | None = None,
+        max_body_bytes: int = v.DEFAULT_MAX_BODY_BYTES,
+        max_artifact_bytes: int = v.DEFAULT_MAX_ARTIFACT_BYTES,
+        migrate_schema: bool = True,
+    ) -> None:
+        self.engine = engine
+        self.backend = backends.for_engine(engine)
+        self.dialect = self.backend.name
+        self._writer = engine_mod.writer(engine)
+        self.max_body_bytes = max_body_bytes
+        self.max_artifact_bytes = max_artifact_bytes
+        # A file this process may not write: no migration, only a schema check (and no writes).
+        self.read_only = engine_mod.read_only_kind(engine) is not None
+        self.created = engine_mod.was_created(engine)  # this open made a new log file
+        with self._storage_errors():
+            if migrate_schema and not self.read_only:
+                migrate.ensure_schema(engine)
+            else:
+                migrate.check_schema(engine)
+            self.replica_id = self._load_replica_id()
+        self.clock = hlc.HybridClock(self.replica_id, clock)
+        self.notifier = notify.Notifier()
+        self._change_watcher = self._make_change_watcher()
+        self._notify_channel = self.backend.notify_channel
+        if self._change_watcher is not None:
+            self.notifier.attach(self._change_watcher)
+        self._queue: list[Pending] = []
+        self._queue_lock = threading.Lock()
+        self._commit_lock = threading.Lock()
+        self._closed = False
+        # Precompiled SQL text per statement shape (see `_sql`).
+        self._sql_dialect = self.backend.sql_dialect()
+        self._sql_cache: dict[Any, tuple[str, dict[str, Any]]] = {}
+        self._read_cols = read_columns(self.backend)
+        # Write transactions committed by this store (one per group commit; read by tests
+        # and `stats` to show that concurrent appends share commits).
+        self.commits = 0
+
+    @classmethod
+    def open(
+        cls, url: str, *, durability: str = "full", create: bool = True, **kwargs: Any
+    ) -> LogStore:
+        """Open (and migrate) the store at a SQLAlchemy URL or SQLite file path.
+
+        `create=False` (readers) refuses a missing SQLite file instead of making an empty log;
+        a file that is not a logstream database is refused either way; a file this process
+        may not write opens read-only (see engine.py). Errors name the database."""
+        engine = engine_mod.create_engine(url, durability=durability, create=create)
+        try:
+            return cls(engine, **kwargs)
+        except errors.StorageError as exc:
+            engine.dispose()
+            where = backends.for_engine(engine).describe()
+            if where in exc.message:
+                raise
+            raise type(exc)(f"cannot open {where}: {exc.message}") from exc
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._change_watcher is not None:
+            self._change_watcher.stop()
+        with self._commit_lock:
+            self.backend.close()
+        self.engine.dispose()
+
+    def __enter__(self) -> LogStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _load_replica_id(self) -> str:
+        # A plain read first: every open (each CLI call) would otherwise queue for the write
+        # lock behind busy writers just to read a value that is minted once.
+        query = sa.select(meta.c.value).where(meta.c.key == "replica_id")
+        with self.engine.connect() as conn:
+            row = conn.execute(query).first()
+        if row:
+            return str(row[0])
+        if self.read_only:
+            return ""  # minted by the first writer; a reader does not need one
+        with self._writer.begin() as conn:
+            self._lock_writes(conn)
+            row = conn.execute(query).first()
+            if row:
+                return str(row[0])
+            rid = mint_replica_id()
+            conn.execute(sa.insert(meta).values(key="replica_id", value=rid))
+            return rid
+
+    def _make_change_watcher(self) -> notify.ChangeWatcher | None:
+        """The cross-process wake-up signal: one thread per store, running while anyone waits."""
+        with self._storage_errors():
+            factory = self.backend.change_signal()
+        return None if factory is None else notify.ChangeWatcher(self.notifier, factory)
+
+    # ----------------------------------------------------------------- agent conventions
+    # Thin delegates to workflows.py, with their full signatures (operations.py reads them).
+
+    def event_ack(
+        self,
+        *,
+        event_id: Any,
+        from_agent: Any,
+        status: Any = None,
+        body: Any = "",
+        topic: Any = None,
+        metadata: Any = None,
+        idempotency_key: Any = None,
+    ) -> Event:
+        """Acknowledge an event by appending `event.ack` (S-1.3); the target never changes."""
+        from mempalace_logstream import workflows
+
+        return workflows.event_ack(
+            self,
+            event_id=event_id,
+            from_agent=from_agent,
+            status=status,
+            body=body,
+            topic=topic,
+            metadata=metadata,
+            idempotency_key=idempotency_key,
+        )
+
+    def patch_submit(
+        self,
+        *,
+        content: Any,
+        from_agent: Any,
+        stream: Any,
+        room: Any = "patches",
+        topic: Any = None,
+        to_agent: Any = None,
+        correlation_id: Any = None,
+        branch: Any = None,
+        base_commit: Any = None,
+        body: Any = "",
+        metadata: Any = None,
+        encoding: Any = None,
+        idempotency_key: Any = None,
+    ) -> dict[str, Any]:
+        """Store a patch artifact and append `patch.ready` in ONE transaction (S-1.4)."""
+        from mempalace_logstream import workflows
+
+        return workflows.patch_submit(
+            self,
+            content=content,
+            from_agent=from_agent,
+            stream=stream,
+            room=room,
+            topic=topic,
+            to_agent=to_agent,
+            correlation_id=correlation_id,
+            branch=branch,
+            base_commit=base_commit,
+            body=body,
+            metadata=metadata,
+            encoding=encoding,
+            idempotency_key=idempotency_key,
+        )
+
+    def task_create(
+        self,
+        *,
+        project: Any,
+        from_agent: Any,
+        to_agent: Any,
+        goal: Any,
+        branch: Any,
+        base_commit: Any,
+        done: Any,
+        parent_correlation_id: Any = None,
+        idempotency_key: Any = None,
+    ) -> dict[str, Any]:
+        """Append a `task.request` (S-3.1) and return {task, handoff}."""
+        from mempalace_logstream import workflows
+
+        return workflows.task_create(
+            self,
+            project=project,
+            from_agent=from_agent,
+            to_agent=to_agent,
+            goal=goal,
+            branch=branch,
+            base_commit=base_commit,
+            done=done,
+            parent_correlation_id=parent_correlation_id,
+            idempotency_key=idempotency_key,
+        )

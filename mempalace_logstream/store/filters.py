@@ -1,0 +1,80 @@
+"""Read filters and read requests: the filter rules described once (`FILTER_RULES`), from
+which both the page's SQL (reads.py) and the in-memory `Filters.matches` derive."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from mempalace_logstream import validation as v
+from mempalace_logstream.models import Event
+
+FROM_AGENT_NOTE = (
+    "from_agent is your identity on reads and does not filter; pass writer=<agent> to filter "
+    "by author"
+)
+# The read filters, described once: field -> (the events column it tests, how). "in": the
+# column is one of the values; "not_in": none of them; "inbox": one of them or "*" (broadcast).
+# The SQL of a page (`LogStore._page_statement`) and `Filters.matches` both derive from it.
+FILTER_RULES: dict[str, tuple[str, str]] = {
+    "stream": ("stream", "in"),
+    "room": ("room", "in"),
+    "topic": ("topic", "in"),
+    "type": ("type", "in"),
+    "correlation_id": ("correlation_id", "in"),
+    "status": ("status", "in"),
+    "writer": ("from_agent", "in"),
+    "exclude_writer": ("from_agent", "not_in"),
+    "to_agent": ("to_agent", "inbox"),
+}
+PAGE_FILTERS = tuple(name for name, (_, how) in FILTER_RULES.items() if how != "inbox")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Filters:
+    """Validated read filters (S-5.1): OR within a field, AND across fields."""
+
+    stream: tuple[str, ...] | None = None
+    room: tuple[str, ...] | None = None
+    topic: tuple[str, ...] | None = None
+    type: tuple[str, ...] | None = None
+    to_agent: tuple[str, ...] | None = None
+    writer: tuple[str, ...] | None = None
+    exclude_writer: tuple[str, ...] | None = None
+    correlation_id: tuple[str, ...] | None = None
+    status: tuple[str, ...] | None = None
+
+    @classmethod
+    def parse(cls, **raw: Any) -> Filters:
+        return cls(**{name: v.filter_values(name, raw.get(name)) for name in v.FILTER_FIELDS})
+
+    def matches(self, event: Event) -> bool:
+        """`FILTER_RULES` evaluated in Python (SSE fan-out, watch): the page's SQL rules."""
+        for name, (column, how) in FILTER_RULES.items():
+            values = getattr(self, name)
+            if not values:
+                continue
+            value = getattr(event, column)
+            if how == "not_in":
+                if value in values:
+                    return False
+            elif value not in values and not (how == "inbox" and value == "*"):
+                return False
+        return True
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReadRequest:
+    filters: Filters
+    since_event_id: str | None = None
+    before_event_id: str | None = None
+    since_created_at: str | None = None
+    limit: int = v.DEFAULT_LIST_LIMIT
+    order: str | None = None
+    preview: bool = False
+    slim: bool = False
+    note: str | None = None
+
+    def replace(self, **changes: Any) -> ReadRequest:
+        return dataclasses.replace(self, **changes)

@@ -1,0 +1,314 @@
+"""Reads: one snapshot per call, precompiled SQL text, and the page planner.
+
+A page is "after a seq, up to a limit, in seq order" with the filters of `FILTER_RULES`;
+waits re-read after the notifier wakes them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from mempalace_logstream import errors, notify
+from mempalace_logstream import validation as v
+from mempalace_logstream.backends import CoreExecutor, QueryExecutor
+from mempalace_logstream.backends.base import Query
+from mempalace_logstream.models import Event, Page
+from mempalace_logstream.schema import events
+from mempalace_logstream.store.filters import (
+    FILTER_RULES,
+    FROM_AGENT_NOTE,
+    PAGE_FILTERS,
+    Filters,
+    ReadRequest,
+)
+from mempalace_logstream.store.pipeline import CommitPipeline
+from mempalace_logstream.store.rows import ID_AT, SEQ_AT, events_from_rows
+
+# An inbox read with up to this many to_agent values runs one index-ordered leg per value
+# (see LogStore._page_query); more values fall back to one IN list.
+_SPLIT_TO_AGENT_MAX = 8
+
+
+class Reads(CommitPipeline):
+    """Reads and waits (a base of `LogStore`)."""
+
+    def event_get(self, event_id: Any) -> Event:
+        ident = v.required_routing("event_id", event_id)
+        with self._reading() as query:
+            return self.event_by_id(QueryExecutor(query, self._sql), ident, field="event_id")
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[QueryExecutor]:
+        """One read snapshot whose executor runs statement shapes compiled once per store
+        (`rows(key, build, params)`), or raw SQL text through its `query`."""
+        with self._reading() as query:
+            yield QueryExecutor(query, self._sql)
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[Query]:
+        """One read snapshot that runs precompiled SQL text and returns plain rows.
+
+        On the backend's fast path: its own DBAPI connection, no SQLAlchemy per statement.
+        Otherwise (PostgreSQL, or an engine with cursor listeners): the same text through
+        `exec_driver_sql`, so listeners see every statement.
+        """
+        fast = self.backend.fast_path()
+        if fast is None:
+            with self._storage_errors(), self.engine.connect() as conn:
+                yield lambda sql, params: conn.exec_driver_sql(sql, dict(params)).all()
+            return
+        with fast.reading() as query:
+            yield query
+
+    def _hydrate(self, conn: sa.Connection, rows: Sequence[sa.Row[Any]]) -> list[Event]:
+        """The Events of rows that carry an `id`, read again through SQLAlchemy."""
+        ex = CoreExecutor(conn)
+        return [self.event_by_id(ex, row.id, field="event_id") for row in rows]
+
+    def _seq_of(self, query: Query, ident: str, field: str) -> int:
+        sql, params = self._sql(
+            "seq-of",
+            lambda: sa.select(events.c.seq).where(events.c.id == sa.bindparam("id")),
+            {"id": ident},
+        )
+        rows = query(sql, params)
+        if not rows:
+            raise errors.NotFoundError(f"{field} {ident!r} not found", field=field, ident=ident)
+        return int(rows[0][0])
+
+    def tip(self) -> tuple[int, str | None]:
+        """(seq, id) of the newest event, or (0, None) on an empty log."""
+        with self._reading() as query:
+            row = self._top(query, None)
+        return (int(row[0]), row[1]) if row else (0, None)
+
+    def _top(self, query: Query, hi: int | None) -> Sequence[Any] | None:
+        """(seq, id) of the newest event below `hi` (all events when None)."""
+
+        def build() -> sa.Select[Any]:
+            q = sa.select(events.c.seq, events.c.id).order_by(events.c.seq.desc())
+            q = q.limit(1)
+            return q if hi is None else q.where(events.c.seq < sa.bindparam("hi"))
+
+        sql, params = self._sql(("top", hi is None), build, {} if hi is None else {"hi": hi})
+        rows = query(sql, params)
+        return rows[0] if rows else None
+
+    def event_list(
+        self,
+        *,
+        since_event_id: Any = None,
+        before_event_id: Any = None,
+        since_created_at: Any = None,
+        limit: Any = None,
+        order: Any = None,
+        preview: Any = False,
+        from_agent: Any = None,
+        **filters: Any,
+    ) -> Page:
+        """Read events (S-5.1–S-5.3). `cursor` is the newest event examined, filtered or not.
+
+        Order: explicit `order` wins; else asc with a cursor, desc without. Raises
+        ValidationError, NotFoundError for an unknown cursor.
+        """
+        req = self.read_request(
+            since_event_id=since_event_id,
+            before_event_id=before_event_id,
+            since_created_at=since_created_at,
+            limit=limit,
+            order=order,
+            preview=preview,
+            from_agent=from_agent,
+            **filters,
+        )
+        with self._reading() as query:
+            return self._read(query, req)
+
+    def read_request(self, **raw: Any) -> ReadRequest:
+        """Validate the raw read arguments shared by list, wait, watch and SSE."""
+        unknown = set(raw) - set(ReadRequest.__dataclass_fields__) - set(v.FILTER_FIELDS)
+        unknown -= {"from_agent"}
+        if unknown:
+            name = sorted(unknown)[0]
+            raise v.fail(name, "is not a known parameter")
+        filters = Filters.parse(**{k: raw.get(k) for k in v.FILTER_FIELDS})
+        since = raw.get("since_event_id")
+        since_clean = (
+            "tip"
+            if isinstance(since, str) and since.strip() == "tip"
+            else v.routing("since_event_id", since)
+        )
+        from_agent = v.routing("from_agent", raw.get("from_agent"))
+        return ReadRequest(
+            filters=filters,
+            since_event_id=since_clean,
+            before_event_id=v.routing("before_event_id", raw.get("before_event_id")),
+            since_created_at=v.since_created_at(raw.get("since_created_at")),
+            limit=v.limit(raw.get("limit")),
+            order=v.order(raw.get("order")),
+            preview=v.boolean("preview", raw.get("preview")),
+            slim=v.boolean("slim", raw.get("slim")),
+            note=FROM_AGENT_NOTE if from_agent and not filters.writer else None,
+        )
+
+    def read(self, req: ReadRequest, after_seq: int | None = None) -> Page:
+        """One read of a validated request; `after_seq` (a Page's `scanned_seq`) resumes it.
+
+        The building block of the hub's async waits and SSE feed, which wake on the notifier
+        and call this from a worker thread. Raises NotFoundError for an unknown cursor.
+        """
+        with self._reading() as query:
+            return self._read(query, req, after_seq=after_seq)
+
+    def _read(self, query: Query, req: ReadRequest, after_seq: int | None = None) -> Page:
+        lo = after_seq if after_seq is not None else 0
+        hi: int | None = None
+        if after_seq is None and req.since_event_id not in (None, "tip"):
+            lo = self._seq_of(query, req.since_event_id, "since_event_id")
+        if req.before_event_id:
+            hi = self._seq_of(query, req.before_event_id, "before_event_id")
+        top = self._top(query, hi)
+        if after_seq is None and req.since_event_id == "tip":
+            lo = int(top[0]) if top else 0
+        has_cursor = req.since_event_id is not None or after_seq is not None
+        order = req.order or ("asc" if has_cursor else "desc")
+        if top is None or int(top[0]) <= lo:
+            cursor = self._id_at(query, lo) if lo else None
+            return Page(
+                events=(),
+                cursor=cursor,
+                has_more=False,
+                note=req.note,
+                scanned_seq=lo,
+                preview=req.preview,
+                slim=req.slim,
+            )
+        top_seq, top_id = int(top[0]), top[1]
+        rows = query(*self._page_query(req, lo, top_seq, order))
+        has_more = len(rows) > req.limit
+        rows = rows[: req.limit]
+        if order == "asc" and has_more:
+            scanned_seq, cursor = int(rows[-1][SEQ_AT]), rows[-1][ID_AT]
+        else:
+            scanned_seq, cursor = top_seq, top_id
+        return Page(
+            events=tuple(events_from_rows(rows)),
+            cursor=cursor,
+            has_more=has_more,
+            note=req.note,
+            scanned_seq=scanned_seq,
+            preview=req.preview,
+            slim=req.slim,
+        )
+
+    def _page_query(
+        self, req: ReadRequest, lo: int, top_seq: int, order: str
+    ) -> tuple[str, Mapping[str, Any]]:
+        """The page: matches in (lo, top_seq], in seq order, limit + 1 rows, as (SQL, params).
+
+        An inbox filter is `to_agent IN (X, '*')`; SQLite cannot read an IN list in the order
+        of the (to_agent, seq) index, so it would collect every match and sort it (a temp
+        B-tree: ~100k rows for one inbox on a 1M-event log). One leg per value instead, each an
+        index range already in seq order, merged by UNION ALL (MERGE, no sort) and stopped at
+        the limit. The values are distinct, so the legs are disjoint: the same rows.
+
+        The SQL is compiled once per filter shape (which fields, how many values each) with
+        named parameters, so a read costs no statement building or cache-key generation.
+        """
+        f = req.filters
+        params: dict[str, Any] = {"lo": lo, "top": top_seq, "lim": req.limit + 1}
+        shape: list[tuple[str, int]] = []
+        for name in PAGE_FILTERS:
+            values = getattr(f, name)
+            if values:
+                shape.append((name, len(values)))
+                params.update((f"{name}_{i}", value) for i, value in enumerate(values))
+        to_values = tuple(dict.fromkeys((*f.to_agent, "*"))) if f.to_agent else ()
+        params.update((f"to_{i}", value) for i, value in enumerate(to_values))
+        if req.since_created_at:
+            params["since_created_at"] = req.since_created_at
+        split = self.backend.split_inbox and 1 < len(to_values) <= _SPLIT_TO_AGENT_MAX
+        key = ("page", tuple(shape), len(to_values), split, bool(req.since_created_at), order)
+        return self._sql(
+            key,
+            lambda: self._page_statement(
+                tuple(shape), len(to_values), split, bool(req.since_created_at), order
+            ),
+            params,
+        )
+
+    def _page_statement(
+        self,
+        shape: tuple[tuple[str, int], ...],
+        n_to: int,
+        split: bool,
+        since_created: bool,
+        order: str,
+    ) -> sa.Executable:
+        where: list[sa.ColumnElement[bool]] = [
+            events.c.seq > sa.bindparam("lo"),
+            events.c.seq <= sa.bindparam("top"),
+        ]
+        if since_created:
+            where.append(events.c.created_at >= sa.bindparam("since_created_at"))
+        for name, n in shape:
+            column, how = FILTER_RULES[name]
+            col = events.c[column]
+            binds: list[sa.BindParameter[Any]] = [sa.bindparam(f"{name}_{i}") for i in range(n)]
+            if how == "not_in":
+                where.append(col.not_in(binds))
+            else:
+                where.append(col == binds[0] if n == 1 else col.in_(binds))
+        to_binds: list[sa.BindParameter[Any]] = [sa.bindparam(f"to_{i}") for i in range(n_to)]
+        limit: sa.BindParameter[int] = sa.bindparam("lim")
+        if not split:
+            if to_binds:
+                where.append(events.c.to_agent.in_(to_binds))
+            q = self.event_select(*where)
+            q = q.order_by(events.c.seq.asc() if order == "asc" else events.c.seq.desc())
+            return q.limit(limit)
+        legs = [self.event_select(*where, events.c.to_agent == b) for b in to_binds]
+        merged = sa.union_all(*legs)
+        seq = merged.selected_columns.seq
+        return merged.order_by(seq.asc() if order == "asc" else seq.desc()).limit(limit)
+
+    def _id_at(self, query: Query, seq: int) -> str | None:
+        sql, params = self._sql(
+            "id-at",
+            lambda: sa.select(events.c.id).where(events.c.seq == sa.bindparam("seq")),
+            {"seq": seq},
+        )
+        rows = query(sql, params)
+        return rows[0][0] if rows else None
+
+    def event_wait(self, *, timeout_ms: Any = None, **read_args: Any) -> Page:
+        """Return matches after the cursor at once, else block until one arrives (S-5.4).
+
+        Without `since_event_id`, existing matches are returned at once; `"tip"` waits only for
+        new events. A timeout is a normal result: `timed_out=True` and no events. Wake-up is
+        push-based (notifier); the fallback re-check bounds the cost of a lost signal.
+        """
+        timeout = v.timeout_ms(timeout_ms) / 1000
+        req = self.read_request(**read_args)
+        if req.order is None:
+            req = req.replace(order="asc")
+        deadline = time.monotonic() + timeout
+        # Take the notifier version before each read: a commit after it makes wait() return.
+        seen = self.notifier.version
+        page = self.read(req)
+        if not page.events:  # compile the page statement now, not after the wake-up
+            self._page_query(req, 0, 0, req.order or "asc")
+        while not page.events:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return page.replace(timed_out=True)
+            self.notifier.wait(seen, min(remaining, notify.FALLBACK_CHECK_S))
+            seen = self.notifier.version
+            # Resume after everything examined so far (rejected rows included): no rescans.
+            page = self.read(req, after_seq=page.scanned_seq)
+        return page

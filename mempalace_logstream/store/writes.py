@@ -1,0 +1,344 @@
+"""Writes: drafts (validation of raw fields), the one insert of an event and of an artifact,
+and `Transaction`, the public API inside a group-committed write transaction
+(`store.transaction(work)`), which replication, the importer and the workflows use."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+
+from mempalace_logstream import errors
+from mempalace_logstream import validation as v
+from mempalace_logstream.backends import CoreExecutor, Executor
+from mempalace_logstream.backends.base import EVENT_COL_NAMES, Build
+from mempalace_logstream.models import Artifact, ArtifactDraft, Event, EventDraft
+from mempalace_logstream.schema import artifact_blobs, artifacts, event_artifacts, events
+from mempalace_logstream.store.ids import new_id, now_text
+from mempalace_logstream.store.pipeline import CommitPipeline, TxState
+from mempalace_logstream.store.rows import ARTIFACT_COLS, artifact_from_row, events_from_rows
+
+T = TypeVar("T")
+
+
+class Transaction:
+    """One write transaction of the store, handed to `store.transaction(work)`.
+
+    `ex` runs statements (`rows`, `insert`, `insert_events`, `held_ids`); `state` holds the
+    next seq and artifact seq, which every insert advances, and the events appended so far
+    (waiters are woken for them after the commit).
+    """
+
+    def __init__(self, store: Writes, ex: Executor, state: TxState) -> None:
+        self.store, self.ex, self.state = store, ex, state
+
+    def rows(self, key: Any, build: Build, params: dict[str, Any]) -> Any:
+        return self.ex.rows(key, build, params)
+
+    def find_event(self, ident: str, *, field: str) -> Event:
+        """The event `ident`; NotFoundError naming `field` if it is not held."""
+        return self.store.event_by_id(self.ex, ident, field=field)
+
+    def find_idempotent(self, draft: EventDraft) -> Event | None:
+        """The event stored earlier under the draft's (from_agent, idempotency_key)."""
+
+        def build() -> sa.Select[Any]:
+            return self.store.event_select(
+                events.c.from_agent == sa.bindparam("from_agent"),
+                events.c.idempotency_key == sa.bindparam("idempotency_key"),
+            )
+
+        params = {"from_agent": draft.from_agent, "idempotency_key": draft.idempotency_key}
+        rows = self.ex.rows("idempotent", build, params)
+        return events_from_rows(rows)[0] if rows else None
+
+    def insert_event(self, draft: EventDraft) -> Event:
+        """The one insert of a local event: the idempotent replay, the artifact references,
+        the row and its links."""
+        ex, st = self.ex, self.state
+        if draft.idempotency_key is not None:
+            prior = self.find_idempotent(draft)
+            if prior is not None:
+                return same_as_prior(prior, draft)
+        for aid in draft.artifact_ids:
+            if not ex.rows("artifact-exists", _artifact_exists, {"id": aid}):
+                raise errors.NotFoundError(
+                    f"artifact_ids references unknown artifact {aid!r}; put it first",
+                    field="artifact_ids",
+                    ident=aid,
+                )
+        event = self._new_event(draft)
+        row = {name: event.__dict__[name] for name in EVENT_COL_NAMES}
+        row["idempotency_key"] = draft.idempotency_key
+        ex.insert("insert-event", events, [row])
+        if event.artifact_ids:
+            links = [
+                {"event_id": event.id, "artifact_id": a, "position": i}
+                for i, a in enumerate(event.artifact_ids)
+            ]
+            ex.insert("insert-link", event_artifacts, links)
+        st.next_seq += 1
+        st.appended.append(event)
+        return event
+
+    def _new_event(self, draft: EventDraft) -> Event:
+        clock = self.store.clock
+        ms = clock.wall_clock.now_ms()
+        seq = self.state.next_seq
+        return Event(
+            id=new_id("evt", ms),
+            seq=seq,
+            origin_replica=self.store.replica_id,
+            origin_seq=seq,
+            hlc=clock.now(),
+            type=draft.type,
+            stream=draft.stream,
+            room=draft.room,
+            topic=draft.topic,
+            from_agent=draft.from_agent,
+            to_agent=draft.to_agent,
+            correlation_id=draft.correlation_id,
+            branch=draft.branch,
+            base_commit=draft.base_commit,
+            status=draft.status,
+            artifact_ids=draft.artifact_ids,
+            body=draft.body,
+            created_at=now_text(ms),
+            metadata_json=draft.metadata_json,
+        )
+
+    def insert_artifact(self, draft: ArtifactDraft) -> Artifact:
+        """The one insert of a local artifact (content kept once per sha256)."""
+        digest = hashlib.sha256(draft.content).hexdigest()
+        self.ensure_blob(digest, draft.content)
+        ms = self.store.clock.wall_clock.now_ms()
+        art = Artifact(
+            id=new_id("art", ms),
+            kind=draft.kind,
+            sha256=digest,
+            size_bytes=len(draft.content),
+            encoding=draft.encoding,
+            created_by=draft.created_by,
+            created_at=now_text(ms),
+            origin_replica=self.store.replica_id,
+            metadata_json=draft.metadata_json,
+            warnings=draft.warnings,
+        )
+        self.write_artifact_row(art)
+        return art
+
+    def ensure_blob(self, digest: str, content: bytes) -> None:
+        """Store content once per sha256."""
+        if not self.ex.rows("blob-exists", _blob_exists, {"sha": digest}):
+            row = {"sha256": digest, "size_bytes": len(content), "content": content}
+            self.ex.insert("insert-blob", artifact_blobs, [row])
+
+    def write_artifact_row(self, art: Artifact) -> None:
+        """The artifacts row of `art` (local or replicated), with the next artifact seq."""
+        row = {
+            "id": art.id,
+            "seq": self.state.next_artifact_seq,
+            "kind": art.kind,
+            "sha256": art.sha256,
+            "size_bytes": art.size_bytes,
+            "encoding": art.encoding,
+            "created_by": art.created_by,
+            "created_at": art.created_at,
+            "origin_replica": art.origin_replica,
+            "metadata_json": art.metadata_json,
+        }
+        self.ex.insert("insert-artifact", artifacts, [row])
+        self.state.next_artifact_seq += 1
+
+    def artifact_meta(self, ident: str) -> Artifact:
+        """The artifact `ident` without its content; NotFoundError if unknown."""
+
+        def build() -> sa.Select[Any]:
+            return sa.select(*ARTIFACT_COLS).where(artifacts.c.id == sa.bindparam("id"))
+
+        rows = self.ex.rows("artifact-meta", build, {"id": ident})
+        if not rows:
+            raise errors.NotFoundError(f"artifact {ident!r} not found", field="artifact_id")
+        return artifact_from_row(rows[0], None)
+
+
+class Writes(CommitPipeline):
+    """Validated writes (a base of `LogStore`)."""
+
+    max_body_bytes: int
+    max_artifact_bytes: int
+
+    def transaction(
+        self, work: Callable[[Transaction], T], on_bulk: Callable[[], Any] | None = None
+    ) -> T:
+        """Run `work(tx)` in a group-committed write transaction and return its result.
+
+        Every write of the store goes through here. `on_bulk` is called on the fast path when
+        the rest of the transaction is long work that releases the GIL (a big sync page).
+        Raises what `work` raises (nothing is written then), or StorageError.
+        """
+        result: T = self._write(lambda ex, st: work(Transaction(self, ex, st)), on_bulk)
+        return result
+
+    def draft_event(
+        self,
+        *,
+        type: Any,
+        stream: Any,
+        room: Any,
+        from_agent: Any,
+        topic: Any = None,
+        to_agent: Any = None,
+        correlation_id: Any = None,
+        branch: Any = None,
+        base_commit: Any = None,
+        status: Any = None,
+        body: Any = "",
+        metadata: Any = None,
+        artifact_ids: Any = None,
+        idempotency_key: Any = None,
+    ) -> EventDraft:
+        """Validate raw event fields (S-4) into a draft; raises ValidationError."""
+        return EventDraft(
+            type=v.event_type(type),
+            stream=v.required_routing("stream", stream),
+            room=v.required_routing("room", room),
+            from_agent=v.required_routing("from_agent", from_agent),
+            topic=v.routing("topic", topic),
+            to_agent=v.routing("to_agent", to_agent),
+            correlation_id=v.routing("correlation_id", correlation_id),
+            branch=v.routing("branch", branch),
+            base_commit=v.routing("base_commit", base_commit),
+            status=v.status(status),
+            body=v.body(body, self.max_body_bytes),
+            metadata_json=v.metadata(metadata),
+            artifact_ids=v.artifact_ids(artifact_ids),
+            idempotency_key=v.idempotency_key(idempotency_key),
+        )
+
+    def event_append(self, **fields: Any) -> Event:
+        """Append one event. Idempotent per (from_agent, idempotency_key).
+
+        Referenced artifacts must exist. Durable at the configured level when it returns.
+        Raises ValidationError, NotFoundError (unknown artifact), ConflictError (a reused
+        idempotency key with different content).
+        """
+        draft = self.draft_event(**fields)
+        return self.transaction(lambda tx: tx.insert_event(draft))
+
+    def _insert_event(self, ex: Executor | sa.Connection, st: TxState, draft: EventDraft) -> Event:
+        """`Transaction.insert_event` on a bare connection (benchmarks)."""
+        if isinstance(ex, sa.Connection):
+            ex = CoreExecutor(ex)
+        return Transaction(self, ex, st).insert_event(draft)
+
+    def _insert_artifact(
+        self, ex: Executor | sa.Connection, st: TxState, draft: ArtifactDraft
+    ) -> Artifact:
+        """`Transaction.insert_artifact` on a bare connection (benchmarks)."""
+        if isinstance(ex, sa.Connection):
+            ex = CoreExecutor(ex)
+        return Transaction(self, ex, st).insert_artifact(draft)
+
+    def draft_artifact(
+        self,
+        *,
+        kind: Any,
+        content: Any,
+        created_by: Any,
+        metadata: Any = None,
+        encoding: Any = None,
+        content_field: str = "content",
+    ) -> ArtifactDraft:
+        clean_kind = v.artifact_kind(kind)
+        raw, enc = v.artifact_content(
+            content, v.encoding(encoding), self.max_artifact_bytes, content_field
+        )
+        return ArtifactDraft(
+            kind=clean_kind,
+            content=raw,
+            encoding=enc,
+            created_by=v.required_routing("created_by", created_by),
+            metadata_json=v.metadata(metadata),
+            warnings=v.patch_warnings(raw) if clean_kind == "patch" else (),
+        )
+
+    def artifact_put(self, **fields: Any) -> Artifact:
+        """Store an artifact byte-exact; content is kept once per sha256. Returns no content."""
+        draft = self.draft_artifact(**fields)
+        return self.transaction(lambda tx: tx.insert_artifact(draft))
+
+    def artifact_get(self, artifact_id: Any) -> Artifact:
+        """The artifact with its exact content; NotFoundError if unknown."""
+        ident = v.required_routing("artifact_id", artifact_id)
+        with self._storage_errors(), self.engine.connect() as conn:
+            row = conn.execute(
+                sa.select(*ARTIFACT_COLS, artifact_blobs.c.content)
+                .join(artifact_blobs, artifact_blobs.c.sha256 == artifacts.c.sha256)
+                .where(artifacts.c.id == ident)
+            ).first()
+        if row is None:
+            raise errors.NotFoundError(
+                f"artifact {ident!r} not found", field="artifact_id", ident=ident
+            )
+        content = bytes(row[-1])
+        # Re-hashed on every read (cheap next to the I/O): bytes changed behind the log are
+        # never served under the original digest.
+        actual = hashlib.sha256(content).hexdigest()
+        if actual != row.sha256:
+            raise errors.IntegrityError(
+                f"artifact {ident!r} is corrupt: its stored content hashes to {actual}, not "
+                f"its sha256 {row.sha256}; restore the database from a backup or a replica",
+                ident=ident,
+            )
+        return artifact_from_row(row, content)
+
+
+def same_as_prior(prior: Event, draft: EventDraft) -> Event:
+    """The earlier event of an idempotency key, or ConflictError if its content differs."""
+    same = (
+        prior.type,
+        prior.stream,
+        prior.room,
+        prior.topic,
+        prior.to_agent,
+        prior.correlation_id,
+        prior.branch,
+        prior.base_commit,
+        prior.status,
+        prior.artifact_ids,
+        prior.body,
+        prior.metadata_json,
+    ) == (
+        draft.type,
+        draft.stream,
+        draft.room,
+        draft.topic,
+        draft.to_agent,
+        draft.correlation_id,
+        draft.branch,
+        draft.base_commit,
+        draft.status,
+        draft.artifact_ids,
+        draft.body,
+        draft.metadata_json,
+    )
+    if not same:
+        raise errors.ConflictError(
+            f"idempotency_key {draft.idempotency_key!r} was already used by "
+            f"{draft.from_agent!r} for a different event ({prior.id}); use a new key",
+            field="idempotency_key",
+            ident=prior.id,
+        )
+    return prior
+
+
+def _artifact_exists() -> sa.Select[Any]:
+    return sa.select(artifacts.c.id).where(artifacts.c.id == sa.bindparam("id"))
+
+
+def _blob_exists() -> sa.Select[Any]:
+    col = artifact_blobs.c.sha256
+    return sa.select(col).where(col == sa.bindparam("sha"))

@@ -1,0 +1,206 @@
+"""Agent conventions built on the store's public API: acknowledgements, patch submission and
+task delegation. They are not storage: each is a draft plus one `store.transaction`.
+`LogStore.event_ack`, `patch_submit` and `task_create` delegate here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from typing import TYPE_CHECKING, Any
+
+from mempalace_logstream import errors
+from mempalace_logstream import validation as v
+from mempalace_logstream.models import Artifact, Event, EventDraft
+from mempalace_logstream.store.ids import json_str, slug
+from mempalace_logstream.store.writes import same_as_prior
+
+if TYPE_CHECKING:
+    from mempalace_logstream.store import LogStore, Transaction
+
+
+def event_ack(
+    store: LogStore,
+    *,
+    event_id: Any,
+    from_agent: Any,
+    status: Any = None,
+    body: Any = "",
+    topic: Any = None,
+    metadata: Any = None,
+    idempotency_key: Any = None,
+) -> Event:
+    """Acknowledge an event by appending `event.ack` (S-1.3); the target never changes."""
+    target_id = v.required_routing("event_id", event_id)
+    extra = v.metadata(metadata)
+    base = store.draft_event(
+        type="event.ack",
+        stream="-",
+        room="-",
+        from_agent=from_agent,
+        status=status,
+        body=body,
+        topic=topic,
+        idempotency_key=idempotency_key,
+    )
+
+    def write(tx: Transaction) -> Event:
+        target = tx.find_event(target_id, field="event_id")
+        return tx.insert_event(ack_draft(base, extra, target))
+
+    return store.transaction(write)
+
+
+def ack_draft(base: EventDraft, extra: str, target: Event) -> EventDraft:
+    """The `event.ack` of `target`: routed like it, addressed to its writer, in its
+    conversation, with `ack_of` first in the metadata (then the caller's `extra` object)."""
+    meta_json = '{"ack_of":' + json_str(target.id)
+    meta_json += ("," + extra[1:]) if extra != "{}" else "}"
+    return EventDraft(
+        type="event.ack",
+        stream=target.stream,
+        room=target.room,
+        from_agent=base.from_agent,
+        topic=base.topic if base.topic is not None else target.topic,
+        to_agent=target.from_agent,
+        correlation_id=target.correlation_id or target.id,
+        status=base.status,
+        body=base.body,
+        metadata_json=meta_json,
+        idempotency_key=base.idempotency_key,
+    )
+
+
+def patch_submit(
+    store: LogStore,
+    *,
+    content: Any,
+    from_agent: Any,
+    stream: Any,
+    room: Any = "patches",
+    topic: Any = None,
+    to_agent: Any = None,
+    correlation_id: Any = None,
+    branch: Any = None,
+    base_commit: Any = None,
+    body: Any = "",
+    metadata: Any = None,
+    encoding: Any = None,
+    idempotency_key: Any = None,
+) -> dict[str, Any]:
+    """Store a patch artifact and append `patch.ready` in ONE transaction (S-1.4).
+
+    Every field is validated before anything is written. Returns {artifact, event,
+    warnings}; warnings are advisories, the content is never rewritten.
+    """
+    art_draft = store.draft_artifact(
+        kind="patch",
+        content=content,
+        created_by=from_agent,
+        metadata=metadata,
+        encoding=encoding,
+    )
+    ev_draft = store.draft_event(
+        type="patch.ready",
+        stream=stream,
+        room=room,
+        from_agent=from_agent,
+        topic=topic,
+        to_agent=to_agent,
+        correlation_id=correlation_id,
+        branch=branch,
+        base_commit=base_commit,
+        status="ready",
+        body=body,
+        metadata=metadata,
+        idempotency_key=idempotency_key,
+    )
+
+    def write(tx: Transaction) -> tuple[Artifact, Event]:
+        if ev_draft.idempotency_key is not None:
+            prior = _find_idempotent_patch(tx, ev_draft)
+            if prior is not None:
+                # The same key with other patch bytes is a different submission.
+                if prior[0].sha256 != hashlib.sha256(art_draft.content).hexdigest():
+                    raise errors.ConflictError(
+                        f"idempotency_key {ev_draft.idempotency_key!r} was already used for "
+                        f"a different patch ({prior[1].id}); use a new key",
+                        field="idempotency_key",
+                        ident=prior[1].id,
+                    )
+                return prior
+        art = tx.insert_artifact(art_draft)
+        draft = EventDraft(**{**ev_draft.__dict__, "artifact_ids": (art.id,)})
+        return art, tx.insert_event(draft)
+
+    art, event = store.transaction(write)
+    return {
+        "artifact": art,
+        "event": event,
+        "warnings": list(art_draft.warnings),
+    }
+
+
+def _find_idempotent_patch(tx: Transaction, draft: EventDraft) -> tuple[Artifact, Event] | None:
+    prior = tx.find_idempotent(draft)
+    if prior is None:
+        return None
+    if not prior.artifact_ids:
+        raise errors.ConflictError(
+            f"idempotency_key {draft.idempotency_key!r} was used for a non-patch event",
+            field="idempotency_key",
+            ident=prior.id,
+        )
+    full = EventDraft(**{**draft.__dict__, "artifact_ids": prior.artifact_ids})
+    same_as_prior(prior, full)
+    return tx.artifact_meta(prior.artifact_ids[0]), prior
+
+
+def task_create(
+    store: LogStore,
+    *,
+    project: Any,
+    from_agent: Any,
+    to_agent: Any,
+    goal: Any,
+    branch: Any,
+    base_commit: Any,
+    done: Any,
+    parent_correlation_id: Any = None,
+    idempotency_key: Any = None,
+) -> dict[str, Any]:
+    """Append a `task.request` (S-3.1) and return {task, handoff}."""
+    clean_project = v.required_routing("project", project)
+    clean_goal = v.non_blank_text("goal", goal)
+    clean_done = v.non_blank_text("done", done)
+    to = v.required_routing("to_agent", to_agent)
+    v.required_routing("branch", branch)
+    commit = v.base_commit_hex(base_commit)
+    parent = v.routing("parent_correlation_id", parent_correlation_id)
+    correlation = f"task_{slug(clean_goal, 'work')}_{secrets.token_hex(4)}"
+    body = (
+        f"Goal:\n{clean_goal}\n\nDefinition of done:\n{clean_done}\n\nDelivery:\n"
+        "Claim this task (an event with status=claimed on this correlation_id), then submit "
+        "a patch with mempalace_patch_submit, or reply with status=blocked or failed and "
+        "the evidence."
+    )
+    meta_json = {"parent_correlation_id": parent} if parent else None
+    task = store.event_append(
+        type="task.request",
+        stream=f"project/{slug(clean_project, 'project')}",
+        room="delegation",
+        from_agent=from_agent,
+        to_agent=to,
+        correlation_id=correlation,
+        branch=branch,
+        base_commit=commit,
+        status="open",
+        body=body,
+        metadata=meta_json,
+        idempotency_key=idempotency_key,
+    )
+    handoff = (
+        f"Open MemPalace task {task.correlation_id} as {to}. Claim it, follow its exact "
+        "definition of done, and deliver through the logstream."
+    )
+    return {"task": task, "handoff": handoff}
