@@ -20,21 +20,13 @@ from typing import Any
 
 import httpx
 
-from mempalace_logstream import errors
+from mempalace_logstream import errors, http_errors
 from mempalace_logstream import validation as v
 
 DEFAULT_TIMEOUT_S = 30.0
 # The largest honest answer is a page of 500 events at the body and metadata limits (~160 MB);
 # anything past this is a hub that lies, and reading on would only exhaust memory (S-8.10).
 MAX_ANSWER_BYTES = 256 * 1024 * 1024
-_BY_STATUS: dict[int, type[errors.LogstreamError]] = {
-    400: errors.ValidationError,
-    422: errors.ValidationError,
-    404: errors.NotFoundError,
-    409: errors.ConflictError,
-    503: errors.StorageError,
-    502: errors.SyncError,
-}
 
 
 class HubClient:
@@ -64,33 +56,11 @@ class HubClient:
         """Run `op` on the hub; raises the same domain errors as a local call."""
         body = {k: val for k, val in args.items() if val is not None}
         limit = self.deadline_s(op, body)
-        deadline = time.monotonic() + limit
-        try:
-            with self._http.stream(
-                "POST", f"/v1/{op}", json=body, timeout=httpx.Timeout(limit)
-            ) as resp:
-                raw = bytearray()
-                for chunk in resp.iter_bytes():
-                    raw += chunk
-                    if time.monotonic() > deadline:
-                        raise httpx.ReadTimeout("deadline passed mid-answer")
-                    if len(raw) > self.max_bytes:
-                        raise errors.PeerUnavailableError(
-                            f"hub {self.url} answered {op} with more than {self.max_bytes} "
-                            "bytes; refused (is it a logstream hub?)",
-                            peer_id=self.url,
-                        )
-        except httpx.TimeoutException as exc:
-            raise errors.PeerUnavailableError(
-                f"hub {self.url} did not answer {op} within {limit:g} s; it may be overloaded "
-                "or not a logstream hub (set LOGSTREAM_HUB_TIMEOUT to wait longer)",
-                peer_id=self.url,
-            ) from exc
-        except httpx.HTTPError as exc:
-            raise errors.PeerUnavailableError(
-                f"cannot reach hub {self.url}: {exc or type(exc).__name__}", peer_id=self.url
-            ) from exc
-        if resp.status_code == 200:
+        with http_errors.transport_errors(
+            self.url, self._unreachable, timeout=lambda _exc: self._too_slow(op, limit)
+        ):
+            status, raw = self._post(op, body, limit)
+        if status == 200:
             try:
                 return dict(json.loads(raw))
             except (ValueError, TypeError) as exc:
@@ -99,7 +69,35 @@ class HubClient:
                     "is it a logstream hub?",
                     peer_id=self.url,
                 ) from exc
-        raise _error_from(resp.status_code, bytes(raw), self.url)
+        raise http_errors.error_from_answer(status, bytes(raw), self.url)
+
+    def _post(self, op: str, body: dict[str, Any], limit: float) -> tuple[int, bytearray]:
+        """(status, body) of one call, read within `limit` seconds and `max_bytes`."""
+        deadline = time.monotonic() + limit
+        with self._http.stream(
+            "POST", f"/v1/{op}", json=body, timeout=httpx.Timeout(limit)
+        ) as resp:
+            raw = bytearray()
+            for chunk in resp.iter_bytes():
+                raw += chunk
+                if time.monotonic() > deadline:
+                    raise httpx.ReadTimeout("deadline passed mid-answer")
+                if len(raw) > self.max_bytes:
+                    raise errors.PeerUnavailableError(
+                        f"hub {self.url} answered {op} with more than {self.max_bytes} "
+                        "bytes; refused (is it a logstream hub?)",
+                        peer_id=self.url,
+                    )
+        return resp.status_code, raw
+
+    def _unreachable(self, exc: Exception) -> str:
+        return f"cannot reach hub {self.url}: {exc or type(exc).__name__}"
+
+    def _too_slow(self, op: str, limit: float) -> str:
+        return (
+            f"hub {self.url} did not answer {op} within {limit:g} s; it may be overloaded "
+            "or not a logstream hub (set LOGSTREAM_HUB_TIMEOUT to wait longer)"
+        )
 
     def deadline_s(self, op: str, body: dict[str, Any]) -> float:
         """Seconds the whole call may take: the client timeout, or for `event_wait` the wait's
@@ -120,26 +118,3 @@ class HubClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _error_from(status: int, raw: bytes, url: str) -> errors.LogstreamError:
-    try:
-        payload = json.loads(raw)
-        message = str(payload.get("error") or "")
-        field = payload.get("field")
-    except (ValueError, AttributeError):
-        message, field = "", None
-    if status == 401:
-        return errors.LogstreamError(f"hub {url} refused the token: {message or 'unauthorized'}; "
-                                     "pass --token or set LOGSTREAM_TOKEN")  # fmt: skip
-    if status == 403:
-        return errors.LogstreamError(f"hub {url} refused the request: {message or 'forbidden'}")
-    message = message or f"hub {url} answered HTTP {status}"
-    cls = _BY_STATUS.get(status)
-    if cls in (errors.ValidationError, errors.NotFoundError, errors.ConflictError):
-        return cls(message, field=field)  # type: ignore[call-arg]
-    if cls is errors.SyncError:
-        return errors.SyncError(message)
-    if cls is errors.StorageError:
-        return errors.StorageError(message)
-    return errors.LogstreamError(message)

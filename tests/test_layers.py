@@ -37,6 +37,7 @@ RULES: dict[str, tuple[str, ...]] = {
     "backends": ("store", "replication", "importer", "sync", "watch", *SURFACE_LIBS),
     "aio": ("fastapi", "mcp", "typer", "httpx"),
     "hub_client": ("fastapi", "mcp", "typer"),
+    "http_errors": ("fastapi", "mcp", "typer", "sse_starlette", "store", "engine", "sync"),
     "mcp_server": ("fastapi", "typer", "sse_starlette"),
     "http": ("typer", "mcp"),
     # Re-export shims of the old paths (the hub now lives in the http package).
@@ -346,3 +347,54 @@ def test_no_module_touches_another_modules_private_names():
             if homes:
                 bad.append(f"{path.relative_to(PKG)}:{line} uses {name} of {homes}")
     assert bad == [], "\n".join(bad)
+
+
+# --------------------------------------------------------------------------- the sync package
+# Inside sync/: limits and the protocol at the bottom, the peers above them, then the round's
+# parts, the round, peers.json and the loop on top. sync module -> the sync modules it may import.
+SYNC_RULES: dict[str, tuple[str, ...]] = {
+    "limits": (),
+    "protocol": (),
+    "sockets": (),
+    "vector": ("protocol",),
+    "local": ("limits", "protocol"),
+    "http_peer": ("limits", "protocol", "sockets", "vector"),
+    "holes": ("limits", "protocol", "vector"),
+    "pipeline": ("limits", "protocol"),
+    "rounds": ("limits", "protocol", "vector", "holes", "pipeline"),
+    "peers": ("limits", "protocol", "http_peer", "rounds"),
+    "loop": ("limits", "peers"),
+}
+SYNC_ROOT = ("limits", "protocol", "sockets", "vector", "local", "http_peer", "holes")
+SYNC_RULES["__init__"] = (*SYNC_ROOT, "pipeline", "rounds", "peers", "loop")
+
+
+def _sync_imports(path: Path) -> set[str]:
+    """The sync modules a sync file imports (`from mempalace_logstream.sync.x import y`)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            parts = (node.module or "").split(".")
+            if parts[:2] == ["mempalace_logstream", "sync"] and len(parts) > 2:
+                out.add(parts[2])
+    return out
+
+
+def test_every_sync_module_is_in_the_sync_layer_table():
+    names = sorted(p.stem for p in _files("sync"))
+    assert names == sorted(SYNC_RULES), "add the new sync module to SYNC_RULES in test_layers.py"
+
+
+@pytest.mark.parametrize("module", sorted(SYNC_RULES))
+def test_sync_modules_import_only_downwards(module):
+    bad = _sync_imports(PKG / "sync" / f"{module}.py") - set(SYNC_RULES[module]) - {module}
+    assert not bad, f"sync/{module}.py imports sync modules {sorted(bad)}"
+
+
+def test_sync_peers_declare_their_capabilities():
+    """A round asks a peer what it can do; our peers say so rather than being probed."""
+    from mempalace_logstream.sync import Capabilities, HttpPeer, LocalPeer
+
+    for cls in (LocalPeer, HttpPeer):
+        assert isinstance(cls.__dict__.get("capabilities"), property), cls
+    assert Capabilities.__dataclass_params__.frozen  # type: ignore[attr-defined]
