@@ -107,6 +107,8 @@ def import_log(
     _copy_artifacts(source, target, art_done, top_artifact, batch_size, report, tick)
     tick("events", report.events_skipped, report.events_total)
     _copy_events(source, target, ev_done, top_event, batch_size, report, tick)
+    if report.events_imported:
+        target.rebuild_tasks()  # the copied threads' tasks, derived from the log alone
     report.seconds = round(time.monotonic() - started, 3)
     return report
 

@@ -63,6 +63,19 @@ def task_create(store: LogStore, **args: Any) -> dict[str, Any]:
     return {"task": out["task"].to_dict(), "handoff": out["handoff"]}
 
 
+def task_update(store: LogStore, **args: Any) -> dict[str, Any]:
+    out = store.task_update(**args)
+    return {"event": out["event"].to_dict(), "task": out["task"]}
+
+
+def task_status(store: LogStore, *, task_id: Any) -> dict[str, Any]:
+    return store.task_status(task_id)
+
+
+def task_list(store: LogStore, **args: Any) -> dict[str, Any]:
+    return store.task_list(**args)
+
+
 def version_vector(store: LogStore) -> dict[str, Any]:
     return {"replica_id": store.replica_id, "version_vector": store.version_vector()}
 
@@ -87,10 +100,15 @@ OPERATIONS: dict[str, Handler] = {
     "artifact_get": artifact_get,
     "patch_submit": patch_submit,
     "task_create": task_create,
+    "task_update": task_update,
+    "task_status": task_status,
+    "task_list": task_list,
     "version_vector": version_vector,
     "stats": stats,
 }
-MUTATING = frozenset({"event_append", "event_ack", "artifact_put", "patch_submit", "task_create"})
+MUTATING = frozenset(
+    {"event_append", "event_ack", "artifact_put", "patch_submit", "task_create", "task_update"}
+)
 
 
 READ_PARAMS = (
@@ -130,6 +148,9 @@ def params() -> dict[str, dict[str, bool]]:
         "artifact_get": {"artifact_id": True},
         "patch_submit": _signature(LogStore.patch_submit),
         "task_create": _signature(LogStore.task_create),
+        "task_update": _signature(LogStore.task_update),
+        "task_status": {"task_id": True},
+        "task_list": _signature(LogStore.task_list),
         "version_vector": {},
         "stats": {},
     }

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-SCHEMA_HEAD = "0003"
+SCHEMA_HEAD = "0004"
 
 metadata = sa.MetaData(
     naming_convention={
@@ -175,6 +175,28 @@ sync_peers = sa.Table(
     sa.Column("rounds", sa.BigInteger, nullable=False),
     sa.Column("remote_version_vector", sa.Text, nullable=False),
     sa.Column("updated_at", sa.Text, nullable=False),
+)
+
+# ---- the task projection (0004): derived from the log, rebuilt from it at will (RFC 0007).
+# One row per task: the columns reads filter and order on, and the whole derived state as JSON.
+tasks = sa.Table(
+    "tasks",
+    metadata,
+    sa.Column("task_id", Key, primary_key=True),
+    sa.Column("state", sa.Text, nullable=False),
+    sa.Column("requester", sa.Text, nullable=False),
+    sa.Column("to_agent", sa.Text),
+    sa.Column("assignee", sa.Text),
+    sa.Column("stream", sa.Text, nullable=False),
+    sa.Column("parent_task_id", Key),
+    sa.Column("lease_expires_ms", sa.BigInteger),
+    sa.Column("updated_seq", Seq, nullable=False),
+    sa.Column("doc_json", sa.Text, nullable=False),
+    sa.Index(None, "state", "updated_seq"),
+    sa.Index(None, "to_agent", "updated_seq"),
+    sa.Index(None, "requester", "updated_seq"),
+    sa.Index(None, "parent_task_id"),
+    sa.Index(None, "updated_seq"),
 )
 
 # Every table that holds log content. Revision 0001 guarded the first three; 0003 added the

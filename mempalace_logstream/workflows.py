@@ -9,7 +9,7 @@ import hashlib
 import secrets
 from typing import TYPE_CHECKING, Any
 
-from mempalace_logstream import errors
+from mempalace_logstream import errors, tasks
 from mempalace_logstream import validation as v
 from mempalace_logstream.models import Artifact, Event, EventDraft
 from mempalace_logstream.store.ids import json_str, slug
@@ -166,25 +166,35 @@ def task_create(
     branch: Any,
     base_commit: Any,
     done: Any,
+    parent_task_id: Any = None,
     parent_correlation_id: Any = None,
+    lease_ms: Any = None,
     idempotency_key: Any = None,
 ) -> dict[str, Any]:
-    """Append a `task.request` (S-3.1) and return {task, handoff}."""
+    """Append a `task.request` (S-3.1, RFC 0007) and return {task, handoff}.
+
+    `parent_task_id` (the reference's name: `parent_correlation_id`) records the delegation
+    chain; the store refuses a chain deeper than its limit or a parent with too many open
+    children. `lease_ms` is how long a claim holds the task without progress."""
     clean_project = v.required_routing("project", project)
     clean_goal = v.non_blank_text("goal", goal)
     clean_done = v.non_blank_text("done", done)
     to = v.required_routing("to_agent", to_agent)
     v.required_routing("branch", branch)
     commit = v.base_commit_hex(base_commit)
-    parent = v.routing("parent_correlation_id", parent_correlation_id)
+    parent = _parent(parent_task_id, parent_correlation_id)
     correlation = f"task_{slug(clean_goal, 'work')}_{secrets.token_hex(4)}"
     body = (
         f"Goal:\n{clean_goal}\n\nDefinition of done:\n{clean_done}\n\nDelivery:\n"
-        "Claim this task (an event with status=claimed on this correlation_id), then submit "
-        "a patch with mempalace_patch_submit, or reply with status=blocked or failed and "
-        "the evidence."
+        "Claim this task (mempalace_task_update action=claim, or an event with status=claimed "
+        "on this correlation_id), then submit a patch with mempalace_patch_submit, or report "
+        "blocked or failed with the evidence."
     )
-    meta_json = {"parent_correlation_id": parent} if parent else None
+    meta: dict[str, Any] = {}
+    if parent:
+        meta["parent_task_id"] = parent
+    if lease_ms is not None:
+        meta["lease_ms"] = lease_ms  # checked by the lifecycle (tasks.moves.lease_ms)
     task = store.event_append(
         type="task.request",
         stream=f"project/{slug(clean_project, 'project')}",
@@ -196,7 +206,7 @@ def task_create(
         base_commit=commit,
         status="open",
         body=body,
-        metadata=meta_json,
+        metadata=meta or None,
         idempotency_key=idempotency_key,
     )
     handoff = (
@@ -204,3 +214,64 @@ def task_create(
         "definition of done, and deliver through the logstream."
     )
     return {"task": task, "handoff": handoff}
+
+
+def _parent(parent_task_id: Any, parent_correlation_id: Any) -> str | None:
+    new = v.routing("parent_task_id", parent_task_id)
+    old = v.routing("parent_correlation_id", parent_correlation_id)
+    if new and old and new != old:
+        raise v.fail("parent_task_id", "give parent_task_id or parent_correlation_id, not both")
+    return new or old
+
+
+# The counterparty a move is addressed to: the requester hears from the assignee, and the
+# assignee (or the addressee, before a claim) from the requester.
+_TO_REQUESTER = frozenset({"claim", "decline", "progress", "block", "complete", "fail"})
+
+
+def task_update(
+    store: LogStore,
+    *,
+    task_id: Any,
+    action: Any,
+    from_agent: Any,
+    body: Any = "",
+    progress: Any = None,
+    lease_ms: Any = None,
+    retryable: Any = None,
+    result: Any = None,
+    artifact_ids: Any = None,
+    idempotency_key: Any = None,
+) -> dict[str, Any]:
+    """One lifecycle move (RFC 0007): appends `task.<action>` on the task's thread and returns
+    {event, task}. The store checks the move in the write transaction and refuses an illegal
+    one (wrong state, wrong agent, lost lease or race) before anything is written."""
+    ident = v.required_routing("task_id", task_id)
+    if action not in tasks.ACTIONS:
+        raise v.fail("action", f"action {action!r} is not one of {', '.join(tasks.ACTIONS)}")
+    current = store.task_status(ident)["task"]
+    meta = {
+        "progress": progress,
+        "lease_ms": lease_ms,
+        "retryable": retryable,
+        "result": result,
+    }
+    event_type, _starts, target = tasks.ACTIONS[action]
+    if action in _TO_REQUESTER:
+        to = current["requester"]
+    else:
+        to = current["assignee"] or current["to_agent"]
+    event = store.event_append(
+        type=event_type,
+        stream=current["stream"],
+        room="delegation",
+        from_agent=from_agent,
+        to_agent=to,
+        correlation_id=ident,
+        status=target,
+        body=body,
+        metadata={k: val for k, val in meta.items() if val is not None} or None,
+        artifact_ids=artifact_ids,
+        idempotency_key=idempotency_key,
+    )
+    return {"event": event, "task": store.task_status(ident)["task"]}

@@ -174,11 +174,12 @@ CLI_RULES: dict[str, tuple[str, ...]] = {
     "artifacts": CLI_BASE,
     "hub": CLI_BASE,
     "mcp_stdio": (*CLI_BASE, "testhooks"),
+    "tasks": CLI_BASE,
     "sync": CLI_BASE,
     "admin": CLI_BASE,
     "__init__": (
         *("root", "shared", "events", "waiting", "artifacts", "hub", "mcp_stdio", "sync"),
-        "admin",
+        *("admin", "tasks"),
     ),
 }
 

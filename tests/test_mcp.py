@@ -35,6 +35,8 @@ READ_TOOLS = {
     "mempalace_event_wait",
     "mempalace_event_get",
     "mempalace_artifact_get",
+    "mempalace_task_status",
+    "mempalace_task_list",
     "mempalace_version_vector",
     "mempalace_stats",
 }
@@ -44,6 +46,7 @@ WRITE_TOOLS = {
     "mempalace_artifact_put",
     "mempalace_patch_submit",
     "mempalace_task_create",
+    "mempalace_task_update",
 }
 MODES = ["auto", "legacy"]  # `Client(mode=...)`: 2026-07-28 (discover) or the 2025 handshake
 PATCH = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-print('bug')\n+print('fixed ✓')\n"

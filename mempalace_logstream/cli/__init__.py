@@ -19,6 +19,7 @@ from mempalace_logstream.cli import mcp_stdio as mcp_stdio
 from mempalace_logstream.cli import sync as sync
 from mempalace_logstream.cli import waiting as waiting
 from mempalace_logstream.cli import artifacts as artifacts
+from mempalace_logstream.cli import tasks as tasks
 
 # isort: on
 

@@ -1,4 +1,4 @@
-"""The byte-carrying command groups: `artifact put|get`, `patch submit` and `task create`.
+"""The byte-carrying command groups: `artifact put|get` and `patch submit`.
 
 Content travels byte-exact: locally as the bytes themselves, to a hub as UTF-8 text or base64
 (sniffed by the core's own rule). Imports the validation rules lazily, the store via `shared`.
@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from mempalace_logstream.cli.byteio import out_path, read_bytes, text_arg, write_out
+from mempalace_logstream.cli.byteio import out_path, read_bytes, write_out
 from mempalace_logstream.cli.options import (
     BaseCommitOpt,
     BodyOpt,
@@ -34,10 +34,8 @@ from mempalace_logstream.cli.shared import emit, event_line, run
 
 artifact_app = new_typer(help="Store and fetch byte-exact artifacts.")
 patch_app = new_typer(help="Hand a patch to another agent.")
-task_app = new_typer(help="Delegate work as tasks.")
 app.add_typer(artifact_app, name="artifact")
 app.add_typer(patch_app, name="patch")
-app.add_typer(task_app, name="task")
 
 
 def wire_content(raw: bytes, hub: str | None, *, binary: bool = False) -> tuple[Any, str | None]:
@@ -188,62 +186,3 @@ def patch_submit(
     a = out["artifact"]
     head = f"Patch {a['id']} ({a['size_bytes']} bytes) announced: "
     emit(out, as_json, head + event_line(out["event"]))
-
-
-ProjectOpt = Annotated[
-    str, typer.Option("--project", help="Project name; the stream is project/<slug>.")
-]
-AssigneeOpt = Annotated[str, typer.Option("--to-agent", help="The agent that should do it.")]
-TaskBranchOpt = Annotated[str, typer.Option("--branch", help="Git branch to work on.")]
-TaskCommitOpt = Annotated[str, typer.Option("--base-commit", help="7-64 hex commit id.")]
-GoalOpt = Annotated[str | None, typer.Option("--goal", help="What to do.")]
-GoalFileOpt = Annotated[
-    str | None, typer.Option("--goal-file", help="Goal from a file, - = stdin.")
-]
-DoneOpt = Annotated[str | None, typer.Option("--done", help="Definition of done.")]
-DONE_FILE_HELP = "Definition of done from a file, - = stdin."
-DoneFileOpt = Annotated[str | None, typer.Option("--done-file", help=DONE_FILE_HELP)]
-PARENT_HELP = "The task this one is part of."
-ParentOpt = Annotated[str | None, typer.Option("--parent-correlation-id", help=PARENT_HELP)]
-
-
-@task_app.command("create")
-def task_create(
-    project: ProjectOpt,
-    from_agent: FromAgentOpt,
-    to_agent: AssigneeOpt,
-    branch: TaskBranchOpt,
-    base_commit: TaskCommitOpt,
-    goal: GoalOpt = None,
-    goal_file: GoalFileOpt = None,
-    done: DoneOpt = None,
-    done_file: DoneFileOpt = None,
-    parent_correlation_id: ParentOpt = None,
-    db: DbOpt = None,
-    palace: PalaceOpt = None,
-    hub: HubOpt = None,
-    token: TokenOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Delegate a task: appends task.request and prints a handoff line to paste."""
-    fields = {
-        "project": project,
-        "from_agent": from_agent,
-        "to_agent": to_agent,
-        "goal": text_arg(goal, goal_file, "goal", required=True),
-        "branch": branch,
-        "base_commit": base_commit,
-        "done": text_arg(done, done_file, "done", required=True),
-        "parent_correlation_id": parent_correlation_id,
-    }
-    out = run(db, palace, "task_create", hub, token, **fields)
-    t = out["task"]
-    lines = (
-        f"Task created: {t['correlation_id']} (the task id is the correlation id)",
-        f"Stream: {t['stream']}",
-        f"Event: {t['id']}",
-        f"To: {t['to_agent']}",
-        "Ready to paste:",
-        out["handoff"],
-    )
-    emit(out, as_json, "\n".join(lines))

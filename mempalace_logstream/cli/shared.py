@@ -55,7 +55,9 @@ def fail(message: str, code: int = 1, field: str | None = None) -> typer.Exit:
 
 # The operations that write: only their commands (and serve, mcp, migrate, sync's own log,
 # import's target) create a missing log; every other command refuses a mistyped path.
-WRITE_OPS = frozenset({"event_append", "event_ack", "artifact_put", "patch_submit", "task_create"})
+WRITE_OPS = frozenset(
+    {"event_append", "event_ack", "artifact_put", "patch_submit", "task_create", "task_update"}
+)
 
 
 def open_client(

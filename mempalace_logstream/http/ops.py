@@ -1,5 +1,6 @@
 """The operation routes: `POST /v1/<op>` for every core operation (S-6.3), and the GET aliases
-(`/v1/events`, `/v1/events/{id}`, `/v1/artifacts/{id}`, `/v1/version_vector`, `/v1/stats`).
+(`/v1/events`, `/v1/events/{id}`, `/v1/artifacts/{id}`, `/v1/tasks/{id}`, `/v1/version_vector`,
+`/v1/stats`).
 
 Every handler is a translation: arguments in, `aio.call` (a worker thread, or the notifier for
 `event_wait`), plain data out. Domain errors become responses in the app's handler table.
@@ -111,6 +112,7 @@ def add_get_aliases(app: FastAPI) -> None:
     app.get("/v1/events", tags=["read"], openapi_extra=query_docs(reads))(list_events)
     app.get("/v1/events/{event_id}", tags=["read"])(get_event)
     app.get("/v1/artifacts/{artifact_id}", tags=["read"])(get_artifact)
+    app.get("/v1/tasks/{task_id}", tags=["read"])(get_task)
     app.get("/v1/version_vector", tags=["read"])(get_version_vector)
     app.get("/v1/stats", tags=["read"])(get_stats)
 
@@ -129,6 +131,11 @@ async def get_event(event_id: str, request: Request) -> dict[str, Any]:
 async def get_artifact(artifact_id: str, request: Request) -> dict[str, Any]:
     """artifact_get: the exact content (base64 when binary) and its sha256."""
     return await aio.call(_store(request), "artifact_get", {"artifact_id": artifact_id})
+
+
+async def get_task(task_id: str, request: Request) -> dict[str, Any]:
+    """task_status: a task's derived state, children, events and artifacts."""
+    return await aio.call(_store(request), "task_status", {"task_id": task_id})
 
 
 async def get_version_vector(request: Request) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from starlette.requests import Request
 
-from mempalace_logstream import errors
+from mempalace_logstream import errors, tasks
 from mempalace_logstream import validation as v
 
 _STR: dict[str, Any] = {"type": "string"}
@@ -27,6 +27,12 @@ PARAM_SCHEMAS: dict[str, dict[str, Any]] = {
     "metadata": {"anyOf": [{"type": "object"}, _STR]},
     "artifact_ids": {"type": "array", "items": _STR},
     "encoding": {"type": "string", "enum": list(v.ENCODINGS)},
+    "action": {"type": "string", "enum": list(tasks.ACTIONS)},
+    "state": {"type": "string", "enum": list(tasks.STATES)},
+    "progress": {"type": "number"},
+    "lease_ms": {"type": "integer"},
+    "retryable": {"type": "boolean"},
+    "result": {"type": "object"},
 }
 
 

@@ -32,6 +32,9 @@ from mempalace_logstream.mcp_server.tools import (
     mempalace_patch_submit,
     mempalace_stats,
     mempalace_task_create,
+    mempalace_task_list,
+    mempalace_task_status,
+    mempalace_task_update,
     mempalace_version_vector,
 )
 
@@ -56,6 +59,9 @@ __all__ = [
     "mempalace_patch_submit",
     "mempalace_stats",
     "mempalace_task_create",
+    "mempalace_task_list",
+    "mempalace_task_status",
+    "mempalace_task_update",
     "mempalace_version_vector",
     "quiet_disconnects",
     "run_stdio",

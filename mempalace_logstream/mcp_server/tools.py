@@ -250,15 +250,108 @@ async def mempalace_task_create(
     branch: Annotated[str, Field(description="Branch to work on.")],
     base_commit: Annotated[str, Field(description="Commit hash (7-64 hex), not a branch name.")],
     done: Annotated[str, Field(description="Definition of done: how to tell it is finished.")],
-    parent_correlation_id: str | None = None,
+    parent_task_id: Annotated[
+        str | None,
+        Field(description="The task this one is delegated from (chains: depth <= 3 by default)."),
+    ] = None,
+    parent_correlation_id: Annotated[
+        str | None, Field(description="The reference's name for parent_task_id.")
+    ] = None,
+    lease_ms: Annotated[
+        int | None,
+        Field(description="How long a claim holds the task without progress (ms; default 15 min)."),
+    ] = None,
     idempotency_key: IdemKey = None,
 ) -> dict[str, Any]:
-    """Delegate work: appends a `task.request` (status=open) and returns {task, handoff}.
+    """Delegate work: appends a `task.request` (state open) and returns {task, handoff}.
 
-    The task's correlation_id is the thread for claims, replies and the patch. Give `handoff`
-    (one line) to the worker so it can find the task.
+    The task's correlation_id is its task_id: the thread for claims, progress and the result.
+    Give `handoff` (one line) to the worker so it can find the task. Follow it with
+    mempalace_task_status; the worker moves it with mempalace_task_update.
     """
     return await _call(ctx, "task_create", locals())
+
+
+async def mempalace_task_update(
+    ctx: Context,
+    task_id: Annotated[str, Field(description="The task (its correlation_id).")],
+    action: Annotated[
+        str,
+        Field(
+            description="claim | progress | block | complete | fail | decline (the worker); "
+            "unblock | accept | reject | cancel | reopen (the requester)."
+        ),
+    ],
+    from_agent: Agent,
+    body: Annotated[
+        str,
+        Field(
+            description="Words for the other side: the question (block), the answer "
+            "(unblock), what to rework (reject), the reason (fail, decline, cancel)."
+        ),
+    ] = "",
+    progress: Annotated[
+        float | None, Field(description="progress: a number above the last one you reported.")
+    ] = None,
+    lease_ms: Annotated[
+        int | None, Field(description="claim: how long you hold it without progress (ms).")
+    ] = None,
+    retryable: Annotated[bool | None, Field(description="fail: may another attempt work?")] = None,
+    result: Annotated[
+        dict[str, Any] | None,
+        Field(
+            description="complete: {disposition: completed|partial|blocked|failed|no_artifact, "
+            "verification: [{name, status: passed|failed|not_run}]}; completed needs artifact_ids."
+        ),
+    ] = None,
+    artifact_ids: Annotated[
+        list[str] | None, Field(description="complete: the artifacts of your result.")
+    ] = None,
+    idempotency_key: IdemKey = None,
+) -> dict[str, Any]:
+    """Move a task through its lifecycle; returns {event, task} with the task's new state.
+
+    States: open -> claimed -> working -> ready -> completed, plus blocked, failed, declined,
+    cancelled. The worker (the addressee; anyone for to_agent '*') claims, then reports
+    progress (renews its lease), blocks with a question, completes with a result, or fails.
+    The requester answers a block (unblock), accepts or rejects a result, cancels, or reopens
+    a failed/declined task. A refused move writes nothing and says why: the task's state
+    ("task x is cancelled; claim refused"), who may act, a lost lease or a lost race.
+    """
+    return await _call(ctx, "task_update", locals())
+
+
+async def mempalace_task_status(
+    ctx: Context, task_id: Annotated[str, Field(description="The task (its correlation_id).")]
+) -> dict[str, Any]:
+    """Where a task stands: {task: {state, a2a_state, requester, assignee, attempt,
+    lease_expires_at, progress, result, parent_task_id, children, conflicts, anomalies, lost,
+    events, artifacts}}. A lease that passed shows the task open again (lost)."""
+    return await _call(ctx, "task_status", locals())
+
+
+async def mempalace_task_list(
+    ctx: Context,
+    state: Annotated[
+        str | None,
+        Field(
+            description="open, claimed, working, blocked, ready, completed, declined, failed "
+            "or cancelled."
+        ),
+    ] = None,
+    to_agent: Annotated[str | None, Field(description="Tasks addressed to this agent.")] = None,
+    from_agent: Annotated[str | None, Field(description="Tasks this agent requested.")] = None,
+    stream: str | None = None,
+    parent_task_id: Annotated[str | None, Field(description="Children of this task.")] = None,
+    limit: Limit = None,
+    cursor: Annotated[
+        str | None, Field(description="The cursor of the previous page, for the next one.")
+    ] = None,
+) -> dict[str, Any]:
+    """Tasks, most recently moved first: {tasks, count, cursor, has_more}. E.g. your open
+    work: state=open, to_agent=<you>; what you delegated that is ready: state=ready,
+    from_agent=<you>."""
+    return await _call(ctx, "task_list", locals())
 
 
 async def mempalace_version_vector(ctx: Context) -> dict[str, Any]:
@@ -281,6 +374,8 @@ READ_TOOLS: tuple[Callable[..., Any], ...] = (
     mempalace_event_wait,
     mempalace_event_get,
     mempalace_artifact_get,
+    mempalace_task_status,
+    mempalace_task_list,
     mempalace_version_vector,
     mempalace_stats,
 )
@@ -290,4 +385,5 @@ WRITE_TOOLS: tuple[Callable[..., Any], ...] = (
     mempalace_artifact_put,
     mempalace_patch_submit,
     mempalace_task_create,
+    mempalace_task_update,
 )

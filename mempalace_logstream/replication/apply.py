@@ -33,6 +33,7 @@ from mempalace_logstream.schema import (
 )
 from mempalace_logstream.store import (
     LogStore,
+    Transaction,
     events_from_rows,
     now_text,
 )
@@ -108,15 +109,19 @@ def apply_remote_batch(
     if not (good or parsed.items or res.rejected):
         return res
 
-    def work(ex: _Ex, st: Any) -> None:
+    def work(tx: Transaction) -> None:
+        ex, st = tx.ex, tx.state
         art_ids = _apply_artifacts_tx(store, ex, st, good, res, peer) if good else []
         if parsed.items:
+            before = len(st.appended)
             _apply_events_tx(store, ex, st, parsed.items, res, peer)
+            # Task moves from a peer are applied, never refused: the projection follows them.
+            tx.follow_tasks(st.appended[before:])
         _record_rejections(store, ex, res.rejected)
         _resolve(store, ex, "artifact", art_ids)
         _resolve(store, ex, "event", res.applied_ids[len(art_ids) :])
 
-    store.transaction(lambda tx: work(tx.ex, tx.state), on_bulk)
+    store.transaction(work, on_bulk)
     return res
 
 

@@ -18,16 +18,20 @@ from mempalace_logstream import backends, errors, hlc, migrate, notify
 from mempalace_logstream import engine as engine_mod
 from mempalace_logstream import validation as v
 from mempalace_logstream.models import Event
-from mempalace_logstream.schema import meta
+from mempalace_logstream.schema import SCHEMA_HEAD, meta
 from mempalace_logstream.store.ids import mint_replica_id
 from mempalace_logstream.store.pipeline import Pending
 from mempalace_logstream.store.reads import Reads
 from mempalace_logstream.store.rows import read_columns
 from mempalace_logstream.store.stats import Stats
+from mempalace_logstream.store.tasks import TaskReads
 from mempalace_logstream.store.writes import Writes
+from mempalace_logstream.tasks import TaskSettings
+
+TASKS_REVISION = "0004"  # the projection appeared here: older logs are folded once on open
 
 
-class LogStore(Writes, Reads, Stats):
+class LogStore(Writes, Reads, Stats, TaskReads):
     """The append-only event and artifact store (SQLite file or PostgreSQL).
 
     Thread-safe; one instance per process per database is the intended use. Errors raised:
@@ -43,8 +47,10 @@ class LogStore(Writes, Reads, Stats):
         max_body_bytes: int = v.DEFAULT_MAX_BODY_BYTES,
         max_artifact_bytes: int = v.DEFAULT_MAX_ARTIFACT_BYTES,
         migrate_schema: bool = True,
+        task_settings: TaskSettings | None = None,
     ) -> None:
         self.engine = engine
+        self.task_settings = task_settings or TaskSettings()
         self.backend = backends.for_engine(engine)
         self.dialect = self.backend.name
         self._writer = engine_mod.writer(engine)
@@ -53,9 +59,10 @@ class LogStore(Writes, Reads, Stats):
         # A file this process may not write: no migration, only a schema check (and no writes).
         self.read_only = engine_mod.read_only_kind(engine) is not None
         self.created = engine_mod.was_created(engine)  # this open made a new log file
+        before: str | None = SCHEMA_HEAD
         with self._storage_errors():
             if migrate_schema and not self.read_only:
-                migrate.ensure_schema(engine)
+                before = migrate.ensure_schema(engine)
             else:
                 migrate.check_schema(engine)
             self.replica_id = self._load_replica_id()
@@ -76,6 +83,8 @@ class LogStore(Writes, Reads, Stats):
         # Write transactions committed by this store (one per group commit; read by tests
         # and `stats` to show that concurrent appends share commits).
         self.commits = 0
+        if before is not None and before < TASKS_REVISION:
+            self.rebuild_tasks()  # a log from before the projection: derive it once
 
     @classmethod
     def open(
@@ -212,7 +221,9 @@ class LogStore(Writes, Reads, Stats):
         branch: Any,
         base_commit: Any,
         done: Any,
+        parent_task_id: Any = None,
         parent_correlation_id: Any = None,
+        lease_ms: Any = None,
         idempotency_key: Any = None,
     ) -> dict[str, Any]:
         """Append a `task.request` (S-3.1) and return {task, handoff}."""
@@ -227,6 +238,39 @@ class LogStore(Writes, Reads, Stats):
             branch=branch,
             base_commit=base_commit,
             done=done,
+            parent_task_id=parent_task_id,
             parent_correlation_id=parent_correlation_id,
+            lease_ms=lease_ms,
+            idempotency_key=idempotency_key,
+        )
+
+    def task_update(
+        self,
+        *,
+        task_id: Any,
+        action: Any,
+        from_agent: Any,
+        body: Any = "",
+        progress: Any = None,
+        lease_ms: Any = None,
+        retryable: Any = None,
+        result: Any = None,
+        artifact_ids: Any = None,
+        idempotency_key: Any = None,
+    ) -> dict[str, Any]:
+        """One task lifecycle move (RFC 0007); returns {event, task}."""
+        from mempalace_logstream import workflows
+
+        return workflows.task_update(
+            self,
+            task_id=task_id,
+            action=action,
+            from_agent=from_agent,
+            body=body,
+            progress=progress,
+            lease_ms=lease_ms,
+            retryable=retryable,
+            result=result,
+            artifact_ids=artifact_ids,
             idempotency_key=idempotency_key,
         )

@@ -16,9 +16,11 @@ from mempalace_logstream.backends import CoreExecutor, Executor
 from mempalace_logstream.backends.base import EVENT_COL_NAMES, Build
 from mempalace_logstream.models import Artifact, ArtifactDraft, Event, EventDraft
 from mempalace_logstream.schema import artifact_blobs, artifacts, event_artifacts, events
+from mempalace_logstream.store import tasks as task_rows
 from mempalace_logstream.store.ids import new_id, now_text
 from mempalace_logstream.store.pipeline import CommitPipeline, TxState
 from mempalace_logstream.store.rows import ARTIFACT_COLS, artifact_from_row, events_from_rows
+from mempalace_logstream.tasks import TaskSettings
 
 T = TypeVar("T")
 
@@ -70,6 +72,8 @@ class Transaction:
                     ident=aid,
                 )
         event = self._new_event(draft)
+        # The task lifecycle (RFC 0007) by the event's type: refused here, before any write.
+        event = task_rows.on_local_event(self, event, self.store.task_settings)
         row = {name: event.__dict__[name] for name in EVENT_COL_NAMES}
         row["idempotency_key"] = draft.idempotency_key
         ex.insert("insert-event", events, [row])
@@ -82,6 +86,11 @@ class Transaction:
         st.next_seq += 1
         st.appended.append(event)
         return event
+
+    def follow_tasks(self, applied: list[Event]) -> None:
+        """Move the task projection for events applied from a peer or an import (never
+        refused: a peer's history stands; the fold lists illegal moves as anomalies)."""
+        task_rows.on_applied_events(self, applied, self.store.task_settings)
 
     def _new_event(self, draft: EventDraft) -> Event:
         clock = self.store.clock
@@ -169,6 +178,7 @@ class Writes(CommitPipeline):
 
     max_body_bytes: int
     max_artifact_bytes: int
+    task_settings: TaskSettings
 
     def transaction(
         self, work: Callable[[Transaction], T], on_bulk: Callable[[], Any] | None = None

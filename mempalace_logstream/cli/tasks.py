@@ -1,0 +1,271 @@
+"""The `task` command group (RFC 0007): `create`, one command per lifecycle move (`claim`,
+`progress`, `block`, `unblock`, `complete`, `fail`, `decline`, `cancel`, `accept`, `reject`,
+`reopen`), `status` and `list`. Each is one core call (`task_create`, `task_update`,
+`task_status`, `task_list`); the store decides what is legal.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from mempalace_logstream.cli.byteio import text_arg
+from mempalace_logstream.cli.options import (
+    BodyFileOpt,
+    BodyOpt,
+    DbOpt,
+    FromAgentOpt,
+    HubOpt,
+    JsonOpt,
+    LimitOpt,
+    Multi,
+    PalaceOpt,
+    TokenOpt,
+)
+from mempalace_logstream.cli.root import app, new_typer
+from mempalace_logstream.cli.shared import emit, fail, given_args, run
+
+task_app = new_typer(help="Delegate work as tasks and move them through their lifecycle.")
+app.add_typer(task_app, name="task")
+
+ProjectOpt = Annotated[
+    str, typer.Option("--project", help="Project name; the stream is project/<slug>.")
+]
+AssigneeOpt = Annotated[str, typer.Option("--to-agent", help="The agent that should do it.")]
+TaskBranchOpt = Annotated[str, typer.Option("--branch", help="Git branch to work on.")]
+TaskCommitOpt = Annotated[str, typer.Option("--base-commit", help="7-64 hex commit id.")]
+GoalOpt = Annotated[str | None, typer.Option("--goal", help="What to do.")]
+GoalFileOpt = Annotated[
+    str | None, typer.Option("--goal-file", help="Goal from a file, - = stdin.")
+]
+DoneOpt = Annotated[str | None, typer.Option("--done", help="Definition of done.")]
+DONE_FILE_HELP = "Definition of done from a file, - = stdin."
+DoneFileOpt = Annotated[str | None, typer.Option("--done-file", help=DONE_FILE_HELP)]
+ParentOpt = Annotated[
+    str | None, typer.Option("--parent", help="The task this one is delegated from.")
+]
+OldParentOpt = Annotated[
+    str | None,
+    typer.Option("--parent-correlation-id", help="The reference's name for --parent."),
+]
+LeaseOpt = Annotated[
+    int | None,
+    typer.Option("--lease-ms", help="How long a claim holds the task without progress (ms)."),
+]
+TaskIdArg = Annotated[str, typer.Argument(help="The task id (its correlation id).")]
+
+
+@task_app.command("create")
+def task_create(
+    project: ProjectOpt,
+    from_agent: FromAgentOpt,
+    to_agent: AssigneeOpt,
+    branch: TaskBranchOpt,
+    base_commit: TaskCommitOpt,
+    goal: GoalOpt = None,
+    goal_file: GoalFileOpt = None,
+    done: DoneOpt = None,
+    done_file: DoneFileOpt = None,
+    parent: ParentOpt = None,
+    parent_correlation_id: OldParentOpt = None,
+    lease_ms: LeaseOpt = None,
+    db: DbOpt = None,
+    palace: PalaceOpt = None,
+    hub: HubOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Delegate a task: appends task.request and prints a handoff line to paste."""
+    fields = given_args(
+        project=project,
+        from_agent=from_agent,
+        to_agent=to_agent,
+        goal=text_arg(goal, goal_file, "goal", required=True),
+        branch=branch,
+        base_commit=base_commit,
+        done=text_arg(done, done_file, "done", required=True),
+        parent_task_id=parent,
+        parent_correlation_id=parent_correlation_id,
+        lease_ms=lease_ms,
+    )
+    out = run(db, palace, "task_create", hub, token, **fields)
+    t = out["task"]
+    lines = (
+        f"Task created: {t['correlation_id']} (the task id is the correlation id)",
+        f"Stream: {t['stream']}",
+        f"Event: {t['id']}",
+        f"To: {t['to_agent']}",
+        "Ready to paste:",
+        out["handoff"],
+    )
+    emit(out, as_json, "\n".join(lines))
+
+
+# ----------------------------------------------------------------------------- moves
+
+MOVES = {
+    "claim": "Take the task (you are its addressee, or it is addressed to *).",
+    "progress": "Report progress (a number above the last one); renews your lease.",
+    "block": "Ask the requester a question (--body); the task waits for the answer.",
+    "unblock": "Answer a blocked task (--body) as its requester.",
+    "complete": "Offer a result (--artifact-id, --disposition, --verification).",
+    "fail": "Give up on the task (--retryable if another attempt may work).",
+    "decline": "Refuse a task addressed to you before claiming it.",
+    "cancel": "Withdraw your task.",
+    "accept": "Accept the offered result: the task is completed.",
+    "reject": "Send the result back for rework (--body says what).",
+    "reopen": "Open a failed or declined task again for a new attempt.",
+}
+ProgressOpt = Annotated[float | None, typer.Option("--progress", help="progress: the new value.")]
+RetryOpt = Annotated[bool, typer.Option("--retryable", help="fail: another attempt may work.")]
+DispositionOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--disposition", help="complete: completed, partial, blocked, failed or no_artifact."
+    ),
+]
+ArtifactOpt = Annotated[
+    Multi, typer.Option("--artifact-id", help="complete: an artifact of the result (repeat).")
+]
+VerificationOpt = Annotated[
+    Multi,
+    typer.Option(
+        "--verification", help="complete: NAME=passed|failed|not_run, a check you ran (repeat)."
+    ),
+]
+
+
+def _verification(items: list[str] | None) -> list[dict[str, str]] | None:
+    if not items:
+        return None
+    out = []
+    for item in items:
+        name, sep, status = item.rpartition("=")
+        if not sep or not name:
+            raise fail(f"--verification {item!r} must be NAME=STATUS", 2, "verification")
+        out.append({"name": name, "status": status})
+    return out
+
+
+def _move(action: str) -> Any:
+    def command(
+        task_id: TaskIdArg,
+        from_agent: FromAgentOpt,
+        body: BodyOpt = None,
+        body_file: BodyFileOpt = None,
+        progress: ProgressOpt = None,
+        lease_ms: LeaseOpt = None,
+        retryable: RetryOpt = False,
+        disposition: DispositionOpt = None,
+        artifact_id: ArtifactOpt = None,
+        verification: VerificationOpt = None,
+        db: DbOpt = None,
+        palace: PalaceOpt = None,
+        hub: HubOpt = None,
+        token: TokenOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        result = None
+        if disposition is not None or verification:
+            result = given_args(disposition=disposition, verification=_verification(verification))
+        fields = given_args(
+            task_id=task_id,
+            action=action,
+            from_agent=from_agent,
+            body=text_arg(body, body_file, "body"),
+            progress=progress,
+            lease_ms=lease_ms,
+            retryable=True if retryable else None,
+            result=result,
+            artifact_ids=artifact_id or None,
+        )
+        out = run(db, palace, "task_update", hub, token, **fields)
+        emit(out, as_json, task_line(out["task"]))
+
+    command.__doc__ = MOVES[action]
+    command.__name__ = f"task_{action}"
+    return command
+
+
+for _action in MOVES:
+    task_app.command(_action)(_move(_action))
+
+
+def task_line(t: dict[str, Any]) -> str:
+    """A task on one line: id, state, who holds it, attempt, progress, lease."""
+    who = f" held by {t['assignee']}" if t.get("assignee") else ""
+    extra = f" (attempt {t['attempt']})" if t.get("attempt") else ""
+    if t.get("progress") is not None:
+        extra += f", progress {t['progress']:g}"
+    if t.get("lease_expires_at"):
+        extra += f", lease until {t['lease_expires_at']}"
+    return f"{t['task_id']}: {t['state']}{who}{extra}"
+
+
+# ----------------------------------------------------------------------------- reads
+
+StateOpt = Annotated[str | None, typer.Option("--state", help="Only tasks in this state.")]
+ToOpt = Annotated[str | None, typer.Option("--to-agent", help="Tasks addressed to this agent.")]
+RequesterOpt = Annotated[
+    str | None, typer.Option("--from-agent", help="Tasks this agent requested.")
+]
+StreamOpt = Annotated[str | None, typer.Option("--stream", help="Tasks of this stream.")]
+CursorOpt = Annotated[str | None, typer.Option("--cursor", help="The next page's cursor.")]
+
+
+@task_app.command("status")
+def task_status(
+    task_id: TaskIdArg,
+    db: DbOpt = None,
+    palace: PalaceOpt = None,
+    hub: HubOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Where a task stands: state, holder, attempt, lease, progress, result, children."""
+    out = run(db, palace, "task_status", hub, token, task_id=task_id)
+    t = out["task"]
+    lines = [task_line(t), f"requested by {t['requester']} for {t['to_agent']}"]
+    if t.get("parent_task_id"):
+        lines.append(f"parent: {t['parent_task_id']} (depth {t['depth']})")
+    lines += [f"child: {c['task_id']} ({c['state']})" for c in t["children"]]
+    if t.get("result"):
+        r = t["result"]
+        lines.append(f"result: {r['disposition']}, artifacts {', '.join(r['artifact_ids']) or '-'}")
+    lines += [f"conflict: {c['agent']} lost to {c['lost_to']}" for c in t["conflicts"]]
+    lines += [f"anomaly: {a['action']} by {a['agent']}: {a['reason']}" for a in t["anomalies"]]
+    lines.append(f"{len(t['events'])} event(s), {len(t['artifacts'])} artifact(s)")
+    emit(out, as_json, "\n".join(lines))
+
+
+@task_app.command("list")
+def task_list(
+    state: StateOpt = None,
+    to_agent: ToOpt = None,
+    from_agent: RequesterOpt = None,
+    stream: StreamOpt = None,
+    parent: ParentOpt = None,
+    limit: LimitOpt = None,
+    cursor: CursorOpt = None,
+    db: DbOpt = None,
+    palace: PalaceOpt = None,
+    hub: HubOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Tasks, most recently moved first."""
+    args = given_args(
+        state=state,
+        to_agent=to_agent,
+        from_agent=from_agent,
+        stream=stream,
+        parent_task_id=parent,
+        limit=limit,
+        cursor=cursor,
+    )
+    out = run(db, palace, "task_list", hub, token, **args)
+    lines = [task_line(t) for t in out["tasks"]] or ["No tasks."]
+    if out["has_more"]:
+        lines.append(f"(more: --cursor {out['cursor']})")
+    emit(out, as_json, "\n".join(lines))
