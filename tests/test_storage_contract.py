@@ -106,12 +106,14 @@ def test_the_filter_rules_agree_in_sql_and_in_memory(store: LogStore, filters) -
 
 
 def test_a_second_store_on_the_same_log_wakes_a_waiter(db_url: str, store: LogStore) -> None:
-    add(store, body="before")
+    before = add(store, body="before")
     other = LogStore.open(db_url)
     try:
         woke: list[Any] = []
+        # An explicit cursor: "tip" would be resolved whenever the thread gets to run, which
+        # may be after the other store's append (then the wait rightly times out).
         waiter = threading.Thread(
-            target=lambda: woke.append(store.event_wait(since_event_id="tip", timeout_ms=20000))
+            target=lambda: woke.append(store.event_wait(since_event_id=before.id, timeout_ms=20000))
         )
         waiter.start()
         add(other, body="from the other store")
