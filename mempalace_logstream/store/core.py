@@ -28,8 +28,6 @@ from mempalace_logstream.store.tasks import TaskReads
 from mempalace_logstream.store.writes import Writes
 from mempalace_logstream.tasks import TaskSettings
 
-TASKS_REVISION = "0004"  # the projection appeared here: older logs are folded once on open
-
 
 class LogStore(Writes, Reads, Stats, TaskReads):
     """The append-only event and artifact store (SQLite file or PostgreSQL).
@@ -83,8 +81,8 @@ class LogStore(Writes, Reads, Stats, TaskReads):
         # Write transactions committed by this store (one per group commit; read by tests
         # and `stats` to show that concurrent appends share commits).
         self.commits = 0
-        if before is not None and before < TASKS_REVISION:
-            self.rebuild_tasks()  # a log from before the projection: derive it once
+        if before != SCHEMA_HEAD:
+            self.rebuild_tasks()  # a log migrated here (or adopted): derive the projection once
 
     @classmethod
     def open(

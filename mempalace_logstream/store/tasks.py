@@ -157,11 +157,12 @@ def _with_depth(
 def _open_children(tx: Transaction, parent_id: str) -> int:
     def build() -> sa.Select[Any]:
         t = tasks_table.c
-        open_states = sorted(NON_TERMINAL)
+        # OR of equalities, not IN: the statement is compiled once, with no expanding list.
+        still_open = sa.or_(*(t.state == state for state in sorted(NON_TERMINAL)))
         return (
             sa.select(sa.func.count())
             .select_from(tasks_table)
-            .where(t.parent_task_id == sa.bindparam("pid"), t.state.in_(open_states))
+            .where(t.parent_task_id == sa.bindparam("pid"), still_open)
         )
 
     return int(tx.rows("task-open-children", build, {"pid": parent_id})[0][0])
@@ -239,7 +240,7 @@ def summary(task: Task, now_ms: int) -> dict[str, Any]:
         "a2a_state": tasks.A2A_STATES[state],
         "requester": task.requester,
         "to_agent": task.to_agent,
-        "assignee": task.assignee if held else None,
+        "assignee": task.assignee if state != "open" else None,  # who holds or held it
         "attempt": task.attempt,
         "lease_expires_at": iso(task.lease_expires_ms) if held else None,
         "progress": task.progress,
