@@ -257,13 +257,14 @@ def summary(task: Task, now_ms: int) -> dict[str, Any]:
 
 
 def thread_ids(query: Any, task_id: str) -> tuple[list[str], list[str]]:
-    """(event ids of the thread in log order, artifact ids its events reference)."""
+    """(event ids of the thread, artifact ids its events reference), in HLC order: the fold's
+    order, the same on every replica."""
 
     def build_events() -> sa.Select[Any]:
         return (
             sa.select(events.c.id)
             .where(events.c.correlation_id == sa.bindparam("cid"))
-            .order_by(events.c.seq)
+            .order_by(events.c.hlc, events.c.id)
         )
 
     def build_artifacts() -> sa.Select[Any]:
@@ -271,7 +272,7 @@ def thread_ids(query: Any, task_id: str) -> tuple[list[str], list[str]]:
             sa.select(event_artifacts.c.artifact_id)
             .join(events, events.c.id == event_artifacts.c.event_id)
             .where(events.c.correlation_id == sa.bindparam("cid"))
-            .order_by(events.c.seq, event_artifacts.c.position)
+            .order_by(events.c.hlc, events.c.id, event_artifacts.c.position)
         )
 
     ids = [r[0] for r in query.rows("task-thread-ids", build_events, {"cid": task_id})]
