@@ -276,8 +276,9 @@ def test_the_quick_start_runs_verbatim_in_a_fresh_shell(tmp_path: Path) -> None:
         "task.request",
         "task.claim",
         "patch.ready",
-        "event.ack",
+        "task.accept",
     ]
+    assert "status=completed" in thread[-1]
 
 
 def _run_quick_start(shell: Shell, hub_url: str, home: Path) -> list[bytes]:
