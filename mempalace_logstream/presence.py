@@ -86,15 +86,13 @@ class Registry:
         name = v.routing("agent", agent, required=True)
         assert name is not None
         if state not in STATES:
-            raise v.fail("state", f"state {state!r} is not one of {', '.join(STATES)}")
+            raise v.fail("state", f"{state!r} is not one of {', '.join(STATES)}")
         ttl = DEFAULT_TTL_S if ttl_s is None else v.strict_int("ttl_s", ttl_s)
         if not 1 <= ttl <= MAX_TTL_S:
-            raise v.fail(
-                "ttl_s", f"ttl_s is {ttl}; it must be between 1 and {MAX_TTL_S}", MAX_TTL_S
-            )
+            raise v.fail("ttl_s", f"is {ttl}; it must be between 1 and {MAX_TTL_S}", MAX_TTL_S)
         text = None if note is None else v.body(note, field="note")
         if text is not None and len(text) > MAX_NOTE_CHARS:
-            raise v.fail("note", f"note is {len(text)} characters; the limit is 500", 500)
+            raise v.fail("note", f"is {len(text)} characters; the limit is 500", 500)
         now = self._clock()
         entry = Presence(
             agent=name,

@@ -220,7 +220,7 @@ def _parent(parent_task_id: Any, parent_correlation_id: Any) -> str | None:
     new = v.routing("parent_task_id", parent_task_id)
     old = v.routing("parent_correlation_id", parent_correlation_id)
     if new and old and new != old:
-        raise v.fail("parent_task_id", "give parent_task_id or parent_correlation_id, not both")
+        raise v.fail("parent_task_id", "and parent_correlation_id name the same thing: give one")
     return new or old
 
 
@@ -248,7 +248,7 @@ def task_update(
     one (wrong state, wrong agent, lost lease or race) before anything is written."""
     ident = v.required_routing("task_id", task_id)
     if action not in tasks.ACTIONS:
-        raise v.fail("action", f"action {action!r} is not one of {', '.join(tasks.ACTIONS)}")
+        raise v.fail("action", f"{action!r} is not one of {', '.join(tasks.ACTIONS)}")
     current = store.task_status(ident)["task"]
     meta = {
         "progress": progress,

@@ -143,6 +143,34 @@ CASES = [
         "limit",
         "limit is not a parameter of artifact_put",
     ),
+    Case(
+        "task_update",
+        {"task_id": "task_x", "action": "finish", "from_agent": "a"},
+        "action",
+        "action 'finish' is not one of claim, decline, progress, block, unblock, complete, "
+        "fail, cancel, accept, reject, reopen",
+    ),
+    Case(
+        "task_update",
+        {"task_id": "task_x", "action": "claim", "from_agent": "a", "to": "b"},
+        "to",
+        "to is not a parameter of task_update",
+    ),
+    Case(
+        "task_list",
+        {"state": "done"},
+        "state",
+        "state 'done' is not one of open, claimed, working, blocked, ready, completed, "
+        "declined, failed, cancelled",
+        ("task", "list", "--state", "done"),
+    ),
+    Case(
+        "task_list",
+        {"cursor": "x"},
+        "cursor",
+        "cursor must be the `cursor` a previous task_list returned",
+        ("task", "list", "--cursor", "x"),
+    ),
 ]
 IDS = [f"{c.op}-{c.field}-{i}" for i, c in enumerate(CASES)]
 

@@ -17,6 +17,7 @@ from mempalace_logstream import errors
 STATUS: dict[type[errors.LogstreamError], int] = {
     errors.ValidationError: 422,
     errors.NotFoundError: 404,
+    errors.ForbiddenError: 403,
     errors.ConflictError: 409,
     errors.StorageError: 503,
     errors.IntegrityError: 500,
@@ -70,9 +71,9 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     for code, text in (
         (400, "Bad stream or sync parameters"),
         (401, "Missing or wrong bearer token"),
-        (403, "Host or Origin refused"),
-        (404, "No such event, artifact or cursor"),
-        (409, "Conflict (idempotency key)"),
+        (403, "Host or Origin refused, or this writer may not make the move (names the field)"),
+        (404, "No such event, artifact, task or cursor"),
+        (409, "Conflict (idempotency key; a task's state or holder refuses the move)"),
         (413, "Request too large"),
         (422, "Invalid input; names the field"),
         (502, "Sync failed"),

@@ -324,7 +324,7 @@ class TaskReads(CommitPipeline):
         """Tasks, most recently moved first: {tasks, count, cursor, has_more}. `from_agent`
         is the requester; `state=open` includes tasks whose lease has passed."""
         if state is not None and state not in LIST_STATES:
-            raise v.fail("state", f"state {state!r} is not one of {', '.join(tasks.STATES)}")
+            raise v.fail("state", f"{state!r} is not one of {', '.join(tasks.STATES)}")
         args = {
             "to_agent": v.routing("to_agent", to_agent),
             "requester": v.routing("from_agent", from_agent),
@@ -370,7 +370,7 @@ def _cursor(raw: Any) -> int:
         return 2**62
     if isinstance(raw, str) and raw.isdigit() and len(raw) <= 18:
         return int(raw)
-    raise v.fail("cursor", "cursor must be the `cursor` a previous task_list returned")
+    raise v.fail("cursor", "must be the `cursor` a previous task_list returned")
 
 
 def _list_query(state: str | None, given: dict[str, Any]) -> sa.Select[Any]:
