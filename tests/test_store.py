@@ -402,9 +402,27 @@ def test_the_database_rejects_update_and_delete(store, stream, sql):
     assert store.event_get(e.id).body == "keep"
 
 
-def test_the_api_has_no_update_or_delete():
-    public = {n for n in dir(LogStore) if not n.startswith("_")}
+# `task_update` appends a move to a task's thread (RFC 0007); it changes no stored event.
+APPENDS_NAMED_UPDATE = {"task_update"}
+
+
+def test_the_api_has_no_update_or_delete(tmp_path):
+    public = {n for n in dir(LogStore) if not n.startswith("_")} - APPENDS_NAMED_UPDATE
     assert not {n for n in public if any(w in n for w in ("update", "delete", "remove", "edit"))}
+    with LogStore.open(str(tmp_path / "l.sqlite3")) as store:
+        tid = store.task_create(
+            project="p",
+            from_agent="a",
+            to_agent="b",
+            goal="g",
+            branch="main",
+            base_commit="abcdef1",
+            done="d",
+        )["task"].correlation_id
+        before = store.event_list(order="asc").events
+        store.task_update(task_id=tid, action="claim", from_agent="b")
+        after = store.event_list(order="asc").events
+        assert after[: len(before)] == before and len(after) == len(before) + 1
 
 
 # --------------------------------------------------------------------------- lifecycle, errors

@@ -18,7 +18,7 @@ from mempalace_logstream import backends, errors, hlc, migrate, notify
 from mempalace_logstream import engine as engine_mod
 from mempalace_logstream import validation as v
 from mempalace_logstream.models import Event
-from mempalace_logstream.schema import SCHEMA_HEAD, meta
+from mempalace_logstream.schema import SCHEMA_HEAD, events, meta
 from mempalace_logstream.store.ids import mint_replica_id
 from mempalace_logstream.store.pipeline import Pending
 from mempalace_logstream.store.reads import Reads
@@ -81,7 +81,7 @@ class LogStore(Writes, Reads, Stats, TaskReads):
         # Write transactions committed by this store (one per group commit; read by tests
         # and `stats` to show that concurrent appends share commits).
         self.commits = 0
-        if before != SCHEMA_HEAD:
+        if before != SCHEMA_HEAD and self._holds_events():
             self.rebuild_tasks()  # a log migrated here (or adopted): derive the projection once
 
     @classmethod
@@ -137,6 +137,10 @@ class LogStore(Writes, Reads, Stats, TaskReads):
             rid = mint_replica_id()
             conn.execute(sa.insert(meta).values(key="replica_id", value=rid))
             return rid
+
+    def _holds_events(self) -> bool:
+        with self._storage_errors(), self.engine.connect() as conn:
+            return conn.execute(sa.select(events.c.seq).limit(1)).first() is not None
 
     def _make_change_watcher(self) -> notify.ChangeWatcher | None:
         """The cross-process wake-up signal: one thread per store, running while anyone waits."""

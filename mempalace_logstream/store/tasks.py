@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from mempalace_logstream.store.writes import Transaction
 
 DOC_FIELDS = tuple(f.name for f in dataclasses.fields(Task))
+DEPTH_KEY = "task_depth"  # what a request gains when stored: its depth in the delegation chain
 
 
 # ----------------------------------------------------------------------------- rows
@@ -148,9 +149,7 @@ def _with_depth(
                 limit=settings.max_children,
             )
     meta = json.loads(event.metadata_json or "{}")
-    meta["task_depth"] = depth
-    if parent_id is not None:
-        meta["parent_task_id"] = parent_id
+    meta[DEPTH_KEY] = depth
     return dataclasses.replace(event, metadata_json=v.metadata(meta))
 
 

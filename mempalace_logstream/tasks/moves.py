@@ -69,7 +69,9 @@ def classify(event: Event, task: Task | None) -> Move | None:
 
 def _action_of(event: Event, task: Task | None) -> str | None:
     if event.type == REQUEST_TYPE:
-        return "create"
+        # A second request on a task's id is part of its thread, not a move (the reference and
+        # old logs hold such threads; refusing them would break their writers).
+        return "create" if task is None else None
     if event.type in TYPE_ACTIONS:
         return TYPE_ACTIONS[event.type]
     if task is None:  # the reference's conventions count on a task's thread only
