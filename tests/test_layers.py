@@ -28,6 +28,9 @@ RULES: dict[str, tuple[str, ...]] = {
     "tasks": ("sqlalchemy", "store", "engine", "schema", "notify", "sync", *SURFACE_LIBS),
     "notify": ("fastapi", "typer", "mcp", "store"),
     "watch": ("fastapi", "typer", "mcp", "store"),
+    # The lean inbox path (issue 13): no CLI framework, no servers, no store in the core.
+    "inbox": ("fastapi", "typer", "mcp", "store", "engine", "sqlalchemy", "rich", "httpx", "click"),
+    "hook": ("fastapi", "typer", "mcp", "sse_starlette", "rich", "click", "uvicorn"),
     "sync": ("fastapi", "typer", "mcp", "sse_starlette"),
     "replication": SURFACE_LIBS,
     "importer": (*SURFACE_LIBS, "rich"),
@@ -162,7 +165,20 @@ CLI_RULES: dict[str, tuple[str, ...]] = {
     "hub": CLI_BASE,
     "sync": CLI_BASE,
     "admin": CLI_BASE,
-    "__init__": ("root", "shared", "events", "waiting", "artifacts", "hub", "sync", "admin"),
+    "tail": CLI_BASE,
+    "inbox": (*CLI_BASE, "testhooks"),
+    "__init__": (
+        "root",
+        "shared",
+        "events",
+        "waiting",
+        "artifacts",
+        "hub",
+        "sync",
+        "admin",
+        "tail",
+        "inbox",
+    ),
 }
 
 
