@@ -20,8 +20,8 @@ from typing import Any
 from mempalace_logstream import config, errors
 from mempalace_logstream import validation as v
 from mempalace_logstream.watch import (
+    STATE_ABSENT,
     STATE_CORRUPT,
-    STATE_OK,
     Client,
     read_state,
     state_basename,
@@ -112,7 +112,8 @@ class Unseen:
 def read_unseen(client: Client, opts: InboxOptions) -> Unseen:
     """The events after the stored cursor (to the agent or `*`, never its own writes).
 
-    A first run (no state file) starts at the newest event unless `from_start`; a corrupt
+    A first run (no state file) starts at the newest event unless `from_start` (a stored
+    empty cursor means the log was empty then: everything since is unseen); a corrupt
     state file or a cursor this log does not hold replays from the start (duplicates, never
     a skip)."""
     state, stored, problem = read_state(opts.state_file)
@@ -122,7 +123,7 @@ def read_unseen(client: Client, opts: InboxOptions) -> Unseen:
             f"state file {opts.state_file} is unreadable or corrupt ({problem}); replaying the "
             "inbox from the start of the log (duplicates possible, nothing skipped)"
         )
-    elif state != STATE_OK and not opts.from_start:
+    elif state == STATE_ABSENT and not opts.from_start:
         tip = client.call("event_list", limit=1, order="desc").get("cursor")
         notes.append(
             f"first run for {opts.agent}: starting at the newest event; earlier mail is not "
