@@ -110,7 +110,7 @@ def since_time(text: str, now: datetime | None = None) -> str:
             2,
             field="since",
         )
-    return bound
+    return bound[:19] + "Z"  # the validator's own form, seconds precision
 
 
 def _run(
@@ -200,7 +200,19 @@ def _line_writer() -> Callable[[list[dict[str, Any]]], None]:
     """Readable lines; rich colours them only on a terminal and honours NO_COLOR."""
     from rich.console import Console
 
-    console = Console(highlight=False, markup=False, emoji=False, soft_wrap=True)
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:  # rich would exit 1: ours exits 0, quietly
+            raise BrokenPipeError
+
+    # NO_COLOR: no escape codes at all (rich alone would still print bold and dim).
+    plain = bool(os.environ.get("NO_COLOR"))
+    console = _Console(
+        color_system=None if plain else "auto",
+        highlight=False,
+        markup=False,
+        emoji=False,
+        soft_wrap=True,
+    )
 
     def write(events: list[dict[str, Any]]) -> None:
         for event in events:
