@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -259,3 +261,44 @@ def test_inbox_against_a_live_hub(tmp_path: Path) -> None:
         hub_append(http, from_agent="bob", to_agent="*", body="mine")
         text = context(run_cli(*args, "--hook", "claude", input=_stdin(PROMPT)))
         assert sent in text and "via the hub" in text and "mine" not in text
+
+
+def _readme_hook_commands() -> list[tuple[str, str]]:
+    """(hook event, command) of every hook entry in the README's hook recipes."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    out = []
+    for text in re.findall(r"```json\n(.*?)```", readme, flags=re.S):
+        doc = json.loads(text)
+        for event, groups in doc.get("hooks", {}).items():
+            out += [(event, h["command"]) for g in groups for h in g["hooks"]]
+    return out
+
+
+def test_the_readme_recipes_run_as_the_clients_run_them(tmp_path: Path) -> None:
+    """Each README hook command, run by a shell with the hook's JSON on stdin, as Claude Code
+    and Codex do; `logstream-hook` is the console script of `hook.main`, which `python -m`
+    runs too (this venv's scripts predate it)."""
+    commands = _readme_hook_commands()
+    assert {e for e, _ in commands} == {"SessionStart", "UserPromptSubmit"}
+    assert {c.split()[-1] for _, c in commands} == {"claude", "codex"}
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    assert pyproject["project"]["scripts"]["logstream-hook"] == "mempalace_logstream.hook:main"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "MEMPALACE_PALACE_PATH": str(tmp_path)}
+    env.pop("LOGSTREAM_DB", None)
+    env.pop("LOGSTREAM_HUB", None)
+    with LogStore.open(str(tmp_path / "logstream.sqlite3")) as store:
+        for event, command in commands:
+            agent = command.split("--agent ")[1].split()[0]
+            line = command.replace("logstream-hook", f"{sys.executable} -m mempalace_logstream")
+            stdin = json.dumps({"session_id": "s", "hook_event_name": event}).encode()
+
+            def run(line: str = line, stdin: bytes = stdin) -> Proc:
+                return subprocess.run(
+                    ["sh", "-c", line], input=stdin, capture_output=True, env=env, timeout=60
+                )
+
+            first = run()
+            assert (first.returncode, first.stdout) == (0, b""), first.stderr
+            sent = send(store, "lead", agent, "mail for the hook")
+            assert sent in context(run(), event)
+            assert run().stdout == b""
