@@ -11,6 +11,7 @@ Must not import typer, rich, click, fastapi, mcp or sse_starlette (httpx only wi
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 
 # Options before the command (as the root app takes them), then the command's own.
 ROOT_VALUES = {"--db", "--palace", "--hub", "--token", "--durability"}
-ROOT_FLAGS = {"--debug"}
+ROOT_FLAGS = {"--debug", "--json"}
 INBOX_VALUES = {
     "--agent",
     "--hook",
@@ -36,7 +37,7 @@ INBOX_VALUES = {
     "--hub",
     "--token",
 }
-INBOX_FLAGS = {"--from-start"}
+INBOX_FLAGS = {"--from-start", "--json"}
 INTS = ("limit", "max_body")
 # The environment variables the typer options read (envvar=...), for the same defaults.
 ENV = {"hub": "LOGSTREAM_HUB", "token": "LOGSTREAM_TOKEN"}
@@ -89,8 +90,10 @@ def parse_argv(argv: Sequence[str]) -> dict[str, Any] | None:
                 own[name] = int(own[name])
             except ValueError:
                 return None  # typer's "not a valid integer" usage error
-    merged = {k: val for k, val in root.items() if k not in ("debug", "durability")}
+    own_json = own.pop("json", False)
+    merged = {k: val for k, val in root.items() if k not in ("debug", "durability", "json")}
     merged.update(own)
+    merged["as_json"] = bool(root.get("json") or own_json)
     merged["debug"] = bool(root.get("debug"))
     merged["durability"] = root.get("durability")
     return merged
@@ -116,6 +119,7 @@ def run_inbox(
     from_start: bool = False,
     limit: int | None = None,
     max_body: int | None = None,
+    as_json: bool = False,
     db: str | None = None,
     palace: str | None = None,
     hub: str | None = None,
@@ -125,7 +129,8 @@ def run_inbox(
     crash_hook: Callable[[str, int], None] | None = None,
 ) -> int:
     """`logstream inbox`: exit 0 (nothing printed when there is no unseen mail), or 1 after
-    one `error: …` line on stderr (a traceback instead with --debug)."""
+    one `error: …` line on stderr (with --json one `{"error", "field"}` object; a traceback
+    instead with --debug)."""
     try:
         settings = config.Settings.from_env()
         palace = palace or settings.palace
@@ -137,6 +142,7 @@ def run_inbox(
             from_start=from_start,
             limit=limit,
             max_body=max_body,
+            as_json=as_json,
             target=target,
             palace=palace,
         )
@@ -149,7 +155,12 @@ def run_inbox(
     except errors.LogstreamError as exc:
         if debug:
             raise
-        _note("error: " + " ".join(exc.message.split()))
+        text = " ".join(exc.message.split())
+        if as_json:
+            field = getattr(exc, "field", None)
+            _note(json.dumps({"error": text, "field": field}, ensure_ascii=False))
+        else:
+            _note("error: " + text)
         return 1
 
 

@@ -46,6 +46,7 @@ class InboxOptions:
     from_start: bool = False
     limit: int = DEFAULT_LIMIT
     max_body: int = DEFAULT_MAX_BODY
+    as_json: bool = False
 
     @classmethod
     def parse(
@@ -57,6 +58,7 @@ class InboxOptions:
         from_start: bool = False,
         limit: Any = None,
         max_body: Any = None,
+        as_json: bool = False,
         target: str,
         palace: str | None = None,
     ) -> InboxOptions:
@@ -66,6 +68,8 @@ class InboxOptions:
         assert name is not None  # required=True
         if hook is not None and hook not in HOOKS:
             raise v.fail("hook", f"is {hook!r}; it must be one of {', '.join(HOOKS)}")
+        if hook is not None and as_json:
+            raise v.fail("json", "cannot be combined with hook: a hook's output is JSON already")
         return cls(
             agent=name,
             hook=hook,
@@ -73,6 +77,7 @@ class InboxOptions:
             from_start=bool(from_start),
             limit=v.limit(DEFAULT_LIMIT if limit is None else limit),
             max_body=_max_body(max_body),
+            as_json=bool(as_json),
         )
 
 
@@ -161,8 +166,7 @@ def deliver(
     for text in unseen.notes:
         note(text)
     if unseen.events:
-        text = render(unseen, opts)
-        write(hook_json(hook_event or CONTEXT_EVENTS[0], text) if opts.hook else text)
+        write(_output(unseen, opts, hook_event))
         if crash_hook is not None:
             crash_hook("print", 1)
     if opts.state_file is not None:
@@ -177,6 +181,14 @@ def deliver(
 
 
 # ----------------------------------------------------------------------------- output
+
+
+def _output(unseen: Unseen, opts: InboxOptions, hook_event: str | None) -> str:
+    if opts.as_json:
+        page = {"events": unseen.events, "count": len(unseen.events), "cursor": unseen.cursor}
+        return json.dumps({**page, "has_more": unseen.has_more}, ensure_ascii=False)
+    text = render(unseen, opts)
+    return hook_json(hook_event or CONTEXT_EVENTS[0], text) if opts.hook else text
 
 
 def hook_event_name(kind: str, stdin_text: str) -> str:

@@ -220,6 +220,8 @@ def test_the_lean_path_and_the_typer_command_answer_alike(
         [*inbox_args(str(tmp_path / "missing.sqlite3"), tmp_path / "d.json")],
         [*inbox_args(db, tmp_path / "e.json", "--limit", "x")],  # usage error: typer answers
         [*inbox_args(db, tmp_path / "f.json", "--nope")],
+        [*inbox_args(db, tmp_path / "g.json", "--json", "--max-body", "0")],  # a JSON error
+        ["--json", *inbox_args(db, tmp_path / "h.json", "--hook", "claude")],
     ]
     for args in cases:
         lean, full = run_cli(*args, input=b""), typer_cli(*args)
@@ -227,9 +229,12 @@ def test_the_lean_path_and_the_typer_command_answer_alike(
         assert lean.stderr.splitlines()[-1] == full.stderr.splitlines()[-1], args
         assert lean.stdout == full.stdout == b""
     send(store, "alice", "bob")
-    lean = hook(db, tmp_path / "g.json", "--from-start")
-    full = typer_cli(*inbox_args(db, tmp_path / "h.json", "--hook", "claude", "--from-start"))
+    lean = hook(db, tmp_path / "i.json", "--from-start")
+    full = typer_cli(*inbox_args(db, tmp_path / "j.json", "--hook", "claude", "--from-start"))
     assert lean.stdout == full.stdout and lean.returncode == full.returncode == 0
+    lean = run_cli(*inbox_args(db, tmp_path / "k.json", "--from-start", "--json"), input=b"")
+    full = typer_cli(*inbox_args(db, tmp_path / "l.json", "--from-start", "--json"))
+    assert lean.stdout == full.stdout and json.loads(lean.stdout)["count"] == 1
 
 
 def test_the_lean_path_does_not_import_the_cli_framework(

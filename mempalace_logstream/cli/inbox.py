@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from mempalace_logstream.cli.options import DbOpt, HubOpt, PalaceOpt, TokenOpt
+from mempalace_logstream.cli.options import DbOpt, HubOpt, PalaceOpt, TokenOpt, take_global
 from mempalace_logstream.cli.root import app
 from mempalace_logstream.cli.shared import STATE
 from mempalace_logstream.cli.testhooks import watch_crash_hook
@@ -26,6 +26,7 @@ STATE_FILE_HELP = "Cursor file (default <palace>/inbox/<log>/<agent>.json; '' = 
 FROM_START_HELP = "On a first run (no state file yet), show the whole inbox, not only new mail."
 LIMIT_HELP = "Most messages per call, 1-500 (default 20); the rest come with the next call."
 MAX_BODY_HELP = "Cut each body to this many characters (default 500)."
+JSON_HELP = "Print the unseen events as one JSON object (errors too: one JSON object on stderr)."
 
 AgentOpt = Annotated[str | None, typer.Option("--agent", help=AGENT_HELP)]
 HookOpt = Annotated[str | None, typer.Option("--hook", help=HOOK_HELP)]
@@ -33,6 +34,7 @@ StateFileOpt = Annotated[str | None, typer.Option("--state-file", help=STATE_FIL
 FromStartOpt = Annotated[bool, typer.Option("--from-start", help=FROM_START_HELP)]
 LimitOpt = Annotated[int | None, typer.Option("--limit", help=LIMIT_HELP)]
 MaxBodyOpt = Annotated[int | None, typer.Option("--max-body", help=MAX_BODY_HELP)]
+InboxJsonOpt = Annotated[bool, typer.Option("--json", help=JSON_HELP, callback=take_global)]
 
 
 @app.command()
@@ -43,6 +45,7 @@ def inbox(
     from_start: FromStartOpt = False,
     limit: LimitOpt = None,
     max_body: MaxBodyOpt = None,
+    as_json: InboxJsonOpt = False,
     db: DbOpt = None,
     palace: PalaceOpt = None,
     hub: HubOpt = None,
@@ -63,6 +66,7 @@ def inbox(
         from_start=from_start,
         limit=limit,
         max_body=max_body,
+        as_json=as_json,
         db=db,
         palace=palace,
         hub=hub,
