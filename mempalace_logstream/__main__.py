@@ -1,5 +1,5 @@
-"""`python -m mempalace_logstream`: the `logstream` command."""
+"""`python -m mempalace_logstream`: the `logstream` command (the lean `inbox` path first)."""
 
-from mempalace_logstream.cli import main
+from mempalace_logstream.hook import main
 
 main()

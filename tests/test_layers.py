@@ -30,6 +30,9 @@ RULES: dict[str, tuple[str, ...]] = {
     "identity": ("sqlalchemy", "store", "engine", "schema", "notify", "sync", *SURFACE_LIBS),
     "notify": ("fastapi", "typer", "mcp", "store"),
     "watch": ("fastapi", "typer", "mcp", "store"),
+    # The lean inbox path (issue 13): no CLI framework, no servers, no store in the core.
+    "inbox": ("fastapi", "typer", "mcp", "store", "engine", "sqlalchemy", "rich", "httpx", "click"),
+    "hook": ("fastapi", "typer", "mcp", "sse_starlette", "rich", "click", "uvicorn"),
     "sync": ("fastapi", "typer", "mcp", "sse_starlette"),
     "replication": SURFACE_LIBS,
     "importer": (*SURFACE_LIBS, "rich"),
@@ -177,9 +180,11 @@ CLI_RULES: dict[str, tuple[str, ...]] = {
     "tasks": CLI_BASE,
     "sync": CLI_BASE,
     "admin": CLI_BASE,
+    "tail": CLI_BASE,
+    "inbox": (*CLI_BASE, "testhooks"),
     "__init__": (
         *("root", "shared", "events", "waiting", "artifacts", "hub", "mcp_stdio", "sync"),
-        *("admin", "tasks"),
+        *("admin", "tasks", "tail", "inbox"),
     ),
 }
 

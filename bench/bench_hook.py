@@ -1,0 +1,141 @@
+"""What a context hook costs (issue 13): wall time of one `logstream inbox --agent A --hook
+claude` process on a warm log, as Claude Code runs it on every prompt (hook JSON on stdin).
+
+    python bench/bench_hook.py [--samples N] [--events N]
+
+Rows, all in the same run, each a fresh process per sample:
+  lean       `python -m mempalace_logstream inbox ...`: the fast path, dispatched before typer
+  typer      the same command through the typer app (`cli.main`): what every call cost before
+  empty/new  "empty" = no unseen mail (the common case: exit 0, nothing printed); "new" = one
+             message appended (untimed) before each sample, so it is printed and checkpointed
+  floors     `python -c pass` (the interpreter) and `import mempalace_logstream` (the package
+             with its store: SQLAlchemy), what no entry point can go below
+Never a test; figures go to the final report and the README.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import common
+
+BENCH = "hook"
+TARGET_MS = 100.0
+STDIN = json.dumps({"hook_event_name": "UserPromptSubmit", "prompt": "next step", "cwd": "/"})
+TYPER = "import sys; from mempalace_logstream.cli import main; sys.argv[0] = 'logstream'; main()"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="bench/bench_hook.py", description=__doc__)
+    p.add_argument("--samples", type=int, default=30, help="processes per row (default 30)")
+    p.add_argument("--events", type=int, default=2000, help="events in the log (default 2000)")
+    return p.parse_args(argv)
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(common.REPO), "NO_COLOR": "1"}
+
+
+def _time(cmd: list[str], stdin: str = "") -> float:
+    """Wall seconds of one process, from spawn to exit; raises when it fails."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, input=stdin, capture_output=True, text=True, env=_env())
+    elapsed = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{cmd} exited {proc.returncode}: {proc.stderr}")
+    return elapsed
+
+
+def _fill(db: Path, n: int) -> None:
+    from mempalace_logstream.store import LogStore
+
+    store = LogStore.open(f"sqlite:///{db}", durability="normal")
+    try:
+        for i in range(n):
+            store.event_append(
+                type="note",
+                stream="bench",
+                room="r",
+                from_agent=f"agent{i % 7}",
+                to_agent="bob" if i % 10 == 0 else f"agent{i % 5}",
+                body=f"message {i}",
+            )
+    finally:
+        store.close()
+
+
+def _append_for_bob(db: Path) -> None:
+    from mempalace_logstream.store import LogStore
+
+    store = LogStore.open(f"sqlite:///{db}", durability="normal")
+    try:
+        mail = {"from_agent": "alice", "to_agent": "bob", "body": "please review"}
+        store.event_append(type="note", stream="bench", room="r", **mail)
+    finally:
+        store.close()
+
+
+def run(args: argparse.Namespace, tmp: Path) -> dict[str, dict[str, float]]:
+    common.ensure_repo_on_path()
+    db = tmp / "log.sqlite3"
+    _fill(db, args.events)
+    inbox = ["inbox", "--agent", "bob", "--hook", "claude", "--db", str(db)]
+    lean = [sys.executable, "-m", "mempalace_logstream", *inbox]
+    typer = [sys.executable, "-c", TYPER, *inbox]
+    rows = {
+        "interpreter floor (python -c pass)": ([sys.executable, "-c", "pass"], False),
+        "package import floor (store, SQLAlchemy)": (
+            [sys.executable, "-c", "import mempalace_logstream"],
+            False,
+        ),
+        "lean, empty inbox": ([*lean, "--state-file", str(tmp / "lean.json")], False),
+        "typer, empty inbox": ([*typer, "--state-file", str(tmp / "typer.json")], False),
+        "lean, one new message": ([*lean, "--state-file", str(tmp / "lean-new.json")], True),
+        "typer, one new message": ([*typer, "--state-file", str(tmp / "typer-new.json")], True),
+    }
+    results: dict[str, dict[str, float]] = {}
+    for name, (cmd, new_mail) in rows.items():
+        _time(cmd, STDIN)  # warm-up; for inbox rows also the first run (cursor at the tip)
+        samples = []
+        for _ in range(args.samples):
+            if new_mail:
+                _append_for_bob(db)
+            samples.append(_time(cmd, STDIN))
+        results[name] = common.summarize(samples)
+    return results
+
+
+def report(results: dict[str, dict[str, float]]) -> None:
+    table = [
+        [name, common.fmt_ms(s["p50"]), common.fmt_ms(s["p95"]), common.fmt_ms(s["max"])]
+        for name, s in results.items()
+    ]
+    common.print_table("inbox --hook claude, wall per process", ["row", "p50", "p95", "max"], table)
+    for row in ("lean, empty inbox", "lean, one new message"):
+        for q in ("p50", "p95"):
+            ms = results[row][q] * 1000
+            common.target_line(BENCH, f"{row} {q}", ms, "ms", "<=", TARGET_MS)
+    lean, typer = results["lean, empty inbox"]["p50"], results["typer, empty inbox"]["p50"]
+    common.ratio_line(BENCH, "typer p50 / lean p50 (empty inbox)", typer / lean)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    print(common.machine_line())
+    with common.temp_dir("logstream-hook-") as tmp:
+        report(run(args, tmp))
+    print(common.machine_line().replace("machine:", "machine after the run:"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,250 @@
+"""`logstream tail`: follow any filter, as `nats sub` or `kafka-console-consumer` do (issue 13).
+
+Starts at the newest event (or `--from-start`, `--since-event-id ID`, `--since 10m`), prints
+what is already there, then follows: woken by the log's push wake-ups (`event_wait`), never
+by sleeping. No state file. NDJSON with `--json`, else one readable line per event, coloured
+only on a terminal (rich honours NO_COLOR). Ctrl-C exits 130 and a closed pipe (`| head`)
+exits 0, both quietly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Annotated, Any, cast
+
+import typer
+
+from mempalace_logstream import errors
+from mempalace_logstream import validation as v
+from mempalace_logstream.cli.filters import FILTERS, FilterArgs, filter_options
+from mempalace_logstream.cli.options import DbOpt, HubOpt, PalaceOpt, TokenOpt, take_global
+from mempalace_logstream.cli.root import app
+from mempalace_logstream.cli.shared import STATE, fail, open_client
+
+if TYPE_CHECKING:
+    from mempalace_logstream.watch import Client
+
+FROM_START_HELP = "Start at the first event of the log."
+SINCE_ID_HELP = "Start after this event."
+SINCE_HELP = (
+    "Start at events created this long ago (30s, 10m, 2h, 1d) or since a time "
+    "(YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ)."
+)
+FOLLOW_HELP = "Keep following after the events already there (default); --no-follow exits."
+JSON_HELP = "One JSON event per line (NDJSON)."
+FromStartOpt = Annotated[bool, typer.Option("--from-start", help=FROM_START_HELP)]
+SinceIdOpt = Annotated[str | None, typer.Option("--since-event-id", help=SINCE_ID_HELP)]
+SinceOpt = Annotated[str | None, typer.Option("--since", help=SINCE_HELP)]
+FollowOpt = Annotated[bool, typer.Option("--follow/--no-follow", help=FOLLOW_HELP)]
+TailJsonOpt = Annotated[bool, typer.Option("--json", help=JSON_HELP, callback=take_global)]
+
+PAGE = 200  # events per read
+WAIT_MS = 60_000  # longest single wait; a wake-up ends it at once
+_DURATION = re.compile(r"^(\d{1,9})([smhd])$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+# A domain error's field, as the option that set it (errors name the option).
+FLAGS = {
+    "since_event_id": "--since-event-id",
+    "since_created_at": "--since",
+    **{name: flag for name, flag, _help in FILTERS},
+}
+
+
+@app.command()
+@filter_options
+def tail(
+    filters: FilterArgs,
+    from_start: FromStartOpt = False,
+    since_event_id: SinceIdOpt = None,
+    since: SinceOpt = None,
+    follow: FollowOpt = True,
+    as_json: TailJsonOpt = False,
+    db: DbOpt = None,
+    palace: PalaceOpt = None,
+    hub: HubOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Print matching events as they arrive (no state file); Ctrl-C to stop (exit 130).
+
+    Starts at the newest event unless --from-start, --since-event-id or --since says where;
+    with --no-follow, prints what is there and exits 0.
+    """
+    given = [flag for flag, val in _starts(from_start, since_event_id, since) if val]
+    if len(given) > 1:
+        raise fail(f"{given[1]} cannot be combined with {given[0]}: give one of them", 2)
+    since_created_at = since_time(since) if since is not None else None
+    start = {"from_start": from_start, "since_event_id": since_event_id}
+    code = _run(filters, start, since_created_at, follow, as_json, (db, palace, hub, token))
+    raise typer.Exit(code)
+
+
+def _starts(from_start: bool, since_event_id: str | None, since: str | None) -> list[Any]:
+    return [
+        ("--from-start", from_start),
+        ("--since-event-id", since_event_id is not None),
+        ("--since", since is not None),
+    ]
+
+
+def since_time(text: str, now: datetime | None = None) -> str:
+    """`--since`: a duration back from now (`10m`) or a time, as a `since_created_at` bound;
+    a usage error naming the option otherwise."""
+    m = _DURATION.match(text.strip())
+    if m:
+        delta = timedelta(**{_UNITS[m.group(2)]: int(m.group(1))})
+        at = (now or datetime.now(UTC)) - delta
+        return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        bound = v.since_created_at(text, "since")
+    except errors.ValidationError:
+        bound = None
+    if bound is None:
+        raise fail(
+            f"--since {text!r} is not a duration (30s, 10m, 2h, 1d) or a time "
+            "(YYYY-MM-DD, YYYY-MM-DDTHH:MM:SSZ)",
+            2,
+            field="since",
+        )
+    return bound[:19] + "Z"  # the validator's own form, seconds precision
+
+
+def _run(
+    filters: FilterArgs,
+    start: dict[str, Any],
+    since_created_at: str | None,
+    follow: bool,
+    as_json: bool,
+    target: tuple[str | None, str | None, str | None, str | None],
+) -> int:
+    """Follow to the exit code: 0 (--no-follow done, or stdout closed), 130 on Ctrl-C."""
+    write = _json_writer() if as_json else _line_writer()
+    try:
+        client = open_client(*target)
+        try:
+            reader = cast("Client", client)  # HubClient's call() names its first parameter `op`
+            for events in _events(reader, filters, start, since_created_at, follow):
+                write(events)
+        finally:
+            client.close()
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        _silence_stdout()
+        return 0
+    except errors.LogstreamError as exc:
+        if STATE.debug:
+            raise
+        raise fail(_name_option(exc)) from None
+    return 0
+
+
+def _events(
+    client: Client,
+    filters: FilterArgs,
+    start: dict[str, Any],
+    since_created_at: str | None,
+    follow: bool,
+) -> Iterator[list[dict[str, Any]]]:
+    """The matching events, a batch at a time: what is there from the start point, then (with
+    `follow`) each new batch as `event_wait` wakes."""
+    cursor = start["since_event_id"]
+    if cursor is None and not start["from_start"] and since_created_at is None:
+        cursor = client.call("event_list", limit=1, order="desc").get("cursor")
+    bound = {"since_created_at": since_created_at} if since_created_at else {}
+    while True:  # catch up with pages: the window bound applies only to what is there
+        page = client.call(
+            "event_list", since_event_id=cursor, order="asc", limit=PAGE, **bound, **filters
+        )
+        cursor = page.get("cursor") or cursor
+        if page["events"]:
+            yield page["events"]
+        if not page.get("has_more"):
+            break
+    while follow:
+        out = client.call(
+            "event_wait", since_event_id=cursor, timeout_ms=WAIT_MS, limit=PAGE, **filters
+        )
+        cursor = out.get("cursor") or cursor
+        if out["events"]:
+            yield out["events"]
+
+
+def _name_option(exc: errors.LogstreamError) -> str:
+    """The error's message with its leading field name given as the option (`--since-event-id
+    'x' not found`)."""
+    field = getattr(exc, "field", None)
+    flag = FLAGS.get(field or "")
+    if flag and field and exc.message.startswith(field + " "):
+        return flag + exc.message[len(field) :]
+    return exc.message
+
+
+# ----------------------------------------------------------------------------- printing
+
+
+def _json_writer() -> Callable[[list[dict[str, Any]]], None]:
+    def write(events: list[dict[str, Any]]) -> None:
+        for event in events:
+            sys.stdout.write(json.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n")
+        sys.stdout.flush()
+
+    return write
+
+
+def _line_writer() -> Callable[[list[dict[str, Any]]], None]:
+    """Readable lines; rich colours them only on a terminal and honours NO_COLOR."""
+    from rich.console import Console
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:  # rich would exit 1: ours exits 0, quietly
+            raise BrokenPipeError
+
+    # NO_COLOR: no escape codes at all (rich alone would still print bold and dim).
+    plain = bool(os.environ.get("NO_COLOR"))
+    console = _Console(
+        color_system=None if plain else "auto",
+        highlight=False,
+        markup=False,
+        emoji=False,
+        soft_wrap=True,
+    )
+
+    def write(events: list[dict[str, Any]]) -> None:
+        for event in events:
+            console.print(_styled(event))
+        sys.stdout.flush()
+
+    return write
+
+
+def _styled(e: dict[str, Any]) -> Any:
+    from rich.text import Text
+
+    text = Text()
+    text.append((e.get("created_at") or "")[11:23] + " ", style="dim")
+    text.append(str(e["id"]) + " ", style="dim")
+    text.append(f"[{e['type']}] ", style="bold cyan")
+    text.append(f"{e['stream']}/{e['room']} ", style="magenta")
+    text.append(f"{e.get('from_agent')}->{e.get('to_agent') or '-'}", style="green")
+    for key in ("topic", "status", "correlation_id"):
+        if e.get(key):
+            text.append(f" {key}={e[key]}", style="yellow")
+    body = " ".join((e.get("body") or "").split())
+    if len(body) > 200:
+        body = body[:197] + "..."
+    if body:
+        text.append(" " + body)
+    return text
+
+
+def _silence_stdout() -> None:
+    """After the reader closed the pipe: point stdout at /dev/null so the interpreter's last
+    flush does not print a BrokenPipeError."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)

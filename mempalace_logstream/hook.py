@@ -1,0 +1,228 @@
+"""The lean entry point for `logstream inbox` (the context hooks run it on every prompt).
+
+`python -m mempalace_logstream` and the `logstream-hook` console script call `fast_path(argv)`
+first: a command line it fully understands (`[global options] inbox [its options]`) runs here
+without importing typer, rich, click or the servers; anything else (`--help`, a typo, a bad
+value, another command) returns None and goes to the typer app, which prints the usage errors.
+`run_inbox` is the one implementation: the typer command `inbox` calls it too, so behaviour and
+error texts are the same on both paths.
+Must not import typer, rich, click, fastapi, mcp or sse_starlette (httpx only with --hub).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+from mempalace_logstream import config, errors
+from mempalace_logstream import inbox as inbox_mod
+
+if TYPE_CHECKING:
+    from mempalace_logstream.watch import Client
+
+# Options before the command (as the root app takes them), then the command's own.
+ROOT_VALUES = {"--db", "--palace", "--hub", "--token", "--durability"}
+ROOT_FLAGS = {"--debug", "--json"}
+INBOX_VALUES = {
+    "--agent",
+    "--hook",
+    "--state-file",
+    "--limit",
+    "--max-body",
+    "--db",
+    "--palace",
+    "--hub",
+    "--token",
+}
+INBOX_FLAGS = {"--from-start", "--json"}
+INTS = ("limit", "max_body")
+# The environment variables the typer options read (envvar=...), for the same defaults.
+ENV = {"hub": "LOGSTREAM_HUB", "token": "LOGSTREAM_TOKEN"}
+
+
+def _key(flag: str) -> str:
+    return flag[2:].replace("-", "_")
+
+
+def _options(
+    args: Sequence[str], values: set[str], flags: set[str], stop_at_word: bool
+) -> tuple[dict[str, Any], int] | None:
+    """Parse `--flag`, `--opt value` and `--opt=value` until a bare word (the command) when
+    `stop_at_word`; None on anything this parser does not know (typer then answers)."""
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        name, eq, inline = arg.partition("=")
+        if name in flags and not eq:
+            out[_key(name)] = True
+        elif name in values and eq:
+            out[_key(name)] = inline
+        elif name in values and i + 1 < len(args) and not args[i + 1].startswith("-"):
+            out[_key(name)] = args[i + 1]
+            i += 1
+        elif stop_at_word and not arg.startswith("-"):
+            return out, i
+        else:
+            return None
+        i += 1
+    return None if stop_at_word else (out, i)
+
+
+def parse_argv(argv: Sequence[str]) -> dict[str, Any] | None:
+    """The inbox call's arguments, or None when typer must handle this command line."""
+    head = _options(argv, ROOT_VALUES, ROOT_FLAGS, stop_at_word=True)
+    if head is None:
+        return None
+    root, at = head
+    if argv[at] != "inbox":
+        return None
+    tail = _options(argv[at + 1 :], INBOX_VALUES, INBOX_FLAGS, stop_at_word=False)
+    if tail is None:
+        return None
+    own = tail[0]
+    for name in INTS:
+        if name in own:
+            try:
+                own[name] = int(own[name])
+            except ValueError:
+                return None  # typer's "not a valid integer" usage error
+    own_json = own.pop("json", False)
+    merged = {k: val for k, val in root.items() if k not in ("debug", "durability", "json")}
+    merged.update(own)
+    merged["as_json"] = bool(root.get("json") or own_json)
+    merged["debug"] = bool(root.get("debug"))
+    merged["durability"] = root.get("durability")
+    return merged
+
+
+def fast_path(argv: Sequence[str]) -> int | None:
+    """Run `inbox` without the typer app when the command line is one it parses; the exit
+    code, or None to hand the command line to the full CLI."""
+    args = parse_argv(argv)
+    if args is None:
+        return None
+    for name, var in ENV.items():
+        if args.get(name) is None:
+            args[name] = os.environ.get(var) or None
+    return run_inbox(**args)
+
+
+def run_inbox(
+    *,
+    agent: str | None = None,
+    hook: str | None = None,
+    state_file: str | None = None,
+    from_start: bool = False,
+    limit: int | None = None,
+    max_body: int | None = None,
+    as_json: bool = False,
+    db: str | None = None,
+    palace: str | None = None,
+    hub: str | None = None,
+    token: str | None = None,
+    durability: str | None = None,
+    debug: bool = False,
+    crash_hook: Callable[[str, int], None] | None = None,
+) -> int:
+    """`logstream inbox`: exit 0 (nothing printed when there is no unseen mail), or 1 after
+    one `error: …` line on stderr (with --json one `{"error", "field"}` object; a traceback
+    instead with --debug)."""
+    try:
+        settings = config.Settings.from_env()
+        palace = palace or settings.palace
+        target = hub.rstrip("/") if hub else config.resolve_db(db or settings.db, palace)
+        opts = inbox_mod.InboxOptions.parse(
+            agent=agent,
+            hook=hook,
+            state_file=state_file,
+            from_start=from_start,
+            limit=limit,
+            max_body=max_body,
+            as_json=as_json,
+            target=target,
+            palace=palace,
+        )
+        event = inbox_mod.hook_event_name(opts.hook, _stdin()) if opts.hook else None
+        client, close = _open(target, hub, token, durability or _env_durability(), settings)
+        try:
+            return inbox_mod.deliver(client, opts, _write, _note, event, crash_hook)
+        finally:
+            close()
+    except errors.LogstreamError as exc:
+        if debug:
+            raise
+        text = " ".join(exc.message.split())
+        if as_json:
+            field = getattr(exc, "field", None)
+            _note(json.dumps({"error": text, "field": field}, ensure_ascii=False))
+        else:
+            _note("error: " + text)
+        return 1
+
+
+def _open(
+    target: str, hub: str | None, token: str | None, durability: str, settings: config.Settings
+) -> tuple[Client, Callable[[], None]]:
+    """A client for the log (a reader: a missing file is refused) and its close."""
+    if hub:
+        from mempalace_logstream.hub_client import HubClient
+
+        remote = HubClient(hub, token=token, timeout=settings.hub_timeout_s)
+        # HubClient names call()'s first parameter `op`; it is only ever passed positionally.
+        return cast("Client", remote), remote.close
+    from mempalace_logstream.operations import LocalClient
+    from mempalace_logstream.store import LogStore
+
+    store = LogStore.open(
+        target,
+        durability=durability,
+        create=False,
+        max_body_bytes=settings.max_body_bytes,
+        max_artifact_bytes=settings.max_artifact_bytes,
+    )
+    local = LocalClient(store)
+    return local, local.close
+
+
+def _stdin() -> str:
+    """The hook's JSON input; nothing when stdin is a terminal (a manual run) or closed."""
+    stream = sys.stdin
+    if stream is None or stream.closed or stream.isatty():
+        return ""
+    return stream.read()
+
+
+def _write(text: str) -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def _note(text: str) -> None:
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """The `logstream-hook` console script: `logstream` with the lean inbox path first."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    code = fast_path(args)
+    if code is None:
+        from mempalace_logstream.cli import main as cli_main
+
+        sys.argv[1:] = args
+        cli_main()
+        return
+    # Every store is closed: exit without the interpreter's last cyclic-GC scan.
+    import gc
+
+    gc.freeze()
+    raise SystemExit(code)
+
+
+def _env_durability() -> str:
+    """The CLI's `--durability` default: $MEMPALACE_LOGSTREAM_DURABILITY, else full."""
+    return (os.environ.get("MEMPALACE_LOGSTREAM_DURABILITY") or "full").strip().lower()
