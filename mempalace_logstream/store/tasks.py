@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from mempalace_logstream.store.writes import Transaction
 
 DOC_FIELDS = tuple(f.name for f in dataclasses.fields(Task))
-DEPTH_KEY = "task_depth"  # what a request gains when stored: its depth in the delegation chain
 
 
 # ----------------------------------------------------------------------------- rows
@@ -104,53 +103,59 @@ def thread(tx: Transaction, task_id: str) -> list[Event]:
 
 def on_local_event(tx: Transaction, event: Event, settings: TaskSettings) -> Event:
     """Check a local event against its task's lifecycle and move the projection; returns the
-    event to store (a request gains its `task_depth`). Raises the refusal, writing nothing."""
+    event to store, unchanged. Raises the refusal, writing nothing."""
     if not event.correlation_id:
         return event
     task = load(tx, event.correlation_id)
     move = tasks.classify(event, task)
     if move is None:
         return event
+    depth = 1
     if move.action == "create" and task is None and not move.problem:
-        event = _with_depth(tx, event, move.parent_task_id, settings)
-        move = tasks.classify(event, None)
-        assert move is not None
+        depth = _checked_depth(tx, move.parent_task_id, settings)
     after = tasks.check(task, move, settings)
+    if task is None:
+        after = dataclasses.replace(after, depth=depth)
     save(tx, after, event.seq, existed=task is not None)
     return event
 
 
-def _with_depth(
-    tx: Transaction, event: Event, parent_id: str | None, settings: TaskSettings
-) -> Event:
-    """The delegation limits (depth, open children) checked; the depth recorded in the
-    request's metadata, so every replica folds the same depth."""
-    depth = 1
-    if parent_id is not None:
-        parent = load(tx, parent_id)
-        if parent is None:
-            raise errors.NotFoundError(
-                f"parent task {parent_id} not found", field="parent_task_id", ident=parent_id
-            )
-        depth = parent.depth + 1
-        if depth > settings.max_depth:
-            raise errors.ValidationError(
-                f"task depth {depth} exceeds the limit of {settings.max_depth} (parent "
-                f"{parent_id} is at depth {parent.depth})",
-                field="parent_task_id",
-                limit=settings.max_depth,
-            )
-        open_children = _open_children(tx, parent_id)
-        if open_children >= settings.max_children:
-            raise errors.ValidationError(
-                f"task {parent_id} already has {open_children} open children; the limit is "
-                f"{settings.max_children}",
-                field="parent_task_id",
-                limit=settings.max_children,
-            )
-    meta = json.loads(event.metadata_json or "{}")
-    meta[DEPTH_KEY] = depth
-    return dataclasses.replace(event, metadata_json=v.metadata(meta))
+def _checked_depth(tx: Transaction, parent_id: str | None, settings: TaskSettings) -> int:
+    """A new task's depth in the delegation chain, with the limits (depth, open children)
+    checked. The depth is the projection's, derived from the parent's row: the event is stored
+    exactly as it was sent."""
+    if parent_id is None:
+        return 1
+    parent = load(tx, parent_id)
+    if parent is None:
+        raise errors.NotFoundError(
+            f"parent task {parent_id} not found", field="parent_task_id", ident=parent_id
+        )
+    depth = parent.depth + 1
+    if depth > settings.max_depth:
+        raise errors.ValidationError(
+            f"task depth {depth} exceeds the limit of {settings.max_depth} (parent "
+            f"{parent_id} is at depth {parent.depth})",
+            field="parent_task_id",
+            limit=settings.max_depth,
+        )
+    open_children = _open_children(tx, parent_id)
+    if open_children >= settings.max_children:
+        raise errors.ValidationError(
+            f"task {parent_id} already has {open_children} open children; the limit is "
+            f"{settings.max_children}",
+            field="parent_task_id",
+            limit=settings.max_children,
+        )
+    return depth
+
+
+def _depth(tx: Transaction, task: Task) -> Task:
+    """`task` with its depth from its parent's row (peer events, rebuilds: no limits)."""
+    if task.parent_task_id is None:
+        return task
+    parent = load(tx, task.parent_task_id)
+    return dataclasses.replace(task, depth=(parent.depth if parent else 0) + 1)
 
 
 def _open_children(tx: Transaction, parent_id: str) -> int:
@@ -188,6 +193,7 @@ def on_applied_events(tx: Transaction, applied: Iterable[Event], settings: TaskS
                     after = tasks.advance(after, move, settings)
         else:
             after = tasks.fold(thread(tx, task_id), settings)
+            after = _depth(tx, after) if after is not None else None
         if after is not None:
             save(tx, after, max(seq, 0), existed=task is not None)
 
@@ -196,17 +202,23 @@ def rebuild(tx: Transaction, settings: TaskSettings) -> int:
     """Recompute every task row from the log alone; returns the number of tasks."""
 
     def ids() -> sa.Select[Any]:
-        return sa.select(events.c.correlation_id).where(
-            events.c.type == REQUEST_TYPE, events.c.correlation_id.is_not(None)
+        return (
+            sa.select(events.c.correlation_id)
+            .where(events.c.type == REQUEST_TYPE, events.c.correlation_id.is_not(None))
+            .order_by(events.c.hlc, events.c.id)  # parents before children: depth follows
         )
 
     tx.ex.run("task-clear", lambda: tasks_table.delete(), {})
     count = 0
-    for (task_id,) in sorted(set(map(tuple, tx.rows("task-request-ids", ids, {})))):
+    seen: set[str] = set()
+    for (task_id,) in tx.rows("task-request-ids", ids, {}):
+        if task_id in seen:
+            continue
+        seen.add(task_id)
         thread_events = thread(tx, task_id)
         task = tasks.fold(thread_events, settings)
         if task is not None:
-            save(tx, task, max(e.seq for e in thread_events), existed=False)
+            save(tx, _depth(tx, task), max(e.seq for e in thread_events), existed=False)
             count += 1
     return count
 

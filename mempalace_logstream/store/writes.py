@@ -5,7 +5,6 @@ and `Transaction`, the public API inside a group-committed write transaction
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -308,8 +307,7 @@ class Writes(CommitPipeline):
 
 
 def same_as_prior(prior: Event, draft: EventDraft) -> Event:
-    """The earlier event of an idempotency key, or ConflictError if its content differs
-    (a stored task request's depth, added by the store, is not part of what was sent)."""
+    """The earlier event of an idempotency key, or ConflictError if its content differs."""
     same = (
         prior.type,
         prior.stream,
@@ -322,7 +320,7 @@ def same_as_prior(prior: Event, draft: EventDraft) -> Event:
         prior.status,
         prior.artifact_ids,
         prior.body,
-        _as_sent(prior),
+        prior.metadata_json,
     ) == (
         draft.type,
         draft.stream,
@@ -345,16 +343,6 @@ def same_as_prior(prior: Event, draft: EventDraft) -> Event:
             ident=prior.id,
         )
     return prior
-
-
-def _as_sent(prior: Event) -> str:
-    """The metadata a stored event was sent with: without the depth the store adds to a task
-    request (`store.tasks.DEPTH_KEY`)."""
-    if prior.type != "task.request" or task_rows.DEPTH_KEY not in prior.metadata_json:
-        return prior.metadata_json
-    meta = json.loads(prior.metadata_json)
-    meta.pop(task_rows.DEPTH_KEY, None)
-    return v.metadata(meta or None)
 
 
 def _artifact_exists() -> sa.Select[Any]:

@@ -116,7 +116,6 @@ def _created(move: Move) -> Task:
         created_ms=move.at_ms,
         request_lease_ms=move.lease_ms,
         parent_task_id=move.parent_task_id,
-        depth=move.depth,
         last_hlc=move.hlc,
         last_event_id=move.event_id,
     )

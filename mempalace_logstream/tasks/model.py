@@ -84,7 +84,6 @@ class Move:
     retryable: bool = False
     result: dict[str, Any] | None = None
     parent_task_id: str | None = None
-    depth: int = 1
     stream: str = ""
     body: str = ""
     problem: str | None = None  # a malformed payload (peer mode records it as an anomaly)
@@ -109,7 +108,7 @@ class Task:
     lease_expires_ms: int | None = None  # None while no lease runs (open, blocked, ready, ends)
     progress: float | None = None
     parent_task_id: str | None = None
-    depth: int = 1
+    depth: int = 1  # in the delegation chain: set by the store from the parent (not the thread)
     result: dict[str, Any] | None = None
     result_event_id: str | None = None
     retryable: bool | None = None

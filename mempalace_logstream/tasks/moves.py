@@ -97,8 +97,6 @@ def _payload(action: str, event: Event, meta: dict[str, Any]) -> dict[str, Any]:
         if parent is not None and not isinstance(parent, str):
             raise PayloadError("parent_task_id", "parent_task_id must be a task id")
         out["parent_task_id"] = parent or None
-        depth = meta.get("task_depth", 1)
-        out["depth"] = depth if isinstance(depth, int) and not isinstance(depth, bool) else 1
     elif action == "progress":
         out["progress"] = progress(meta.get("progress"))
     elif action in ("block", "reject") and not event.body.strip():
