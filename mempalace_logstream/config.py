@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mempalace_logstream import errors
+from mempalace_logstream.tasks import TaskSettings
+from mempalace_logstream.tasks.model import MAX_LEASE_MS, MIN_LEASE_MS
 
 DB_FILENAME = "logstream.sqlite3"
 DEFAULT_PALACE = "~/.mempalace/palace"
@@ -26,6 +28,15 @@ def _int(environ: Mapping[str, str], key: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise errors.ValidationError(f"{key}={raw!r} must be an integer", field=key) from None
+
+
+def _bounded(environ: Mapping[str, str], key: str, default: int, low: int, high: int) -> int:
+    value = _int(environ, key, default)
+    if not low <= value <= high:
+        raise errors.ValidationError(
+            f"{key}={value} must be between {low} and {high}", field=key, limit=high
+        )
+    return value
 
 
 def _seconds(environ: Mapping[str, str], key: str, default: float) -> float:
@@ -50,6 +61,9 @@ class Settings:
     max_body_bytes: int = 256 * 1024
     max_artifact_bytes: int = 4 * 1024 * 1024
     hub_timeout_s: float = 30.0  # every `--hub` call; `wait` gets its own timeout on top
+    task_max_depth: int = 3
+    task_max_children: int = 10
+    task_lease_ms: int = 15 * 60 * 1000
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -61,6 +75,19 @@ class Settings:
             max_body_bytes=_int(env, p + "MAX_BODY_BYTES", 256 * 1024),
             max_artifact_bytes=_int(env, p + "MAX_ARTIFACT_BYTES", 4 * 1024 * 1024),
             hub_timeout_s=_seconds(env, "LOGSTREAM_HUB_TIMEOUT", 30.0),
+            task_max_depth=_bounded(env, p + "TASK_MAX_DEPTH", 3, 1, 100),
+            task_max_children=_bounded(env, p + "TASK_MAX_CHILDREN", 10, 1, 100_000),
+            task_lease_ms=_bounded(
+                env, p + "TASK_LEASE_MS", 15 * 60 * 1000, MIN_LEASE_MS, MAX_LEASE_MS
+            ),
+        )
+
+    def task_settings(self) -> TaskSettings:
+        """The task lifecycle's limits (RFC 0007): delegation depth and breadth, lease."""
+        return TaskSettings(
+            max_depth=self.task_max_depth,
+            max_children=self.task_max_children,
+            lease_ms=self.task_lease_ms,
         )
 
 

@@ -5,6 +5,7 @@ an adoption from before the projection), and the reference's own threads."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -382,3 +383,23 @@ def test_a_reference_thread_folds_into_the_expected_states(tmp_path: Path) -> No
     assert states == ["open", "claimed", "ready", "completed"]
     assert (t["state"], t["requester"], t["assignee"]) == ("completed", "lead", "dev")
     assert t["result"]["artifact_ids"] == [art["id"]]
+
+
+def test_the_limits_are_read_from_the_environment(tmp_path: Path) -> None:
+    from tests.conftest import run_cli
+
+    db = ("--db", str(tmp_path / "env.sqlite3"))
+    create_args = (
+        *("task", "create", "--project", "p", "--from-agent", "a", "--to-agent", "b"),
+        *("--goal", "g", "--done", "d", "--branch", "main", "--base-commit", "abcdef1"),
+    )
+    root = json.loads(run_cli(*create_args, *db, "--json").stdout)["task"]["correlation_id"]
+    env = {"MEMPALACE_LOGSTREAM_TASK_MAX_DEPTH": "1"}
+    out = run_cli(*create_args, "--parent", root, *db, env=env)
+    assert out.returncode == 1
+    assert out.stderr.decode().strip() == (
+        f"error: task depth 2 exceeds the limit of 1 (parent {root} is at depth 1)"
+    )
+    bad = run_cli("task", "list", *db, env={"MEMPALACE_LOGSTREAM_TASK_MAX_CHILDREN": "0"})
+    assert bad.returncode == 1
+    assert b"MEMPALACE_LOGSTREAM_TASK_MAX_CHILDREN=0 must be between 1 and 100000" in bad.stderr

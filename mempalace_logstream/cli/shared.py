@@ -91,6 +91,7 @@ def open_store(db: str | None, palace: str | None, *, create: bool) -> LogStore:
         create=create,
         max_body_bytes=settings.max_body_bytes,
         max_artifact_bytes=settings.max_artifact_bytes,
+        task_settings=settings.task_settings(),
     )
     return said_created(store)
 
