@@ -705,15 +705,14 @@ def _page_plan(plans: list[tuple[str, list[str]]]) -> list[str]:
 @contextlib.contextmanager
 def _in_list_shape() -> Iterator[None]:
     """The store's plain `to_agent IN (...)` page query (its inbox split disabled)."""
-    from mempalace_logstream import store as store_mod
+    from mempalace_logstream.store import reads as store_mod  # where the planner reads it
 
-    saved = getattr(store_mod, "_SPLIT_TO_AGENT_MAX", None)
+    saved = store_mod._SPLIT_TO_AGENT_MAX
     store_mod._SPLIT_TO_AGENT_MAX = 0
     try:
         yield
     finally:
-        if saved is not None:
-            store_mod._SPLIT_TO_AGENT_MAX = saved
+        store_mod._SPLIT_TO_AGENT_MAX = saved
 
 
 def _measure_ours(path: Path, queries: list[Query], sizes: Sizes) -> tuple[dict, dict, dict]:

@@ -7,7 +7,7 @@ vector's profile as `sync_rows`; the reference client never sees or asks for it)
 parameter must fit an origin position (signed 64-bit): a larger one is a 400 naming it, never
 a 500.
 
-Only translation happens here: validation and apply live in replication.py / sync.py. Auth is
+Only translation happens here: validation and apply live in replication/ and sync/. Auth is
 the hub's guard (http/guard.py). Errors keep the reference's shape `{"error": "..."}`. The
 handlers are module-level; they find the store, the palace and the sync loop in `SyncContext`
 on the app's state (`install`).
