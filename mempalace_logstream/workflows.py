@@ -250,6 +250,10 @@ def task_update(
     if action not in tasks.ACTIONS:
         raise v.fail("action", f"{action!r} is not one of {', '.join(tasks.ACTIONS)}")
     current = store.task_status(ident)["task"]
+    if action == "claim" and lease_ms is None:
+        # The lease this claim gets, written into it: every replica folds the same lease,
+        # whatever its own default.
+        lease_ms = current["lease_ms"] or store.task_settings.lease_ms
     meta = {
         "progress": progress,
         "lease_ms": lease_ms,

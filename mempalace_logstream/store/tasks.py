@@ -254,6 +254,7 @@ def summary(task: Task, now_ms: int) -> dict[str, Any]:
         "assignee": task.assignee if state != "open" else None,  # who holds or held it
         "attempt": task.attempt,
         "lease_expires_at": iso(task.lease_expires_ms) if held else None,
+        "lease_ms": task.lease_ms if held else task.request_lease_ms,
         "progress": task.progress,
         "parent_task_id": task.parent_task_id,
         "depth": task.depth,
