@@ -69,6 +69,31 @@ def read_metadata(text: str) -> tuple[dict[str, Any], str | None]:
     return value, None
 
 
+# An event's immutable, replicated fields, in one order: `Event.content_key()`, the compact sync
+# rows (`replication.ROW_COLUMNS`) and what a signature covers (`identity.SIGNED_FIELDS`, the body
+# through its sha256) all follow it.
+CONTENT_FIELDS = (
+    "id",
+    "origin_replica",
+    "origin_seq",
+    "hlc",
+    "type",
+    "stream",
+    "room",
+    "topic",
+    "from_agent",
+    "to_agent",
+    "correlation_id",
+    "branch",
+    "base_commit",
+    "status",
+    "artifact_ids",
+    "body",
+    "created_at",
+    "metadata",
+)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Event:
     id: str
@@ -96,26 +121,10 @@ class Event:
         return read_metadata(self.metadata_json)[0]
 
     def content_key(self) -> tuple[Any, ...]:
-        """The immutable, replicated fields: equal keys mean the same event."""
-        return (
-            self.id,
-            self.origin_replica,
-            self.origin_seq,
-            self.hlc,
-            self.type,
-            self.stream,
-            self.room,
-            self.topic,
-            self.from_agent,
-            self.to_agent,
-            self.correlation_id,
-            self.branch,
-            self.base_commit,
-            self.status,
-            tuple(sorted(self.artifact_ids)),
-            self.body,
-            self.created_at,
-            self.metadata,
+        """The immutable, replicated fields (`CONTENT_FIELDS`): equal keys mean the same event."""
+        return tuple(
+            tuple(sorted(self.artifact_ids)) if name == "artifact_ids" else getattr(self, name)
+            for name in CONTENT_FIELDS
         )
 
     def to_dict(self, *, preview: bool = False, slim: bool = False) -> dict[str, Any]:

@@ -13,31 +13,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from mempalace_logstream.identity import canonical, keys
-from mempalace_logstream.models import Event, read_metadata
+from mempalace_logstream.models import CONTENT_FIELDS, Event, read_metadata
 
 DOMAIN = "mempalace-logstream/event-signature/v1"
 STRING_FIELDS = ("id", "origin_replica", "hlc", "type", "stream", "room", "from_agent")
 OPTIONAL_FIELDS = ("topic", "to_agent", "correlation_id", "branch", "base_commit", "status")
 # Event.content_key() order; body and artifact_ids are signed through their SHA-256.
-SIGNED_FIELDS = (
-    "id",
-    "origin_replica",
-    "origin_seq",
-    "hlc",
-    "type",
-    "stream",
-    "room",
-    "topic",
-    "from_agent",
-    "to_agent",
-    "correlation_id",
-    "branch",
-    "base_commit",
-    "status",
-    "artifact_ids",
-    "created_at",
-    "metadata",
-)
+SIGNED_FIELDS = tuple(name for name in CONTENT_FIELDS if name != "body")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 

@@ -17,7 +17,7 @@ from mempalace_logstream import validation as v
 from mempalace_logstream.backends.base import EVENT_COL_NAMES as _EVENT_COL_NAMES
 from mempalace_logstream.backends.base import binds as _binds
 from mempalace_logstream.backends.base import in_lists as _in_lists
-from mempalace_logstream.models import Artifact, Event, read_metadata
+from mempalace_logstream.models import CONTENT_FIELDS, Artifact, Event, read_metadata
 from mempalace_logstream.schema import (
     artifact_blobs,
     artifacts,
@@ -56,26 +56,7 @@ _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 ROWS_FORMAT = "rows-v1"
 
 
-ROW_COLUMNS = (
-    "id",
-    "origin_replica",
-    "origin_seq",
-    "hlc",
-    "type",
-    "stream",
-    "room",
-    "topic",
-    "from_agent",
-    "to_agent",
-    "correlation_id",
-    "branch",
-    "base_commit",
-    "status",
-    "artifact_ids",
-    "body",
-    "created_at",
-    "metadata",
-)
+ROW_COLUMNS = CONTENT_FIELDS
 
 
 MAX_ROWS_LIMIT = 5000
