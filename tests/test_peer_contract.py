@@ -5,8 +5,8 @@ and `reference` our `HttpPeer` against the reference hub (`mempalace serve`, fro
 venv). Each peer's replica authors the same three events, the first with one artifact. The
 contract: who the peer is (identity, stable), pull after a position, limits, artifacts, a
 round that pulls everything and re-applies nothing, push and its idempotence, fingerprints.
-A case a peer cannot serve is skipped only where the peer's own `Capabilities` say it lacks
-the feature (the reference hub offers no compact pages, no fingerprints and no push).
+Where a peer's own `Capabilities` say it lacks a feature, the case checks that the peer indeed
+refuses it (the reference hub offers no compact pages, no fingerprints and no push): no skips.
 """
 
 from __future__ import annotations
@@ -170,8 +170,10 @@ def test_a_page_holds_at_most_the_limit_asked(side: Side) -> None:
 
 
 def test_compact_rows_carry_the_same_events_as_ops(side: Side) -> None:
-    if not caps(side).rows_limit:
-        pytest.skip("the peer offers no compact pages (its capabilities say so)")
+    if not caps(side).rows_limit:  # what the capability says, the peer does: it refuses
+        with pytest.raises(sync.RowsRefused):
+            side.peer.rows(side.origin, 0, sync.ROWS_BATCH)  # type: ignore[attr-defined]
+        return
     rows = side.peer.rows(side.origin, 0, sync.ROWS_BATCH)  # type: ignore[attr-defined]
     id_at = replication.ROW_COLUMNS.index("id")
     assert [r[id_at] for r in rows] == side.event_ids
@@ -211,9 +213,11 @@ def test_re_applying_what_was_pulled_is_idempotent(side: Side, client: LogStore)
 def test_fingerprints_match_what_a_replica_holding_the_same_events_computes(
     side: Side, client: LogStore
 ) -> None:
-    if not caps(side).fingerprints:
-        pytest.skip("the peer answers no fingerprint probes (its capabilities say so)")
     assert "error" not in sync.sync_one(client, side.peer)
+    if not caps(side).fingerprints:  # what the capability says, the peer does: it refuses
+        with pytest.raises(errors.SyncError, match="cannot be probed for holes"):
+            side.peer.fingerprint(side.origin, 1)  # type: ignore[attr-defined]
+        return
     for upto in (1, len(BODIES)):
         theirs = side.peer.fingerprint(side.origin, upto)  # type: ignore[attr-defined]
         assert theirs == replication.fingerprint_upto(client, side.origin, upto)
@@ -236,8 +240,10 @@ def test_a_pull_only_peer_reports_push_as_refused_and_the_pull_stands(
 
 
 def test_push_applies_once_and_again_is_a_duplicate(side: Side, client: LogStore) -> None:
-    if not caps(side).push:
-        pytest.skip("the peer accepts no pushes (its capabilities say so)")
+    if not caps(side).push:  # what the capability says, the peer does: it refuses
+        with pytest.raises(sync.PushRefused):
+            side.peer.push([], [], client.replica_id)
+        return
     for body in ("p1", "p2"):
         client.event_append(type="note", stream="s", room="r", from_agent="us", body=body)
     wire = [e.to_dict() for e in replication.list_ops(client, client.replica_id, 0, sync.BATCH)]
@@ -249,8 +255,10 @@ def test_push_applies_once_and_again_is_a_duplicate(side: Side, client: LogStore
 
 
 def test_a_push_over_the_batch_limit_is_refused_whole(side: Side, client: LogStore) -> None:
-    if not caps(side).push:
-        pytest.skip("the peer accepts no pushes (its capabilities say so)")
+    if not caps(side).push:  # a pull-only peer refuses every push, a big one too
+        with pytest.raises(sync.PushRefused):
+            side.peer.push([], [{}] * (sync.BATCH + 1), client.replica_id)
+        return
     with pytest.raises(errors.LogstreamError, match=str(sync.BATCH)):
         side.peer.push([], [{}] * (sync.BATCH + 1), client.replica_id)
     assert client.replica_id not in side.peer.version_vector()["version_vector"]
