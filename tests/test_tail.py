@@ -37,6 +37,9 @@ class Follower:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+            # Ctrl-C must reach it even when the test run itself ignores SIGINT (a job started
+            # in the background of a non-interactive shell does, and children inherit that).
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         self.lines: queue.Queue[bytes] = queue.Queue()
         assert self.proc.stdout is not None
@@ -64,8 +67,12 @@ class Follower:
 
     def _finish(self) -> tuple[int, bytes]:
         assert self.proc.stderr is not None and self.proc.stdout is not None
+        try:
+            code = self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise AssertionError("tail did not exit within 60 s of the signal") from None
         err = self.proc.stderr.read()
-        code = self.proc.wait(timeout=60)
         self.pump.join(60)  # stdout reached EOF with the process
         self.proc.stdout.close()
         self.proc.stderr.close()
