@@ -1,0 +1,456 @@
+"""Task lifecycle benchmark (RFC 0007, issue 11): what the projection costs a reader and a writer.
+
+Sections (all by default; `--sections` picks some), on a SQLite file and, with a server at
+`--pg-url`, on PostgreSQL in a fresh schema:
+  status   `task_status` on a task whose thread holds 1,000 events (a request, a claim, 998
+           progress moves), next to one on a task of a single event.
+  list     `task_list` over 100,000 tasks spread over seven states: `state=open`,
+           `state=working`, and `to_agent=X, state=open`. The SQLite log is built through the
+           store (8 threads, group commit) once and cached; PostgreSQL's is built each run.
+  append   the cost the lifecycle adds to an append, interleaved repetitions on a fresh store:
+           (a) a plain `event_append`, (b) one with a correlation id that is not a task,
+           (c) `task_update(action="progress")` on a claimed task, (d) a raw `task.progress`
+           `event_append` on a claimed task; plus the SQL statements each one runs.
+
+Never a test: nothing here asserts a time. Must not be imported by the package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import os
+import secrets
+import sqlite3
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as `python bench/bench_tasks.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import common  # noqa: E402
+
+BENCH = "tasks"
+SECTIONS = ("status", "list", "append")
+DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+THREADS = 8
+TARGET_MS = 2.0
+LONG_TASK = "task_bench_long"
+LEASE_MS = 7 * 24 * 3600 * 1000  # the longest lease: a cached log's held tasks stay held
+FRESH_FOR_MS = 24 * 3600 * 1000  # rebuild the cached log when a lease ends within a day
+LIST_AGENT = common.AGENTS[7]
+# The state each task ends in, by its index modulo 20: 8 open, 2 claimed, 5 working,
+# 1 blocked, 2 completed, 1 cancelled, 1 failed (2.15 events per task).
+PLAN = ("open",) * 8 + ("claimed",) * 2 + ("working",) * 5
+PLAN += ("blocked", "completed", "completed", "cancelled", "failed")
+MOVES: dict[str, tuple[str, ...]] = {
+    "open": (),
+    "claimed": ("claim",),
+    "working": ("claim", "progress"),
+    "blocked": ("claim", "block"),
+    "completed": ("claim", "complete", "accept"),
+    "cancelled": ("cancel",),
+    "failed": ("claim", "fail"),
+}
+
+
+@dataclass(frozen=True)
+class Sizes:
+    thread_events: int  # events in the long task's thread
+    tasks: int  # tasks in the list log
+    samples: int  # max samples per read
+    budget_s: float  # max seconds per read
+    append_n: int  # appends per kind per repetition
+    append_reps: int
+
+
+QUICK = Sizes(100, 600, 30, 0.3, 10, 2)
+DEFAULT = Sizes(1_000, 100_000, 400, 5.0, 40, 8)
+
+
+# ----------------------------------------------------------------- building a log
+
+
+def _request(store: Any, task_id: str, i: int) -> None:
+    store.event_append(
+        type="task.request",
+        stream=common.STREAMS[i % len(common.STREAMS)],
+        room="delegation",
+        from_agent=f"lead-{i % 5}",
+        to_agent=common.AGENTS[i % len(common.AGENTS)],
+        correlation_id=task_id,
+        status="open",
+        body=f"Goal: bench task {i}.",
+        metadata={"lease_ms": LEASE_MS},
+    )
+
+
+def _move(store: Any, task_id: str, i: int, action: str, progress: float = 1.0) -> None:
+    """One move as a raw `event_append` (what `task_update` appends, without its reads)."""
+    requester, assignee = f"lead-{i % 5}", common.AGENTS[i % len(common.AGENTS)]
+    event_type, _starts, target = MOVE_TYPES[action]
+    by_requester = action in ("cancel", "accept")
+    meta: dict[str, Any] = {}
+    if action == "progress":
+        meta["progress"] = progress
+    elif action == "complete":
+        meta["result"] = {"disposition": "no_artifact"}
+    store.event_append(
+        type=event_type,
+        stream=common.STREAMS[i % len(common.STREAMS)],
+        room="delegation",
+        from_agent=requester if by_requester else assignee,
+        to_agent=assignee if by_requester else requester,
+        correlation_id=task_id,
+        status=target,
+        body=f"{action} of bench task {i}",
+        metadata=meta or None,
+    )
+
+
+def _task(store: Any, i: int) -> None:
+    task_id = f"task_bench_{i:07d}"
+    _request(store, task_id, i)
+    for action in MOVES[PLAN[i % len(PLAN)]]:
+        _move(store, task_id, i, action)
+
+
+def populate(store: Any, sizes: Sizes) -> None:
+    """The long task (serially), then `sizes.tasks` tasks from 8 threads (group commit)."""
+    t0 = time.perf_counter()
+    _request(store, LONG_TASK, 0)
+    _move(store, LONG_TASK, 0, "claim")
+    for n in range(sizes.thread_events - 2):
+        _move(store, LONG_TASK, 0, "progress", float(n + 1))
+    with ThreadPoolExecutor(THREADS) as pool:
+        for _ in pool.map(lambda i: _task(store, i), range(sizes.tasks), chunksize=64):
+            pass
+    seconds = time.perf_counter() - t0
+    events = sizes.thread_events + sum(1 + len(MOVES[PLAN[i % 20]]) for i in range(sizes.tasks))
+    print(f"built {sizes.tasks:,} tasks ({events:,} events) in {seconds:.1f} s")
+
+
+def _schema_key() -> str:
+    from bench import bench_store
+
+    return bench_store.schema_fingerprint()
+
+
+def _stale(path: Path) -> bool:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        (soonest,) = conn.execute("SELECT min(lease_expires_ms) FROM tasks").fetchone()
+    finally:
+        conn.close()
+    return soonest is not None and soonest < time.time() * 1000 + FRESH_FOR_MS
+
+
+def sqlite_log(sizes: Sizes, cache: Path, rebuild: bool) -> Path:
+    """The SQLite task log, built through the store once per (size, schema) and cached; built
+    again when a held task's lease would end within a day (it would read as open)."""
+    name = f"tasks-{sizes.tasks}-{sizes.thread_events}-{_schema_key()}.sqlite3"
+    path = cache / name
+    with common.file_lock(cache / (name + ".lock")):
+        if path.exists() and not rebuild and not _stale(path):
+            return path
+        from mempalace_logstream.store import LogStore
+
+        building = path.with_name(name + ".building")
+        common.remove_sqlite(building)
+        store = LogStore.open(str(building), durability="normal")
+        try:
+            populate(store, sizes)
+        finally:
+            store.close()
+        common.remove_sqlite(path)
+        for suffix in ("-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(f"{building}{suffix}", f"{path}{suffix}")
+        os.replace(building, path)
+        for stale in cache.glob(f"tasks-{sizes.tasks}-{sizes.thread_events}-*.sqlite3"):
+            if stale != path:
+                common.remove_sqlite(stale)
+        return path
+
+
+@contextlib.contextmanager
+def pg_schema(admin_url: str) -> Iterator[str]:
+    """A fresh schema on the server, dropped afterwards; yields a URL whose search_path is it."""
+    import sqlalchemy as sa
+
+    name = f"bench_tasks_{secrets.token_hex(4)}"
+    eng = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with eng.connect() as conn:
+        conn.execute(sa.text(f"CREATE SCHEMA {name}"))
+    sep = "&" if "?" in admin_url else "?"
+    try:
+        yield f"{admin_url}{sep}options=-csearch_path%3D{name}"
+    finally:
+        with eng.connect() as conn:
+            conn.execute(sa.text(f"DROP SCHEMA {name} CASCADE"))
+        eng.dispose()
+
+
+# ----------------------------------------------------------------- reads
+
+
+def sample(fn: Callable[[], Any], sizes: Sizes) -> list[float]:
+    """Per-call wall times (s): up to `sizes.samples` calls within `sizes.budget_s`."""
+    for _ in range(3):
+        fn()
+    out: list[float] = []
+    deadline = time.perf_counter() + sizes.budget_s
+    while len(out) < sizes.samples and (len(out) < 5 or time.perf_counter() < deadline):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def _row(what: str, samples: list[float], extra: str = "") -> list[str]:
+    s = common.summarize(samples)
+    return [what, common.fmt_ms(s["p50"]), common.fmt_ms(s["p95"]), str(len(samples)), extra]
+
+
+def bench_status(store: Any, label: str, sizes: Sizes) -> None:
+    events = len(store.task_status(LONG_TASK)["task"]["events"])
+    short = "task_bench_0000000"
+    long_s = sample(lambda: store.task_status(LONG_TASK), sizes)
+    short_s = sample(lambda: store.task_status(short), sizes)
+    common.print_table(
+        f"task_status latency, {label} (ms)",
+        ["task", "p50", "p95", "n", ""],
+        [_row(f"thread of {events:,} events", long_s), _row("thread of 1 event", short_s)],
+    )
+    for q in ("p50", "p95"):
+        value = common.summarize(long_s)[q] * 1000
+        what = f"{label} task_status {q}, thread of {events:,} events"
+        if q == "p50":
+            common.target_line(BENCH, what, value, "ms", "<=", TARGET_MS)
+        else:
+            print(f"{common.TARGET_TAG} {BENCH}: {what} = {value:.3f} ms  (reported)")
+
+
+def bench_list(store: Any, label: str, sizes: Sizes) -> None:
+    queries: dict[str, dict[str, Any]] = {
+        "state=open": {"state": "open"},
+        "state=working": {"state": "working"},
+        f"to_agent={LIST_AGENT}, state=open": {"to_agent": LIST_AGENT, "state": "open"},
+    }
+    rows, p50s = [], {}
+    for what, kwargs in queries.items():
+        got = store.task_list(**kwargs)["count"]
+        samples = sample(lambda kwargs=kwargs: store.task_list(**kwargs), sizes)
+        rows.append(_row(what, samples, f"{got} on the page"))
+        p50s[what] = common.summarize(samples)
+    common.print_table(
+        f"task_list latency over {sizes.tasks:,} tasks, {label} (ms)",
+        ["filter", "p50", "p95", "n", "page"],
+        rows,
+    )
+    for what, s in p50s.items():
+        common.target_line(
+            BENCH, f"{label} task_list p50 {what}", s["p50"] * 1000, "ms", "<=", TARGET_MS
+        )
+        print(f"{common.TARGET_TAG} {BENCH}: {label} task_list p95 {what} = {s['p95'] * 1000:.3f} ms")
+
+
+# ----------------------------------------------------------------- appends
+
+
+class Appends:
+    """The four appends of section 3 on one store; each claimed task serves one repetition."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.n = itertools.count(1)
+        self.task_c = self.task_d = ""
+        self.progress = 0.0
+
+    def new_tasks(self) -> None:
+        self.task_c, self.task_d = self._claimed(), self._claimed()
+
+    def _claimed(self) -> str:
+        i = next(self.n)
+        task_id = f"task_bench_app_{i:06d}"
+        _request(self.store, task_id, 7)
+        _move(self.store, task_id, 7, "claim")
+        return task_id
+
+    def plain(self) -> None:
+        self.store.event_append(type="chat.message", stream="bench", room="r", from_agent="w",
+                                to_agent="*", body="x" * 100)
+
+    def correlated(self) -> None:
+        self.store.event_append(type="chat.message", stream="bench", room="r", from_agent="w",
+                                to_agent="*", correlation_id="conv_bench", body="x" * 100)
+
+    def task_update(self) -> None:
+        self.progress += 1
+        self.store.task_update(
+            task_id=self.task_c, action="progress", from_agent=common.AGENTS[7],
+            body="x" * 100, progress=self.progress,
+        )
+
+    def raw_progress(self) -> None:
+        self.progress += 1
+        self.store.event_append(
+            type="task.progress", stream=common.STREAMS[7], room="delegation",
+            from_agent=common.AGENTS[7], to_agent="lead-2", correlation_id=self.task_d,
+            status="working", body="x" * 100, metadata={"progress": self.progress},
+        )
+
+
+KINDS = (
+    ("(a) event_append, no correlation id", "plain"),
+    ("(b) event_append, correlation id not a task", "correlated"),
+    ("(c) task_update(action=progress)", "task_update"),
+    ("(d) event_append task.progress", "raw_progress"),
+)
+
+
+@contextlib.contextmanager
+def count_statements(engine: Any) -> Iterator[list[int]]:
+    import sqlalchemy as sa
+
+    box = [0]
+    lock = threading.Lock()
+
+    def tick(*_args: Any) -> None:
+        with lock:
+            box[0] += 1
+
+    sa.event.listen(engine, "before_cursor_execute", tick)
+    try:
+        yield box
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", tick)
+
+
+def bench_append(store: Any, label: str, sizes: Sizes) -> None:
+    app = Appends(store)
+    app.new_tasks()
+    for _, method in KINDS:  # warm the statement caches
+        getattr(app, method)()
+    statements = {}
+    for what, method in KINDS:
+        with count_statements(store.engine) as box:
+            getattr(app, method)()
+        statements[what] = box[0]
+    samples: dict[str, list[float]] = {what: [] for what, _ in KINDS}
+    for rep in range(sizes.append_reps):
+        app.new_tasks()
+        order = KINDS[rep % 4 :] + KINDS[: rep % 4]
+        for what, method in order:
+            samples[what] += common.time_calls(getattr(app, method), sizes.append_n, warmup=0)
+    p50 = {what: common.summarize(s)["p50"] for what, s in samples.items()}
+    common.print_table(
+        f"append cost of the lifecycle, {label}, {sizes.append_reps} interleaved repetitions "
+        f"x {sizes.append_n} appends (ms)",
+        ["append", "p50", "p95", "n", "SQL statements"],
+        [_row(what, s, str(statements[what])) for what, s in samples.items()],
+    )
+    a = p50[KINDS[0][0]]
+    for tag, what in (("(c)/(a)", KINDS[2][0]), ("(d)/(a)", KINDS[3][0]), ("(b)/(a)", KINDS[1][0])):
+        common.ratio_line(BENCH, f"{label} append p50 {tag} {what[4:]} / plain", p50[what] / a)
+    print(
+        f"(a) pays nothing for the lifecycle: an event without a correlation id leaves "
+        f"on_local_event before any query ({statements[KINDS[0][0]]} statements per append, "
+        f"(b) runs {statements[KINDS[1][0]] - statements[KINDS[0][0]]} more: the task lookup)."
+    )
+
+
+# ----------------------------------------------------------------- main
+
+MOVE_TYPES: dict[str, tuple[str, frozenset[str], str]] = {}
+
+
+def run_sections(store: Any, label: str, sizes: Sizes, sections: Sequence[str]) -> None:
+    if "status" in sections:
+        bench_status(store, label, sizes)
+    if "list" in sections:
+        bench_list(store, label, sizes)
+
+
+def run_sqlite(args: argparse.Namespace, sizes: Sizes) -> None:
+    from mempalace_logstream.store import LogStore
+
+    if {"status", "list"} & set(args.sections):
+        path = sqlite_log(sizes, common.cache_dir(args.cache_dir), args.rebuild)
+        store = LogStore.open(str(path))
+        try:
+            run_sections(store, "SQLite", sizes, args.sections)
+        finally:
+            store.close()
+    if "append" in args.sections:
+        with common.temp_dir("logstream-bench-tasks-") as tmp:
+            store = LogStore.open(str(tmp / "append.sqlite3"))
+            try:
+                bench_append(store, "SQLite", sizes)
+            finally:
+                store.close()
+
+
+def run_pg(args: argparse.Namespace, sizes: Sizes) -> None:
+    from mempalace_logstream.store import LogStore
+
+    try:
+        schema = pg_schema(args.pg_url)
+        url = schema.__enter__()
+    except Exception as exc:  # no server: say so, keep the rest
+        print(f"\nPostgreSQL not measured: {type(exc).__name__}: {exc}")
+        return
+    try:
+        store = LogStore.open(url)
+        try:
+            if {"status", "list"} & set(args.sections):
+                populate(store, sizes)
+                run_sections(store, "PostgreSQL", sizes, args.sections)
+            if "append" in args.sections:
+                bench_append(store, "PostgreSQL", sizes)
+        finally:
+            store.close()
+    finally:
+        schema.__exit__(None, None, None)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="bench_tasks", description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
+    p.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
+    p.add_argument("--tasks", type=int, help="tasks in the list log (default 100,000)")
+    p.add_argument("--pg-url", default=DEFAULT_PG_URL, help="PostgreSQL server (admin URL)")
+    p.add_argument("--no-pg", action="store_true", help="SQLite only")
+    p.add_argument("--cache-dir", help="where the SQLite task log is kept (default ~/.cache/...)")
+    p.add_argument("--rebuild", action="store_true", help="rebuild the cached task log")
+    p.add_argument("--no-ref", action="store_true", help="accepted for bench/run.py; unused")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    common.ensure_repo_on_path()
+    from mempalace_logstream import tasks
+
+    MOVE_TYPES.update(tasks.ACTIONS)
+    base = QUICK if args.quick else DEFAULT
+    sizes = Sizes(**{**base.__dict__, "tasks": args.tasks or base.tasks})
+    print(f"bench_tasks ({'quick' if args.quick else 'full'} sizes)")
+    print(common.machine_line())
+    started = time.perf_counter()
+    run_sqlite(args, sizes)
+    if not args.no_pg:
+        run_pg(args, sizes)
+    print(f"\nbench_tasks done in {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
