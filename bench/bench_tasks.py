@@ -27,7 +27,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +39,6 @@ from bench import common  # noqa: E402
 BENCH = "tasks"
 SECTIONS = ("status", "list", "append")
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-THREADS = 8
 TARGET_MS = 2.0
 LONG_TASK = "task_bench_long"
 LEASE_MS = 7 * 24 * 3600 * 1000  # the longest lease: a cached log's held tasks stay held
@@ -78,8 +76,8 @@ DEFAULT = Sizes(1_000, 100_000, 400, 5.0, 40, 8)
 # ----------------------------------------------------------------- building a log
 
 
-def _request(store: Any, task_id: str, i: int) -> None:
-    store.event_append(
+def request_fields(task_id: str, i: int) -> dict[str, Any]:
+    return dict(
         type="task.request",
         stream=common.STREAMS[i % len(common.STREAMS)],
         room="delegation",
@@ -92,7 +90,7 @@ def _request(store: Any, task_id: str, i: int) -> None:
     )
 
 
-def _move(store: Any, task_id: str, i: int, action: str, progress: float = 1.0) -> None:
+def move_fields(task_id: str, i: int, action: str, progress: float = 1.0) -> dict[str, Any]:
     """One move as a raw `event_append` (what `task_update` appends, without its reads)."""
     requester, assignee = f"lead-{i % 5}", common.AGENTS[i % len(common.AGENTS)]
     event_type, _starts, target = MOVE_TYPES[action]
@@ -102,7 +100,7 @@ def _move(store: Any, task_id: str, i: int, action: str, progress: float = 1.0) 
         meta["progress"] = progress
     elif action == "complete":
         meta["result"] = {"disposition": "no_artifact"}
-    store.event_append(
+    return dict(
         type=event_type,
         stream=common.STREAMS[i % len(common.STREAMS)],
         room="delegation",
@@ -115,25 +113,31 @@ def _move(store: Any, task_id: str, i: int, action: str, progress: float = 1.0) 
     )
 
 
-def _task(store: Any, i: int) -> None:
+def task_fields(i: int) -> list[dict[str, Any]]:
     task_id = f"task_bench_{i:07d}"
-    _request(store, task_id, i)
-    for action in MOVES[PLAN[i % len(PLAN)]]:
-        _move(store, task_id, i, action)
+    moves = MOVES[PLAN[i % len(PLAN)]]
+    return [request_fields(task_id, i)] + [move_fields(task_id, i, a) for a in moves]
 
 
-def populate(store: Any, sizes: Sizes) -> None:
-    """The long task (serially), then `sizes.tasks` tasks from 8 threads (group commit)."""
+def append_all(store: Any, fields: list[dict[str, Any]]) -> None:
+    """Append events in one store transaction (each still checked by the lifecycle)."""
+    drafts = [store.draft_event(**f) for f in fields]
+    store.transaction(lambda tx: [tx.insert_event(d) for d in drafts])
+
+
+def populate(store: Any, sizes: Sizes, batch: int = 500) -> None:
+    """The long task, then `sizes.tasks` tasks: every event through the store's write path
+    (drafted, checked by the lifecycle, the projection moved), `batch` tasks a transaction."""
     t0 = time.perf_counter()
-    _request(store, LONG_TASK, 0)
-    _move(store, LONG_TASK, 0, "claim")
-    for n in range(sizes.thread_events - 2):
-        _move(store, LONG_TASK, 0, "progress", float(n + 1))
-    with ThreadPoolExecutor(THREADS) as pool:
-        for _ in pool.map(lambda i: _task(store, i), range(sizes.tasks), chunksize=64):
-            pass
+    long = [request_fields(LONG_TASK, 0), move_fields(LONG_TASK, 0, "claim")]
+    long += [move_fields(LONG_TASK, 0, "progress", n + 1.0) for n in range(sizes.thread_events - 2)]
+    append_all(store, long)
+    events = len(long)
+    for start in range(0, sizes.tasks, batch):
+        fields = [f for i in range(start, min(sizes.tasks, start + batch)) for f in task_fields(i)]
+        append_all(store, fields)
+        events += len(fields)
     seconds = time.perf_counter() - t0
-    events = sizes.thread_events + sum(1 + len(MOVES[PLAN[i % 20]]) for i in range(sizes.tasks))
     print(f"built {sizes.tasks:,} tasks ({events:,} events) in {seconds:.1f} s")
 
 
@@ -259,7 +263,9 @@ def bench_list(store: Any, label: str, sizes: Sizes) -> None:
         common.target_line(
             BENCH, f"{label} task_list p50 {what}", s["p50"] * 1000, "ms", "<=", TARGET_MS
         )
-        print(f"{common.TARGET_TAG} {BENCH}: {label} task_list p95 {what} = {s['p95'] * 1000:.3f} ms")
+        print(
+            f"{common.TARGET_TAG} {BENCH}: {label} task_list p95 {what} = {s['p95'] * 1000:.3f} ms"
+        )
 
 
 # ----------------------------------------------------------------- appends
@@ -280,31 +286,53 @@ class Appends:
     def _claimed(self) -> str:
         i = next(self.n)
         task_id = f"task_bench_app_{i:06d}"
-        _request(self.store, task_id, 7)
-        _move(self.store, task_id, 7, "claim")
+        append_all(self.store, [request_fields(task_id, 7)])
+        append_all(self.store, [move_fields(task_id, 7, "claim")])
         return task_id
 
     def plain(self) -> None:
-        self.store.event_append(type="chat.message", stream="bench", room="r", from_agent="w",
-                                to_agent="*", body="x" * 100)
+        self.store.event_append(
+            type="chat.message",
+            stream="bench",
+            room="r",
+            from_agent="w",
+            to_agent="*",
+            body="x" * 100,
+        )
 
     def correlated(self) -> None:
-        self.store.event_append(type="chat.message", stream="bench", room="r", from_agent="w",
-                                to_agent="*", correlation_id="conv_bench", body="x" * 100)
+        self.store.event_append(
+            type="chat.message",
+            stream="bench",
+            room="r",
+            from_agent="w",
+            to_agent="*",
+            correlation_id="conv_bench",
+            body="x" * 100,
+        )
 
     def task_update(self) -> None:
         self.progress += 1
         self.store.task_update(
-            task_id=self.task_c, action="progress", from_agent=common.AGENTS[7],
-            body="x" * 100, progress=self.progress,
+            task_id=self.task_c,
+            action="progress",
+            from_agent=common.AGENTS[7],
+            body="x" * 100,
+            progress=self.progress,
         )
 
     def raw_progress(self) -> None:
         self.progress += 1
         self.store.event_append(
-            type="task.progress", stream=common.STREAMS[7], room="delegation",
-            from_agent=common.AGENTS[7], to_agent="lead-2", correlation_id=self.task_d,
-            status="working", body="x" * 100, metadata={"progress": self.progress},
+            type="task.progress",
+            stream=common.STREAMS[7],
+            room="delegation",
+            from_agent=common.AGENTS[7],
+            to_agent="lead-2",
+            correlation_id=self.task_d,
+            status="working",
+            body="x" * 100,
+            metadata={"progress": self.progress},
         )
 
 
