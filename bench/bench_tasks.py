@@ -267,13 +267,14 @@ def sql_samples(store: Any, statement: tuple[str, Any], sizes: Sizes) -> list[fl
 
 
 def print_plan(store: Any, statement: tuple[str, Any]) -> None:
-    if store.engine.dialect.name != "sqlite":
-        return
+    """The state=open page query's plan (SQLite: EXPLAIN QUERY PLAN, PostgreSQL: EXPLAIN)."""
+    sqlite = store.engine.dialect.name == "sqlite"
+    prefix = "EXPLAIN QUERY PLAN " if sqlite else "EXPLAIN "
     with store.engine.connect() as conn:
-        plan = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement[0], statement[1]).all()
-    print("EXPLAIN QUERY PLAN of the state=open page query:")
+        plan = conn.exec_driver_sql(prefix + statement[0], statement[1]).all()
+    print(f"{prefix.strip()} of the state=open page query:")
     for row in plan:
-        print(f"    {row[-1]}")
+        print(f"    {row[-1] if sqlite else row[0]}")
 
 
 def bench_list(store: Any, label: str, sizes: Sizes) -> None:
