@@ -25,7 +25,6 @@ import os
 import secrets
 import sqlite3
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -243,8 +242,10 @@ def bench_status(store: Any, label: str, sizes: Sizes) -> None:
             print(f"{common.TARGET_TAG} {BENCH}: {what} = {value:.3f} ms  (reported)")
 
 
-def page_statement(store: Any, kwargs: dict[str, Any]) -> tuple[str, Any]:
-    """The SQL (and DBAPI parameters) `task_list(**kwargs)` sends for its page."""
+@contextlib.contextmanager
+def recording(engine: Any) -> Iterator[list[tuple[str, Any]]]:
+    """The (SQL, DBAPI parameters) the engine sends meanwhile. A listener also turns SQLite's
+    DBAPI fast path off: the same SQL then runs through SQLAlchemy, so it is counted."""
     import sqlalchemy as sa
 
     seen: list[tuple[str, Any]] = []
@@ -252,11 +253,17 @@ def page_statement(store: Any, kwargs: dict[str, Any]) -> tuple[str, Any]:
     def grab(_c: Any, _cur: Any, statement: str, params: Any, *_rest: Any) -> None:
         seen.append((statement, params))
 
-    sa.event.listen(store.engine, "before_cursor_execute", grab)
+    sa.event.listen(engine, "before_cursor_execute", grab)
     try:
-        store.task_list(**kwargs)
+        yield seen
     finally:
-        sa.event.remove(store.engine, "before_cursor_execute", grab)
+        sa.event.remove(engine, "before_cursor_execute", grab)
+
+
+def page_statement(store: Any, kwargs: dict[str, Any]) -> tuple[str, Any]:
+    """The SQL (and DBAPI parameters) `task_list(**kwargs)` sends for its page."""
+    with recording(store.engine) as seen:
+        store.task_list(**kwargs)
     return seen[-1]
 
 
@@ -306,6 +313,10 @@ def bench_list(store: Any, label: str, sizes: Sizes) -> None:
 # ----------------------------------------------------------------- appends
 
 
+CHAT = {"type": "chat.message", "stream": "bench", "room": "r", "from_agent": "w"}
+CHAT |= {"to_agent": "*", "body": "x" * 100}
+
+
 class Appends:
     """The four appends of section 3 on one store; each claimed task serves one repetition."""
 
@@ -326,25 +337,10 @@ class Appends:
         return task_id
 
     def plain(self) -> None:
-        self.store.event_append(
-            type="chat.message",
-            stream="bench",
-            room="r",
-            from_agent="w",
-            to_agent="*",
-            body="x" * 100,
-        )
+        self.store.event_append(**CHAT)
 
     def correlated(self) -> None:
-        self.store.event_append(
-            type="chat.message",
-            stream="bench",
-            room="r",
-            from_agent="w",
-            to_agent="*",
-            correlation_id="conv_bench",
-            body="x" * 100,
-        )
+        self.store.event_append(correlation_id="conv_bench", **CHAT)
 
     def task_update(self) -> None:
         self.progress += 1
@@ -387,24 +383,6 @@ KINDS = (
 )
 
 
-@contextlib.contextmanager
-def count_statements(engine: Any) -> Iterator[list[int]]:
-    import sqlalchemy as sa
-
-    box = [0]
-    lock = threading.Lock()
-
-    def tick(*_args: Any) -> None:
-        with lock:
-            box[0] += 1
-
-    sa.event.listen(engine, "before_cursor_execute", tick)
-    try:
-        yield box
-    finally:
-        sa.event.remove(engine, "before_cursor_execute", tick)
-
-
 def bench_append(store: Any, label: str, sizes: Sizes) -> None:
     app = Appends(store)
     app.new_tasks()
@@ -412,9 +390,9 @@ def bench_append(store: Any, label: str, sizes: Sizes) -> None:
         getattr(app, method)()
     statements = {}
     for what, method in KINDS:
-        with count_statements(store.engine) as box:
+        with recording(store.engine) as seen:
             getattr(app, method)()
-        statements[what] = box[0]
+        statements[what] = len(seen)
     samples: dict[str, list[float]] = {what: [] for what, _ in KINDS}
     for rep in range(sizes.append_reps):
         app.new_tasks()
@@ -476,24 +454,19 @@ def run_sqlite(args: argparse.Namespace, sizes: Sizes) -> None:
 def run_pg(args: argparse.Namespace, sizes: Sizes) -> None:
     from mempalace_logstream.store import LogStore
 
-    try:
-        schema = pg_schema(args.pg_url)
-        url = schema.__enter__()
-    except Exception as exc:  # no server: say so, keep the rest
-        print(f"\nPostgreSQL not measured: {type(exc).__name__}: {exc}")
-        return
-    try:
-        store = LogStore.open(url)
+    with contextlib.ExitStack() as stack:
         try:
-            if {"status", "list"} & set(args.sections):
-                populate(store, sizes)
-                run_sections(store, "PostgreSQL", sizes, args.sections)
-            if "append" in args.sections:
-                bench_append(store, "PostgreSQL", sizes)
-        finally:
-            store.close()
-    finally:
-        schema.__exit__(None, None, None)
+            url = stack.enter_context(pg_schema(args.pg_url))
+        except Exception as exc:  # no server: say so, keep the rest
+            print(f"\nPostgreSQL not measured: {type(exc).__name__}: {exc}")
+            return
+        store = LogStore.open(url)
+        stack.callback(store.close)
+        if {"status", "list"} & set(args.sections):
+            populate(store, sizes)
+            run_sections(store, "PostgreSQL", sizes, args.sections)
+        if "append" in args.sections:
+            bench_append(store, "PostgreSQL", sizes)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
