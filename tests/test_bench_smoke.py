@@ -106,3 +106,44 @@ def test_the_channel_bench_runs_and_prints_its_target(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     line = r"^\[target\] channel: channel notification p50 after commit = "
     assert re.search(line + rf"{NUMBER} ms", proc.stdout, re.M), proc.stdout[-3000:]
+
+
+def test_the_tasks_bench_runs_and_prints_its_targets(tmp_path: Path) -> None:
+    """bench/bench_tasks.py (issue 11) through `bench/run.py --quick --only tasks`, SQLite and
+    PostgreSQL: the task_status and task_list targets and the append ratios print a number."""
+    env = {
+        **os.environ,
+        "LOGSTREAM_BENCH_CACHE": str(tmp_path / "cache"),
+        "LOGSTREAM_BENCH_TMP": str(tmp_path),
+    }
+    proc = subprocess.run(
+        [sys.executable, "bench/run.py", "--quick", "--only", "tasks"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    out = proc.stdout
+    assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
+    backends = ["SQLite"]
+    if os.environ.get("LOGSTREAM_REQUIRE_PG"):
+        assert "PostgreSQL not measured" not in out, out[-3000:]
+        backends.append("PostgreSQL")
+    for backend in backends:
+        targets = (
+            rf"{backend} task_status p50, thread of 100 events",
+            rf"{backend} task_list p50 state=open",
+            rf"{backend} task_list p50 state=working",
+            rf"{backend} task_list p50 to_agent=agent-07, state=open",
+        )
+        for what in targets:
+            line = rf"^\[target\] tasks: {re.escape(what)} = {NUMBER} ms  \(target <= 2 ms: "
+            assert re.search(line + r"(MET|NOT MET)\)", out, re.M), (what, out[-3000:])
+        for tag in ("(c)/(a)", "(d)/(a)", "(b)/(a)"):
+            line = rf"^\[ratio\] tasks: {backend} append p50 {re.escape(tag)} .* = {NUMBER}$"
+            assert re.search(line, out, re.M), (tag, out[-3000:])
+    assert "(a) pays nothing for the lifecycle" in out
+    summary = out.split("######## summary")[1]
+    assert re.search(r"^tasks\s+ok\s", summary, re.M), summary

@@ -1,0 +1,509 @@
+"""Task lifecycle benchmark (RFC 0007, issue 11): what the projection costs a reader and a writer.
+
+Sections (all by default; `--sections` picks some), on a SQLite file and, with a server at
+`--pg-url`, on PostgreSQL in a fresh schema:
+  status   `task_status` on a task whose thread holds 1,000 events (a request, a claim, 998
+           progress moves), next to one on a task of a single event.
+  list     `task_list` over 100,000 tasks spread over seven states: `state=open`,
+           `state=working`, and `to_agent=X, state=open`. The SQLite log is built through the
+           store (8 threads, group commit) once and cached; PostgreSQL's is built each run.
+  append   the cost the lifecycle adds to an append, interleaved repetitions on a fresh store:
+           (a) a plain `event_append`, (b) one with a correlation id that is not a task,
+           (c) `task_update(action="progress")` on a claimed task, (d) a raw `task.progress`
+           `event_append` on a claimed task; plus the SQL statements each one runs.
+
+Never a test: nothing here asserts a time. Must not be imported by the package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import itertools
+import os
+import secrets
+import sqlite3
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as `python bench/bench_tasks.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import common  # noqa: E402
+
+BENCH = "tasks"
+SECTIONS = ("status", "list", "append")
+DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+TARGET_MS = 2.0
+LONG_TASK = "task_bench_long"
+LEASE_MS = 7 * 24 * 3600 * 1000  # the longest lease: a cached log's held tasks stay held
+FRESH_FOR_MS = 24 * 3600 * 1000  # rebuild the cached log when a lease ends within a day
+LIST_AGENT = common.AGENTS[7]
+# The state each task ends in, by its index modulo 20: 8 open, 2 claimed, 5 working,
+# 1 blocked, 2 completed, 1 cancelled, 1 failed (2.15 events per task).
+PLAN: tuple[str, ...] = ("open",) * 8 + ("claimed",) * 2 + ("working",) * 5
+PLAN += ("blocked", "completed", "completed", "cancelled", "failed")
+MOVES: dict[str, tuple[str, ...]] = {
+    "open": (),
+    "claimed": ("claim",),
+    "working": ("claim", "progress"),
+    "blocked": ("claim", "block"),
+    "completed": ("claim", "complete", "accept"),
+    "cancelled": ("cancel",),
+    "failed": ("claim", "fail"),
+}
+
+
+@dataclass(frozen=True)
+class Sizes:
+    thread_events: int  # events in the long task's thread
+    tasks: int  # tasks in the list log
+    samples: int  # max samples per read
+    budget_s: float  # max seconds per read
+    append_n: int  # appends per kind per repetition
+    append_reps: int
+
+
+QUICK = Sizes(100, 600, 30, 0.3, 10, 2)
+DEFAULT = Sizes(1_000, 100_000, 400, 5.0, 40, 8)
+
+
+# ----------------------------------------------------------------- building a log
+
+
+def request_fields(task_id: str, i: int) -> dict[str, Any]:
+    return dict(
+        type="task.request",
+        stream=common.STREAMS[i % len(common.STREAMS)],
+        room="delegation",
+        from_agent=f"lead-{i % 5}",
+        to_agent=common.AGENTS[i % len(common.AGENTS)],
+        correlation_id=task_id,
+        status="open",
+        body=f"Goal: bench task {i}.",
+        metadata={"lease_ms": LEASE_MS},
+    )
+
+
+def move_fields(task_id: str, i: int, action: str, progress: float = 1.0) -> dict[str, Any]:
+    """One move as a raw `event_append` (what `task_update` appends, without its reads)."""
+    requester, assignee = f"lead-{i % 5}", common.AGENTS[i % len(common.AGENTS)]
+    event_type, _starts, target = MOVE_TYPES[action]
+    by_requester = action in ("cancel", "accept")
+    meta: dict[str, Any] = {}
+    if action == "progress":
+        meta["progress"] = progress
+    elif action == "complete":
+        meta["result"] = {"disposition": "no_artifact"}
+    return dict(
+        type=event_type,
+        stream=common.STREAMS[i % len(common.STREAMS)],
+        room="delegation",
+        from_agent=requester if by_requester else assignee,
+        to_agent=assignee if by_requester else requester,
+        correlation_id=task_id,
+        status=target,
+        body=f"{action} of bench task {i}",
+        metadata=meta or None,
+    )
+
+
+def task_fields(i: int) -> list[dict[str, Any]]:
+    task_id = f"task_bench_{i:07d}"
+    moves = MOVES[PLAN[i % len(PLAN)]]
+    return [request_fields(task_id, i)] + [move_fields(task_id, i, a) for a in moves]
+
+
+def append_all(store: Any, fields: list[dict[str, Any]]) -> None:
+    """Append events in one store transaction (each still checked by the lifecycle)."""
+    drafts = [store.draft_event(**f) for f in fields]
+    store.transaction(lambda tx: [tx.insert_event(d) for d in drafts])
+
+
+def populate(store: Any, sizes: Sizes, batch: int = 500) -> None:
+    """The long task, then `sizes.tasks` tasks: every event through the store's write path
+    (drafted, checked by the lifecycle, the projection moved), `batch` tasks a transaction."""
+    t0 = time.perf_counter()
+    long = [request_fields(LONG_TASK, 0), move_fields(LONG_TASK, 0, "claim")]
+    long += [move_fields(LONG_TASK, 0, "progress", n + 1.0) for n in range(sizes.thread_events - 2)]
+    append_all(store, long)
+    events = len(long)
+    for start in range(0, sizes.tasks, batch):
+        fields = [f for i in range(start, min(sizes.tasks, start + batch)) for f in task_fields(i)]
+        append_all(store, fields)
+        events += len(fields)
+    seconds = time.perf_counter() - t0
+    print(f"built {sizes.tasks:,} tasks ({events:,} events) in {seconds:.1f} s")
+
+
+def _schema_key() -> str:
+    from bench import bench_store
+
+    return bench_store.schema_fingerprint()
+
+
+def _stale(path: Path) -> bool:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        (soonest,) = conn.execute("SELECT min(lease_expires_ms) FROM tasks").fetchone()
+    finally:
+        conn.close()
+    return soonest is not None and soonest < time.time() * 1000 + FRESH_FOR_MS
+
+
+def sqlite_log(sizes: Sizes, cache: Path, rebuild: bool) -> Path:
+    """The SQLite task log, built through the store once per (size, schema) and cached; built
+    again when a held task's lease would end within a day (it would read as open)."""
+    name = f"tasks-{sizes.tasks}-{sizes.thread_events}-{_schema_key()}.sqlite3"
+    path = cache / name
+    with common.file_lock(cache / (name + ".lock")):
+        if path.exists() and not rebuild and not _stale(path):
+            return path
+        from mempalace_logstream.store import LogStore
+
+        building = path.with_name(name + ".building")
+        common.remove_sqlite(building)
+        store = LogStore.open(str(building), durability="normal")
+        try:
+            populate(store, sizes)
+        finally:
+            store.close()
+        common.remove_sqlite(path)
+        for suffix in ("-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(f"{building}{suffix}", f"{path}{suffix}")
+        os.replace(building, path)
+        for stale in cache.glob(f"tasks-{sizes.tasks}-{sizes.thread_events}-*.sqlite3"):
+            if stale != path:
+                common.remove_sqlite(stale)
+        return path
+
+
+@contextlib.contextmanager
+def pg_schema(admin_url: str) -> Iterator[str]:
+    """A fresh schema on the server, dropped afterwards; yields a URL whose search_path is it."""
+    import sqlalchemy as sa
+
+    name = f"bench_tasks_{secrets.token_hex(4)}"
+    eng = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with eng.connect() as conn:
+        conn.execute(sa.text(f"CREATE SCHEMA {name}"))
+    sep = "&" if "?" in admin_url else "?"
+    try:
+        yield f"{admin_url}{sep}options=-csearch_path%3D{name}"
+    finally:
+        with eng.connect() as conn:
+            conn.execute(sa.text(f"DROP SCHEMA {name} CASCADE"))
+        eng.dispose()
+
+
+# ----------------------------------------------------------------- reads
+
+
+def sample(fn: Callable[[], Any], sizes: Sizes) -> list[float]:
+    """Per-call wall times (s): up to `sizes.samples` calls within `sizes.budget_s`."""
+    for _ in range(3):
+        fn()
+    out: list[float] = []
+    deadline = time.perf_counter() + sizes.budget_s
+    while len(out) < sizes.samples and (len(out) < 5 or time.perf_counter() < deadline):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def _row(what: str, samples: list[float], extra: str = "") -> list[str]:
+    s = common.summarize(samples)
+    return [what, common.fmt_ms(s["p50"]), common.fmt_ms(s["p95"]), str(len(samples)), extra]
+
+
+def bench_status(store: Any, label: str, sizes: Sizes) -> None:
+    events = len(store.task_status(LONG_TASK)["task"]["events"])
+    short = "task_bench_0000000"
+    long_s = sample(lambda: store.task_status(LONG_TASK), sizes)
+    short_s = sample(lambda: store.task_status(short), sizes)
+    common.print_table(
+        f"task_status latency, {label} (ms)",
+        ["task", "p50", "p95", "n"],
+        [_row(f"thread of {events:,} events", long_s)[:4], _row("thread of 1 event", short_s)[:4]],
+    )
+    for q in ("p50", "p95"):
+        value = common.summarize(long_s)[q] * 1000
+        what = f"{label} task_status {q}, thread of {events:,} events"
+        if q == "p50":
+            common.target_line(BENCH, what, value, "ms", "<=", TARGET_MS)
+        else:
+            print(f"{common.TARGET_TAG} {BENCH}: {what} = {value:.3f} ms  (reported)")
+
+
+@contextlib.contextmanager
+def recording(engine: Any) -> Iterator[list[tuple[str, Any]]]:
+    """The (SQL, DBAPI parameters) the engine sends meanwhile. A listener also turns SQLite's
+    DBAPI fast path off: the same SQL then runs through SQLAlchemy, so it is counted."""
+    import sqlalchemy as sa
+
+    seen: list[tuple[str, Any]] = []
+
+    def grab(_c: Any, _cur: Any, statement: str, params: Any, *_rest: Any) -> None:
+        seen.append((statement, params))
+
+    sa.event.listen(engine, "before_cursor_execute", grab)
+    try:
+        yield seen
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", grab)
+
+
+def page_statement(store: Any, kwargs: dict[str, Any]) -> tuple[str, Any]:
+    """The SQL (and DBAPI parameters) `task_list(**kwargs)` sends for its page."""
+    with recording(store.engine) as seen:
+        store.task_list(**kwargs)
+    return seen[-1]
+
+
+def sql_samples(store: Any, statement: tuple[str, Any], sizes: Sizes) -> list[float]:
+    """The page query alone, on one connection (no decoding of the task documents)."""
+    with store.engine.connect() as conn:
+        return sample(lambda: conn.exec_driver_sql(*statement).all(), sizes)
+
+
+def print_plan(store: Any, statement: tuple[str, Any]) -> None:
+    """The state=open page query's plan (SQLite: EXPLAIN QUERY PLAN, PostgreSQL: EXPLAIN)."""
+    sqlite = store.engine.dialect.name == "sqlite"
+    prefix = "EXPLAIN QUERY PLAN " if sqlite else "EXPLAIN "
+    with store.engine.connect() as conn:
+        plan = conn.exec_driver_sql(prefix + statement[0], statement[1]).all()
+    print(f"{prefix.strip()} of the state=open page query:")
+    for row in plan:
+        print(f"    {row[-1] if sqlite else row[0]}")
+
+
+def bench_list(store: Any, label: str, sizes: Sizes) -> None:
+    queries: dict[str, dict[str, Any]] = {
+        "state=open": {"state": "open"},
+        "state=working": {"state": "working"},
+        f"to_agent={LIST_AGENT}, state=open": {"to_agent": LIST_AGENT, "state": "open"},
+    }
+    rows, stats = [], {}
+    for what, kwargs in queries.items():
+        got = store.task_list(**kwargs)["count"]
+        samples = sample(functools.partial(store.task_list, **kwargs), sizes)
+        statement = page_statement(store, kwargs)
+        sql = common.summarize(sql_samples(store, statement, sizes))["p50"]
+        rows.append(_row(what, samples, common.fmt_ms(sql)) + [str(got)])
+        stats[what] = common.summarize(samples)
+    common.print_table(
+        f"task_list latency over {sizes.tasks:,} tasks, {label} (ms)",
+        ["filter", "p50", "p95", "n", "SQL alone p50", "page"],
+        rows,
+    )
+    print_plan(store, page_statement(store, {"state": "open"}))
+    for what, s in stats.items():
+        p50, p95 = s["p50"] * 1000, s["p95"] * 1000
+        common.target_line(BENCH, f"{label} task_list p50 {what}", p50, "ms", "<=", TARGET_MS)
+        print(f"{common.TARGET_TAG} {BENCH}: {label} task_list p95 {what} = {p95:.3f} ms")
+
+
+# ----------------------------------------------------------------- appends
+
+
+CHAT = {"type": "chat.message", "stream": "bench", "room": "r", "from_agent": "w"}
+CHAT |= {"to_agent": "*", "body": "x" * 100}
+
+
+class Appends:
+    """The four appends of section 3 on one store; each claimed task serves one repetition."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.n = itertools.count(1)
+        self.task_c = self.task_d = ""
+        self.progress = 0.0
+
+    def new_tasks(self) -> None:
+        self.task_c, self.task_d = self._claimed(), self._claimed()
+
+    def _claimed(self) -> str:
+        i = next(self.n)
+        task_id = f"task_bench_app_{i:06d}"
+        append_all(self.store, [request_fields(task_id, 7)])
+        append_all(self.store, [move_fields(task_id, 7, "claim")])
+        return task_id
+
+    def plain(self) -> None:
+        self.store.event_append(**CHAT)
+
+    def correlated(self) -> None:
+        self.store.event_append(correlation_id="conv_bench", **CHAT)
+
+    def task_update(self) -> None:
+        self.progress += 1
+        self.store.task_update(
+            task_id=self.task_c,
+            action="progress",
+            from_agent=common.AGENTS[7],
+            body="x" * 100,
+            progress=self.progress,
+        )
+
+    def raw_progress(self) -> None:
+        self.progress += 1
+        self.store.event_append(correlation_id=self.task_d, **self._progress_fields())
+
+    def progress_shape(self) -> None:
+        """(d)'s fields without the correlation id: the event's own cost, no lifecycle."""
+        self.progress += 1
+        self.store.event_append(**self._progress_fields())
+
+    def _progress_fields(self) -> dict[str, Any]:
+        return {
+            "type": "task.progress",
+            "stream": common.STREAMS[7],
+            "room": "delegation",
+            "from_agent": common.AGENTS[7],
+            "to_agent": "lead-2",
+            "status": "working",
+            "body": "x" * 100,
+            "metadata": {"progress": self.progress},
+        }
+
+
+KINDS = (
+    ("(a) event_append, no correlation id", "plain"),
+    ("(b) event_append, correlation id not a task", "correlated"),
+    ("(c) task_update(action=progress)", "task_update"),
+    ("(d) event_append task.progress", "raw_progress"),
+    ("(e) (d)'s fields, no correlation id", "progress_shape"),
+)
+
+
+def bench_append(store: Any, label: str, sizes: Sizes) -> None:
+    app = Appends(store)
+    app.new_tasks()
+    for _, method in KINDS:  # warm the statement caches
+        getattr(app, method)()
+    statements = {}
+    for what, method in KINDS:
+        with recording(store.engine) as seen:
+            getattr(app, method)()
+        statements[what] = len(seen)
+    samples: dict[str, list[float]] = {what: [] for what, _ in KINDS}
+    for rep in range(sizes.append_reps):
+        app.new_tasks()
+        order = KINDS[rep % len(KINDS) :] + KINDS[: rep % len(KINDS)]
+        for what, method in order:
+            samples[what] += common.time_calls(getattr(app, method), sizes.append_n, warmup=0)
+    p50 = {what: common.summarize(s)["p50"] for what, s in samples.items()}
+    common.print_table(
+        f"append cost of the lifecycle, {label}, {sizes.append_reps} interleaved repetitions "
+        f"x {sizes.append_n} appends (ms)",
+        ["append", "p50", "p95", "n", "SQL statements"],
+        [_row(what, s, str(statements[what])) for what, s in samples.items()],
+    )
+    a = p50[KINDS[0][0]]
+    for tag, what in (("(c)/(a)", KINDS[2][0]), ("(d)/(a)", KINDS[3][0]), ("(b)/(a)", KINDS[1][0])):
+        common.ratio_line(BENCH, f"{label} append p50 {tag} {what[4:]} / plain", p50[what] / a)
+    e = p50[KINDS[4][0]]
+    common.ratio_line(
+        BENCH, f"{label} append p50 (d)/(e) the lifecycle alone", p50[KINDS[3][0]] / e
+    )
+    print(
+        f"(a) pays nothing for the lifecycle: an event without a correlation id leaves "
+        f"on_local_event before any query ({statements[KINDS[0][0]]} statements per append, "
+        f"(b) runs {statements[KINDS[1][0]] - statements[KINDS[0][0]]} more: the task lookup)."
+    )
+
+
+# ----------------------------------------------------------------- main
+
+MOVE_TYPES: dict[str, tuple[str, frozenset[str], str]] = {}
+
+
+def run_sections(store: Any, label: str, sizes: Sizes, sections: Sequence[str]) -> None:
+    if "status" in sections:
+        bench_status(store, label, sizes)
+    if "list" in sections:
+        bench_list(store, label, sizes)
+
+
+def run_sqlite(args: argparse.Namespace, sizes: Sizes) -> None:
+    from mempalace_logstream.store import LogStore
+
+    if {"status", "list"} & set(args.sections):
+        path = sqlite_log(sizes, common.cache_dir(args.cache_dir), args.rebuild)
+        store = LogStore.open(str(path))
+        try:
+            run_sections(store, "SQLite", sizes, args.sections)
+        finally:
+            store.close()
+    if "append" in args.sections:
+        with common.temp_dir("logstream-bench-tasks-") as tmp:
+            store = LogStore.open(str(tmp / "append.sqlite3"))
+            try:
+                bench_append(store, "SQLite", sizes)
+            finally:
+                store.close()
+
+
+def run_pg(args: argparse.Namespace, sizes: Sizes) -> None:
+    from mempalace_logstream.store import LogStore
+
+    with contextlib.ExitStack() as stack:
+        try:
+            url = stack.enter_context(pg_schema(args.pg_url))
+        except Exception as exc:  # no server: say so, keep the rest
+            print(f"\nPostgreSQL not measured: {type(exc).__name__}: {exc}")
+            return
+        store = LogStore.open(url)
+        stack.callback(store.close)
+        if {"status", "list"} & set(args.sections):
+            populate(store, sizes)
+            run_sections(store, "PostgreSQL", sizes, args.sections)
+            if "list" in args.sections:  # the plans change with fresh statistics
+                with store.engine.connect() as conn:
+                    conn.exec_driver_sql("ANALYZE tasks")
+                    conn.commit()
+                bench_list(store, "PostgreSQL after ANALYZE", sizes)
+        if "append" in args.sections:
+            bench_append(store, "PostgreSQL", sizes)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="bench_tasks", description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
+    p.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
+    p.add_argument("--tasks", type=int, help="tasks in the list log (default 100,000)")
+    p.add_argument("--pg-url", default=DEFAULT_PG_URL, help="PostgreSQL server (admin URL)")
+    p.add_argument("--no-pg", action="store_true", help="SQLite only")
+    p.add_argument("--cache-dir", help="where the SQLite task log is kept (default ~/.cache/...)")
+    p.add_argument("--rebuild", action="store_true", help="rebuild the cached task log")
+    p.add_argument("--no-ref", action="store_true", help="accepted for bench/run.py; unused")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    common.ensure_repo_on_path()
+    from mempalace_logstream import tasks
+
+    MOVE_TYPES.update(tasks.ACTIONS)
+    base = QUICK if args.quick else DEFAULT
+    sizes = Sizes(**{**base.__dict__, "tasks": args.tasks or base.tasks})
+    print(f"bench_tasks ({'quick' if args.quick else 'full'} sizes)")
+    print(common.machine_line())
+    started = time.perf_counter()
+    run_sqlite(args, sizes)
+    if not args.no_pg:
+        run_pg(args, sizes)
+    print(f"\nbench_tasks done in {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
