@@ -159,7 +159,10 @@ def params() -> dict[str, dict[str, bool]]:
 def check_args(name: str, args: dict[str, Any]) -> dict[str, Any]:
     """The arguments of operation `name` without the absent ones (None), or ValidationError
     naming an unknown parameter ("to is not a parameter of event_append") or a missing one."""
-    table = params().get(name)
+    return _checked(name, params().get(name), args)
+
+
+def _checked(name: str, table: dict[str, bool] | None, args: dict[str, Any]) -> dict[str, Any]:
     if table is None:
         raise errors.ValidationError(f"operation {name!r} is unknown", field="operation")
     for key in args:
@@ -189,3 +192,31 @@ class LocalClient:
 
     def close(self) -> None:
         self.store.close()
+
+
+# ----------------------------------------------------------------------------- presence
+# Presence (S-8.4) lives in a hub's memory, not in the store: these operations take the hub's
+# `presence.Registry`. Same names and refusals on every surface; without a hub, the CLI says
+# that presence needs one (`presence.NEEDS_A_HUB`).
+PRESENCE_PARAMS: dict[str, dict[str, bool]] = {
+    "presence_announce": {
+        "agent": True,
+        "state": True,
+        "task_id": False,
+        "note": False,
+        "ttl_s": False,
+    },
+    "presence_leave": {"agent": True},
+    "presence_list": {},
+}
+
+
+def presence_call(registry: Any, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Run presence operation `name` on the hub's registry with raw `args`."""
+    clean = _checked(name, PRESENCE_PARAMS.get(name), args)
+    if name == "presence_announce":
+        return {"presence": registry.announce(**clean).to_dict()}
+    if name == "presence_leave":
+        return {"left": registry.leave(clean["agent"])}
+    agents = [entry.to_dict() for entry in registry.present()]
+    return {"agents": agents, "count": len(agents)}

@@ -193,6 +193,8 @@ tasks = sa.Table(
     sa.Column("updated_seq", Seq, nullable=False),
     sa.Column("doc_json", sa.Text, nullable=False),
     sa.Index(None, "state", "updated_seq"),
+    sa.Index(None, "state", "lease_expires_ms"),  # held tasks whose lease has passed
+    sa.Index(None, "to_agent", "state", "updated_seq"),
     sa.Index(None, "to_agent", "updated_seq"),
     sa.Index(None, "requester", "updated_seq"),
     sa.Index(None, "parent_task_id"),

@@ -244,12 +244,13 @@ def task_update(
     idempotency_key: Any = None,
 ) -> dict[str, Any]:
     """One lifecycle move (RFC 0007): appends `task.<action>` on the task's thread and returns
-    {event, task}. The store checks the move in the write transaction and refuses an illegal
-    one (wrong state, wrong agent, lost lease or race) before anything is written."""
+    {event, task}, the task's state after the move (`task_status` adds the thread). The store
+    checks the move in the write transaction and refuses an illegal one (wrong state, wrong
+    agent, lost lease or race) before anything is written."""
     ident = v.required_routing("task_id", task_id)
     if action not in tasks.ACTIONS:
         raise v.fail("action", f"{action!r} is not one of {', '.join(tasks.ACTIONS)}")
-    current = store.task_status(ident)["task"]
+    current = store.task_brief(ident)
     if action == "claim" and lease_ms is None:
         # The lease this claim gets, written into it: every replica folds the same lease,
         # whatever its own default.
@@ -278,4 +279,4 @@ def task_update(
         artifact_ids=artifact_ids,
         idempotency_key=idempotency_key,
     )
-    return {"event": event, "task": store.task_status(ident)["task"]}
+    return {"event": event, "task": store.task_brief(ident)}

@@ -304,6 +304,13 @@ class TaskReads(CommitPipeline):
 
     def task_status(self, task_id: Any) -> dict[str, Any]:
         """{task: …}: the derived state, children, the thread's event and artifact ids."""
+        return {"task": self._task(task_id, whole=True)}
+
+    def task_brief(self, task_id: Any) -> dict[str, Any]:
+        """The derived state alone (no children, no thread): what a move needs and returns."""
+        return self._task(task_id, whole=False)
+
+    def _task(self, task_id: Any, *, whole: bool) -> dict[str, Any]:
         ident = v.required_routing("task_id", task_id)
         store: Any = self
         with store.snapshot() as snap:
@@ -311,16 +318,18 @@ class TaskReads(CommitPipeline):
             if not rows:
                 raise errors.NotFoundError(f"task {ident} not found", field="task_id", ident=ident)
             task = from_doc(rows[0][0])
-            children = snap.rows("task-children", _select_children, {"pid": ident})
-            event_ids, artifact_ids = thread_ids(snap, ident)
+            if whole:
+                children = snap.rows("task-children", _select_children, {"pid": ident})
+                event_ids, artifact_ids = thread_ids(snap, ident)
         now = store.clock.wall_clock.now_ms()
         out = summary(task, now)
-        out["children"] = [
-            {"task_id": cid, "state": from_doc(doc).state_at(now)} for cid, doc in children
-        ]
-        out["events"] = event_ids
-        out["artifacts"] = artifact_ids
-        return {"task": out}
+        if whole:
+            out["children"] = [
+                {"task_id": cid, "state": from_doc(doc).state_at(now)} for cid, doc in children
+            ]
+            out["events"] = event_ids
+            out["artifacts"] = artifact_ids
+        return out
 
     def task_list(
         self,
@@ -386,24 +395,42 @@ def _cursor(raw: Any) -> int:
 
 
 def _list_query(state: str | None, given: dict[str, Any]) -> sa.Select[Any]:
+    """Newest activity first. `state=open` also holds claimed/working tasks whose lease has
+    passed: one index-ordered leg per stored state (state, updated_seq), each cut at the page,
+    merged (an OR would sort every live task)."""
     t = tasks_table.c
-    where: list[sa.ColumnElement[bool]] = [t.updated_seq < sa.bindparam("before")]
+    common: list[sa.ColumnElement[bool]] = [t.updated_seq < sa.bindparam("before")]
     for name in given:
-        where.append(t[name] == sa.bindparam(name))
-    expired = sa.and_(
-        t.state.in_(("claimed", "working")),
-        t.lease_expires_ms.is_not(None),
-        t.lease_expires_ms <= sa.bindparam("now"),
-    )
+        common.append(t[name] == sa.bindparam(name))
+    passed = sa.and_(t.lease_expires_ms.is_not(None), t.lease_expires_ms <= sa.bindparam("now"))
+
+    def leg(*where: sa.ColumnElement[bool], by_lease: bool = False) -> sa.Select[Any]:
+        # `by_lease`: the few held tasks whose lease passed are found through (state,
+        # lease_expires_ms); `updated_seq + 0` keeps a planner without statistics from walking
+        # every held task in (state, updated_seq) order instead.
+        seq = t.updated_seq + 0 if by_lease else t.updated_seq
+        rest = [c for c in common[1:]]
+        return (
+            sa.select(t.updated_seq, t.doc_json)
+            .where(seq < sa.bindparam("before"), *rest, *where)
+            .order_by(seq.desc())
+            .limit(sa.bindparam("n"))
+        )
+
     if state == "open":
-        where.append(sa.or_(t.state == "open", expired))
-    elif state in ("claimed", "working"):
-        where.append(sa.and_(t.state == state, sa.not_(expired)))
-    elif state is not None:
-        where.append(t.state == state)
-    return (
-        sa.select(t.updated_seq, t.doc_json)
-        .where(*where)
-        .order_by(t.updated_seq.desc())
-        .limit(sa.bindparam("n"))
-    )
+        legs = [leg(t.state == "open")]
+        legs += [leg(t.state == held, passed, by_lease=True) for held in LEASED]
+        merged = sa.union_all(*(x.subquery().select() for x in legs)).subquery()
+        return (
+            sa.select(merged.c.updated_seq, merged.c.doc_json)
+            .order_by(merged.c.updated_seq.desc())
+            .limit(sa.bindparam("n"))
+        )
+    if state in LEASED:
+        return leg(t.state == state, sa.not_(passed))
+    if state is not None:
+        return leg(t.state == state)
+    return leg()
+
+
+LEASED = ("claimed", "working")  # the states whose lease runs: past it they read as open

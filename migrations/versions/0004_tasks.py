@@ -38,6 +38,8 @@ def upgrade() -> None:
     )
     for cols in (
         ("state", "updated_seq"),
+        ("state", "lease_expires_ms"),
+        ("to_agent", "state", "updated_seq"),
         ("to_agent", "updated_seq"),
         ("requester", "updated_seq"),
         ("parent_task_id",),
