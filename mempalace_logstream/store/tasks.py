@@ -11,6 +11,7 @@ row from the log alone.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -356,7 +357,7 @@ class TaskReads(CommitPipeline):
         before = _cursor(cursor)
         store: Any = self
         now = store.clock.wall_clock.now_ms()
-        query = _list_query(state, {k: val for k, val in args.items() if val is not None})
+        query = _list_query(state, tuple(k for k, val in args.items() if val is not None))
         params: dict[str, Any] = {k: val for k, val in args.items() if val is not None}
         params |= {"now": now, "before": before, "n": n + 1}
         with self._storage_errors(), self.engine.connect() as conn:
@@ -394,7 +395,8 @@ def _cursor(raw: Any) -> int:
     raise v.fail("cursor", "must be the `cursor` a previous task_list returned")
 
 
-def _list_query(state: str | None, given: dict[str, Any]) -> sa.Select[Any]:
+@functools.lru_cache(maxsize=256)
+def _list_query(state: str | None, given: tuple[str, ...]) -> sa.Select[Any]:
     """Newest activity first. `state=open` also holds claimed/working tasks whose lease has
     passed: one index-ordered leg per stored state (state, updated_seq), each cut at the page,
     merged (an OR would sort every live task)."""
