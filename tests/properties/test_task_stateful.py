@@ -209,6 +209,12 @@ class LifecycleMachine(RuleBasedStateMachine):
             self.moves += 1
             self.reached.add(model.state)
 
+    @rule()
+    def rebuild(self) -> None:
+        """The projection recomputed from the log alone: nothing a reader sees may change."""
+        assert self.store is not None
+        self.store.rebuild_tasks()
+
     @rule(ms=st.sampled_from([1, 700, 2_500, 6_000]))
     def tick(self, ms: int) -> None:
         self.clock.advance(ms)
