@@ -178,13 +178,14 @@ CLI_RULES: dict[str, tuple[str, ...]] = {
     "hub": CLI_BASE,
     "mcp_stdio": (*CLI_BASE, "testhooks"),
     "tasks": CLI_BASE,
+    "presence": CLI_BASE,
     "sync": CLI_BASE,
     "admin": CLI_BASE,
     "tail": CLI_BASE,
     "inbox": (*CLI_BASE, "testhooks"),
     "__init__": (
         *("root", "shared", "events", "waiting", "artifacts", "hub", "mcp_stdio", "sync"),
-        *("admin", "tasks", "tail", "inbox"),
+        *("admin", "tasks", "tail", "inbox", "presence"),
     ),
 }
 
@@ -225,7 +226,8 @@ HTTP_RULES: dict[str, tuple[str, ...]] = {
     "ops": HTTP_BASE,
     "sse": HTTP_BASE,
     "sync_routes": HTTP_BASE,
-    "app": (*HTTP_BASE, "guard", "pages", "ops", "sse", "sync_routes"),
+    "presence_routes": HTTP_BASE,
+    "app": (*HTTP_BASE, "guard", "pages", "ops", "sse", "sync_routes", "presence_routes"),
     "__init__": ("app", "settings"),
 }
 

@@ -17,7 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
 from mempalace_logstream import aio, errors, sync
-from mempalace_logstream.http import ops, pages, sse, sync_routes
+from mempalace_logstream.http import ops, pages, presence_routes, sse, sync_routes
 from mempalace_logstream.http.guard import HubGuard
 from mempalace_logstream.http.responses import (
     ERROR_RESPONSES,
@@ -58,6 +58,7 @@ def create_app(
     pages.add_pages(app)
     ops.add_op_routes(app)
     ops.add_get_aliases(app)
+    presence_routes.add_presence_routes(app)
     sse.add_sse_routes(app)
     sync_routes.install(app, store, settings, sync_loop)
     for m in mounts:

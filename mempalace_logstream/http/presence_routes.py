@@ -1,0 +1,52 @@
+"""Presence at the hub (S-8.4): `POST /v1/presence_announce|presence_leave|presence_list` and
+`GET /v1/presence`, on the app's in-memory `presence.Registry` (never the database). The rules
+and the refusals are `operations.presence_call`'s, the same on every surface.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import FastAPI
+from starlette.requests import Request
+
+from mempalace_logstream import errors, operations, presence
+
+_DOC = {
+    "presence_announce": "Announce or refresh an agent (watching|working|idle) for ttl_s seconds.",
+    "presence_leave": "Remove an agent from presence at once.",
+    "presence_list": "Who is home now: {agents, count}.",
+}
+
+
+def add_presence_routes(app: FastAPI) -> None:
+    app.state.presence = presence.Registry()
+    for op in operations.PRESENCE_PARAMS:
+        app.post(f"/v1/{op}", tags=["presence"], summary=_DOC[op], name=op)(_endpoint(op))
+    app.get("/v1/presence", tags=["presence"], summary=_DOC["presence_list"])(get_presence)
+
+
+def _endpoint(op: str) -> Any:
+    async def endpoint(request: Request) -> dict[str, Any]:
+        return operations.presence_call(request.app.state.presence, op, await _body(request))
+
+    endpoint.__name__ = f"post_{op}"
+    return endpoint
+
+
+async def get_presence(request: Request) -> dict[str, Any]:
+    return operations.presence_call(request.app.state.presence, "presence_list", {})
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise errors.ValidationError("the body is not valid JSON", field="body") from None
+    if not isinstance(body, dict):
+        raise errors.ValidationError("the body must be a JSON object", field="body")
+    return body
