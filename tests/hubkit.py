@@ -13,6 +13,7 @@ import httpx
 import uvicorn
 
 from mempalace_logstream import LogStore, http_app, mcp_server
+from mempalace_logstream.presence import Registry
 
 
 class LiveHub:
@@ -21,9 +22,10 @@ class LiveHub:
     def __init__(self, store: LogStore, settings: http_app.HubSettings) -> None:
         self.store = store
         self.settings = settings
-        mcp_app, lifespan = mcp_server.http_endpoint(store)
+        self.presence = Registry()  # shared by the HTTP routes and the MCP tools, as in serve
+        mcp_app, lifespan = mcp_server.http_endpoint(store, presence=self.presence)
         mount = http_app.ExtraMount("/mcp", mcp_app, lifespan)
-        self.app = http_app.create_app(store, settings, mounts=(mount,))
+        self.app = http_app.create_app(store, settings, mounts=(mount,), presence=self.presence)
         self.sock = http_app.listen_socket("127.0.0.1", 0)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         config = uvicorn.Config(

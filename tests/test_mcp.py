@@ -39,6 +39,7 @@ READ_TOOLS = {
     "mempalace_task_list",
     "mempalace_version_vector",
     "mempalace_stats",
+    "mempalace_presence_list",
 }
 WRITE_TOOLS = {
     "mempalace_event_append",
@@ -47,6 +48,8 @@ WRITE_TOOLS = {
     "mempalace_patch_submit",
     "mempalace_task_create",
     "mempalace_task_update",
+    "mempalace_presence_announce",
+    "mempalace_presence_leave",
 }
 MODES = ["auto", "legacy"]  # `Client(mode=...)`: 2026-07-28 (discover) or the 2025 handshake
 PATCH = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-print('bug')\n+print('fixed ✓')\n"

@@ -83,3 +83,41 @@ def test_without_a_hub_the_cli_says_presence_needs_one(tmp_path: Path) -> None:
         "one with `logstream serve`",
         "field": "hub",
     }
+
+
+def test_mcp_tools_share_the_hubs_table_and_need_a_hub_elsewhere(tmp_path: Path) -> None:
+    import asyncio
+
+    from mcp import Client, ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    from mempalace_logstream import LogStore, mcp_server
+
+    async def over_the_hub(url: str) -> None:
+        async with (
+            streamable_http_client(url + "/mcp") as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            made = await session.call_tool(
+                "mempalace_presence_announce", {"agent": "codex", "state": "idle", "ttl_s": 90}
+            )
+            assert not made.is_error, made.content
+            bad = await session.call_tool(
+                "mempalace_presence_announce", {"agent": "codex", "state": "asleep"}
+            )
+            assert bad.is_error
+            assert bad.content[0].text == "state 'asleep' is not one of watching, working, idle"  # type: ignore[union-attr]
+
+    async def without_a_hub() -> str:
+        with LogStore.open(str(tmp_path / "local.sqlite3")) as store:
+            async with Client(mcp_server.build_server(store)) as client:
+                out = await client.call_tool("mempalace_presence_list", {})
+                assert out.is_error
+                return str(out.content[0].text)  # type: ignore[union-attr]
+
+    with live_hub(tmp_path) as hub:
+        asyncio.run(over_the_hub(hub.url))
+        listed = httpx.get(hub.url + "/v1/presence", timeout=30).json()
+        assert [(a["agent"], a["state"]) for a in listed["agents"]] == [("codex", "idle")]
+    assert asyncio.run(without_a_hub()).startswith("presence lives in a hub's memory")

@@ -259,7 +259,7 @@ def test_every_tool_documents_exactly_the_operation_parameters(tmp_path: Path) -
         return {t.name: set(t.input_schema["properties"]) for t in tools}
 
     schemas = asyncio.run(scenario())
-    table = operations.params()
+    table = {**operations.params(), **operations.PRESENCE_PARAMS}
     assert {name.removeprefix("mempalace_") for name in schemas} == set(table)
     for name, props in schemas.items():
         assert props == set(table[name.removeprefix("mempalace_")]), name

@@ -162,10 +162,14 @@ def _check_serve_flags(
 def _hub_app(store: LogStore, settings: HubSettings, loop: SyncLoop, mcp_read_only: bool) -> Any:
     """The hub's ASGI app with the MCP endpoint mounted at /mcp."""
     from mempalace_logstream import http_app, mcp_server
+    from mempalace_logstream.presence import Registry
 
-    mcp_app, mcp_lifespan = mcp_server.http_endpoint(store, read_only=mcp_read_only)
+    presence = Registry()  # one table for the HTTP routes and the MCP tools
+    mcp_app, mcp_lifespan = mcp_server.http_endpoint(
+        store, read_only=mcp_read_only, presence=presence
+    )
     mount = http_app.ExtraMount("/mcp", mcp_app, mcp_lifespan)
-    return http_app.create_app(store, settings, mounts=(mount,), sync_loop=loop)
+    return http_app.create_app(store, settings, mounts=(mount,), sync_loop=loop, presence=presence)
 
 
 def _bind(host: str, port: int) -> socket.socket:

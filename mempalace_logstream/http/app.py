@@ -25,6 +25,7 @@ from mempalace_logstream.http.responses import (
     error_response,
 )
 from mempalace_logstream.http.settings import ExtraMount, HubSettings, version
+from mempalace_logstream.presence import Registry
 from mempalace_logstream.store import LogStore
 
 
@@ -33,11 +34,13 @@ def create_app(
     settings: HubSettings | None = None,
     mounts: tuple[ExtraMount, ...] = (),
     sync_loop: sync.SyncLoop | None = None,
+    presence: Registry | None = None,
 ) -> FastAPI:
     """The hub app. Store calls run in worker threads; waits and SSE sleep on the notifier.
 
     `sync_loop`, when given, runs its background rounds for the app's lifetime and is the
-    source of the `/sync/peers` estate.
+    source of the `/sync/peers` estate. `presence` is the hub's presence table (shared with
+    its MCP endpoint); a new one when not given.
     """
     settings = settings or HubSettings()
     app = FastAPI(
@@ -58,7 +61,7 @@ def create_app(
     pages.add_pages(app)
     ops.add_op_routes(app)
     ops.add_get_aliases(app)
-    presence_routes.add_presence_routes(app)
+    presence_routes.add_presence_routes(app, presence or Registry())
     sse.add_sse_routes(app)
     sync_routes.install(app, store, settings, sync_loop)
     for m in mounts:

@@ -20,8 +20,8 @@ _DOC = {
 }
 
 
-def add_presence_routes(app: FastAPI) -> None:
-    app.state.presence = presence.Registry()
+def add_presence_routes(app: FastAPI, registry: presence.Registry) -> None:
+    app.state.presence = registry
     for op in operations.PRESENCE_PARAMS:
         app.post(f"/v1/{op}", tags=["presence"], summary=_DOC[op], name=op)(_endpoint(op))
     app.get("/v1/presence", tags=["presence"], summary=_DOC["presence_list"])(get_presence)

@@ -12,6 +12,7 @@ import anyio
 from mcp.server.transport_security import TransportSecuritySettings
 
 from mempalace_logstream.mcp_server.server import LogstreamMCP, build_server
+from mempalace_logstream.presence import Registry
 from mempalace_logstream.store import LogStore
 
 _log = logging.getLogger("mempalace_logstream.mcp_server")
@@ -69,7 +70,7 @@ class _Exchange:
 
 
 def http_endpoint(
-    store: LogStore, *, read_only: bool = False
+    store: LogStore, *, read_only: bool = False, presence: Registry | None = None
 ) -> tuple[Any, Callable[[], AbstractAsyncContextManager[Any]]]:
     """(ASGI app, lifespan) for streamable HTTP; the hub mounts it at /mcp.
 
@@ -77,7 +78,7 @@ def http_endpoint(
     are off here.
     """
     quiet_disconnects()
-    server = build_server(store, read_only=read_only)
+    server = build_server(store, read_only=read_only, presence=presence)
     endpoint = _Endpoint(server)
 
     @contextlib.asynccontextmanager

@@ -18,7 +18,8 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
-from mempalace_logstream import aio, errors
+from mempalace_logstream import aio, errors, operations
+from mempalace_logstream.presence import NEEDS_A_HUB, Registry
 from mempalace_logstream.store import LogStore
 
 TOOL_PREFIX = "mempalace_"
@@ -67,13 +68,19 @@ class LogstreamMCP(MCPServer):
     """
 
     def __init__(
-        self, backend: Backend, *, instructions: str = INSTRUCTIONS, **kwargs: Any
+        self,
+        backend: Backend,
+        *,
+        instructions: str = INSTRUCTIONS,
+        presence: Registry | None = None,
+        **kwargs: Any,
     ) -> None:
         # version: serverInfo.version is ours (2.x sends "" when none is given).
         super().__init__(
             "mempalace-logstream", instructions=instructions, version=_version(), **kwargs
         )
         self.backend = backend
+        self.presence = presence  # the hub's table when this server runs inside a hub
         self.tool_names: set[str] = set()  # what `_add` registered (read-only leaves some out)
         from mempalace_logstream.mcp_server import resources
 
@@ -93,9 +100,19 @@ class LogstreamMCP(MCPServer):
 
     async def run_op(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         try:
+            if op in operations.PRESENCE_PARAMS:
+                return await self._presence(op, args)
             return await self.backend.call(op, args)
         except errors.LogstreamError as exc:
             raise ToolError(exc.message) from exc
+
+    async def _presence(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        """Presence is the hub's: its own table inside a hub, the hub's routes over `--hub`."""
+        if self.presence is not None:
+            return operations.presence_call(self.presence, op, args)
+        if isinstance(self.backend, ClientBackend):
+            return await self.backend.call(op, args)
+        raise errors.ValidationError(NEEDS_A_HUB, field="hub")
 
 
 def _version() -> str:
@@ -105,13 +122,17 @@ def _version() -> str:
 
 
 def build_server(
-    source: LogStore | Backend, *, read_only: bool = False, **kwargs: Any
+    source: LogStore | Backend,
+    *,
+    read_only: bool = False,
+    presence: Registry | None = None,
+    **kwargs: Any,
 ) -> LogstreamMCP:
     """An MCP server with the logstream tools; `read_only` leaves the mutating ones out."""
     from mempalace_logstream.mcp_server.tools import READ_TOOLS, WRITE_TOOLS
 
     backend = StoreBackend(source) if isinstance(source, LogStore) else source
-    server = LogstreamMCP(backend, log_level="WARNING", **kwargs)
+    server = LogstreamMCP(backend, log_level="WARNING", presence=presence, **kwargs)
     for fn in READ_TOOLS:
         _add(server, fn, ToolAnnotations(read_only_hint=True, open_world_hint=False))
     if not read_only:

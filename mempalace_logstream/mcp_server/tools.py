@@ -369,6 +369,33 @@ async def mempalace_stats(ctx: Context) -> dict[str, Any]:
     return await _call(ctx, "stats", {})
 
 
+async def mempalace_presence_announce(
+    ctx: Context,
+    agent: Agent,
+    state: Annotated[str, Field(description="watching, working or idle.")],
+    task_id: Annotated[str | None, Field(description="The task you are on.")] = None,
+    note: Annotated[str | None, Field(description="A short note, max 500 chars.")] = None,
+    ttl_s: Annotated[
+        int | None, Field(description="Seconds until you vanish unless you announce again (60).")
+    ] = None,
+) -> dict[str, Any]:
+    """Tell the hub you are home: {presence}. Held in the hub's memory, never in the log; it
+    vanishes after ttl_s unless announced again. Needs a hub (the /mcp endpoint, or --hub)."""
+    return await _call(ctx, "presence_announce", locals())
+
+
+async def mempalace_presence_leave(ctx: Context, agent: Agent) -> dict[str, Any]:
+    """Leave presence at once, when you stop working for the session: {left}. Others then
+    stop counting on you; announcing again brings you back."""
+    return await _call(ctx, "presence_leave", locals())
+
+
+async def mempalace_presence_list(ctx: Context) -> dict[str, Any]:
+    """Who is home now: {agents: [{agent, state, task_id, note, expires_at}], count}. Use it
+    to pick a free worker before delegating, or to see whether the agent you wait on is up."""
+    return await _call(ctx, "presence_list", {})
+
+
 READ_TOOLS: tuple[Callable[..., Any], ...] = (
     mempalace_event_list,
     mempalace_event_wait,
@@ -378,6 +405,7 @@ READ_TOOLS: tuple[Callable[..., Any], ...] = (
     mempalace_task_list,
     mempalace_version_vector,
     mempalace_stats,
+    mempalace_presence_list,
 )
 WRITE_TOOLS: tuple[Callable[..., Any], ...] = (
     mempalace_event_append,
@@ -386,4 +414,6 @@ WRITE_TOOLS: tuple[Callable[..., Any], ...] = (
     mempalace_patch_submit,
     mempalace_task_create,
     mempalace_task_update,
+    mempalace_presence_announce,
+    mempalace_presence_leave,
 )
