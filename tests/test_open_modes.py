@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO, skip_unless_ci
 from typer.testing import CliRunner
 from watchkit import inotify_fds
 
@@ -245,7 +245,7 @@ def shared_dir() -> Iterator[Path]:
     """A directory tree that user nobody can traverse (pytest's tmp_path is root-only)."""
     reason = _nobody_skip_reason()
     if reason:
-        pytest.skip(reason)
+        skip_unless_ci(reason)
     root = Path(tempfile.mkdtemp(prefix="logstream-ro-"))
     root.chmod(0o755)
     try:

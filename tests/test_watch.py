@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO, skip_unless_ci
 from watchkit import fork_cli, inotify_fds, run_forked, wait_until_blocked
 
 from mempalace_logstream import LogStore, errors
@@ -420,7 +420,7 @@ def test_a_watch_with_idle_exit_zero_keeps_waiting_until_interrupted(
     db: str, tmp_path: Path
 ) -> None:
     if inotify_fds() < 0:
-        pytest.skip("needs Linux /proc to see that the watcher is blocked in its wait")
+        skip_unless_ci("needs Linux /proc to see that the watcher is blocked in its wait")
     _append(db)
     baseline = inotify_fds()
     proc = fork_cli(

@@ -401,9 +401,7 @@ def _list_query(state: str | None, given: tuple[str, ...]) -> sa.Select[Any]:
     passed: one index-ordered leg per stored state (state, updated_seq), each cut at the page,
     merged (an OR would sort every live task)."""
     t = tasks_table.c
-    common: list[sa.ColumnElement[bool]] = [t.updated_seq < sa.bindparam("before")]
-    for name in given:
-        common.append(t[name] == sa.bindparam(name))
+    given_filters = [t[name] == sa.bindparam(name) for name in given]
     passed = sa.and_(t.lease_expires_ms.is_not(None), t.lease_expires_ms <= sa.bindparam("now"))
 
     def leg(*where: sa.ColumnElement[bool], by_lease: bool = False) -> sa.Select[Any]:
@@ -411,10 +409,9 @@ def _list_query(state: str | None, given: tuple[str, ...]) -> sa.Select[Any]:
         # lease_expires_ms); `updated_seq + 0` keeps a planner without statistics from walking
         # every held task in (state, updated_seq) order instead.
         seq = t.updated_seq + 0 if by_lease else t.updated_seq
-        rest = [c for c in common[1:]]
         return (
             sa.select(t.updated_seq, t.doc_json)
-            .where(seq < sa.bindparam("before"), *rest, *where)
+            .where(seq < sa.bindparam("before"), *given_filters, *where)
             .order_by(seq.desc())
             .limit(sa.bindparam("n"))
         )
