@@ -8,6 +8,8 @@ from __future__ import annotations
 import __future__
 
 import inspect
+import subprocess
+import sys
 import types
 
 import mempalace_logstream as pkg
@@ -15,11 +17,13 @@ from mempalace_logstream import errors
 
 
 def _public_members() -> set[str]:
+    """Through `dir()`: the package loads `LogStore` lazily (PEP 562), so it may not be in
+    `vars()` yet."""
     return {
         name
-        for name, value in vars(pkg).items()
+        for name in dir(pkg)
         if not name.startswith("_")
-        and not isinstance(value, types.ModuleType | __future__._Feature)
+        and not isinstance(getattr(pkg, name), types.ModuleType | __future__._Feature)
     }
 
 
@@ -69,6 +73,16 @@ def test_the_core_api_is_exported():
         "StorageError",
     ):
         assert name in pkg.__all__
+
+
+def test_importing_the_package_does_not_load_the_store():
+    """The hook path (issue 13) imports the package: LogStore and SQLAlchemy come on first use."""
+    code = (
+        "import sys, mempalace_logstream as p; assert 'sqlalchemy' not in sys.modules; "
+        "from mempalace_logstream import LogStore; assert 'sqlalchemy' in sys.modules; "
+        "assert p.LogStore is LogStore and LogStore.__name__ == 'LogStore'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
 def test_star_import_gives_exactly_all():

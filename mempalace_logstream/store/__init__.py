@@ -3,31 +3,66 @@
 pipeline.py  group commit and the write transaction's state
 writes.py    drafts, the one insert of an event and of an artifact, `Transaction`
 reads.py     snapshots, the page planner, waits
+plan.py      the page rule (cursor, filters, order, limit) and row -> Event, without SQLAlchemy
 filters.py   `FILTER_RULES`, `Filters`, `ReadRequest`
-rows.py      read columns, row -> Event, artifact rows, the links column
+rows.py      read columns, artifact rows, the links column
 ids.py       ids, timestamps, slugs
 stats.py     version vector and stats
+lean.py      the SQLite inbox reader of the hook path (stdlib sqlite3, the store's SQL text)
+
+Names are loaded on first use (PEP 562): `import mempalace_logstream.store.filters` (the hook
+path) does not import SQLAlchemy; `from mempalace_logstream.store import LogStore` does.
 """
 
 from __future__ import annotations
 
-from mempalace_logstream.backends.base import EVENT_COLS
-from mempalace_logstream.store.core import LogStore
-from mempalace_logstream.store.filters import FILTER_RULES, FROM_AGENT_NOTE, Filters, ReadRequest
-from mempalace_logstream.store.ids import mint_replica_id, new_id, now_text, slug
-from mempalace_logstream.store.pipeline import TxState
-from mempalace_logstream.store.rows import (
-    ARTIFACT_COLS,
-    artifact_from_row,
-    events_from_rows,
-    links_column,
-    parse_links,
-)
-from mempalace_logstream.store.writes import Transaction, same_as_prior
+import importlib
+import typing as _typing
 
-# The old private names, for code and tests written against store.py.
-_EVENT_COLS = EVENT_COLS
-_TxState = TxState
+from mempalace_logstream.store.filters import FILTER_RULES, FROM_AGENT_NOTE, Filters, ReadRequest
+
+if _typing.TYPE_CHECKING:
+    from mempalace_logstream.backends.base import EVENT_COLS
+    from mempalace_logstream.store.core import LogStore
+    from mempalace_logstream.store.ids import mint_replica_id, new_id, now_text, slug
+    from mempalace_logstream.store.pipeline import TxState
+    from mempalace_logstream.store.rows import (
+        ARTIFACT_COLS,
+        artifact_from_row,
+        events_from_rows,
+        links_column,
+        parse_links,
+    )
+    from mempalace_logstream.store.writes import Transaction, same_as_prior
+
+    # The old private names, for code and tests written against store.py.
+    _EVENT_COLS = EVENT_COLS
+    _TxState = TxState
+
+# name -> (module, attribute) of everything loaded on first access.
+_LAZY: dict[str, tuple[str, str]] = {
+    "EVENT_COLS": ("mempalace_logstream.backends.base", "EVENT_COLS"),
+    "_EVENT_COLS": ("mempalace_logstream.backends.base", "EVENT_COLS"),
+    "LogStore": ("mempalace_logstream.store.core", "LogStore"),
+    "TxState": ("mempalace_logstream.store.pipeline", "TxState"),
+    "_TxState": ("mempalace_logstream.store.pipeline", "TxState"),
+    "Transaction": ("mempalace_logstream.store.writes", "Transaction"),
+    "same_as_prior": ("mempalace_logstream.store.writes", "same_as_prior"),
+    **{
+        name: ("mempalace_logstream.store.ids", name)
+        for name in ("mint_replica_id", "new_id", "now_text", "slug")
+    },
+    **{
+        name: ("mempalace_logstream.store.rows", name)
+        for name in (
+            "ARTIFACT_COLS",
+            "artifact_from_row",
+            "events_from_rows",
+            "links_column",
+            "parse_links",
+        )
+    },
+}
 
 __all__ = [
     "ARTIFACT_COLS",
@@ -49,3 +84,16 @@ __all__ = [
     "same_as_prior",
     "slug",
 ]
+
+
+def __getattr__(name: str) -> object:
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(where[0]), where[1])
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

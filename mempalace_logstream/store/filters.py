@@ -78,3 +78,31 @@ class ReadRequest:
 
     def replace(self, **changes: Any) -> ReadRequest:
         return dataclasses.replace(self, **changes)
+
+
+def read_request(**raw: Any) -> ReadRequest:
+    """Validate the raw read arguments shared by list, wait, watch, SSE and the inbox."""
+    unknown = set(raw) - set(ReadRequest.__dataclass_fields__) - set(v.FILTER_FIELDS)
+    unknown -= {"from_agent"}
+    if unknown:
+        name = sorted(unknown)[0]
+        raise v.fail(name, "is not a known parameter")
+    filters = Filters.parse(**{k: raw.get(k) for k in v.FILTER_FIELDS})
+    since = raw.get("since_event_id")
+    since_clean = (
+        "tip"
+        if isinstance(since, str) and since.strip() == "tip"
+        else v.routing("since_event_id", since)
+    )
+    from_agent = v.routing("from_agent", raw.get("from_agent"))
+    return ReadRequest(
+        filters=filters,
+        since_event_id=since_clean,
+        before_event_id=v.routing("before_event_id", raw.get("before_event_id")),
+        since_created_at=v.since_created_at(raw.get("since_created_at")),
+        limit=v.limit(raw.get("limit")),
+        order=v.order(raw.get("order")),
+        preview=v.boolean("preview", raw.get("preview")),
+        slim=v.boolean("slim", raw.get("slim")),
+        note=FROM_AGENT_NOTE if from_agent and not filters.writer else None,
+    )

@@ -19,19 +19,13 @@ from mempalace_logstream.backends import CoreExecutor, QueryExecutor
 from mempalace_logstream.backends.base import Query
 from mempalace_logstream.models import Event, Page
 from mempalace_logstream.schema import events
-from mempalace_logstream.store.filters import (
-    FILTER_RULES,
-    FROM_AGENT_NOTE,
-    PAGE_FILTERS,
-    Filters,
-    ReadRequest,
-)
+from mempalace_logstream.store import plan
+from mempalace_logstream.store.filters import FILTER_RULES, ReadRequest, read_request
 from mempalace_logstream.store.pipeline import CommitPipeline
-from mempalace_logstream.store.rows import ID_AT, SEQ_AT, events_from_rows
 
 # An inbox read with up to this many to_agent values runs one index-ordered leg per value
-# (see LogStore._page_query); more values fall back to one IN list.
-_SPLIT_TO_AGENT_MAX = 8
+# (see LogStore._page_query); more values fall back to one IN list. Tests lower it here.
+_SPLIT_TO_AGENT_MAX = plan.SPLIT_TO_AGENT_MAX
 
 
 class Reads(CommitPipeline):
@@ -131,30 +125,7 @@ class Reads(CommitPipeline):
 
     def read_request(self, **raw: Any) -> ReadRequest:
         """Validate the raw read arguments shared by list, wait, watch and SSE."""
-        unknown = set(raw) - set(ReadRequest.__dataclass_fields__) - set(v.FILTER_FIELDS)
-        unknown -= {"from_agent"}
-        if unknown:
-            name = sorted(unknown)[0]
-            raise v.fail(name, "is not a known parameter")
-        filters = Filters.parse(**{k: raw.get(k) for k in v.FILTER_FIELDS})
-        since = raw.get("since_event_id")
-        since_clean = (
-            "tip"
-            if isinstance(since, str) and since.strip() == "tip"
-            else v.routing("since_event_id", since)
-        )
-        from_agent = v.routing("from_agent", raw.get("from_agent"))
-        return ReadRequest(
-            filters=filters,
-            since_event_id=since_clean,
-            before_event_id=v.routing("before_event_id", raw.get("before_event_id")),
-            since_created_at=v.since_created_at(raw.get("since_created_at")),
-            limit=v.limit(raw.get("limit")),
-            order=v.order(raw.get("order")),
-            preview=v.boolean("preview", raw.get("preview")),
-            slim=v.boolean("slim", raw.get("slim")),
-            note=FROM_AGENT_NOTE if from_agent and not filters.writer else None,
-        )
+        return read_request(**raw)
 
     def read(self, req: ReadRequest, after_seq: int | None = None) -> Page:
         """One read of a validated request; `after_seq` (a Page's `scanned_seq`) resumes it.
@@ -166,45 +137,7 @@ class Reads(CommitPipeline):
             return self._read(query, req, after_seq=after_seq)
 
     def _read(self, query: Query, req: ReadRequest, after_seq: int | None = None) -> Page:
-        lo = after_seq if after_seq is not None else 0
-        hi: int | None = None
-        if after_seq is None and req.since_event_id not in (None, "tip"):
-            lo = self._seq_of(query, req.since_event_id, "since_event_id")
-        if req.before_event_id:
-            hi = self._seq_of(query, req.before_event_id, "before_event_id")
-        top = self._top(query, hi)
-        if after_seq is None and req.since_event_id == "tip":
-            lo = int(top[0]) if top else 0
-        has_cursor = req.since_event_id is not None or after_seq is not None
-        order = req.order or ("asc" if has_cursor else "desc")
-        if top is None or int(top[0]) <= lo:
-            cursor = self._id_at(query, lo) if lo else None
-            return Page(
-                events=(),
-                cursor=cursor,
-                has_more=False,
-                note=req.note,
-                scanned_seq=lo,
-                preview=req.preview,
-                slim=req.slim,
-            )
-        top_seq, top_id = int(top[0]), top[1]
-        rows = query(*self._page_query(req, lo, top_seq, order))
-        has_more = len(rows) > req.limit
-        rows = rows[: req.limit]
-        if order == "asc" and has_more:
-            scanned_seq, cursor = int(rows[-1][SEQ_AT]), rows[-1][ID_AT]
-        else:
-            scanned_seq, cursor = top_seq, top_id
-        return Page(
-            events=tuple(events_from_rows(rows)),
-            cursor=cursor,
-            has_more=has_more,
-            note=req.note,
-            scanned_seq=scanned_seq,
-            preview=req.preview,
-            slim=req.slim,
-        )
+        return plan.read_page(_Statements(self, query), req, after_seq)
 
     def _page_query(
         self, req: ReadRequest, lo: int, top_seq: int, order: str
@@ -217,30 +150,13 @@ class Reads(CommitPipeline):
         index range already in seq order, merged by UNION ALL (MERGE, no sort) and stopped at
         the limit. The values are distinct, so the legs are disjoint: the same rows.
 
-        The SQL is compiled once per filter shape (which fields, how many values each) with
-        named parameters, so a read costs no statement building or cache-key generation.
+        The SQL is compiled once per filter shape (`plan.page_query`: which fields, how many
+        values each) with named parameters, so a read costs no statement building or cache-key
+        generation.
         """
-        f = req.filters
-        params: dict[str, Any] = {"lo": lo, "top": top_seq, "lim": req.limit + 1}
-        shape: list[tuple[str, int]] = []
-        for name in PAGE_FILTERS:
-            values = getattr(f, name)
-            if values:
-                shape.append((name, len(values)))
-                params.update((f"{name}_{i}", value) for i, value in enumerate(values))
-        to_values = tuple(dict.fromkeys((*f.to_agent, "*"))) if f.to_agent else ()
-        params.update((f"to_{i}", value) for i, value in enumerate(to_values))
-        if req.since_created_at:
-            params["since_created_at"] = req.since_created_at
-        split = self.backend.split_inbox and 1 < len(to_values) <= _SPLIT_TO_AGENT_MAX
-        key = ("page", tuple(shape), len(to_values), split, bool(req.since_created_at), order)
-        return self._sql(
-            key,
-            lambda: self._page_statement(
-                tuple(shape), len(to_values), split, bool(req.since_created_at), order
-            ),
-            params,
-        )
+        split = self.backend.split_inbox
+        key, shape, params = plan.page_query(req, lo, top_seq, order, split, _SPLIT_TO_AGENT_MAX)
+        return self._sql(key, lambda: self._page_statement(*shape), params)
 
     def _page_statement(
         self,
@@ -278,6 +194,7 @@ class Reads(CommitPipeline):
         return merged.order_by(seq.asc() if order == "asc" else seq.desc()).limit(limit)
 
     def _id_at(self, query: Query, seq: int) -> str | None:
+        """The id of the event at `seq`."""
         sql, params = self._sql(
             "id-at",
             lambda: sa.select(events.c.id).where(events.c.seq == sa.bindparam("seq")),
@@ -312,3 +229,22 @@ class Reads(CommitPipeline):
             # Resume after everything examined so far (rejected rows included): no rescans.
             page = self.read(req, after_seq=page.scanned_seq)
         return page
+
+
+class _Statements:
+    """`plan.PageStatements` on one read snapshot of the store: its SQL compiled once."""
+
+    def __init__(self, reads: Reads, query: Query) -> None:
+        self.reads, self.query = reads, query
+
+    def seq_of(self, ident: str, field: str) -> int:
+        return self.reads._seq_of(self.query, ident, field)
+
+    def top(self, hi: int | None) -> Sequence[Any] | None:
+        return self.reads._top(self.query, hi)
+
+    def id_at(self, seq: int) -> str | None:
+        return self.reads._id_at(self.query, seq)
+
+    def page(self, req: ReadRequest, lo: int, top_seq: int, order: str) -> Sequence[Any]:
+        return self.query(*self.reads._page_query(req, lo, top_seq, order))

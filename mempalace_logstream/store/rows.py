@@ -1,26 +1,37 @@
-"""Rows and models: the read columns of an event, the one row -> `Event` conversion, the
-artifact row, and the artifact links column (aggregated by the backend's functions)."""
+"""Rows and models: the read columns of an event, the artifact row, and the artifact links
+column (aggregated by the backend's functions). The one row -> `Event` conversion lives in
+plan.py (no SQLAlchemy, for the hook path) and is re-exported here."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
 
 from mempalace_logstream.backends import Backend
-from mempalace_logstream.models import Artifact, Event
+from mempalace_logstream.models import Artifact
 from mempalace_logstream.schema import artifacts, event_artifacts, events
+from mempalace_logstream.store.plan import (
+    EVENT_FIELDS,
+    ID_AT,
+    SEQ_AT,
+    events_from_rows,
+    parse_links,
+)
 
-# Read statements select the Event fields in declaration order, the artifact links column in
-# the `artifact_ids` slot, so a row zips straight into an Event's __dict__.
-EVENT_FIELDS = tuple(f.name for f in dataclasses.fields(Event))
-SEQ_AT, ID_AT = EVENT_FIELDS.index("seq"), EVENT_FIELDS.index("id")
-_OSEQ_AT, _LINKS_AT = EVENT_FIELDS.index("origin_seq"), EVENT_FIELDS.index("artifact_ids")
-# A page row carries its artifact links as "position<RS>id<US>position<RS>id…" (control
-# characters never occur in ids), so a read needs no second statement over the page's ids.
-_POS_SEP, _LINK_SEP = "\x1e", "\x1f"
+__all__ = [
+    "ARTIFACT_COLS",
+    "EVENT_FIELDS",
+    "ID_AT",
+    "SEQ_AT",
+    "artifact_from_row",
+    "events_from_rows",
+    "links_column",
+    "parse_links",
+    "read_columns",
+]
+
 # An artifact row in the order `artifact_from_row` reads it.
 ARTIFACT_COLS = [
     artifacts.c[name]
@@ -53,37 +64,11 @@ def links_column(backend: Backend) -> sa.Label[Any]:
     )
 
 
-def parse_links(links: str | None) -> tuple[str, ...]:
-    """The artifact ids of a links column value, in position order."""
-    if not links:
-        return ()
-    pairs = [item.split(_POS_SEP, 1) for item in links.split(_LINK_SEP)]
-    return tuple(aid for _, aid in sorted(pairs, key=lambda p: int(p[0])))
-
-
 def read_columns(backend: Backend) -> list[sa.ColumnElement[Any]]:
     cols: list[sa.ColumnElement[Any]] = []
     for name in EVENT_FIELDS:
         cols.append(links_column(backend) if name == "artifact_ids" else events.c[name])
     return cols
-
-
-def events_from_rows(rows: Sequence[Sequence[Any]]) -> list[Event]:
-    """Events from rows of `read_columns` (plain tuples or Rows): the one row -> Event.
-
-    A frozen dataclass assigns every field through `object.__setattr__` in `__init__`; filling
-    `__dict__` directly builds the same object ~6x faster (a page has up to 500 of them).
-    """
-    out = []
-    new, names = object.__new__, EVENT_FIELDS
-    for row in rows:
-        event = new(Event)
-        values = event.__dict__
-        values.update(zip(names, row, strict=True))
-        values["seq"], values["origin_seq"] = int(row[SEQ_AT]), int(row[_OSEQ_AT])
-        values["artifact_ids"] = parse_links(row[_LINKS_AT])
-        out.append(event)
-    return out
 
 
 def artifact_from_row(row: Sequence[Any], content: bytes | None) -> Artifact:
