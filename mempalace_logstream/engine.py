@@ -26,21 +26,44 @@ import secrets
 import sqlite3
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from mempalace_logstream import errors
+from mempalace_logstream.backends import sqlite_file
+from mempalace_logstream.backends.sqlite_file import (
+    APPLICATION_ID,
+    DURABILITY,
+    LOG_TABLES,
+    SQLITE_MAGIC,
+    check_log_file,
+    read_only_mode,
+    sqlite_uri,
+)
 
-DURABILITY = {"full": "FULL", "normal": "NORMAL", "off": "OFF"}
+__all__ = [
+    "APPLICATION_ID",
+    "CREATED_OPTION",
+    "DURABILITY",
+    "LOG_TABLES",
+    "READ_ONLY_OPTION",
+    "SQLITE_MAGIC",
+    "WRITE_OPTION",
+    "check_log_file",
+    "create_engine",
+    "read_only_kind",
+    "read_only_mode",
+    "sqlite_uri",
+    "sqlite_url",
+    "was_created",
+    "writer",
+]
+
 WRITE_OPTION = "logstream_write"
 # Engine-wide execution options that record how the file was opened (read by the store).
 READ_ONLY_OPTION = "logstream_read_only"  # None (read-write), "ro" or "immutable"
 CREATED_OPTION = "logstream_created"
-APPLICATION_ID = 0x4C475354  # "LGST" in the SQLite header: a log made by this package
-SQLITE_MAGIC = b"SQLite format 3\x00"
-LOG_TABLES = ("alembic_version", "events")  # ours, or a reference log to adopt
 
 
 def sqlite_url(path: str | os.PathLike[str]) -> str:
@@ -103,12 +126,7 @@ def _sqlite_engine(url: sa.URL, durability: str, busy_timeout_ms: int, create: b
     created = False
     if not os.path.exists(database):
         if not create:
-            raise errors.NotFoundError(
-                f"no log at {database}: the file does not exist (a mistyped path?); only "
-                "commands that write, such as `logstream append`, create one",
-                field="db",
-                ident=database,
-            )
+            raise sqlite_file.missing_log(database)
         created = _create_log_file(database)
     mode = read_only_mode(database)
     if mode is not None and create:
@@ -153,23 +171,6 @@ def _listen_sqlite(
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
-def sqlite_uri(path: str, *, immutable: bool = False) -> str:
-    """The SQLite URI that opens `path` read-only (immutable: no WAL index, no change seen)."""
-    return f"file:{quote(path)}?mode=ro" + ("&immutable=1" if immutable else "")
-
-
-def read_only_mode(path: str) -> str | None:
-    """None when this process may write `path` and its directory; else "ro", or "immutable"
-    when SQLite could not create the WAL index (-shm) beside a file that has no -wal."""
-    directory = os.path.dirname(path) or "."
-    dir_ok = os.access(directory, os.W_OK | os.X_OK)
-    if os.access(path, os.W_OK) and dir_ok:
-        return None
-    if dir_ok or os.path.exists(path + "-wal"):
-        return "ro"  # SQLite makes (or shares) the -shm; a -wal must be read, never ignored
-    return "immutable"
-
-
 def read_only_kind(engine: sa.Engine) -> str | None:
     """How this engine reads its SQLite file: None (read-write), "ro" or "immutable"."""
     return engine.get_execution_options().get(READ_ONLY_OPTION)
@@ -178,51 +179,6 @@ def read_only_kind(engine: sa.Engine) -> str | None:
 def was_created(engine: sa.Engine) -> bool:
     """True when this engine's open made a new log file (the caller may say so once)."""
     return bool(engine.get_execution_options().get(CREATED_OPTION))
-
-
-def check_log_file(path: str, mode: str | None) -> None:
-    """Refuse anything at `path` that is not a logstream database, reading only."""
-    if os.path.isdir(path):
-        raise errors.StorageError(f"{path} is not a logstream database (it is a directory)")
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(len(SQLITE_MAGIC))
-    except OSError as exc:
-        raise errors.StorageError(f"cannot open {path}: {exc.strerror or exc}") from exc
-    if not head:
-        raise _not_a_log(path, "the file is empty")
-    if head != SQLITE_MAGIC:
-        raise _not_a_log(path, "not an SQLite file")
-    app_id, tables = _peek(path, mode)
-    if app_id != APPLICATION_ID and not tables:
-        raise _not_a_log(path, "an SQLite file with no log in it")
-
-
-def _peek(path: str, mode: str | None) -> tuple[int, list[str]]:
-    """(application id, log tables present), through a read-only connection."""
-    marks = ",".join("?" * len(LOG_TABLES))
-    try:
-        db = sqlite3.connect(sqlite_uri(path, immutable=mode == "immutable"), uri=True)
-        try:
-            app_id = int(db.execute("PRAGMA application_id").fetchone()[0])
-            rows = db.execute(
-                f"SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ({marks})",
-                LOG_TABLES,
-            )
-            tables = [r[0] for r in rows]
-        finally:
-            db.close()
-    except sqlite3.DatabaseError as exc:
-        if "not a database" in str(exc) or "malformed" in str(exc):
-            raise _not_a_log(path, str(exc)) from exc
-        raise errors.StorageError(f"cannot open {path}: {exc}") from exc
-    return app_id, tables
-
-
-def _not_a_log(path: str, why: str) -> errors.StorageError:
-    return errors.StorageError(
-        f"{path} is not a logstream database ({why}); check the path (the file was left untouched)"
-    )
 
 
 def _create_log_file(path: str) -> bool:

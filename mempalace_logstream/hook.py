@@ -6,7 +6,9 @@ without importing typer, rich, click or the servers; anything else (`--help`, a 
 value, another command) returns None and goes to the typer app, which prints the usage errors.
 `run_inbox` is the one implementation: the typer command `inbox` calls it too, so behaviour and
 error texts are the same on both paths.
-Must not import typer, rich, click, fastapi, mcp or sse_starlette (httpx only with --hub).
+A local SQLite log is read by the lean reader (store/lean.py), without SQLAlchemy.
+Must not import typer, rich, click, fastapi, mcp or sse_starlette (httpx only with --hub; the
+store and SQLAlchemy only when the lean reader leaves the log to the store).
 """
 
 from __future__ import annotations
@@ -127,10 +129,16 @@ def run_inbox(
     durability: str | None = None,
     debug: bool = False,
     crash_hook: Callable[[str, int], None] | None = None,
+    lean: bool = True,
 ) -> int:
     """`logstream inbox`: exit 0 (nothing printed when there is no unseen mail), or 1 after
     one `error: …` line on stderr (with --json one `{"error", "field"}` object; a traceback
-    instead with --debug)."""
+    instead with --debug).
+
+    `lean`: read a local SQLite log with the lean reader (store/lean.py: the store's rule and
+    SQL on the stdlib `sqlite3`, no SQLAlchemy); the store reads whatever it leaves (a hub,
+    PostgreSQL, a log to migrate). The typer command passes False: it reads through the store,
+    the reference the lean path is tested against."""
     try:
         settings = config.Settings.from_env()
         palace = palace or settings.palace
@@ -147,7 +155,12 @@ def run_inbox(
             palace=palace,
         )
         event = inbox_mod.hook_event_name(opts.hook, _stdin()) if opts.hook else None
-        client, close = _open(target, hub, token, durability or _env_durability(), settings)
+        durability = durability or _env_durability()
+        if lean and not hub:
+            code = _deliver_lean(target, durability, opts, event, crash_hook)
+            if code is not None:
+                return code
+        client, close = _open(target, hub, token, durability, settings)
         try:
             return inbox_mod.deliver(client, opts, _write, _note, event, crash_hook)
         finally:
@@ -162,6 +175,29 @@ def run_inbox(
         else:
             _note("error: " + text)
         return 1
+
+
+def _deliver_lean(
+    target: str,
+    durability: str,
+    opts: inbox_mod.InboxOptions,
+    event: str | None,
+    crash_hook: Callable[[str, int], None] | None,
+) -> int | None:
+    """`deliver` through the lean reader; None when the store must read this log (it then
+    raises the errors of a log it cannot read, with its own texts). `Unplanned` comes from a
+    read, before anything is printed or checkpointed."""
+    from mempalace_logstream.store import lean
+
+    reader = lean.open_lean(target, durability)
+    if reader is None:
+        return None
+    try:
+        return inbox_mod.deliver(reader, opts, _write, _note, event, crash_hook)
+    except lean.Unplanned:
+        return None
+    finally:
+        reader.close()
 
 
 def _open(

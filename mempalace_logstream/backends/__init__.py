@@ -2,21 +2,33 @@
 
 Only this package names a dialect. A new backend is a module here implementing `Backend`,
 plus one line in `for_engine`.
+
+sqlite_file.py     a SQLite log file before any engine: present, ours, writable (stdlib only)
+sqlite_reader.py   a read-only snapshot on a SQLite log with the stdlib `sqlite3` (the hook's
+                   lean inbox reader, store/lean.py)
+sqlite_inbox_sql.py  generated: the store's SQLite text for the inbox's reads
+
+Names are loaded on first use (PEP 562): the stdlib-only modules above import without
+SQLAlchemy.
 """
 
 from __future__ import annotations
 
-import sqlalchemy as sa
+import importlib
+import typing as _typing
 
-from mempalace_logstream.backends.base import (
-    Backend,
-    CoreExecutor,
-    Executor,
-    FastPath,
-    QueryExecutor,
-    storage_error,
-    wrap_exceptions,
-)
+if _typing.TYPE_CHECKING:
+    import sqlalchemy as sa
+
+    from mempalace_logstream.backends.base import (
+        Backend,
+        CoreExecutor,
+        Executor,
+        FastPath,
+        QueryExecutor,
+        storage_error,
+        wrap_exceptions,
+    )
 
 __all__ = [
     "Backend",
@@ -28,6 +40,19 @@ __all__ = [
     "storage_error",
     "wrap_exceptions",
 ]
+_FROM_BASE = frozenset(__all__) - {"for_engine"}
+
+
+def __getattr__(name: str) -> object:
+    if name not in _FROM_BASE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module("mempalace_logstream.backends.base"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
 
 def for_engine(engine: sa.Engine) -> Backend:

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import sqlalchemy as sa
 
 from mempalace_logstream import errors, notify
+from mempalace_logstream.backends.sqlite_file import storage_message
 from mempalace_logstream.schema import events
 
 # Build a statement (called once per shape and store).
@@ -107,17 +108,6 @@ class FastPath(Protocol):
 
     def query(self, db: Any) -> Query:
         """Precompiled text on `db`."""
-
-
-def storage_message(orig: BaseException | None) -> str:
-    text = str(orig)
-    if "database is locked" in text or "database table is locked" in text:
-        # Only reached after the busy timeout (30 s by default) ran out: say what to do.
-        return (
-            "database busy: another process held the write lock past the busy timeout; "
-            "nothing was written, retry the operation"
-        )
-    return f"database error: {text}"
 
 
 def storage_error(

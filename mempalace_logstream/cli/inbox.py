@@ -74,5 +74,6 @@ def inbox(
         durability=STATE.durability,
         debug=STATE.debug,
         crash_hook=watch_crash_hook(),
+        lean=False,  # through the store: the reference the lean path is tested against
     )
     raise typer.Exit(code)

@@ -8,7 +8,7 @@ filters.py   `FILTER_RULES`, `Filters`, `ReadRequest`
 rows.py      read columns, artifact rows, the links column
 ids.py       ids, timestamps, slugs
 stats.py     version vector and stats
-lean.py      the SQLite inbox reader of the hook path (stdlib sqlite3, the store's SQL text)
+lean.py      the inbox reader of the hook path (no SQLAlchemy; the store's rule and SQL text)
 
 Names are loaded on first use (PEP 562): `import mempalace_logstream.store.filters` (the hook
 path) does not import SQLAlchemy; `from mempalace_logstream.store import LogStore` does.
@@ -35,11 +35,8 @@ if _typing.TYPE_CHECKING:
     )
     from mempalace_logstream.store.writes import Transaction, same_as_prior
 
-    # The old private names, for code and tests written against store.py.
-    _EVENT_COLS = EVENT_COLS
-    _TxState = TxState
-
-# name -> (module, attribute) of everything loaded on first access.
+# name -> (module, attribute) of everything loaded on first access (`_EVENT_COLS` and
+# `_TxState`: the old private names, for code and tests written against store.py).
 _LAZY: dict[str, tuple[str, str]] = {
     "EVENT_COLS": ("mempalace_logstream.backends.base", "EVENT_COLS"),
     "_EVENT_COLS": ("mempalace_logstream.backends.base", "EVENT_COLS"),

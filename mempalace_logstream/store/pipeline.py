@@ -225,6 +225,11 @@ class CommitPipeline:
         sql, defaults = hit
         return sql, ({**defaults, **params} if defaults else params)
 
+    def compiled_sql(self) -> dict[Any, tuple[str, dict[str, Any]]]:
+        """Every statement shape this store compiled so far: key -> (SQL text, the values of
+        its own literals). store/lean.py keeps the inbox's reads from it for the hook path."""
+        return dict(self._sql_cache)
+
     def _run_raw_batch(self, batch: list[Pending]) -> None:
         """`_run_batch` on the fast path's DBAPI connection, with the same semantics: the
         write lock, the state query, one SAVEPOINT per item when several share the commit,

@@ -16,6 +16,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from mempalace_logstream import errors
 from mempalace_logstream.models import Event, Page
 from mempalace_logstream.store.filters import PAGE_FILTERS, ReadRequest
 
@@ -84,6 +85,11 @@ def page_query(
     split = split_inbox and 1 < len(to_values) <= split_max
     shape: PageShape = (tuple(fields), len(to_values), split, bool(req.since_created_at), order)
     return ("page", *shape), shape, params
+
+
+def unknown_event(field: str, ident: str) -> errors.NotFoundError:
+    """A cursor (or window end) that names no event of this log."""
+    return errors.NotFoundError(f"{field} {ident!r} not found", field=field, ident=ident)
 
 
 class PageStatements(Protocol):

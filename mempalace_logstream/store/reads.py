@@ -13,7 +13,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from mempalace_logstream import errors, notify
+from mempalace_logstream import notify
 from mempalace_logstream import validation as v
 from mempalace_logstream.backends import CoreExecutor, QueryExecutor
 from mempalace_logstream.backends.base import Query
@@ -72,7 +72,7 @@ class Reads(CommitPipeline):
         )
         rows = query(sql, params)
         if not rows:
-            raise errors.NotFoundError(f"{field} {ident!r} not found", field=field, ident=ident)
+            raise plan.unknown_event(field, ident)
         return int(rows[0][0])
 
     def tip(self) -> tuple[int, str | None]:

@@ -1,0 +1,106 @@
+"""A SQLite log file before any engine: is it there, is it ours, may this process write it.
+
+The checks of engine.py's opening rule (see its docstring) that need only the stdlib, so the
+lean inbox reader of the hook path (store/lean.py) refuses exactly what the store refuses,
+with the same texts, without importing SQLAlchemy.
+Must not import sqlalchemy, the store or any surface.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from urllib.parse import quote
+
+from mempalace_logstream import errors
+
+# `--durability`: the synchronous level of each name (PostgreSQL maps it too, see engine.py).
+DURABILITY = {"full": "FULL", "normal": "NORMAL", "off": "OFF"}
+APPLICATION_ID = 0x4C475354  # "LGST" in the SQLite header: a log made by this package
+SQLITE_MAGIC = b"SQLite format 3\x00"
+LOG_TABLES = ("alembic_version", "events")  # ours, or a reference log to adopt
+
+
+def storage_message(orig: BaseException | None) -> str:
+    """The text of a StorageError for a database driver's error (backends.base maps
+    SQLAlchemy's and the drivers' errors with it; the lean reader maps sqlite3's)."""
+    text = str(orig)
+    if "database is locked" in text or "database table is locked" in text:
+        # Only reached after the busy timeout (30 s by default) ran out: say what to do.
+        return (
+            "database busy: another process held the write lock past the busy timeout; "
+            "nothing was written, retry the operation"
+        )
+    return f"database error: {text}"
+
+
+def missing_log(database: str) -> errors.NotFoundError:
+    """What a reader (`create=False`) gets for a log file that does not exist."""
+    return errors.NotFoundError(
+        f"no log at {database}: the file does not exist (a mistyped path?); only "
+        "commands that write, such as `logstream append`, create one",
+        field="db",
+        ident=database,
+    )
+
+
+def sqlite_uri(path: str, *, immutable: bool = False) -> str:
+    """The SQLite URI that opens `path` read-only (immutable: no WAL index, no change seen)."""
+    return f"file:{quote(path)}?mode=ro" + ("&immutable=1" if immutable else "")
+
+
+def read_only_mode(path: str) -> str | None:
+    """None when this process may write `path` and its directory; else "ro", or "immutable"
+    when SQLite could not create the WAL index (-shm) beside a file that has no -wal."""
+    directory = os.path.dirname(path) or "."
+    dir_ok = os.access(directory, os.W_OK | os.X_OK)
+    if os.access(path, os.W_OK) and dir_ok:
+        return None
+    if dir_ok or os.path.exists(path + "-wal"):
+        return "ro"  # SQLite makes (or shares) the -shm; a -wal must be read, never ignored
+    return "immutable"
+
+
+def check_log_file(path: str, mode: str | None) -> None:
+    """Refuse anything at `path` that is not a logstream database, reading only."""
+    if os.path.isdir(path):
+        raise errors.StorageError(f"{path} is not a logstream database (it is a directory)")
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(len(SQLITE_MAGIC))
+    except OSError as exc:
+        raise errors.StorageError(f"cannot open {path}: {exc.strerror or exc}") from exc
+    if not head:
+        raise _not_a_log(path, "the file is empty")
+    if head != SQLITE_MAGIC:
+        raise _not_a_log(path, "not an SQLite file")
+    app_id, tables = _peek(path, mode)
+    if app_id != APPLICATION_ID and not tables:
+        raise _not_a_log(path, "an SQLite file with no log in it")
+
+
+def _peek(path: str, mode: str | None) -> tuple[int, list[str]]:
+    """(application id, log tables present), through a read-only connection."""
+    marks = ",".join("?" * len(LOG_TABLES))
+    try:
+        db = sqlite3.connect(sqlite_uri(path, immutable=mode == "immutable"), uri=True)
+        try:
+            app_id = int(db.execute("PRAGMA application_id").fetchone()[0])
+            rows = db.execute(
+                f"SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ({marks})",
+                LOG_TABLES,
+            )
+            tables = [r[0] for r in rows]
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as exc:
+        if "not a database" in str(exc) or "malformed" in str(exc):
+            raise _not_a_log(path, str(exc)) from exc
+        raise errors.StorageError(f"cannot open {path}: {exc}") from exc
+    return app_id, tables
+
+
+def _not_a_log(path: str, why: str) -> errors.StorageError:
+    return errors.StorageError(
+        f"{path} is not a logstream database ({why}); check the path (the file was left untouched)"
+    )

@@ -1,0 +1,186 @@
+"""The inbox reader of the hook path (issue 13): a local SQLite log read without SQLAlchemy,
+with the store's rule and the store's SQL.
+
+One rule, not a copy: the page algorithm is `plan.read_page` and the request validation
+`filters.read_request`, both the store's own; the SQL text is the store's, compiled by
+SQLAlchemy for SQLite and kept in backends/sqlite_inbox_sql.py, which
+`python -m mempalace_logstream.store.lean` regenerates by running the inbox's reads on a real
+store (tests/test_lean_inbox.py fails when the two differ). A read whose statement shape is
+not there raises `Unplanned` before anything is printed, and the caller reads through the
+store instead.
+
+Opening (backends/sqlite_reader.py) refuses a missing file or one that is not a log with the
+store's texts. Anything the store would do beyond reading is left to it (`open_lean` is None):
+a log whose schema is not the head this SQL was generated for (the store migrates an older one
+and refuses a newer one with its own text), a reference log to adopt, PostgreSQL, a URL with
+options, an unknown durability.
+Must not import sqlalchemy or the store's other modules (only in `generate`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from mempalace_logstream.backends import sqlite_inbox_sql as inbox_sql
+from mempalace_logstream.backends import sqlite_reader
+from mempalace_logstream.backends.sqlite_reader import SnapshotQuery, SqliteReader
+from mempalace_logstream.store import plan
+from mempalace_logstream.store.filters import ReadRequest, read_request
+
+
+class Unplanned(Exception):
+    """The lean reader has no SQL for this read: read it through the store."""
+
+
+def open_lean(target: str, durability: str = "full") -> LeanReader | None:
+    """A lean reader of the log at `target` (the URL config.resolve_db makes), or None when
+    the store must open it. Raises the store's errors for a missing file or a foreign one."""
+    reader = sqlite_reader.open_reader(target, durability)
+    if reader is None:
+        return None
+    try:
+        at_head = reader.schema_revision() == inbox_sql.SCHEMA_HEAD
+    except BaseException:
+        reader.close()
+        raise
+    if not at_head:
+        reader.close()
+        return None
+    return LeanReader(reader)
+
+
+class LeanReader:
+    """`call("event_list", ...)`: what `operations.LocalClient` answers for the same
+    arguments, for the reads the inbox makes."""
+
+    def __init__(self, reader: SqliteReader) -> None:
+        self.reader = reader
+
+    def close(self) -> None:
+        self.reader.close()
+
+    def call(self, name: str, /, **args: Any) -> dict[str, Any]:
+        if name != "event_list":
+            raise Unplanned(name)
+        req = read_request(**{k: val for k, val in args.items() if val is not None})
+        with self.reader.snapshot() as query:
+            page = plan.read_page(_Statements(query), req)
+        return page.to_dict()
+
+
+class _Statements:
+    """`plan.PageStatements` with the store's SQLite text (sqlite_inbox_sql.py)."""
+
+    def __init__(self, query: SnapshotQuery) -> None:
+        self.query = query
+
+    def _rows(self, key: Any, params: Mapping[str, Any]) -> Sequence[Any]:
+        hit = inbox_sql.STATEMENTS.get(key)
+        if hit is None:
+            raise Unplanned(repr(key))
+        sql, defaults = hit
+        return self.query(sql, {**defaults, **params})
+
+    def seq_of(self, ident: str, field: str) -> int:
+        rows = self._rows("seq-of", {"id": ident})
+        if not rows:
+            raise plan.unknown_event(field, ident)
+        return int(rows[0][0])
+
+    def top(self, hi: int | None) -> Sequence[Any] | None:
+        rows = self._rows(("top", hi is None), {} if hi is None else {"hi": hi})
+        return rows[0] if rows else None
+
+    def id_at(self, seq: int) -> str | None:
+        rows = self._rows("id-at", {"seq": seq})
+        return str(rows[0][0]) if rows else None
+
+    def page(self, req: ReadRequest, lo: int, top_seq: int, order: str) -> Sequence[Any]:
+        split = inbox_sql.SPLIT_INBOX
+        key, _shape, params = plan.page_query(
+            req, lo, top_seq, order, split, plan.SPLIT_TO_AGENT_MAX
+        )
+        return self._rows(key, params)
+
+
+# ------------------------------------------------------------------ sqlite_inbox_sql.py
+
+
+def generate() -> dict[str, Any]:
+    """{SCHEMA_HEAD, SPLIT_INBOX, STATEMENTS} taken from a real store on SQLite: the inbox's
+    reads (inbox.read_unseen's, for one agent and for "*": the tip, a page after a cursor, an
+    empty page after the newest event) are run, and every statement the store compiled for
+    them is kept. Imports SQLAlchemy and the store: never called on the hook path."""
+    import tempfile
+
+    from mempalace_logstream.backends.sqlite import SqliteBackend
+    from mempalace_logstream.schema import SCHEMA_HEAD
+    from mempalace_logstream.store.core import LogStore
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = f"{tmp}/log.sqlite3"
+        with LogStore.open(path) as writer:
+            sent = [
+                writer.event_append(type="note", stream="s", room="r", from_agent="a", to_agent=to)
+                for to in ("b", "*", "b")
+            ]
+        with LogStore.open(path, create=False) as store:  # a fresh store: only these reads
+            store.event_list(limit=1, order="desc")  # the first run's tip
+            for agent in ("b", "*"):
+                args = {"to_agent": [agent], "exclude_writer": [agent], "limit": 20}
+                for cursor in (None, sent[0].id, sent[-1].id):
+                    store.event_list(since_event_id=cursor, order="asc", **args)
+            statements = store.compiled_sql()
+    return {
+        "SCHEMA_HEAD": SCHEMA_HEAD,
+        "SPLIT_INBOX": SqliteBackend.split_inbox,
+        "STATEMENTS": statements,
+    }
+
+
+def render(values: dict[str, Any]) -> str:
+    """sqlite_inbox_sql.py's text (run `ruff format` on it after writing)."""
+    lines = [
+        '"""GENERATED by `python -m mempalace_logstream.store.lean`: do not edit.',
+        "",
+        "The SQLite statements of the inbox's reads as the store compiles them",
+        "(`LogStore._sql`: key -> (SQL text, default parameters)), for store/lean.py.",
+        '"""',
+        "",
+        "from typing import Any",
+        "",
+        f"SCHEMA_HEAD = {values['SCHEMA_HEAD']!r}",
+        f"SPLIT_INBOX = {values['SPLIT_INBOX']!r}",
+        "STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {",
+    ]
+    for key, (sql, defaults) in sorted(values["STATEMENTS"].items(), key=repr):
+        lines.append(f"    {key!r}: (")
+        lines.append("        (")
+        lines += [f"            {chunk!r}" for chunk in _chunks(sql, 72)]
+        lines.append("        ),")
+        lines.append(f"        {defaults!r},")
+        lines.append("    ),")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _chunks(text: str, width: int) -> list[str]:
+    """`text` cut after spaces or newlines into pieces of about `width` characters (so the
+    generated file keeps to the line length); they concatenate back to `text`."""
+    out: list[str] = []
+    while len(text) > width:
+        cut = max(text.rfind(" ", 0, width), text.rfind("\n", 0, width))
+        cut = cut + 1 if cut > 0 else width
+        out.append(text[:cut])
+        text = text[cut:]
+    return [*out, text] if text else out
+
+
+GENERATED = Path(inbox_sql.__file__)
+
+
+if __name__ == "__main__":
+    GENERATED.write_text(render(generate()), encoding="utf-8")
+    print(f"wrote {GENERATED}; now run `ruff format {GENERATED}`")
