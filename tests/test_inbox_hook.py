@@ -252,7 +252,17 @@ def test_the_lean_path_does_not_import_the_cli_framework(
     )
     assert proc.returncode == 0
     loaded = {line.split("|")[-1].strip() for line in proc.stderr.decode().splitlines()}
-    for heavy in ("typer", "click", "rich", "fastapi", "mcp", "httpx", "uvicorn", "pydantic"):
+    for heavy in (
+        "typer",
+        "click",
+        "rich",
+        "fastapi",
+        "mcp",
+        "httpx",
+        "uvicorn",
+        "pydantic",
+        "sqlalchemy",
+    ):
         assert heavy not in loaded, f"the hook path imports {heavy}"
 
 
