@@ -22,6 +22,8 @@ from mempalace_logstream import validation as v
 from mempalace_logstream.watch import (
     STATE_ABSENT,
     STATE_CORRUPT,
+    STATE_EMPTY,
+    STATE_OK,
     Client,
     read_state,
     state_basename,
@@ -112,6 +114,9 @@ class Unseen:
     cursor: str | None
     has_more: bool
     notes: list[str]
+    # False when the state file already holds `cursor` (nothing examined since): no
+    # checkpoint is needed, and the call does not pay for the state file's two fsyncs.
+    moved: bool = True
 
 
 def read_unseen(client: Client, opts: InboxOptions) -> Unseen:
@@ -144,11 +149,13 @@ def read_unseen(client: Client, opts: InboxOptions) -> Unseen:
             "inbox from the start"
         )
         page = client.call("event_list", since_event_id=None, order="asc", **args)
+    cursor = page.get("cursor") or stored
     return Unseen(
         events=list(page["events"]),
-        cursor=page.get("cursor") or stored,
+        cursor=cursor,
         has_more=bool(page.get("has_more")),
         notes=notes,
+        moved=state not in (STATE_OK, STATE_EMPTY) or cursor != stored or bool(notes),
     )
 
 
@@ -160,8 +167,8 @@ def deliver(
     hook_event: str | None = None,
     crash_hook: Callable[[str, int], None] | None = None,
 ) -> int:
-    """Read, write the output (flushed by `write`), then checkpoint; returns the exit code
-    (0, with nothing written when there is no unseen mail)."""
+    """Read, write the output (flushed by `write`), then checkpoint (unless the cursor did not
+    move); returns the exit code (0, with nothing written when there is no unseen mail)."""
     unseen = read_unseen(client, opts)
     for text in unseen.notes:
         note(text)
@@ -169,7 +176,7 @@ def deliver(
         write(_output(unseen, opts, hook_event))
         if crash_hook is not None:
             crash_hook("print", 1)
-    if opts.state_file is not None:
+    if opts.state_file is not None and unseen.moved:
         try:
             write_state(opts.state_file, unseen.cursor, opts.agent)
         except OSError as exc:  # the next call shows these events again: no skip

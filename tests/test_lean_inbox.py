@@ -22,15 +22,25 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mempalace_logstream import LogStore, errors, hook, migrate
+from mempalace_logstream import LogStore, errors, migrate
 from mempalace_logstream import engine as engine_mod
+from mempalace_logstream import hook as hook_mod
 from mempalace_logstream import inbox as inbox_mod
 from mempalace_logstream.backends import sqlite_inbox_sql
 from mempalace_logstream.migrate import KNOWN_REVISIONS
 from mempalace_logstream.operations import LocalClient
 from mempalace_logstream.store import lean
 from tests.conftest import REPO, run_cli
-from tests.test_inbox_hook import PROMPT, _stdin, context, cursor_of, inbox_args, send, typer_cli
+from tests.test_inbox_hook import (
+    PROMPT,
+    _stdin,
+    context,
+    cursor_of,
+    hook,
+    inbox_args,
+    send,
+    typer_cli,
+)
 
 HEAVY = ("sqlalchemy", "typer", "click", "rich", "fastapi", "starlette", "mcp", "uvicorn")
 AGENTS = ("alice", "bob", "carol")
@@ -267,9 +277,9 @@ def test_a_read_without_planned_sql_goes_to_the_store(
     state = tmp_path / "s.json"
     sent = send(store, "alice", "bob", "still delivered")
     out: list[str] = []
-    monkeypatch.setattr(hook, "_write", out.append)
+    monkeypatch.setattr(hook_mod, "_write", out.append)
     monkeypatch.setattr(sqlite_inbox_sql, "STATEMENTS", {})
-    code = hook.run_inbox(agent="bob", state_file=str(state), from_start=True, db=db)
+    code = hook_mod.run_inbox(agent="bob", state_file=str(state), from_start=True, db=db)
     assert code == 0 and len(out) == 1 and sent in out[0]
     assert cursor_of(state) == sent
     reader = lean.open_lean(url(db))
@@ -332,3 +342,26 @@ def test_the_lean_reader_raises_the_stores_errors_in_process(tmp_path: Path) -> 
             LogStore.open(url(path), create=False)
         assert type(lean_exc.value) is type(full_exc.value), what
         assert lean_exc.value.message == full_exc.value.message, what
+
+
+# ----------------------------------------------------------------------------- checkpoint
+
+
+def test_a_call_whose_cursor_did_not_move_leaves_the_state_file_alone(
+    sqlite_log: tuple[str, LogStore], tmp_path: Path
+) -> None:
+    """No new event at all: no checkpoint (its two fsyncs were most of an empty call's
+    time); an event for someone else moves the cursor, which is saved as before."""
+    db, store = sqlite_log
+    state = tmp_path / "s.json"
+    send(store, "alice", "bob")
+    assert hook(db, state).stdout == b""  # first run: the tip, saved
+    saved = state.stat().st_ino, state.read_bytes()
+    again = hook(db, state)
+    assert (again.returncode, again.stdout, again.stderr) == (0, b"", b"")
+    assert (state.stat().st_ino, state.read_bytes()) == saved  # not rewritten
+    other = send(store, "dave", "eve")
+    assert hook(db, state).stdout == b""
+    assert state.stat().st_ino != saved[0] and cursor_of(state) == other
+    mail = send(store, "alice", "bob")
+    assert mail in context(hook(db, state)) and cursor_of(state) == mail
