@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -60,14 +61,18 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _time(cmd: list[str], stdin: str = "") -> float:
-    """Wall seconds of one process, from spawn to exit; raises when it fails."""
+def _time(cmd: list[str], stdin: str = "") -> tuple[float, float]:
+    """(wall seconds from spawn to exit, CPU seconds user + system) of one process; raises
+    when it fails. CPU time says what the call costs when other work shares the cores."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, input=stdin, capture_output=True, text=True, env=_env())
     elapsed = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd} exited {proc.returncode}: {proc.stderr}")
-    return elapsed
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return elapsed, cpu
 
 
 def _fill(db: Path, n: int) -> None:
@@ -127,21 +132,33 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, dict[str, float]]:
     results: dict[str, dict[str, float]] = {}
     for name, (cmd, new_mail) in rows.items():
         _time(cmd, STDIN)  # warm-up; for inbox rows also the first run (cursor at the tip)
-        samples = []
+        walls, cpus = [], []
         for _ in range(args.samples):
             if new_mail:
                 _append_for_bob(db)
-            samples.append(_time(cmd, STDIN))
-        results[name] = common.summarize(samples)
+            wall, cpu = _time(cmd, STDIN)
+            walls.append(wall)
+            cpus.append(cpu)
+        results[name] = {
+            **common.summarize(walls),
+            "cpu_p50": common.percentile(cpus, 0.50),
+        }
     return results
 
 
 def report(results: dict[str, dict[str, float]]) -> None:
     table = [
-        [name, common.fmt_ms(s["p50"]), common.fmt_ms(s["p95"]), common.fmt_ms(s["max"])]
+        [
+            name,
+            common.fmt_ms(s["p50"]),
+            common.fmt_ms(s["p95"]),
+            common.fmt_ms(s["max"]),
+            common.fmt_ms(s["cpu_p50"]),
+        ]
         for name, s in results.items()
     ]
-    common.print_table("inbox --hook claude, wall per process", ["row", "p50", "p95", "max"], table)
+    title = "inbox --hook claude, ms per process (wall; cpu = user + sys)"
+    common.print_table(title, ["row", "p50", "p95", "max", "cpu p50"], table)
     for row in ("lean, empty inbox", "lean, one new message"):
         for q in ("p50", "p95"):
             ms = results[row][q] * 1000
