@@ -11,10 +11,12 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mempalace_logstream import errors
-from mempalace_logstream.tasks import TaskSettings
-from mempalace_logstream.tasks.model import MAX_LEASE_MS, MIN_LEASE_MS
+
+if TYPE_CHECKING:
+    from mempalace_logstream.tasks import TaskSettings
 
 DB_FILENAME = "logstream.sqlite3"
 DEFAULT_PALACE = "~/.mempalace/palace"
@@ -54,6 +56,17 @@ def _seconds(environ: Mapping[str, str], key: str, default: float) -> float:
     return value
 
 
+def _lease_ms(environ: Mapping[str, str], key: str, default: int) -> int:
+    """The task lease, checked against the lifecycle's bounds when it is set. The tasks
+    package is imported only then: the hook path (issue 13) reads settings on every prompt."""
+    raw = environ.get(key)
+    if raw is None or raw.strip() == "":
+        return default
+    from mempalace_logstream.tasks.model import MAX_LEASE_MS, MIN_LEASE_MS
+
+    return _bounded(environ, key, default, MIN_LEASE_MS, MAX_LEASE_MS)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Settings:
     db: str | None = None
@@ -77,13 +90,13 @@ class Settings:
             hub_timeout_s=_seconds(env, "LOGSTREAM_HUB_TIMEOUT", 30.0),
             task_max_depth=_bounded(env, p + "TASK_MAX_DEPTH", 3, 1, 100),
             task_max_children=_bounded(env, p + "TASK_MAX_CHILDREN", 10, 1, 100_000),
-            task_lease_ms=_bounded(
-                env, p + "TASK_LEASE_MS", 15 * 60 * 1000, MIN_LEASE_MS, MAX_LEASE_MS
-            ),
+            task_lease_ms=_lease_ms(env, p + "TASK_LEASE_MS", 15 * 60 * 1000),
         )
 
     def task_settings(self) -> TaskSettings:
         """The task lifecycle's limits (RFC 0007): delegation depth and breadth, lease."""
+        from mempalace_logstream.tasks import TaskSettings
+
         return TaskSettings(
             max_depth=self.task_max_depth,
             max_children=self.task_max_children,

@@ -365,3 +365,30 @@ def test_a_call_whose_cursor_did_not_move_leaves_the_state_file_alone(
     assert state.stat().st_ino != saved[0] and cursor_of(state) == other
     mail = send(store, "alice", "bob")
     assert mail in context(hook(db, state)) and cursor_of(state) == mail
+
+
+def test_settings_check_the_task_lease_bounds_only_when_a_lease_is_set() -> None:
+    """`Settings.from_env` runs on every hook call; the tasks package loads only when
+    MEMPALACE_LOGSTREAM_TASK_LEASE_MS is set, and the bounds are the same."""
+    code = (
+        "import sys\n"
+        "from mempalace_logstream import config, errors\n"
+        "assert config.Settings.from_env({}).task_lease_ms == 900000\n"
+        "assert 'mempalace_logstream.tasks' not in sys.modules\n"
+        "try:\n"
+        "    config.Settings.from_env({'MEMPALACE_LOGSTREAM_TASK_LEASE_MS': '999'})\n"
+        "except errors.ValidationError as exc:\n"
+        "    print(exc.message)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=60,
+        check=True,
+    )
+    from mempalace_logstream.tasks.model import MAX_LEASE_MS, MIN_LEASE_MS
+
+    assert proc.stdout.decode().strip() == (
+        f"MEMPALACE_LOGSTREAM_TASK_LEASE_MS=999 must be between {MIN_LEASE_MS} and {MAX_LEASE_MS}"
+    )
