@@ -183,7 +183,7 @@ def test_a_client_that_does_not_read_holds_a_bounded_backlog(tmp_path: Path) -> 
     """A subscriber that stops reading: the hub's socket buffers fill, the stream blocks, and
     the frames that keep coming wait coalesced per agent, at most `sse_presence_backlog`.
     When it reads again it gets the latest state of the newest agents."""
-    limit, agents = 25, 6_000
+    limit, agents = 25, 10_000
     with live_hub(tmp_path, ping_interval_s=30, sse_presence_backlog=limit) as h:
         host, port = h.url.removeprefix("http://").split(":")
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -197,7 +197,8 @@ def test_a_client_that_does_not_read_holds_a_bounded_backlog(tmp_path: Path) -> 
             assert time.monotonic() < deadline, "the stream did not open"
             time.sleep(0.01)
         (queue,) = h.app.state.sse_presence
-        note = "x" * 500  # ~0.7 kB a frame: 2 per agent, ~8 MB in all, past any socket buffer
+        # ~0.7 kB a frame, 2 per agent: ~14 MB in all, past the socket buffers (~4 MB here)
+        note = "x" * 500
         for i in range(agents):
             h.presence.announce(agent=f"agent-{i:05d}", state="working", note=note)
             h.presence.leave(f"agent-{i:05d}")
