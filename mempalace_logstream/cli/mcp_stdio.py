@@ -11,6 +11,12 @@ from typing import Annotated, Any
 import typer
 
 from mempalace_logstream import errors
+from mempalace_logstream.cli.announce import (
+    NoPresenceOpt,
+    PresenceTtlOpt,
+    announced,
+    announcer,
+)
 from mempalace_logstream.cli.filters import FilterArgs, filter_options
 from mempalace_logstream.cli.options import DbOpt, HubOpt, Multi, PalaceOpt, TokenOpt
 from mempalace_logstream.cli.root import app
@@ -19,7 +25,12 @@ from mempalace_logstream.cli.testhooks import watch_crash_hook
 
 ReadOnlyOpt = Annotated[bool, typer.Option("--read-only", help="Hide the mutating tools.")]
 AgentOpt = Annotated[
-    str | None, typer.Option("--agent", help="Your agent id: whose inbox --channel pushes.")
+    str | None,
+    typer.Option(
+        "--agent",
+        help="Your agent id: whose inbox --channel pushes, and who is announced in the "
+        "presence of --hub while this runs.",
+    ),
 ]
 ChannelOpt = Annotated[
     bool,
@@ -76,12 +87,16 @@ def mcp_cmd(
     palace: PalaceOpt = None,
     hub: HubOpt = None,
     token: TokenOpt = None,
+    no_presence: NoPresenceOpt = False,
+    presence_ttl_s: PresenceTtlOpt = None,
 ) -> None:
     """Serve the MCP tools over stdio (local log, or a hub with --hub).
 
     With --agent NAME --channel, new events addressed to NAME (or to *), never NAME's own, are
     pushed into the session; the cursor is checkpointed after each notification, so a restart
     resumes where it stopped and a crash repeats, never skips. Filters narrow what is pushed.
+    With --hub and --agent NAME, NAME is announced in the hub's presence while this runs
+    (--no-presence: not).
     """
     given = {
         "allow_from": allow_from,
@@ -94,14 +109,22 @@ def mcp_cmd(
     if not channel:
         extra = [name for name, val in given.items() if val not in (None, [])]
         extra += ["filters"] if filters else []
-        if extra or agent is not None:
-            flag = "--" + (extra[0] if extra else "agent").replace("_", "-")
+        if extra:
+            flag = "--" + extra[0].replace("_", "-")
             raise fail(f"{flag} is an option of channel mode: add --channel (and --agent NAME)")
+        if agent is not None and not hub:
+            raise fail(
+                "--agent is an option of channel mode (add --channel) or names you in a hub's "
+                "presence (add --hub URL)"
+            )
     try:
-        if channel:
-            _run_channel(agent, filters, given, read_only, db, palace, hub, token)
-        else:
-            _run_tools(read_only, db, palace, hub, token)
+        what = "logstream mcp --channel" if channel else "logstream mcp"
+        who = announcer(agent, hub, token, enabled=not no_presence, ttl_s=presence_ttl_s, what=what)
+        with announced(who):
+            if channel:
+                _run_channel(agent, filters, given, read_only, db, palace, hub, token)
+            else:
+                _run_tools(read_only, db, palace, hub, token)
     except errors.LogstreamError as exc:
         if STATE.debug:
             raise
