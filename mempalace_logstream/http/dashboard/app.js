@@ -184,7 +184,11 @@ function connect() {
     if (p.state === "gone") S.presence.delete(p.agent); else S.presence.set(p.agent, p);
     mark("agents");
   });
-  es.onopen = () => setConn("live", true);
+  es.onopen = () => {
+    setConn("live", true);
+    // A (re)connected stream starts with one presence frame per current entry.
+    if (S.presenceFrames) { S.presence.clear(); mark("agents"); }
+  };
   es.onerror = () => {
     setConn("reconnecting", false);
     if (es.readyState === EventSource.CLOSED) {
@@ -572,14 +576,15 @@ function showError(e) { $("event-count").textContent = e.message; }
 
 async function start() {
   wire();
-  S.session = await api("/dashboard/session");
   const hash = location.hash.slice(1);
   select(VIEWS.includes(hash) ? hash : "events");
-  S.presenceFrames = await probePresenceFrames();
-  await Promise.all([loadEvents(), loadTasks()]);
+  const [session, frames] = await Promise.all([
+    api("/dashboard/session"), probePresenceFrames(), loadEvents(), loadTasks()]);
+  S.session = session;
+  S.presenceFrames = frames;
   connect();
   pollPresence();
-  mark("header");
+  mark("header", S.view);
 }
 
 start().catch(showError);
