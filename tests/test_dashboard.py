@@ -102,6 +102,11 @@ def test_the_page_loads_and_an_event_from_another_process_appears_within_2_s(
     open_view(page, hub.url, "events")
     page.wait_for_selector(".row >> text=warm-up note 2")
     assert page.title() == "mempalace-logstream dashboard"
+    page.keyboard.press("2")  # keyboard: number keys and arrows move between the tabs
+    assert page.get_attribute("#tab-tasks", "aria-selected") == "true"
+    page.keyboard.press("ArrowRight")
+    assert page.evaluate("document.activeElement.id") == "tab-events"
+    assert page.is_visible("#view-events") and not page.is_visible("#view-tasks")
     db = str(hub.store.engine.url.database)
     args = "append --type note --stream s --room r --from-agent other --db".split()
     done = run_cli(*args, db, "--body", "from another process")
@@ -129,6 +134,9 @@ def test_a_task_moves_across_the_board(hub: LiveHub, page: Any) -> None:
         assert "1 child task" in page.inner_text(card)
         assert "parent" in page.inner_text(f"[data-task='{child}']")
         shot(page, "tasks")
+        page.emulate_media(color_scheme="dark")
+        shot(page, "tasks-dark")
+        page.emulate_media(color_scheme="light")
         move(c, parent, "complete")
         page.wait_for_selector(f"[data-state='ready'] {card}")
         move(c, parent, "accept", agent="lead")
@@ -179,10 +187,17 @@ def test_presence_appears_and_expires(hub: LiveHub, page: Any) -> None:
     page.wait_for_selector(f"{row} .state-working", state="detached", timeout=8000)
 
 
-def test_the_sync_estate_view(hub: LiveHub, page: Any) -> None:
+def test_the_sync_estate_view(hub: LiveHub, page: Any, tmp_path: Path) -> None:
+    other = tmp_path / "laptop.sqlite3"
+    with LogStore.open(str(other)) as laptop:
+        laptop.event_append(type="note", stream="s", room="r", from_agent="laptop", body="hi")
+    db = str(hub.store.engine.url.database)
+    synced = run_cli("sync", "--db", db, "--peer-db", str(other))
+    assert synced.returncode == 0, synced.stderr
     open_view(page, hub.url, "sync")
     page.wait_for_selector("#sync >> text=conflicts")
-    assert hub.store.replica_id in page.inner_text("#sync")
+    text = page.inner_text("#sync")
+    assert hub.store.replica_id in text and str(other) in text, text
     shot(page, "sync")
 
 

@@ -45,6 +45,9 @@ def test_without_credentials_the_root_is_the_login_form_and_the_api_refuses(
     wrong = httpx.post(hub.url + "/dashboard/login", data={"token": "nope"})
     assert wrong.status_code == 401 and "set-cookie" not in wrong.headers
     assert "That is not this hub" in wrong.text
+    foreign = {"Origin": "https://evil.example"}
+    cross = httpx.post(hub.url + "/dashboard/login", data={"token": TOKEN}, headers=foreign)
+    assert cross.status_code == 403 and "set-cookie" not in cross.headers
 
 
 def test_a_read_only_session_reads_and_never_writes(hub: LiveHub) -> None:

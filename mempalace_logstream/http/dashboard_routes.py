@@ -24,6 +24,7 @@ from starlette.staticfiles import StaticFiles
 from mempalace_logstream import errors
 from mempalace_logstream import validation as v
 from mempalace_logstream.http import session
+from mempalace_logstream.http.responses import error_response
 from mempalace_logstream.http.settings import HubSettings, version
 
 FILES = Path(__file__).with_name("dashboard")
@@ -71,6 +72,9 @@ def _session(request: Request, settings: HubSettings) -> session.Session | None:
 async def login(request: Request) -> Response:
     """The token in a form (or JSON) body; answers the session cookie and a redirect to `/`."""
     settings: HubSettings = request.app.state.settings
+    origin = request.headers.get("origin")
+    if origin is not None and not session.same_origin(origin, request.headers.get("host", "")):
+        return error_response(403, "Origin is not this hub", "Origin")  # login CSRF
     fields = _form(await request.body(), request.headers.get("content-type", ""))
     token = fields.get("token", "")
     if settings.token is None:

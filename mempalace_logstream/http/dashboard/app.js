@@ -469,16 +469,23 @@ function renderSync() {
   if (!S.sync) { box.replaceChildren(h("p", null, "loading…")); return; }
   if (S.sync.error) { box.replaceChildren(h("p", { class: "error" }, S.sync.error)); return; }
   const estate = S.sync.stats.estate || {};
-  const rows = Array.isArray(S.sync.peers.peers) ? S.sync.peers.peers
-    : Array.isArray(S.sync.peers) ? S.sync.peers : (estate.peers || []);
-  const keys = [...new Set(rows.flatMap((r) => Object.keys(r)))].filter((k) => rows.some((r) => typeof r[k] !== "object" || r[k] === null));
+  const rows = Array.isArray(S.sync.peers.peers) ? S.sync.peers.peers : (estate.peers || []);
   const counts = ["conflicts", "rejections", "sequence_anomalies", "deferred", "clock_anomalies"];
+  const head = ["peer", "replica", "reachable", "last success", "last error", "last round", "pulled in all", "rounds"];
+  const cell = (text, cls) => h("td", { class: cls }, text === null || text === undefined ? "" : text);
   box.replaceChildren(
-    h("p", null, `replica ${S.sync.stats.replica_id}, ${S.sync.stats.events} events, `,
+    h("p", null, `replica ${S.sync.stats.replica_id}, ${S.sync.stats.events} events. `,
       counts.map((k) => h("span", { class: estate[k] ? "flag" : null }, `${k.replace("_", " ")} ${estate[k] || 0}; `))),
-    rows.length ? h("table", { class: "grid" },
-      h("thead", null, h("tr", null, keys.map((k) => h("th", null, k)))),
-      h("tbody", null, rows.map((r) => h("tr", null, keys.map((k) => h("td", { class: /error/.test(k) && r[k] ? "error" : null }, r[k] === null || r[k] === undefined ? "" : String(r[k]))))))) :
+    rows.length ? h("table", { class: "grid sync" },
+      h("thead", null, h("tr", null, head.map((k) => h("th", null, k)))),
+      h("tbody", null, rows.map((r) => h("tr", { "data-peer": r.name },
+        cell([h("strong", null, r.name), r.url && r.url !== r.name ? h("div", { class: "muted" }, r.url) : null]),
+        cell(r.replica_id),
+        cell(r.reachable === null ? "not tried" : r.reachable ? "yes" : "no", r.reachable === false ? "error" : null),
+        cell(r.last_success_at ? `${ago(r.last_success_at)} (${r.last_success_at})` : "never"),
+        cell(r.last_error ? `${r.last_error} (${ago(r.last_error_at)})` : "", "error"),
+        cell(`pulled ${r.last_pulled_events || 0} events, ${r.last_pulled_artifacts || 0} artifacts; pushed ${r.last_pushed_events || 0}`),
+        cell(r.total_pulled_events), cell(r.rounds))))) :
       h("p", { class: "muted" }, "No peers: this hub syncs with no one (logstream peers add)."));
 }
 
