@@ -184,8 +184,12 @@ function connect() {
     if (p.state === "gone") S.presence.delete(p.agent); else S.presence.set(p.agent, p);
     mark("agents");
   });
+  const resync = !S.lastId && !Object.keys(S.filters).length;
   es.onopen = () => {
     setConn("live", true);
+    // Opened at the tip of an empty list: read once more, so an event appended between the
+    // first read and this stream is not missed (ids already held are dropped as duplicates).
+    if (resync && S.es === es) resyncEvents().catch(showError);
     // A (re)connected stream starts with one presence frame per current entry.
     if (S.presenceFrames) { S.presence.clear(); mark("agents"); }
   };
@@ -195,9 +199,17 @@ function connect() {
       // The hub refused the stream (restarting, or at its client cap): open it again after
       // the newest event we hold; the browser resends nothing on its own once CLOSED.
       S.stats.reconnects++;
-      setTimeout(() => { if (S.es === es) connect(); }, 1000);
+      setTimeout(() => reopen(es), 1000);
     }
   };
+}
+
+function reopen(es) {
+  // Ask the hub first: an ended session sends the page to the login form (api() on a 401),
+  // a hub still down is asked again a little later.
+  if (S.es !== es) return;
+  api("/dashboard/session").then(() => { if (S.es === es) connect(); },
+    () => setTimeout(() => reopen(es), 2000));
 }
 
 function setConn(text, ok) {
@@ -225,6 +237,15 @@ async function loadEvents() {
   S.events = data.events;
   if (!S.lastId && data.events.length && !Object.keys(S.filters).length) S.lastId = data.events[0].id;
   $("older").hidden = !data.has_more;
+  mark("events");
+}
+
+async function resyncEvents() {
+  const data = await api("/v1/events?" + qs({ order: "desc", limit: 200 }));
+  const have = new Set(S.events.map((e) => e.id));
+  const extra = data.events.filter((e) => !have.has(e.id));
+  for (const ev of extra) remember(ev.id);
+  S.events = S.events.concat(extra).sort((a, b) => b.seq - a.seq).slice(0, MAX_EVENTS);
   mark("events");
 }
 
