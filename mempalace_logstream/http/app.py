@@ -19,7 +19,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
 from mempalace_logstream import aio, errors, sync
-from mempalace_logstream.http import ops, pages, presence_routes, sse, sync_routes
+from mempalace_logstream.http import (
+    dashboard_routes,
+    ops,
+    pages,
+    presence_routes,
+    sse,
+    sync_routes,
+)
 from mempalace_logstream.http.guard import HubGuard
 from mempalace_logstream.http.responses import (
     ERROR_RESPONSES,
@@ -62,6 +69,7 @@ def create_app(
     app.add_middleware(HubGuard, settings=settings)
     app.get("/healthz", tags=["hub"])(healthz)
     pages.add_pages(app)
+    dashboard_routes.add_dashboard(app)
     ops.add_op_routes(app)
     ops.add_get_aliases(app)
     presence_routes.add_presence_routes(app, presence)

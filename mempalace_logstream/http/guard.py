@@ -4,6 +4,11 @@ On a loopback hub, the Host header must name this hub and an Origin must be a lo
 (DNS rebinding); with a token, every path but `/healthz` needs `Authorization: Bearer <token>`;
 a body over `max_request_bytes` is refused with 413 before it is read, or while it is read when
 it has no Content-Length.
+
+A browser cannot send the bearer: the dashboard's session cookie (`session.py`) stands in for it,
+read-only unless the login named an operator, and a cookie-authenticated POST must carry the
+dashboard's header and no foreign Origin. `/` is let through without credentials: it answers the
+login form (the route reads `scope["state"]["dashboard_auth"]`).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from mempalace_logstream.http import session
 from mempalace_logstream.http.responses import send_error
 from mempalace_logstream.http.settings import LOOPBACK_NAMES, HubSettings, is_loopback_host
 
@@ -37,7 +43,7 @@ class HubGuard:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): val for k, val in scope["headers"]}
-        refusal = self._refusal(scope["path"], headers)
+        refusal = self._refusal(scope["path"], scope["method"], headers, scope)
         if refusal is not None:
             await send_error(send, *refusal)
             return
@@ -55,7 +61,9 @@ class HubGuard:
             receive = buffered
         await self.app(scope, receive, send)
 
-    def _refusal(self, path: str, headers: Mapping[str, bytes]) -> tuple[int, str, str] | None:
+    def _refusal(
+        self, path: str, method: str, headers: Mapping[str, bytes], scope: Scope
+    ) -> tuple[int, str, str] | None:
         if self.loopback:
             host = _hostname(headers.get("host", b"").decode("latin-1"))
             if host not in self.hosts:
@@ -63,11 +71,43 @@ class HubGuard:
             origin = headers.get("origin")
             if origin is not None and not _is_loopback_origin(origin.decode("latin-1")):
                 return 403, "Origin is not a loopback origin", "Origin"
+        state = scope.setdefault("state", {})
+        state["dashboard_auth"] = True
         if self.expected is None or path == "/healthz":
             return None
-        if not hmac.compare_digest(_bearer(headers.get("authorization", b"")), self.expected):
-            return 401, "missing or wrong bearer token (Authorization: Bearer <token>)", "token"
+        if hmac.compare_digest(_bearer(headers.get("authorization", b"")), self.expected):
+            return None
+        if path in session.PUBLIC_PATHS or path.startswith(session.PUBLIC_PREFIX):
+            return None
+        cookie = headers.get("cookie")
+        found = None
+        if cookie is not None and self.settings.token is not None:
+            found = session.session_of(self.settings.token, cookie.decode("latin-1"))
+        if found is not None:
+            return _cookie_refusal(found, path, method, headers)
+        if path == "/" and method in ("GET", "HEAD"):
+            state["dashboard_auth"] = False  # the route answers the login form
+            return None
+        return 401, "missing or wrong bearer token (Authorization: Bearer <token>)", "token"
+
+
+def _cookie_refusal(
+    found: session.Session, path: str, method: str, headers: Mapping[str, bytes]
+) -> tuple[int, str, str] | None:
+    """What a dashboard session may not do: write without the CSRF header or from a foreign
+    Origin, or POST beyond its role (read-only, or an operator's two writes)."""
+    if method in ("GET", "HEAD"):
         return None
+    if headers.get(session.CSRF_HEADER) != b"1":
+        return 403, f"a dashboard session's {method} needs the {session.CSRF_HEADER} header", "csrf"
+    origin = headers.get("origin")
+    host = headers.get("host", b"").decode("latin-1")
+    if origin is not None and not session.same_origin(origin.decode("latin-1"), host):
+        return 403, "Origin is not this hub", "Origin"
+    if method != "POST" or not session.may_post(found, path):
+        role = f"operator {found.operator}" if found.operator else "a read-only session"
+        return 403, f"{role} may not {method} {path}; log in with the token", "token"
+    return None
 
 
 def _bearer(header: bytes) -> bytes:
