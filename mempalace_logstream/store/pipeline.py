@@ -237,6 +237,7 @@ class CommitPipeline:
                 for item in batch:
                     self._run_raw_item(tx.db, state, item, savepoint=len(batch) > 1)
                 tx.counters = (state.next_seq, state.next_artifact_seq)
+                tx.appended = bool(state.appended)
             self.commits += 1
             appended += state.appended
 
