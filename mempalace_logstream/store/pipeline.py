@@ -55,6 +55,7 @@ class TxState:
     next_seq: int
     next_artifact_seq: int
     appended: list[Event] = field(default_factory=list)
+    keyring: Any = None  # identity's keyring, read once per transaction (store/identity.py)
 
 
 T = TypeVar("T")
