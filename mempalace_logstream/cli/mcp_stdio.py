@@ -43,6 +43,13 @@ ChannelOpt = Annotated[
 AllowFromOpt = Annotated[
     Multi, typer.Option("--allow-from", help="Push only events by this sender (repeat).")
 ]
+AllowUnverifiedOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-unverified",
+        help="Once agents have keys, also push senders whose events are not signed.",
+    ),
+]
 StateFileOpt = Annotated[
     str | None,
     typer.Option(
@@ -66,7 +73,6 @@ WindowOpt = Annotated[
     int | None,
     typer.Option("--window-ms", help="Gather a burst for this long after a notification (250)."),
 ]
-CHANNEL_ONLY = ("allow_from", "state_file", "from_start", "body_chars", "burst", "window_ms")
 
 
 @app.command("mcp")
@@ -78,6 +84,7 @@ def mcp_cmd(
     *,
     filters: FilterArgs,
     allow_from: AllowFromOpt = None,
+    allow_unverified: AllowUnverifiedOpt = False,
     state_file: StateFileOpt = None,
     from_start: FromStartOpt = False,
     body_chars: BodyCharsOpt = None,
@@ -100,6 +107,7 @@ def mcp_cmd(
     """
     given = {
         "allow_from": allow_from,
+        "allow_unverified": allow_unverified or None,
         "state_file": state_file,
         "from_start": from_start or None,
         "body_chars": body_chars,
