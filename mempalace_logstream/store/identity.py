@@ -19,7 +19,7 @@ from mempalace_logstream import errors
 from mempalace_logstream.identity import keys, signing
 from mempalace_logstream.identity.actor import ADMIN_NAME, Actor
 from mempalace_logstream.identity.keyring import KEY_EVENT_TYPES, Keyring, SignedEvent
-from mempalace_logstream.identity.verdict import Verdict, verdict
+from mempalace_logstream.identity.verdict import Verdict, own_verdict, verdict
 from mempalace_logstream.models import Event
 from mempalace_logstream.schema import artifacts, events, meta
 from mempalace_logstream.store.rows import events_from_rows
@@ -53,11 +53,13 @@ def _is_key_event() -> sa.ColumnElement[bool]:
 
 
 def _marks(agg: Any) -> sa.Select[Any]:
-    """One row: the newest key event's seq, and the pin rows' keys joined by "," (`agg` is
-    the backend's string aggregate): what the cached keyring was built from."""
+    """One row: the newest key event's id, and the pin rows' keys joined by "," (`agg` is
+    the backend's string aggregate): what the cached keyring was built from. An id, not a
+    seq: a key event rolled back never comes back under its id, while its seq is reused."""
     pinned = meta.c.key.startswith(PIN_PREFIX, autoescape=True)
+    newest = sa.select(events.c.id).where(_is_key_event()).order_by(events.c.seq.desc())
     return sa.select(
-        sa.select(sa.func.max(events.c.seq)).where(_is_key_event()).scalar_subquery(),
+        newest.limit(1).scalar_subquery(),
         sa.select(agg(meta.c.key, sa.literal(","))).where(pinned).scalar_subquery(),
     )
 
@@ -77,7 +79,7 @@ class Identity:
         self._lock = threading.Lock()
         self._pairs: dict[str, keys.KeyPair] | None = None
         self._ring: Keyring | None = None
-        self._ring_at: tuple[int, frozenset[str]] | None = None  # (key events' top seq, pins)
+        self._ring_at: tuple[str | None, frozenset[str]] | None = None  # (newest key event, pins)
 
     # ------------------------------------------------------------------ private keys
     def reload_keys(self) -> None:
@@ -97,7 +99,6 @@ class Identity:
         """The keyring of the log as `ex` sees it, rebuilt only when a key event or a pin
         changed since the last build. `select(*where)` gives the event read statement."""
         top, joined = ex.rows("identity-marks", lambda: _marks(self._aggregate), {})[0]
-        top = top or 0
         pins = frozenset(k[len(PIN_PREFIX) :] for k in (joined or "").split(",") if k)
         with self._lock:
             if self._ring is not None and self._ring_at == (top, pins):
@@ -149,7 +150,10 @@ class Identity:
             event = _with_signature(event, sig, pair.key_id)
         if event.type in KEY_EVENT_TYPES:
             ring = _with_key_event(ring, event)
-        judged = verdict(event, event.sig, event.key_id, ring, artifact_sha256s=shas)
+        if pair is not None:  # our own signature: only the key's authority needs checking
+            judged = own_verdict(event, pair.key_id, ring)
+        else:
+            judged = verdict(event, None, None, ring)
         if judged.verified is False:
             raise errors.ForbiddenError(_refusal(judged, event, self.keys_dir), field="from_agent")
         return event, judged
