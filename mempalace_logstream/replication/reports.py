@@ -31,6 +31,10 @@ from mempalace_logstream.store import (
     now_text,
 )
 
+# Rejections retried until they resolve (the verdict `unknown_key`, and the keyring refusals
+# of a key event that a later key event may cure: see replication/verify.py).
+HELD_REASONS = frozenset({"unknown_key", "bad_replaces", "bad_revoke"})
+
 
 def _raw_ident(raw: Any) -> str:
     ident = raw.get("id") if isinstance(raw, Mapping) else None
@@ -206,7 +210,10 @@ def _record_rejections(store: LogStore, ex: _Ex, reports: list[dict[str, Any]]) 
                 "new_message": r["message"],
                 "new_reason": r["reason"],
                 "new_peer": r["peer"],
-                "new_retryable": r["retryable"] and attempts < MAX_RETRIES,
+                # A deferred event is retried MAX_RETRIES rounds; an event held for its
+                # signing key until the key events arrive (RFC 0008: held, never dropped).
+                "new_retryable": r["retryable"]
+                and (attempts < MAX_RETRIES or r["reason"] in HELD_REASONS),
             },
         )
 
