@@ -186,3 +186,33 @@ def test_postgresql_replica_refuses_forgeries(tmp_path: Path, store: LogStore) -
     assert stored_signed_verify(team, store) == []
     a.close()
     h.close()
+
+
+def test_http_rows_pages_carry_signatures_and_are_verified(trio) -> None:
+    """The hub's compact rows-v2 pages carry sig and key_id: a replica pulling over HTTP
+    stores the honest events verified and refuses the hostile hub's forgeries."""
+    from tests.test_sync_http import TOKEN, running_hub
+
+    a, b, h, team = trio
+    honest = [note(a, "alice", f"over http {i}") for i in range(3)]
+    _pull(h, a)
+    _pull(b, a)  # b knows the keys; h's own forgery is judged at once
+    forged = forge(team, h, "own_key", after_hlc=a.event_get(honest[-1].id).hlc)
+    assert forged is not None
+    fresh = replica(a.identity.keys_dir.parent.parent, "fresh")  # type: ignore[union-attr]
+    agents.trust(fresh, team.admin_id)
+    with running_hub(h) as url:
+        peer = sync.HttpPeer(url, TOKEN)
+        try:
+            result = sync.sync_with_peer(b, peer)
+            assert peer.rows_limit  # the compact pages were used
+            assert _codes(result)[forged] == "wrong_agent"
+            assert sync.sync_with_peer(fresh, peer)["rejected_count"] >= 1
+        finally:
+            peer.close()
+    for s in (b, fresh):
+        assert forged not in {e.id for e in held(s)}
+        for e in honest:
+            got = s.event_get(e.id)
+            assert got.verified is True and got.sig == e.sig
+    fresh.close()
