@@ -35,7 +35,7 @@ FORGERY_CODES = {
     "replay": {"revoked_key", "unknown_key"},
     "strip": {"unsigned_required"},
     "unsigned": {"unsigned_required"},
-    "key_event": {"not_admin", "unknown_key"},
+    "key_event": {"not_admin", "revoked_key", "unknown_key"},
 }
 
 

@@ -139,6 +139,25 @@ def test_a_late_revocation_is_listed(trio) -> None:
     assert found[0].as_dict()["revoked_hlc"] == stamp
 
 
+def test_unsigned_events_stored_before_the_key_was_known_are_listed(trio) -> None:
+    """A replica that does not know alice's key yet keeps a forged unsigned event under her
+    name as `null` (it cannot tell); once the key arrives, `late_unsigned` lists it."""
+    a, b, h, team = trio
+    honest = note(a, "alice", "signed")
+    _pull(h, a)
+    forged = forge(team, h, "unsigned", after_hlc=a.event_get(honest.id).hlc)
+    assert forged is not None
+    # b pulls only h's own origin first: alice's key events (origin a) are not there yet.
+    peer = sync.LocalPeer(h)
+    rows = peer.rows(h.replica_id, 0, 100)
+    replication.apply_remote_batch(b, (), replication.parse_events(b, rows, "h", rows=True))
+    assert b.event_get(forged).verified is None
+    assert verify.late_unsigned(b) == []
+    _pull(b, a)
+    assert [x.event_id for x in verify.late_unsigned(b)] == [forged]
+    assert verify.late_unsigned(a) == [] and verify.late_revoked(a) == []
+
+
 def test_no_agents_no_verdict_work(trio, monkeypatch) -> None:
     """A log where nobody signs pays no verdicts: the page's judge is never built."""
     _, _, _, _ = trio

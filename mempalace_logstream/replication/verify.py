@@ -151,3 +151,40 @@ def late_revoked(store: LogStore) -> list[LateRevoked]:
             )
         )
     return out
+
+
+@dataclass(frozen=True)
+class LateUnsigned:
+    """A stored unsigned event of an agent that signs at its HLC: stored before this replica
+    knew the agent's key (a stripped signature or a forged name it could not tell yet). It
+    reads `verified: null`, never true; doctor lists it."""
+
+    event_id: str
+    seq: int
+    hlc: str
+    from_agent: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def late_unsigned(store: LogStore) -> list[LateUnsigned]:
+    """The stored unsigned events whose `from_agent` must sign at their HLC, in seq order.
+    Reads only the unsigned events of agents that have a key."""
+    with store.connect() as conn:
+        ex = CoreExecutor(conn)
+        ring = store.identity.keyring(ex, store.event_select)
+        names = sorted({r.agent for r in ring.records()})
+        found: list[Event] = []
+        for n, params in _in_lists(names):
+
+            def build(n: int = n) -> sa.Executable:
+                c = events.c
+                return store.event_select(c.from_agent.in_(_binds(n)), c.sig.is_(None))
+
+            found += events_from_rows(ex.rows(("late-unsigned", n), build, params))
+    return [
+        LateUnsigned(event_id=e.id, seq=e.seq, hlc=e.hlc, from_agent=e.from_agent)
+        for e in sorted(found, key=lambda e: e.seq)
+        if ring.must_sign(e.from_agent, e.hlc)
+    ]

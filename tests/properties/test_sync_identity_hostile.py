@@ -8,8 +8,9 @@ and pulls in every direction interleave with the forgeries.
 After every step: every signed event an honest replica stores verifies under the honest
 keyring (a replay that reached a replica before the revocation did is the one exception the
 RFC allows, and `late_revoked` lists it), no forged content is stored, and every refusal of a
-forgery carries a code its kind allows. After a heal (honest rounds only) the honest origins'
-events are the same on both honest replicas.
+forgery carries a code its kind allows. A forged unsigned event under a keyed name that
+reached a replica before the key did reads `null` there and `late_unsigned` lists it. After
+a heal (honest rounds only) the honest origins' events are the same on both honest replicas.
 """
 
 from __future__ import annotations
@@ -125,6 +126,7 @@ class HostileMachine(RuleBasedStateMachine):
         for s in (self.a, self.b):
             assert stored_signed_verify(self.team, s) == []
             late = {x.event_id for x in verify.late_revoked(s)}
+            unsigned_late = {x.event_id for x in verify.late_unsigned(s)}
             genuine = {e.id: e for e in held(self.a)}
             for e in held(s):
                 kind = self.team.forged.get(e.id)
@@ -135,6 +137,7 @@ class HostileMachine(RuleBasedStateMachine):
                     assert (e.content_key(), e.sig) == (g.content_key(), g.sig), kind
                 elif kind == "unsigned":  # stored before the keys were known: reads null
                     assert e.sig is None and e.verified is None
+                    assert e.id in unsigned_late, e.id
                 else:
                     assert kind == "replay" and e.id in late, (kind, e.id)
 
