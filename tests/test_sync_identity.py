@@ -87,6 +87,22 @@ def test_a_forgery_is_refused_with_its_code_and_honest_events_converge(trio, kin
     assert stored_signed_verify(team, b) == []
 
 
+def test_an_altered_copy_of_a_held_event_is_a_forgery_not_a_conflict(trio) -> None:
+    a, b, h, team = trio
+    mine = note(a, "alice", "the genuine text")
+    _pull(h, a)
+    _pull(b, a)
+    forged = forge(team, h, "alter")
+    assert forged == mine.id
+    # A round would not pull it (b holds that position); a page that carries it anyway:
+    rows = sync.LocalPeer(h).rows(a.replica_id, 0, 100)
+    res = replication.apply_remote_batch(b, (), replication.parse_events(b, rows, "h", rows=True))
+    assert res.conflicts == [] and res.duplicates == len(rows) - 1
+    assert {r["ident"]: r["reason"] for r in res.rejected} == {mine.id: "bad_signature"}
+    assert replication.list_conflicts(b) == []
+    assert b.event_get(mine.id).body == "the genuine text"
+
+
 def test_a_revoked_keys_later_events_are_refused(trio) -> None:
     a, b, h, team = trio
     revoked = agents.revoke(a, "mallory", reason="laptop stolen")

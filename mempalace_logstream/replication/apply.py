@@ -214,28 +214,18 @@ class _Page:
         """Record why `event` is not stored (duplicate, conflict, missing artifact, forged or
         held for its key); False when it may be stored."""
         prior = self.by_id.get(event.id)
-        if prior is not None:
-            if prior.content_key() == event.content_key():
-                res.duplicates += 1
-            else:
-                c = _conflict(
-                    self.store,
-                    self.ex,
-                    event,
-                    raw,
-                    prior.id,
-                    "different_content",
-                    self.peer,
-                    self.now,
-                )
-                res.conflicts.append(c)
-            return True
         taken = self.by_pos.get((event.origin_replica, event.origin_seq))
-        if taken is not None:
-            c = _conflict(
-                self.store, self.ex, event, raw, taken, "origin_seq_taken", self.peer, self.now
-            )
-            res.conflicts.append(c)
+        if prior is not None and prior.content_key() == event.content_key():
+            res.duplicates += 1
+            return True
+        if prior is not None or taken is not None:
+            # Two genuine versions are a conflict; a copy that does not verify is a forgery.
+            if not self._forged(event, res):
+                local = prior.id if prior is not None else str(taken)
+                why = "different_content" if prior is not None else "origin_seq_taken"
+                res.conflicts.append(
+                    _conflict(self.store, self.ex, event, raw, local, why, self.peer, self.now)
+                )
             return True
         lacking = [a for a in event.artifact_ids if a not in self.arts]
         if lacking:
@@ -247,6 +237,18 @@ class _Page:
             res.rejected.append(refused.report(event, self.peer))
             return True
         return False
+
+    def _forged(self, event: Event, res: ApplyResult) -> bool:
+        """Whether a copy clashing with a held event is refused for good by its verdict
+        (recorded as a rejection with the code, not as a conflict)."""
+        if any(a not in self.arts for a in event.artifact_ids):
+            return False
+        judge = self.judge()
+        refused = judge.judge(event, self.arts) if judge is not None else None
+        if refused is None or refused.retryable:
+            return False
+        res.rejected.append(refused.report(event, self.peer))
+        return True
 
     def add(self, st: Any, stored: Event, tail: tuple[Any, ...], res: ApplyResult) -> None:
         """Queue `stored` (the batch's own fresh Event) with its local seq."""
