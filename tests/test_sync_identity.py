@@ -103,6 +103,21 @@ def test_an_altered_copy_of_a_held_event_is_a_forgery_not_a_conflict(trio) -> No
     assert b.event_get(mine.id).body == "the genuine text"
 
 
+def test_a_pushed_forgery_is_refused(trio) -> None:
+    """The receiving side of a push (the hub's /sync/push calls the same apply) judges too."""
+    a, b, h, team = trio
+    honest = note(a, "alice", "x")
+    _pull(h, a)
+    _pull(b, a)
+    forged = forge(team, h, "garbage", after_hlc=a.event_get(honest.id).hlc)
+    assert forged is not None
+    sync.sync_with_peer(h, sync.LocalPeer(b), push=True)
+    rows = {r["ident"]: r for r in replication.list_rejections(b)}
+    assert rows[forged]["reason"] == "bad_signature"
+    assert rows[forged]["peer"].startswith("push")
+    assert forged not in {e.id for e in held(b)}
+
+
 def test_a_revoked_keys_later_events_are_refused(trio) -> None:
     a, b, h, team = trio
     revoked = agents.revoke(a, "mallory", reason="laptop stolen")
