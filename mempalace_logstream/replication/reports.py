@@ -210,12 +210,17 @@ def _record_rejections(store: LogStore, ex: _Ex, reports: list[dict[str, Any]]) 
                 "new_message": r["message"],
                 "new_reason": r["reason"],
                 "new_peer": r["peer"],
-                # A deferred event is retried MAX_RETRIES rounds; an event held for its
-                # signing key until the key events arrive (RFC 0008: held, never dropped).
-                "new_retryable": r["retryable"]
-                and (attempts < MAX_RETRIES or r["reason"] in HELD_REASONS),
+                "new_retryable": _still_retryable(r, attempts),
             },
         )
+
+
+def _still_retryable(report: Mapping[str, Any], attempts: int) -> bool:
+    """A deferred event is retried MAX_RETRIES rounds; one held for its signing key until the
+    key events arrive (RFC 0008: held, never dropped)."""
+    if not report["retryable"]:
+        return False
+    return attempts < MAX_RETRIES or report["reason"] in HELD_REASONS
 
 
 def _resolve(store: LogStore, ex: _Ex, kind: str, ids: list[str]) -> None:

@@ -79,10 +79,21 @@ class BatchJudge:
             return None
         return cls(ring.extended(key_events) if key_events else ring)
 
-    def judge(self, event: Event, shas: Mapping[str, str]) -> Refused | None:
-        """None when `event` may be stored (verified or unsigned), else why not."""
+    def judge(
+        self, event: Event, shas: Mapping[str, str], body_sha256: str | None = None
+    ) -> Refused | None:
+        """None when `event` may be stored (verified or unsigned), else why not. `shas` maps
+        artifact ids to their content SHA-256; `body_sha256` is the signed body's SHA-256 when
+        the body travels redacted (else the body is hashed)."""
         arts = {a: shas[a] for a in event.artifact_ids if a in shas}
-        found = verdict(event, event.sig, event.key_id, self.ring, artifact_sha256s=arts)
+        found = verdict(
+            event,
+            event.sig,
+            event.key_id,
+            self.ring,
+            body_sha256=body_sha256,
+            artifact_sha256s=arts,
+        )
         if found.verified is False:
             return Refused(found.code, found.reason, found.retryable)
         if event.type in KEY_EVENT_TYPES:
