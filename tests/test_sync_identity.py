@@ -74,6 +74,7 @@ def test_a_forgery_is_refused_with_its_code_and_honest_events_converge(trio, kin
     assert _codes(result).get(forged) == code, result["rejected"]
     rows = {r["ident"]: r for r in replication.list_rejections(b)}
     assert rows[forged]["reason"] == code and rows[forged]["retryable"] is False
+    assert replication.counts(b)["refused_signatures"] >= 1
     if kind not in ("alter", "strip"):
         assert forged not in {e.id for e in held(b)}
     assert stored_signed_verify(team, b) == []
@@ -141,6 +142,7 @@ def test_an_unknown_key_holds_its_events_until_the_key_arrives(tmp_path: Path) -
     assert {r["reason"] for r in rounds[-1]["rejected"]} == {"unknown_key"}
     rows = replication.list_rejections(b)
     assert rows and all(r["retryable"] for r in rows)  # held past MAX_RETRIES, not dropped
+    assert replication.counts(b)["held_for_key"] == len(rows)
     assert not held(b)
     agents.trust(b, admin)
     _pull(b, c)

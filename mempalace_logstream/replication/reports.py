@@ -346,9 +346,28 @@ def estate_rows(store: LogStore) -> list[dict[str, Any]]:
     return out
 
 
+# The verdict codes (RFC 0008) a signed event is refused with on sync apply, and the keyring's
+# refusals of a key event: the reasons of rejections that were forged or unverifiable.
+SIGNATURE_REASONS = frozenset(
+    {
+        "bad_signature",
+        "revoked_key",
+        "wrong_agent",
+        "unsigned_required",
+        "not_admin",
+        "malformed",
+        "unsigned",
+        "duplicate_key",
+        "conflict",
+    }
+)
+
+
 def counts(store: LogStore) -> dict[str, int]:
     """Outstanding conflicts, rejections, deferred events, clock anomalies and sequence
-    anomalies (events held beyond their origin's own tip)."""
+    anomalies (events held beyond their origin's own tip); of the rejections, the events held
+    for their signing key (`held_for_key`) and those refused by their verdict
+    (`refused_signatures`, RFC 0008)."""
     with store.connect() as conn:
 
         def n(q: Any) -> int:
@@ -356,7 +375,16 @@ def counts(store: LogStore) -> dict[str, int]:
 
         rejections = sa.select(sa.func.count()).select_from(sync_rejections)
         anomaly = sync_rejections.c.kind == "sequence"
+        reason = sync_rejections.c.reason
         return {
+            "held_for_key": n(
+                rejections.where(reason.in_(sorted(HELD_REASONS)), sync_rejections.c.retryable)
+            ),
+            "refused_signatures": n(
+                rejections.where(
+                    reason.in_(sorted(SIGNATURE_REASONS)), sync_rejections.c.kind == "event"
+                )
+            ),
             "conflicts": n(sa.select(sa.func.count()).select_from(sync_conflicts)),
             "rejections": n(rejections.where(~anomaly)),
             "sequence_anomalies": n(rejections.where(anomaly)),
