@@ -28,8 +28,6 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import tempfile
-
 from bench import common
 from mempalace_logstream import LogStore, agents, sync
 from mempalace_logstream.identity import signing
@@ -164,7 +162,11 @@ def _sync_per_event(root: Path, source: LogStore, name: str, admin: str | None) 
 
 def measure_store(n: int) -> list[tuple[str, float, float]]:
     """(what, µs per event without identity, µs per event with it)."""
-    root = Path(tempfile.mkdtemp(prefix="bench-identity-"))
+    with common.temp_dir("bench-identity-") as root:
+        return _measure_store(root, n)
+
+
+def _measure_store(root: Path, n: int) -> list[tuple[str, float, float]]:
     plain, signed = _open(root, "plain"), _open(root, "signed")
     admin = agents.ensure_admin(signed)
     agents.add(signed, "alice")
