@@ -183,10 +183,11 @@ CLI_RULES: dict[str, tuple[str, ...]] = {
     "sync": CLI_BASE,
     "admin": CLI_BASE,
     "tail": CLI_BASE,
+    "agent": CLI_BASE,
     "inbox": (*CLI_BASE, "testhooks"),
     "__init__": (
         *("root", "shared", "events", "waiting", "artifacts", "hub", "mcp_stdio", "sync"),
-        *("admin", "tasks", "tail", "inbox", "presence"),
+        *("admin", "tasks", "tail", "inbox", "presence", "agent"),
     ),
 }
 
@@ -222,7 +223,8 @@ HTTP_RULES: dict[str, tuple[str, ...]] = {
     "settings": (),
     "responses": (),
     "params": (),
-    "guard": ("settings", "responses"),
+    "auth": (),
+    "guard": ("settings", "responses", "auth"),
     "pages": HTTP_BASE,
     "ops": HTTP_BASE,
     "sse": HTTP_BASE,

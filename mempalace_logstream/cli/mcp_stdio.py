@@ -1,5 +1,7 @@
 """`logstream mcp`: the MCP tools over stdio for Claude Code, Codex and other MCP clients; with
 `--agent NAME --channel`, new mail in NAME's inbox is pushed into the session (channel mode).
+With `--agent NAME` on a local log every tool call runs as NAME (RFC 0008): it writes as NAME
+only, signed with `<keys_dir>/NAME.key` when that key is there.
 
 The MCP SDK is imported inside the command only.
 """
@@ -19,7 +21,12 @@ from mempalace_logstream.cli.testhooks import watch_crash_hook
 
 ReadOnlyOpt = Annotated[bool, typer.Option("--read-only", help="Hide the mutating tools.")]
 AgentOpt = Annotated[
-    str | None, typer.Option("--agent", help="Your agent id: whose inbox --channel pushes.")
+    str | None,
+    typer.Option(
+        "--agent",
+        help="Your agent id: tools write as it only (signed with keys/NAME.key on a local log; "
+        "with --hub the token says who you are), and whose inbox --channel pushes.",
+    ),
 ]
 ChannelOpt = Annotated[
     bool,
@@ -94,14 +101,14 @@ def mcp_cmd(
     if not channel:
         extra = [name for name, val in given.items() if val not in (None, [])]
         extra += ["filters"] if filters else []
-        if extra or agent is not None:
-            flag = "--" + (extra[0] if extra else "agent").replace("_", "-")
+        if extra:
+            flag = "--" + extra[0].replace("_", "-")
             raise fail(f"{flag} is an option of channel mode: add --channel (and --agent NAME)")
     try:
         if channel:
             _run_channel(agent, filters, given, read_only, db, palace, hub, token)
         else:
-            _run_tools(read_only, db, palace, hub, token)
+            _run_tools(read_only, agent, db, palace, hub, token)
     except errors.LogstreamError as exc:
         if STATE.debug:
             raise
@@ -109,13 +116,19 @@ def mcp_cmd(
 
 
 def _run_tools(
-    read_only: bool, db: str | None, palace: str | None, hub: str | None, token: str | None
+    read_only: bool,
+    agent: str | None,
+    db: str | None,
+    palace: str | None,
+    hub: str | None,
+    token: str | None,
 ) -> None:
     from mempalace_logstream import mcp_server
 
+    actor = _actor(agent, hub)
     client = open_client(db, palace, hub, token, create=True)
     try:
-        mcp_server.run_stdio(_backend(client), read_only=read_only)
+        mcp_server.run_stdio(_backend(client), read_only=read_only, actor=actor)
     finally:
         client.close()
 
@@ -141,11 +154,25 @@ def _run_channel(
     try:
         backend = _backend(client)
         hook = watch_crash_hook()
+        actor = _actor(agent, hub)
         anyio.run(
-            lambda: channel.serve(backend, client, opts, read_only=read_only, crash_hook=hook)
+            lambda: channel.serve(
+                backend, client, opts, read_only=read_only, crash_hook=hook, actor=actor
+            )
         )
     finally:
         client.close()
+
+
+def _actor(agent: str | None, hub: str | None) -> Any:
+    """Who the tool calls run as: `--agent` on a local log; with --hub the hub decides by the
+    token (the actor is the hub's to prove, not this process's)."""
+    from mempalace_logstream import validation as v
+    from mempalace_logstream.identity.actor import Actor
+
+    if agent is None or hub:
+        return None
+    return Actor(agent=v.required_routing("agent", agent))
 
 
 def _backend(client: Any) -> Any:

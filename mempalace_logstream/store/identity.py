@@ -115,12 +115,7 @@ class Identity:
         """Sign `event` with the key its writer holds here and judge it. Returns the event
         with `sig`/`key_id` and its verdict; raises ForbiddenError when it must not be
         written (another agent's name, or unsigned from an agent that signs)."""
-        if actor is not None and not actor.admin and event.from_agent != actor.agent:
-            raise errors.ForbiddenError(
-                f"from_agent {event.from_agent!r} is not this token's agent {actor.agent!r}; "
-                "an agent writes as itself only",
-                field="from_agent",
-            )
+        check_writer(actor, "from_agent", event.from_agent)
         ring = self.keyring(ex, select)
         pair = self._signer(ring, event, actor)
         shas: dict[str, str] = {}
@@ -156,6 +151,17 @@ class Identity:
         if actor is None and admin is not None and ring.must_sign(event.from_agent, event.hlc):
             return admin
         return None
+
+
+def check_writer(actor: Actor | None, field: str, name: str) -> None:
+    """An agent actor writes under its own name only (`from_agent`, `created_by`): another
+    name is a ForbiddenError naming `field`. The admin and a local process write for anyone."""
+    if actor is not None and not actor.admin and name != actor.agent:
+        raise errors.ForbiddenError(
+            f"{field} {name!r} is not {actor.agent!r}, the agent this call is authenticated "
+            "as; an agent writes as itself only",
+            field=field,
+        )
 
 
 def signed(event: Event) -> SignedEvent:
