@@ -160,6 +160,7 @@ def list_agents(
     if as_json:
         emit(out, True)
         return
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
@@ -167,9 +168,9 @@ def list_agents(
     if not out["agents"]:
         console.print("no agents yet: `logstream agent add NAME` makes the first")
         return
-    table = Table(title="agents")
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
     for col in ("agent", "role", "key id", "state", "key held here", "token"):
-        table.add_column(col, no_wrap=col == "key id")
+        table.add_column(col, no_wrap=col in ("agent", "key id"))
     for row in out["agents"]:
         state = row["state"]
         if row["revoke_reason"]:

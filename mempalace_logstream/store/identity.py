@@ -73,6 +73,7 @@ class Identity:
         self.keys_dir = keys_dir
         self._lock = threading.Lock()
         self._pairs: dict[str, keys.KeyPair] | None = None
+        self._pairs_stamp: int | None = None  # the keys directory's mtime when loaded
         self._ring: Keyring | None = None
         self._ring_at: tuple[int, frozenset[str]] | None = None  # (key events' top seq, pins)
 
@@ -83,10 +84,14 @@ class Identity:
             self._pairs = None
 
     def pairs(self) -> dict[str, keys.KeyPair]:
-        """agent name -> its private key, from `<keys_dir>/<agent>.key` (loaded once)."""
+        """agent name -> its private key, from `<keys_dir>/<agent>.key`; loaded again when
+        the directory changed (`agent add` or `rotate` run by another process: a running hub
+        signs with the new key at once)."""
+        stamp = _dir_stamp(self.keys_dir)
         with self._lock:
-            if self._pairs is None:
+            if self._pairs is None or stamp != self._pairs_stamp:
                 self._pairs = _load_pairs(self.keys_dir)
+                self._pairs_stamp = stamp
             return self._pairs
 
     # ------------------------------------------------------------------ keyring
@@ -206,6 +211,16 @@ def _refusal(judged: Verdict, event: Event, keys_dir: Path | None) -> str:
             "or with the admin key"
         )
     return f"refused ({judged.code}): {judged.reason}"
+
+
+def _dir_stamp(keys_dir: Path | None) -> int | None:
+    """The keys directory's mtime (ns): adding, renaming or removing a key file changes it."""
+    if keys_dir is None:
+        return None
+    try:
+        return keys_dir.stat().st_mtime_ns
+    except OSError:
+        return None
 
 
 def _load_pairs(keys_dir: Path | None) -> dict[str, keys.KeyPair]:
