@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
+import shlex
 import stat
 import sys
 import time
@@ -391,3 +393,24 @@ def test_the_real_cli_adds_an_agent_whose_token_the_hub_takes(tmp_path: Path) ->
         resp = httpx.post(hub.url + "/v1/event_append", json=note(from_agent="frank"), headers=auth)
         assert resp.status_code == 200, resp.text
         assert resp.json()["event"]["key_id"] == minted["key_id"]
+
+
+def test_the_readmes_team_setup_runs(tmp_path: Path) -> None:
+    """The five commands of README "Agents and tokens": the `logstream agent` ones run for real
+    (on this test's own log); the hub is started with --token; step 4 sends a bearer token."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Agents and tokens") :]
+    block = re.search(r"```sh\n(.*?)```", section, flags=re.S)
+    assert block is not None
+    commands = [line.split("  #")[0].strip() for line in block.group(1).splitlines()]
+    assert len(commands) == 5
+    assert commands[0].startswith("logstream serve ") and "--token" in commands[0]
+    assert "Authorization: Bearer lst_" in commands[3]
+    db = ["--db", str(tmp_path / "log.sqlite3")]
+    for command in (commands[1], commands[2], commands[4]):
+        words = shlex.split(command)
+        assert words[:2] == ["logstream", "agent"], command
+        result = _cli(*words[1:], *db)
+        assert result.exit_code == 0, (command, result.output)
+    listed = _cli("agent", "list", *db, "--json")
+    assert {r["agent"] for r in json.loads(listed.stdout)["agents"]} == {"admin", "alice", "bob"}
