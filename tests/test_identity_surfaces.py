@@ -24,7 +24,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from typer.testing import CliRunner
 
-from mempalace_logstream import LogStore, agents, cli, errors
+from mempalace_logstream import LogStore, agents, cli, errors, http_app
 from mempalace_logstream.http import ops
 from mempalace_logstream.identity import tokens
 from mempalace_logstream.identity.actor import Actor, acting_as
@@ -224,6 +224,37 @@ def test_without_an_admin_token_agent_tokens_still_decide(tmp_path: Path) -> Non
         assert ok.status_code == 200 and ok.json()["event"]["verified"] is True
         as_x = httpx.post(hub.url + "/v1/event_append", json=note(from_agent="x"), headers=auth)
         assert as_x.status_code == 403
+
+
+def test_the_cli_through_the_hub_with_an_agent_token(team: Team) -> None:
+    remote = ["--hub", team.hub.url, "--token", team.minted["bob"].token]
+    base = ["append", "--type", "note", "--stream", "s", "--room", "r", *remote]
+    forged = _cli(*base, "--from-agent", "alice", "--json")
+    assert forged.exit_code == 1
+    error = json.loads(forged.stderr)
+    assert error["field"] == "from_agent" and "'alice' is not 'bob'" in error["error"]
+    own = _cli(*base, "--from-agent", "bob", "--json")
+    assert own.exit_code == 0, own.output
+    assert json.loads(own.stdout)["event"]["verified"] is True
+
+
+def test_the_hub_enforces_tokens_on_both_backends(store: LogStore, tmp_path: Path) -> None:
+    store.identity.keys_dir = tmp_path / "keys"
+    store.identity.reload_keys()
+    alice = agents.add(store, "alice")
+    hub = LiveHub(store, http_app.HubSettings(token=ADMIN_TOKEN))
+    hub.start()
+    try:
+        auth = {"Authorization": f"Bearer {alice.token}"}
+        url = hub.url + "/v1/event_append"
+        ok = httpx.post(url, json=note(from_agent="alice"), headers=auth, timeout=30)
+        assert ok.status_code == 200 and ok.json()["event"]["key_id"] == alice.key_id
+        forged = httpx.post(url, json=note(from_agent="bob"), headers=auth, timeout=30)
+        assert forged.status_code == 403 and forged.json()["field"] == "from_agent"
+        agents.revoke(store, "alice")
+        wait_until(lambda: httpx.get(hub.url + "/v1/stats", headers=auth).status_code == 401)
+    finally:
+        hub.stop()
 
 
 # --------------------------------------------------------------------------- MCP over HTTP
