@@ -288,6 +288,28 @@ def test_mcp_over_http_binds_the_session_to_its_token(team: Team, mode: str) -> 
     asyncio.run(asyncio.wait_for(scenario(), 90))
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_mcp_over_http_takes_each_requests_token_not_the_sessions_first(
+    team: Team, mode: str
+) -> None:
+    """A session opened with alice's token, then used with bob's: bob's calls run as bob (a
+    session's task was started under its first request, whose context it would inherit)."""
+
+    async def scenario() -> None:
+        headers = {"Authorization": f"Bearer {team.minted['alice'].token}"}
+        async with httpx2.AsyncClient(headers=headers, timeout=60) as http:
+            transport = streamable_http_client(team.hub.url + "/mcp", http_client=http)
+            async with Client(transport, mode=mode) as client:
+                first = await client.call_tool("mempalace_event_append", note(from_agent="alice"))
+                assert first.is_error is False, _text(first)
+                http.headers["Authorization"] = f"Bearer {team.minted['bob'].token}"
+                forged = await client.call_tool("mempalace_event_append", note(from_agent="alice"))
+                assert forged.is_error is True, _text(forged)
+                assert "from_agent 'alice' is not 'bob'" in _text(forged)
+
+    asyncio.run(asyncio.wait_for(scenario(), 90))
+
+
 # --------------------------------------------------------------------------- MCP over stdio
 
 

@@ -106,8 +106,11 @@ class LogstreamMCP(MCPServer):
         return CallToolResult(content=[TextContent(type="text", text=text)])
 
     def _actor_of(self, context: Context | None) -> Actor | None:
-        """The actor of this call: its HTTP request's (the session's task does not inherit
-        the request's context, so it is read from the request), else the server's."""
+        """The actor of this call: its HTTP request's, else the server's. Read from the
+        request's scope, not inherited: tool calls run in the session's tasks, and only the SDK's
+        own plumbing (2.3 snapshots the sender's context per message) carries the request's
+        context there; a session opened with one token and used with another must run as the
+        other (tests/test_identity_surfaces.py)."""
         try:
             request = context.request_context.request if context is not None else None
         except ValueError:  # a Context made outside a request
