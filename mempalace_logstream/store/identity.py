@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -74,6 +75,7 @@ class Identity:
         self._lock = threading.Lock()
         self._pairs: dict[str, keys.KeyPair] | None = None
         self._pairs_stamp: int | None = None  # the keys directory's mtime when loaded
+        self._pairs_loaded_ns = 0  # wall time of that load
         self._ring: Keyring | None = None
         self._ring_at: tuple[int, frozenset[str]] | None = None  # (key events' top seq, pins)
 
@@ -89,7 +91,11 @@ class Identity:
         signs with the new key at once)."""
         stamp = _dir_stamp(self.keys_dir)
         with self._lock:
-            if self._pairs is None or stamp != self._pairs_stamp:
+            # A directory changed less than a second before the load may change again within
+            # the same mtime tick (file systems keep coarse times): reload until it settles.
+            settled = stamp is None or self._pairs_loaded_ns - stamp > _SETTLE_NS
+            if self._pairs is None or stamp != self._pairs_stamp or not settled:
+                self._pairs_loaded_ns = time.time_ns()
                 self._pairs = _load_pairs(self.keys_dir)
                 self._pairs_stamp = stamp
             return self._pairs
@@ -211,6 +217,9 @@ def _refusal(judged: Verdict, event: Event, keys_dir: Path | None) -> str:
             "or with the admin key"
         )
     return f"refused ({judged.code}): {judged.reason}"
+
+
+_SETTLE_NS = 1_000_000_000
 
 
 def _dir_stamp(keys_dir: Path | None) -> int | None:
