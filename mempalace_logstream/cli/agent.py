@@ -102,45 +102,6 @@ def add(
     emit(out, as_json, _minted(out, "added"))
 
 
-@agent_app.command("rotate")
-def rotate(
-    name: NameArg,
-    print_key: PrintOpt = False,
-    db: DbOpt = None,
-    palace: PalaceOpt = None,
-    hub: HubOpt = None,
-    token: TokenOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """A new key and token for NAME; the old token stops working, the old key stays valid for
-    the events it already signed."""
-    from mempalace_logstream import agents
-
-    minted = _local(
-        "rotate", db, palace, hub, lambda s: agents.rotate(s, name, print_key=print_key)
-    )
-    out = minted.to_dict()
-    emit(out, as_json, _minted(out, "rotated"))
-
-
-@agent_app.command("revoke")
-def revoke(
-    name: NameArg,
-    reason: ReasonOpt = None,
-    db: DbOpt = None,
-    palace: PalaceOpt = None,
-    hub: HubOpt = None,
-    token: TokenOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Revoke NAME's key (later events under it are refused everywhere) and drop its token."""
-    from mempalace_logstream import agents
-
-    out = _local("revoke", db, palace, hub, lambda s: agents.revoke(s, name, reason=reason))
-    human = f"revoked agent {out['agent']}: key {out['key_id']} ({out['reason']}); token dropped"
-    emit(out, as_json, human)
-
-
 @agent_app.command("list")
 def list_agents(
     db: DbOpt = None,
@@ -185,6 +146,45 @@ def list_agents(
         )
     console.print(table)
     console.print("pinned admin keys: " + (", ".join(out["pinned"]) or "none"), soft_wrap=True)
+
+
+@agent_app.command("rotate")
+def rotate(
+    name: NameArg,
+    print_key: PrintOpt = False,
+    db: DbOpt = None,
+    palace: PalaceOpt = None,
+    hub: HubOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """A new key and token for NAME; the old token stops working, the old key stays valid for
+    the events it already signed."""
+    from mempalace_logstream import agents
+
+    minted = _local(
+        "rotate", db, palace, hub, lambda s: agents.rotate(s, name, print_key=print_key)
+    )
+    out = minted.to_dict()
+    emit(out, as_json, _minted(out, "rotated"))
+
+
+@agent_app.command("revoke")
+def revoke(
+    name: NameArg,
+    reason: ReasonOpt = None,
+    db: DbOpt = None,
+    palace: PalaceOpt = None,
+    hub: HubOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Revoke NAME's key (later events under it are refused everywhere) and drop its token."""
+    from mempalace_logstream import agents
+
+    out = _local("revoke", db, palace, hub, lambda s: agents.revoke(s, name, reason=reason))
+    human = f"revoked agent {out['agent']}: key {out['key_id']} ({out['reason']}); token dropped"
+    emit(out, as_json, human)
 
 
 @agent_app.command("trust")
