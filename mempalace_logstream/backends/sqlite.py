@@ -130,6 +130,7 @@ class _Tx:
     db: sqlite3.Connection
     known: tuple[int, int] | None
     counters: tuple[int, int] | None = None
+    appended: bool = False  # nothing to announce: other processes see data_version change
 
 
 class SqliteFastPath:

@@ -196,7 +196,7 @@ def _banner(
     shown = f"[{host.strip('[]')}]" if ":" in host else host
     typer.echo(
         f"logstream hub listening on http://{shown}:{bound} "
-        "(API /v1, SSE /v1/stream, MCP /mcp, docs /docs)"
+        "(dashboard /, API /v1, SSE /v1/stream, MCP /mcp, docs /docs)"
     )
     database = store.engine.url.render_as_string(hide_password=True)
     typer.echo(

@@ -13,6 +13,12 @@ from typing import Annotated, Any
 import typer
 
 from mempalace_logstream import errors
+from mempalace_logstream.cli.announce import (
+    NoPresenceOpt,
+    PresenceTtlOpt,
+    announced,
+    announcer,
+)
 from mempalace_logstream.cli.filters import FilterArgs, filter_options
 from mempalace_logstream.cli.options import DbOpt, HubOpt, Multi, PalaceOpt, TokenOpt
 from mempalace_logstream.cli.root import app
@@ -25,7 +31,8 @@ AgentOpt = Annotated[
     typer.Option(
         "--agent",
         help="Your agent id: tools write as it only (signed with keys/NAME.key on a local log; "
-        "with --hub the token says who you are), and whose inbox --channel pushes.",
+        "with --hub the token says who you are), whose inbox --channel pushes, and who is "
+        "announced in the presence of --hub while this runs.",
     ),
 ]
 ChannelOpt = Annotated[
@@ -38,6 +45,13 @@ ChannelOpt = Annotated[
 ]
 AllowFromOpt = Annotated[
     Multi, typer.Option("--allow-from", help="Push only events by this sender (repeat).")
+]
+AllowUnverifiedOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-unverified",
+        help="Once agents have keys, also push senders whose events are not signed.",
+    ),
 ]
 StateFileOpt = Annotated[
     str | None,
@@ -62,7 +76,6 @@ WindowOpt = Annotated[
     int | None,
     typer.Option("--window-ms", help="Gather a burst for this long after a notification (250)."),
 ]
-CHANNEL_ONLY = ("allow_from", "state_file", "from_start", "body_chars", "burst", "window_ms")
 
 
 @app.command("mcp")
@@ -74,6 +87,7 @@ def mcp_cmd(
     *,
     filters: FilterArgs,
     allow_from: AllowFromOpt = None,
+    allow_unverified: AllowUnverifiedOpt = False,
     state_file: StateFileOpt = None,
     from_start: FromStartOpt = False,
     body_chars: BodyCharsOpt = None,
@@ -83,15 +97,20 @@ def mcp_cmd(
     palace: PalaceOpt = None,
     hub: HubOpt = None,
     token: TokenOpt = None,
+    no_presence: NoPresenceOpt = False,
+    presence_ttl_s: PresenceTtlOpt = None,
 ) -> None:
     """Serve the MCP tools over stdio (local log, or a hub with --hub).
 
     With --agent NAME --channel, new events addressed to NAME (or to *), never NAME's own, are
     pushed into the session; the cursor is checkpointed after each notification, so a restart
     resumes where it stopped and a crash repeats, never skips. Filters narrow what is pushed.
+    With --hub and --agent NAME, NAME is announced in the hub's presence while this runs
+    (--no-presence: not).
     """
     given = {
         "allow_from": allow_from,
+        "allow_unverified": allow_unverified or None,
         "state_file": state_file,
         "from_start": from_start or None,
         "body_chars": body_chars,
@@ -105,10 +124,13 @@ def mcp_cmd(
             flag = "--" + extra[0].replace("_", "-")
             raise fail(f"{flag} is an option of channel mode: add --channel (and --agent NAME)")
     try:
-        if channel:
-            _run_channel(agent, filters, given, read_only, db, palace, hub, token)
-        else:
-            _run_tools(read_only, agent, db, palace, hub, token)
+        what = "logstream mcp --channel" if channel else "logstream mcp"
+        who = announcer(agent, hub, token, enabled=not no_presence, ttl_s=presence_ttl_s, what=what)
+        with announced(who):
+            if channel:
+                _run_channel(agent, filters, given, read_only, db, palace, hub, token)
+            else:
+                _run_tools(read_only, agent, db, palace, hub, token)
     except errors.LogstreamError as exc:
         if STATE.debug:
             raise

@@ -51,10 +51,10 @@ class LogStore(Writes, Reads, Stats, TaskReads):
         keys_dir: Path | None = None,
     ) -> None:
         self.engine = engine
-        # The private keys this process signs with and the keyring it judges with (RFC 0008).
-        self.identity = Identity(keys_dir)
         self.task_settings = task_settings or TaskSettings()
         self.backend = backends.for_engine(engine)
+        # The private keys this process signs with and the keyring it judges with (RFC 0008).
+        self.identity = Identity(keys_dir, self.backend.links_functions()[1])
         self.dialect = self.backend.name
         self._writer = engine_mod.writer(engine)
         self.max_body_bytes = max_body_bytes

@@ -53,12 +53,14 @@ def _is_key_event() -> sa.ColumnElement[bool]:
     return events.c.type.in_(kinds)
 
 
-def _key_events_hwm() -> sa.Select[Any]:
-    return sa.select(sa.func.max(events.c.seq)).where(_is_key_event())
-
-
-def _pins() -> sa.Select[Any]:
-    return sa.select(meta.c.key).where(meta.c.key.startswith(PIN_PREFIX, autoescape=True))
+def _marks(agg: Any) -> sa.Select[Any]:
+    """One row: the newest key event's seq, and the pin rows' keys joined by "," (`agg` is
+    the backend's string aggregate): what the cached keyring was built from."""
+    pinned = meta.c.key.startswith(PIN_PREFIX, autoescape=True)
+    return sa.select(
+        sa.select(sa.func.max(events.c.seq)).where(_is_key_event()).scalar_subquery(),
+        sa.select(agg(meta.c.key, sa.literal(","))).where(pinned).scalar_subquery(),
+    )
 
 
 def _artifact_sha256s(n: int) -> sa.Select[Any]:
@@ -70,8 +72,9 @@ def _artifact_sha256s(n: int) -> sa.Select[Any]:
 class Identity:
     """The keys a store holds and the keyring it judges events with (one per store)."""
 
-    def __init__(self, keys_dir: Path | None) -> None:
+    def __init__(self, keys_dir: Path | None, aggregate: Any) -> None:
         self.keys_dir = keys_dir
+        self._aggregate = aggregate  # the backend's string aggregate (see `_marks`)
         self._lock = threading.Lock()
         self._pairs: dict[str, keys.KeyPair] | None = None
         self._pairs_stamp: int | None = None  # the keys directory's mtime when loaded
@@ -104,8 +107,9 @@ class Identity:
     def keyring(self, ex: Executor, select: Any) -> Keyring:
         """The keyring of the log as `ex` sees it, rebuilt only when a key event or a pin
         changed since the last build. `select(*where)` gives the event read statement."""
-        top = ex.rows("identity-key-hwm", _key_events_hwm, {})[0][0] or 0
-        pins = frozenset(str(r[0])[len(PIN_PREFIX) :] for r in ex.rows("identity-pins", _pins, {}))
+        top, joined = ex.rows("identity-marks", lambda: _marks(self._aggregate), {})[0]
+        top = top or 0
+        pins = frozenset(k[len(PIN_PREFIX) :] for k in (joined or "").split(",") if k)
         with self._lock:
             if self._ring is not None and self._ring_at == (top, pins):
                 return self._ring
@@ -120,14 +124,24 @@ class Identity:
         return ring
 
     # ------------------------------------------------------------------ sealing
+    def forget_ring(self) -> None:
+        """Drop the cached keyring (this process just wrote a key event)."""
+        with self._lock:
+            self._ring = self._ring_at = None
+
     def seal(
-        self, ex: Executor, select: Any, event: Event, actor: Actor | None
+        self,
+        ex: Executor,
+        select: Any,
+        event: Event,
+        actor: Actor | None,
+        ring: Keyring | None = None,
     ) -> tuple[Event, Verdict]:
         """Sign `event` with the key its writer holds here and judge it. Returns the event
         with `sig`/`key_id` and its verdict; raises ForbiddenError when it must not be
         written (another agent's name, or unsigned from an agent that signs)."""
         check_writer(actor, "from_agent", event.from_agent)
-        ring = self.keyring(ex, select)
+        ring = ring if ring is not None else self.keyring(ex, select)
         pair = self._signer(ring, event, actor)
         shas: dict[str, str] = {}
         if pair is not None:

@@ -17,6 +17,7 @@ from mempalace_logstream.backends.base import EVENT_COL_NAMES, Build
 from mempalace_logstream.identity import actor as actor_mod
 from mempalace_logstream.identity import keys
 from mempalace_logstream.identity.actor import Actor
+from mempalace_logstream.identity.keyring import KEY_EVENT_TYPES, Keyring
 from mempalace_logstream.identity.verdict import Verdict
 from mempalace_logstream.models import Artifact, ArtifactDraft, Event, EventDraft
 from mempalace_logstream.schema import (
@@ -89,10 +90,7 @@ class Transaction:
                     ident=aid,
                 )
         event = self._new_event(draft)
-        # Signed with the writer's key and judged (RFC 0008): refused here, before any write.
-        event, self.verdict = self.store.identity.seal(
-            ex, self.store.event_select, event, self.actor
-        )
+        event = self._seal(event)
         # The task lifecycle (RFC 0007) by the event's type: refused here, before any write.
         event = task_rows.on_local_event(self, event, self.store.task_settings)
         row = {name: event.__dict__[name] for name in EVENT_COL_NAMES}
@@ -107,6 +105,24 @@ class Transaction:
         st.next_seq += 1
         st.appended.append(event)
         return event
+
+    def keyring(self) -> Keyring:
+        """The keyring as this transaction sees it (read once per transaction)."""
+        if self.state.keyring is None:
+            self.state.keyring = self.store.identity.keyring(self.ex, self.store.event_select)
+        ring: Keyring = self.state.keyring
+        return ring
+
+    def _seal(self, event: Event) -> Event:
+        """Signed with the writer's key and judged (RFC 0008): refused here, before any write."""
+        identity = self.store.identity
+        sealed, self.verdict = identity.seal(
+            self.ex, self.store.event_select, event, self.actor, self.keyring()
+        )
+        if sealed.type in KEY_EVENT_TYPES:  # the keyring changes with this event
+            self.state.keyring = None
+            identity.forget_ring()
+        return sealed
 
     def follow_tasks(self, applied: list[Event]) -> None:
         """Move the task projection for events applied from a peer or an import (never
