@@ -177,6 +177,16 @@ def test_reads_sse_and_sync_pulls_take_any_valid_token_but_push_is_admin_only(
         assert c.post("/sync/push", json={"events": []}).status_code != 403
 
 
+def test_a_dashboard_operator_session_acts_as_the_admin(team: Team) -> None:
+    with httpx.Client(base_url=team.hub.url, timeout=30) as c:
+        login = c.post("/dashboard/login", data={"token": ADMIN_TOKEN, "operator": "ops"})
+        assert login.status_code == 303, login.text
+        csrf = {"X-Logstream-Dashboard": "1"}
+        resp = c.post("/v1/event_append", json=note(from_agent="ops"), headers=csrf)
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["event"]["key_id"] == team.admin_key
+
+
 def test_unknown_tokens_are_401(team: Team) -> None:
     for token in (tokens.mint(), "lst_short", "nope"):
         resp = httpx.get(
