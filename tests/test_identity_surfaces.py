@@ -187,6 +187,17 @@ def test_a_dashboard_operator_session_acts_as_the_admin(team: Team) -> None:
     assert resp.json()["event"]["key_id"] == team.admin_key
 
 
+def test_an_agent_token_announces_its_own_presence_only(team: Team) -> None:
+    with team.client("bob") as c:
+        other = c.post("/v1/presence_announce", json={"agent": "alice", "state": "idle"})
+        assert other.status_code == 403 and other.json()["field"] == "agent", other.text
+        leave = c.post("/v1/presence_leave", json={"agent": "alice"})
+        assert leave.status_code == 403
+        own = c.post("/v1/presence_announce", json={"agent": "bob", "state": "idle"})
+        assert own.status_code == 200, own.text
+        assert c.post("/v1/presence_leave", json={"agent": "bob"}).status_code == 200
+
+
 def test_unknown_tokens_are_401(team: Team) -> None:
     for token in (tokens.mint(), "lst_short", "nope"):
         resp = httpx.get(
