@@ -185,10 +185,11 @@ CLI_RULES: dict[str, tuple[str, ...]] = {
     "sync": CLI_BASE,
     "admin": CLI_BASE,
     "tail": CLI_BASE,
+    "agent": CLI_BASE,
     "inbox": (*CLI_BASE, "testhooks"),
     "__init__": (
         *("root", "shared", "events", "waiting", "artifacts", "hub", "mcp_stdio", "sync"),
-        *("admin", "tasks", "tail", "inbox", "presence"),
+        *("admin", "tasks", "tail", "inbox", "presence", "agent"),
     ),
 }
 
@@ -224,8 +225,9 @@ HTTP_RULES: dict[str, tuple[str, ...]] = {
     "settings": (),
     "responses": (),
     "params": (),
+    "auth": (),
     "session": (),
-    "guard": ("settings", "responses", "session"),
+    "guard": ("settings", "responses", "session", "auth"),
     "pages": HTTP_BASE,
     "ops": HTTP_BASE,
     "sse": HTTP_BASE,

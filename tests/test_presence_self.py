@@ -269,14 +269,6 @@ def test_mcp_serves_at_once_and_exits_promptly_with_a_hub_that_never_answers(
     assert len(told) <= 1, told
 
 
-def test_mcp_agent_without_a_hub_or_channel_is_refused(tmp_path: Path) -> None:
-    with _start(tmp_path, "mcp", "--db", str(tmp_path / "x.sqlite3"), "--agent", "a") as proc:
-        assert proc.wait(30) == 1
-        assert proc.stderr is not None
-        err = proc.stderr.read().decode()
-    assert "--agent is an option of channel mode" in err and "--hub" in err
-
-
 def test_a_bad_presence_ttl_is_refused_by_name(tmp_path: Path, hub: LiveHub) -> None:
     with _watch(tmp_path, hub.url, "--presence-ttl-s", "2") as proc:
         assert proc.wait(30) == 1

@@ -203,6 +203,15 @@ def _banner(
         f"  database {database}, replica {store.replica_id}, "
         f"mempalace-logstream {http_app.version()}"
     )
+    from mempalace_logstream import agents
+
+    named = sorted(agents.token_hashes(store))
+    if named:
+        typer.echo(
+            f"identity: agent tokens for {', '.join(named)}; every request needs a token "
+            "(an agent's, or the admin's --token)",
+            err=True,
+        )
     if loop.enabled:
         peers = palace_path / "peers.json"
         typer.echo(f"sync: a round every {interval:g} s with the peers of {peers}", err=True)

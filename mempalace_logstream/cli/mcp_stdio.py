@@ -1,5 +1,7 @@
 """`logstream mcp`: the MCP tools over stdio for Claude Code, Codex and other MCP clients; with
 `--agent NAME --channel`, new mail in NAME's inbox is pushed into the session (channel mode).
+With `--agent NAME` on a local log every tool call runs as NAME (RFC 0008): it writes as NAME
+only, signed with `<keys_dir>/NAME.key` when that key is there.
 
 The MCP SDK is imported inside the command only.
 """
@@ -28,8 +30,9 @@ AgentOpt = Annotated[
     str | None,
     typer.Option(
         "--agent",
-        help="Your agent id: whose inbox --channel pushes, and who is announced in the "
-        "presence of --hub while this runs.",
+        help="Your agent id: tools write as it only (signed with keys/NAME.key on a local log; "
+        "with --hub the token says who you are), whose inbox --channel pushes, and who is "
+        "announced in the presence of --hub while this runs.",
     ),
 ]
 ChannelOpt = Annotated[
@@ -120,11 +123,6 @@ def mcp_cmd(
         if extra:
             flag = "--" + extra[0].replace("_", "-")
             raise fail(f"{flag} is an option of channel mode: add --channel (and --agent NAME)")
-        if agent is not None and not hub:
-            raise fail(
-                "--agent is an option of channel mode (add --channel) or names you in a hub's "
-                "presence (add --hub URL)"
-            )
     try:
         what = "logstream mcp --channel" if channel else "logstream mcp"
         who = announcer(agent, hub, token, enabled=not no_presence, ttl_s=presence_ttl_s, what=what)
@@ -132,7 +130,7 @@ def mcp_cmd(
             if channel:
                 _run_channel(agent, filters, given, read_only, db, palace, hub, token)
             else:
-                _run_tools(read_only, db, palace, hub, token)
+                _run_tools(read_only, agent, db, palace, hub, token)
     except errors.LogstreamError as exc:
         if STATE.debug:
             raise
@@ -140,13 +138,19 @@ def mcp_cmd(
 
 
 def _run_tools(
-    read_only: bool, db: str | None, palace: str | None, hub: str | None, token: str | None
+    read_only: bool,
+    agent: str | None,
+    db: str | None,
+    palace: str | None,
+    hub: str | None,
+    token: str | None,
 ) -> None:
     from mempalace_logstream import mcp_server
 
+    actor = _actor(agent, hub)
     client = open_client(db, palace, hub, token, create=True)
     try:
-        mcp_server.run_stdio(_backend(client), read_only=read_only)
+        mcp_server.run_stdio(_backend(client), read_only=read_only, actor=actor)
     finally:
         client.close()
 
@@ -172,11 +176,25 @@ def _run_channel(
     try:
         backend = _backend(client)
         hook = watch_crash_hook()
+        actor = _actor(agent, hub)
         anyio.run(
-            lambda: channel.serve(backend, client, opts, read_only=read_only, crash_hook=hook)
+            lambda: channel.serve(
+                backend, client, opts, read_only=read_only, crash_hook=hook, actor=actor
+            )
         )
     finally:
         client.close()
+
+
+def _actor(agent: str | None, hub: str | None) -> Any:
+    """Who the tool calls run as: `--agent` on a local log; with --hub the hub decides by the
+    token (the actor is the hub's to prove, not this process's)."""
+    from mempalace_logstream import validation as v
+    from mempalace_logstream.identity.actor import Actor
+
+    if agent is None or hub:
+        return None
+    return Actor(agent=v.required_routing("agent", agent))
 
 
 def _backend(client: Any) -> Any:

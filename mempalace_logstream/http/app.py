@@ -66,7 +66,7 @@ def create_app(
     app.state.feed = aio.Feed(store)
     for exc_class, handler in EXCEPTION_HANDLERS.items():
         app.add_exception_handler(exc_class, handler)
-    app.add_middleware(HubGuard, settings=settings)
+    app.add_middleware(HubGuard, settings=settings, store=store)
     app.get("/healthz", tags=["hub"])(healthz)
     pages.add_pages(app)
     dashboard_routes.add_dashboard(app)

@@ -15,6 +15,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 ADMIN_NAME = "admin"  # the agent name of the palace's admin key (`keys/admin.key`)
+# Where the hub's guard leaves a request's actor in its ASGI scope: the MCP endpoint's tools
+# run in the session's task, not the request's, and read the actor from the request there.
+ACTOR_SCOPE_KEY = "logstream.actor"
 
 
 @dataclass(frozen=True)

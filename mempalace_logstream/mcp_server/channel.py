@@ -32,6 +32,7 @@ from mcp.types import NotificationParams
 
 from mempalace_logstream import aio, errors, watch
 from mempalace_logstream import validation as v
+from mempalace_logstream.identity.actor import Actor
 from mempalace_logstream.identity.keyring import KEY_ADD
 from mempalace_logstream.mcp_server.server import Backend, build_server
 
@@ -437,9 +438,11 @@ async def serve(
     *,
     read_only: bool = False,
     crash_hook: Callable[[str, int], None] | None = None,
+    actor: Actor | None = None,
 ) -> None:
-    """Serve the tools over stdio with the channel capability, delivering once initialized."""
-    server = build_server(backend, read_only=read_only, instructions=INSTRUCTIONS)
+    """Serve the tools over stdio with the channel capability, delivering once initialized;
+    tool calls run as `actor`."""
+    server = build_server(backend, read_only=read_only, instructions=INSTRUCTIONS, actor=actor)
     lowlevel = server._lowlevel_server  # MCPServer has no public handle on it (SDK 2.3)
     initialized = anyio.Event()
 

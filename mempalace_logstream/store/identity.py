@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -78,6 +79,8 @@ class Identity:
         self._aggregate = aggregate  # the backend's string aggregate (see `_marks`)
         self._lock = threading.Lock()
         self._pairs: dict[str, keys.KeyPair] | None = None
+        self._pairs_stamp: int | None = None  # the keys directory's mtime when loaded
+        self._pairs_loaded_ns = 0  # wall time of that load
         self._ring: Keyring | None = None
         self._ring_at: tuple[str | None, frozenset[str]] | None = None  # (newest key event, pins)
 
@@ -88,10 +91,18 @@ class Identity:
             self._pairs = None
 
     def pairs(self) -> dict[str, keys.KeyPair]:
-        """agent name -> its private key, from `<keys_dir>/<agent>.key` (loaded once)."""
+        """agent name -> its private key, from `<keys_dir>/<agent>.key`; loaded again when
+        the directory changed (`agent add` or `rotate` run by another process: a running hub
+        signs with the new key at once)."""
+        stamp = _dir_stamp(self.keys_dir)
         with self._lock:
-            if self._pairs is None:
+            # A directory changed less than a second before the load may change again within
+            # the same mtime tick (file systems keep coarse times): reload until it settles.
+            settled = stamp is None or self._pairs_loaded_ns - stamp > _SETTLE_NS
+            if self._pairs is None or stamp != self._pairs_stamp or not settled:
+                self._pairs_loaded_ns = time.time_ns()
                 self._pairs = _load_pairs(self.keys_dir)
+                self._pairs_stamp = stamp
             return self._pairs
 
     # ------------------------------------------------------------------ keyring
@@ -130,12 +141,7 @@ class Identity:
         """Sign `event` with the key its writer holds here and judge it. Returns the event
         with `sig`/`key_id` and its verdict; raises ForbiddenError when it must not be
         written (another agent's name, or unsigned from an agent that signs)."""
-        if actor is not None and not actor.admin and event.from_agent != actor.agent:
-            raise errors.ForbiddenError(
-                f"from_agent {event.from_agent!r} is not this token's agent {actor.agent!r}; "
-                "an agent writes as itself only",
-                field="from_agent",
-            )
+        check_writer(actor, "from_agent", event.from_agent)
         ring = ring if ring is not None else self.keyring(ex, select)
         pair = self._signer(ring, event, actor)
         shas: dict[str, str] = {}
@@ -174,6 +180,17 @@ class Identity:
         if actor is None and admin is not None and ring.must_sign(event.from_agent, event.hlc):
             return admin
         return None
+
+
+def check_writer(actor: Actor | None, field: str, name: str) -> None:
+    """An agent actor writes under its own name only (`from_agent`, `created_by`): another
+    name is a ForbiddenError naming `field`. The admin and a local process write for anyone."""
+    if actor is not None and not actor.admin and name != actor.agent:
+        raise errors.ForbiddenError(
+            f"{field} {name!r} is not {actor.agent!r}, the agent this call is authenticated "
+            "as; an agent writes as itself only",
+            field=field,
+        )
 
 
 def signed(event: Event) -> SignedEvent:
@@ -218,6 +235,19 @@ def _refusal(judged: Verdict, event: Event, keys_dir: Path | None) -> str:
             "or with the admin key"
         )
     return f"refused ({judged.code}): {judged.reason}"
+
+
+_SETTLE_NS = 1_000_000_000
+
+
+def _dir_stamp(keys_dir: Path | None) -> int | None:
+    """The keys directory's mtime (ns): adding, renaming or removing a key file changes it."""
+    if keys_dir is None:
+        return None
+    try:
+        return keys_dir.stat().st_mtime_ns
+    except OSError:
+        return None
 
 
 def _load_pairs(keys_dir: Path | None) -> dict[str, keys.KeyPair]:

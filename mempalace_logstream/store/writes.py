@@ -29,7 +29,7 @@ from mempalace_logstream.schema import (
     meta,
 )
 from mempalace_logstream.store import tasks as task_rows
-from mempalace_logstream.store.identity import PIN_PREFIX, Identity
+from mempalace_logstream.store.identity import PIN_PREFIX, Identity, check_writer
 from mempalace_logstream.store.ids import new_id, now_text
 from mempalace_logstream.store.pipeline import CommitPipeline, TxState
 from mempalace_logstream.store.rows import ARTIFACT_COLS, artifact_from_row, events_from_rows
@@ -157,6 +157,8 @@ class Transaction:
 
     def insert_artifact(self, draft: ArtifactDraft) -> Artifact:
         """The one insert of a local artifact (content kept once per sha256)."""
+        # An agent puts artifacts under its own name only (RFC 0008), like its events.
+        check_writer(self.actor, "created_by", draft.created_by)
         digest = hashlib.sha256(draft.content).hexdigest()
         self.ensure_blob(digest, draft.content)
         ms = self.store.clock.wall_clock.now_ms()
