@@ -2,21 +2,25 @@
 
 Core calls run in worker threads (`anyio.to_thread`); waits never hold a thread: they sleep on the
 store's notifier (`wait_async`) and do short reads in a thread when woken. `Feed` coalesces the
-tail reads of every live subscriber into one query per wake-up. Must not import fastapi, mcp,
-typer or httpx.
+tail reads of every live subscriber into one query per wake-up; `PresenceQueue`, `with_presence`
+and `sweep_presence` carry the hub's presence frames beside the log. Must not import fastapi,
+mcp, typer or httpx.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import functools
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 import anyio.to_thread
 
-from mempalace_logstream import errors, notify, operations
+from mempalace_logstream import errors, notify, operations, presence
 from mempalace_logstream import validation as v
 from mempalace_logstream.models import Event, Page
 from mempalace_logstream.store import LogStore, ReadRequest
@@ -125,3 +129,117 @@ async def follow(
             yield matched
         if not page.has_more:
             await store.notifier.wait_async(seen, FALLBACK_CHECK_S)
+
+
+# ----------------------------------------------------------------------------- presence
+# Presence frames (S-8.4) beside the log on one SSE stream. A subscriber holds at most `limit`
+# frames, the latest per agent (older changes of an agent are coalesced into its newest; past
+# `limit` agents the oldest are dropped), so a slow client costs bounded memory: its log frames
+# are pulled only as fast as it reads, and its presence frames wait here.
+PRESENCE_SWEEP_MAX_S = 1.0
+
+
+class PresenceQueue:
+    """One subscriber's pending presence frames (public fields, `event` key dropped)."""
+
+    def __init__(self, registry: presence.Registry, limit: int) -> None:
+        self.limit = max(1, limit)
+        self.dropped = 0  # frames lost past `limit` (not counting coalesced ones)
+        self.high_water = 0  # the most frames ever pending at once (tests check the bound)
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._lock = threading.Lock()
+        self._pending: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
+        self._scheduled = False
+        self._unsubscribe = registry.subscribe(self._put, snapshot=True)
+
+    def _put(self, frame: dict[str, Any]) -> None:
+        """The registry's listener (any thread, under its lock): queue, coalesce, wake."""
+        data = {k: val for k, val in frame.items() if k != "event"}
+        with self._lock:
+            self._pending.pop(data["agent"], None)
+            self._pending[data["agent"]] = data
+            while len(self._pending) > self.limit:
+                self._pending.popitem(last=False)
+                self.dropped += 1
+            self.high_water = max(self.high_water, len(self._pending))
+            if self._scheduled:
+                return
+            self._scheduled = True
+        with contextlib.suppress(RuntimeError):  # the loop is closing: nobody will read it
+            self._loop.call_soon_threadsafe(self._wake.set)
+
+    def take(self) -> list[dict[str, Any]]:
+        """Every pending frame, oldest first; the queue is empty after."""
+        with self._lock:
+            self._wake.clear()
+            self._scheduled = False
+            out = list(self._pending.values())
+            self._pending.clear()
+        return out
+
+    async def wait(self) -> None:
+        await self._wake.wait()
+
+    def close(self) -> None:
+        self._unsubscribe()
+
+
+async def with_presence(
+    batches: AsyncIterator[list[Event]], queue: PresenceQueue
+) -> AsyncIterator[tuple[list[Event], list[dict[str, Any]]]]:
+    """Merge a `follow` with a presence queue: yields (events, presence frames), either may be
+    empty. The next batch is read only after the previous one was consumed (back-pressure)."""
+    it = aiter(batches)
+    batch: asyncio.Future[list[Event]] = asyncio.ensure_future(anext(it))
+    woken: asyncio.Future[None] | None = None
+    try:
+        while True:
+            woken = asyncio.ensure_future(queue.wait())
+            pending: set[asyncio.Future[Any]] = {batch, woken}
+            await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            events: list[Event] = []
+            if batch.done():
+                events = batch.result()
+                batch = asyncio.ensure_future(anext(it))
+            if not woken.done():
+                woken.cancel()
+            yield events, queue.take()
+    finally:
+        if woken is not None:
+            woken.cancel()
+        aclose = getattr(it, "aclose", None)
+        if batch.done() and aclose is not None:  # the follower sits at a yield: close it now
+            with contextlib.suppress(Exception):
+                await aclose()
+        else:  # cancelling the read finalizes the follower inside its task
+            batch.cancel()
+
+
+async def sweep_presence(
+    registry: presence.Registry, max_sleep_s: float = PRESENCE_SWEEP_MAX_S
+) -> None:
+    """Expire entries as their TTLs pass (listeners hear `expire` within ~`max_sleep_s`),
+    without anyone listing; wakes early when an announcement may move the next expiry. Runs
+    until cancelled (the hub's lifespan)."""
+    wake = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def changed(frame: dict[str, Any]) -> None:
+        if frame["event"] == "announce":
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(wake.set)
+
+    unsubscribe = registry.subscribe(changed)
+    try:
+        while True:
+            wake.clear()
+            registry.sweep()
+            due = registry.next_expiry_ms()
+            delay = max_sleep_s
+            if due is not None:
+                delay = min(max_sleep_s, max(0.001, (due - registry.now_ms()) / 1000))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), delay)
+    finally:
+        unsubscribe()

@@ -12,7 +12,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 PREVIEW_CHARS = 200
-_SLIM_DROP = ("seq", "origin_replica", "origin_seq", "hlc", "metadata", "metadata_error")
+_SLIM_DROP = (
+    "seq",
+    "origin_replica",
+    "origin_seq",
+    "hlc",
+    "metadata",
+    "metadata_error",
+    "sig",
+)
 # Objects and arrays nest at most this deep in metadata (the top object is level 1). Far
 # inside what every serializer on every surface handles (FastAPI's encoder fails near 250,
 # Python's json near 1000), so no stored event can make a read fail (S-8.10).
@@ -115,10 +123,19 @@ class Event:
     body: str
     created_at: str
     metadata_json: str = "{}"
+    # The Ed25519 signature (base64url) and its key id (RFC 0008); both None when unsigned. A
+    # stored signature was verified when the event was stored (nothing forged is stored).
+    sig: str | None = None
+    key_id: str | None = None
 
     @property
     def metadata(self) -> dict[str, Any]:
         return read_metadata(self.metadata_json)[0]
+
+    @property
+    def verified(self) -> bool | None:
+        """`True` for a signed event (verified before it was stored), `None` when unsigned."""
+        return None if self.sig is None else True
 
     def content_key(self) -> tuple[Any, ...]:
         """The immutable, replicated fields (`CONTENT_FIELDS`): equal keys mean the same event."""
@@ -149,6 +166,9 @@ class Event:
             "body": self.body,
             "created_at": self.created_at,
             "metadata": metadata,
+            "verified": self.verified,
+            "key_id": self.key_id,
+            "sig": self.sig,
         }
         if problem is not None:
             out["metadata_error"] = problem

@@ -14,7 +14,9 @@ from typing import Any
 
 from mempalace_logstream import errors
 from mempalace_logstream import validation as v
+from mempalace_logstream.identity import actor
 from mempalace_logstream.store import LogStore
+from mempalace_logstream.store.identity import check_writer
 
 Handler = Callable[..., dict[str, Any]]
 
@@ -214,6 +216,9 @@ PRESENCE_PARAMS: dict[str, dict[str, bool]] = {
 def presence_call(registry: Any, name: str, args: dict[str, Any]) -> dict[str, Any]:
     """Run presence operation `name` on the hub's registry with raw `args`."""
     clean = _checked(name, PRESENCE_PARAMS.get(name), args)
+    if name != "presence_list" and isinstance(clean.get("agent"), str):
+        # An agent token announces (and ends) its own presence only (RFC 0008).
+        check_writer(actor.current(), "agent", clean["agent"])
     if name == "presence_announce":
         return {"presence": registry.announce(**clean).to_dict()}
     if name == "presence_leave":

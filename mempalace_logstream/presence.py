@@ -2,8 +2,13 @@
 
 An agent announces `watching`, `working` or `idle` with a TTL; the entry vanishes when the TTL
 passes unless it is announced again; `leave` removes it at once. Listeners (the SSE feed) get
-every change, expiries included, as `presence` frames. Bounded: at most `max_agents` entries;
-an announcement past that is refused. Pure: a clock is injected, no I/O, no framework.
+every change, expiries included, as frames: `{"event": "announce"|"leave"|"expire", ...}` plus
+the entry's public fields (`to_dict()`), whose state is `gone` for a leave or an expiry. They are
+told in the order the changes happened (under the table's lock), and `subscribe` can hand over a
+snapshot atomically with the subscription, so a subscriber misses nothing and sees no change
+twice out of order. Something must call `sweep()` when `next_expiry_ms()` passes for expiries to
+be told without a read (the hub runs a sweeper task). Bounded: at most `max_agents` entries; an
+announcement past that is refused. Pure: a clock is injected, no I/O, no framework.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from mempalace_logstream import errors
 from mempalace_logstream import validation as v
 
 STATES = ("watching", "working", "idle")
+GONE = "gone"  # the state a frame carries when an entry is left or expires
 DEFAULT_TTL_S = 60
 MAX_TTL_S = 3_600
 MAX_NOTE_CHARS = 500
@@ -51,6 +57,10 @@ class Presence:
             "expires_at": _iso(self.expires_ms),
         }
 
+    def gone(self, at_ms: int) -> dict[str, Any]:
+        """The public fields once it is left or expired: state `gone`, `expires_at` = when."""
+        return {**self.to_dict(), "state": GONE, "expires_at": _iso(min(at_ms, self.expires_ms))}
+
 
 def _iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
@@ -68,7 +78,7 @@ class Registry:
     ) -> None:
         self._clock = clock
         self._max = max_agents
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._entries: dict[str, Presence] = {}
         self._expiry: list[tuple[int, str]] = []  # (expires_ms, agent), lazily cleaned
         self._listeners: list[Listener] = []
@@ -103,7 +113,7 @@ class Registry:
             expires_ms=now + ttl * 1000,
         )
         with self._lock:
-            gone = self._expire(now)
+            self._tell(self._expire(now))
             if name not in self._entries and len(self._entries) >= self._max:
                 raise errors.ValidationError(
                     f"this hub tracks at most {self._max:,} agents; presence refused",
@@ -112,30 +122,38 @@ class Registry:
                 )
             self._entries[name] = entry
             heapq.heappush(self._expiry, (entry.expires_ms, name))
-        self._tell(gone + [{"event": "announce", **entry.to_dict()}])
+            self._tell([{"event": "announce", **entry.to_dict()}])
         return entry
 
     def leave(self, agent: Any) -> bool:
         """Remove an agent at once (a watcher that stops); True if it was present."""
         name = v.routing("agent", agent, required=True)
         with self._lock:
-            gone = self._expire(self._clock())
+            now = self._clock()
+            gone = self._expire(now)
             entry = self._entries.pop(str(name), None)
-        frames = gone + ([{"event": "leave", "agent": name}] if entry else [])
-        self._tell(frames)
+            self._tell(gone + ([{"event": "leave", **entry.gone(now)}] if entry else []))
         return entry is not None
 
     def present(self) -> list[Presence]:
         """Who is home now, by agent name."""
         with self._lock:
-            gone = self._expire(self._clock())
-            out = sorted(self._entries.values(), key=lambda e: e.agent)
-        self._tell(gone)
-        return out
+            self._tell(self._expire(self._clock()))
+            return sorted(self._entries.values(), key=lambda e: e.agent)
 
-    def subscribe(self, listener: Listener) -> Callable[[], None]:
-        """Call `listener(frame)` on every change; returns the unsubscribe function."""
+    def subscribe(self, listener: Listener, *, snapshot: bool = False) -> Callable[[], None]:
+        """Call `listener(frame)` on every change; returns the unsubscribe function.
+
+        With `snapshot`, the listener is first called with an `announce` frame per entry present
+        now, atomically with the subscription (no change falls between them). Listeners run
+        under the table's lock, in the order of the changes: they must be quick (queue the
+        frame) and must not call the registry.
+        """
         with self._lock:
+            if snapshot:
+                self._tell(self._expire(self._clock()))
+                for entry in sorted(self._entries.values(), key=lambda e: e.agent):
+                    listener({"event": "announce", **entry.to_dict()})
             self._listeners.append(listener)
 
         def unsubscribe() -> None:
@@ -144,6 +162,10 @@ class Registry:
                     self._listeners.remove(listener)
 
         return unsubscribe
+
+    def now_ms(self) -> int:
+        """The table's clock (a sweeper computes its sleeps on it)."""
+        return self._clock()
 
     def next_expiry_ms(self) -> int | None:
         """When the next entry expires (a hub's timer wakes then to announce it)."""
@@ -155,7 +177,7 @@ class Registry:
         """Expire what is due now and tell the listeners; returns how many went."""
         with self._lock:
             gone = self._expire(self._clock())
-        self._tell(gone)
+            self._tell(gone)
         return len(gone)
 
     def _live(self, agent: str, expires_ms: int) -> bool:
@@ -167,15 +189,12 @@ class Registry:
         while self._expiry and self._expiry[0][0] <= now:
             expires_ms, agent = heapq.heappop(self._expiry)
             if self._live(agent, expires_ms):
-                del self._entries[agent]
-                gone.append({"event": "expire", "agent": agent})
+                entry = self._entries.pop(agent)
+                gone.append({"event": "expire", **entry.gone(expires_ms)})
         return gone
 
     def _tell(self, frames: list[dict[str, Any]]) -> None:
-        if not frames:
-            return
-        with self._lock:
-            listeners = list(self._listeners)
+        """Tell every listener each frame; the caller holds the lock (changes stay in order)."""
         for frame in frames:
-            for listener in listeners:
+            for listener in self._listeners:
                 listener(frame)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-SCHEMA_HEAD = "0004"
+SCHEMA_HEAD = "0005"
 
 metadata = sa.MetaData(
     naming_convention={
@@ -59,6 +59,9 @@ events = sa.Table(
     sa.Column("body", sa.Text, nullable=False),
     sa.Column("created_at", sa.Text, nullable=False),
     sa.Column("metadata_json", sa.Text, nullable=False),
+    # The Ed25519 signature (base64url) and its key id (RFC 0008), both NULL when unsigned (0005).
+    sa.Column("sig", sa.Text),
+    sa.Column("key_id", sa.Text),
     sa.Column("idempotency_key", sa.Text),
     sa.UniqueConstraint("id"),
     sa.UniqueConstraint("origin_replica", "origin_seq"),
@@ -199,6 +202,15 @@ tasks = sa.Table(
     sa.Index(None, "requester", "updated_seq"),
     sa.Index(None, "parent_task_id"),
     sa.Index(None, "updated_seq"),
+)
+
+# ---- the hub's agent tokens (0005): local to one hub, never replicated; only hashes (RFC 0008).
+agent_tokens = sa.Table(
+    "agent_tokens",
+    metadata,
+    sa.Column("agent", sa.Text, primary_key=True),
+    sa.Column("token_hash", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Text, nullable=False),
 )
 
 # Every table that holds log content. Revision 0001 guarded the first three; 0003 added the

@@ -117,18 +117,9 @@ def patch_submit(
     )
 
     def write(tx: Transaction) -> tuple[Artifact, Event]:
-        if ev_draft.idempotency_key is not None:
-            prior = _find_idempotent_patch(tx, ev_draft)
-            if prior is not None:
-                # The same key with other patch bytes is a different submission.
-                if prior[0].sha256 != hashlib.sha256(art_draft.content).hexdigest():
-                    raise errors.ConflictError(
-                        f"idempotency_key {ev_draft.idempotency_key!r} was already used for "
-                        f"a different patch ({prior[1].id}); use a new key",
-                        field="idempotency_key",
-                        ident=prior[1].id,
-                    )
-                return prior
+        prior = _prior_patch(tx, ev_draft, art_draft.content)
+        if prior is not None:
+            return prior
         art = tx.insert_artifact(art_draft)
         draft = EventDraft(**{**ev_draft.__dict__, "artifact_ids": (art.id,)})
         return art, tx.insert_event(draft)
@@ -139,6 +130,24 @@ def patch_submit(
         "event": event,
         "warnings": list(art_draft.warnings),
     }
+
+
+def _prior_patch(
+    tx: Transaction, draft: EventDraft, content: bytes
+) -> tuple[Artifact, Event] | None:
+    """The earlier submission under the draft's idempotency key, if any; the same key with
+    other patch bytes is a different submission (ConflictError)."""
+    if draft.idempotency_key is None:
+        return None
+    prior = _find_idempotent_patch(tx, draft)
+    if prior is not None and prior[0].sha256 != hashlib.sha256(content).hexdigest():
+        raise errors.ConflictError(
+            f"idempotency_key {draft.idempotency_key!r} was already used for "
+            f"a different patch ({prior[1].id}); use a new key",
+            field="idempotency_key",
+            ident=prior[1].id,
+        )
+    return prior
 
 
 def _find_idempotent_patch(tx: Transaction, draft: EventDraft) -> tuple[Artifact, Event] | None:

@@ -51,6 +51,8 @@ COLUMNS = [
     "body",
     "created_at",
     "metadata",
+    "sig",
+    "key_id",
 ]
 CHUNK = 64 * 1024
 
@@ -76,6 +78,8 @@ def event(origin: str, seq: int, body: str = "x") -> dict:
         "body": body,
         "created_at": "2026-01-01T00:00:00.000Z",
         "metadata": {},
+        "sig": None,
+        "key_id": None,
     }
 
 
@@ -100,7 +104,7 @@ def huge_event(origin: str, mb: int) -> Iterator[bytes]:
 
 
 def rows_page(origin: str, mb: int) -> Iterator[bytes]:
-    head = {"origin": origin, "format": "rows-v1", "columns": COLUMNS, "count": 0}
+    head = {"origin": origin, "format": "rows-v2", "columns": COLUMNS, "count": 0}
     yield json.dumps(head)[:-1].encode() + b',"rows":['
     body = "y" * 1000
     rows = [json.dumps([event(origin, 1 + k, body)[c] for c in COLUMNS]) for k in range(50)]
@@ -125,7 +129,7 @@ def route(
             vv = {ME: 1, o.forge_origin: FORGED_SEQ}
         body: dict = {"replica_id": ME, "version_vector": vv, "profile": {}, "profiles": {}}
         if o.mode == "big-pages":
-            body["profile"] = {"sync_rows": {"format": "rows-v1", "max_limit": 5000}}
+            body["profile"] = {"sync_rows": {"format": "rows-v2", "max_limit": 5000}}
         return [json.dumps(body).encode()]
     origin = query.get("origin", ME)
     if path == "/sync/ops_rows" and o.mode == "big-pages":

@@ -19,14 +19,14 @@ from mempalace_logstream.presence import Registry
 class LiveHub:
     """uvicorn serving `create_app` in a thread; `url` is ready once `start()` returns."""
 
-    def __init__(self, store: LogStore, settings: http_app.HubSettings) -> None:
+    def __init__(self, store: LogStore, settings: http_app.HubSettings, port: int = 0) -> None:
         self.store = store
         self.settings = settings
         self.presence = Registry()  # shared by the HTTP routes and the MCP tools, as in serve
         mcp_app, lifespan = mcp_server.http_endpoint(store, presence=self.presence)
         mount = http_app.ExtraMount("/mcp", mcp_app, lifespan)
         self.app = http_app.create_app(store, settings, mounts=(mount,), presence=self.presence)
-        self.sock = http_app.listen_socket("127.0.0.1", 0)
+        self.sock = http_app.listen_socket("127.0.0.1", port)  # a port again: a restart
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         config = uvicorn.Config(
             self.app, log_level="warning", timeout_graceful_shutdown=1, lifespan="on"

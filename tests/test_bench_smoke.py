@@ -147,3 +147,23 @@ def test_the_tasks_bench_runs_and_prints_its_targets(tmp_path: Path) -> None:
     assert "(a) pays nothing for the lifecycle" in out
     summary = out.split("######## summary")[1]
     assert re.search(r"^tasks\s+ok\s", summary, re.M), summary
+
+
+def test_the_identity_bench_runs_and_prints_its_ratios(tmp_path: Path) -> None:
+    """bench/bench_identity.py (issue 12) on a few samples: the pure CPU figures, then append
+    with signing and sync apply with verification beside without, each with a ratio."""
+    env = {**os.environ, "LOGSTREAM_BENCH_TMP": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, "bench/bench_identity.py", "--samples", "30", "--events", "60"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    out = proc.stdout
+    assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
+    for what in ("append (unsigned vs signed)", "sync apply (unsigned log vs signed, verified)"):
+        assert re.search(rf"\[measure\] identity: {re.escape(what)}: {NUMBER} -> {NUMBER}", out)
+    assert list(tmp_path.iterdir()) == []  # the scratch logs are removed

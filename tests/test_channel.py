@@ -176,6 +176,34 @@ def test_own_writes_other_inboxes_and_gated_senders_are_not_pushed(tmp_path: Pat
     assert state["agent"] == AGENT and state["cursor"]
 
 
+def test_with_identity_only_verified_senders_are_pushed(tmp_path: Path) -> None:
+    """Once agents have keys (RFC 0008), unsigned senders are not pushed by default (prompt
+    injection from a name anyone can write); --allow-unverified pushes them too."""
+    from mempalace_logstream import agents
+
+    db = tmp_path / "log.sqlite3"
+    with LogStore.open(str(db)) as store:  # keys/ beside the file: claude's events are signed
+        agents.add(store, "claude")
+    note(db, body="seed")
+
+    async def go(*flags: str) -> list[Any]:
+        received = Received()
+        async with channel_session(db, received, "--burst", "100", *flags):
+            await _started(db)
+            note(db, writer="mallory", to=AGENT, body="unsigned: anyone can write this name")
+            signed = note(db, writer="claude", to=AGENT, body="signed by claude")
+            await received.until(lambda items: signed in received.ids())
+        return received.items
+
+    pushed = anyio.run(go)
+    assert [item.meta["from_agent"] for item in pushed] == ["claude"]
+    assert pushed[0].meta["verified"] == "true"
+    _cursor_file(db).unlink()
+    pushed = anyio.run(go, "--allow-unverified")
+    assert [item.meta["from_agent"] for item in pushed] == ["mallory", "claude"]
+    assert "verified" not in pushed[0].meta
+
+
 def test_a_crash_between_notify_and_checkpoint_repeats_and_a_restart_resumes(
     tmp_path: Path,
 ) -> None:
@@ -317,7 +345,6 @@ def test_channel_against_a_hub(tmp_path: Path) -> None:
     [
         (["--channel"], "--channel needs --agent NAME"),
         (["--allow-from", "x"], "--allow-from is an option of channel mode"),
-        (["--agent", "codex"], "--agent is an option of channel mode"),
         (["--agent", "codex", "--channel", "--burst", "0"], "burst is 0; it must be between 1"),
         (["--agent", "codex", "--channel", "--writer", "x"], "writer is not a channel filter"),
     ],

@@ -82,8 +82,10 @@ def build_source(path: Path, n_events: int, n_artifacts: int = 12) -> str:
             for name, _ in indexes:
                 raw.execute(f'DROP INDEX "{name}"')
             for table, data in ((events, rows), (event_artifacts, links)):
-                names = ", ".join(f'"{c.name}"' for c in table.c)
-                marks = ", ".join("?" * len(table.c))
+                # Unsigned rows, as the reference's: no sig / key_id (RFC 0008).
+                cols = [c.name for c in table.c if c.name not in ("sig", "key_id")]
+                names = ", ".join(f'"{c}"' for c in cols)
+                marks = ", ".join("?" * len(cols))
                 raw.executemany(f"INSERT INTO {table.name} ({names}) VALUES ({marks})", data)
             for _, sql in indexes:
                 raw.execute(sql)

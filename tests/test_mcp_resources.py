@@ -160,3 +160,58 @@ def test_the_server_declares_resource_subscriptions(tmp_path: Path) -> None:
             assert init.capabilities.resources.subscribe is True
 
     anyio.run(go)
+
+
+async def listen_scenario(client: Any, store: LogStore) -> None:
+    """2026-07-28: a `subscriptions/listen` stream naming resource URIs gets a ResourceUpdated
+    for each one an append changes, and nothing for the others."""
+    from mcp.shared.subscriptions import ResourceUpdated
+
+    assert client.protocol_version == "2026-07-28"
+    wanted = ["logstream://inbox/codex", "logstream://task/task_l_1"]
+    async with client.listen(resource_subscriptions=wanted) as sub:
+        assert sorted(sub.honored.resource_subscriptions or []) == sorted(wanted)
+        append(store, to_agent="gemini")  # changes neither
+        append(store, correlation_id="task_l_1")
+        append(store, to_agent="codex")
+        seen: list[str] = []
+        with anyio.fail_after(WAIT_S):
+            async for event in sub:
+                assert isinstance(event, ResourceUpdated)
+                seen.append(event.uri)
+                if len(seen) == 2:
+                    break
+        assert sorted(seen) == sorted(wanted)  # one batch or two: the order is not promised
+    with pytest.raises(MCPError, match="not a logstream resource"):
+        async with client.listen(resource_subscriptions=["file:///etc/passwd"]):
+            pass
+
+
+def test_listen_streams_over_stdio(tmp_path: Path) -> None:
+    from mcp.client import Client
+
+    db = tmp_path / "log.sqlite3"
+    with LogStore.open(str(db)) as store:
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "mempalace_logstream", "mcp", "--db", str(db)],
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+
+        async def go() -> None:
+            async with Client(params) as client:
+                await listen_scenario(client, store)
+
+        anyio.run(go)
+
+
+def test_listen_streams_over_streamable_http(tmp_path: Path) -> None:
+    from mcp.client import Client
+
+    with live_hub(tmp_path) as hub:
+
+        async def go() -> None:
+            async with Client(hub.url + "/mcp") as client:
+                await listen_scenario(client, hub.store)
+
+        anyio.run(go)

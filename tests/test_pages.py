@@ -26,14 +26,14 @@ def _external_urls(page: str) -> list[str]:
     return re.findall(r"""(?:src|href)\s*=\s*["']?((?:https?:)?//[^"' >]+)""", page)
 
 
-def test_the_root_page_names_the_hub_and_links_its_endpoints(hub: LiveHub) -> None:
-    resp = httpx.get(hub.url + "/", timeout=30)
+def test_the_about_page_names_the_hub_and_links_its_endpoints(hub: LiveHub) -> None:
+    resp = httpx.get(hub.url + "/about", timeout=30)
     assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/html")
     page = resp.text
     assert f"mempalace-logstream {mempalace_logstream.__version__}" in page
     assert hub.store.replica_id in page
     assert str(hub.store.engine.url.database) in page
-    for href in ("/docs", "/v1/stream?since_event_id=tip", "/mcp", "/healthz"):
+    for href in ("/", "/docs", "/v1/stream?since_event_id=tip", "/mcp", "/healthz"):
         assert f'href="{href}"' in page
     assert _external_urls(page) == []
 
@@ -54,10 +54,11 @@ def test_docs_load_every_asset_from_the_hub_itself(hub: LiveHub) -> None:
 
 def test_pages_stay_behind_the_token(tmp_path: Path) -> None:
     with live_hub(tmp_path, token="tok-pages-9") as hub:
-        for path in ("/", "/docs", "/docs-assets/swagger-ui.css"):
+        for path in ("/", "/about", "/docs", "/docs-assets/swagger-ui.css"):
             assert httpx.get(hub.url + path, timeout=30).status_code == 401, path
-        ok = httpx.get(hub.url + "/", headers={"Authorization": "Bearer tok-pages-9"})
-        assert ok.status_code == 200 and "tok-pages-9" not in ok.text
+        for path in ("/", "/about"):
+            ok = httpx.get(hub.url + path, headers={"Authorization": "Bearer tok-pages-9"})
+            assert ok.status_code == 200 and "tok-pages-9" not in ok.text
 
 
 def test_stats_show_database_replica_and_version(tmp_path: Path) -> None:

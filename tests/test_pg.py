@@ -45,10 +45,18 @@ class SlowCommitStore(LogStore):
         super()._run_item(conn, state, item, savepoint)
         time.sleep(random.uniform(0, HOLD_MAX_S))
 
+    def _run_raw_item(self, db: Any, state: _TxState, item: Any, savepoint: bool) -> None:
+        super()._run_raw_item(db, state, item, savepoint)  # the psycopg fast path
+        time.sleep(random.uniform(0, HOLD_MAX_S))
+
 
 class UnserializedStore(SlowCommitStore):
     """BROKEN on purpose: seq comes from a PostgreSQL SEQUENCE and no lock is taken, the way a
-    naive port would do it. Each batch reserves a block of 1000 values (INCREMENT BY 1000)."""
+    naive port would do it. Each batch reserves a block of 1000 values (INCREMENT BY 1000).
+    It breaks the SQLAlchemy path's lock and state hooks, so it stays on that path."""
+
+    def _fast_path(self) -> bool:
+        return False
 
     def _lock_writes(self, conn: sa.Connection) -> None:
         return None
@@ -326,7 +334,7 @@ class GatedStore(LogStore):
         self.expect = expect
         self.batches: list[int] = []
 
-    def _run_batch(self, batch: list[Any]) -> None:
+    def _gate(self, batch: list[Any]) -> None:
         if not self.batches:
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:
@@ -335,7 +343,14 @@ class GatedStore(LogStore):
                         break
                 time.sleep(0.001)
         self.batches.append(len(batch))
+
+    def _run_batch(self, batch: list[Any]) -> None:
+        self._gate(batch)
         super()._run_batch(batch)
+
+    def _run_raw_batch(self, batch: list[Any]) -> None:  # the psycopg fast path
+        self._gate(batch)
+        super()._run_raw_batch(batch)
 
 
 def test_group_commit_batches_threads_and_keeps_seq_contiguous_on_postgresql(pg_url):

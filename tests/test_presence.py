@@ -3,6 +3,7 @@ refusals. The clock is injected (a user never touches it)."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import pytest
@@ -151,3 +152,126 @@ def test_list_is_exactly_the_unexpired_latest_announcements(steps) -> None:
             clock.ms += n * 700
         live = sorted(a for a, t in model.items() if t > clock.ms)
         assert [e.agent for e in reg.present()] == live
+
+
+def test_gone_frames_carry_the_entry_with_state_gone(reg: Registry, clock: Clock) -> None:
+    frames: list[dict[str, Any]] = []
+    reg.subscribe(frames.append)
+    made = reg.announce(agent="a", state="working", task_id="task_a_1", ttl_s=5).to_dict()
+    reg.announce(agent="b", state="idle", ttl_s=60)
+    clock.ms += 1_000
+    reg.leave("b")
+    clock.ms += 10_000
+    assert reg.sweep() == 1
+    left, expired = frames[2], frames[3]
+    assert left["event"] == "leave" and left["state"] == "gone"
+    assert left["expires_at"] == "2027-01-15T08:00:01.000Z"  # when it went
+    # an expiry says when the entry lapsed (its TTL), not when a sweep noticed
+    assert expired == {**made, "event": "expire", "state": "gone"}
+
+
+def test_a_snapshot_subscription_misses_nothing_and_repeats_nothing(
+    reg: Registry, clock: Clock
+) -> None:
+    reg.announce(agent="b", state="idle", ttl_s=5)
+    reg.announce(agent="a", state="watching", ttl_s=60)
+    clock.ms += 5_000  # b has lapsed: the snapshot tells its expiry to the others, not b
+    frames: list[dict[str, Any]] = []
+    reg.subscribe(frames.append, snapshot=True)
+    assert [(f["event"], f["agent"], f["state"]) for f in frames] == [("announce", "a", "watching")]
+    reg.leave("a")
+    assert [f["state"] for f in frames] == ["watching", "gone"]
+
+
+def test_listeners_hear_changes_in_the_order_they_happened() -> None:
+    """Many threads announcing and leaving: each listener's last frame per agent matches the
+    table (a listener told out of order would end on a stale state)."""
+    import threading
+
+    reg = Registry()
+    last: dict[str, str] = {}
+    reg.subscribe(lambda f: last.__setitem__(f["agent"], f["state"]))
+
+    def churn(n: int) -> None:
+        for i in range(300):
+            agent = f"a{(n + i) % 7}"
+            if i % 3 == 2:
+                reg.leave(agent)
+            else:
+                reg.announce(agent=agent, state=("idle", "working")[i % 2], ttl_s=60)
+
+    threads = [threading.Thread(target=churn, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    table = {e.agent: e.state for e in reg.present()}
+    assert {a: s for a, s in last.items() if s != "gone"} == table
+
+
+def test_the_sweeper_tells_expiries_on_its_own(clock: Clock) -> None:
+    """The hub's sweeper (aio.sweep_presence) with an injected clock: an expiry is told
+    without anyone listing, and an announcement wakes it to recompute its next wake-up."""
+    import asyncio
+
+    from mempalace_logstream import aio
+
+    reg = Registry(clock=clock)
+    frames: list[dict[str, Any]] = []
+    reg.subscribe(frames.append)
+
+    async def until(predicate: Any) -> None:
+        async with asyncio.timeout(10):
+            while not predicate():
+                await asyncio.sleep(0.005)
+
+    async def scenario() -> None:
+        sweeper = asyncio.ensure_future(aio.sweep_presence(reg, max_sleep_s=0.02))
+        reg.announce(agent="a", state="idle", ttl_s=30)
+        clock.ms += 30_000  # nobody lists: only the sweeper can notice
+        await until(lambda: any(f["event"] == "expire" for f in frames))
+        sweeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sweeper
+        reg.announce(agent="b", state="idle", ttl_s=1)
+        clock.ms += 1_000
+        await asyncio.sleep(0)  # the cancelled sweeper holds no listener any more
+
+    asyncio.run(scenario())
+    assert [(f["event"], f["agent"]) for f in frames] == [
+        ("announce", "a"),
+        ("expire", "a"),
+        ("announce", "b"),
+    ]
+    assert len(reg._listeners) == 1  # only ours: the sweeper unsubscribed when it stopped
+
+
+def test_a_subscriber_queue_coalesces_per_agent_and_is_bounded() -> None:
+    import asyncio
+
+    from mempalace_logstream import aio
+
+    reg = Registry()
+    reg.announce(agent="first", state="idle")
+
+    async def scenario() -> aio.PresenceQueue:
+        queue = aio.PresenceQueue(reg, limit=3)
+        for i in range(10):
+            reg.announce(agent=f"a{i}", state="working")
+            reg.announce(agent=f"a{i}", state="idle")  # coalesced into the one before
+        reg.announce(agent="a8", state="watching")  # moves a8 to the end
+        await asyncio.wait_for(queue.wait(), 5)
+        got = queue.take()
+        assert [(d["agent"], d["state"]) for d in got] == [
+            ("a7", "idle"),
+            ("a9", "idle"),
+            ("a8", "watching"),
+        ]
+        assert all("event" not in d for d in got)
+        assert queue.take() == []
+        queue.close()
+        return queue
+
+    queue = asyncio.run(scenario())
+    assert queue.high_water == 3 and queue.dropped == 8  # "first" (snapshot) and a0..a6
+    assert reg._listeners == []

@@ -395,7 +395,7 @@ def test_ops_rows_carry_exactly_what_ops_page_carries(store: LogStore) -> None:
     _rich_events(store)
     events = _wire(store)
     page = replication.ops_rows(store, store.replica_id, 0, 100)
-    assert page["columns"] == list(replication.ROW_COLUMNS) and page["format"] == "rows-v1"
+    assert page["columns"] == list(replication.ROW_COLUMNS) and page["format"] == "rows-v2"
     assert page["rows"] == [[e[c] for c in replication.ROW_COLUMNS] for e in events]
     assert page["count"] == len(events) and page["origin"] == store.replica_id
     assert page["rows"][0][replication.ROW_COLUMNS.index("artifact_ids")] == sorted(
@@ -549,6 +549,8 @@ def _oracle(store: LogStore, raw: Any) -> Any:
         "origin_seq": origin_seq,
         "hlc": stamp,
         "created_at": created,
+        "sig": raw.get("sig"),
+        "key_id": raw.get("key_id"),
     }
 
 

@@ -325,7 +325,7 @@ def test_compact_rows_route_serves_the_ops_events_and_names_bad_parameters(make)
         note(a, f"n{i}")
     with running_hub(a) as url:
         offer = get(url, "/sync/version_vector").json()["profile"]["sync_rows"]
-        assert offer == {"format": "rows-v1", "route": "/sync/ops_rows", "max_limit": 5000}
+        assert offer == {"format": "rows-v2", "route": "/sync/ops_rows", "max_limit": 5000}
         body = get(url, "/sync/ops_rows", origin=a.replica_id, after=0, limit=3).json()
         assert set(body) == {"origin", "format", "columns", "rows", "count"}
         assert body["columns"] == list(replication.ROW_COLUMNS) and body["count"] == 3

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from mempalace_logstream import LogStore
+from mempalace_logstream import LogStore, agents
 from tests import refpkg
 from tests.conftest import run_cli
 from tests.test_sync_http import TOKEN, running_hub
@@ -156,3 +156,51 @@ def test_we_pull_from_the_reference_hub_and_relay_to_another_reference(tmp_path:
         assert {e["id"] for e in ref_events(relay)} >= set(source)
     finally:
         store.close()
+
+
+def test_signed_events_travel_to_the_reference_and_back(tmp_path: Path) -> None:
+    """With signed events (and key events) in our log the reference still pulls from our hub,
+    and we still pull from its hub. The reference keeps no signatures (it ignores unknown
+    fields), so what comes back is unsigned: the key events are refused (a key event must be
+    signed), and a replica that never saw alice's key keeps her events as unverified (null),
+    never as verified."""
+    refpkg.require_ref_or_skip(full=True)
+    (tmp_path / "ours").mkdir()
+    store = LogStore.open(str(tmp_path / "ours" / "ours.sqlite3"))
+    try:
+        admin = agents.ensure_admin(store)
+        agents.add(store, "alice")
+        for i in range(2):
+            store.event_append(type="note", stream="s", room="r", from_agent="alice", body=f"{i}")
+        ours = {e.id: e.to_dict() for e in store.event_list(limit=50).events}
+        assert all(e["verified"] is True for e in ours.values())
+        palace = tmp_path / "ref-palace"
+        with running_hub(store) as url:
+            proc = refpkg.ref_cli(
+                "logstream", "sync", "--peer", url, "--token", TOKEN, "--json", palace=palace
+            )
+            assert proc.returncode == 0, proc.stderr.decode()
+            assert json.loads(proc.stdout)[0]["pulled_events"] == len(ours)
+    finally:
+        store.close()
+    theirs = {e["id"]: e for e in ref_events(palace)}
+    assert set(theirs) == set(ours)
+    for ident, mine in ours.items():
+        for key in WIRE_KEYS:
+            assert theirs[ident][key] == mine[key], (ident, key)
+    (tmp_path / "back").mkdir()
+    db = str(tmp_path / "back" / "back.sqlite3")
+    with LogStore.open(db) as back:
+        agents.trust(back, admin)
+    with refpkg.ref_hub(palace) as ref_url:
+        proc = run_cli("sync", "--db", db, "--peer", ref_url, "--token", "ref-token", "--json")
+        assert proc.returncode == 0, proc.stderr
+        result = json.loads(proc.stdout)[0]
+    key_ids = {i for i, e in ours.items() if e["type"].startswith("identity.")}
+    assert {r["ident"]: r["reason"] for r in result["rejected"]} == dict.fromkeys(
+        key_ids, "unsigned_required"
+    )
+    with LogStore.open(db) as back:
+        got = {e.id: e for e in back.event_list(limit=50).events}
+    assert set(got) == set(ours) - key_ids
+    assert all(e.verified is None for e in got.values())

@@ -40,6 +40,8 @@ def test_an_installed_wheel_migrates_a_fresh_file(tmp_path: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert "mempalace_logstream/migrations/env.py" in names
     assert any(n.startswith("mempalace_logstream/migrations/versions/0001") for n in names)
+    for asset in ("index.html", "login.html", "app.js", "style.css"):  # the dashboard
+        assert f"mempalace_logstream/http/dashboard/{asset}" in names, asset
     site = tmp_path / "site"
     subprocess.run(
         [

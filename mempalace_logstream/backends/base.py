@@ -87,6 +87,7 @@ class FastTx(Protocol):
     db: Any
     known: tuple[int, int] | None
     counters: tuple[int, int] | None
+    appended: bool  # events were appended: announce them with the commit (PostgreSQL NOTIFY)
 
 
 class FastPath(Protocol):

@@ -1,18 +1,25 @@
 """The PostgreSQL backend (psycopg 3): an advisory lock serializes seq assignment, appends
 `pg_notify` in their transaction and a dedicated connection LISTENs for them.
+
+The fast path runs the store's precompiled SQL on psycopg connections directly: the writer
+holds one autocommit connection and sends `BEGIN` with the lock, and the NOTIFY with the
+`COMMIT`, as one simple-protocol message each (no pre-ping, no SQLAlchemy per statement).
 """
 
 from __future__ import annotations
 
 import contextlib
 import select
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 import sqlalchemy as sa
 
 from mempalace_logstream import notify
 from mempalace_logstream.backends import base
+from mempalace_logstream.schema import events
 
 PG_APPEND_LOCK = 0x6C6F6773  # "logs": one advisory lock serializes seq assignment
 # The log's own tables (indexes and TOAST included), not the whole database: several logs may
@@ -27,13 +34,14 @@ _SIZE_SQL = (
 
 class PostgresBackend:
     name = "postgresql"
-    driver_errors: tuple[type[BaseException], ...] = ()
+    driver_errors: tuple[type[BaseException], ...] = (psycopg.Error,)
     split_inbox = False  # an IN list is read in index order by a merge of index scans
     rows_json_sql: str | None = None
 
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
         self.notify_channel: str | None = None
+        self._fast = PgFastPath(self)
 
     def sql_dialect(self) -> sa.Dialect:
         return self.engine.dialect
@@ -76,8 +84,13 @@ class PostgresBackend:
 
         return lambda: PgListenSignal(connect, channel)
 
-    def fast_path(self) -> None:
-        return None
+    def fast_path(self) -> PgFastPath | None:
+        """The psycopg path, unless someone listens to this engine's statements (tracing,
+        tests that force the SQLAlchemy path): those keep SQLAlchemy, same SQL text."""
+        dispatch = self.engine.dispatch
+        if dispatch.before_cursor_execute or dispatch.after_cursor_execute:
+            return None
+        return self._fast
 
     def db_size(self) -> int | None:
         with self.engine.connect() as conn:
@@ -98,7 +111,155 @@ class PostgresBackend:
             cursor.close()
 
     def close(self) -> None:
-        """Nothing held beyond the engine's pool."""
+        self._fast.close()
+
+
+@dataclass
+class _Tx:
+    db: psycopg.Connection[Any]
+    known: tuple[int, int] | None = None  # PostgreSQL has no data_version: always re-read
+    counters: tuple[int, int] | None = None
+    appended: bool = False
+
+
+class PgFastPath:
+    """Writes on one psycopg connection held by the store (autocommit; transactions are
+    explicit), used only under the store's commit lock; reads on pooled connections."""
+
+    def __init__(self, backend: PostgresBackend) -> None:
+        self.backend = backend
+        self._proxy: Any = None
+        self._lock_sql: str | None = None
+
+    def _writer(self) -> psycopg.Connection[Any]:
+        if self._proxy is None:
+            proxy = self.backend.engine.raw_connection()
+            db: psycopg.Connection[Any] = proxy.driver_connection  # type: ignore[assignment]
+            if db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                db.rollback()
+            db.autocommit = True
+            # The events table's oid keys the lock (as `lock_writes`), resolved once.
+            oid = db.execute("SELECT 'events'::regclass::oid::int").fetchone()[0]  # type: ignore[index]
+            self._lock_sql = f"BEGIN; SELECT pg_advisory_xact_lock({PG_APPEND_LOCK}, {int(oid)})"
+            self._proxy = proxy
+        conn: psycopg.Connection[Any] = self._proxy.driver_connection
+        return conn
+
+    def _drop_writer(self) -> None:
+        """Forget a connection that failed (the server restarted, the network dropped)."""
+        if self._proxy is not None:
+            with contextlib.suppress(Exception):
+                self._proxy.invalidate()
+            self._proxy = None
+
+    def close(self) -> None:
+        if self._proxy is not None:
+            with contextlib.suppress(Exception):
+                self._proxy.driver_connection.autocommit = False
+            self._proxy.close()  # back to the pool, which dispose() closes
+            self._proxy = None
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[_Tx]:
+        """BEGIN + the append lock in one message … NOTIFY + COMMIT in one message."""
+        db = self._writer()
+        try:
+            db.execute(self._lock_sql or "")
+        except psycopg.OperationalError:
+            self._drop_writer()
+            raise
+        tx = _Tx(db)
+        try:
+            yield tx
+            channel = self.backend.notify_channel
+            if tx.appended and channel is not None:
+                # Delivered by PostgreSQL at commit, never before: a hint for LISTENers.
+                db.execute(f"SELECT pg_notify('{channel}', ''); COMMIT")
+            else:
+                db.execute("COMMIT")
+        except BaseException as exc:
+            if isinstance(exc, psycopg.OperationalError) or db.broken:
+                self._drop_writer()
+            elif db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                with contextlib.suppress(psycopg.Error):
+                    db.execute("ROLLBACK")
+            raise
+
+    @contextlib.contextmanager
+    def savepoint(self, db: psycopg.Connection[Any]) -> Iterator[None]:
+        db.execute("SAVEPOINT logstream_item")
+        try:
+            yield
+        except Exception:
+            db.execute("ROLLBACK TO SAVEPOINT logstream_item; RELEASE SAVEPOINT logstream_item")
+            raise
+        db.execute("RELEASE SAVEPOINT logstream_item")
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[base.Query]:
+        """A pooled connection in one transaction, at the engine's isolation level (what the
+        SQLAlchemy path reads at)."""
+        with base.wrap_exceptions(self.backend.driver_errors):
+            proxy = self.backend.engine.raw_connection()
+            try:
+                db: psycopg.Connection[Any] = proxy.driver_connection  # type: ignore[assignment]
+                if db.autocommit:
+                    db.autocommit = False
+                try:
+                    yield self.query(db)
+                finally:
+                    db.rollback()
+            finally:
+                proxy.close()
+
+    def query(self, db: psycopg.Connection[Any]) -> base.Query:
+        return lambda sql, params: db.execute(sql, params).fetchall()
+
+    def executor(
+        self,
+        db: psycopg.Connection[Any],
+        compile: base.Compile,
+        on_bulk: Callable[[], Any] | None = None,
+    ) -> PgExecutor:
+        return PgExecutor(db, compile)
+
+
+class PgExecutor(base.Executor):
+    """The statements of one transaction on the writer's psycopg connection."""
+
+    def __init__(self, db: psycopg.Connection[Any], compile: base.Compile) -> None:
+        self.db, self.compile = db, compile
+
+    def rows(self, key: Any, build: base.Build, params: Mapping[str, Any]) -> Sequence[Any]:
+        return self.db.execute(*self.compile(key, build, params)).fetchall()
+
+    def run(self, key: Any, build: base.Build, params: Mapping[str, Any]) -> None:
+        self.db.execute(*self.compile(key, build, params))
+
+    def insert(self, key: Any, table: sa.Table, rows: list[dict[str, Any]]) -> None:
+        sql, _ = self.compile(key, lambda: sa.insert(table), {})
+        if len(rows) == 1:
+            self.db.execute(sql, rows[0])
+        else:
+            with self.db.cursor() as cur:
+                cur.executemany(sql, rows)
+
+    def insert_events(self, rows: list[tuple[Any, ...]]) -> None:
+        with self.db.cursor() as cur:
+            if len(rows) < _COPY_MIN_ROWS:
+                cur.executemany(_INSERT_EVENTS, rows)
+                return
+            with cur.copy(_COPY_EVENTS) as copy:  # a sync page: several times faster
+                for row in rows:
+                    copy.write_row(row)
+
+
+_COLS = ", ".join(base.EVENT_COL_NAMES)
+_INSERT_EVENTS = (
+    f"INSERT INTO {events.name} ({_COLS}) VALUES ({', '.join(['%s'] * len(base.EVENT_COL_NAMES))})"
+)
+_COPY_EVENTS = f"COPY {events.name} ({_COLS}) FROM STDIN"
+_COPY_MIN_ROWS = 64
 
 
 class PgListenSignal:

@@ -59,7 +59,8 @@ SELECT CAST(json_group_array(json_array(
             ORDER BY ea.artifact_id)),
          e.body, e.created_at,
          CASE WHEN json_valid(e.metadata_json) AND json_type(e.metadata_json) = 'object'
-              THEN json(e.metadata_json) ELSE json_object() END)) AS BLOB),
+              THEN json(e.metadata_json) ELSE json_object() END,
+         e.sig, e.key_id)) AS BLOB),
        count(*), max(e.origin_seq), sum(length(e.body) + length(e.metadata_json))
 FROM (SELECT * FROM {events.name} WHERE origin_replica = :origin AND origin_seq > :after
       ORDER BY origin_seq LIMIT :lim) e
@@ -129,6 +130,7 @@ class _Tx:
     db: sqlite3.Connection
     known: tuple[int, int] | None
     counters: tuple[int, int] | None = None
+    appended: bool = False  # nothing to announce: other processes see data_version change
 
 
 class SqliteFastPath:

@@ -6,7 +6,7 @@ The SQLite statements of the inbox's reads as the store compiles them
 
 from typing import Any
 
-SCHEMA_HEAD = "0004"
+SCHEMA_HEAD = "0005"
 SPLIT_INBOX = True
 STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
     "id-at": (
@@ -26,10 +26,10 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
             "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
             "ea.event_id = events.id) AS artifact_links, events.body, "
-            "events.created_at, events.metadata_json \nFROM events \nWHERE events.seq "
-            "> :lo AND events.seq <= :top AND (events.from_agent NOT IN "
-            "(:exclude_writer_0)) AND events.to_agent IN (:to_0) ORDER BY events.seq "
-            "ASC\n LIMIT :lim OFFSET :param_1"
+            "events.created_at, events.metadata_json, events.sig, events.key_id \n"
+            "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
+            "(events.from_agent NOT IN (:exclude_writer_0)) AND events.to_agent IN "
+            "(:to_0) ORDER BY events.seq ASC\n LIMIT :lim OFFSET :param_1"
         ),
         {"param_1": 0},
     ),
@@ -42,20 +42,20 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
             "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
             "ea.event_id = events.id) AS artifact_links, events.body, "
-            "events.created_at, events.metadata_json \nFROM events \nWHERE events.seq "
-            "> :lo AND events.seq <= :top AND (events.from_agent NOT IN "
-            "(:exclude_writer_0)) AND events.to_agent = :to_0 UNION ALL SELECT "
-            "events.id, events.seq, events.origin_replica, events.origin_seq, "
-            "events.hlc, events.type, events.stream, events.room, events.topic, "
-            "events.from_agent, events.to_agent, events.correlation_id, "
-            "events.branch, events.base_commit, events.status, (SELECT "
-            "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
-            "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
-            "ea.event_id = events.id) AS artifact_links, events.body, "
-            "events.created_at, events.metadata_json \nFROM events \nWHERE events.seq "
-            "> :lo AND events.seq <= :top AND (events.from_agent NOT IN "
-            "(:exclude_writer_0)) AND events.to_agent = :to_1 ORDER BY seq ASC\n "
-            "LIMIT :lim OFFSET :param_1"
+            "events.created_at, events.metadata_json, events.sig, events.key_id \n"
+            "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
+            "(events.from_agent NOT IN (:exclude_writer_0)) AND events.to_agent = "
+            ":to_0 UNION ALL SELECT events.id, events.seq, events.origin_replica, "
+            "events.origin_seq, events.hlc, events.type, events.stream, events.room, "
+            "events.topic, events.from_agent, events.to_agent, "
+            "events.correlation_id, events.branch, events.base_commit, "
+            "events.status, (SELECT group_concat(CAST(ea.position AS TEXT) || "
+            "char(30) || ea.artifact_id, char(31)) AS group_concat_1 \nFROM "
+            "event_artifacts AS ea \nWHERE ea.event_id = events.id) AS "
+            "artifact_links, events.body, events.created_at, events.metadata_json, "
+            "events.sig, events.key_id \nFROM events \nWHERE events.seq > :lo AND "
+            "events.seq <= :top AND (events.from_agent NOT IN (:exclude_writer_0)) "
+            "AND events.to_agent = :to_1 ORDER BY seq ASC\n LIMIT :lim OFFSET :param_1"
         ),
         {"param_1": 0},
     ),
@@ -68,9 +68,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
             "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
             "ea.event_id = events.id) AS artifact_links, events.body, "
-            "events.created_at, events.metadata_json \nFROM events \nWHERE events.seq "
-            "> :lo AND events.seq <= :top ORDER BY events.seq DESC\n LIMIT :lim "
-            "OFFSET :param_1"
+            "events.created_at, events.metadata_json, events.sig, events.key_id \n"
+            "FROM events \nWHERE events.seq > :lo AND events.seq <= :top ORDER BY "
+            "events.seq DESC\n LIMIT :lim OFFSET :param_1"
         ),
         {"param_1": 0},
     ),

@@ -196,13 +196,22 @@ def _banner(
     shown = f"[{host.strip('[]')}]" if ":" in host else host
     typer.echo(
         f"logstream hub listening on http://{shown}:{bound} "
-        "(API /v1, SSE /v1/stream, MCP /mcp, docs /docs)"
+        "(dashboard /, API /v1, SSE /v1/stream, MCP /mcp, docs /docs)"
     )
     database = store.engine.url.render_as_string(hide_password=True)
     typer.echo(
         f"  database {database}, replica {store.replica_id}, "
         f"mempalace-logstream {http_app.version()}"
     )
+    from mempalace_logstream import agents
+
+    named = sorted(agents.token_hashes(store))
+    if named:
+        typer.echo(
+            f"identity: agent tokens for {', '.join(named)}; every request needs a token "
+            "(an agent's, or the admin's --token)",
+            err=True,
+        )
     if loop.enabled:
         peers = palace_path / "peers.json"
         typer.echo(f"sync: a round every {interval:g} s with the peers of {peers}", err=True)

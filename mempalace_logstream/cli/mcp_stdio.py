@@ -1,5 +1,7 @@
 """`logstream mcp`: the MCP tools over stdio for Claude Code, Codex and other MCP clients; with
 `--agent NAME --channel`, new mail in NAME's inbox is pushed into the session (channel mode).
+With `--agent NAME` on a local log every tool call runs as NAME (RFC 0008): it writes as NAME
+only, signed with `<keys_dir>/NAME.key` when that key is there.
 
 The MCP SDK is imported inside the command only.
 """
@@ -11,6 +13,12 @@ from typing import Annotated, Any
 import typer
 
 from mempalace_logstream import errors
+from mempalace_logstream.cli.announce import (
+    NoPresenceOpt,
+    PresenceTtlOpt,
+    announced,
+    announcer,
+)
 from mempalace_logstream.cli.filters import FilterArgs, filter_options
 from mempalace_logstream.cli.options import DbOpt, HubOpt, Multi, PalaceOpt, TokenOpt
 from mempalace_logstream.cli.root import app
@@ -19,7 +27,13 @@ from mempalace_logstream.cli.testhooks import watch_crash_hook
 
 ReadOnlyOpt = Annotated[bool, typer.Option("--read-only", help="Hide the mutating tools.")]
 AgentOpt = Annotated[
-    str | None, typer.Option("--agent", help="Your agent id: whose inbox --channel pushes.")
+    str | None,
+    typer.Option(
+        "--agent",
+        help="Your agent id: tools write as it only (signed with keys/NAME.key on a local log; "
+        "with --hub the token says who you are), whose inbox --channel pushes, and who is "
+        "announced in the presence of --hub while this runs.",
+    ),
 ]
 ChannelOpt = Annotated[
     bool,
@@ -31,6 +45,13 @@ ChannelOpt = Annotated[
 ]
 AllowFromOpt = Annotated[
     Multi, typer.Option("--allow-from", help="Push only events by this sender (repeat).")
+]
+AllowUnverifiedOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-unverified",
+        help="Once agents have keys, also push senders whose events are not signed.",
+    ),
 ]
 StateFileOpt = Annotated[
     str | None,
@@ -55,7 +76,6 @@ WindowOpt = Annotated[
     int | None,
     typer.Option("--window-ms", help="Gather a burst for this long after a notification (250)."),
 ]
-CHANNEL_ONLY = ("allow_from", "state_file", "from_start", "body_chars", "burst", "window_ms")
 
 
 @app.command("mcp")
@@ -67,6 +87,7 @@ def mcp_cmd(
     *,
     filters: FilterArgs,
     allow_from: AllowFromOpt = None,
+    allow_unverified: AllowUnverifiedOpt = False,
     state_file: StateFileOpt = None,
     from_start: FromStartOpt = False,
     body_chars: BodyCharsOpt = None,
@@ -76,15 +97,20 @@ def mcp_cmd(
     palace: PalaceOpt = None,
     hub: HubOpt = None,
     token: TokenOpt = None,
+    no_presence: NoPresenceOpt = False,
+    presence_ttl_s: PresenceTtlOpt = None,
 ) -> None:
     """Serve the MCP tools over stdio (local log, or a hub with --hub).
 
     With --agent NAME --channel, new events addressed to NAME (or to *), never NAME's own, are
     pushed into the session; the cursor is checkpointed after each notification, so a restart
     resumes where it stopped and a crash repeats, never skips. Filters narrow what is pushed.
+    With --hub and --agent NAME, NAME is announced in the hub's presence while this runs
+    (--no-presence: not).
     """
     given = {
         "allow_from": allow_from,
+        "allow_unverified": allow_unverified or None,
         "state_file": state_file,
         "from_start": from_start or None,
         "body_chars": body_chars,
@@ -94,14 +120,17 @@ def mcp_cmd(
     if not channel:
         extra = [name for name, val in given.items() if val not in (None, [])]
         extra += ["filters"] if filters else []
-        if extra or agent is not None:
-            flag = "--" + (extra[0] if extra else "agent").replace("_", "-")
+        if extra:
+            flag = "--" + extra[0].replace("_", "-")
             raise fail(f"{flag} is an option of channel mode: add --channel (and --agent NAME)")
     try:
-        if channel:
-            _run_channel(agent, filters, given, read_only, db, palace, hub, token)
-        else:
-            _run_tools(read_only, db, palace, hub, token)
+        what = "logstream mcp --channel" if channel else "logstream mcp"
+        who = announcer(agent, hub, token, enabled=not no_presence, ttl_s=presence_ttl_s, what=what)
+        with announced(who):
+            if channel:
+                _run_channel(agent, filters, given, read_only, db, palace, hub, token)
+            else:
+                _run_tools(read_only, agent, db, palace, hub, token)
     except errors.LogstreamError as exc:
         if STATE.debug:
             raise
@@ -109,13 +138,19 @@ def mcp_cmd(
 
 
 def _run_tools(
-    read_only: bool, db: str | None, palace: str | None, hub: str | None, token: str | None
+    read_only: bool,
+    agent: str | None,
+    db: str | None,
+    palace: str | None,
+    hub: str | None,
+    token: str | None,
 ) -> None:
     from mempalace_logstream import mcp_server
 
+    actor = _actor(agent, hub)
     client = open_client(db, palace, hub, token, create=True)
     try:
-        mcp_server.run_stdio(_backend(client), read_only=read_only)
+        mcp_server.run_stdio(_backend(client), read_only=read_only, actor=actor)
     finally:
         client.close()
 
@@ -141,11 +176,25 @@ def _run_channel(
     try:
         backend = _backend(client)
         hook = watch_crash_hook()
+        actor = _actor(agent, hub)
         anyio.run(
-            lambda: channel.serve(backend, client, opts, read_only=read_only, crash_hook=hook)
+            lambda: channel.serve(
+                backend, client, opts, read_only=read_only, crash_hook=hook, actor=actor
+            )
         )
     finally:
         client.close()
+
+
+def _actor(agent: str | None, hub: str | None) -> Any:
+    """Who the tool calls run as: `--agent` on a local log; with --hub the hub decides by the
+    token (the actor is the hub's to prove, not this process's)."""
+    from mempalace_logstream import validation as v
+    from mempalace_logstream.identity.actor import Actor
+
+    if agent is None or hub:
+        return None
+    return Actor(agent=v.required_routing("agent", agent))
 
 
 def _backend(client: Any) -> Any:

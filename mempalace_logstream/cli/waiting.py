@@ -14,6 +14,12 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 import typer
 
 from mempalace_logstream import errors
+from mempalace_logstream.cli.announce import (
+    NoPresenceOpt,
+    PresenceTtlOpt,
+    announced,
+    announcer,
+)
 from mempalace_logstream.cli.filters import FilterArgs, filter_options
 from mempalace_logstream.cli.options import (
     DbOpt,
@@ -155,13 +161,16 @@ def watch(
     hub: HubOpt = None,
     token: TokenOpt = None,
     as_json: WatchJsonOpt = False,
+    no_presence: NoPresenceOpt = False,
+    presence_ttl_s: PresenceTtlOpt = None,
 ) -> None:
     """Wait for mail: exit 0 when matching events were printed, 2 on idle timeout, 130 on Ctrl-C.
 
     First run starts at the newest event (say --from-start to replay); later runs resume after
     the checkpoint in the state file (--from-start is then refused: delete the file to replay).
     Output is printed before each checkpoint, so a crash replays events (dedupe by id) and never
-    skips one.
+    skips one. With --hub and --agent, the agent is announced in the hub's presence while the
+    watch runs (--no-presence: not).
     """
     from mempalace_logstream import watch as watch_mod
 
@@ -177,9 +186,18 @@ def watch(
             poll_timeout_ms=poll_timeout_ms,
             **filters,
         )
+        who = announcer(
+            opts.agent,
+            hub,
+            token,
+            enabled=not no_presence,
+            ttl_s=presence_ttl_s,
+            what="logstream watch",
+        )
     except errors.LogstreamError as exc:
         raise fail(exc.message) from None
-    code = _run_watcher(opts, as_json, follow, db, palace, hub, token)
+    with announced(who):
+        code = _run_watcher(opts, as_json, follow, db, palace, hub, token)
     raise typer.Exit(code)
 
 

@@ -2,12 +2,14 @@
 
 settings.py     HubSettings, ExtraMount, the listening socket (no framework)
 responses.py    the error shape and the error -> status table
-guard.py        Host/Origin/token/size guard, raw ASGI middleware
+guard.py        Host/Origin/token/cookie/size guard, raw ASGI middleware
 params.py       request models and query-string arguments
 ops.py          POST /v1/<op> and the GET aliases
 sse.py          the live feed at /v1/stream and /logstream/stream
 sync_routes.py  /sync/* for peers (module-level handlers)
-pages.py        / and /docs
+pages.py        /about and /docs
+session.py      the dashboard's login cookie (what the guard accepts in place of the bearer)
+dashboard_routes.py  the dashboard at / (static files in dashboard/), login, logout
 app.py          create_app: the wiring
 """
 

@@ -5,6 +5,8 @@ routes (operations, pages, SSE, sync) onto one FastAPI app, plus optional extra 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -17,7 +19,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
 from mempalace_logstream import aio, errors, sync
-from mempalace_logstream.http import ops, pages, presence_routes, sse, sync_routes
+from mempalace_logstream.http import (
+    dashboard_routes,
+    ops,
+    pages,
+    presence_routes,
+    sse,
+    sync_routes,
+)
 from mempalace_logstream.http.guard import HubGuard
 from mempalace_logstream.http.responses import (
     ERROR_RESPONSES,
@@ -43,10 +52,11 @@ def create_app(
     its MCP endpoint); a new one when not given.
     """
     settings = settings or HubSettings()
+    presence = presence or Registry()
     app = FastAPI(
         title="mempalace-logstream hub",
         version=version(),
-        lifespan=_lifespan(mounts, sync_loop),
+        lifespan=_lifespan(mounts, sync_loop, presence),
         responses=ERROR_RESPONSES,
         docs_url=None,  # served by pages.py from the package's own Swagger UI files, not a CDN
         redoc_url=None,
@@ -56,12 +66,13 @@ def create_app(
     app.state.feed = aio.Feed(store)
     for exc_class, handler in EXCEPTION_HANDLERS.items():
         app.add_exception_handler(exc_class, handler)
-    app.add_middleware(HubGuard, settings=settings)
+    app.add_middleware(HubGuard, settings=settings, store=store)
     app.get("/healthz", tags=["hub"])(healthz)
     pages.add_pages(app)
+    dashboard_routes.add_dashboard(app)
     ops.add_op_routes(app)
     ops.add_get_aliases(app)
-    presence_routes.add_presence_routes(app, presence or Registry())
+    presence_routes.add_presence_routes(app, presence)
     sse.add_sse_routes(app)
     sync_routes.install(app, store, settings, sync_loop)
     for m in mounts:
@@ -69,12 +80,17 @@ def create_app(
     return app
 
 
-def _lifespan(mounts: tuple[ExtraMount, ...], sync_loop: sync.SyncLoop | None) -> Any:
-    """The mounts' lifespans, and the background sync rounds, for the app's lifetime."""
+def _lifespan(
+    mounts: tuple[ExtraMount, ...], sync_loop: sync.SyncLoop | None, presence: Registry
+) -> Any:
+    """The mounts' lifespans, the background sync rounds and the presence sweeper (expiries
+    reach SSE subscribers without anyone listing), for the app's lifetime."""
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
+            sweeper = asyncio.ensure_future(aio.sweep_presence(presence))
+            stack.push_async_callback(_cancel, sweeper)
             for m in mounts:
                 if m.lifespan is not None:
                     await stack.enter_async_context(m.lifespan())
@@ -84,6 +100,12 @@ def _lifespan(mounts: tuple[ExtraMount, ...], sync_loop: sync.SyncLoop | None) -
             yield
 
     return lifespan
+
+
+async def _cancel(task: asyncio.Future[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 async def _stop_in_thread(sync_loop: sync.SyncLoop) -> None:

@@ -1,21 +1,31 @@
 """The request guard: raw ASGI middleware (streaming-safe) in front of every route.
 
 On a loopback hub, the Host header must name this hub and an Origin must be a loopback origin
-(DNS rebinding); with a token, every path but `/healthz` needs `Authorization: Bearer <token>`;
-a body over `max_request_bytes` is refused with 413 before it is read, or while it is read when
-it has no Content-Length.
+(DNS rebinding); with a token, every path but `/healthz` needs `Authorization: Bearer <token>`:
+the hub's own token (the admin) or an agent's (RFC 0008, http/auth.py), and the rest of the
+request runs as that actor; a body over `max_request_bytes` is refused with 413 before it is
+read, or while it is read when it has no Content-Length.
+
+A browser cannot send the bearer: the dashboard's session cookie (`session.py`) stands in for it,
+read-only unless the login named an operator, and a cookie-authenticated POST must carry the
+dashboard's header and no foreign Origin. `/` is let through without credentials: it answers the
+login form (the route reads `scope["state"]["dashboard_auth"]`). A dashboard session acts as the
+admin (its login was the hub's token).
 """
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from mempalace_logstream.http import session
+from mempalace_logstream.http.auth import Authenticator, Refusal
 from mempalace_logstream.http.responses import send_error
 from mempalace_logstream.http.settings import LOOPBACK_NAMES, HubSettings, is_loopback_host
+from mempalace_logstream.identity.actor import ACTOR_SCOPE_KEY, ADMIN, Actor, acting_as
+from mempalace_logstream.store import LogStore
 
 _BODY_METHODS = ("POST", "PUT", "PATCH")
 
@@ -23,12 +33,12 @@ _BODY_METHODS = ("POST", "PUT", "PATCH")
 class HubGuard:
     """Raw ASGI guard (streaming-safe): Host/Origin pinning on loopback, bearer token, size."""
 
-    def __init__(self, app: ASGIApp, settings: HubSettings) -> None:
+    def __init__(self, app: ASGIApp, settings: HubSettings, store: LogStore | None = None) -> None:
         self.app = app
         self.settings = settings
         names = set(LOOPBACK_NAMES) | {settings.host.strip("[]").lower()}
         self.hosts = names | {h.strip("[]").lower() for h in settings.allowed_hosts}
-        self.expected = settings.token.encode() if settings.token else None
+        self.auth = Authenticator(settings.token, store)
         self.loopback = settings.is_loopback
         self.limit = settings.max_request_bytes
 
@@ -37,9 +47,13 @@ class HubGuard:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): val for k, val in scope["headers"]}
-        refusal = self._refusal(scope["path"], headers)
+        refusal = self._refusal(headers)
         if refusal is not None:
             await send_error(send, *refusal)
+            return
+        actor = await self._actor(scope["path"], scope["method"], headers, scope)
+        if isinstance(actor, Refusal):
+            await send_error(send, actor.status, actor.message, actor.field)
             return
         length = headers.get("content-length")
         limit = self.limit
@@ -53,9 +67,11 @@ class HubGuard:
                 await send_error(send, 413, f"request body exceeds {limit} bytes", "body")
                 return
             receive = buffered
-        await self.app(scope, receive, send)
+        scope[ACTOR_SCOPE_KEY] = actor
+        with acting_as(actor):
+            await self.app(scope, receive, send)
 
-    def _refusal(self, path: str, headers: Mapping[str, bytes]) -> tuple[int, str, str] | None:
+    def _refusal(self, headers: Mapping[str, bytes]) -> tuple[int, str, str] | None:
         if self.loopback:
             host = _hostname(headers.get("host", b"").decode("latin-1"))
             if host not in self.hosts:
@@ -63,11 +79,60 @@ class HubGuard:
             origin = headers.get("origin")
             if origin is not None and not _is_loopback_origin(origin.decode("latin-1")):
                 return 403, "Origin is not a loopback origin", "Origin"
-        if self.expected is None or path == "/healthz":
-            return None
-        if not hmac.compare_digest(_bearer(headers.get("authorization", b"")), self.expected):
-            return 401, "missing or wrong bearer token (Authorization: Bearer <token>)", "token"
         return None
+
+    async def _actor(
+        self, path: str, method: str, headers: Mapping[str, bytes], scope: Scope
+    ) -> Actor | Refusal | None:
+        """Who the request is (its bearer token, else a dashboard session), or why it is
+        refused. None: no token at all on this hub (as before identity), or a public path."""
+        state = scope.setdefault("state", {})
+        state["dashboard_auth"] = True
+        if path == "/healthz":
+            return None
+        actor = await self.auth.actor(_bearer(headers.get("authorization", b"")))
+        if isinstance(actor, Actor) and not actor.admin and _admin_only(path, method):
+            return Refusal(403, f"{path} takes the hub's admin token, not an agent's", "token")
+        if not isinstance(actor, Refusal):
+            return actor
+        if path in session.PUBLIC_PATHS or path.startswith(session.PUBLIC_PREFIX):
+            return None
+        cookie = headers.get("cookie")
+        found = None
+        if cookie is not None and self.settings.token is not None:
+            found = session.session_of(self.settings.token, cookie.decode("latin-1"))
+        if found is not None:
+            refused = _cookie_refusal(found, path, method, headers)
+            return ADMIN if refused is None else Refusal(*refused)
+        if path == "/" and method in ("GET", "HEAD"):
+            state["dashboard_auth"] = False  # the route answers the login form
+            return None
+        return actor
+
+
+def _cookie_refusal(
+    found: session.Session, path: str, method: str, headers: Mapping[str, bytes]
+) -> tuple[int, str, str] | None:
+    """What a dashboard session may not do: write without the CSRF header or from a foreign
+    Origin, or POST beyond its role (read-only, or an operator's two writes)."""
+    if method in ("GET", "HEAD"):
+        return None
+    if headers.get(session.CSRF_HEADER) != b"1":
+        return 403, f"a dashboard session's {method} needs the {session.CSRF_HEADER} header", "csrf"
+    origin = headers.get("origin")
+    host = headers.get("host", b"").decode("latin-1")
+    if origin is not None and not session.same_origin(origin.decode("latin-1"), host):
+        return 403, "Origin is not this hub", "Origin"
+    if method != "POST" or not session.may_post(found, path):
+        role = f"operator {found.operator}" if found.operator else "a read-only session"
+        return 403, f"{role} may not {method} {path}; log in with the token", "token"
+    return None
+
+
+def _admin_only(path: str, method: str) -> bool:
+    """Requests an agent's token may not make: pushing a peer's events into this log (they
+    carry other agents' names; replicas sync with the admin token)."""
+    return method == "POST" and path == "/sync/push"
 
 
 def _bearer(header: bytes) -> bytes:

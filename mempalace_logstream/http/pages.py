@@ -1,5 +1,6 @@
-"""The hub's pages for people: `/` (what this hub is) and `/docs` (Swagger UI served from the
-package's own files, so it works with no internet)."""
+"""The hub's pages for people: `/about` (what this hub is) and `/docs` (Swagger UI served from
+the package's own files, so it works with no internet). The dashboard at `/` is
+`dashboard_routes.py`."""
 
 from __future__ import annotations
 
@@ -18,10 +19,10 @@ DOCS_ASSETS = "/docs-assets"
 
 
 def add_pages(app: FastAPI) -> None:
-    """`/`, `/docs` and the Swagger UI assets under DOCS_ASSETS."""
+    """`/about`, `/docs` and the Swagger UI assets under DOCS_ASSETS."""
     from swagger_ui_bundle import swagger_ui_path
 
-    app.get("/", include_in_schema=False)(home)
+    app.get("/about", include_in_schema=False)(home)
     app.get("/docs", include_in_schema=False)(docs)
     app.mount(DOCS_ASSETS, StaticFiles(directory=str(swagger_ui_path)), name="docs-assets")
 
@@ -41,13 +42,14 @@ async def docs() -> HTMLResponse:
 
 
 def home_page(store: LogStore) -> str:
-    """A small page naming the hub, until the dashboard takes this path."""
+    """A small page naming the hub and its endpoints."""
     rows = (
         ("version", f"mempalace-logstream {version()}"),
         ("database", store.engine.url.render_as_string(hide_password=True)),
         ("replica", store.replica_id),
     )
     links = (
+        ("/", "the dashboard"),
         ("/docs", "API documentation (OpenAPI)"),
         ("/v1/stream?since_event_id=tip", "live event stream (SSE)"),
         ("/v1/events?limit=20", "the newest events (JSON)"),

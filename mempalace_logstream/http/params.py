@@ -23,6 +23,7 @@ PARAM_SCHEMAS: dict[str, dict[str, Any]] = {
     "timeout_ms": {"type": "integer", "minimum": 0, "maximum": v.MAX_WAIT_MS},
     "preview": {"type": "boolean"},
     "slim": {"type": "boolean"},
+    "presence": {"type": "boolean"},  # the SSE feed: also carry presence frames
     "order": {"type": "string", "enum": list(v.ORDERS)},
     "metadata": {"anyOf": [{"type": "object"}, _STR]},
     "artifact_ids": {"type": "array", "items": _STR},

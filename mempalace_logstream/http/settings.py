@@ -27,6 +27,9 @@ class HubSettings:
     port: int = 8765
     token: str | None = field(default=None, repr=False)
     sse_max_clients: int = 256
+    # Presence frames one SSE client may have pending (the latest per agent; past it the
+    # oldest agents' frames are dropped): a slow reader costs bounded memory.
+    sse_presence_backlog: int = 1_000
     ping_interval_s: float = 15.0
     retry_ms: int = 3000
     resume_wait_s: float = 10.0

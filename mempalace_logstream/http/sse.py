@@ -2,8 +2,13 @@
 
 Frames: `id:` the event id, `event: logstream`, `data:` the event's JSON. A stream resumes
 after `Last-Event-ID` (a reconnecting EventSource) or else `since_event_id`; without either it
-tails from now. Parameters are checked and the first read done before any header is sent, so
-an error is a plain 400 and never a half-open stream. At the client cap: 503 + Retry-After.
+tails from now. With `presence=1` it also carries the hub's presence (S-8.4): `event: presence`,
+`data:` `{agent, state, task_id, note, announced_at, expires_at}` (state `gone` when an entry
+is left or expires), no `id:` (not part of the resumable log); first one frame per entry present
+at connect, then every change. A slow client's presence frames are coalesced per agent and
+bounded (`HubSettings.sse_presence_backlog`). Parameters are checked and the first read done
+before any header is sent, so an error is a plain 400 and never a half-open stream. At the
+client cap: 503 + Retry-After.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from mempalace_logstream.http.settings import HubSettings
 from mempalace_logstream.models import Event, Page
 from mempalace_logstream.store import LogStore, ReadRequest
 
-SSE_PARAMS = (*v.FILTER_FIELDS, "from_agent", "since_event_id", "preview", "slim")
+SSE_PARAMS = (*v.FILTER_FIELDS, "from_agent", "since_event_id", "preview", "slim", "presence")
 STREAM_PATHS = ("/logstream/stream", "/v1/stream")
 
 # Our ids and the reference's: a Last-Event-ID of this shape may be an event that has not
@@ -39,6 +44,7 @@ _EVENT_ID_SHAPE = re.compile(r"^evt_\d{8}T\d{6}_[0-9a-f]{12,}$")
 def add_sse_routes(app: FastAPI) -> None:
     """The stream at both paths; only `/v1/stream` is in the OpenAPI document."""
     app.state.sse_clients = 0
+    app.state.sse_presence = set()  # the presence queues of the open streams (bounded each)
     stream_doc = {"description": "text/event-stream", "content": {"text/event-stream": {}}}
     docs = {**query_docs(SSE_PARAMS), "responses": {"200": stream_doc}}
     for path in STREAM_PATHS:
@@ -90,7 +96,7 @@ async def stream(request: Request) -> Any:
             state.sse_clients -= 1
 
     try:
-        req, first = await _open_stream(request, store, settings)
+        req, first, with_presence = await _open_stream(request, store, settings)
     except errors.LogstreamError as exc:
         release()
         return error_response(400, exc.message, getattr(exc, "field", None))
@@ -98,7 +104,7 @@ async def stream(request: Request) -> Any:
         release()
         raise
     return _SlotResponse(
-        _frames(store, state.feed, req, first, settings),
+        _frames(store, state, req, first, with_presence),
         release=release,
         ping=settings.ping_interval_s,
         ping_message_factory=lambda: ServerSentEvent(comment="ping", sep="\n"),
@@ -117,13 +123,14 @@ def _last_event_id(request: Request) -> str | None:
 
 async def _open_stream(
     request: Request, store: LogStore, settings: HubSettings
-) -> tuple[ReadRequest, Page]:
+) -> tuple[ReadRequest, Page, bool]:
     """Validate and run the first read before any header is sent (never a half-open stream).
 
     `Last-Event-ID` wins over `since_event_id`: a browser EventSource reconnects to the URL it
     was opened with (often `since_event_id=tip`) and says where it stopped in the header.
     """
     args = query_args(request, SSE_PARAMS, v.FILTER_FIELDS)
+    with_presence = v.boolean("presence", args.pop("presence", None))
     header = _last_event_id(request)
     if header is not None:
         args["since_event_id"] = header
@@ -146,18 +153,44 @@ async def _open_stream(
                 ident=header,
             ) from None
         first = await aio.run(store.read, catch_up)
-    return req, first
+    return req, first, with_presence
 
 
 async def _frames(
-    store: LogStore, feed: aio.Feed, req: ReadRequest, first: Page, settings: HubSettings
+    store: LogStore, state: Any, req: ReadRequest, first: Page, with_presence: bool
 ) -> AsyncIterator[ServerSentEvent]:
+    settings: HubSettings = state.settings
     yield ServerSentEvent(comment="connected", retry=settings.retry_ms, sep="\n")
-    for event in first.events:
-        yield _frame(event, req)
-    async for batch in aio.follow(store, feed, req, first.scanned_seq):
-        for event in batch:
+    batches = aio.follow(store, state.feed, req, first.scanned_seq)
+    if not with_presence:
+        for event in first.events:
             yield _frame(event, req)
+        async for batch in batches:
+            for event in batch:
+                yield _frame(event, req)
+        return
+    # Subscribed (with the snapshot) only once the body starts: a response that never
+    # starts leaves no listener behind.
+    queue = aio.PresenceQueue(state.presence, settings.sse_presence_backlog)
+    state.sse_presence.add(queue)
+    try:
+        for data in queue.take():
+            yield _presence_frame(data)
+        for event in first.events:
+            yield _frame(event, req)
+        async for events, frames in aio.with_presence(batches, queue):
+            for data in frames:
+                yield _presence_frame(data)
+            for event in events:
+                yield _frame(event, req)
+    finally:
+        queue.close()
+        state.sse_presence.discard(queue)
+
+
+def _presence_frame(data: dict[str, Any]) -> ServerSentEvent:
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return ServerSentEvent(data=text, event="presence", sep="\n")
 
 
 def _frame(event: Event, req: ReadRequest) -> ServerSentEvent:

@@ -97,6 +97,18 @@ def verdict(
     return _authority(event, record, keyring)
 
 
+def own_verdict(event: Event, key_id: str, keyring: Keyring) -> Verdict:
+    """The verdict on a signature this process has just made with `key_id` over `event`:
+    the same as `verdict` without checking the signature again (it is genuine by
+    construction), only whether the key may sign this event at its HLC."""
+    if hlc_mod.parse(event.hlc) is None:
+        return _false("malformed", f"{event.id}: malformed HLC {event.hlc!r}")
+    record = keyring.key(key_id)
+    if record is None:
+        return _false("unknown_key", f"{event.id} is signed by {key_id}, unknown here (yet)")
+    return _authority(event, record, keyring)
+
+
 def _authority(event: Event, record: KeyRecord, keyring: Keyring) -> Verdict:
     """A genuine signature: may this key sign this event at its HLC?"""
     # The one event a key may sign at its revocation HLC is the revocation itself (the type

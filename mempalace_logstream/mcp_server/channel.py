@@ -32,6 +32,8 @@ from mcp.types import NotificationParams
 
 from mempalace_logstream import aio, errors, watch
 from mempalace_logstream import validation as v
+from mempalace_logstream.identity.actor import Actor
+from mempalace_logstream.identity.keyring import KEY_ADD
 from mempalace_logstream.mcp_server.server import Backend, build_server
 
 METHOD = "notifications/claude/channel"
@@ -61,8 +63,9 @@ INSTRUCTIONS = (
     "accept or reject a result) with mempalace_task_update, see where it stands with "
     "mempalace_task_status (task_state in the block is its state), deliver a patch with "
     "mempalace_patch_submit(correlation_id=<task id>), fetch artifacts with "
-    "mempalace_artifact_get. Events not pushed (other senders, older ones) are still readable "
-    "with mempalace_event_list(to_agent=<you>)."
+    "mempalace_artifact_get. Events not pushed (other senders, unverified senders once agents "
+    "have keys, older ones) are still readable with mempalace_event_list(to_agent=<you>); "
+    "verified=true in a block means the sender's signature was checked."
 )
 
 
@@ -77,6 +80,9 @@ class ChannelOptions:
     body_chars: int = DEFAULT_BODY_CHARS
     burst: int = DEFAULT_BURST
     window_ms: int = DEFAULT_WINDOW_MS
+    # With identity in place (the log holds agents' keys), only verified senders are pushed
+    # unless this is set; the rest stays readable with the tools (RFC 0008, S-8.8).
+    allow_unverified: bool = False
 
     @property
     def window_s(self) -> float:
@@ -93,6 +99,7 @@ class ChannelOptions:
         body_chars: Any = None,
         burst: Any = None,
         window_ms: Any = None,
+        allow_unverified: bool = False,
         home: Path | None = None,
         **raw_filters: Any,
     ) -> ChannelOptions:
@@ -114,6 +121,7 @@ class ChannelOptions:
             body_chars=_bounded("body_chars", body_chars, DEFAULT_BODY_CHARS, 1, MAX_BODY_CHARS),
             burst=_bounded("burst", burst, DEFAULT_BURST, 1, 1_000),
             window_ms=_bounded("window_ms", window_ms, DEFAULT_WINDOW_MS, 0, 60_000),
+            allow_unverified=bool(allow_unverified),
         )
 
 
@@ -294,6 +302,7 @@ class Channel:
     wire: Wire
     crash_hook: Callable[[str, int], None] | None = None
     sent: int = 0  # batches delivered (the crash hook counts these, like watch's prints)
+    _identity: bool = False  # the log holds agents' keys (once true, stays true)
     _sent_at: collections.deque[float] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -312,12 +321,29 @@ class Channel:
                     cursor = after
                 continue
             events, after, held = await self._gather(list(out["events"]), after)
+            events = await self._admitted(events)
+            if not events:  # all gated: nothing to push, the cursor still moves past them
+                await self._checkpoint(after)
+                cursor = after
+                continue
             if len(events) <= self.opts.burst:
                 await self._task_states(events)
             self._send(events, cursor, after, one=held)
             await self._checkpoint(after)
             self._crash("checkpoint")
             cursor = after
+
+    async def _admitted(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The events to push: with identity in place (any agent has a key in the log), only
+        verified senders unless `allow_unverified`; without it, everything (a solo log)."""
+        if self.opts.allow_unverified or all(e.get("verified") is True for e in events):
+            return events
+        if not self._identity:
+            args = {"type": [KEY_ADD], "limit": 1}
+            self._identity = bool((await self.backend.call("event_list", args))["events"])
+        if not self._identity:
+            return events
+        return [e for e in events if e.get("verified") is True]
 
     def _start(self) -> tuple[bool, str | None]:
         opts = watch.WatchOptions(
@@ -412,9 +438,11 @@ async def serve(
     *,
     read_only: bool = False,
     crash_hook: Callable[[str, int], None] | None = None,
+    actor: Actor | None = None,
 ) -> None:
-    """Serve the tools over stdio with the channel capability, delivering once initialized."""
-    server = build_server(backend, read_only=read_only, instructions=INSTRUCTIONS)
+    """Serve the tools over stdio with the channel capability, delivering once initialized;
+    tool calls run as `actor`."""
+    server = build_server(backend, read_only=read_only, instructions=INSTRUCTIONS, actor=actor)
     lowlevel = server._lowlevel_server  # MCPServer has no public handle on it (SDK 2.3)
     initialized = anyio.Event()
 

@@ -4,10 +4,11 @@
     logstream://task/{task_id}           a task's thread, oldest first (up to 500 events)
     logstream://events{?stream,room,…}   the newest 50 events matching the filters
 
-A client that subscribes to one of these URIs (handshake-era `resources/subscribe`, over stdio
-or streamable HTTP) gets `notifications/resources/updated` with that URI whenever an event it
-would now list is appended. One follower per server wakes on the log's own wake-ups
-(`event_wait`), and runs only while someone is subscribed.
+A client that subscribes to one of these URIs gets `notifications/resources/updated` with that
+URI whenever an event it would now list is appended: in the handshake era (2025-11-25) after
+`resources/subscribe`, in 2026-07-28 on a `subscriptions/listen` stream whose
+`resourceSubscriptions` name it (over stdio or streamable HTTP alike). One follower per server
+wakes on the log's own wake-ups (`event_wait`), and runs only while someone is subscribed.
 """
 
 from __future__ import annotations
@@ -20,9 +21,16 @@ from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 from mcp.server.mcpserver import Context
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
 from mcp.shared.exceptions import MCPError
 from mcp.shared.uri_template import UriTemplate
-from mcp.types import EmptyResult, SubscribeRequestParams, UnsubscribeRequestParams
+from mcp.types import (
+    EmptyResult,
+    SubscribeRequestParams,
+    SubscriptionsListenRequestParams,
+    SubscriptionsListenResult,
+    UnsubscribeRequestParams,
+)
 
 from mempalace_logstream import errors
 from mempalace_logstream import validation as v
@@ -111,6 +119,10 @@ class Subscriptions:
     by_session: dict[Any, dict[str, Filters]] = field(default_factory=dict)  # connection key
     senders: dict[Any, Any] = field(default_factory=dict)  # connection key -> a ServerSession
     wanted: anyio.Event = field(default_factory=anyio.Event)
+    # subscriptions/listen (2026-07-28): the open streams' URIs, counted, under one key whose
+    # "sender" publishes to the bus that the SDK's listen handler fans out per stream.
+    bus: InMemorySubscriptionBus = field(default_factory=InMemorySubscriptionBus)
+    listening: dict[str, int] = field(default_factory=dict)
 
     def install(self) -> None:
         lowlevel = self.server._lowlevel_server  # MCPServer has no public handle on it (SDK 2.3)
@@ -118,6 +130,47 @@ class Subscriptions:
         lowlevel.add_request_handler(
             "resources/unsubscribe", UnsubscribeRequestParams, self.unsubscribe
         )
+        self._streams = ListenHandler(self.bus, max_subscriptions=MAX_SUBSCRIPTIONS)
+        lowlevel.add_request_handler(
+            "subscriptions/listen", SubscriptionsListenRequestParams, self.listen
+        )
+
+    async def listen(
+        self, ctx: Any, params: SubscriptionsListenRequestParams
+    ) -> SubscriptionsListenResult:
+        """One `subscriptions/listen` stream: its resource URIs join the follower's for as long
+        as the stream is open; the SDK's handler acknowledges and delivers (per-stream filter)."""
+        uris = dict.fromkeys(params.notifications.resource_subscriptions or ())
+        matchers = {}
+        for uri in uris:
+            try:
+                matchers[uri] = filters_for(uri)
+            except errors.LogstreamError as exc:
+                raise MCPError(code=INVALID_PARAMS, message=exc.message) from exc
+        if self.count() + len(matchers) > MAX_SUBSCRIPTIONS:
+            raise MCPError(code=INVALID_PARAMS, message="too many subscriptions on this server")
+        mine = self.by_session.setdefault(_LISTEN, {})
+        self.senders[_LISTEN] = self
+        for uri, matcher in matchers.items():
+            mine[uri] = matcher
+            self.listening[uri] = self.listening.get(uri, 0) + 1
+        if matchers:
+            self.wanted.set()
+        try:
+            return await self._streams(ctx, params)
+        finally:
+            for uri in matchers:
+                self.listening[uri] -= 1
+                if not self.listening[uri]:
+                    del self.listening[uri]
+                    mine.pop(uri, None)
+            if not mine:
+                self._forget(_LISTEN)
+
+    async def send_resource_updated(self, uri: str) -> None:
+        """The listen streams' "session": one event on the bus reaches every stream that
+        asked for `uri` (the SDK filters per stream)."""
+        await self.bus.publish(ResourceUpdated(uri=uri))
 
     def count(self) -> int:
         return sum(len(uris) for uris in self.by_session.values())
@@ -177,6 +230,9 @@ class Subscriptions:
                     _log.debug("resource subscriber went away (%s)", type(exc).__name__)
                     self._forget(key)
                     break
+
+
+_LISTEN = object()  # the key of the listen streams' URIs in `by_session`
 
 
 def _connection(ctx: Any) -> Any:

@@ -19,6 +19,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
 from mempalace_logstream import aio, errors, operations
+from mempalace_logstream.identity.actor import ACTOR_SCOPE_KEY, Actor, acting_as
 from mempalace_logstream.presence import NEEDS_A_HUB, Registry
 from mempalace_logstream.store import LogStore
 
@@ -65,6 +66,9 @@ class LogstreamMCP(MCPServer):
     """An MCPServer bound to one backend; tools reach it through their Context.
 
     The signatures of the tool functions only document the tools (their JSON schemas).
+    Every tool call runs as an actor (RFC 0008): over the hub's /mcp the one its request's
+    bearer token proved (the hub's guard leaves it in the request's scope), else `actor`
+    (`logstream mcp --agent NAME`: that agent; None: a local process, as before identity).
     """
 
     def __init__(
@@ -73,6 +77,7 @@ class LogstreamMCP(MCPServer):
         *,
         instructions: str = INSTRUCTIONS,
         presence: Registry | None = None,
+        actor: Actor | None = None,
         **kwargs: Any,
     ) -> None:
         # version: serverInfo.version is ours (2.x sends "" when none is given).
@@ -81,6 +86,7 @@ class LogstreamMCP(MCPServer):
         )
         self.backend = backend
         self.presence = presence  # the hub's table when this server runs inside a hub
+        self.actor = actor
         self.tool_names: set[str] = set()  # what `_add` registered (read-only leaves some out)
         from mempalace_logstream.mcp_server import resources
 
@@ -93,10 +99,27 @@ class LogstreamMCP(MCPServer):
         # the message (no prefix: the prefix belongs to its own argument model, skipped here).
         if name not in self.tool_names:
             raise ToolError(f"unknown tool {name!r}")
-        result = await self.run_op(name.removeprefix(TOOL_PREFIX), dict(arguments or {}))
+        with acting_as(self._actor_of(context)):
+            result = await self.run_op(name.removeprefix(TOOL_PREFIX), dict(arguments or {}))
         # Compact JSON, once (no structuredContent): every space is a token the agent pays for.
         text = json.dumps(result, ensure_ascii=False, separators=(",", ":"))
         return CallToolResult(content=[TextContent(type="text", text=text)])
+
+    def _actor_of(self, context: Context | None) -> Actor | None:
+        """The actor of this call: its HTTP request's, else the server's. Read from the
+        request's scope, not inherited: tool calls run in the session's tasks, and only the SDK's
+        own plumbing (2.3 snapshots the sender's context per message) carries the request's
+        context there; a session opened with one token and used with another must run as the
+        other (tests/test_identity_surfaces.py)."""
+        try:
+            request = context.request_context.request if context is not None else None
+        except ValueError:  # a Context made outside a request
+            request = None
+        scope = getattr(request, "scope", None)
+        if isinstance(scope, dict) and ACTOR_SCOPE_KEY in scope:
+            actor: Actor | None = scope[ACTOR_SCOPE_KEY]
+            return actor
+        return self.actor
 
     async def run_op(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -126,13 +149,15 @@ def build_server(
     *,
     read_only: bool = False,
     presence: Registry | None = None,
+    actor: Actor | None = None,
     **kwargs: Any,
 ) -> LogstreamMCP:
-    """An MCP server with the logstream tools; `read_only` leaves the mutating ones out."""
+    """An MCP server with the logstream tools; `read_only` leaves the mutating ones out;
+    `actor` is who its tool calls run as when no request says otherwise."""
     from mempalace_logstream.mcp_server.tools import READ_TOOLS, WRITE_TOOLS
 
     backend = StoreBackend(source) if isinstance(source, LogStore) else source
-    server = LogstreamMCP(backend, log_level="WARNING", presence=presence, **kwargs)
+    server = LogstreamMCP(backend, log_level="WARNING", presence=presence, actor=actor, **kwargs)
     for fn in READ_TOOLS:
         _add(server, fn, ToolAnnotations(read_only_hint=True, open_world_hint=False))
     if not read_only:
@@ -152,9 +177,12 @@ def _add(server: LogstreamMCP, fn: Callable[..., Any], hints: ToolAnnotations) -
     server.tool_names.add(fn.__name__)
 
 
-def run_stdio(source: LogStore | Backend, *, read_only: bool = False) -> None:
-    """Serve the tools and resources over stdio until the client closes the pipe."""
-    anyio.run(serve_stdio, build_server(source, read_only=read_only))
+def run_stdio(
+    source: LogStore | Backend, *, read_only: bool = False, actor: Actor | None = None
+) -> None:
+    """Serve the tools and resources over stdio until the client closes the pipe; every tool
+    call runs as `actor`."""
+    anyio.run(serve_stdio, build_server(source, read_only=read_only, actor=actor))
 
 
 async def serve_stdio(server: LogstreamMCP) -> None:

@@ -6,7 +6,7 @@ and every refusal is recorded: conflicts in `sync_conflicts`, refused or deferre
 `sync_rejections`, far-future HLC stamps in `sync_clock_anomalies`. Must not import surfaces.
 
 Two wire shapes are served: the reference's `/sync/ops` page of event objects (`ops_page`, at
-most 500) and our compact `rows-v1` page (`ops_rows`, up to 5,000 events as positional rows,
+most 500) and our compact `rows-v2` page (`ops_rows`, up to 5,000 events as positional rows,
 metadata as its stored JSON text) that only our client asks for. Both are parsed by the same
 `EventChecker` and applied by the same transaction code, which runs on the SQLite writer's
 DBAPI connection when the store offers it (`LogStore.uses_fast_path`) and through SQLAlchemy

@@ -14,6 +14,7 @@ from mempalace_logstream.backends.base import Executor as _Ex
 from mempalace_logstream.backends.base import binds as _binds
 from mempalace_logstream.backends.base import in_lists as _in_lists
 from mempalace_logstream.models import Artifact, Event
+from mempalace_logstream.replication import verify
 from mempalace_logstream.replication.checks import ParsedEvents, parse_events, parse_remote_artifact
 from mempalace_logstream.replication.reports import (
     _artifact_conflict,
@@ -37,6 +38,8 @@ from mempalace_logstream.store import (
     events_from_rows,
     now_text,
 )
+
+_Item = tuple[Event, Any, tuple[Any, ...]]
 
 
 def apply_remote_artifact(store: LogStore, raw: Any, peer: str = "") -> bool:
@@ -179,74 +182,117 @@ def _ensure_blob(ex: _Ex, digest: str, content: bytes) -> None:
         )
 
 
-def _apply_events_tx(
-    store: LogStore,
-    ex: _Ex,
-    st: Any,
-    items: list[tuple[Event, Any, tuple[Any, ...]]],
-    res: ApplyResult,
-    peer: str,
-) -> None:
-    by_id = _held_events(store, ex, [e.id for e, _, _ in items])
-    by_pos = _held_positions(ex, items)
-    have_arts = set(_held_artifacts(ex, [a for e, _, _ in items for a in e.artifact_ids]))
-    rows: list[tuple[Any, ...]] = []
-    links: list[dict[str, Any]] = []
-    now_ms = store.clock.wall_clock.now_ms()
-    now = now_text(now_ms)
-    far = now_ms + hlc.MAX_FUTURE_DRIFT_MS
-    newest: str | None = None  # the greatest adoptable stamp applied (one observe per batch)
-    newest_key = (-1, "")
-    for event, raw, tail in items:
-        prior = by_id.get(event.id)
-        if prior is not None:
-            if prior.content_key() == event.content_key():
-                res.duplicates += 1
-            else:
+class _Page:
+    """What applying one page of events tracks: the held events and positions, the held
+    artifacts' sha256, the verdicts, the rows to insert and the greatest adoptable HLC."""
+
+    def __init__(self, store: LogStore, ex: _Ex, items: list[_Item], peer: str) -> None:
+        self.store, self.ex, self.peer = store, ex, peer
+        self.by_id = _held_events(store, ex, [e.id for e, _, _ in items])
+        self.by_pos = _held_positions(ex, items)
+        self.arts = _held_artifacts(ex, [a for e, _, _ in items for a in e.artifact_ids])
+        self.rows: list[tuple[Any, ...]] = []
+        self.links: list[dict[str, Any]] = []
+        now_ms = store.clock.wall_clock.now_ms()
+        self.now = now_text(now_ms)
+        self.far = now_ms + hlc.MAX_FUTURE_DRIFT_MS
+        self.newest: str | None = None  # the greatest adoptable stamp applied (one observe)
+        self.newest_key = (-1, "")
+        self._judge: verify.BatchJudge | None = None
+        self._opened = False
+        self._items = items
+
+    def judge(self) -> verify.BatchJudge | None:
+        """The page's judge, opened at the first event that may be stored (a page of
+        duplicates never reads the keyring)."""
+        if not self._opened:
+            page = [e for e, _, _ in self._items]
+            self._judge, self._opened = verify.BatchJudge.open(self.store, self.ex, page), True
+        return self._judge
+
+    def refusal(self, event: Event, raw: Any, res: ApplyResult) -> bool:
+        """Record why `event` is not stored (duplicate, conflict, missing artifact, forged or
+        held for its key); False when it may be stored."""
+        prior = self.by_id.get(event.id)
+        taken = self.by_pos.get((event.origin_replica, event.origin_seq))
+        if prior is not None and prior.content_key() == event.content_key():
+            res.duplicates += 1
+            return True
+        if prior is not None or taken is not None:
+            # Two genuine versions are a conflict; a copy that does not verify is a forgery.
+            if not self._forged(event, res):
+                local = prior.id if prior is not None else str(taken)
+                why = "different_content" if prior is not None else "origin_seq_taken"
                 res.conflicts.append(
-                    _conflict(store, ex, event, raw, prior.id, "different_content", peer, now)
+                    _conflict(self.store, self.ex, event, raw, local, why, self.peer, self.now)
                 )
-            continue
-        taken = by_pos.get((event.origin_replica, event.origin_seq))
-        if taken is not None:
-            res.conflicts.append(
-                _conflict(store, ex, event, raw, taken, "origin_seq_taken", peer, now)
-            )
-            continue
-        lacking = [a for a in event.artifact_ids if a not in have_arts]
+            return True
+        lacking = [a for a in event.artifact_ids if a not in self.arts]
         if lacking:
-            res.rejected.append(_deferred(event, lacking[0], peer))
-            continue
-        # The batch's own fresh Event becomes the stored one: it gets its local seq.
-        stored = event
+            res.rejected.append(_deferred(event, lacking[0], self.peer))
+            return True
+        judge = self.judge()
+        refused = judge.judge(event, self.arts) if judge is not None else None
+        if refused is not None:
+            res.rejected.append(refused.report(event, self.peer))
+            return True
+        return False
+
+    def _forged(self, event: Event, res: ApplyResult) -> bool:
+        """Whether a copy clashing with a held event is refused for good by its verdict
+        (recorded as a rejection with the code, not as a conflict)."""
+        if any(a not in self.arts for a in event.artifact_ids):
+            return False
+        judge = self.judge()
+        refused = judge.judge(event, self.arts) if judge is not None else None
+        if refused is None or refused.retryable:
+            return False
+        res.rejected.append(refused.report(event, self.peer))
+        return True
+
+    def add(self, st: Any, stored: Event, tail: tuple[Any, ...], res: ApplyResult) -> None:
+        """Queue `stored` (the batch's own fresh Event) with its local seq."""
         seq = st.next_seq
         stored.__dict__["seq"] = seq
         st.next_seq = seq + 1
         st.appended.append(stored)
-        rows.append((seq, *tail))
+        self.rows.append((seq, *tail))
         if stored.artifact_ids:
-            links += [
+            self.links += [
                 {"event_id": stored.id, "artifact_id": a, "position": i}
                 for i, a in enumerate(stored.artifact_ids)
             ]
-        by_id[stored.id] = stored
-        by_pos[(stored.origin_replica, stored.origin_seq)] = stored.id
+        self.by_id[stored.id] = stored
+        self.by_pos[(stored.origin_replica, stored.origin_seq)] = stored.id
         # The HLC: a stamp more than 60 s ahead is kept on the event but never adopted;
         # observing the greatest of the others once is observing each (the clock takes max).
         stamp = stored.hlc
         wall = int(stamp[:13])
-        if wall > far:
-            _clock_anomaly(ex, stored, res, peer, now)
-        elif (wall, stamp[14:20]) > newest_key:
-            newest, newest_key = stamp, (wall, stamp[14:20])
+        if wall > self.far:
+            _clock_anomaly(self.ex, stored, res, self.peer, self.now)
+        elif (wall, stamp[14:20]) > self.newest_key:
+            self.newest, self.newest_key = stamp, (wall, stamp[14:20])
         res.applied_events += 1
         res.applied_ids.append(stored.id)
-    if rows:
-        ex.insert_events(rows)
-    if links:
-        ex.insert("sync-ins-link", event_artifacts, links)
-    if newest is not None:
-        store.clock.observe(newest)
+
+    def flush(self) -> None:
+        if self.rows:
+            self.ex.insert_events(self.rows)
+        if self.links:
+            self.ex.insert("sync-ins-link", event_artifacts, self.links)
+        if self.newest is not None:
+            self.store.clock.observe(self.newest)
+
+
+def _apply_events_tx(
+    store: LogStore, ex: _Ex, st: Any, items: list[_Item], res: ApplyResult, peer: str
+) -> None:
+    """Store the page's events that are new, unconflicted, complete and genuine."""
+    page = _Page(store, ex, items, peer)
+    for event, raw, tail in items:
+        if not page.refusal(event, raw, res):
+            page.add(st, event, tail, res)
+    page.flush()
 
 
 def _clock_anomaly(ex: _Ex, event: Event, res: ApplyResult, peer: str, now: str) -> None:

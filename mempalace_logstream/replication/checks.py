@@ -18,6 +18,7 @@ from mempalace_logstream.replication.reports import _reject_report
 from mempalace_logstream.replication.wire import (
     _CREATED_AT_RE,
     _SHA_RE,
+    _TAIL_COLS,
     MAX_SEQ,
     ROW_COLUMNS,
     ROWS_FORMAT,
@@ -60,37 +61,17 @@ class EventChecker:
         return self.parse_dict(raw)[0]
 
     def from_row(self, row: Any) -> Event:
-        """A `rows-v1` row (`ROW_COLUMNS` order) → Event with seq 0; raises ValidationError."""
+        """A compact row (`ROW_COLUMNS` order) → Event with seq 0; raises ValidationError."""
         return self.parse_row(row)[0]
 
     def parse_dict(self, raw: Any) -> tuple[Event, tuple[Any, ...]]:
         """(Event with seq 0, its events row after seq); raises ValidationError."""
         if not isinstance(raw, Mapping):
             raise v.fail("event", f"must be a JSON object, not {type(raw).__name__}")
-        g = raw.get
-        return self._event(
-            g("id"),
-            g("origin_replica"),
-            g("origin_seq"),
-            g("hlc"),
-            g("type"),
-            g("stream"),
-            g("room"),
-            g("topic"),
-            g("from_agent"),
-            g("to_agent"),
-            g("correlation_id"),
-            g("branch"),
-            g("base_commit"),
-            g("status"),
-            g("artifact_ids"),
-            g("body"),
-            g("created_at"),
-            g("metadata"),
-        )
+        return self._event(*(raw.get(name) for name in ROW_COLUMNS))
 
     def parse_row(self, row: Any) -> tuple[Event, tuple[Any, ...]]:
-        """`parse_dict` for a `rows-v1` row (`ROW_COLUMNS` order)."""
+        """`parse_dict` for a compact row (`ROW_COLUMNS` order)."""
         if not isinstance(row, list) or len(row) != len(ROW_COLUMNS):
             raise v.fail(
                 "event",
@@ -100,99 +81,76 @@ class EventChecker:
             )
         return self._event(*row)
 
-    def _event(
-        self,
-        ident: Any,
-        origin: Any,
-        origin_seq: Any,
-        stamp: Any,
-        type_: Any,
-        stream: Any,
-        room: Any,
-        topic: Any,
-        from_agent: Any,
-        to_agent: Any,
-        correlation_id: Any,
-        branch: Any,
-        base_commit: Any,
-        status: Any,
-        artifact_ids: Any,
-        body: Any,
-        created_at: Any,
-        metadata: Any,
-    ) -> tuple[Event, tuple[Any, ...]]:
+    def _event(self, *values: Any) -> tuple[Event, tuple[Any, ...]]:
+        """Check one event's `ROW_COLUMNS` values: the routing and content fields with
+        `draft_event`'s validators in its order, then the replication fields."""
+        raw = dict(zip(ROW_COLUMNS, values, strict=True))
+        clean = self._content(raw)
+        clean.update(self._replication(raw, clean["artifact_ids"]))
+        event = object.__new__(Event)  # as LogStore builds events read back (no __init__)
+        event.__dict__.update(clean, seq=0)
+        return event, tuple(clean[name] for name in _TAIL_COLS)
+
+    def _content(self, raw: Mapping[str, Any]) -> dict[str, Any]:
+        """LogStore.draft_event, field by field in its order (idempotency_key is never sent)."""
         same = self._same
-        # LogStore.draft_event, field by field in its order (idempotency_key is never sent).
-        c_type = same("type", type_)
-        c_stream = same("stream", stream)
-        c_room = same("room", room)
-        c_from = same("from_agent", from_agent)
-        c_topic = same("topic", topic)
-        c_to = same("to_agent", to_agent)
-        c_corr = same("correlation_id", correlation_id)
-        c_branch = same("branch", branch)
-        c_base = same("base_commit", base_commit)
-        c_status = same("status", status)
-        c_body = v.body(body, self.max_body_bytes)
-        c_meta = v.metadata(metadata)
-        c_arts = v.artifact_ids(artifact_ids)
-        # The replication fields, in parse_remote_event's historical order.
-        for i, aid in enumerate(c_arts):
+        out = {
+            name: same(name, raw[name])
+            for name in (
+                "type",
+                "stream",
+                "room",
+                "from_agent",
+                "topic",
+                "to_agent",
+                "correlation_id",
+                "branch",
+                "base_commit",
+                "status",
+            )
+        }
+        out["body"] = v.body(raw["body"], self.max_body_bytes)
+        out["metadata_json"] = v.metadata(raw["metadata"])
+        out["artifact_ids"] = v.artifact_ids(raw["artifact_ids"])
+        return out
+
+    def _replication(self, raw: Mapping[str, Any], artifact_ids: Sequence[str]) -> dict[str, Any]:
+        """The replication fields, in parse_remote_event's historical order; the signature's
+        shape only (the verdict on it is the apply's, with the keyring)."""
+        for i, aid in enumerate(artifact_ids):
             v.remote_id(f"artifact_ids[{i}]", aid)
-        c_origin = same("origin_replica", origin)
-        c_seq = v.strict_int("origin_seq", origin_seq)
-        if c_seq < 1 or c_seq > MAX_SEQ:
+        origin = self._same("origin_replica", raw["origin_replica"])
+        seq = v.strict_int("origin_seq", raw["origin_seq"])
+        if seq < 1 or seq > MAX_SEQ:
             raise v.fail(
                 "origin_seq",
-                f"is {c_seq}; it must be a positive integer of at most {MAX_SEQ}",
+                f"is {seq}; it must be a positive integer of at most {MAX_SEQ}",
                 MAX_SEQ,
             )
+        stamp = raw["hlc"]
         if not isinstance(stamp, str) or len(stamp) > 200 or not _HLC_MATCH(stamp):
             raise v.fail("hlc", f"{stamp!r} is not <13-digit ms>-<6 hex counter>-<replica id>")
-        c_id = v.remote_id("id", ident)
-        c_created = _created_at(created_at)
-        event = object.__new__(Event)  # as LogStore builds events read back (no __init__)
-        event.__dict__.update(
-            id=c_id,
-            seq=0,
-            origin_replica=c_origin,
-            origin_seq=c_seq,
-            hlc=stamp,
-            type=c_type,
-            stream=c_stream,
-            room=c_room,
-            topic=c_topic,
-            from_agent=c_from,
-            to_agent=c_to,
-            correlation_id=c_corr,
-            branch=c_branch,
-            base_commit=c_base,
-            status=c_status,
-            artifact_ids=c_arts,
-            body=c_body,
-            created_at=c_created,
-            metadata_json=c_meta,
-        )
-        tail = (
-            c_id,
-            c_origin,
-            c_seq,
-            stamp,
-            c_type,
-            c_stream,
-            c_room,
-            c_topic,
-            c_from,
-            c_to,
-            c_corr,
-            c_branch,
-            c_base,
-            c_status,
-            c_body,
-            c_created,
-            c_meta,
-        )
-        return event, tail
+        return {
+            "id": v.remote_id("id", raw["id"]),
+            "origin_replica": origin,
+            "origin_seq": seq,
+            "hlc": stamp,
+            "created_at": _created_at(raw["created_at"]),
+            "sig": _optional_text("sig", raw["sig"], SIG_MAX_CHARS),
+            "key_id": _optional_text("key_id", raw["key_id"], KEY_ID_MAX_CHARS),
+        }
+
+
+SIG_MAX_CHARS = 200  # an Ed25519 signature is 86 base64url characters
+KEY_ID_MAX_CHARS = 100  # ed25519: + 32 hex
+
+
+def _optional_text(name: str, value: Any, limit: int) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > limit:
+        raise v.fail(name, f"must be a string of 1 to {limit} characters or null", limit)
+    return value
 
 
 # hlc.parse's own format rule; parse() returns None exactly when this does not match.
@@ -253,7 +211,7 @@ def parse_events(
     rows: bool = False,
     pause: Callable[[], Any] | None = None,
 ) -> ParsedEvents:
-    """Validate a batch of event objects (or `rows-v1` rows); never raises for a bad item.
+    """Validate a batch of event objects (or compact rows); never raises for a bad item.
     `pause`, if given, is called before every 256 items (a sync's prefetch thread waits
     there while the applying thread needs the GIL)."""
     checker = EventChecker(store)

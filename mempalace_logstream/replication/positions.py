@@ -24,12 +24,18 @@ from mempalace_logstream.store import (
 def pull_after(store: LogStore, origin: str, vector_top: int) -> int:
     """Where to resume pulling `origin`: our vector entry, or just before the oldest deferred
     event of that origin (a deferred event left a hole the vector cannot see)."""
+    r = sync_rejections.c
+    # A held event whose position was filled since (another event at it) pins nothing.
+    held = sa.exists().where(
+        events.c.origin_replica == r.origin_replica, events.c.origin_seq == r.origin_seq
+    )
     with store.connect() as conn:
         floor = conn.execute(
-            sa.select(sa.func.min(sync_rejections.c.origin_seq)).where(
-                sync_rejections.c.kind == "event",
-                sync_rejections.c.origin_replica == origin,
-                sync_rejections.c.retryable.is_(True),
+            sa.select(sa.func.min(r.origin_seq)).where(
+                r.kind == "event",
+                r.origin_replica == origin,
+                r.retryable.is_(True),
+                ~held,
             )
         ).scalar()
     return vector_top if floor is None else min(vector_top, int(floor) - 1)

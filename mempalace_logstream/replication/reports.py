@@ -31,6 +31,10 @@ from mempalace_logstream.store import (
     now_text,
 )
 
+# Rejections retried until they resolve (the verdict `unknown_key`, and the keyring refusals
+# of a key event that a later key event may cure: see replication/verify.py).
+HELD_REASONS = frozenset({"unknown_key", "bad_replaces", "bad_revoke"})
+
 
 def _raw_ident(raw: Any) -> str:
     ident = raw.get("id") if isinstance(raw, Mapping) else None
@@ -206,9 +210,17 @@ def _record_rejections(store: LogStore, ex: _Ex, reports: list[dict[str, Any]]) 
                 "new_message": r["message"],
                 "new_reason": r["reason"],
                 "new_peer": r["peer"],
-                "new_retryable": r["retryable"] and attempts < MAX_RETRIES,
+                "new_retryable": _still_retryable(r, attempts),
             },
         )
+
+
+def _still_retryable(report: Mapping[str, Any], attempts: int) -> bool:
+    """A deferred event is retried MAX_RETRIES rounds; one held for its signing key until the
+    key events arrive (RFC 0008: held, never dropped)."""
+    if not report["retryable"]:
+        return False
+    return attempts < MAX_RETRIES or report["reason"] in HELD_REASONS
 
 
 def _resolve(store: LogStore, ex: _Ex, kind: str, ids: list[str]) -> None:
@@ -334,9 +346,28 @@ def estate_rows(store: LogStore) -> list[dict[str, Any]]:
     return out
 
 
+# The verdict codes (RFC 0008) a signed event is refused with on sync apply, and the keyring's
+# refusals of a key event: the reasons of rejections that were forged or unverifiable.
+SIGNATURE_REASONS = frozenset(
+    {
+        "bad_signature",
+        "revoked_key",
+        "wrong_agent",
+        "unsigned_required",
+        "not_admin",
+        "malformed",
+        "unsigned",
+        "duplicate_key",
+        "conflict",
+    }
+)
+
+
 def counts(store: LogStore) -> dict[str, int]:
     """Outstanding conflicts, rejections, deferred events, clock anomalies and sequence
-    anomalies (events held beyond their origin's own tip)."""
+    anomalies (events held beyond their origin's own tip); of the rejections, the events held
+    for their signing key (`held_for_key`) and those refused by their verdict
+    (`refused_signatures`, RFC 0008)."""
     with store.connect() as conn:
 
         def n(q: Any) -> int:
@@ -344,7 +375,16 @@ def counts(store: LogStore) -> dict[str, int]:
 
         rejections = sa.select(sa.func.count()).select_from(sync_rejections)
         anomaly = sync_rejections.c.kind == "sequence"
+        reason = sync_rejections.c.reason
         return {
+            "held_for_key": n(
+                rejections.where(reason.in_(sorted(HELD_REASONS)), sync_rejections.c.retryable)
+            ),
+            "refused_signatures": n(
+                rejections.where(
+                    reason.in_(sorted(SIGNATURE_REASONS)), sync_rejections.c.kind == "event"
+                )
+            ),
             "conflicts": n(sa.select(sa.func.count()).select_from(sync_conflicts)),
             "rejections": n(rejections.where(~anomaly)),
             "sequence_anomalies": n(rejections.where(anomaly)),

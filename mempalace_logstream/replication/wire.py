@@ -1,5 +1,5 @@
 """The wire formats: the reference's `/sync/ops` page of event objects (`ops_page`, at most
-500) and our compact `rows-v1` page (`ops_rows`, up to 5,000 positional rows), op listing and
+500) and our compact `rows-v2` page (`ops_rows`, up to 5,000 positional rows), op listing and
 artifact fetches, all read from one store snapshot.
 """
 
@@ -53,10 +53,11 @@ _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 # The compact page (`GET /sync/ops_rows`, our hubs only): one positional row per event in this
 # column order, each value as in the event object of `/sync/ops` (the client refuses any other
 # order and falls back to `/sync/ops`).
-ROWS_FORMAT = "rows-v1"
+ROWS_FORMAT = "rows-v2"
 
 
-ROW_COLUMNS = CONTENT_FIELDS
+# The content fields, then the signature and its key id (RFC 0008; rows-v1 had no signature).
+ROW_COLUMNS = (*CONTENT_FIELDS, "sig", "key_id")
 
 
 MAX_ROWS_LIMIT = 5000
@@ -94,6 +95,8 @@ _TAIL_COLS = (
     "body",
     "created_at",
     "metadata_json",
+    "sig",
+    "key_id",
 )
 
 

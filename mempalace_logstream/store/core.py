@@ -10,6 +10,7 @@ reads.py, stats.py; what differs between databases is behind `self.backend` (bac
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -19,6 +20,7 @@ from mempalace_logstream import engine as engine_mod
 from mempalace_logstream import validation as v
 from mempalace_logstream.models import Event
 from mempalace_logstream.schema import SCHEMA_HEAD, events, meta
+from mempalace_logstream.store.identity import Identity, keys_dir_for
 from mempalace_logstream.store.ids import mint_replica_id
 from mempalace_logstream.store.pipeline import Pending
 from mempalace_logstream.store.reads import Reads
@@ -46,10 +48,13 @@ class LogStore(Writes, Reads, Stats, TaskReads):
         max_artifact_bytes: int = v.DEFAULT_MAX_ARTIFACT_BYTES,
         migrate_schema: bool = True,
         task_settings: TaskSettings | None = None,
+        keys_dir: Path | None = None,
     ) -> None:
         self.engine = engine
         self.task_settings = task_settings or TaskSettings()
         self.backend = backends.for_engine(engine)
+        # The private keys this process signs with and the keyring it judges with (RFC 0008).
+        self.identity = Identity(keys_dir, self.backend.links_functions()[1])
         self.dialect = self.backend.name
         self._writer = engine_mod.writer(engine)
         self.max_body_bytes = max_body_bytes
@@ -94,6 +99,7 @@ class LogStore(Writes, Reads, Stats, TaskReads):
         a file that is not a logstream database is refused either way; a file this process
         may not write opens read-only (see engine.py). Errors name the database."""
         engine = engine_mod.create_engine(url, durability=durability, create=create)
+        kwargs.setdefault("keys_dir", keys_dir_for(url))
         try:
             return cls(engine, **kwargs)
         except errors.StorageError as exc:

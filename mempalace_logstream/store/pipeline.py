@@ -55,6 +55,7 @@ class TxState:
     next_seq: int
     next_artifact_seq: int
     appended: list[Event] = field(default_factory=list)
+    keyring: Any = None  # identity's keyring, read once per transaction (store/identity.py)
 
 
 T = TypeVar("T")
@@ -242,6 +243,7 @@ class CommitPipeline:
                 for item in batch:
                     self._run_raw_item(tx.db, state, item, savepoint=len(batch) > 1)
                 tx.counters = (state.next_seq, state.next_artifact_seq)
+                tx.appended = bool(state.appended)
             self.commits += 1
             appended += state.appended
 

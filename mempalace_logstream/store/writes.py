@@ -14,9 +14,22 @@ from mempalace_logstream import errors
 from mempalace_logstream import validation as v
 from mempalace_logstream.backends import CoreExecutor, Executor
 from mempalace_logstream.backends.base import EVENT_COL_NAMES, Build
+from mempalace_logstream.identity import actor as actor_mod
+from mempalace_logstream.identity import keys
+from mempalace_logstream.identity.actor import Actor
+from mempalace_logstream.identity.keyring import KEY_EVENT_TYPES, Keyring
+from mempalace_logstream.identity.verdict import Verdict
 from mempalace_logstream.models import Artifact, ArtifactDraft, Event, EventDraft
-from mempalace_logstream.schema import artifact_blobs, artifacts, event_artifacts, events
+from mempalace_logstream.schema import (
+    agent_tokens,
+    artifact_blobs,
+    artifacts,
+    event_artifacts,
+    events,
+    meta,
+)
 from mempalace_logstream.store import tasks as task_rows
+from mempalace_logstream.store.identity import PIN_PREFIX, Identity, check_writer
 from mempalace_logstream.store.ids import new_id, now_text
 from mempalace_logstream.store.pipeline import CommitPipeline, TxState
 from mempalace_logstream.store.rows import ARTIFACT_COLS, artifact_from_row, events_from_rows
@@ -33,8 +46,13 @@ class Transaction:
     (waiters are woken for them after the commit).
     """
 
-    def __init__(self, store: Writes, ex: Executor, state: TxState) -> None:
+    def __init__(
+        self, store: Writes, ex: Executor, state: TxState, actor: Actor | None = None
+    ) -> None:
         self.store, self.ex, self.state = store, ex, state
+        # Who the surface proved is acting (RFC 0008), captured where the write was submitted.
+        self.actor = actor
+        self.verdict: Verdict | None = None  # of the event inserted last
 
     def rows(self, key: Any, build: Build, params: dict[str, Any]) -> Any:
         return self.ex.rows(key, build, params)
@@ -72,6 +90,7 @@ class Transaction:
                     ident=aid,
                 )
         event = self._new_event(draft)
+        event = self._seal(event)
         # The task lifecycle (RFC 0007) by the event's type: refused here, before any write.
         event = task_rows.on_local_event(self, event, self.store.task_settings)
         row = {name: event.__dict__[name] for name in EVENT_COL_NAMES}
@@ -86,6 +105,24 @@ class Transaction:
         st.next_seq += 1
         st.appended.append(event)
         return event
+
+    def keyring(self) -> Keyring:
+        """The keyring as this transaction sees it (read once per transaction)."""
+        if self.state.keyring is None:
+            self.state.keyring = self.store.identity.keyring(self.ex, self.store.event_select)
+        ring: Keyring = self.state.keyring
+        return ring
+
+    def _seal(self, event: Event) -> Event:
+        """Signed with the writer's key and judged (RFC 0008): refused here, before any write."""
+        identity = self.store.identity
+        sealed, self.verdict = identity.seal(
+            self.ex, self.store.event_select, event, self.actor, self.keyring()
+        )
+        if sealed.type in KEY_EVENT_TYPES:  # the keyring changes with this event
+            self.state.keyring = None
+            identity.forget_ring()
+        return sealed
 
     def follow_tasks(self, applied: list[Event]) -> None:
         """Move the task projection for events applied from a peer or an import (never
@@ -120,6 +157,8 @@ class Transaction:
 
     def insert_artifact(self, draft: ArtifactDraft) -> Artifact:
         """The one insert of a local artifact (content kept once per sha256)."""
+        # An agent puts artifacts under its own name only (RFC 0008), like its events.
+        check_writer(self.actor, "created_by", draft.created_by)
         digest = hashlib.sha256(draft.content).hexdigest()
         self.ensure_blob(digest, draft.content)
         ms = self.store.clock.wall_clock.now_ms()
@@ -179,6 +218,7 @@ class Writes(CommitPipeline):
     max_body_bytes: int
     max_artifact_bytes: int
     task_settings: TaskSettings
+    identity: Identity
 
     def transaction(
         self, work: Callable[[Transaction], T], on_bulk: Callable[[], Any] | None = None
@@ -189,8 +229,56 @@ class Writes(CommitPipeline):
         the rest of the transaction is long work that releases the GIL (a big sync page).
         Raises what `work` raises (nothing is written then), or StorageError.
         """
-        result: T = self._write(lambda ex, st: work(Transaction(self, ex, st)), on_bulk)
+        who = actor_mod.current()
+        result: T = self._write(lambda ex, st: work(Transaction(self, ex, st, who)), on_bulk)
         return result
+
+    def pinned_admins(self) -> list[str]:
+        """The admin key ids this replica trusts as roots (RFC 0008 "Admin key")."""
+        with self.connect() as conn:
+            rows = conn.execute(
+                sa.select(meta.c.key).where(meta.c.key.startswith(PIN_PREFIX, autoescape=True))
+            ).all()
+        return sorted(str(r[0])[len(PIN_PREFIX) :] for r in rows)
+
+    def set_agent_token(self, agent: str, token_hash: str | None) -> None:
+        """Store (or, with None, drop) the hash of `agent`'s bearer token. Local to this
+        hub, never replicated (RFC 0008)."""
+
+        def work(conn: sa.Connection, _state: TxState) -> None:
+            conn.execute(sa.delete(agent_tokens).where(agent_tokens.c.agent == agent))
+            if token_hash is not None:
+                at = now_text(self.clock.wall_clock.now_ms())
+                row = {"agent": agent, "token_hash": token_hash, "created_at": at}
+                conn.execute(sa.insert(agent_tokens).values(**row))
+
+        self.core_transaction(work)
+
+    def agent_token_hashes(self) -> dict[str, str]:
+        """agent -> the stored hash of its token."""
+        with self.connect() as conn:
+            rows = conn.execute(sa.select(agent_tokens.c.agent, agent_tokens.c.token_hash)).all()
+        return {str(r[0]): str(r[1]) for r in rows}
+
+    def pin_admin(self, key_id: Any, *, pinned: bool = True) -> bool:
+        """Trust (or, with `pinned=False`, stop trusting) an admin key id as a root; returns
+        whether anything changed. Local to this replica, never replicated."""
+        if not keys.is_key_id(key_id):
+            raise v.fail("key_id", f"{key_id!r} is not ed25519:<32 hex>")
+        name = PIN_PREFIX + key_id
+
+        def work(conn: sa.Connection, _state: TxState) -> bool:
+            held = conn.execute(sa.select(meta.c.key).where(meta.c.key == name)).first()
+            if pinned and held is None:
+                conn.execute(sa.insert(meta).values(key=name, value="admin"))
+                return True
+            if not pinned and held is not None:
+                conn.execute(sa.delete(meta).where(meta.c.key == name))
+                return True
+            return False
+
+        changed: bool = self.core_transaction(work)
+        return changed
 
     def draft_event(
         self,

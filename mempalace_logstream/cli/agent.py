@@ -1,0 +1,221 @@
+"""`logstream agent add|list|rotate|revoke|trust|untrust` (RFC 0008): agents' keys and tokens.
+
+They run against the local log (the hub host: the keys live in `<keys_dir>`, the hub keeps the
+tokens' hashes in its database); the rules are `agents.py`'s. With --hub they say where to run
+them instead: no secret ever travels over a surface.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+import typer
+
+from mempalace_logstream import errors
+from mempalace_logstream.cli.options import DbOpt, HubOpt, JsonOpt, PalaceOpt, TokenOpt
+from mempalace_logstream.cli.root import app, new_typer
+from mempalace_logstream.cli.shared import STATE, emit, fail, open_store
+
+if TYPE_CHECKING:
+    from mempalace_logstream.store import LogStore
+
+T = TypeVar("T")
+
+agent_app = new_typer(
+    help="Agents' keys and tokens: add, list, rotate, revoke; trust admin keys (RFC 0008)."
+)
+app.add_typer(agent_app, name="agent")
+
+NameArg = Annotated[str, typer.Argument(help="The agent's name (its from_agent).")]
+KeyIdArg = Annotated[str, typer.Argument(help="An admin key id: ed25519:<32 hex>.")]
+PrintOpt = Annotated[
+    bool,
+    typer.Option(
+        "--print", help="Print the private key (PEM) once instead of writing keys/NAME.key."
+    ),
+]
+ReasonOpt = Annotated[str | None, typer.Option("--reason", help="Why (kept in the log).")]
+ON_THE_HUB = (
+    "agents are managed where the hub's log is: run `logstream agent {cmd}` on the hub's host "
+    "with its --db/--palace (keys and token hashes stay there; no secret goes over HTTP)"
+)
+
+
+def _local(
+    cmd: str,
+    db: str | None,
+    palace: str | None,
+    hub: str | None,
+    work: Callable[[LogStore], T],
+    *,
+    create: bool = False,
+) -> T:
+    """Run `work` on the local store; one stderr line and exit 1 on a domain error."""
+    if hub:
+        raise fail(ON_THE_HUB.format(cmd=cmd), field="hub")
+    try:
+        store = open_store(db, palace, create=create)
+        try:
+            return work(store)
+        finally:
+            store.close()
+    except errors.LogstreamError as exc:
+        if STATE.debug:
+            raise
+        raise fail(exc.message) from None
+
+
+def _minted(out: dict[str, Any], verb: str) -> str:
+    lines = [
+        f"{verb} agent {out['agent']}: key {out['key_id']} "
+        f"(key event {out['event_id']}, signed by admin key {out['admin_key_id']})"
+    ]
+    if out["key_file"]:
+        lines.append(f"key file: {out['key_file']} (mode 0600; keep it on this host)")
+    else:
+        lines.append("private key (shown once; store it as a 0600 file):")
+        lines.append(str(out["private_key"]).rstrip("\n"))
+    lines.append(f"token (shown once; this hub keeps only its hash): {out['token']}")
+    return "\n".join(lines)
+
+
+@agent_app.command("add")
+def add(
+    name: NameArg,
+    print_key: PrintOpt = False,
+    db: DbOpt = None,
+    palace: PalaceOpt = None,
+    hub: HubOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Add an agent: an Ed25519 key (keys/NAME.key, 0600) and a bearer token, shown once.
+
+    The first `agent add` also makes the palace's admin key (keys/admin.key) and pins it."""
+    from mempalace_logstream import agents
+
+    minted = _local(
+        "add", db, palace, hub, lambda s: agents.add(s, name, print_key=print_key), create=True
+    )
+    out = minted.to_dict()
+    emit(out, as_json, _minted(out, "added"))
+
+
+@agent_app.command("list")
+def list_agents(
+    db: DbOpt = None,
+    palace: PalaceOpt = None,
+    hub: HubOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Every key the log knows: agent, role, key id, state, whether its key file is on this
+    host and whether it has a token here. Never a secret."""
+    from mempalace_logstream import agents
+
+    def work(store: LogStore) -> dict[str, Any]:
+        return {"agents": agents.listing(store), "pinned": store.pinned_admins()}
+
+    out = _local("list", db, palace, hub, work)
+    if as_json:
+        emit(out, True)
+        return
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not out["agents"]:
+        console.print("no agents yet: `logstream agent add NAME` makes the first")
+        return
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+    for col in ("agent", "role", "key id", "state", "key held here", "token"):
+        table.add_column(col, no_wrap=col in ("agent", "key id"))
+    for row in out["agents"]:
+        state = row["state"]
+        if row["revoke_reason"]:
+            state += f" ({row['revoke_reason']})"
+        table.add_row(
+            row["agent"],
+            row["role"],
+            row["key_id"],
+            state,
+            "yes" if row["key_held_here"] else "-",
+            "yes" if row["token"] else "-",
+        )
+    console.print(table)
+    console.print("pinned admin keys: " + (", ".join(out["pinned"]) or "none"), soft_wrap=True)
+
+
+@agent_app.command("rotate")
+def rotate(
+    name: NameArg,
+    print_key: PrintOpt = False,
+    db: DbOpt = None,
+    palace: PalaceOpt = None,
+    hub: HubOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """A new key and token for NAME; the old token stops working, the old key stays valid for
+    the events it already signed."""
+    from mempalace_logstream import agents
+
+    minted = _local(
+        "rotate", db, palace, hub, lambda s: agents.rotate(s, name, print_key=print_key)
+    )
+    out = minted.to_dict()
+    emit(out, as_json, _minted(out, "rotated"))
+
+
+@agent_app.command("revoke")
+def revoke(
+    name: NameArg,
+    reason: ReasonOpt = None,
+    db: DbOpt = None,
+    palace: PalaceOpt = None,
+    hub: HubOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Revoke NAME's key (later events under it are refused everywhere) and drop its token."""
+    from mempalace_logstream import agents
+
+    out = _local("revoke", db, palace, hub, lambda s: agents.revoke(s, name, reason=reason))
+    human = f"revoked agent {out['agent']}: key {out['key_id']} ({out['reason']}); token dropped"
+    emit(out, as_json, human)
+
+
+@agent_app.command("trust")
+def trust(
+    key_id: KeyIdArg,
+    db: DbOpt = None,
+    palace: PalaceOpt = None,
+    hub: HubOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Pin an admin key id on this replica (what its first `agent add` printed elsewhere)."""
+    from mempalace_logstream import agents
+
+    out = _local("trust", db, palace, hub, lambda s: agents.trust(s, key_id), create=True)
+    human = f"pinned admin key {key_id}" + ("" if out["changed"] else " (already pinned)")
+    emit(out, as_json, human)
+
+
+@agent_app.command("untrust")
+def untrust(
+    key_id: KeyIdArg,
+    db: DbOpt = None,
+    palace: PalaceOpt = None,
+    hub: HubOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Stop trusting an admin key id on this replica."""
+    from mempalace_logstream import agents
+
+    out = _local("untrust", db, palace, hub, lambda s: agents.trust(s, key_id, trusted=False))
+    human = f"unpinned admin key {key_id}" + ("" if out["changed"] else " (was not pinned)")
+    emit(out, as_json, human)

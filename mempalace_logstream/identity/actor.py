@@ -1,0 +1,59 @@
+"""Who is acting: the identity a surface has proven for the current call (RFC 0008).
+
+A surface that authenticates a caller (the hub with a per-agent or the admin token, `logstream
+mcp --agent NAME`) runs the call inside `acting_as(actor)`; the store reads `current()` when the
+call submits its write, so the rules (who may write as whom, which key signs) live once in the
+core. No actor (a local process with the files) is trusted as today and signs with the keys it
+holds. A context variable: each thread and each asyncio task sees its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+ADMIN_NAME = "admin"  # the agent name of the palace's admin key (`keys/admin.key`)
+# Where the hub's guard leaves a request's actor in its ASGI scope: the MCP endpoint's tools
+# run in the session's task, not the request's, and read the actor from the request there.
+ACTOR_SCOPE_KEY = "logstream.actor"
+
+
+@dataclass(frozen=True)
+class Actor:
+    """`agent`: the agent a per-agent token or `--agent` proves; `admin`: the admin token,
+    which may act for anyone (its writes are signed with the admin key)."""
+
+    agent: str | None = None
+    admin: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.agent is None) == (not self.admin):
+            raise ValueError("an Actor is either an agent or the admin")
+
+    @property
+    def name(self) -> str:
+        return ADMIN_NAME if self.admin else str(self.agent)
+
+
+ADMIN = Actor(admin=True)
+
+_CURRENT: contextvars.ContextVar[Actor | None] = contextvars.ContextVar(
+    "logstream_actor", default=None
+)
+
+
+def current() -> Actor | None:
+    """The actor of the running call, or None (a local, trusted process)."""
+    return _CURRENT.get()
+
+
+@contextlib.contextmanager
+def acting_as(actor: Actor | None) -> Iterator[None]:
+    """Run the block as `actor` (None: as a local process)."""
+    token = _CURRENT.set(actor)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)

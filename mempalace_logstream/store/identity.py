@@ -1,0 +1,266 @@
+"""Identity in the store (RFC 0008): the private keys this process holds, the keyring read
+from the log's key events, the pinned admin keys, and `seal`, which signs a local event and
+judges it before it is written (nothing forged or unsigned-when-it-must-sign is stored).
+
+The rules are the pure core's (`identity/`); this module only feeds them rows.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from mempalace_logstream import errors
+from mempalace_logstream.identity import keys, signing
+from mempalace_logstream.identity.actor import ADMIN_NAME, Actor
+from mempalace_logstream.identity.keyring import KEY_EVENT_TYPES, Keyring, SignedEvent
+from mempalace_logstream.identity.verdict import Verdict, own_verdict, verdict
+from mempalace_logstream.models import Event
+from mempalace_logstream.schema import artifacts, events, meta
+from mempalace_logstream.store.rows import events_from_rows
+
+if TYPE_CHECKING:
+    from mempalace_logstream.backends import Executor
+
+KEYS_DIRNAME = "keys"
+KEY_SUFFIX = ".key"
+PIN_PREFIX = "identity.pin."  # meta rows `identity.pin.<key id>`: the pinned admin keys
+# An agent name that can be a key file's name (the agent commands refuse others).
+KEY_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$")
+
+
+def keys_dir_for(url: str, palace: str | Path | None = None) -> Path | None:
+    """Where a log's private keys live by default: `keys/` beside a SQLite file, else
+    `<palace>/keys` (None when neither is known)."""
+    if url.startswith("sqlite:///"):
+        return Path(url[len("sqlite:///") :]).expanduser().resolve().parent / KEYS_DIRNAME
+    if "://" not in url:
+        return Path(url).expanduser().resolve().parent / KEYS_DIRNAME
+    return Path(palace).expanduser() / KEYS_DIRNAME if palace else None
+
+
+def _is_key_event() -> sa.ColumnElement[bool]:
+    # Named binds with values, not an expanding IN: statements here are compiled once.
+    kinds: list[sa.BindParameter[str]] = [
+        sa.bindparam(f"key_type_{i}", t) for i, t in enumerate(KEY_EVENT_TYPES)
+    ]
+    return events.c.type.in_(kinds)
+
+
+def _marks(agg: Any) -> sa.Select[Any]:
+    """One row: the newest key event's id, and the pin rows' keys joined by "," (`agg` is
+    the backend's string aggregate): what the cached keyring was built from. An id, not a
+    seq: a key event rolled back never comes back under its id, while its seq is reused."""
+    pinned = meta.c.key.startswith(PIN_PREFIX, autoescape=True)
+    newest = sa.select(events.c.id).where(_is_key_event()).order_by(events.c.seq.desc())
+    return sa.select(
+        newest.limit(1).scalar_subquery(),
+        sa.select(agg(meta.c.key, sa.literal(","))).where(pinned).scalar_subquery(),
+    )
+
+
+def _artifact_sha256s(n: int) -> sa.Select[Any]:
+    return sa.select(artifacts.c.id, artifacts.c.sha256).where(
+        artifacts.c.id.in_([sa.bindparam(f"a{i}") for i in range(n)])
+    )
+
+
+class Identity:
+    """The keys a store holds and the keyring it judges events with (one per store)."""
+
+    def __init__(self, keys_dir: Path | None, aggregate: Any) -> None:
+        self.keys_dir = keys_dir
+        self._aggregate = aggregate  # the backend's string aggregate (see `_marks`)
+        self._lock = threading.Lock()
+        self._pairs: dict[str, keys.KeyPair] | None = None
+        self._pairs_stamp: int | None = None  # the keys directory's mtime when loaded
+        self._pairs_loaded_ns = 0  # wall time of that load
+        self._ring: Keyring | None = None
+        self._ring_at: tuple[str | None, frozenset[str]] | None = None  # (newest key event, pins)
+
+    # ------------------------------------------------------------------ private keys
+    def reload_keys(self) -> None:
+        """Forget the loaded key files (after `agent add`/`rotate` wrote one)."""
+        with self._lock:
+            self._pairs = None
+
+    def pairs(self) -> dict[str, keys.KeyPair]:
+        """agent name -> its private key, from `<keys_dir>/<agent>.key`; loaded again when
+        the directory changed (`agent add` or `rotate` run by another process: a running hub
+        signs with the new key at once)."""
+        stamp = _dir_stamp(self.keys_dir)
+        with self._lock:
+            # A directory changed less than a second before the load may change again within
+            # the same mtime tick (file systems keep coarse times): reload until it settles.
+            settled = stamp is None or self._pairs_loaded_ns - stamp > _SETTLE_NS
+            if self._pairs is None or stamp != self._pairs_stamp or not settled:
+                self._pairs_loaded_ns = time.time_ns()
+                self._pairs = _load_pairs(self.keys_dir)
+                self._pairs_stamp = stamp
+            return self._pairs
+
+    # ------------------------------------------------------------------ keyring
+    def keyring(self, ex: Executor, select: Any) -> Keyring:
+        """The keyring of the log as `ex` sees it, rebuilt only when a key event or a pin
+        changed since the last build. `select(*where)` gives the event read statement."""
+        top, joined = ex.rows("identity-marks", lambda: _marks(self._aggregate), {})[0]
+        pins = frozenset(k[len(PIN_PREFIX) :] for k in (joined or "").split(",") if k)
+        with self._lock:
+            if self._ring is not None and self._ring_at == (top, pins):
+                return self._ring
+        rows = ex.rows(
+            "identity-key-events",
+            lambda: select(_is_key_event()).order_by(events.c.seq),
+            {},
+        )
+        ring = Keyring.build((signed(e) for e in events_from_rows(rows)), pins)
+        with self._lock:
+            self._ring, self._ring_at = ring, (top, pins)
+        return ring
+
+    # ------------------------------------------------------------------ sealing
+    def forget_ring(self) -> None:
+        """Drop the cached keyring (this process just wrote a key event)."""
+        with self._lock:
+            self._ring = self._ring_at = None
+
+    def seal(
+        self,
+        ex: Executor,
+        select: Any,
+        event: Event,
+        actor: Actor | None,
+        ring: Keyring | None = None,
+    ) -> tuple[Event, Verdict]:
+        """Sign `event` with the key its writer holds here and judge it. Returns the event
+        with `sig`/`key_id` and its verdict; raises ForbiddenError when it must not be
+        written (another agent's name, or unsigned from an agent that signs)."""
+        check_writer(actor, "from_agent", event.from_agent)
+        ring = ring if ring is not None else self.keyring(ex, select)
+        pair = self._signer(ring, event, actor)
+        shas: dict[str, str] = {}
+        if pair is not None:
+            shas = artifact_sha256s(ex, event.artifact_ids)
+            try:
+                sig = signing.sign_event(pair, event, shas)
+            except signing.SigningError as exc:
+                raise errors.ValidationError(
+                    f"metadata cannot be signed: {exc}", field="metadata"
+                ) from exc
+            event = _with_signature(event, sig, pair.key_id)
+        if event.type in KEY_EVENT_TYPES:
+            ring = _with_key_event(ring, event)
+        if pair is not None:  # our own signature: only the key's authority needs checking
+            judged = own_verdict(event, pair.key_id, ring)
+        else:
+            judged = verdict(event, None, None, ring)
+        if judged.verified is False:
+            raise errors.ForbiddenError(_refusal(judged, event, self.keys_dir), field="from_agent")
+        return event, judged
+
+    def _signer(self, ring: Keyring, event: Event, actor: Actor | None) -> keys.KeyPair | None:
+        """The key that signs: the writer's own (valid in the keyring at a time this event
+        is stamped), else the admin key when the admin acts (the admin token, a key event,
+        or a local process writing for an agent that must sign)."""
+        held = self.pairs()
+        admin = held.get(ADMIN_NAME)
+        if event.type in KEY_EVENT_TYPES or (actor is not None and actor.admin):
+            return admin
+        own = held.get(event.from_agent)
+        if own is not None and own.key_id in ring.valid_keys(event.from_agent, event.hlc):
+            return own
+        if event.from_agent == ADMIN_NAME and admin is not None:
+            return admin
+        if actor is None and admin is not None and ring.must_sign(event.from_agent, event.hlc):
+            return admin
+        return None
+
+
+def check_writer(actor: Actor | None, field: str, name: str) -> None:
+    """An agent actor writes under its own name only (`from_agent`, `created_by`): another
+    name is a ForbiddenError naming `field`. The admin and a local process write for anyone."""
+    if actor is not None and not actor.admin and name != actor.agent:
+        raise errors.ForbiddenError(
+            f"{field} {name!r} is not {actor.agent!r}, the agent this call is authenticated "
+            "as; an agent writes as itself only",
+            field=field,
+        )
+
+
+def signed(event: Event) -> SignedEvent:
+    return SignedEvent(event=event, sig=event.sig, key_id=event.key_id)
+
+
+def artifact_sha256s(ex: Executor, ids: Sequence[str]) -> dict[str, str]:
+    """The content SHA-256 of each artifact id held here (what a signature covers)."""
+    unique = sorted(set(ids))
+    if not unique:
+        return {}
+    params = {f"a{i}": aid for i, aid in enumerate(unique)}
+    rows = ex.rows(
+        ("identity-art-sha", len(unique)), lambda: _artifact_sha256s(len(unique)), params
+    )
+    return {str(r[0]): str(r[1]) for r in rows}
+
+
+def _with_signature(event: Event, sig: str, key_id: str) -> Event:
+    out = object.__new__(Event)
+    out.__dict__.update(event.__dict__, sig=sig, key_id=key_id)
+    return out
+
+
+def _with_key_event(ring: Keyring, event: Event) -> Keyring:
+    """The keyring with this key event folded in; ForbiddenError if the keyring refuses it."""
+    grown = ring.extended([signed(event)])
+    for refusal in grown.refused:
+        if refusal.event_id == event.id:
+            raise errors.ForbiddenError(
+                f"{event.type} refused ({refusal.code}): {refusal.message}", field="metadata"
+            )
+    return grown
+
+
+def _refusal(judged: Verdict, event: Event, keys_dir: Path | None) -> str:
+    if judged.code == "unsigned_required":
+        where = keys_dir / f"{event.from_agent}{KEY_SUFFIX}" if keys_dir else "a key file"
+        return (
+            f"from_agent {event.from_agent!r} signs every event since it got a key, and no valid "
+            f"key of {event.from_agent!r} is held here ({where}); write from where its key is, "
+            "or with the admin key"
+        )
+    return f"refused ({judged.code}): {judged.reason}"
+
+
+_SETTLE_NS = 1_000_000_000
+
+
+def _dir_stamp(keys_dir: Path | None) -> int | None:
+    """The keys directory's mtime (ns): adding, renaming or removing a key file changes it."""
+    if keys_dir is None:
+        return None
+    try:
+        return keys_dir.stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+def _load_pairs(keys_dir: Path | None) -> dict[str, keys.KeyPair]:
+    if keys_dir is None or not keys_dir.is_dir():
+        return {}
+    out: dict[str, keys.KeyPair] = {}
+    for path in sorted(keys_dir.glob(f"*{KEY_SUFFIX}")):
+        name = path.name[: -len(KEY_SUFFIX)]
+        if KEY_NAME_RE.match(name):
+            out[name] = keys.load_private_key(path)
+    return out
+
+
+def pin_rows(key_ids: Iterable[str]) -> list[dict[str, str]]:
+    """The meta rows that pin these admin key ids."""
+    return [{"key": PIN_PREFIX + k, "value": "admin"} for k in key_ids]

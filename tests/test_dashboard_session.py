@@ -1,0 +1,103 @@
+"""The dashboard's login session at the HTTP level (issue 14): what the cookie may and may not
+do, on a hub with a token. The browser side is tests/test_dashboard.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from mempalace_logstream.http import session
+from tests.hubkit import LiveHub, live_hub
+
+TOKEN = "tok-session-7"
+NOTE = {"type": "note", "stream": "s", "room": "r", "body": "hi"}
+CSRF = {"X-Logstream-Dashboard": "1"}
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveHub]:
+    with live_hub(tmp_path_factory.mktemp("session"), token=TOKEN, host="0.0.0.0") as h:
+        yield h
+
+
+@contextmanager
+def login(hub: LiveHub, **form: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=hub.url) as client:
+        resp = client.post("/dashboard/login", data={"token": TOKEN, **form})
+        assert resp.status_code == 303 and resp.headers["location"] == "/"
+        cookie = resp.headers["set-cookie"]
+        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and TOKEN not in cookie
+        assert "Secure" not in cookie  # plain http here; https adds it
+        yield client
+
+
+def test_without_credentials_the_root_is_the_login_form_and_the_api_refuses(
+    hub: LiveHub,
+) -> None:
+    root = httpx.get(hub.url + "/")
+    assert root.status_code == 401 and 'name="token"' in root.text and 'method="post"' in root.text
+    assert httpx.get(hub.url + "/v1/events").status_code == 401
+    assert httpx.get(hub.url + "/dashboard/assets/app.js").status_code == 200  # code, no data
+    wrong = httpx.post(hub.url + "/dashboard/login", data={"token": "nope"})
+    assert wrong.status_code == 401 and "set-cookie" not in wrong.headers
+    assert "That is not this hub" in wrong.text
+    foreign = {"Origin": "https://evil.example"}
+    cross = httpx.post(hub.url + "/dashboard/login", data={"token": TOKEN}, headers=foreign)
+    assert cross.status_code == 403 and "set-cookie" not in cross.headers
+
+
+def test_a_read_only_session_reads_and_never_writes(hub: LiveHub) -> None:
+    with login(hub) as c:
+        assert c.get("/").status_code == 200 and "app.js" in c.get("/").text
+        assert c.get("/v1/events").status_code == 200
+        info = c.get("/dashboard/session").json()
+        assert info["cookie_session"] and info["operator"] is None and not info["can_write"]
+        assert c.post("/v1/task_list", json={}, headers=CSRF).status_code == 200
+        refused = c.post("/v1/event_append", json={**NOTE, "from_agent": "x"}, headers=CSRF)
+        assert refused.status_code == 403 and refused.json()["field"] == "token"
+
+
+def test_an_operator_session_writes_with_the_header_and_from_this_hub_only(hub: LiveHub) -> None:
+    with login(hub, operator="operator") as c:
+        info = c.get("/dashboard/session").json()
+        assert info["operator"] == "operator" and info["can_write"]
+        body = {**NOTE, "from_agent": "operator"}
+        no_header = c.post("/v1/event_append", json=body)
+        assert no_header.status_code == 403 and no_header.json()["field"] == "csrf"
+        foreign = c.post(
+            "/v1/event_append", json=body, headers={**CSRF, "Origin": "https://evil.example"}
+        )
+        assert foreign.status_code == 403 and foreign.json()["field"] == "Origin"
+        ok = c.post("/v1/event_append", json=body, headers={**CSRF, "Origin": hub.url})
+        assert ok.status_code == 200 and ok.json()["event"]["from_agent"] == "operator"
+        # Only the operator's two writes: nothing else that mutates.
+        other = c.post("/v1/presence_announce", json={"agent": "x", "state": "idle"}, headers=CSRF)
+        assert other.status_code == 403
+        out = c.post("/dashboard/logout", headers=CSRF)
+        assert out.status_code == 303 and "Max-Age=0" in out.headers["set-cookie"]
+
+
+def test_a_forged_or_expired_cookie_is_no_session(hub: LiveHub) -> None:
+    forged = session.cookie_value("another-token", "operator")
+    expired = session.cookie_value(TOKEN, None, now_s=1_000_000)
+    for value in (forged, expired, "v1:9999999999::00", "garbage"):
+        with httpx.Client(base_url=hub.url, cookies={session.COOKIE: value}) as c:
+            assert c.get("/v1/events").status_code == 401, value
+            assert c.get("/").status_code == 401, value  # the login form again
+    assert session.session_of(TOKEN, f"{session.COOKIE}={expired}") is None
+
+
+def test_a_loopback_hub_without_a_token_serves_the_page_as_it_serves_the_api(
+    tmp_path: Path,
+) -> None:
+    with live_hub(tmp_path) as hub:
+        page = httpx.get(hub.url + "/")
+        assert page.status_code == 200 and "/dashboard/assets/app.js" in page.text
+        info = httpx.get(hub.url + "/dashboard/session").json()
+        assert not info["token_required"] and info["can_write"]
+        evil = httpx.get(hub.url + "/", headers={"Origin": "http://evil.example"})
+        assert evil.status_code == 403  # the loopback Origin guard still applies
