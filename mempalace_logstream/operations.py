@@ -164,6 +164,11 @@ def check_args(name: str, args: dict[str, Any]) -> dict[str, Any]:
     return _checked(name, params().get(name), args)
 
 
+# The writer's name on a write: an agent authenticated by its token (RFC 0008) may leave it
+# out, and it is filled in with the agent's name (another name is refused by the store).
+WRITER_FIELDS = ("from_agent", "created_by")
+
+
 def _checked(name: str, table: dict[str, bool] | None, args: dict[str, Any]) -> dict[str, Any]:
     if table is None:
         raise errors.ValidationError(f"operation {name!r} is unknown", field="operation")
@@ -171,6 +176,11 @@ def _checked(name: str, table: dict[str, bool] | None, args: dict[str, Any]) -> 
         if key not in table:
             raise errors.ValidationError(f"{key} is not a parameter of {name}", field=key)
     clean = {k: val for k, val in args.items() if val is not None}
+    who = actor.current()
+    if who is not None and who.agent is not None and name in MUTATING:
+        for key in WRITER_FIELDS:
+            if table.get(key) and key not in clean:
+                clean[key] = who.agent
     for key, required in table.items():
         if required and key not in clean:
             raise errors.ValidationError(f"{key} is required", field=key)

@@ -488,3 +488,26 @@ def test_the_readmes_team_setup_runs(tmp_path: Path) -> None:
         assert result.exit_code == 0, (command, result.output)
     listed = _cli("agent", "list", *db, "--json")
     assert {r["agent"] for r in json.loads(listed.stdout)["agents"]} == {"admin", "alice", "bob"}
+
+
+def test_an_agent_token_may_leave_its_name_out(team: Team, monkeypatch: pytest.MonkeyPatch) -> None:
+    """from_agent / created_by absent: filled in with the token's agent (both request paths);
+    the admin token names the writer, as before."""
+    with team.client("carol") as c:
+        fast = c.post("/v1/event_append", json=note())
+        art = c.post("/v1/artifact_put", json={"kind": "note", "content": "x"})
+
+        async def never(*_args: Any) -> None:
+            return None
+
+        monkeypatch.setattr(ops, "_plain_args", never)
+        full = c.post("/v1/event_append", json=note())
+    for resp in (fast, full):
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["event"]["from_agent"] == "carol"
+        assert resp.json()["event"]["verified"] is True
+    assert art.status_code == 200, art.text
+    assert art.json()["artifact"]["created_by"] == "carol"
+    with team.client("admin") as c:
+        resp = c.post("/v1/event_append", json=note())
+    assert resp.status_code == 422 and resp.json()["field"] == "from_agent"

@@ -57,7 +57,11 @@ class OpRoute(APIRoute):
         op = self.name
         params = operations.params()[op]
         allowed = frozenset(params)
-        required = frozenset(name for name, needed in params.items() if needed)
+        required = frozenset(
+            name
+            for name, needed in params.items()
+            if needed and name not in operations.WRITER_FIELDS
+        )
 
         async def handler(request: Request) -> Response:
             args = await _plain_args(request, allowed, required)

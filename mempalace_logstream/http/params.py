@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from starlette.requests import Request
 
-from mempalace_logstream import errors, tasks
+from mempalace_logstream import errors, operations, tasks
 from mempalace_logstream import validation as v
 
 _STR: dict[str, Any] = {"type": "string"}
@@ -43,7 +43,9 @@ def request_model(op: str, params: dict[str, bool]) -> type[BaseModel]:
     for name, required in params.items():
         schema = PARAM_SCHEMAS.get(name, _STR)
         annotated = Annotated[Any, Field(json_schema_extra=schema)]
-        fields[name] = (annotated, ...) if required else (annotated, None)
+        # The writer's name may be left out by an agent's token (the core fills it in).
+        needed = required and name not in operations.WRITER_FIELDS
+        fields[name] = (annotated, ...) if needed else (annotated, None)
     name = "".join(part.title() for part in op.split("_")) + "Request"
     model: type[BaseModel] = create_model(name, __config__=ConfigDict(extra="forbid"), **fields)
     return model
