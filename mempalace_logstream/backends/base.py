@@ -180,6 +180,29 @@ class Executor(abc.ABC):
         return out
 
 
+class DbapiExecutor(Executor):
+    """Precompiled statements on a fast path's own DBAPI connection (its `execute` returns a
+    cursor); a backend adds how it inserts events in bulk."""
+
+    def __init__(self, db: Any, compile: Compile) -> None:
+        self.db, self.compile = db, compile
+
+    def rows(self, key: Any, build: Build, params: Mapping[str, Any]) -> Sequence[Any]:
+        rows: Sequence[Any] = self.db.execute(*self.compile(key, build, params)).fetchall()
+        return rows
+
+    def run(self, key: Any, build: Build, params: Mapping[str, Any]) -> None:
+        self.db.execute(*self.compile(key, build, params))
+
+    def insert(self, key: Any, table: sa.Table, rows: list[dict[str, Any]]) -> None:
+        sql, _ = self.compile(key, lambda: sa.insert(table), {})
+        if len(rows) == 1:
+            self.db.execute(sql, rows[0])
+        else:
+            with contextlib.closing(self.db.cursor()) as cur:
+                cur.executemany(sql, rows)
+
+
 class CoreExecutor(Executor):
     """Statements through SQLAlchemy Core on one connection: every backend, every listener."""
 

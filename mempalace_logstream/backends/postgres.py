@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import select
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -224,25 +224,8 @@ class PgFastPath:
         return PgExecutor(db, compile)
 
 
-class PgExecutor(base.Executor):
+class PgExecutor(base.DbapiExecutor):
     """The statements of one transaction on the writer's psycopg connection."""
-
-    def __init__(self, db: psycopg.Connection[Any], compile: base.Compile) -> None:
-        self.db, self.compile = db, compile
-
-    def rows(self, key: Any, build: base.Build, params: Mapping[str, Any]) -> Sequence[Any]:
-        return self.db.execute(*self.compile(key, build, params)).fetchall()
-
-    def run(self, key: Any, build: base.Build, params: Mapping[str, Any]) -> None:
-        self.db.execute(*self.compile(key, build, params))
-
-    def insert(self, key: Any, table: sa.Table, rows: list[dict[str, Any]]) -> None:
-        sql, _ = self.compile(key, lambda: sa.insert(table), {})
-        if len(rows) == 1:
-            self.db.execute(sql, rows[0])
-        else:
-            with self.db.cursor() as cur:
-                cur.executemany(sql, rows)
 
     def insert_events(self, rows: list[tuple[Any, ...]]) -> None:
         with self.db.cursor() as cur:

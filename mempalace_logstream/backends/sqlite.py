@@ -12,7 +12,7 @@ import contextlib
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -242,7 +242,7 @@ class SqliteFastPath:
         return SqliteExecutor(db, compile, on_bulk)
 
 
-class SqliteExecutor(base.Executor):
+class SqliteExecutor(base.DbapiExecutor):
     """The statements of one transaction on the SQLite writer's DBAPI connection."""
 
     def __init__(
@@ -251,20 +251,8 @@ class SqliteExecutor(base.Executor):
         compile: base.Compile,
         on_bulk: Callable[[], Any] | None = None,
     ) -> None:
-        self.db, self.compile, self.on_bulk = db, compile, on_bulk
-
-    def rows(self, key: Any, build: base.Build, params: Mapping[str, Any]) -> Sequence[Any]:
-        return self.db.execute(*self.compile(key, build, params)).fetchall()
-
-    def run(self, key: Any, build: base.Build, params: Mapping[str, Any]) -> None:
-        self.db.execute(*self.compile(key, build, params))
-
-    def insert(self, key: Any, table: sa.Table, rows: list[dict[str, Any]]) -> None:
-        sql, _ = self.compile(key, lambda: sa.insert(table), {})
-        if len(rows) == 1:
-            self.db.execute(sql, rows[0])
-        else:
-            self.db.executemany(sql, rows)
+        super().__init__(db, compile)
+        self.on_bulk = on_bulk
 
     def held_ids(self, ids: list[str]) -> set[str]:
         # Positional IN lists of 512 (padded): the probe of a fresh page costs ~1 µs an id.
