@@ -7,7 +7,9 @@ Must not import sqlalchemy, pydantic or any surface.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -102,6 +104,45 @@ CONTENT_FIELDS = (
 )
 
 
+# A redacted body (RFC 0008 "Redaction"): this prefix, then the canonical JSON of who redacted
+# it, when, why, by which `event.redact`, and the SHA-256 of the body it replaced (which the
+# signature covers, so the event still verifies).
+TOMBSTONE_PREFIX = "[redacted] "
+TOMBSTONE_KEYS = ("at", "body_sha256", "by", "event_id", "reason")
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def tombstone(*, body_sha256: str, event_id: str, by: str, at: str, reason: str) -> str:
+    """The body that replaces a redacted one."""
+    doc = {"at": at, "body_sha256": body_sha256, "by": by, "event_id": event_id, "reason": reason}
+    text = json.dumps(doc, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return TOMBSTONE_PREFIX + text
+
+
+def parse_tombstone(body: str) -> dict[str, str] | None:
+    """The redaction a tombstone body records, or None when `body` is not one."""
+    if not body.startswith(TOMBSTONE_PREFIX):
+        return None
+    try:
+        doc = json.loads(body[len(TOMBSTONE_PREFIX) :])
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or tuple(sorted(doc)) != TOMBSTONE_KEYS:
+        return None
+    if not all(isinstance(doc[k], str) for k in TOMBSTONE_KEYS):
+        return None
+    return doc if _HEX64.match(doc["body_sha256"]) else None
+
+
+def body_digest(body: str) -> str:
+    """The SHA-256 a body stands for: the original's for a tombstone, else its own (UTF-8).
+    Raises UnicodeEncodeError for a lone surrogate."""
+    doc = parse_tombstone(body)
+    if doc is not None:
+        return doc["body_sha256"]
+    return hashlib.sha256(body.encode("utf-8")).hexdigest()
+
+
 @dataclass(frozen=True, kw_only=True)
 class Event:
     id: str
@@ -137,10 +178,25 @@ class Event:
         """`True` for a signed event (verified before it was stored), `None` when unsigned."""
         return None if self.sig is None else True
 
+    @property
+    def redacted(self) -> dict[str, str] | None:
+        """{by, at, reason, event_id} when the body was redacted (else None)."""
+        if not self.body.startswith(TOMBSTONE_PREFIX):
+            return None
+        doc = parse_tombstone(self.body)
+        if doc is None:
+            return None
+        return {k: doc[k] for k in ("by", "at", "reason", "event_id")}
+
     def content_key(self) -> tuple[Any, ...]:
-        """The immutable, replicated fields (`CONTENT_FIELDS`): equal keys mean the same event."""
+        """The immutable, replicated fields (`CONTENT_FIELDS`): equal keys mean the same event.
+        The body enters through its digest, so a redacted copy equals the original."""
         return tuple(
-            tuple(sorted(self.artifact_ids)) if name == "artifact_ids" else getattr(self, name)
+            tuple(sorted(self.artifact_ids))
+            if name == "artifact_ids"
+            else _digest_or_body(self.body)
+            if name == "body"
+            else getattr(self, name)
             for name in CONTENT_FIELDS
         )
 
@@ -172,6 +228,9 @@ class Event:
         }
         if problem is not None:
             out["metadata_error"] = problem
+        redacted = self.redacted
+        if redacted is not None:
+            out["redacted"] = redacted
         if preview and len(self.body) > PREVIEW_CHARS:
             out["body"] = self.body[:PREVIEW_CHARS]
             out["body_truncated"] = True
@@ -184,6 +243,13 @@ class Event:
 
     def with_seq(self, seq: int) -> Event:
         return replace(self, seq=seq)
+
+
+def _digest_or_body(body: str) -> str:
+    try:
+        return body_digest(body)
+    except UnicodeEncodeError:
+        return body
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -199,6 +265,9 @@ class Artifact:
     metadata_json: str = "{}"
     content: bytes | None = None
     warnings: tuple[str, ...] = ()
+    # {by, at, reason, event_id} when a redaction emptied the content (RFC 0008); `content`
+    # is then b"" and `sha256` still the original's.
+    redacted: dict[str, str] | None = None
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -228,6 +297,8 @@ class Artifact:
             out["content"] = self.content_text()
         if self.warnings:
             out["warnings"] = list(self.warnings)
+        if self.redacted is not None:
+            out["redacted"] = self.redacted
         return out
 
 

@@ -41,6 +41,12 @@ def event_ack(store: LogStore, **args: Any) -> dict[str, Any]:
     return {"event": store.event_ack(**args).to_dict()}
 
 
+def event_redact(store: LogStore, **args: Any) -> dict[str, Any]:
+    """Redact an event's body and/or artifact blobs (admin or its verified writer)."""
+    out = store.event_redact(**args)
+    return {"event": out["event"].to_dict(), "target": out["target"], "parts": out["parts"]}
+
+
 def artifact_put(store: LogStore, **args: Any) -> dict[str, Any]:
     return {"artifact": store.artifact_put(**args).to_dict(with_content=False)}
 
@@ -98,6 +104,7 @@ OPERATIONS: dict[str, Handler] = {
     "event_list": event_list,
     "event_wait": event_wait,
     "event_ack": event_ack,
+    "event_redact": event_redact,
     "artifact_put": artifact_put,
     "artifact_get": artifact_get,
     "patch_submit": patch_submit,
@@ -109,7 +116,15 @@ OPERATIONS: dict[str, Handler] = {
     "stats": stats,
 }
 MUTATING = frozenset(
-    {"event_append", "event_ack", "artifact_put", "patch_submit", "task_create", "task_update"}
+    {
+        "event_append",
+        "event_ack",
+        "event_redact",
+        "artifact_put",
+        "patch_submit",
+        "task_create",
+        "task_update",
+    }
 )
 
 
@@ -146,6 +161,7 @@ def params() -> dict[str, dict[str, bool]]:
         "event_list": dict.fromkeys(READ_PARAMS, False),
         "event_wait": dict.fromkeys(WAIT_PARAMS, False),
         "event_ack": _signature(LogStore.event_ack),
+        "event_redact": _signature(LogStore.event_redact),
         "artifact_put": _signature(LogStore.draft_artifact, ("content_field",)),
         "artifact_get": {"artifact_id": True},
         "patch_submit": _signature(LogStore.patch_submit),

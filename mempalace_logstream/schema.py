@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-SCHEMA_HEAD = "0005"
+SCHEMA_HEAD = "0006"
 
 metadata = sa.MetaData(
     naming_convention={
@@ -213,9 +213,30 @@ agent_tokens = sa.Table(
     sa.Column("created_at", sa.Text, nullable=False),
 )
 
+# ---- redactions (0006, RFC 0008 "Redaction"): one row per piece of content an `event.redact`
+# removes: the target's body (`part` = "body") or an artifact's blob (`part` = the artifact id).
+# Written when the redaction is applied (locally or from a peer), also before its target
+# arrives; the append-only triggers of `events` and `artifact_blobs` allow exactly the change a
+# row here names (the body becomes `tombstone`; the blob's content becomes empty bytes).
+redactions = sa.Table(
+    "redactions",
+    metadata,
+    sa.Column("redaction_id", Key, nullable=False),
+    sa.Column("part", Key, nullable=False),
+    sa.Column("target_id", Key, nullable=False),
+    sa.Column("sha256", Key, nullable=False),
+    sa.Column("tombstone", sa.Text),
+    sa.Column("redacted_by", sa.Text, nullable=False),
+    sa.Column("redacted_at", sa.Text, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.PrimaryKeyConstraint("redaction_id", "part"),
+    sa.Index(None, "target_id"),
+    sa.Index(None, "sha256"),
+)
+
 # Every table that holds log content. Revision 0001 guarded the first three; 0003 added the
 # blobs (the bytes behind an artifact's sha256), so a migration passes the tables it guards.
-APPEND_ONLY_TABLES = ("events", "event_artifacts", "artifacts", "artifact_blobs")
+APPEND_ONLY_TABLES = ("events", "event_artifacts", "artifacts", "artifact_blobs", "redactions")
 
 
 def append_only_ddl(dialect: str, tables: tuple[str, ...] = APPEND_ONLY_TABLES) -> list[str]:
@@ -262,4 +283,74 @@ def drop_append_only_ddl(
         out.append(f"DROP TRIGGER IF EXISTS {t}_no_truncate ON {t}")
     if function:
         out.append("DROP FUNCTION IF EXISTS logstream_reject_mutation()")
+    return out
+
+
+# ---- the one exception to append-only (0006): a redaction (RFC 0008 "Redaction").
+REDACTABLE_TABLES = ("events", "artifact_blobs")
+_REFUSE = "{table} are append-only: UPDATE is not allowed (a redaction may only tombstone {what})"
+
+
+def redaction_guard_ddl(dialect: str, event_columns: tuple[str, ...]) -> list[str]:
+    """Triggers that let an UPDATE through only when it is a redaction a `redactions` row
+    names: an event's `body` becomes the row's tombstone (every other column of
+    `event_columns` unchanged), or a blob's content becomes empty (sha256 and size unchanged).
+    Everything else stays refused by the database itself."""
+    kept = [c for c in event_columns if c != "body"]
+    body_named = (
+        "EXISTS (SELECT 1 FROM redactions r WHERE r.target_id = OLD.id AND r.part = 'body' "
+        "AND r.tombstone = NEW.body{sha})"
+    )
+    blob_named = (
+        "EXISTS (SELECT 1 FROM redactions r WHERE r.sha256 = OLD.sha256 AND r.part <> 'body')"
+    )
+    if dialect == "sqlite":
+        changed = " OR ".join(f"NEW.{c} IS NOT OLD.{c}" for c in kept)
+        return [
+            "DROP TRIGGER IF EXISTS events_no_update",
+            "CREATE TRIGGER events_no_update BEFORE UPDATE ON events "
+            f"WHEN NOT {body_named.format(sha='')} OR {changed} "
+            f"BEGIN SELECT RAISE(ABORT, '{_REFUSE.format(table='events', what='a body')}'); END",
+            "DROP TRIGGER IF EXISTS artifact_blobs_no_update",
+            "CREATE TRIGGER artifact_blobs_no_update BEFORE UPDATE ON artifact_blobs "
+            f"WHEN NOT {blob_named} OR NEW.sha256 IS NOT OLD.sha256 "
+            "OR NEW.size_bytes IS NOT OLD.size_bytes OR length(NEW.content) <> 0 "
+            "BEGIN SELECT RAISE(ABORT, "
+            f"'{_REFUSE.format(table='artifact_blobs', what='a blob')}'); END",
+        ]
+    new = ", ".join(f"NEW.{c}" for c in kept)
+    old = ", ".join(f"OLD.{c}" for c in kept)
+    pg_sha = " AND r.sha256 = encode(sha256(convert_to(OLD.body, 'UTF8')), 'hex')"
+    out = [
+        "CREATE OR REPLACE FUNCTION logstream_guard_redaction() RETURNS trigger "
+        "LANGUAGE plpgsql AS $$ BEGIN "
+        "IF TG_TABLE_NAME = 'events' THEN "
+        f"IF ROW({new}) IS NOT DISTINCT FROM ROW({old}) AND {body_named.format(sha=pg_sha)} "
+        "THEN RETURN NEW; END IF; "
+        "ELSIF TG_TABLE_NAME = 'artifact_blobs' THEN "
+        "IF NEW.sha256 = OLD.sha256 AND NEW.size_bytes = OLD.size_bytes "
+        f"AND octet_length(NEW.content) = 0 AND {blob_named} THEN RETURN NEW; END IF; "
+        "END IF; "
+        "RAISE EXCEPTION '% are append-only: % is not allowed (a redaction may only tombstone "
+        "a body or empty a blob)', TG_TABLE_NAME, TG_OP USING ERRCODE = 'restrict_violation'; "
+        "END $$"
+    ]
+    for table in REDACTABLE_TABLES:
+        out += [
+            f"DROP TRIGGER IF EXISTS {table}_append_only ON {table}",
+            f"CREATE TRIGGER {table}_append_only BEFORE DELETE ON {table} "
+            "FOR EACH ROW EXECUTE FUNCTION logstream_reject_mutation()",
+            f"DROP TRIGGER IF EXISTS {table}_redact_only ON {table}",
+            f"CREATE TRIGGER {table}_redact_only BEFORE UPDATE ON {table} "
+            "FOR EACH ROW EXECUTE FUNCTION logstream_guard_redaction()",
+        ]
+    return out
+
+
+def drop_redaction_guard_ddl(dialect: str) -> list[str]:
+    """Undo `redaction_guard_ddl` (the plain append-only triggers are re-created after)."""
+    if dialect == "sqlite":
+        return [f"DROP TRIGGER IF EXISTS {t}_no_update" for t in REDACTABLE_TABLES]
+    out = [f"DROP TRIGGER IF EXISTS {t}_redact_only ON {t}" for t in REDACTABLE_TABLES]
+    out.append("DROP FUNCTION IF EXISTS logstream_guard_redaction()")
     return out

@@ -13,13 +13,19 @@ from typing import Any, Literal
 
 from mempalace_logstream import hlc as hlc_mod
 from mempalace_logstream.identity import keys, signing
-from mempalace_logstream.models import Event
+from mempalace_logstream.models import Event, parse_tombstone
 
 KEY_ADD = "identity.key_add"
 KEY_REVOKE = "identity.key_revoke"
 KEY_EVENT_TYPES = (KEY_ADD, KEY_REVOKE)
 Role = Literal["agent", "admin"]
 ROLES: tuple[Role, ...] = ("agent", "admin")
+
+
+def tombstone_sha256(body: str) -> str | None:
+    """The SHA-256 of the body a tombstone replaced (None when `body` is not a tombstone)."""
+    doc = parse_tombstone(body)
+    return None if doc is None else doc["body_sha256"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,7 +42,9 @@ class SignedEvent:
     def payload(self) -> bytes:
         """The signed message (RFC 0008). Raises SigningError if the event has none."""
         fields = signing.event_fields(self.event)
-        body = self.body_sha256 or signing.body_sha256(self.event.body)
+        # A redacted body stands for the original through the SHA-256 its tombstone keeps.
+        stored = self.body_sha256 or tombstone_sha256(self.event.body)
+        body = stored or signing.body_sha256(self.event.body)
         return signing.signing_payload(fields, body, self.artifact_sha256s)
 
     def signature_bytes(self) -> bytes:

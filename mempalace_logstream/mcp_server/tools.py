@@ -185,6 +185,29 @@ async def mempalace_event_ack(
     return await _call(ctx, "event_ack", locals())
 
 
+async def mempalace_event_redact(
+    ctx: Context,
+    event_id: Annotated[str, Field(description="The event whose content is removed.")],
+    reason: Annotated[str, Field(description="Why (kept with the tombstone).")],
+    from_agent: Annotated[
+        str | None, Field(description="Who redacts: the admin or the event's own writer.")
+    ] = None,
+    artifact_ids: Annotated[
+        list[str] | None, Field(description="Artifacts of the event whose bytes go too.")
+    ] = None,
+    keep_body: Annotated[
+        bool | None, Field(description="Remove only the artifacts, keep the body.")
+    ] = None,
+    body_sha256: Annotated[
+        str | None, Field(description="Refuse unless the body held hashes to this.")
+    ] = None,
+) -> dict[str, Any]:
+    """Redact a leaked secret: the body (and/or artifact bytes) become a tombstone on every
+    replica; the SHA-256, the signature and who/when/why stay. Returns {event, target, parts}.
+    """
+    return await _call(ctx, "event_redact", locals())
+
+
 async def mempalace_artifact_put(
     ctx: Context,
     kind: Annotated[str, Field(description="patch, file, log, json or note.")],
@@ -410,6 +433,7 @@ READ_TOOLS: tuple[Callable[..., Any], ...] = (
 WRITE_TOOLS: tuple[Callable[..., Any], ...] = (
     mempalace_event_append,
     mempalace_event_ack,
+    mempalace_event_redact,
     mempalace_artifact_put,
     mempalace_patch_submit,
     mempalace_task_create,

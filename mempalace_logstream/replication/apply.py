@@ -37,6 +37,7 @@ from mempalace_logstream.store import (
     Transaction,
     events_from_rows,
     now_text,
+    redaction,
 )
 
 _Item = tuple[Event, Any, tuple[Any, ...]]
@@ -120,6 +121,8 @@ def apply_remote_batch(
             _apply_events_tx(store, ex, st, parsed.items, res, peer)
             # Task moves from a peer are applied, never refused: the projection follows them.
             tx.follow_tasks(st.appended[before:])
+            # Redactions among them, and held ones whose target just came (RFC 0008).
+            redaction.on_applied_events(tx, st.appended[before:])
         _record_rejections(store, ex, res.rejected)
         _resolve(store, ex, "artifact", art_ids)
         _resolve(store, ex, "event", res.applied_ids[len(art_ids) :])

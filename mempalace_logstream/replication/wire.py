@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import sqlalchemy as sa
@@ -31,6 +31,7 @@ from mempalace_logstream.store import (
     links_column,
     parse_links,
 )
+from mempalace_logstream.store.redaction import EMPTY_SHA256, redaction_of_blob
 
 MAX_OPS_LIMIT = 500
 
@@ -291,7 +292,11 @@ def get_artifacts(
                 .where(artifacts.c.id.in_(chunk))
             )
             for row in conn.execute(q):
-                found[row[0]] = artifact_from_row(row, bytes(row[-1]))
+                held = artifact_from_row(row, bytes(row[-1]))
+                if not held.content and held.sha256 != EMPTY_SHA256:
+                    # Emptied by a redaction (RFC 0008): served as such, sha256 unchanged.
+                    held = replace(held, redacted=redaction_of_blob(conn, held.sha256) or {})
+                found[row[0]] = held
     out: list[Artifact] = []
     more: list[str] = []
     budget = 0

@@ -182,6 +182,30 @@ class LogStore(Writes, Reads, Stats, TaskReads):
             idempotency_key=idempotency_key,
         )
 
+    def event_redact(
+        self,
+        *,
+        event_id: Any,
+        reason: Any,
+        from_agent: Any = None,
+        artifact_ids: Any = None,
+        keep_body: Any = None,
+        body_sha256: Any = None,
+    ) -> dict[str, Any]:
+        """Redact an event's body and/or artifact blobs (RFC 0008): appends a signed
+        `event.redact` and applies it; returns {event, target, parts}."""
+        from mempalace_logstream.store import redaction
+
+        return redaction.event_redact(
+            self,
+            event_id=event_id,
+            reason=reason,
+            from_agent=from_agent,
+            artifact_ids=artifact_ids,
+            keep_body=keep_body,
+            body_sha256=body_sha256,
+        )
+
     def patch_submit(
         self,
         *,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -19,7 +20,13 @@ from mempalace_logstream.identity import keys
 from mempalace_logstream.identity.actor import Actor
 from mempalace_logstream.identity.keyring import KEY_EVENT_TYPES, Keyring
 from mempalace_logstream.identity.verdict import Verdict
-from mempalace_logstream.models import Artifact, ArtifactDraft, Event, EventDraft
+from mempalace_logstream.models import (
+    Artifact,
+    ArtifactDraft,
+    Event,
+    EventDraft,
+    parse_tombstone,
+)
 from mempalace_logstream.schema import (
     agent_tokens,
     artifact_blobs,
@@ -32,6 +39,7 @@ from mempalace_logstream.store import tasks as task_rows
 from mempalace_logstream.store.identity import PIN_PREFIX, Identity, check_writer
 from mempalace_logstream.store.ids import new_id, now_text
 from mempalace_logstream.store.pipeline import CommitPipeline, TxState
+from mempalace_logstream.store.redaction import redaction_of_blob
 from mempalace_logstream.store.rows import ARTIFACT_COLS, artifact_from_row, events_from_rows
 from mempalace_logstream.tasks import TaskSettings
 
@@ -310,7 +318,7 @@ class Writes(CommitPipeline):
             branch=v.routing("branch", branch),
             base_commit=v.routing("base_commit", base_commit),
             status=v.status(status),
-            body=v.body(body, self.max_body_bytes),
+            body=_not_tombstone(v.body(body, self.max_body_bytes)),
             metadata_json=v.metadata(metadata),
             artifact_ids=v.artifact_ids(artifact_ids),
             idempotency_key=v.idempotency_key(idempotency_key),
@@ -385,6 +393,11 @@ class Writes(CommitPipeline):
         # Re-hashed on every read (cheap next to the I/O): bytes changed behind the log are
         # never served under the original digest.
         actual = hashlib.sha256(content).hexdigest()
+        if actual != row.sha256 and not content:
+            with self._storage_errors(), self.engine.connect() as conn:
+                redacted = redaction_of_blob(conn, row.sha256)
+            if redacted is not None:  # emptied by a redaction: said so, not an integrity error
+                return replace(artifact_from_row(row, content), redacted=redacted)
         if actual != row.sha256:
             raise errors.IntegrityError(
                 f"artifact {ident!r} is corrupt: its stored content hashes to {actual}, not "
@@ -431,6 +444,13 @@ def same_as_prior(prior: Event, draft: EventDraft) -> Event:
             ident=prior.id,
         )
     return prior
+
+
+def _not_tombstone(body: str) -> str:
+    """Only a redaction writes a tombstone (it stands for another body's SHA-256)."""
+    if parse_tombstone(body) is not None:
+        raise v.fail("body", "is a redaction tombstone; only `logstream redact` writes one")
+    return body
 
 
 def _artifact_exists() -> sa.Select[Any]:

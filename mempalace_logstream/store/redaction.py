@@ -1,0 +1,417 @@
+"""Redaction (RFC 0008 "Redaction"): an `event.redact` event removes a leaked secret from a
+body or an artifact blob on every replica that applies it, keeping the SHA-256 the signature
+covers, the signature, and who / when / why.
+
+One function applies a redaction, whether it was just written here (`event_redact`) or came
+from a peer (`on_applied_events`, called by replication's apply): it checks the authority (the
+admin, or the target's verified writer) and the SHA-256 of every part against what is held,
+writes the `redactions` rows, then replaces the body with its tombstone and empties the blob;
+the database's triggers (migration 0006) let through exactly that change. A redaction whose
+target is not held yet keeps its rows and is applied when the target arrives.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from mempalace_logstream import errors, tasks
+from mempalace_logstream import validation as v
+from mempalace_logstream.backends.base import binds, in_lists
+from mempalace_logstream.identity.actor import ADMIN_NAME, Actor
+from mempalace_logstream.identity.keyring import Keyring
+from mempalace_logstream.models import Event, body_digest, parse_tombstone, tombstone
+from mempalace_logstream.schema import artifact_blobs, artifacts, events, redactions
+from mempalace_logstream.store import tasks as task_rows
+
+if TYPE_CHECKING:
+    from mempalace_logstream.store.writes import Transaction, Writes
+
+REDACT_TYPE = "event.redact"
+BODY = "body"  # the `part` of a body redaction; any other part is an artifact id
+MAX_REASON_CHARS = 2000
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+
+
+class Refused(Exception):
+    """A redaction that must not take effect: `code` is forbidden, sha_mismatch or malformed."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+@dataclass(frozen=True)
+class Part:
+    part: str  # "body" or an artifact id
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What an `event.redact` names: its target, the parts and their SHA-256, the reason."""
+
+    target_id: str
+    parts: tuple[Part, ...]
+    reason: str
+
+
+def spec_of(event: Event) -> Spec:
+    """The redaction an `event.redact` event states; Refused("malformed") if unreadable."""
+    meta = event.metadata
+    target, parts, reason = meta.get("redacts"), meta.get("parts"), meta.get("reason")
+    if not isinstance(target, str) or not isinstance(reason, str) or not isinstance(parts, list):
+        raise Refused("malformed", f"{event.id}: metadata needs redacts, parts and reason")
+    out: list[Part] = []
+    for item in parts:
+        if not (
+            isinstance(item, dict)
+            and isinstance(item.get("part"), str)
+            and isinstance(item.get("sha256"), str)
+            and len(item["sha256"]) == 64
+        ):
+            raise Refused("malformed", f"{event.id}: each part needs part and sha256")
+        out.append(Part(item["part"], item["sha256"]))
+    if not out:
+        raise Refused("malformed", f"{event.id}: names no part to redact")
+    return Spec(target, tuple(out), reason)
+
+
+# ----------------------------------------------------------------------------- authority
+
+
+def writer_of(event: Event, ring: Keyring) -> str:
+    """The verified writer: the agent (or admin) whose key signed, else the claimed name."""
+    if event.key_id is not None:
+        record = ring.key(event.key_id)
+        if record is not None:
+            return record.agent
+    return event.from_agent
+
+
+def authority(redaction: Event, target: Event, ring: Keyring) -> str:
+    """Who redacts (the name the tombstone records); Refused("forbidden") unless it is the
+    admin or the target's verified writer. A signed target needs a signed redaction."""
+    writer = writer_of(target, ring)
+    if redaction.key_id is not None:
+        record = ring.key(redaction.key_id)
+        if record is None:
+            raise Refused("forbidden", f"{redaction.id} is signed by an unknown key")
+        if record.role == "admin" or record.agent == writer:
+            return record.agent
+        raise Refused(
+            "forbidden",
+            f"{record.agent} may not redact {target.id}: only the admin or its writer "
+            f"{writer!r} may",
+        )
+    if target.sig is not None:
+        raise Refused("forbidden", f"{target.id} is signed: only a signed redaction may redact it")
+    if redaction.from_agent in (writer, ADMIN_NAME):
+        return redaction.from_agent
+    raise Refused(
+        "forbidden",
+        f"{redaction.from_agent} may not redact {target.id}: only the admin or its writer "
+        f"{writer!r} may",
+    )
+
+
+# ----------------------------------------------------------------------------- applying
+
+
+def apply(tx: Transaction, redaction: Event, ring: Keyring) -> list[str]:
+    """Apply one `event.redact` (local or from a peer): the `redactions` rows, then the
+    target's body and blobs if the target is held. Returns the parts changed now. Raises
+    Refused (nothing written by this function) when it must not take effect."""
+    spec = spec_of(redaction)
+    target = _held(tx, spec.target_id)
+    by = writer_of(redaction, ring)  # the same name on every replica, target held or not
+    if target is not None:
+        authority(redaction, target, ring)
+        _check_parts(tx, spec, target)
+    tomb = tombstone(
+        body_sha256=next((p.sha256 for p in spec.parts if p.part == BODY), ""),
+        event_id=redaction.id,
+        by=by,
+        at=redaction.created_at,
+        reason=spec.reason,
+    )
+    rows = [
+        {
+            "redaction_id": redaction.id,
+            "part": p.part,
+            "target_id": spec.target_id,
+            "sha256": p.sha256,
+            "tombstone": tomb if p.part == BODY else None,
+            "redacted_by": by,
+            "redacted_at": redaction.created_at,
+            "reason": spec.reason,
+        }
+        for p in spec.parts
+    ]
+    if not tx.rows("redaction-held", _select_held, {"id": redaction.id}):
+        tx.ex.insert("redaction-insert", redactions, rows)
+    if target is None:
+        return []  # applied when the target arrives (`on_applied_events`)
+    return _execute(tx, target, rows)
+
+
+def _execute(tx: Transaction, target: Event, rows: list[dict[str, Any]]) -> list[str]:
+    done: list[str] = []
+    if tx.store.backend.name == "sqlite":
+        # Freed pages are zeroed, so the removed bytes do not linger in the file.
+        tx.ex.run("redaction-secure-delete", lambda: sa.text("PRAGMA secure_delete = ON"), {})
+    for row in rows:
+        if row["part"] == BODY:
+            if parse_tombstone(target.body) is None:
+                params = {"target": target.id, "tomb": row["tombstone"]}
+                tx.ex.run("redaction-body", _update_body, params)
+                done.append(BODY)
+        else:
+            tx.ex.run("redaction-blob", _update_blob, {"sha": row["sha256"], "empty": b""})
+            done.append(row["part"])
+    if BODY in done and target.correlation_id:
+        _refold_task(tx, target.correlation_id)
+    return done
+
+
+def _check_parts(tx: Transaction, spec: Spec, target: Event) -> None:
+    for part in spec.parts:
+        if part.part == BODY:
+            held = body_digest(target.body)
+            what = f"the body of {target.id}"
+        elif part.part in target.artifact_ids:
+            rows = tx.rows("redaction-art-sha", _select_art_sha, {"id": part.part})
+            held = str(rows[0][0]) if rows else ""
+            what = f"artifact {part.part}"
+        else:
+            raise Refused("malformed", f"{target.id} does not reference artifact {part.part}")
+        if held != part.sha256:
+            raise Refused(
+                "sha_mismatch",
+                f"the redaction names SHA-256 {part.sha256[:16]}… but {what} hashes to "
+                f"{held[:16]}…: a redaction removes only the content it names",
+            )
+
+
+def _refold_task(tx: Transaction, task_id: str) -> None:
+    """A task's projection copies bodies: fold it again from the (now redacted) thread."""
+    if task_rows.load(tx, task_id) is None:
+        return
+    thread = task_rows.thread(tx, task_id)
+    task = tasks.fold(thread, tx.store.task_settings)
+    if task is not None:
+        seq = max(e.seq for e in thread)
+        task_rows.save(tx, task_rows._depth(tx, task), seq, existed=True)
+
+
+def on_applied_events(tx: Transaction, applied: Sequence[Event]) -> None:
+    """The replication hook: apply the redactions among events a peer brought, and those
+    held here whose target just arrived. A refused one takes no effect (`doctor` lists it)."""
+    if not applied:
+        return
+    redacts = [e for e in applied if e.type == REDACT_TYPE]
+    waiting = _pending_for(tx, [e.id for e in applied])
+    if not redacts and not waiting:
+        return
+    ring = tx.store.identity.keyring(tx.ex, tx.store.event_select)
+    for event in redacts:
+        try:
+            apply(tx, event, ring)
+        except Refused:
+            continue
+    by_id = {e.id: e for e in applied}
+    for redaction_id in waiting:
+        redaction = _held(tx, redaction_id)
+        if redaction is None or redaction_id in by_id:
+            continue
+        try:
+            apply(tx, redaction, ring)
+        except Refused:
+            continue
+
+
+def _pending_for(tx: Transaction, target_ids: list[str]) -> list[str]:
+    """The redaction ids held here that name one of `target_ids`."""
+    out: list[str] = []
+    for n, params in in_lists(list(dict.fromkeys(target_ids))):
+
+        def build(n: int = n) -> sa.Select[Any]:
+            return sa.select(redactions.c.redaction_id).where(redactions.c.target_id.in_(binds(n)))
+
+        out += [str(r[0]) for r in tx.rows(("redaction-pending", n), build, params)]
+    return list(dict.fromkeys(out))
+
+
+def _held(tx: Transaction, ident: str) -> Event | None:
+    try:
+        return tx.find_event(ident, field="event_id")
+    except errors.NotFoundError:
+        return None
+
+
+# ----------------------------------------------------------------------------- the local write
+
+
+def event_redact(
+    store: Writes,
+    *,
+    event_id: Any,
+    reason: Any,
+    from_agent: Any = None,
+    artifact_ids: Any = None,
+    keep_body: Any = None,
+    body_sha256: Any = None,
+) -> dict[str, Any]:
+    """Redact an event's body (and/or the blobs of some of its artifacts) by appending a
+    signed `event.redact` and applying it, in one transaction. Allowed for the admin (a local
+    process with the files acts as admin) or the event's verified writer: ForbiddenError
+    otherwise; NotFoundError for an unknown event; ConflictError when `body_sha256` does not
+    match the body held (or the body is already redacted). Returns {event, target, parts}."""
+    ident = v.required_routing("event_id", event_id)
+    why = _reason(reason)
+    arts = v.artifact_ids(artifact_ids)
+    keep = v.boolean("keep_body", keep_body)
+    expect = None if body_sha256 is None else _sha("body_sha256", body_sha256)
+    if keep and not arts:
+        raise v.fail("artifact_ids", "is empty and keep_body is set: nothing to redact")
+
+    def work(tx: Transaction) -> dict[str, Any]:
+        target = tx.find_event(ident, field="event_id")
+        writer = _local_writer(tx.actor, from_agent)
+        ring = tx.store.identity.keyring(tx.ex, tx.store.event_select)
+        parts = _local_parts(tx, target, keep, arts, expect)
+        if tx.actor is not None and not tx.actor.admin and writer_of(target, ring) != writer:
+            raise errors.ForbiddenError(
+                f"{writer} may not redact {target.id}: only the admin or its writer "
+                f"{writer_of(target, ring)!r} may",
+                field="from_agent",
+            )
+        draft = tx.store.draft_event(
+            type=REDACT_TYPE,
+            stream=target.stream,
+            room=target.room,
+            topic=target.topic,
+            from_agent=writer,
+            to_agent=target.from_agent,
+            body=f"redacted {target.id}: {why}",
+            metadata={
+                "redacts": target.id,
+                "parts": [{"part": p.part, "sha256": p.sha256} for p in parts],
+                "reason": why,
+            },
+        )
+        redaction = tx.insert_event(draft)
+        try:
+            done = apply(tx, redaction, tx.store.identity.keyring(tx.ex, tx.store.event_select))
+        except Refused as exc:
+            if exc.code == "forbidden":
+                raise errors.ForbiddenError(exc.message, field="from_agent") from exc
+            raise errors.ConflictError(exc.message, field="body_sha256") from exc
+        return {"event": redaction, "target": target.id, "parts": done}
+
+    result: dict[str, Any] = store.transaction(work)
+    return result
+
+
+def _local_writer(actor: Actor | None, from_agent: Any) -> str:
+    if from_agent is not None:
+        return v.required_routing("from_agent", from_agent)
+    if actor is not None and not actor.admin and actor.agent:
+        return actor.agent
+    return ADMIN_NAME
+
+
+def _local_parts(
+    tx: Transaction, target: Event, keep: bool, arts: tuple[str, ...], expect: str | None
+) -> list[Part]:
+    parts: list[Part] = []
+    if not keep:
+        if parse_tombstone(target.body) is not None:
+            raise errors.ConflictError(
+                f"the body of {target.id} is already redacted", field="event_id", ident=target.id
+            )
+        held = hashlib.sha256(target.body.encode("utf-8")).hexdigest()
+        if expect is not None and expect != held:
+            raise errors.ConflictError(
+                f"body_sha256 {expect[:16]}… does not match the body of {target.id} "
+                f"({held[:16]}…): nothing redacted",
+                field="body_sha256",
+                ident=target.id,
+            )
+        parts.append(Part(BODY, held))
+    for aid in arts:
+        if aid not in target.artifact_ids:
+            raise v.fail("artifact_ids", f"{aid!r} is not an artifact of {target.id}")
+        rows = tx.rows("redaction-art-sha", _select_art_sha, {"id": aid})
+        parts.append(Part(aid, str(rows[0][0])))
+    return parts
+
+
+def _reason(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise v.fail("reason", "is required: say why the content is removed")
+    v._check_text("reason", value)
+    if len(value) > MAX_REASON_CHARS:
+        raise v.fail("reason", f"is {len(value)} characters; the limit is {MAX_REASON_CHARS}")
+    return value
+
+
+def _sha(field: str, value: Any) -> str:
+    if not isinstance(value, str) or len(value) != 64 or value.strip("0123456789abcdef"):
+        raise v.fail(field, "must be 64 lowercase hex characters")
+    return value
+
+
+# ----------------------------------------------------------------------------- reads
+
+
+def redaction_of_blob(conn: sa.Connection, sha256: str) -> dict[str, str] | None:
+    """{by, at, reason, event_id} of the redaction that emptied the blob `sha256`."""
+    row = conn.execute(
+        sa.select(
+            redactions.c.redacted_by,
+            redactions.c.redacted_at,
+            redactions.c.reason,
+            redactions.c.redaction_id,
+        )
+        .where(redactions.c.sha256 == sha256, redactions.c.part != BODY)
+        .order_by(redactions.c.redacted_at)
+        .limit(1)
+    ).first()
+    if row is None:
+        return None
+    return {"by": row[0], "at": row[1], "reason": row[2], "event_id": row[3]}
+
+
+def redaction_rows(conn: sa.Connection) -> Iterable[dict[str, Any]]:
+    """Every `redactions` row (doctor)."""
+    for row in conn.execute(sa.select(redactions).order_by(redactions.c.redaction_id)):
+        yield dict(row._mapping)
+
+
+def _select_held() -> sa.Select[Any]:
+    return sa.select(redactions.c.part).where(redactions.c.redaction_id == sa.bindparam("id"))
+
+
+def _select_art_sha() -> sa.Select[Any]:
+    return sa.select(artifacts.c.sha256).where(artifacts.c.id == sa.bindparam("id"))
+
+
+def _update_body() -> sa.Update:
+    return (
+        sa.update(events)
+        .where(events.c.id == sa.bindparam("target"))
+        .values(body=sa.bindparam("tomb"))
+    )
+
+
+def _update_blob() -> sa.Update:
+    return (
+        sa.update(artifact_blobs)
+        .where(artifact_blobs.c.sha256 == sa.bindparam("sha"))
+        .values(content=sa.bindparam("empty"))
+    )
