@@ -39,6 +39,7 @@ RULES: dict[str, tuple[str, ...]] = {
     "importer": (*SURFACE_LIBS, "rich"),
     "workflows": ("sqlalchemy", "backends", "engine", "schema", *SURFACE_LIBS),
     "agents": ("sqlalchemy", "backends", "engine", "schema", *SURFACE_LIBS),
+    "doctor": ("sqlalchemy", "backends", "engine", "schema", *SURFACE_LIBS),
     "backends": ("store", "replication", "importer", "sync", "watch", *SURFACE_LIBS),
     "aio": ("fastapi", "mcp", "typer", "httpx"),
     "hub_client": ("fastapi", "mcp", "typer"),

@@ -92,6 +92,22 @@ class PostgresBackend:
             return None
         return self._fast
 
+    def integrity_problems(self, conn: sa.Connection) -> list[str]:
+        """Every table of the schema read through (a damaged page or index fails the read)."""
+        from mempalace_logstream.schema import metadata
+
+        problems = []
+        for table in metadata.sorted_tables:
+            try:
+                with conn.begin_nested():
+                    conn.execute(sa.select(sa.func.count()).select_from(table)).scalar()
+            except sa.exc.DBAPIError as exc:
+                problems.append(f"{table.name}: {str(exc.orig).splitlines()[0]}")
+        return problems
+
+    def before_redaction(self) -> str | None:
+        return None
+
     def db_size(self) -> int | None:
         with self.engine.connect() as conn:
             return int(conn.execute(sa.text(_SIZE_SQL)).scalar() or 0)

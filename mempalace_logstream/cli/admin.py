@@ -6,6 +6,8 @@ Imports the engine, Alembic's runner and rich only inside the commands.
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 from mempalace_logstream import config, errors
@@ -75,3 +77,55 @@ def stats(
         for k, n in out[key].items():
             table.add_row(k, str(n))
         console.print(table)
+
+
+@app.command()
+def doctor(db: DbOpt = None, palace: PalaceOpt = None, as_json: JsonOpt = False) -> None:
+    """Check the log: integrity, blobs vs SHA-256, task projection vs fold, signatures of the
+    whole log, keyring and pin, redactions, conflicts/rejections, clock, sync estate, size.
+    Exit 0 when healthy, 1 with the findings."""
+    from mempalace_logstream import doctor as doctor_mod
+    from mempalace_logstream.cli.shared import open_store
+
+    try:
+        store = open_store(db, palace, create=False)
+        try:
+            report = doctor_mod.run(store)
+        finally:
+            store.close()
+    except errors.LogstreamError as exc:
+        raise fail(exc.message) from None
+    out = report.to_dict()
+    if as_json:
+        emit(out, True)
+    else:
+        typer.echo(_doctor_text(out))
+    if not report.healthy:
+        raise typer.Exit(1)
+
+
+def _doctor_text(out: dict[str, Any]) -> str:
+    c = out["checks"]
+    lines = ["healthy" if out["healthy"] else f"{len(out['findings'])} finding(s):"]
+    for f in out["findings"]:
+        ids = (
+            f" ({', '.join(f['ids'][:5])}{', …' if len(f['ids']) > 5 else ''})"
+            if f.get("ids")
+            else ""
+        )
+        lines.append(f"  - [{f['check']}] {f['message']}{ids}")
+    sig = c.get("signatures", {})
+    lines.append(
+        f"events {sig.get('events')}: verified {sig.get('verified')}, unverified "
+        f"{sig.get('unverified')}, refused {sig.get('refused')}, held {sig.get('held')}, "
+        f"late revoked {sig.get('late_revoked')}"
+    )
+    blobs, red = c.get("blobs", {}), c.get("redactions", {})
+    lines.append(
+        f"blobs {blobs.get('checked')} (redacted {blobs.get('redacted')}, corrupt "
+        f"{blobs.get('corrupt')}); redacted bodies {red.get('redacted_bodies')}; tasks "
+        f"{c.get('tasks', {}).get('tasks')}"
+    )
+    db = c.get("database", {})
+    lines.append(f"database {db.get('backend')}, {db.get('size_bytes')} bytes; {out['seconds']} s")
+    return "\n".join(lines)

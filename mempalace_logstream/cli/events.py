@@ -177,3 +177,48 @@ def ack(
         topic=topic,
     )
     emit(out, as_json, "Acked: " + event_line(out["event"]))
+
+
+@app.command()
+def redact(
+    event_id: Annotated[str, typer.Argument(help="The event whose content is removed.")],
+    reason: Annotated[str, typer.Option("--reason", help="Why (kept with the tombstone).")],
+    from_agent: Annotated[
+        str | None,
+        typer.Option("--from-agent", help="Who redacts: the admin (default) or its writer."),
+    ] = None,
+    artifact: Annotated[
+        list[str] | None,
+        typer.Option("--artifact", help="An artifact of the event whose bytes go too."),
+    ] = None,
+    keep_body: Annotated[
+        bool, typer.Option("--keep-body", help="Remove only the --artifact bytes.")
+    ] = False,
+    body_sha256: Annotated[
+        str | None,
+        typer.Option("--body-sha256", help="Refuse unless the body held hashes to this."),
+    ] = None,
+    db: DbOpt = None,
+    palace: PalaceOpt = None,
+    hub: HubOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Redact a leaked secret: the body (and --artifact bytes) become a tombstone on every
+    replica; the SHA-256, the signature and who/when/why stay (RFC 0008)."""
+    out = run(
+        db,
+        palace,
+        "event_redact",
+        hub,
+        token,
+        event_id=event_id,
+        reason=reason,
+        from_agent=from_agent,
+        artifact_ids=artifact or None,
+        keep_body=keep_body or None,
+        body_sha256=body_sha256,
+    )
+    emit(
+        out, as_json, f"Redacted {out['target']} ({', '.join(out['parts'])}): {out['event']['id']}"
+    )

@@ -56,7 +56,15 @@ def fail(message: str, code: int = 1, field: str | None = None) -> typer.Exit:
 # The operations that write: only their commands (and serve, mcp, migrate, sync's own log,
 # import's target) create a missing log; every other command refuses a mistyped path.
 WRITE_OPS = frozenset(
-    {"event_append", "event_ack", "artifact_put", "patch_submit", "task_create", "task_update"}
+    {
+        "event_append",
+        "event_ack",
+        "event_redact",
+        "artifact_put",
+        "patch_submit",
+        "task_create",
+        "task_update",
+    }
 )
 
 

@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
-from mempalace_logstream import aio, errors, sync
+from mempalace_logstream import aio, doctor, errors, sync
 from mempalace_logstream.http import (
     dashboard_routes,
     ops,
@@ -64,6 +64,7 @@ def create_app(
     app.state.store = store
     app.state.settings = settings
     app.state.feed = aio.Feed(store)
+    app.state.integrity = None  # the integrity check run at startup (`/healthz` shows it)
     for exc_class, handler in EXCEPTION_HANDLERS.items():
         app.add_exception_handler(exc_class, handler)
     app.add_middleware(HubGuard, settings=settings, store=store)
@@ -91,6 +92,10 @@ def _lifespan(
         async with AsyncExitStack() as stack:
             sweeper = asyncio.ensure_future(aio.sweep_presence(presence))
             stack.push_async_callback(_cancel, sweeper)
+            # The database's own integrity check, once per start: `/healthz` is not green
+            # while it failed (`logstream doctor` runs every check).
+            store = _app.state.store
+            _app.state.integrity = await anyio.to_thread.run_sync(doctor.integrity_only, store)
             for m in mounts:
                 if m.lifespan is not None:
                     await stack.enter_async_context(m.lifespan())
@@ -112,10 +117,16 @@ async def _stop_in_thread(sync_loop: sync.SyncLoop) -> None:
     await anyio.to_thread.run_sync(sync_loop.stop)
 
 
-async def healthz(request: Request) -> dict[str, Any]:
-    """Liveness; needs no token."""
+async def healthz(request: Request) -> Any:
+    """Liveness and the startup integrity check; needs no token. 503 when the check failed."""
     store: LogStore = request.app.state.store
-    return {"ok": True, "replica_id": store.replica_id}
+    report: doctor.Report | None = request.app.state.integrity
+    if report is not None and not report.healthy:
+        problems = report.checks["integrity"]["problems"]
+        body = {"ok": False, "replica_id": store.replica_id, "integrity": problems}
+        return JSONResponse(body, status_code=503)
+    checked = "unchecked" if report is None else "ok"
+    return {"ok": True, "replica_id": store.replica_id, "integrity": checked}
 
 
 # --------------------------------------------------------------------------- error handlers

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from mempalace_logstream import errors, tasks
+from mempalace_logstream import errors
 from mempalace_logstream import validation as v
 from mempalace_logstream.backends.base import binds, in_lists
 from mempalace_logstream.identity.actor import ADMIN_NAME, Actor
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 REDACT_TYPE = "event.redact"
 BODY = "body"  # the `part` of a body redaction; any other part is an artifact id
-MAX_REASON_CHARS = 2000
+MAX_REASON_BYTES = 4096
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 
@@ -161,9 +161,9 @@ def apply(tx: Transaction, redaction: Event, ring: Keyring) -> list[str]:
 
 def _execute(tx: Transaction, target: Event, rows: list[dict[str, Any]]) -> list[str]:
     done: list[str] = []
-    if tx.store.backend.name == "sqlite":
-        # Freed pages are zeroed, so the removed bytes do not linger in the file.
-        tx.ex.run("redaction-secure-delete", lambda: sa.text("PRAGMA secure_delete = ON"), {})
+    pragma = tx.store.backend.before_redaction()
+    if pragma is not None:  # e.g. SQLite zeroes freed pages: no removed bytes linger
+        tx.ex.run("redaction-before", lambda: sa.text(pragma), {})
     for row in rows:
         if row["part"] == BODY:
             if parse_tombstone(target.body) is None:
@@ -201,11 +201,9 @@ def _refold_task(tx: Transaction, task_id: str) -> None:
     """A task's projection copies bodies: fold it again from the (now redacted) thread."""
     if task_rows.load(tx, task_id) is None:
         return
-    thread = task_rows.thread(tx, task_id)
-    task = tasks.fold(thread, tx.store.task_settings)
+    task, seq = task_rows.refold(tx, task_id)
     if task is not None:
-        seq = max(e.seq for e in thread)
-        task_rows.save(tx, task_rows._depth(tx, task), seq, existed=True)
+        task_rows.save(tx, task, seq, existed=True)
 
 
 def on_applied_events(tx: Transaction, applied: Sequence[Event]) -> None:
@@ -354,10 +352,7 @@ def _local_parts(
 def _reason(value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise v.fail("reason", "is required: say why the content is removed")
-    v._check_text("reason", value)
-    if len(value) > MAX_REASON_CHARS:
-        raise v.fail("reason", f"is {len(value)} characters; the limit is {MAX_REASON_CHARS}")
-    return value
+    return v.body(value, MAX_REASON_BYTES, field="reason")
 
 
 def _sha(field: str, value: Any) -> str:

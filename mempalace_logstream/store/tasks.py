@@ -151,6 +151,16 @@ def _checked_depth(tx: Transaction, parent_id: str | None, settings: TaskSetting
     return depth
 
 
+def refold(tx: Transaction, task_id: str) -> tuple[Task | None, int]:
+    """The task folded from its thread as it is stored now, with its depth, and the seq of
+    its newest event (redaction re-folds a task; doctor compares with the stored row)."""
+    thread_events = thread(tx, task_id)
+    task = tasks.fold(thread_events, tx.store.task_settings)
+    if task is None:
+        return None, 0
+    return _depth(tx, task), max(e.seq for e in thread_events)
+
+
 def _depth(tx: Transaction, task: Task) -> Task:
     """`task` with its depth from its parent's row (peer events, rebuilds: no limits)."""
     if task.parent_task_id is None:

@@ -1,0 +1,242 @@
+"""`logstream doctor` (RFC 0008 "Doctor"): one pass over a log that says whether it is healthy.
+
+Checks: the database's integrity check, stored blob bytes against their SHA-256, the task
+projection against the fold, the signatures of the whole log (verified / unverified / refused /
+held, and stored events that read false now: late revocations), the keyring's refused key
+events, the admin pin, redactions (tombstones no redaction names, redactions not applied),
+outstanding conflicts and rejections, clock anomalies, the sync estate and the database size.
+
+`run(store)` returns a `Report`: `healthy` is False when any finding was made; surfaces print
+`to_dict()` and exit 1 then. The scans are the store's (store/health.py), chunked over the log.
+The hub runs `integrity_only` at startup and keeps it: its `/healthz` answers 503 while the
+database's integrity check failed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from mempalace_logstream import replication
+from mempalace_logstream.identity.actor import ADMIN_NAME
+from mempalace_logstream.store import LogStore
+from mempalace_logstream.store import health as health_mod
+
+# Sync rejection reasons that are verdict codes (RFC 0008): refused, or held for a later key.
+REFUSED_CODES = (
+    "bad_signature",
+    "revoked_key",
+    "wrong_agent",
+    "unsigned_required",
+    "not_admin",
+    "malformed",
+)
+HELD_CODE = "unknown_key"
+
+
+@dataclass
+class Finding:
+    check: str
+    message: str
+    ids: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"check": self.check, "message": self.message}
+        if self.ids:
+            out["ids"] = self.ids[: health_mod.LIST_MAX]
+        return out
+
+
+@dataclass
+class Report:
+    checks: dict[str, Any] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def healthy(self) -> bool:
+        return not self.findings
+
+    def add(self, check: str, message: str, ids: list[str] | None = None) -> None:
+        self.findings.append(Finding(check, message, list(ids or [])))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "healthy": self.healthy,
+            "findings": [f.to_dict() for f in self.findings],
+            "checks": self.checks,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def integrity_only(store: LogStore) -> Report:
+    """The database's integrity check alone (the hub runs it at startup)."""
+    report = Report()
+    started = time.monotonic()
+    _integrity(store, report)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def run(store: LogStore) -> Report:
+    """Every check; never raises for what it finds (a failing check is a finding)."""
+    report = Report()
+    started = time.monotonic()
+    _integrity(store, report)
+    for check in (_blobs, _projection, _signatures, _sync):
+        try:
+            check(store, report)
+        except Exception as exc:  # a check that cannot run is itself a finding
+            report.add(check.__name__.lstrip("_"), f"could not run: {exc}")
+    report.checks["database"] = {
+        "backend": store.backend.name,
+        "size_bytes": store.backend.db_size(),
+    }
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _integrity(store: LogStore, report: Report) -> None:
+    try:
+        problems = health_mod.integrity(store)
+    except Exception as exc:
+        problems = [f"the check could not run: {exc}"]
+    report.checks["integrity"] = {"ok": not problems, "problems": problems[:20]}
+    if problems:
+        report.add("integrity", f"the database's integrity check failed: {problems[0]}")
+
+
+def _blobs(store: LogStore, report: Report) -> None:
+    found = health_mod.blobs(store)
+    report.checks["blobs"] = {
+        "checked": found.checked,
+        "redacted": found.redacted,
+        "corrupt": len(found.corrupt),
+        "emptied_without_redaction": len(found.unattested),
+    }
+    if found.corrupt:
+        report.add(
+            "blobs",
+            f"{len(found.corrupt)} artifact blob(s) do not hash to their SHA-256 (corrupt: "
+            "restore from a backup or a replica)",
+            found.corrupt,
+        )
+    if found.unattested:
+        report.add(
+            "blobs",
+            f"{len(found.unattested)} blob(s) are empty but no redaction held here names them "
+            "(a peer sent them redacted; the redaction may still arrive by sync)",
+            found.unattested,
+        )
+
+
+def _projection(store: LogStore, report: Report) -> None:
+    found = health_mod.projection(store)
+    report.checks["tasks"] = {
+        "tasks": found.tasks,
+        "differ": len(found.differ),
+        "missing": len(found.missing),
+        "extra": len(found.extra),
+    }
+    bad = found.differ + found.missing + found.extra
+    if bad:
+        report.add(
+            "tasks",
+            f"the task projection differs from the fold of the log for {len(bad)} task(s) "
+            "(rebuild it from the log: nothing in the log is lost)",
+            bad,
+        )
+
+
+def _signatures(store: LogStore, report: Report) -> None:
+    found, ring = health_mod.signatures(store)
+    counts = replication.counts(store)
+    by_reason = _rejections_by_reason(store)
+    refused = sum(n for code, n in by_reason.items() if code in REFUSED_CODES)
+    held = by_reason.get(HELD_CODE, 0)
+    report.checks["signatures"] = {
+        "events": found.events,
+        "verified": found.verified,
+        "unverified": found.unverified,
+        "refused": refused,
+        "held": held,
+        "read_false": len(found.reads_false),
+        "read_false_codes": dict(found.codes),
+        "late_revoked": len(found.late_revoked),
+    }
+    report.checks["redactions"] = {
+        "redacted_bodies": found.redacted,
+        "tombstones_without_redaction": len(found.unattested_tombstones),
+        "not_applied": len(found.redactions_not_applied),
+    }
+    if found.late_revoked:
+        report.add(
+            "signatures",
+            f"{len(found.late_revoked)} stored event(s) are signed by a key revoked at an "
+            "HLC before theirs (received before the revocation arrived, or backdated)",
+            found.late_revoked,
+        )
+    other = [i for i in found.reads_false if i not in set(found.late_revoked)]
+    if other:
+        report.add(
+            "signatures",
+            f"{len(other)} stored event(s) no longer verify ({dict(found.codes)}): changed "
+            "behind the API?",
+            other,
+        )
+    if found.unattested_tombstones:
+        report.add(
+            "redactions",
+            f"{len(found.unattested_tombstones)} body(ies) are tombstones no redaction held "
+            "here names",
+            found.unattested_tombstones,
+        )
+    if found.redactions_not_applied:
+        report.add(
+            "redactions",
+            f"{len(found.redactions_not_applied)} redaction(s) whose target is held did not "
+            "take effect (refused: not the admin or the writer, or a SHA-256 that does not match)",
+            found.redactions_not_applied,
+        )
+    _keyring(store, ring, report)
+    report.checks["sync_counts"] = counts
+
+
+def _keyring(store: LogStore, ring: Any, report: Report) -> None:
+    pins = store.pinned_admins()
+    records = ring.records()
+    admin_keys = [r.key_id for r in records if r.role == "admin"]
+    held = store.identity.pairs().get(ADMIN_NAME)
+    refused = [r.event_id for r in ring.refused]
+    report.checks["keyring"] = {
+        "keys": len(records),
+        "refused_key_events": len(refused),
+        "pinned_admins": pins,
+        "admin_key_present": held is not None and held.key_id in pins,
+    }
+    if refused:
+        report.add("keyring", f"{len(refused)} key event(s) refused by the keyring", refused)
+    if records and not pins:
+        report.add("pin", "the log has keys but no admin key is pinned here (`agent trust`)")
+    elif pins and not any(k in pins for k in admin_keys):
+        report.add("pin", "no pinned admin key is in the log's keyring")
+
+
+def _sync(store: LogStore, report: Report) -> None:
+    counts = report.checks.get("sync_counts") or replication.counts(store)
+    report.checks.pop("sync_counts", None)
+    estate = replication.estate_rows(store)
+    report.checks["sync"] = {**counts, "peers": estate}
+    if counts.get("conflicts"):
+        report.add("sync", f"{counts['conflicts']} sync conflict(s) outstanding")
+    if counts.get("rejections"):
+        report.add("sync", f"{counts['rejections']} sync rejection(s) outstanding")
+    if counts.get("clock_anomalies"):
+        report.add("clock", f"{counts['clock_anomalies']} event(s) stamped more than 60 s ahead")
+    if counts.get("sequence_anomalies"):
+        report.add("sync", f"{counts['sequence_anomalies']} sequence anomaly(ies) outstanding")
+
+
+def _rejections_by_reason(store: LogStore) -> dict[str, int]:
+    return health_mod.rejections_by_reason(store)

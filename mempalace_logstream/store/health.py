@@ -1,0 +1,264 @@
+"""What `logstream doctor` reads (RFC 0008 "Doctor"): the database's own integrity check, the
+stored blobs against their SHA-256, the task projection against the fold, the signatures of the
+whole log and the redactions. Every scan walks the log in chunks of `CHUNK` rows by key (one
+short read snapshot each), so memory stays bounded on a log of any size.
+
+The verdicts and the fold are the pure cores'; this module only feeds them rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from mempalace_logstream.identity.keyring import Keyring
+from mempalace_logstream.identity.verdict import verdict
+from mempalace_logstream.models import TOMBSTONE_PREFIX, Event, parse_tombstone
+from mempalace_logstream.schema import artifact_blobs, events, redactions, sync_rejections
+from mempalace_logstream.schema import tasks as tasks_table
+from mempalace_logstream.store import tasks as task_rows
+from mempalace_logstream.store.identity import artifact_sha256s
+from mempalace_logstream.store.redaction import BODY, REDACT_TYPE, Refused, spec_of
+from mempalace_logstream.store.rows import events_from_rows
+from mempalace_logstream.tasks.model import REQUEST_TYPE
+
+if TYPE_CHECKING:
+    from mempalace_logstream.store.core import LogStore
+    from mempalace_logstream.store.writes import Transaction
+
+CHUNK = 5000
+LIST_MAX = 20  # ids listed per finding (the counts are exact)
+
+
+def integrity(store: LogStore) -> list[str]:
+    """The database's own check (the backend's: `PRAGMA integrity_check` on SQLite, every
+    table read through on PostgreSQL). Returns the problems (empty when healthy)."""
+    with store.connect() as conn:
+        return store.backend.integrity_problems(conn)
+
+
+@dataclass
+class BlobReport:
+    checked: int = 0
+    redacted: int = 0
+    corrupt: list[str] = field(default_factory=list)  # sha256 of blobs whose bytes differ
+    unattested: list[str] = field(default_factory=list)  # emptied, no redaction names it
+
+
+def blobs(store: LogStore) -> BlobReport:
+    """Every stored blob re-hashed (in chunks by sha256)."""
+    out = BlobReport()
+    named = _redacted_blob_shas(store)
+    after = ""
+    while True:
+        with store.connect() as conn:
+            rows = conn.execute(
+                sa.select(artifact_blobs.c.sha256, artifact_blobs.c.content)
+                .where(artifact_blobs.c.sha256 > after)
+                .order_by(artifact_blobs.c.sha256)
+                .limit(CHUNK // 10)
+            ).all()
+        if not rows:
+            return out
+        for sha, content in rows:
+            out.checked += 1
+            data = bytes(content)
+            if hashlib.sha256(data).hexdigest() == sha:
+                continue
+            if not data and sha in named:
+                out.redacted += 1
+            elif not data:
+                out.unattested.append(sha)
+            else:
+                out.corrupt.append(sha)
+        after = rows[-1][0]
+
+
+def _redacted_blob_shas(store: LogStore) -> set[str]:
+    with store.connect() as conn:
+        q = sa.select(redactions.c.sha256).where(redactions.c.part != BODY).distinct()
+        return {str(r[0]) for r in conn.execute(q)}
+
+
+@dataclass
+class ProjectionReport:
+    tasks: int = 0
+    differ: list[str] = field(default_factory=list)  # task ids whose row is not the fold's
+    missing: list[str] = field(default_factory=list)  # folded tasks without a row
+    extra: list[str] = field(default_factory=list)  # rows the fold does not produce
+
+
+_COMPARED = ("state", "requester", "to_agent", "assignee", "stream", "parent_task_id")
+
+
+def projection(store: LogStore) -> ProjectionReport:
+    """The task rows against `tasks.fold` of each thread (the rebuild's logic, nothing
+    written: it runs in a write transaction only to read one consistent state)."""
+
+    def work(tx: Transaction) -> ProjectionReport:
+        out = ProjectionReport()
+        stored = {
+            str(r[0]): r
+            for r in tx.rows(
+                "doctor-task-rows",
+                lambda: sa.select(tasks_table.c.task_id, tasks_table.c.doc_json, *_cols()),
+                {},
+            )
+        }
+        ids = tx.rows(
+            "doctor-task-ids",
+            lambda: (
+                sa.select(events.c.correlation_id)
+                .where(events.c.type == REQUEST_TYPE, events.c.correlation_id.is_not(None))
+                .distinct()
+            ),
+            {},
+        )
+        folded: set[str] = set()
+        for (task_id,) in ids:
+            task, _seq = task_rows.refold(tx, task_id)
+            if task is None:
+                continue
+            folded.add(task_id)
+            want = task_rows.to_row(task, 0)
+            have = stored.get(task_id)
+            if have is None:
+                out.missing.append(task_id)
+            elif want["doc_json"] != have[1] or any(
+                want[c] != have[2 + i] for i, c in enumerate(_COMPARED)
+            ):
+                out.differ.append(task_id)
+        out.tasks = len(folded)
+        out.extra = sorted(set(stored) - folded)
+        return out
+
+    result: ProjectionReport = store.transaction(work)
+    return result
+
+
+def _cols() -> list[sa.Column[Any]]:
+    return [tasks_table.c[c] for c in _COMPARED]
+
+
+@dataclass
+class SignatureReport:
+    events: int = 0
+    verified: int = 0
+    unverified: int = 0  # unsigned (null)
+    reads_false: list[str] = field(default_factory=list)  # stored, but false now
+    codes: Counter[str] = field(default_factory=Counter)  # the codes of those
+    late_revoked: list[str] = field(default_factory=list)
+    redacted: int = 0
+    unattested_tombstones: list[str] = field(default_factory=list)
+    redactions_not_applied: list[str] = field(default_factory=list)
+
+
+def chunks(store: LogStore) -> Iterator[list[Event]]:
+    """The whole log in seq order, CHUNK events at a time (one read snapshot each)."""
+    after = 0
+    while True:
+        with store.snapshot() as ex:
+            rows = ex.rows(
+                "doctor-chunk",
+                lambda: (
+                    store.event_select(events.c.seq > sa.bindparam("after"))
+                    .order_by(events.c.seq)
+                    .limit(sa.bindparam("n"))
+                ),
+                {"after": after, "n": CHUNK},
+            )
+        if not rows:
+            return
+        batch = events_from_rows(rows)
+        yield batch
+        after = batch[-1].seq
+
+
+def signatures(store: LogStore) -> tuple[SignatureReport, Keyring]:
+    """Every stored event judged again with the keyring as it stands now: a signed event that
+    reads false was stored before its key's revocation reached this replica (late revocation,
+    or the row changed behind the API). Also checks tombstones against their redactions."""
+    out = SignatureReport()
+    with store.snapshot() as ex:
+        ring = store.identity.keyring(ex, store.event_select)
+    anyone_signs = bool(ring.records())  # else an unsigned event needs no verdict work
+    for batch in chunks(store):
+        tombs: list[Event] = []
+        redacts: list[Event] = []
+        shas: dict[str, str] = {}
+        linked = [a for e in batch if e.sig is not None for a in e.artifact_ids]
+        if linked:
+            with store.snapshot() as ex:
+                shas = artifact_sha256s(ex, linked)
+        for event in batch:
+            out.events += 1
+            if event.body.startswith(TOMBSTONE_PREFIX):
+                tombs.append(event)
+            if event.type == REDACT_TYPE:
+                redacts.append(event)
+            if event.sig is None and not anyone_signs:
+                out.unverified += 1
+                continue
+            judged = verdict(event, event.sig, event.key_id, ring, artifact_sha256s=shas)
+            if judged.verified is True:
+                out.verified += 1
+            elif judged.verified is None:
+                out.unverified += 1
+            else:
+                out.codes[judged.code] += 1
+                out.reads_false.append(event.id)
+                if judged.code == "revoked_key":
+                    out.late_revoked.append(event.id)
+        _check_tombstones(store, tombs, out)
+        _check_redactions(store, redacts, out)
+    return out, ring
+
+
+def _check_tombstones(store: LogStore, tombs: list[Event], out: SignatureReport) -> None:
+    if not tombs:
+        return
+    with store.connect() as conn:
+        rows = conn.execute(
+            sa.select(redactions.c.target_id, redactions.c.tombstone).where(
+                redactions.c.target_id.in_([e.id for e in tombs]), redactions.c.part == BODY
+            )
+        ).all()
+    named = {(str(r[0]), r[1]) for r in rows}
+    for event in tombs:
+        if parse_tombstone(event.body) is None:
+            continue
+        out.redacted += 1
+        if (event.id, event.body) not in named:
+            out.unattested_tombstones.append(event.id)
+
+
+def _check_redactions(store: LogStore, redacts: list[Event], out: SignatureReport) -> None:
+    """Each `event.redact` whose target is held must have taken effect."""
+    for redaction in redacts:
+        try:
+            spec = spec_of(redaction)
+        except Refused:
+            out.redactions_not_applied.append(redaction.id)
+            continue
+        try:
+            target = store.event_get(spec.target_id)
+        except Exception:
+            continue  # the target is not held (yet): applied when it arrives
+        if any(p.part == BODY for p in spec.parts) and parse_tombstone(target.body) is None:
+            out.redactions_not_applied.append(redaction.id)
+
+
+def rejections_by_reason(store: LogStore) -> dict[str, int]:
+    """Outstanding sync rejections of events, by reason (verdict codes among them)."""
+    with store.connect() as conn:
+        rows = conn.execute(
+            sa.select(sync_rejections.c.reason, sa.func.count())
+            .where(sync_rejections.c.kind == "event")
+            .group_by(sync_rejections.c.reason)
+        ).all()
+    return {str(r[0]): int(r[1]) for r in rows}
