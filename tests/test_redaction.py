@@ -1,0 +1,238 @@
+"""Redaction (RFC 0008 "Redaction", issue 12): the content is gone on every replica after sync
+(event bodies and artifact blobs, also after a restart), the event still verifies, refused
+redactions write nothing, the database refuses any other change. SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from mempalace_logstream import agents, doctor, errors, replication, sync
+from mempalace_logstream.identity.actor import Actor, acting_as
+from mempalace_logstream.models import parse_tombstone
+from mempalace_logstream.store import LogStore
+from tests.hubkit import live_hub
+
+SECRET = "AKIA-SECRET-7f3e9a"
+
+
+@pytest.fixture
+def store(store: LogStore, tmp_path: Path) -> LogStore:
+    """The contract store (SQLite file or PostgreSQL) with its own keys directory."""
+    store.identity.keys_dir = tmp_path / "keys"
+    store.identity.reload_keys()
+    return store
+
+
+def _replica(tmp_path: Path, name: str, pins: list[str]) -> LogStore:
+    out = LogStore.open(str(tmp_path / name / "log.sqlite3"))
+    for key_id in pins:
+        out.pin_admin(key_id)
+    return out
+
+
+def _leak(store: LogStore, who: str = "alice") -> tuple[str, str]:
+    art = store.artifact_put(kind="note", content=f"token={SECRET}", created_by=who)
+    event = store.event_append(
+        type="note",
+        stream="s",
+        room="r",
+        from_agent=who,
+        body=f"the key is {SECRET}",
+        artifact_ids=[art.id],
+    )
+    return event.id, art.id
+
+
+def _secret_in_database(store: LogStore) -> bool:
+    """Whether the secret's bytes are anywhere in the database: the file (and WAL) of a
+    SQLite store, the tables of a PostgreSQL one."""
+    if store.backend.name == "sqlite":
+        path = Path(store.engine.url.database or "")
+        files = [p for p in path.parent.glob(path.name + "*") if p.is_file()]
+        return any(SECRET.encode() in p.read_bytes() for p in files)
+    with store.connect() as conn:
+        like = {"s": f"%{SECRET}%"}
+        bodies = conn.execute(sa.text("SELECT count(*) FROM events WHERE body LIKE :s"), like)
+        in_bodies = bool(bodies.scalar())
+        blobs = conn.execute(sa.text("SELECT content FROM artifact_blobs")).all()
+        in_blobs = any(SECRET.encode() in bytes(r[0]) for r in blobs)
+        tasks = conn.execute(sa.text("SELECT count(*) FROM tasks WHERE doc_json LIKE :s"), like)
+        return in_bodies or in_blobs or bool(tasks.scalar())
+
+
+def _reopen(store: LogStore, tmp_path: Path) -> LogStore:
+    url = store.engine.url.render_as_string(hide_password=False)
+    store.close()
+    again = LogStore.open(url)
+    again.identity.keys_dir = tmp_path / "keys"
+    again.identity.reload_keys()
+    return again
+
+
+def test_redaction_removes_the_content_on_every_replica_and_still_verifies(
+    store: LogStore, tmp_path: Path
+) -> None:
+    agents.add(store, "alice")
+    pins = store.pinned_admins()
+    event_id, art_id = _leak(store)
+    b = _replica(tmp_path, "b", pins)
+    sync.sync_with_peer(b, sync.LocalPeer(store))
+    assert SECRET in b.event_get(event_id).body
+
+    out = store.event_redact(event_id=event_id, reason="leaked AWS key", artifact_ids=[art_id])
+    assert out["parts"] == ["body", art_id]
+    assert out["event"].type == "event.redact" and out["event"].verified is True
+    got = store.event_get(event_id)
+    assert SECRET not in got.body and got.verified is True
+    assert got.to_dict()["redacted"] == {
+        "by": "admin",
+        "at": out["event"].created_at,
+        "reason": "leaked AWS key",
+        "event_id": out["event"].id,
+    }
+    tomb = parse_tombstone(got.body)
+    assert tomb is not None
+    assert tomb["body_sha256"] == hashlib.sha256(f"the key is {SECRET}".encode()).hexdigest()
+    art = store.artifact_get(art_id)
+    assert art.content == b"" and art.redacted is not None
+    assert art.sha256 == hashlib.sha256(f"token={SECRET}".encode()).hexdigest()
+
+    # B already held the content: the redaction arrives by sync and removes it there too.
+    # C is new: it gets the redacted event and the emptied blob, and they verify.
+    sync.sync_with_peer(b, sync.LocalPeer(store))
+    c = _replica(tmp_path, "c", pins)
+    result = sync.sync_with_peer(c, sync.LocalPeer(b))
+    assert result["rejected_count"] == 0 and result["conflict_count"] == 0
+    for replica in (b, c):
+        seen = replica.event_get(event_id)
+        assert seen.redacted is not None and seen.verified is True
+        assert replica.artifact_get(art_id).redacted is not None
+        report = doctor.run(replica)
+        assert report.healthy, report.to_dict()["findings"]
+        assert report.checks["redactions"]["redacted_bodies"] == 1
+        assert report.checks["blobs"]["redacted"] == 1
+        assert report.checks["signatures"]["read_false"] == 0
+    report = doctor.run(store)
+    assert report.healthy and report.checks["signatures"]["verified"] >= 3
+    # And after a restart, the bytes are gone from the database itself.
+    b.close()
+    c.close()
+    store = _reopen(store, tmp_path)
+    try:
+        assert not _secret_in_database(store)
+        assert store.event_get(event_id).verified is True
+    finally:
+        store.close()
+    for name in ("b", "c"):
+        again = LogStore.open(str(tmp_path / name / "log.sqlite3"))
+        assert not _secret_in_database(again)
+        again.close()
+
+
+def test_a_redaction_that_arrives_before_its_target_applies_when_it_comes(
+    store: LogStore, tmp_path: Path
+) -> None:
+    event_id, _art = _leak(store, "bob")
+    b = _replica(tmp_path, "b", [])
+    sync.sync_with_peer(b, sync.LocalPeer(store))
+    out = b.event_redact(event_id=event_id, reason="oops")
+    c = _replica(tmp_path, "c", [])
+    # C gets the redaction first (from B), then the original body from the first replica.
+    applied = replication.apply_remote_events(c, [out["event"].to_dict()], peer="b")
+    assert applied.applied_events == 1
+    sync.sync_with_peer(c, sync.LocalPeer(store))
+    assert c.event_get(event_id).redacted == b.event_get(event_id).redacted
+    assert not _secret_in_database(c) or c.artifact_get(_art).content  # the blob was not named
+    assert SECRET not in c.event_get(event_id).body
+    assert doctor.run(c).healthy
+    b.close()
+    c.close()
+
+
+def _counts(store: LogStore) -> tuple[int, int]:
+    with store.connect() as conn:
+        events = conn.execute(sa.text("SELECT count(*) FROM events")).scalar()
+        rows = conn.execute(sa.text("SELECT count(*) FROM redactions")).scalar()
+    return int(events or 0), int(rows or 0)
+
+
+def test_refused_redactions_write_nothing(store: LogStore) -> None:
+    agents.add(store, "alice")
+    agents.add(store, "bob")
+    event_id, _ = _leak(store, "alice")
+    before = _counts(store)
+    with acting_as(Actor(agent="bob")), pytest.raises(errors.ForbiddenError) as info:
+        store.event_redact(event_id=event_id, reason="not mine")
+    assert info.value.field == "from_agent"
+    with pytest.raises(errors.ConflictError) as wrong:
+        store.event_redact(event_id=event_id, reason="x", body_sha256="0" * 64)
+    assert wrong.value.field == "body_sha256"
+    with pytest.raises(errors.NotFoundError) as unknown:
+        store.event_redact(event_id="evt_20261202T000000_00000000000000000000", reason="x")
+    assert unknown.value.field == "event_id"
+    with pytest.raises(errors.ValidationError) as no_reason:
+        store.event_redact(event_id=event_id, reason="  ")
+    assert no_reason.value.field == "reason"
+    assert _counts(store) == before
+    assert SECRET in store.event_get(event_id).body
+    # The writer itself may: alice's own key signs the redaction.
+    with acting_as(Actor(agent="alice")):
+        out = store.event_redact(event_id=event_id, reason="mine", body_sha256=None)
+    assert out["event"].from_agent == "alice" and out["event"].verified is True
+    assert store.event_get(event_id).redacted["by"] == "alice"  # type: ignore[index]
+
+
+def test_the_database_refuses_every_other_change(store: LogStore) -> None:
+    event_id, art_id = _leak(store, "bob")
+    out = store.event_redact(event_id=event_id, reason="r", artifact_ids=[art_id])
+    for sql in (
+        "UPDATE events SET body = 'changed'",
+        f"UPDATE events SET body = 'x' WHERE id = '{event_id}'",
+        f"UPDATE events SET room = 'elsewhere' WHERE id = '{event_id}'",
+        f"UPDATE events SET body = 'x' WHERE id = '{out['event'].id}'",
+        "UPDATE artifact_blobs SET content = :raw",
+        "UPDATE artifact_blobs SET size_bytes = size_bytes + 1",
+        "UPDATE redactions SET reason = 'other'",
+        "DELETE FROM redactions",
+        "DELETE FROM events",
+    ):
+        with pytest.raises((sa.exc.DBAPIError, errors.StorageError), match="append-only"):
+            with store.connect() as conn, conn.begin():
+                conn.execute(sa.text(sql), {"raw": b"\x00"} if ":raw" in sql else {})
+
+
+def test_a_tombstone_is_not_a_body_anyone_may_write(store: LogStore) -> None:
+    event_id, _ = _leak(store, "bob")
+    store.event_redact(event_id=event_id, reason="r")
+    tomb = store.event_get(event_id).body
+    with pytest.raises(errors.ValidationError) as info:
+        store.event_append(type="note", stream="s", room="r", from_agent="bob", body=tomb)
+    assert info.value.field == "body"
+    with pytest.raises(errors.ConflictError):
+        store.event_redact(event_id=event_id, reason="again")
+
+
+def test_redaction_over_http_and_the_wrong_writer_is_403(tmp_path: Path) -> None:
+    with live_hub(tmp_path) as hub:
+        agents.add(hub.store, "alice")
+        event_id, _ = _leak(hub.store, "alice")
+        before = _counts(hub.store)
+        with httpx.Client(base_url=hub.url, timeout=30) as client:
+            bad = client.post(
+                "/v1/event_redact",
+                json={"event_id": event_id, "reason": "r", "from_agent": "mallory"},
+            )
+            assert bad.status_code == 403, bad.text
+            missing = client.post("/v1/event_redact", json={"event_id": "evt_nope", "reason": "r"})
+            assert missing.status_code == 404
+            assert _counts(hub.store) == before
+            ok = client.post("/v1/event_redact", json={"event_id": event_id, "reason": "r"})
+            assert ok.status_code == 200, ok.text
+            assert ok.json()["parts"] == ["body"]
+            got = client.get(f"/v1/events/{event_id}").json()["event"]
+            assert got["redacted"]["reason"] == "r" and got["verified"] is True
