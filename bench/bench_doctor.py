@@ -1,0 +1,107 @@
+"""`logstream doctor` on a large log (issue 12): wall time and peak RSS of one full run.
+
+The log is the store benchmark's synthetic file (`bench_store.ours_log`: `--events` events
+bulk-loaded straight into our schema, cached between runs). Doctor runs in a child process,
+so its peak RSS is doctor's own (plus the interpreter and the package), not the builder's.
+Never a test: nothing here asserts a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as `python bench/bench_doctor.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import bench_store, common  # noqa: E402
+
+BENCH = "doctor"
+
+
+def child(path: str) -> None:
+    """Open the log, run every check once, print {seconds, rss} as JSON."""
+    from mempalace_logstream import doctor
+    from mempalace_logstream.store import LogStore
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    store = LogStore.open(path, create=False)
+    try:
+        t0 = time.perf_counter()
+        report = doctor.run(store)
+        wall = time.perf_counter() - t0
+    finally:
+        store.close()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    out = {
+        "seconds": wall,
+        "peak_rss_kib": peak,
+        "rss_before_kib": before,
+        "healthy": report.healthy,
+        "events": report.checks["signatures"]["events"],
+        "findings": [f.message for f in report.findings],
+    }
+    print(json.dumps(out))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--reps", type=int, default=1)
+    parser.add_argument("--cache", default=None, help="where the built log is kept")
+    parser.add_argument("--rebuild", action="store_true")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        child(args.child)
+        return 0
+    common.ensure_repo_on_path()
+    path = bench_store.ours_log(args.events, common.cache_dir(args.cache), args.rebuild)
+    # The file is bulk-loaded past the store: derive its task projection once (as a migration
+    # of an older log does), so doctor compares a real projection, not an empty one.
+    from mempalace_logstream.store import LogStore
+
+    with LogStore.open(str(path)) as store:
+        t0 = time.perf_counter()
+        tasks = store.rebuild_tasks()
+        print(f"task projection rebuilt: {tasks:,} tasks in {time.perf_counter() - t0:.1f} s")
+    size = sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
+    runs = []
+    for _ in range(args.reps):
+        proc = subprocess.run(
+            [sys.executable, __file__, "--child", str(path)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    best = min(runs, key=lambda r: r["seconds"])
+    rows = [
+        [
+            f"{best['events']:,}",
+            f"{size / 1e9:.2f} GB",
+            f"{best['seconds']:.1f} s",
+            f"{best['peak_rss_kib'] / 1024:.0f} MiB",
+            f"{best['rss_before_kib'] / 1024:.0f} MiB",
+            "yes" if best["healthy"] else "no",
+        ]
+    ]
+    common.print_table(
+        f"doctor on {args.events:,} events (best of {args.reps})",
+        ["events", "file", "wall", "peak RSS", "RSS after imports", "healthy"],
+        rows,
+    )
+    if best["findings"]:
+        print("findings:", "; ".join(best["findings"]))
+    print(common.machine_line())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
