@@ -44,6 +44,7 @@ READ_TOOLS = {
 WRITE_TOOLS = {
     "mempalace_event_append",
     "mempalace_event_ack",
+    "mempalace_event_redact",
     "mempalace_artifact_put",
     "mempalace_patch_submit",
     "mempalace_task_create",
