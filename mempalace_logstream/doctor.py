@@ -83,12 +83,16 @@ def run(store: LogStore) -> Report:
     """Every check; never raises for what it finds (a failing check is a finding)."""
     report = Report()
     started = time.monotonic()
-    _integrity(store, report)
-    for check in (_blobs, _projection, _signatures, _sync):
+    timings: dict[str, float] = {}
+    for check in (_integrity, _blobs, _projection, _signatures, _sync):
+        name = check.__name__.lstrip("_")
+        t0 = time.monotonic()
         try:
             check(store, report)
         except Exception as exc:  # a check that cannot run is itself a finding
-            report.add(check.__name__.lstrip("_"), f"could not run: {exc}")
+            report.add(name, f"could not run: {exc}")
+        timings[name] = round(time.monotonic() - t0, 3)
+    report.checks["seconds"] = timings
     report.checks["database"] = {
         "backend": store.backend.name,
         "size_bytes": store.backend.db_size(),

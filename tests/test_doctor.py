@@ -143,6 +143,7 @@ def test_healthz_is_not_green_when_the_integrity_check_failed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with live_hub(tmp_path) as hub:
+        hub.app.state.integrity_thread.join(timeout=30)  # the check runs in the background
         green = httpx.get(hub.url + "/healthz", timeout=10)
         assert green.status_code == 200 and green.json()["integrity"] == "ok"
 
@@ -151,9 +152,9 @@ def test_healthz_is_not_green_when_the_integrity_check_failed(
 
     monkeypatch.setattr(SqliteBackend, "integrity_problems", damaged)
     with LogStore.open(str(tmp_path / "broken.sqlite3")) as store:
-        with TestClient(
-            http_app.create_app(store), base_url="http://127.0.0.1"
-        ) as client:  # runs the lifespan
+        app = http_app.create_app(store)
+        with TestClient(app, base_url="http://127.0.0.1") as client:  # runs the lifespan
+            app.state.integrity_thread.join(timeout=30)
             red = client.get("/healthz")
     assert red.status_code == 503
     assert red.json()["ok"] is False and "btreeInitPage" in red.json()["integrity"][0]

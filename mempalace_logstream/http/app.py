@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -92,10 +93,9 @@ def _lifespan(
         async with AsyncExitStack() as stack:
             sweeper = asyncio.ensure_future(aio.sweep_presence(presence))
             stack.push_async_callback(_cancel, sweeper)
-            # The database's own integrity check, once per start: `/healthz` is not green
-            # while it failed (`logstream doctor` runs every check).
-            store = _app.state.store
-            _app.state.integrity = await anyio.to_thread.run_sync(doctor.integrity_only, store)
+            # The database's own integrity check, once per start, in the background (about a
+            # minute on a 1 GB file): `/healthz` is not green once it failed.
+            _start_integrity_check(_app)
             for m in mounts:
                 if m.lifespan is not None:
                     await stack.enter_async_context(m.lifespan())
@@ -113,6 +113,16 @@ async def _cancel(task: asyncio.Future[None]) -> None:
         await task
 
 
+def _start_integrity_check(app: FastAPI) -> None:
+    def work() -> None:
+        app.state.integrity = doctor.integrity_only(app.state.store)
+
+    app.state.integrity_thread = threading.Thread(
+        target=work, name="logstream-integrity", daemon=True
+    )
+    app.state.integrity_thread.start()
+
+
 async def _stop_in_thread(sync_loop: sync.SyncLoop) -> None:
     await anyio.to_thread.run_sync(sync_loop.stop)
 
@@ -125,7 +135,8 @@ async def healthz(request: Request) -> Any:
         problems = report.checks["integrity"]["problems"]
         body = {"ok": False, "replica_id": store.replica_id, "integrity": problems}
         return JSONResponse(body, status_code=503)
-    checked = "unchecked" if report is None else "ok"
+    thread = getattr(request.app.state, "integrity_thread", None)
+    checked = "ok" if report is not None else "checking" if thread else "unchecked"
     return {"ok": True, "replica_id": store.replica_id, "integrity": checked}
 
 
