@@ -5,6 +5,7 @@ hub's `/healthz` is not green when the integrity check failed. SQLite and Postgr
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from mempalace_logstream import agents, doctor, http_app
+from mempalace_logstream import agents, doctor, http_app, sync
 from mempalace_logstream.backends.sqlite import SqliteBackend
 from mempalace_logstream.store import LogStore
 from tests.conftest import run_cli
@@ -158,3 +159,29 @@ def test_healthz_is_not_green_when_the_integrity_check_failed(
             red = client.get("/healthz")
     assert red.status_code == 503
     assert red.json()["ok"] is False and "btreeInitPage" in red.json()["integrity"][0]
+
+
+def test_doctor_flags_events_stored_before_their_keys_revocation_arrived(tmp_path: Path) -> None:
+    """B stores alice's event while her key is valid there; the revocation (made earlier on
+    A, at an HLC before the event) arrives later: the stored event now reads false."""
+    a = LogStore.open(str(tmp_path / "a" / "log.sqlite3"))
+    agents.add(a, "alice")
+    b = LogStore.open(str(tmp_path / "b" / "log.sqlite3"))
+    for key_id in a.pinned_admins():
+        b.pin_admin(key_id)
+    sync.sync_with_peer(b, sync.LocalPeer(a))
+    (tmp_path / "b" / "keys").mkdir(exist_ok=True)
+    shutil.copy(tmp_path / "a" / "keys" / "alice.key", tmp_path / "b" / "keys" / "alice.key")
+    agents.revoke(a, "alice", reason="laptop stolen")
+    b.identity.reload_keys()
+    late = b.event_append(type="note", stream="s", room="r", from_agent="alice", body="late")
+    assert late.verified is True
+    assert doctor.run(b).healthy
+    sync.sync_with_peer(b, sync.LocalPeer(a))
+    report = doctor.run(b)
+    assert not report.healthy
+    assert report.checks["signatures"]["late_revoked"] == 1
+    found = [f for f in report.to_dict()["findings"] if f["check"] == "signatures"]
+    assert found and found[0]["ids"] == [late.id]
+    a.close()
+    b.close()

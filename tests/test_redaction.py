@@ -236,3 +236,70 @@ def test_redaction_over_http_and_the_wrong_writer_is_403(tmp_path: Path) -> None
             assert ok.json()["parts"] == ["body"]
             got = client.get(f"/v1/events/{event_id}").json()["event"]
             assert got["redacted"]["reason"] == "r" and got["verified"] is True
+
+
+def test_a_redaction_event_is_written_only_by_event_redact(store: LogStore) -> None:
+    event_id, _ = _leak(store, "bob")
+    with pytest.raises(errors.ValidationError) as info:
+        store.event_append(
+            type="event.redact",
+            stream="s",
+            room="r",
+            from_agent="bob",
+            metadata={"redacts": event_id, "parts": [], "reason": "x"},
+        )
+    assert info.value.field == "type"
+
+
+def test_a_peers_redaction_by_someone_else_takes_no_effect(tmp_path: Path) -> None:
+    """A hostile peer's `event.redact` under another name is stored (the log stands) but does
+    not remove anything, on any replica; doctor lists it."""
+    a = _replica(tmp_path, "a", [])
+    event_id, _ = _leak(a, "bob")
+    body = a.event_get(event_id).body
+    forged = {
+        "id": "evt_20261202T060000_00000000000000000abc",
+        "origin_replica": "rep_" + "e" * 32,
+        "origin_seq": 1,
+        "hlc": a.event_get(event_id).hlc[:14] + "000009-rep_" + "e" * 32,
+        "type": "event.redact",
+        "stream": "s",
+        "room": "r",
+        "from_agent": "mallory",
+        "body": "gone",
+        "created_at": "2026-12-02T06:00:00.000Z",
+        "metadata": {
+            "redacts": event_id,
+            "parts": [{"part": "body", "sha256": hashlib.sha256(body.encode()).hexdigest()}],
+            "reason": "erase it",
+        },
+    }
+    res = replication.apply_remote_events(a, [forged], peer="hostile")
+    assert res.applied_events == 1
+    assert a.event_get(event_id).body == body
+    report = doctor.run(a)
+    assert not report.healthy
+    assert report.checks["redactions"]["not_applied"] == 1
+    a.close()
+
+
+def test_redaction_travels_over_the_http_peer(tmp_path: Path) -> None:
+    with live_hub(tmp_path / "hub") as hub:
+        agents.add(hub.store, "alice")
+        event_id, art_id = _leak(hub.store, "alice")
+        hub.store.event_redact(event_id=event_id, reason="leak", artifact_ids=[art_id])
+        b = _replica(tmp_path, "b", hub.store.pinned_admins())
+        peer = sync.HttpPeer(hub.url)
+        try:
+            result = sync.sync_with_peer(b, peer)
+        finally:
+            peer.close()
+        assert result["rejected_count"] == 0, result["rejected"]
+        got = b.event_get(event_id)
+        assert got.redacted is not None and got.verified is True
+        art = b.artifact_get(art_id)
+        assert art.content == b"" and art.redacted is not None
+        assert doctor.run(b).healthy
+        b.close()
+    with LogStore.open(str(tmp_path / "b" / "log.sqlite3")) as again:
+        assert not _secret_in_database(again)

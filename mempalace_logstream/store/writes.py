@@ -39,7 +39,7 @@ from mempalace_logstream.store import tasks as task_rows
 from mempalace_logstream.store.identity import PIN_PREFIX, Identity, check_writer
 from mempalace_logstream.store.ids import new_id, now_text
 from mempalace_logstream.store.pipeline import CommitPipeline, TxState
-from mempalace_logstream.store.redaction import redaction_of_blob
+from mempalace_logstream.store.redaction import REDACT_TYPE, redaction_of_blob
 from mempalace_logstream.store.rows import ARTIFACT_COLS, artifact_from_row, events_from_rows
 from mempalace_logstream.tasks import TaskSettings
 
@@ -332,6 +332,8 @@ class Writes(CommitPipeline):
         idempotency key with different content).
         """
         draft = self.draft_event(**fields)
+        if draft.type == REDACT_TYPE:  # it must be applied where it is written, too
+            raise v.fail("type", f"{REDACT_TYPE} is written by event_redact (`logstream redact`)")
         return self.transaction(lambda tx: tx.insert_event(draft))
 
     def _insert_event(self, ex: Executor | sa.Connection, st: TxState, draft: EventDraft) -> Event:
