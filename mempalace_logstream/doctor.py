@@ -168,6 +168,7 @@ def _signatures(store: LogStore, report: Report) -> None:
         "read_false": len(found.reads_false),
         "read_false_codes": dict(found.codes),
         "late_revoked": len(found.late_revoked),
+        "late_unsigned": len(found.late_unsigned),
     }
     report.checks["redactions"] = {
         "redacted_bodies": found.redacted,
@@ -181,7 +182,15 @@ def _signatures(store: LogStore, report: Report) -> None:
             "HLC before theirs (received before the revocation arrived, or backdated)",
             found.late_revoked,
         )
-    other = [i for i in found.reads_false if i not in set(found.late_revoked)]
+    if found.late_unsigned:
+        report.add(
+            "signatures",
+            f"{len(found.late_unsigned)} stored event(s) are unsigned under a name that signs "
+            "at their HLC (stored before its key event arrived here)",
+            found.late_unsigned,
+        )
+    explained = set(found.late_revoked) | set(found.late_unsigned)
+    other = [i for i in found.reads_false if i not in explained]
     if other:
         report.add(
             "signatures",

@@ -185,3 +185,20 @@ def test_doctor_flags_events_stored_before_their_keys_revocation_arrived(tmp_pat
     assert found and found[0]["ids"] == [late.id]
     a.close()
     b.close()
+
+
+def test_doctor_flags_unsigned_events_stored_before_the_key_arrived(tmp_path: Path) -> None:
+    a = LogStore.open(str(tmp_path / "a" / "log.sqlite3"))
+    agents.add(a, "alice")
+    b = LogStore.open(str(tmp_path / "b" / "log.sqlite3"))
+    for key_id in a.pinned_admins():
+        b.pin_admin(key_id)
+    early = b.event_append(type="note", stream="s", room="r", from_agent="alice", body="hi")
+    assert early.verified is None
+    sync.sync_with_peer(b, sync.LocalPeer(a))  # alice's key_add, stamped before `early`
+    report = doctor.run(b)
+    assert report.checks["signatures"]["late_unsigned"] == 1
+    found = [f for f in report.to_dict()["findings"] if f["check"] == "signatures"]
+    assert found[0]["ids"] == [early.id] and "before its key event" in found[0]["message"]
+    a.close()
+    b.close()

@@ -153,6 +153,7 @@ class SignatureReport:
     reads_false: list[str] = field(default_factory=list)  # stored, but false now
     codes: Counter[str] = field(default_factory=Counter)  # the codes of those
     late_revoked: list[str] = field(default_factory=list)
+    late_unsigned: list[str] = field(default_factory=list)  # stored before the key was known
     redacted: int = 0
     unattested_tombstones: list[str] = field(default_factory=list)
     redactions_not_applied: list[str] = field(default_factory=list)
@@ -214,6 +215,8 @@ def signatures(store: LogStore) -> tuple[SignatureReport, Keyring]:
                 out.reads_false.append(event.id)
                 if judged.code == "revoked_key":
                     out.late_revoked.append(event.id)
+                elif judged.code == "unsigned_required":
+                    out.late_unsigned.append(event.id)
         _check_tombstones(store, tombs, out)
         _check_redactions(store, redacts, out)
     return out, ring
