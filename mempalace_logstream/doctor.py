@@ -8,8 +8,8 @@ outstanding conflicts and rejections, clock anomalies, the sync estate and the d
 
 `run(store)` returns a `Report`: `healthy` is False when any finding was made; surfaces print
 `to_dict()` and exit 1 then. The scans are the store's (store/health.py), chunked over the log.
-The hub runs `integrity_only` at startup and keeps it: its `/healthz` answers 503 while the
-database's integrity check failed.
+The hub runs `integrity_only` in the background at startup and keeps it: its `/healthz`
+answers 503 once the database's integrity check failed.
 """
 
 from __future__ import annotations
@@ -198,6 +198,12 @@ def _signatures(store: LogStore, report: Report) -> None:
             "behind the API?",
             other,
         )
+    _redaction_findings(found, report)
+    _keyring(store, ring, report)
+    report.checks["sync_counts"] = counts
+
+
+def _redaction_findings(found: health_mod.SignatureReport, report: Report) -> None:
     if found.unattested_tombstones:
         report.add(
             "redactions",
@@ -212,8 +218,6 @@ def _signatures(store: LogStore, report: Report) -> None:
             "take effect (refused: not the admin or the writer, or a SHA-256 that does not match)",
             found.redactions_not_applied,
         )
-    _keyring(store, ring, report)
-    report.checks["sync_counts"] = counts
 
 
 def _keyring(store: LogStore, ring: Any, report: Report) -> None:

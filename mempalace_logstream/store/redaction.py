@@ -13,7 +13,7 @@ target is not held yet keeps its rows and is applied when the target arrives.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -380,12 +380,6 @@ def redaction_of_blob(conn: sa.Connection, sha256: str) -> dict[str, str] | None
     if row is None:
         return None
     return {"by": row[0], "at": row[1], "reason": row[2], "event_id": row[3]}
-
-
-def redaction_rows(conn: sa.Connection) -> Iterable[dict[str, Any]]:
-    """Every `redactions` row (doctor)."""
-    for row in conn.execute(sa.select(redactions).order_by(redactions.c.redaction_id)):
-        yield dict(row._mapping)
 
 
 def _select_held() -> sa.Select[Any]:
