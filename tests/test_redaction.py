@@ -5,6 +5,7 @@ redactions write nothing, the database refuses any other change. SQLite and Post
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import httpx
@@ -303,3 +304,26 @@ def test_redaction_travels_over_the_http_peer(tmp_path: Path) -> None:
         b.close()
     with LogStore.open(str(tmp_path / "b" / "log.sqlite3")) as again:
         assert not _secret_in_database(again)
+
+
+def test_a_redacted_task_move_keeps_the_projection_the_fold(store: LogStore) -> None:
+    """A block needs a body: the tombstone still is one, the task stays blocked, and the
+    projection (re-folded by the redaction) equals the fold of the redacted thread."""
+    out = store.task_create(
+        project="demo",
+        from_agent="claude",
+        to_agent="codex",
+        goal="fix the login",
+        branch="main",
+        base_commit="abcdef1",
+        done="tests pass",
+    )
+    task_id = out["task"].correlation_id
+    store.task_update(task_id=task_id, action="claim", from_agent="codex")
+    blocked = store.task_update(
+        task_id=task_id, action="block", from_agent="codex", body=f"needs {SECRET}"
+    )
+    store.event_redact(event_id=blocked["event"].id, reason="leak")
+    status = store.task_status(task_id)
+    assert status["task"]["state"] == "blocked" and SECRET not in json.dumps(status)
+    assert doctor.run(store).checks["tasks"] == {"tasks": 1, "differ": 0, "missing": 0, "extra": 0}
