@@ -167,3 +167,19 @@ def test_the_identity_bench_runs_and_prints_its_ratios(tmp_path: Path) -> None:
     for what in ("append (unsigned vs signed)", "sync apply (unsigned log vs signed, verified)"):
         assert re.search(rf"\[measure\] identity: {re.escape(what)}: {NUMBER} -> {NUMBER}", out)
     assert list(tmp_path.iterdir()) == []  # the scratch logs are removed
+
+
+def test_the_doctor_bench_runs_and_prints_wall_time_and_peak_rss(tmp_path: Path) -> None:
+    """bench/bench_doctor.py (issue 12) end to end on a small synthetic log."""
+    proc = subprocess.run(
+        [sys.executable, "bench/bench_doctor.py", "--events", "3000", "--cache", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "LOGSTREAM_BENCH_TMP": str(tmp_path)},
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "doctor on 3,000 events" in proc.stdout and "peak RSS" in proc.stdout
+    assert "seconds per check" in proc.stdout
