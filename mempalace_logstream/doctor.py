@@ -103,10 +103,10 @@ def run(store: LogStore) -> Report:
 
 def _integrity(store: LogStore, report: Report) -> None:
     try:
-        problems = health_mod.integrity(store)
+        method, problems = health_mod.integrity(store)
     except Exception as exc:
-        problems = [f"the check could not run: {exc}"]
-    report.checks["integrity"] = {"ok": not problems, "problems": problems[:20]}
+        method, problems = "none", [f"the check could not run: {exc}"]
+    report.checks["integrity"] = {"ok": not problems, "method": method, "problems": problems[:20]}
     if problems:
         report.add("integrity", f"the database's integrity check failed: {problems[0]}")
 

@@ -74,7 +74,7 @@ def test_doctor_is_healthy_on_a_fresh_log(store: LogStore) -> None:
     report = doctor.run(store)
     assert report.healthy, report.to_dict()["findings"]
     checks = report.checks
-    assert checks["integrity"]["ok"] is True
+    assert checks["integrity"]["ok"] is True and checks["integrity"]["method"]
     assert checks["blobs"] == {
         "checked": 1,
         "redacted": 0,
@@ -148,8 +148,8 @@ def test_healthz_is_not_green_when_the_integrity_check_failed(
         green = httpx.get(hub.url + "/healthz", timeout=10)
         assert green.status_code == 200 and green.json()["integrity"] == "ok"
 
-    def damaged(self: Any, conn: Any) -> list[str]:
-        return ["*** in database main *** Page 7: btreeInitPage() returns error code 11"]
+    def damaged(self: Any, conn: Any) -> tuple[str, list[str]]:
+        return "PRAGMA integrity_check", ["*** in database main *** Page 7: btreeInitPage()"]
 
     monkeypatch.setattr(SqliteBackend, "integrity_problems", damaged)
     with LogStore.open(str(tmp_path / "broken.sqlite3")) as store:
@@ -202,3 +202,19 @@ def test_doctor_flags_unsigned_events_stored_before_the_key_arrived(tmp_path: Pa
     assert found[0]["ids"] == [early.id] and "before its key event" in found[0]["message"]
     a.close()
     b.close()
+
+
+@pytest.mark.pg
+def test_doctor_runs_amcheck_on_postgresql_when_it_is_installed(pg_url: str) -> None:
+    with LogStore.open(pg_url) as store:
+        _fill_plain(store)
+        with store.engine.begin() as conn:
+            conn.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS amcheck")
+        report = doctor.run(store)
+    assert report.healthy, report.to_dict()["findings"]
+    method = report.checks["integrity"]["method"]
+    assert "amcheck on" in method and not method.endswith("on 0 indexes"), method
+
+
+def _fill_plain(store: LogStore) -> None:
+    store.event_append(type="note", stream="s", room="r", from_agent="carol", body="x")

@@ -66,8 +66,9 @@ class Backend(Protocol):
     def change_signal(self) -> Callable[[], notify.ChangeSignal] | None:
         """The cross-process change signal's factory, or None when nothing can signal."""
 
-    def integrity_problems(self, conn: sa.Connection) -> list[str]:
-        """The database's own integrity check (`logstream doctor`): [] when healthy."""
+    def integrity_problems(self, conn: sa.Connection) -> tuple[str, list[str]]:
+        """The database's own integrity check (`logstream doctor`): what was checked, and the
+        problems found ([] when healthy)."""
 
     def before_redaction(self) -> str | None:
         """SQL run in a redaction's transaction before it overwrites content, or None."""

@@ -24,6 +24,18 @@ from mempalace_logstream.schema import events
 PG_APPEND_LOCK = 0x6C6F6773  # "logs": one advisory lock serializes seq assignment
 # The log's own tables (indexes and TOAST included), not the whole database: several logs may
 # share one database in different schemas.
+_AMCHECK_SCHEMA_SQL = (
+    "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
+    "WHERE e.extname = 'amcheck'"
+)
+# The B-tree indexes of our tables in the schema this connection uses.
+_BTREE_SQL = (
+    "SELECT CAST(c.oid AS regclass)::text FROM pg_index i "
+    "JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_class t ON t.oid = i.indrelid "
+    "JOIN pg_am a ON a.oid = c.relam "
+    "WHERE a.amname = 'btree' AND t.relnamespace = CAST(current_schema() AS regnamespace) "
+    "AND t.relname = ANY(:tables)"
+)
 _TABLES = ("events", "artifacts", "artifact_blobs", "event_artifacts", "logstream_meta")
 _SIZE_SQL = (
     "SELECT sum(pg_total_relation_size(c)) FROM unnest(ARRAY["
@@ -92,18 +104,32 @@ class PostgresBackend:
             return None
         return self._fast
 
-    def integrity_problems(self, conn: sa.Connection) -> list[str]:
-        """Every table of the schema read through (a damaged page or index fails the read)."""
+    def integrity_problems(self, conn: sa.Connection) -> tuple[str, list[str]]:
+        """Every table of the schema read through (a damaged page fails the read), and, when
+        the `amcheck` extension is installed in the database, `bt_index_check` on each of
+        their B-tree indexes (never installed by us: it needs a superuser)."""
         from mempalace_logstream.schema import metadata
 
         problems = []
-        for table in metadata.sorted_tables:
+        names = [t.name for t in metadata.sorted_tables]
+        for name in names:
             try:
                 with conn.begin_nested():
-                    conn.execute(sa.select(sa.func.count()).select_from(table)).scalar()
+                    conn.exec_driver_sql(f'SELECT count(*) FROM "{name}"').scalar()
             except sa.exc.DBAPIError as exc:
-                problems.append(f"{table.name}: {str(exc.orig).splitlines()[0]}")
-        return problems
+                problems.append(f"{name}: {str(exc.orig).splitlines()[0]}")
+        where = conn.execute(sa.text(_AMCHECK_SCHEMA_SQL)).scalar()
+        if where is None:
+            return f"every table read ({len(names)}); amcheck not installed", problems
+        indexes = [str(r[0]) for r in conn.execute(sa.text(_BTREE_SQL), {"tables": names})]
+        check = f'SELECT "{where}".bt_index_check(CAST(:ix AS regclass))'
+        for ix in indexes:
+            try:
+                with conn.begin_nested():
+                    conn.execute(sa.text(check), {"ix": ix})
+            except sa.exc.DBAPIError as exc:
+                problems.append(f"index {ix}: {str(exc.orig).splitlines()[0]}")
+        return f"every table read ({len(names)}); amcheck on {len(indexes)} indexes", problems
 
     def before_redaction(self) -> str | None:
         return None

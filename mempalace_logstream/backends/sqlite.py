@@ -114,9 +114,9 @@ class SqliteBackend:
             return None
         return self._fast
 
-    def integrity_problems(self, conn: sa.Connection) -> list[str]:
+    def integrity_problems(self, conn: sa.Connection) -> tuple[str, list[str]]:
         found = [str(r[0]) for r in conn.exec_driver_sql("PRAGMA integrity_check").all()]
-        return [] if found == ["ok"] else found
+        return "PRAGMA integrity_check", [] if found == ["ok"] else found
 
     def before_redaction(self) -> str | None:
         # Freed pages are zeroed, so the removed bytes do not linger in the file.

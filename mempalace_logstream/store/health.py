@@ -35,9 +35,9 @@ CHUNK = 5000
 LIST_MAX = 20  # ids listed per finding (the counts are exact)
 
 
-def integrity(store: LogStore) -> list[str]:
+def integrity(store: LogStore) -> tuple[str, list[str]]:
     """The database's own check (the backend's: `PRAGMA integrity_check` on SQLite, every
-    table read through on PostgreSQL). Returns the problems (empty when healthy)."""
+    table read through and amcheck if installed on PostgreSQL): (what, problems)."""
     with store.connect() as conn:
         return store.backend.integrity_problems(conn)
 
