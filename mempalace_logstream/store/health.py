@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
+from mempalace_logstream import errors
 from mempalace_logstream.identity.keyring import Keyring
 from mempalace_logstream.identity.verdict import verdict
 from mempalace_logstream.models import TOMBSTONE_PREFIX, Event, parse_tombstone
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from mempalace_logstream.store.writes import Transaction
 
 CHUNK = 5000
+BLOB_CHUNK = 16  # blobs per read: at most 64 MiB of content at the 4 MiB artifact limit
 LIST_MAX = 20  # ids listed per finding (the counts are exact)
 
 
@@ -61,7 +63,7 @@ def blobs(store: LogStore) -> BlobReport:
                 sa.select(artifact_blobs.c.sha256, artifact_blobs.c.content)
                 .where(artifact_blobs.c.sha256 > after)
                 .order_by(artifact_blobs.c.sha256)
-                .limit(CHUNK // 10)
+                .limit(BLOB_CHUNK)
             ).all()
         if not rows:
             return out
@@ -250,7 +252,7 @@ def _check_redactions(store: LogStore, redacts: list[Event], out: SignatureRepor
             continue
         try:
             target = store.event_get(spec.target_id)
-        except Exception:
+        except errors.NotFoundError:
             continue  # the target is not held (yet): applied when it arrives
         if any(p.part == BODY for p in spec.parts) and parse_tombstone(target.body) is None:
             out.redactions_not_applied.append(redaction.id)
