@@ -20,19 +20,9 @@ from typing import Any
 
 from mempalace_logstream import replication
 from mempalace_logstream.identity.actor import ADMIN_NAME
+from mempalace_logstream.replication import verify
 from mempalace_logstream.store import LogStore
 from mempalace_logstream.store import health as health_mod
-
-# Sync rejection reasons that are verdict codes (RFC 0008): refused, or held for a later key.
-REFUSED_CODES = (
-    "bad_signature",
-    "revoked_key",
-    "wrong_agent",
-    "unsigned_required",
-    "not_admin",
-    "malformed",
-)
-HELD_CODE = "unknown_key"
 
 
 @dataclass
@@ -156,40 +146,42 @@ def _projection(store: LogStore, report: Report) -> None:
 def _signatures(store: LogStore, report: Report) -> None:
     found, ring = health_mod.signatures(store)
     counts = replication.counts(store)
-    by_reason = _rejections_by_reason(store)
-    refused = sum(n for code, n in by_reason.items() if code in REFUSED_CODES)
-    held = by_reason.get(HELD_CODE, 0)
+    # The late ones as sync apply's verification module lists them (RFC 0008 "Doctor").
+    late = verify.late_revoked(store)
+    unsigned = [u.event_id for u in verify.late_unsigned(store)]
     report.checks["signatures"] = {
         "events": found.events,
         "verified": found.verified,
         "unverified": found.unverified,
-        "refused": refused,
-        "held": held,
+        "refused": counts.get("refused_signatures", 0),
+        "held": counts.get("held_for_key", 0),
         "read_false": len(found.reads_false),
         "read_false_codes": dict(found.codes),
-        "late_revoked": len(found.late_revoked),
-        "late_unsigned": len(found.late_unsigned),
+        "late_revoked": len(late),
+        "late_unsigned": len(unsigned),
     }
     report.checks["redactions"] = {
         "redacted_bodies": found.redacted,
         "tombstones_without_redaction": len(found.unattested_tombstones),
         "not_applied": len(found.redactions_not_applied),
     }
-    if found.late_revoked:
+    if late:
+        first = late[0]
         report.add(
             "signatures",
-            f"{len(found.late_revoked)} stored event(s) are signed by a key revoked at an "
-            "HLC before theirs (received before the revocation arrived, or backdated)",
-            found.late_revoked,
+            f"{len(late)} stored event(s) are signed by a key revoked at an HLC before theirs "
+            f"(received before the revocation arrived, or backdated; e.g. {first.key_agent}'s "
+            f"{first.key_id}, revoked at {first.revoked_hlc})",
+            [x.event_id for x in late],
         )
-    if found.late_unsigned:
+    if unsigned:
         report.add(
             "signatures",
-            f"{len(found.late_unsigned)} stored event(s) are unsigned under a name that signs "
-            "at their HLC (stored before its key event arrived here)",
-            found.late_unsigned,
+            f"{len(unsigned)} stored event(s) are unsigned under a name that signs at their "
+            "HLC (stored before its key event arrived here)",
+            unsigned,
         )
-    explained = set(found.late_revoked) | set(found.late_unsigned)
+    explained = {x.event_id for x in late} | set(unsigned)
     other = [i for i in found.reads_false if i not in explained]
     if other:
         report.add(
@@ -253,7 +245,3 @@ def _sync(store: LogStore, report: Report) -> None:
         report.add("clock", f"{counts['clock_anomalies']} event(s) stamped more than 60 s ahead")
     if counts.get("sequence_anomalies"):
         report.add("sync", f"{counts['sequence_anomalies']} sequence anomaly(ies) outstanding")
-
-
-def _rejections_by_reason(store: LogStore) -> dict[str, int]:
-    return health_mod.rejections_by_reason(store)

@@ -19,6 +19,7 @@ from mempalace_logstream.store import LogStore
 from tests.hubkit import live_hub
 
 SECRET = "AKIA-SECRET-7f3e9a"
+ADMIN_TOKEN = "admin-tok-redact-3c1f"
 
 
 @pytest.fixture
@@ -219,24 +220,35 @@ def test_a_tombstone_is_not_a_body_anyone_may_write(store: LogStore) -> None:
 
 
 def test_redaction_over_http_and_the_wrong_writer_is_403(tmp_path: Path) -> None:
-    with live_hub(tmp_path) as hub:
-        agents.add(hub.store, "alice")
+    """Per-agent tokens: bob's token may not redact alice's event (403), alice's may (her
+    hub-held key signs the redaction), the admin token may redact anyone's."""
+    with live_hub(tmp_path, token=ADMIN_TOKEN) as hub:
+        alice = agents.add(hub.store, "alice").token
+        bob = agents.add(hub.store, "bob").token
         event_id, _ = _leak(hub.store, "alice")
+        other_id, _ = _leak(hub.store, "bob")
         before = _counts(hub.store)
         with httpx.Client(base_url=hub.url, timeout=30) as client:
-            bad = client.post(
-                "/v1/event_redact",
-                json={"event_id": event_id, "reason": "r", "from_agent": "mallory"},
-            )
+
+            def redact(token: str, ident: str) -> httpx.Response:
+                body = {"event_id": ident, "reason": "r"}
+                auth = {"Authorization": f"Bearer {token}"}
+                return client.post("/v1/event_redact", json=body, headers=auth)
+
+            bad = redact(bob, event_id)
             assert bad.status_code == 403, bad.text
-            missing = client.post("/v1/event_redact", json={"event_id": "evt_nope", "reason": "r"})
-            assert missing.status_code == 404
+            assert bad.json()["field"] == "from_agent"
+            assert redact(bob, "evt_20261202T000000_00000000000000000000").status_code == 404
             assert _counts(hub.store) == before
-            ok = client.post("/v1/event_redact", json={"event_id": event_id, "reason": "r"})
+            ok = redact(alice, event_id)
             assert ok.status_code == 200, ok.text
             assert ok.json()["parts"] == ["body"]
-            got = client.get(f"/v1/events/{event_id}").json()["event"]
-            assert got["redacted"]["reason"] == "r" and got["verified"] is True
+            assert ok.json()["event"]["from_agent"] == "alice"
+            got = client.get(
+                f"/v1/events/{event_id}", headers={"Authorization": f"Bearer {alice}"}
+            ).json()["event"]
+            assert got["redacted"]["by"] == "alice" and got["verified"] is True
+            assert redact(ADMIN_TOKEN, other_id).json()["event"]["from_agent"] == "admin"
 
 
 def test_a_redaction_event_is_written_only_by_event_redact(store: LogStore) -> None:
@@ -285,12 +297,12 @@ def test_a_peers_redaction_by_someone_else_takes_no_effect(tmp_path: Path) -> No
 
 
 def test_redaction_travels_over_the_http_peer(tmp_path: Path) -> None:
-    with live_hub(tmp_path / "hub") as hub:
+    with live_hub(tmp_path / "hub", token=ADMIN_TOKEN) as hub:
         agents.add(hub.store, "alice")
         event_id, art_id = _leak(hub.store, "alice")
         hub.store.event_redact(event_id=event_id, reason="leak", artifact_ids=[art_id])
         b = _replica(tmp_path, "b", hub.store.pinned_admins())
-        peer = sync.HttpPeer(hub.url)
+        peer = sync.HttpPeer(hub.url, ADMIN_TOKEN)
         try:
             result = sync.sync_with_peer(b, peer)
         finally:

@@ -20,7 +20,7 @@ from mempalace_logstream import errors
 from mempalace_logstream.identity.keyring import Keyring
 from mempalace_logstream.identity.verdict import verdict
 from mempalace_logstream.models import TOMBSTONE_PREFIX, Event, parse_tombstone
-from mempalace_logstream.schema import artifact_blobs, events, redactions, sync_rejections
+from mempalace_logstream.schema import artifact_blobs, events, redactions
 from mempalace_logstream.schema import tasks as tasks_table
 from mempalace_logstream.store import tasks as task_rows
 from mempalace_logstream.store.identity import artifact_sha256s
@@ -256,14 +256,3 @@ def _check_redactions(store: LogStore, redacts: list[Event], out: SignatureRepor
             continue  # the target is not held (yet): applied when it arrives
         if any(p.part == BODY for p in spec.parts) and parse_tombstone(target.body) is None:
             out.redactions_not_applied.append(redaction.id)
-
-
-def rejections_by_reason(store: LogStore) -> dict[str, int]:
-    """Outstanding sync rejections of events, by reason (verdict codes among them)."""
-    with store.connect() as conn:
-        rows = conn.execute(
-            sa.select(sync_rejections.c.reason, sa.func.count())
-            .where(sync_rejections.c.kind == "event")
-            .group_by(sync_rejections.c.reason)
-        ).all()
-    return {str(r[0]): int(r[1]) for r in rows}
