@@ -168,13 +168,18 @@ def run_inbox(
     except errors.LogstreamError as exc:
         if debug:
             raise
-        text = " ".join(exc.message.split())
-        if as_json:
-            field = getattr(exc, "field", None)
-            _note(json.dumps({"error": text, "field": field}, ensure_ascii=False))
-        else:
-            _note("error: " + text)
+        _say_error(exc, as_json)
         return 1
+
+
+def _say_error(exc: errors.LogstreamError, as_json: bool) -> None:
+    """One `error: …` line on stderr, or one `{"error", "field"}` object with --json."""
+    text = " ".join(exc.message.split())
+    if as_json:
+        field = getattr(exc, "field", None)
+        _note(json.dumps({"error": text, "field": field}, ensure_ascii=False))
+    else:
+        _note("error: " + text)
 
 
 def _deliver_lean(

@@ -245,19 +245,9 @@ def _created_at(value: Any) -> str:
     return value
 
 
-def parse_remote_artifact(store: LogStore, raw: Any) -> Artifact:
-    """Re-validate a remote artifact and recompute its sha256 over the exact bytes.
-
-    Text (`encoding` utf-8 or absent, as the reference sends) hashes its UTF-8 bytes; binary
-    travels as base64. A digest or size that does not match the bytes raises ValidationError
-    on field `sha256`/`size_bytes`: the content was tampered with or corrupted in transit.
-    """
-    if not isinstance(raw, Mapping):
-        raise v.fail("artifact", f"must be a JSON object, not {type(raw).__name__}")
-    ident = v.remote_id("id", raw.get("id"))
-    kind = v.artifact_kind(raw.get("kind"))
-    enc = v.encoding(raw.get("encoding")) or "utf-8"
-    content = raw.get("content")
+def _artifact_bytes(content: Any, enc: str, limit: int) -> bytes:
+    """A remote artifact's exact bytes: UTF-8 text, or base64 for binary; ValidationError on
+    field `content` (absent, not a string, bad base64, over `limit` bytes)."""
     if content is None:
         raise v.fail("content", "is required")
     if isinstance(content, str) and enc == "utf-8":
@@ -270,12 +260,24 @@ def parse_remote_artifact(store: LogStore, raw: Any) -> Artifact:
             raise v.fail("content", "is not valid base64") from exc
     else:
         raise v.fail("content", f"must be a string, not {type(content).__name__}")
-    if len(data) > store.max_artifact_bytes:
-        raise v.fail(
-            "content",
-            f"is {len(data)} bytes; the limit is {store.max_artifact_bytes} bytes",
-            store.max_artifact_bytes,
-        )
+    if len(data) > limit:
+        raise v.fail("content", f"is {len(data)} bytes; the limit is {limit} bytes", limit)
+    return data
+
+
+def parse_remote_artifact(store: LogStore, raw: Any) -> Artifact:
+    """Re-validate a remote artifact and recompute its sha256 over the exact bytes.
+
+    Text (`encoding` utf-8 or absent, as the reference sends) hashes its UTF-8 bytes; binary
+    travels as base64. A digest or size that does not match the bytes raises ValidationError
+    on field `sha256`/`size_bytes`: the content was tampered with or corrupted in transit.
+    """
+    if not isinstance(raw, Mapping):
+        raise v.fail("artifact", f"must be a JSON object, not {type(raw).__name__}")
+    ident = v.remote_id("id", raw.get("id"))
+    kind = v.artifact_kind(raw.get("kind"))
+    enc = v.encoding(raw.get("encoding")) or "utf-8"
+    data = _artifact_bytes(raw.get("content"), enc, store.max_artifact_bytes)
     claimed = raw.get("sha256")
     digest = hashlib.sha256(data).hexdigest()
     size = raw.get("size_bytes")
