@@ -82,6 +82,9 @@ class Identity:
         self._pairs_stamp: int | None = None  # the keys directory's mtime when loaded
         self._pairs_loaded_ns = 0  # wall time of that load
         self._ring: Keyring | None = None
+        # The keyring the last write transaction used (write transactions are serialized):
+        # valid for the next one while nobody else committed (see `Transaction.keyring`).
+        self.tx_ring: Keyring | None = None
         self._ring_at: tuple[str | None, frozenset[str]] | None = None  # (newest key event, pins)
 
     # ------------------------------------------------------------------ private keys
@@ -128,7 +131,7 @@ class Identity:
     def forget_ring(self) -> None:
         """Drop the cached keyring (this process just wrote a key event)."""
         with self._lock:
-            self._ring = self._ring_at = None
+            self._ring = self._ring_at = self.tx_ring = None
 
     def seal(
         self,

@@ -21,6 +21,7 @@ from mempalace_logstream import backends, errors, hlc, notify
 from mempalace_logstream.backends import Backend, CoreExecutor, Executor
 from mempalace_logstream.models import Event
 from mempalace_logstream.schema import artifacts, events
+from mempalace_logstream.store.identity import Identity
 from mempalace_logstream.store.rows import events_from_rows
 
 # The newest seq, artifact seq and HLC stamp, read at the start of every write transaction.
@@ -56,6 +57,7 @@ class TxState:
     next_artifact_seq: int
     appended: list[Event] = field(default_factory=list)
     keyring: Any = None  # identity's keyring, read once per transaction (store/identity.py)
+    unchanged: bool = False  # nobody else committed since this store's last write (fast path)
 
 
 T = TypeVar("T")
@@ -78,6 +80,7 @@ class CommitPipeline:
     _sql_dialect: sa.Dialect
     _sql_cache: dict[Any, tuple[str, dict[str, Any]]]
     _read_cols: list[sa.ColumnElement[Any]]
+    identity: Identity
 
     # ----------------------------------------------------------------- public plumbing
     # What replication and the importer use: no module outside the store touches its
@@ -208,6 +211,9 @@ class CommitPipeline:
                 mapped.__cause__ = exc
             state.next_seq, state.next_artifact_seq = snapshot[0], snapshot[1]
             del state.appended[snapshot[2] :]
+            # The item may have read a keyring holding a key event it then rolled back.
+            state.keyring = None
+            self.identity.forget_ring()
 
     def _fast_path(self) -> bool:
         """Whether the backend's own DBAPI path is usable now (see its `fast_path`)."""
@@ -252,7 +258,7 @@ class CommitPipeline:
         commit, so our counters are exact and the clock is already past every stamp in the
         file; the state query is skipped."""
         if known is not None:
-            return TxState(next_seq=known[0], next_artifact_seq=known[1])
+            return TxState(next_seq=known[0], next_artifact_seq=known[1], unchanged=True)
         own = {"own_replica": self.replica_id}
         sql, params = self._sql("tx-state", lambda: _TX_STATE_QUERY, own)
         fast = self.backend.fast_path()

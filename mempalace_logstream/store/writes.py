@@ -116,10 +116,16 @@ class Transaction:
 
     def keyring(self) -> Keyring:
         """The keyring as this transaction sees it (read once per transaction)."""
-        if self.state.keyring is None:
-            self.state.keyring = self.store.identity.keyring(self.ex, self.store.event_select)
-        ring: Keyring = self.state.keyring
-        return ring
+        state, identity = self.state, self.store.identity
+        if state.keyring is None:
+            # Nobody else committed since our last write transaction: its keyring still holds
+            # (our own key events drop it), so the marks query is skipped.
+            ring = identity.tx_ring if state.unchanged else None
+            if ring is None:
+                ring = identity.keyring(self.ex, self.store.event_select)
+            state.keyring = identity.tx_ring = ring
+        kept: Keyring = state.keyring
+        return kept
 
     def _seal(self, event: Event) -> Event:
         """Signed with the writer's key and judged (RFC 0008): refused here, before any write."""
