@@ -79,6 +79,9 @@ def read_metadata(text: str) -> tuple[dict[str, Any], str | None]:
     return value, None
 
 
+# Set on a read Event (not a field, not compared) whose key was revoked at or before its HLC.
+REVOKED_SINCE_STORED = "revoked_since_stored"
+
 # An event's immutable, replicated fields, in one order: `Event.content_key()`, the compact sync
 # rows (`replication.ROW_COLUMNS`) and what a signature covers (`identity.SIGNED_FIELDS`, the body
 # through its sha256) all follow it.
@@ -175,8 +178,12 @@ class Event:
 
     @property
     def verified(self) -> bool | None:
-        """`True` for a signed event (verified before it was stored), `None` when unsigned."""
-        return None if self.sig is None else True
+        """`True` for a signed event (verified before it was stored), `None` when unsigned,
+        `False` when its key was revoked at an HLC <= its own after it was stored (a read marks
+        it `revoked_since_stored`; RFC 0008)."""
+        if self.sig is None:
+            return None
+        return not self.__dict__.get(REVOKED_SINCE_STORED, False)
 
     @property
     def redacted(self) -> dict[str, str] | None:

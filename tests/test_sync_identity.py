@@ -170,6 +170,12 @@ def test_a_late_revocation_is_listed(trio) -> None:
     assert [x.event_id for x in found] == [late.id]
     assert found[0].key_agent == "mallory" and found[0].reason == "left the team"
     assert found[0].as_dict()["revoked_hlc"] == stamp
+    # From then on every read shows it false (RFC 0008), a get and a list alike.
+    assert b.event_get(late.id).verified is False
+    assert b.event_get(late.id).to_dict()["verified"] is False
+    listed = {e.id: e.to_dict()["verified"] for e in b.event_list(limit=500).events}
+    assert listed[late.id] is False
+    assert all(v is not False for k, v in listed.items() if k != late.id)
 
 
 def test_unsigned_events_stored_before_the_key_was_known_are_listed(trio) -> None:

@@ -164,6 +164,17 @@ class Keyring:
             if r.agent == agent and r.role == "agent" and self.is_valid(r.key_id, at_hlc)
         )
 
+    def revoked_before(self, event: Event) -> bool:
+        """Whether `event`'s key was revoked at an HLC <= the event's (the key's own revocation
+        event excepted): a signed event stored before this replica learned of a revocation
+        made during a partition (RFC 0008), which reads `verified: false` from then on."""
+        record = self._records.get(event.key_id) if event.key_id else None
+        if record is None or record.revoked_hlc is None:
+            return False
+        if event.type == KEY_REVOKE and record.revoked_by == event.id:
+            return False
+        return not self.is_valid(record.key_id, event.hlc)
+
     def is_admin_trusted(self, key_id: str, at_hlc: str) -> bool:
         """Whether `key_id` is an admin key (pinned root or added by one) valid at `at_hlc`."""
         record = self._records.get(key_id)

@@ -20,7 +20,7 @@ from mempalace_logstream.backends.base import CoreExecutor
 from mempalace_logstream.backends.base import Executor as _Ex
 from mempalace_logstream.backends.base import binds as _binds
 from mempalace_logstream.backends.base import in_lists as _in_lists
-from mempalace_logstream.identity.keyring import KEY_EVENT_TYPES, KEY_REVOKE, Keyring, Refusal
+from mempalace_logstream.identity.keyring import KEY_EVENT_TYPES, Keyring, Refusal
 from mempalace_logstream.identity.verdict import verdict
 from mempalace_logstream.models import Event
 from mempalace_logstream.replication.reports import HELD_REASONS
@@ -145,8 +145,7 @@ def late_revoked(store: LogStore) -> list[LateRevoked]:
     out: list[LateRevoked] = []
     for e in sorted(found, key=lambda e: e.seq):
         record = revoked[str(e.key_id)]
-        own = e.type == KEY_REVOKE and record.revoked_by == e.id
-        if own or ring.is_valid(record.key_id, e.hlc):
+        if not ring.revoked_before(e):
             continue
         out.append(
             LateRevoked(

@@ -17,7 +17,7 @@ from mempalace_logstream import notify
 from mempalace_logstream import validation as v
 from mempalace_logstream.backends import CoreExecutor, QueryExecutor
 from mempalace_logstream.backends.base import Query
-from mempalace_logstream.models import Event, Page
+from mempalace_logstream.models import REVOKED_SINCE_STORED, Event, Page
 from mempalace_logstream.schema import events
 from mempalace_logstream.store import plan
 from mempalace_logstream.store.filters import FILTER_RULES, ReadRequest, read_request
@@ -34,7 +34,10 @@ class Reads(CommitPipeline):
     def event_get(self, event_id: Any) -> Event:
         ident = v.required_routing("event_id", event_id)
         with self._reading() as query:
-            return self.event_by_id(QueryExecutor(query, self._sql), ident, field="event_id")
+            ex = QueryExecutor(query, self._sql)
+            event = self.event_by_id(ex, ident, field="event_id")
+            self._judge_revocations(ex, [event])
+            return event
 
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[QueryExecutor]:
@@ -137,7 +140,21 @@ class Reads(CommitPipeline):
             return self._read(query, req, after_seq=after_seq)
 
     def _read(self, query: Query, req: ReadRequest, after_seq: int | None = None) -> Page:
-        return plan.read_page(_Statements(self, query), req, after_seq)
+        page = plan.read_page(_Statements(self, query), req, after_seq)
+        self._judge_revocations(QueryExecutor(query, self._sql), page.events)
+        return page
+
+    def _judge_revocations(self, ex: QueryExecutor, events: Sequence[Event]) -> None:
+        """Mark the signed events whose key was revoked at or before their HLC (stored before
+        the revocation arrived): they read `verified: false` (RFC 0008). Unsigned pages pay
+        nothing; signed ones one keyring probe."""
+        signed = [e for e in events if e.sig is not None]
+        if not signed:
+            return
+        ring = self.identity.keyring(ex, self.event_select)
+        for event in signed:
+            if ring.revoked_before(event):
+                event.__dict__[REVOKED_SINCE_STORED] = True
 
     def _page_query(
         self, req: ReadRequest, lo: int, top_seq: int, order: str
