@@ -558,3 +558,26 @@ def test_cli_migrate_reports_an_unreachable_postgresql_as_one_line():
     assert out.returncode == 1
     assert out.stderr.decode().startswith("error:")
     assert "Traceback" not in out.stderr.decode()
+
+
+def test_an_interrupt_on_the_fast_path_propagates_and_leaves_usable_connections(pg_url):
+    """Ctrl-C inside a psycopg read or write (a command may still be in progress) reaches the
+    caller as KeyboardInterrupt, never as a StorageError from the rollback after it, and the
+    store keeps working: the interrupted connection is dropped, not reused."""
+    store = LogStore.open(pg_url)
+    try:
+        fast = store.backend.fast_path()
+        assert fast is not None
+        for _ in range(3):
+            with pytest.raises(KeyboardInterrupt):
+                with fast.reading() as query:
+                    query("SELECT 1", {})
+                    raise KeyboardInterrupt
+            with pytest.raises(KeyboardInterrupt):
+                with fast.transaction() as tx:
+                    tx.db.execute("SELECT 1")
+                    raise KeyboardInterrupt
+        event = store.event_append(type="x", stream="s", room="r", from_agent="a")
+        assert store.event_get(event.id) == event
+    finally:
+        store.close()

@@ -220,11 +220,17 @@ class PgFastPath:
             else:
                 db.execute("COMMIT")
         except BaseException as exc:
-            if isinstance(exc, psycopg.OperationalError) or db.broken:
+            # A lost connection, or an interrupt (Ctrl-C, a cancelled task) that may have left
+            # a command in progress: drop the connection. Else roll back and keep it.
+            if not isinstance(exc, Exception) or isinstance(exc, psycopg.OperationalError):
+                self._drop_writer()
+            elif db.broken:
                 self._drop_writer()
             elif db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                with contextlib.suppress(psycopg.Error):
+                try:
                     db.execute("ROLLBACK")
+                except psycopg.Error:
+                    self._drop_writer()
             raise
 
     @contextlib.contextmanager
@@ -249,8 +255,10 @@ class PgFastPath:
                     db.autocommit = False
                 try:
                     yield self.query(db)
-                finally:
-                    db.rollback()
+                except BaseException as exc:
+                    _end_read(proxy, db, exc)
+                    raise
+                db.rollback()
             finally:
                 proxy.close()
 
@@ -264,6 +272,20 @@ class PgFastPath:
         on_bulk: Callable[[], Any] | None = None,
     ) -> PgExecutor:
         return PgExecutor(db, compile)
+
+
+def _end_read(proxy: Any, db: psycopg.Connection[Any], exc: BaseException) -> None:
+    """After a read failed: roll back, or, when an interrupt (Ctrl-C, a cancelled task) may
+    have left a command in progress or the rollback fails, invalidate the connection so the
+    pool never hands it out again. The original exception is what the caller sees."""
+    if isinstance(exc, Exception) and not db.broken:
+        try:
+            db.rollback()
+            return
+        except psycopg.Error:
+            pass
+    with contextlib.suppress(Exception):
+        proxy.invalidate()
 
 
 class PgExecutor(base.DbapiExecutor):
