@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -262,8 +262,3 @@ def _load_pairs(keys_dir: Path | None) -> dict[str, keys.KeyPair]:
         if KEY_NAME_RE.match(name):
             out[name] = keys.load_private_key(path)
     return out
-
-
-def pin_rows(key_ids: Iterable[str]) -> list[dict[str, str]]:
-    """The meta rows that pin these admin key ids."""
-    return [{"key": PIN_PREFIX + k, "value": "admin"} for k in key_ids]

@@ -211,9 +211,10 @@ class CommitPipeline:
                 mapped.__cause__ = exc
             state.next_seq, state.next_artifact_seq = snapshot[0], snapshot[1]
             del state.appended[snapshot[2] :]
-            # The item may have read a keyring holding a key event it then rolled back.
-            state.keyring = None
-            self.identity.forget_ring()
+            # The item may have read a keyring holding a key event it then rolled back. The
+            # marks-keyed cache stays (the marks tell a rolled-back key event apart); only the
+            # transaction's copy and the one reused without marks are dropped.
+            state.keyring = self.identity.tx_ring = None
 
     def _fast_path(self) -> bool:
         """Whether the backend's own DBAPI path is usable now (see its `fast_path`)."""
