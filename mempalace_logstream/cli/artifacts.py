@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
+from mempalace_logstream import display
 from mempalace_logstream.cli.byteio import out_path, read_bytes, write_out
 from mempalace_logstream.cli.options import (
     BaseCommitOpt,
@@ -96,7 +97,7 @@ def artifact_put(
         encoding=encoding,
     )
     for w in out["artifact"].get("warnings", []):
-        typer.echo(f"warning: {w}", err=True)
+        typer.echo(display.terminal(f"warning: {w}"), err=True)
     a = out["artifact"]
     emit(
         out, as_json, f"Stored: {a['id']} {a['kind']} {a['size_bytes']} bytes sha256={a['sha256']}"
@@ -182,7 +183,7 @@ def patch_submit(
     }
     out = run(db, palace, "patch_submit", hub, token, **fields)
     for w in out.get("warnings", []):
-        typer.echo(f"warning: {w}", err=True)
+        typer.echo(display.terminal(f"warning: {w}"), err=True)
     a = out["artifact"]
     head = f"Patch {a['id']} ({a['size_bytes']} bytes) announced: "
     emit(out, as_json, head + event_line(out["event"]))
