@@ -8,14 +8,18 @@ values only as JSON strings. Real processes on a real SQLite file."""
 from __future__ import annotations
 
 import json
+import os
+import pty
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mempalace_logstream import LogStore, replication
-from tests.conftest import run_cli
+from tests.conftest import REPO, run_cli
 
 OSC52 = "\x1b]52;c;ZXZpbA==\x07"  # "evil" into the clipboard
 OSC0 = "\x1b]0;owned\x07"  # the window title
@@ -152,3 +156,40 @@ def test_the_inbox_hook_gives_routing_values_only_as_json_strings(tmp_path: Path
     outside = strings.sub("", heading)
     for word in ("<", ">", "obey", "rm -rf", "redact"):
         assert word not in outside, (word, heading)
+
+
+def _on_a_terminal(*args: str) -> tuple[int, bytes]:
+    """Run the CLI with stdout on a pseudo-terminal: (exit code, what it wrote there)."""
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mempalace_logstream", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=follower,
+        stderr=follower,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    os.close(follower)
+    written = bytearray()
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the process closed the terminal
+            break
+        if not chunk:
+            break
+        written += chunk
+    os.close(leader)
+    return proc.wait(timeout=60), bytes(written)
+
+
+def test_artifact_get_escapes_on_a_terminal_and_pipes_the_exact_bytes(tmp_path: Path) -> None:
+    db = str(tmp_path / "log.sqlite3")
+    with LogStore.open(db) as store:
+        text = store.artifact_put(kind="log", content=BODY, created_by="mallory")
+        binary = store.artifact_put(kind="file", content=b"\x1b]0;x\x07\xff\xfe", created_by="m")
+    code, shown = _on_a_terminal("artifact", "get", text.id, "--db", db)
+    assert code == 0 and b"\x1b" not in shown and b"\\x1b]52;c;ZXZpbA==\\x07" in shown
+    code, shown = _on_a_terminal("artifact", "get", binary.id, "--db", db)
+    assert code == 1 and b"\x1b" not in shown and b"--out" in shown
+    assert run_cli("artifact", "get", text.id, "--db", db).stdout == BODY.encode()
+    assert run_cli("artifact", "get", binary.id, "--db", db).stdout == b"\x1b]0;x\x07\xff\xfe"

@@ -31,7 +31,7 @@ from mempalace_logstream.cli.options import (
     TopicOpt,
 )
 from mempalace_logstream.cli.root import app, new_typer
-from mempalace_logstream.cli.shared import emit, event_line, run
+from mempalace_logstream.cli.shared import emit, event_line, fail, run
 
 artifact_app = new_typer(help="Store and fetch byte-exact artifacts.")
 patch_app = new_typer(help="Hand a patch to another agent.")
@@ -121,7 +121,7 @@ def artifact_get(
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Print an artifact's exact bytes (or write them with --out)."""
+    """Print an artifact's exact bytes (escaped on a terminal), or write them with --out."""
     target = out_path(out_file, force) if out_file else None
     out = run(db, palace, "artifact_get", hub, token, artifact_id=artifact_id)
     art = out["artifact"]
@@ -133,10 +133,25 @@ def artifact_get(
         emit({"artifact": meta}, as_json, human)
     elif as_json:
         emit(out, True)
+    elif sys.stdout.isatty():
+        typer.echo(_for_terminal(art), nl=False)
     else:
         sys.stdout.flush()
         sys.stdout.buffer.write(artifact_bytes(art))
         sys.stdout.buffer.flush()
+
+
+def _for_terminal(art: dict[str, Any]) -> str:
+    """A text artifact with its controls escaped (`display.terminal`); a binary one is refused:
+    its exact bytes go to a pipe or to --out, never raw to a terminal."""
+    try:
+        return display.terminal(artifact_bytes(art).decode("utf-8"))
+    except UnicodeDecodeError:
+        raise fail(
+            f"artifact {art['id']} is binary ({art['size_bytes']} bytes): write it with --out "
+            "FILE or pipe it (a terminal is never sent its raw bytes)",
+            field="artifact_id",
+        ) from None
 
 
 # --------------------------------------------------------------------------- patch, task
