@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mempalace_logstream import display
@@ -18,6 +18,7 @@ TRICKY = st.sampled_from(list("\\xuU0123456789abcdefABF\x1b\x07\x9b\x85\u202e\u2
 TEXT = st.text(alphabet=st.one_of(TRICKY, st.characters()), max_size=40)
 
 
+@settings(max_examples=1_000)  # cheap, and the heart of item 7: more than the profile's 30
 @given(TEXT)
 def test_terminal_output_holds_no_hidden_character_and_reverses_exactly(text: str) -> None:
     shown = display.terminal(text)
@@ -47,6 +48,7 @@ def test_terminal_escapes_are_visible_and_tabs_and_newlines_stay() -> None:
     assert display.terminal("C:\\Users\\me\\n.txt") == "C:\\Users\\me\\n.txt"
 
 
+@settings(max_examples=1_000)
 @given(TEXT)
 def test_quoted_is_a_json_string_that_cannot_open_or_close_a_tag(value: str) -> None:
     q = display.quoted(value)
