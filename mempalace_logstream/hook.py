@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from mempalace_logstream import config, errors
+from mempalace_logstream import config, display, errors
 from mempalace_logstream import inbox as inbox_mod
 
 if TYPE_CHECKING:
@@ -179,7 +179,7 @@ def _say_error(exc: errors.LogstreamError, as_json: bool) -> None:
         field = getattr(exc, "field", None)
         _note(json.dumps({"error": text, "field": field}, ensure_ascii=False))
     else:
-        _note("error: " + text)
+        _note("error: " + display.terminal(text))
 
 
 def _deliver_lean(

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mempalace_logstream import config, errors
+from mempalace_logstream import config, display, errors
 from mempalace_logstream import validation as v
 from mempalace_logstream.watch import (
     STATE_ABSENT,
@@ -250,28 +250,26 @@ def render(unseen: Unseen, opts: InboxOptions) -> str:
 
 
 def _heading(e: dict[str, Any]) -> str:
+    """The routing fields a sender chose are JSON strings (`display.quoted`): one line, exact
+    values, nothing that reads as markup or as part of the text around them."""
+    q = display.quoted
     parts = [
-        f"- {e.get('id')} [{e.get('type')}] from {e.get('from_agent')} to {e.get('to_agent')}",
-        f"in {e.get('stream')}/{e.get('room')}",
+        f"- {e.get('id')} [{e.get('type')}] from {q(e.get('from_agent'))} to "
+        f"{q(e.get('to_agent'))}",
+        f"in stream {q(e.get('stream'))}, room {q(e.get('room'))}",
     ]
-    for key in ("topic", "correlation_id", "status", "created_at"):
+    for key in ("topic", "correlation_id", "status"):
         if e.get(key):
-            parts.append(f"{key}={e[key]}")
-    return _one_line(" ".join(parts))
+            parts.append(f"{key}={q(e[key])}")
+    if e.get("created_at"):
+        parts.append(f"created_at={e['created_at']}")
+    return " ".join(parts)
 
 
 def _quoted(body: str, max_chars: int) -> list[str]:
     text = body if len(body) <= max_chars else body[:max_chars]
-    lines = [_printable(line) for line in text.splitlines()] or [""]
+    lines = display.terminal(text).splitlines() or [""]
     out = ["  > " + line for line in lines]
     if len(body) > max_chars:
         out.append(f"  [body cut at {max_chars} of {len(body)} characters]")
     return out
-
-
-def _printable(line: str) -> str:
-    return "".join(ch if ch == "\t" or ch >= " " else " " for ch in line).replace("\x7f", " ")
-
-
-def _one_line(text: str) -> str:
-    return " ".join(_printable(text).split())

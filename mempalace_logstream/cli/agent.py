@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from mempalace_logstream import errors
+from mempalace_logstream import display, errors
 from mempalace_logstream.cli.options import DbOpt, HubOpt, JsonOpt, PalaceOpt, TokenOpt
 from mempalace_logstream.cli.root import app, new_typer
-from mempalace_logstream.cli.shared import STATE, emit, fail, open_store
+from mempalace_logstream.cli.shared import STATE, console, emit, fail, open_store
 
 if TYPE_CHECKING:
     from mempalace_logstream.store import LogStore
@@ -122,12 +122,11 @@ def list_agents(
         emit(out, True)
         return
     from rich import box
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    screen = console()
     if not out["agents"]:
-        console.print("no agents yet: `logstream agent add NAME` makes the first")
+        screen.print("no agents yet: `logstream agent add NAME` makes the first")
         return
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
     for col in ("agent", "role", "key id", "state", "key held here", "token"):
@@ -136,16 +135,15 @@ def list_agents(
         state = row["state"]
         if row["revoke_reason"]:
             state += f" ({row['revoke_reason']})"
+        cells = (row["agent"], row["role"], row["key_id"], state)
         table.add_row(
-            row["agent"],
-            row["role"],
-            row["key_id"],
-            state,
+            *map(display.terminal, cells),
             "yes" if row["key_held_here"] else "-",
             "yes" if row["token"] else "-",
         )
-    console.print(table)
-    console.print("pinned admin keys: " + (", ".join(out["pinned"]) or "none"), soft_wrap=True)
+    screen.print(table)
+    pinned = display.terminal(", ".join(out["pinned"]) or "none")
+    screen.print("pinned admin keys: " + pinned, soft_wrap=True)
 
 
 @agent_app.command("rotate")

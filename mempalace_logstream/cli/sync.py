@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from mempalace_logstream import config, errors
+from mempalace_logstream import config, display, errors
 from mempalace_logstream.cli.options import DbOpt, JsonOpt, PalaceOpt
 from mempalace_logstream.cli.root import app
 from mempalace_logstream.cli.shared import (
     STATE,
     check_sync_limits,
+    console,
     emit,
     fail,
     open_store,
@@ -115,7 +116,7 @@ def sync_cmd(
         typer.echo(json.dumps(results, ensure_ascii=False, indent=2))
     else:
         for r in results:
-            typer.echo(_sync_line(r))
+            typer.echo(display.terminal(_sync_line(r)))
     if any("error" in r for r in results):
         raise typer.Exit(1)
 
@@ -255,7 +256,10 @@ def peers_table(out: dict[str, Any]) -> str:
     """The peers as text that never cuts a URL, date or error: a table folded to the terminal's
     width, or one `key=value` line per peer when stdout is not a terminal (pipes, files)."""
     title = f"peers of {out['self']['replica_id']}"
-    cells = [[str(p[k]) if p[k] is not None else "" for _, k in PEER_COLUMNS] for p in out["peers"]]
+    cells = [
+        [display.terminal(str(p[k])) if p[k] is not None else "" for _, k in PEER_COLUMNS]
+        for p in out["peers"]
+    ]
     if not sys.stdout.isatty():
         keys = [k for _, k in PEER_COLUMNS[1:]]
         rows = [
@@ -263,7 +267,6 @@ def peers_table(out: dict[str, Any]) -> str:
             for row in cells
         ]
         return "\n".join([title, *rows])
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=title)
@@ -271,9 +274,9 @@ def peers_table(out: dict[str, Any]) -> str:
         table.add_column(header, overflow="fold")
     for row in cells:
         table.add_row(*row)
-    console = Console()
-    with console.capture() as captured:
-        console.print(table)
+    screen = console()
+    with screen.capture() as captured:
+        screen.print(table)
     return captured.get().rstrip("\n")
 
 
