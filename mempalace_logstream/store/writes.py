@@ -138,6 +138,15 @@ class Transaction:
             identity.forget_ring()
         return sealed
 
+    def set_agent_token(self, agent: str, token_hash: str | None) -> None:
+        """Store (or, with None, drop) the hash of `agent`'s token in this transaction, so a
+        key event and its token commit together (`logstream agent rotate`, RFC 0008)."""
+        self.ex.run("agent-token-drop", _drop_token, {"agent": agent})
+        if token_hash is not None:
+            at = now_text(self.store.clock.wall_clock.now_ms())
+            row = {"agent": agent, "token_hash": token_hash, "created_at": at}
+            self.ex.insert("agent-token-insert", agent_tokens, [row])
+
     def follow_tasks(self, applied: list[Event]) -> None:
         """Move the task projection for events applied from a peer or an import (never
         refused: a peer's history stands; the fold lists illegal moves as anomalies)."""
@@ -463,6 +472,10 @@ def _not_tombstone(body: str) -> str:
 
 def _artifact_exists() -> sa.Select[Any]:
     return sa.select(artifacts.c.id).where(artifacts.c.id == sa.bindparam("id"))
+
+
+def _drop_token() -> sa.Delete:
+    return sa.delete(agent_tokens).where(agent_tokens.c.agent == sa.bindparam("agent"))
 
 
 def _blob_exists() -> sa.Select[Any]:
