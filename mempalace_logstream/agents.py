@@ -19,7 +19,7 @@ from mempalace_logstream.identity.actor import ADMIN, ADMIN_NAME, acting_as
 from mempalace_logstream.identity.keyring import KEY_ADD, KEY_REVOKE, KeyRecord, Keyring
 from mempalace_logstream.models import Event
 from mempalace_logstream.store import LogStore, Transaction
-from mempalace_logstream.store.identity import KEY_NAME_RE, KEY_SUFFIX
+from mempalace_logstream.store.identity import KEY_SUFFIX, registered_names
 
 
 @dataclass(frozen=True)
@@ -47,15 +47,11 @@ class Minted:
         }
 
 
-def agent_name(value: Any) -> str:
-    """A name that can be an agent's key file; ValidationError naming `agent` otherwise."""
-    name = v.required_routing("agent", value)
-    if not KEY_NAME_RE.match(name):
-        raise v.fail(
-            "agent",
-            f"{name!r} must be 1 to 128 letters, digits, '.', '_', '@' or '-' "
-            "(it names the agent's key file)",
-        )
+def agent_name(value: Any, *, allow_unicode: bool = True) -> str:
+    """A name that can be an agent's key file (`validation.agent_name`); ValidationError
+    naming `agent` otherwise. `allow_unicode`: managing an existing agent takes any name
+    `agent add --allow-unicode` could have made."""
+    name = v.agent_name(value, allow_unicode=allow_unicode)
     if name == ADMIN_NAME:
         raise v.fail("agent", f"{ADMIN_NAME!r} names the palace's admin key; pick another name")
     return name
@@ -89,11 +85,15 @@ def ensure_admin(store: LogStore) -> str:
     return pair.key_id
 
 
-def add(store: LogStore, agent: Any, *, print_key: bool = False) -> Minted:
+def add(
+    store: LogStore, agent: Any, *, print_key: bool = False, allow_unicode: bool = False
+) -> Minted:
     """A new agent, or a new key for an agent whose keys were all revoked: key pair, key
-    event signed by the admin key and token hash, committed together."""
-    name = agent_name(agent)
+    event signed by the admin key and token hash, committed together. The name is ASCII
+    unless `allow_unicode`, and never a look-alike of another agent with a key."""
+    name = agent_name(agent, allow_unicode=allow_unicode)
     admin_id = ensure_admin(store)
+    v.check_lookalike("agent", name, registered_names(keyring(store)))
     settle_key_files(store, name)
     if _live_keys(keyring(store), name):
         raise errors.ConflictError(

@@ -35,6 +35,14 @@ PrintOpt = Annotated[
         "--print", help="Print the private key (PEM) once instead of writing keys/NAME.key."
     ),
 ]
+UnicodeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-unicode",
+        help="Take a name in another script than ASCII (Unicode NFKC, letters and digits of "
+        "one script); look-alikes of other agents are refused either way.",
+    ),
+]
 ReasonOpt = Annotated[str | None, typer.Option("--reason", help="Why (kept in the log).")]
 ON_THE_HUB = (
     "agents are managed where the hub's log is: run `logstream agent {cmd}` on the hub's host "
@@ -84,6 +92,7 @@ def _minted(out: dict[str, Any], verb: str) -> str:
 def add(
     name: NameArg,
     print_key: PrintOpt = False,
+    allow_unicode: UnicodeOpt = False,
     db: DbOpt = None,
     palace: PalaceOpt = None,
     hub: HubOpt = None,
@@ -92,12 +101,15 @@ def add(
 ) -> None:
     """Add an agent: an Ed25519 key (keys/NAME.key, 0600) and a bearer token, shown once.
 
-    The first `agent add` also makes the palace's admin key (keys/admin.key) and pins it."""
+    The first `agent add` also makes the palace's admin key (keys/admin.key) and pins it. A
+    revoked agent gets a new key and token the same way. NAME is ASCII unless
+    --allow-unicode, and never a look-alike of another agent with a key."""
     from mempalace_logstream import agents
 
-    minted = _local(
-        "add", db, palace, hub, lambda s: agents.add(s, name, print_key=print_key), create=True
-    )
+    def work(store: LogStore) -> Any:
+        return agents.add(store, name, print_key=print_key, allow_unicode=allow_unicode)
+
+    minted = _local("add", db, palace, hub, work, create=True)
     out = minted.to_dict()
     emit(out, as_json, _minted(out, "added"))
 
