@@ -304,3 +304,35 @@ def test_a_non_loopback_hub_demands_its_token_and_keeps_it_out_of_urls(
         page.wait_for_selector(f"[data-state='cancelled'] [data-task='{tid}']")
         assert all(token not in u for u in urls), [u for u in urls if token in u]
         assert token not in page.url
+
+
+def test_the_page_cannot_be_framed_and_logout_ends_the_session_on_the_hub(
+    tmp_path: Path, page: Any, browser: Any
+) -> None:
+    """Issue 18 item 12 in the browser: another page's iframe shows nothing of the dashboard
+    (X-Frame-Options DENY, CSP frame-ancestors 'none'), and the Log out button ends the
+    session on the hub: the cookie copied before it is refused afterwards."""
+    token = "tok-dashboard-frames-7"
+    with live_hub(tmp_path, token=token, host="0.0.0.0", retry_ms=300) as hub:
+        page.goto(hub.url + "/")
+        page.fill("input[name=token]", token)
+        page.click("button[type=submit]")
+        page.wait_for_function(LIVE)
+        (copied,) = [c for c in page.context.cookies() if c["name"] == "logstream_session"]
+        # Framed by another origin (logged in, so only the headers can stop it).
+        framer = page.context.new_page()
+        framer.set_content(f'<iframe id="f" src="{hub.url}/" width="600" height="400"></iframe>')
+        framer.wait_for_load_state("load")
+        (child,) = [f for f in framer.frames if f != framer.main_frame]
+        assert not child.url.startswith(hub.url), child.url  # blocked: an error page
+        assert child.query_selector("#who") is None
+        framer.close()
+        page.click("#logout")
+        page.wait_for_selector("input[name=token]")
+        other = browser.new_context()
+        other.add_cookies([copied])
+        thief = other.new_page()
+        resp = thief.goto(hub.url + "/")
+        assert resp is not None and resp.status == 401  # the login form, not the dashboard
+        assert thief.locator("input[name=token]").count() == 1
+        other.close()

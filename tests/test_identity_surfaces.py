@@ -177,14 +177,19 @@ def test_reads_sse_and_sync_pulls_take_any_valid_token_but_push_is_admin_only(
         assert c.post("/sync/push", json={"events": []}).status_code != 403
 
 
-def test_a_dashboard_operator_session_acts_as_the_admin(team: Team) -> None:
-    with httpx.Client(base_url=team.hub.url, timeout=30) as c:
-        login = c.post("/dashboard/login", data={"token": ADMIN_TOKEN, "operator": "ops"})
-        assert login.status_code == 303, login.text
-        csrf = {"X-Logstream-Dashboard": "1"}
-        resp = c.post("/v1/event_append", json=note(from_agent="ops"), headers=csrf)
-    assert resp.status_code == 200, resp.text
-    assert resp.json()["event"]["key_id"] == team.admin_key
+def test_a_dashboard_operator_session_acts_as_its_operator(team: Team) -> None:
+    """It writes under its operator's name only, signed with that agent's key when the hub
+    holds one (carol's here), unsigned for a name without a key (issue 18 item 12)."""
+    csrf = {"X-Logstream-Dashboard": "1"}
+    for operator, key_id in (("carol", team.minted["carol"].key_id), ("ops", None)):
+        with httpx.Client(base_url=team.hub.url, timeout=30) as c:
+            login = c.post("/dashboard/login", data={"token": ADMIN_TOKEN, "operator": operator})
+            assert login.status_code == 303, login.text
+            own = c.post("/v1/event_append", json=note(from_agent=operator), headers=csrf)
+            other = c.post("/v1/event_append", json=note(from_agent="alice"), headers=csrf)
+        assert own.status_code == 200, own.text
+        assert own.json()["event"]["key_id"] == key_id
+        assert other.status_code == 403 and other.json()["field"] == "from_agent"
 
 
 def test_an_agent_token_announces_its_own_presence_only(team: Team) -> None:

@@ -25,6 +25,7 @@ from mempalace_logstream.http import (
     ops,
     pages,
     presence_routes,
+    session,
     sse,
     sync_routes,
 )
@@ -68,7 +69,9 @@ def create_app(
     app.state.integrity = None  # the integrity check run at startup (`/healthz` shows it)
     for exc_class, handler in EXCEPTION_HANDLERS.items():
         app.add_exception_handler(exc_class, handler)
-    app.add_middleware(HubGuard, settings=settings, store=store)
+    app.state.sessions = session.EndedSessions(store)  # dashboard sessions ended by logout
+    app.state.login_throttle = session.LoginThrottle()
+    app.add_middleware(HubGuard, settings=settings, store=store, sessions=app.state.sessions)
     app.get("/healthz", tags=["hub"])(healthz)
     pages.add_pages(app)
     dashboard_routes.add_dashboard(app)
