@@ -195,3 +195,14 @@ def test_every_page_refuses_to_be_framed(hub: LiveHub, path: str) -> None:
             resp = client.get(path)
             assert resp.headers.get("x-frame-options") == "DENY", (path, resp.status_code)
             assert "frame-ancestors 'none'" in resp.headers.get("content-security-policy", "")
+
+
+def test_ended_sessions_are_kept_in_the_database_until_they_expire(store) -> None:
+    """The store's side of logout, on both backends: kept, read by every hub of the database,
+    and forgotten once past its expiry (the next logout prunes it)."""
+    store.end_session("a" * 32, 2_000, now_s=1_000)
+    store.end_session("a" * 32, 2_000, now_s=1_000)  # twice: one row
+    store.end_session("b" * 32, 5_000, now_s=1_500)
+    assert store.ended_sessions() == {"a" * 32: 2_000, "b" * 32: 5_000}
+    store.end_session("c" * 32, 9_000, now_s=2_500)  # "a" has expired by now
+    assert store.ended_sessions() == {"b" * 32: 5_000, "c" * 32: 9_000}
