@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import os
 import time
 from collections.abc import Iterator
@@ -336,3 +337,20 @@ def test_the_page_cannot_be_framed_and_logout_ends_the_session_on_the_hub(
         assert resp is not None and resp.status == 401  # the login form, not the dashboard
         assert thief.locator("input[name=token]").count() == 1
         other.close()
+
+
+def test_the_sync_view_without_peers_names_commands_that_exist(tmp_path: Path, page: Any) -> None:
+    """Issue 18 item 20: what the Sync tab tells a hub with no peers to run exists."""
+    with live_hub(tmp_path, retry_ms=300) as hub:
+        open_view(page, hub.url, "sync")
+        page.wait_for_selector("#sync >> text=No peers")
+        text = page.inner_text("#sync")
+        shown = page.locator("#sync code").all_inner_texts()
+    said = [c for c in shown + text.split("(") if c.startswith("logstream ")]
+    commands = [c.replace(")", " ").replace(".", " ").split()[1:] for c in said]
+    assert said and "peers.json" in text, text
+    for cmd in commands:  # each names a real (sub)command: its help's usage line says so
+        words = list(itertools.takewhile(lambda w: w.isalpha() and w.islower(), cmd))
+        done = run_cli(*words, "--help")
+        usage = done.stdout.decode().splitlines()[0] if done.stdout else ""
+        assert done.returncode == 0 and f"{' '.join(words)} [OPTIONS]" in usage, (words, usage)

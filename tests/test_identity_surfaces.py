@@ -476,14 +476,15 @@ def test_the_real_cli_adds_an_agent_whose_token_the_hub_takes(tmp_path: Path) ->
 
 def test_the_readmes_team_setup_runs(tmp_path: Path) -> None:
     """The five commands of README "Agents and tokens": the `logstream agent` ones run for real
-    (on this test's own log); the hub is started with --token; step 4 sends a bearer token."""
+    (on this test's own log); the hub takes its token from the environment, never argv (issue
+    18 item 16); step 4 sends a bearer token."""
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     section = readme[readme.index("## Agents and tokens") :]
     block = re.search(r"```sh\n(.*?)```", section, flags=re.S)
     assert block is not None
     commands = [line.split("  #")[0].strip() for line in block.group(1).splitlines()]
     assert len(commands) == 5
-    assert commands[0].startswith("logstream serve ") and "--token" in commands[0]
+    assert commands[0].startswith("logstream serve ") and "--token" not in commands[0]
     assert "Authorization: Bearer lst_" in commands[3]
     db = ["--db", str(tmp_path / "log.sqlite3")]
     for command in (commands[1], commands[2], commands[4]):

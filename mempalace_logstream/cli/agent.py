@@ -49,6 +49,12 @@ ON_THE_HUB = (
     "with its --db/--palace (keys and token hashes stay there; no secret goes over HTTP)"
 )
 
+FROM_ENV = (
+    "LOGSTREAM_HUB is set ({hub}), and agents are managed on the hub's host against its own "
+    "log, never over HTTP: on the hub's host, unset LOGSTREAM_HUB (or run `env -u "
+    "LOGSTREAM_HUB logstream agent {cmd} …`) and give the hub's --db/--palace"
+)
+
 
 def _local(
     cmd: str,
@@ -60,6 +66,8 @@ def _local(
     create: bool = False,
 ) -> T:
     """Run `work` on the local store; one stderr line and exit 1 on a domain error."""
+    if hub and not STATE.hub_typed:  # from LOGSTREAM_HUB: perhaps on the hub's host itself
+        raise fail(FROM_ENV.format(cmd=cmd, hub=hub), field="hub")
     if hub:
         raise fail(ON_THE_HUB.format(cmd=cmd), field="hub")
     try:
