@@ -33,6 +33,10 @@ log = logging.getLogger("mempalace_logstream.dashboard")
 
 
 def add_dashboard(app: FastAPI) -> None:
+    """The dashboard's routes, and on `app.state` its failed-login counter and the sessions
+    ended by a logout (the guard refuses those)."""
+    app.state.sessions = session.EndedSessions(app.state.store)
+    app.state.login_throttle = session.LoginThrottle()
     app.get("/", include_in_schema=False)(index)
     app.get("/dashboard/session", include_in_schema=False)(session_info)
     app.post("/dashboard/login", include_in_schema=False)(login)
