@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from mempalace_logstream.http import session
+from mempalace_logstream.store import sessions
 from tests.hubkit import LiveHub, live_hub
 
 TOKEN = "tok-session-7"
@@ -200,9 +201,9 @@ def test_every_page_refuses_to_be_framed(hub: LiveHub, path: str) -> None:
 def test_ended_sessions_are_kept_in_the_database_until_they_expire(store) -> None:
     """The store's side of logout, on both backends: kept, read by every hub of the database,
     and forgotten once past its expiry (the next logout prunes it)."""
-    store.end_session("a" * 32, 2_000, now_s=1_000)
-    store.end_session("a" * 32, 2_000, now_s=1_000)  # twice: one row
-    store.end_session("b" * 32, 5_000, now_s=1_500)
-    assert store.ended_sessions() == {"a" * 32: 2_000, "b" * 32: 5_000}
-    store.end_session("c" * 32, 9_000, now_s=2_500)  # "a" has expired by now
-    assert store.ended_sessions() == {"b" * 32: 5_000, "c" * 32: 9_000}
+    sessions.end_session(store, "a" * 32, 2_000, now_s=1_000)
+    sessions.end_session(store, "a" * 32, 2_000, now_s=1_000)  # twice: one row
+    sessions.end_session(store, "b" * 32, 5_000, now_s=1_500)
+    assert sessions.ended_sessions(store) == {"a" * 32: 2_000, "b" * 32: 5_000}
+    sessions.end_session(store, "c" * 32, 9_000, now_s=2_500)  # "a" has expired by now
+    assert sessions.ended_sessions(store) == {"b" * 32: 5_000, "c" * 32: 9_000}

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote, urlsplit
 
 from mempalace_logstream import aio
+from mempalace_logstream.store.sessions import end_session, ended_sessions
 
 if TYPE_CHECKING:
     from mempalace_logstream.store import LogStore
@@ -162,7 +163,7 @@ class EndedSessions:
             return True
         if self.store is not None and time.monotonic() - self._read_at >= self.REFRESH_S:
             self._read_at = time.monotonic()
-            self._ended.update(await aio.run(self.store.ended_sessions))
+            self._ended.update(await aio.run(ended_sessions, self.store))
             now = time.time()
             self._ended = {k: at for k, at in self._ended.items() if at > now}
         return found.session_id in self._ended
@@ -171,6 +172,5 @@ class EndedSessions:
         """End `found` now, on this hub and (unless the log is read-only) in the store."""
         self._ended[found.session_id] = found.expires_s
         if self.store is not None and not self.store.read_only:
-            await aio.run(
-                self.store.end_session, found.session_id, found.expires_s, int(time.time())
-            )
+            args = (found.session_id, found.expires_s, int(time.time()))
+            await aio.run(end_session, self.store, *args)

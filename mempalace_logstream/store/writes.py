@@ -44,7 +44,6 @@ from mempalace_logstream.store.rows import ARTIFACT_COLS, artifact_from_row, eve
 from mempalace_logstream.tasks import TaskSettings
 
 T = TypeVar("T")
-SESSION_PREFIX = "dashboard.ended."  # meta rows: dashboard sessions ended by a logout
 
 
 class Transaction:
@@ -305,40 +304,6 @@ class Writes(CommitPipeline):
 
         changed: bool = self.core_transaction(work)
         return changed
-
-    def end_session(self, session_id: str, expires_s: int, now_s: int) -> None:
-        """Record a dashboard session as ended (logout) until it would have expired, and
-        forget those already expired. Local to this database (every hub on it), never
-        replicated; a meta row `dashboard.ended.<id>` = its expiry."""
-        name = SESSION_PREFIX + session_id
-
-        def work(conn: sa.Connection, _state: TxState) -> None:
-            rows = conn.execute(
-                sa.select(meta.c.key, meta.c.value).where(
-                    meta.c.key.startswith(SESSION_PREFIX, autoescape=True)
-                )
-            ).all()
-            stale = [k for k, val in rows if not val.isdigit() or int(val) <= now_s]
-            if stale:
-                conn.execute(sa.delete(meta).where(meta.c.key.in_(stale)))
-            if not any(k == name for k, _ in rows):
-                conn.execute(sa.insert(meta).values(key=name, value=str(expires_s)))
-
-        self.core_transaction(work)
-
-    def ended_sessions(self) -> dict[str, int]:
-        """session id -> expiry (unix s) of the dashboard sessions ended by a logout."""
-        with self.connect() as conn:
-            rows = conn.execute(
-                sa.select(meta.c.key, meta.c.value).where(
-                    meta.c.key.startswith(SESSION_PREFIX, autoescape=True)
-                )
-            ).all()
-        out = {}
-        for key, value in rows:
-            if value.isdigit():
-                out[str(key)[len(SESSION_PREFIX) :]] = int(value)
-        return out
 
     def draft_event(
         self,
