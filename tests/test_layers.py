@@ -21,6 +21,7 @@ RULES: dict[str, tuple[str, ...]] = {
     "hlc": ("sqlalchemy", "<package>", *SURFACE_LIBS),
     "models": ("sqlalchemy", "pydantic", "store", "engine", *SURFACE_LIBS),
     "validation": ("sqlalchemy", "store", "engine", "schema", *SURFACE_LIBS),
+    "confusables": ("sqlalchemy", "<package>", *SURFACE_LIBS),
     "schema": ("engine", "store", "alembic", "migrate", *SURFACE_LIBS),
     "engine": ("store", "migrate", *SURFACE_LIBS),
     "store": SURFACE_LIBS,

@@ -33,9 +33,11 @@ class State:
     debug = False
     durability = "full"
     as_json = False  # errors as one JSON object on stderr
+    hub_typed = False  # --hub was typed (not taken from LOGSTREAM_HUB)
 
     def reset(self) -> None:
         self.debug, self.durability, self.as_json = False, "full", False
+        self.hub_typed = False
 
 
 STATE = State()

@@ -55,7 +55,7 @@ PeerTokenOpt = Annotated[
     typer.Option(
         "--token",
         envvar="LOGSTREAM_PEER_TOKEN",
-        help="Bearer token for --peer.",
+        help="Bearer token for --peer; prefer the variable: a command line shows in ps.",
         show_default=False,
     ),
 ]
@@ -195,8 +195,11 @@ def _sync_line(r: dict[str, Any]) -> str:
         line += f", pushed {r['pushed_events']} events, {r['pushed_artifacts']} artifacts"
     if r.get("conflict_count"):
         line += f", {r['conflict_count']} CONFLICTS (see `logstream peers --json`)"
-    if r.get("rejected_count"):
-        line += f", {r['rejected_count']} REJECTED"
+    held = r.get("held_count", 0)
+    if r.get("rejected_count", 0) > held:
+        line += f", {r['rejected_count'] - held} REJECTED"
+    if held:
+        line += f", {held} events held (signed by keys this replica does not know yet)"
     if r.get("sequence_anomaly_count"):
         line += (
             f", {r['sequence_anomaly_count']} SEQUENCE ANOMALIES "
@@ -207,6 +210,12 @@ def _sync_line(r: dict[str, Any]) -> str:
         line += f", {len(holes)} holes repaired (+{r['repair']['pulled_events']} events)"
     if r.get("repair_error") or r.get("push_error"):
         line += f" [{r.get('repair_error') or r.get('push_error')}]"
+    for key in r.get("trust_keys", []):
+        line += (
+            f"\n  they wait for admin key {key}: if it is your palace's admin key (`logstream "
+            'agent list` on the hub\'s host shows it under "pinned admin keys"), trust it '
+            f"here and sync again:\n    logstream agent trust {key}"
+        )
     return line
 
 

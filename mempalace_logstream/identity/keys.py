@@ -152,6 +152,28 @@ def write_private_key(pair: KeyPair, path: Path) -> None:
     _fsync_dir(path.parent)  # the new name survives a power loss
 
 
+def install_key_file(staged: Path, path: Path, retired: Path | None = None) -> None:
+    """Put the key file `staged` in place at `path` in one atomic rename; the key `path` held
+    before is kept as `retired` first (a second name for it, so `path` never goes missing).
+
+    Idempotent after a crash at any point: an existing `retired` is left as it is, and a
+    `staged` already moved (gone) is not an error when `path` exists.
+    """
+    if retired is not None and path.exists():
+        with contextlib.suppress(FileExistsError):
+            os.link(path, retired)
+    if staged.exists() or not path.exists():
+        os.replace(staged, path)
+    _fsync_dir(path.parent)
+
+
+def retire_key_file(path: Path, retired: Path) -> None:
+    """Move a key file that no longer signs out of the way (`path` -> `retired`)."""
+    if path.exists():
+        os.replace(path, retired)
+        _fsync_dir(path.parent)
+
+
 def _fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:

@@ -20,7 +20,7 @@ from mempalace_logstream.backends.base import CoreExecutor
 from mempalace_logstream.backends.base import Executor as _Ex
 from mempalace_logstream.backends.base import binds as _binds
 from mempalace_logstream.backends.base import in_lists as _in_lists
-from mempalace_logstream.identity.keyring import KEY_EVENT_TYPES, Keyring, Refusal
+from mempalace_logstream.identity.keyring import KEY_ADD, KEY_EVENT_TYPES, Keyring, Refusal
 from mempalace_logstream.identity.verdict import verdict
 from mempalace_logstream.models import Event
 from mempalace_logstream.replication.reports import HELD_REASONS
@@ -46,7 +46,7 @@ class Refused:
         """The rejection row. A held event keeps its origin position (it pins the pull
         position, `replication.pull_after`); a forged one does not, so the honest event at that
         position is still a hole to fill from an honest peer (never accounted as refused)."""
-        return {
+        out: dict[str, Any] = {
             "kind": "event",
             "ident": event.id,
             "origin_replica": event.origin_replica,
@@ -57,6 +57,23 @@ class Refused:
             "retryable": self.retryable,
             "peer": peer,
         }
+        if self.code == "unknown_key" and event.key_id is not None:
+            out["key_id"] = event.key_id
+            if _offers_root(event):  # what `logstream agent trust` would pin (a new replica)
+                out["root_key_id"] = event.key_id
+        return out
+
+
+def _offers_root(event: Event) -> bool:
+    """Whether `event` is an admin key's add signed by that key itself: a palace's trust
+    root, valid here only once its id is pinned (RFC 0008 "Admin key")."""
+    meta = event.metadata
+    return (
+        event.type == KEY_ADD
+        and meta.get("role") == "admin"
+        and meta.get("key_id") == event.key_id
+        and meta.get("replaces") is None
+    )
 
 
 class BatchJudge:

@@ -7,7 +7,7 @@ The rules are the pure core's (`identity/`); this module only feeds them rows.
 
 from __future__ import annotations
 
-import re
+import functools
 import threading
 import time
 from collections.abc import Sequence
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from mempalace_logstream import errors
+from mempalace_logstream import validation as v
 from mempalace_logstream.identity import keys, signing
 from mempalace_logstream.identity.actor import ADMIN_NAME, Actor
 from mempalace_logstream.identity.keyring import KEY_EVENT_TYPES, Keyring, SignedEvent
@@ -32,7 +33,7 @@ KEYS_DIRNAME = "keys"
 KEY_SUFFIX = ".key"
 PIN_PREFIX = "identity.pin."  # meta rows `identity.pin.<key id>`: the pinned admin keys
 # An agent name that can be a key file's name (the agent commands refuse others).
-KEY_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$")
+KEY_NAME_RE = v.UNICODE_AGENT_NAME_RE
 
 
 def keys_dir_for(url: str, palace: str | Path | None = None) -> Path | None:
@@ -183,6 +184,22 @@ class Identity:
         if actor is None and admin is not None and ring.must_sign(event.from_agent, event.hlc):
             return admin
         return None
+
+
+@functools.lru_cache(maxsize=8)
+def registered_names(ring: Keyring) -> frozenset[str]:
+    """The names of the agents with a key in `ring` (revoked ones too: a name stays taken)."""
+    return frozenset(r.agent for r in ring.records())
+
+
+def check_names(ring: Keyring, **names: str | None) -> None:
+    """No name written (`from_agent=…`, `to_agent=…`, `created_by=…`) is a look-alike of an
+    agent with a key (issue 18 item 13); ValidationError naming the field otherwise."""
+    registered = registered_names(ring)
+    if registered:
+        for field, name in names.items():
+            if name is not None:
+                v.check_lookalike(field, name, registered)
 
 
 def check_writer(actor: Actor | None, field: str, name: str) -> None:

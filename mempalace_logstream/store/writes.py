@@ -36,7 +36,7 @@ from mempalace_logstream.schema import (
     meta,
 )
 from mempalace_logstream.store import tasks as task_rows
-from mempalace_logstream.store.identity import PIN_PREFIX, Identity, check_writer
+from mempalace_logstream.store.identity import PIN_PREFIX, Identity, check_names, check_writer
 from mempalace_logstream.store.ids import new_id, now_text
 from mempalace_logstream.store.pipeline import CommitPipeline, TxState
 from mempalace_logstream.store.redaction import REDACT_TYPE, redaction_of_blob
@@ -90,6 +90,7 @@ class Transaction:
             prior = self.find_idempotent(draft)
             if prior is not None:
                 return same_as_prior(prior, draft)
+        check_names(self.keyring(), from_agent=draft.from_agent, to_agent=draft.to_agent)
         for aid in draft.artifact_ids:
             if not ex.rows("artifact-exists", _artifact_exists, {"id": aid}):
                 raise errors.NotFoundError(
@@ -138,6 +139,15 @@ class Transaction:
             identity.forget_ring()
         return sealed
 
+    def set_agent_token(self, agent: str, token_hash: str | None) -> None:
+        """Store (or, with None, drop) the hash of `agent`'s token in this transaction, so a
+        key event and its token commit together (`logstream agent rotate`, RFC 0008)."""
+        self.ex.run("agent-token-drop", _drop_token, {"agent": agent})
+        if token_hash is not None:
+            at = now_text(self.store.clock.wall_clock.now_ms())
+            row = {"agent": agent, "token_hash": token_hash, "created_at": at}
+            self.ex.insert("agent-token-insert", agent_tokens, [row])
+
     def follow_tasks(self, applied: list[Event]) -> None:
         """Move the task projection for events applied from a peer or an import (never
         refused: a peer's history stands; the fold lists illegal moves as anomalies)."""
@@ -173,6 +183,7 @@ class Transaction:
         """The one insert of a local artifact (content kept once per sha256)."""
         # An agent puts artifacts under its own name only (RFC 0008), like its events.
         check_writer(self.actor, "created_by", draft.created_by)
+        check_names(self.keyring(), created_by=draft.created_by)
         digest = hashlib.sha256(draft.content).hexdigest()
         self.ensure_blob(digest, draft.content)
         ms = self.store.clock.wall_clock.now_ms()
@@ -463,6 +474,10 @@ def _not_tombstone(body: str) -> str:
 
 def _artifact_exists() -> sa.Select[Any]:
     return sa.select(artifacts.c.id).where(artifacts.c.id == sa.bindparam("id"))
+
+
+def _drop_token() -> sa.Delete:
+    return sa.delete(agent_tokens).where(agent_tokens.c.agent == sa.bindparam("agent"))
 
 
 def _blob_exists() -> sa.Select[Any]:
