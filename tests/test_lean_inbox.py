@@ -29,7 +29,7 @@ from mempalace_logstream import inbox as inbox_mod
 from mempalace_logstream.backends import sqlite_inbox_sql
 from mempalace_logstream.migrate import KNOWN_REVISIONS
 from mempalace_logstream.operations import LocalClient
-from mempalace_logstream.store import lean
+from mempalace_logstream.store import lean, marks
 from tests.conftest import REPO, run_cli
 from tests.test_inbox_hook import (
     PROMPT,
@@ -71,9 +71,12 @@ def test_the_generated_sql_is_the_stores_own() -> None:
         "STATEMENTS": sqlite_inbox_sql.STATEMENTS,
     }
     assert fresh == kept, "run `python -m mempalace_logstream.store.lean` and ruff format"
-    # every page shape the inbox asks for: the tip, one agent (two legs), "*" (one value)
+    # every page shape the inbox asks for: the tip, one agent (two legs), "*" (one value),
+    # and the "agents have keys" probe of sender gating (one key_add)
     pages = {key for key in fresh["STATEMENTS"] if key[0] == "page"}
-    assert len(pages) == 3
+    assert len(pages) == 4
+    # and the keyring's two reads, for the read marks (store/marks.py)
+    assert {marks.MARKS_SQL, marks.KEY_EVENTS_SQL} <= set(fresh["STATEMENTS"])
 
 
 # ----------------------------------------------------------------------------- imports
