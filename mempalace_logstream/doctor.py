@@ -183,7 +183,7 @@ def _signatures(store: LogStore, report: Report) -> None:
             "HLC (stored before its key event arrived here)",
             unsigned,
         )
-    _backdating(store, report, counts)
+    _backdating(store, report)
     _unsigned_backdated(under_key, report)
     explained = {x.event_id for x in late} | set(unsigned)
     other = [i for i in found.reads_false if i not in explained]
@@ -199,7 +199,7 @@ def _signatures(store: LogStore, report: Report) -> None:
     report.checks["sync_counts"] = counts
 
 
-def _backdating(store: LogStore, report: Report, counts: dict[str, int]) -> None:
+def _backdating(store: LogStore, report: Report) -> None:
     """Backdating suspects (RFC 0008 "Doctor"): events signed by a key before its revocation
     but first received here after it; held on sync apply within the window."""
     window = store.backdate_window_ms
