@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mempalace_logstream import LogStore, errors, migrate
+from mempalace_logstream import LogStore, agents, errors, migrate
 from mempalace_logstream import engine as engine_mod
 from mempalace_logstream import hook as hook_mod
 from mempalace_logstream import inbox as inbox_mod
@@ -148,6 +148,9 @@ draft = st.fixed_dictionaries(
         "from_agent": st.sampled_from(AGENTS),
         "to_agent": st.sampled_from((*AGENTS, "*", None)),
         "linked": st.booleans(),
+        # the writer gets a key first (if it has none): its later events are signed and its
+        # earlier ones read false (unsigned_name_signs) in both readers
+        "keyed": st.integers(0, 5).map(lambda n: n == 0),
     }
 )
 
@@ -155,7 +158,11 @@ draft = st.fixed_dictionaries(
 def _fill(store: LogStore, drafts: list[dict[str, Any]]) -> list[str]:
     art = store.artifact_put(kind="file", created_by="alice", content=b"attached")
     ids = []
+    keyed = {r.agent for r in agents.keyring(store).records()}
     for i, d in enumerate(drafts):
+        if d.get("keyed") and d["from_agent"] not in keyed:
+            agents.add(store, d["from_agent"])
+            keyed.add(d["from_agent"])
         event = store.event_append(
             type=d["type"],
             stream="s",
@@ -231,6 +238,7 @@ def test_lean_and_store_answer_alike_over_any_log(
     from_start=st.booleans(),
     limit=st.integers(1, 4),
     as_json=st.booleans(),
+    allow_unverified=st.booleans(),
 )
 def test_lean_and_store_deliver_alike_call_after_call(
     batches: list[list[dict[str, Any]]],
@@ -238,9 +246,11 @@ def test_lean_and_store_deliver_alike_call_after_call(
     from_start: bool,
     limit: int,
     as_json: bool,
+    allow_unverified: bool,
 ) -> None:
     """The whole inbox delivery, call after call with appends in between: the same output,
-    notes and saved cursor from both readers, each with its own state file."""
+    notes and saved cursor from both readers, each with its own state file (sender gating
+    and marks included once writers have keys)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = f"{tmp}/log.sqlite3"
         with LogStore.open(path) as store:
@@ -252,6 +262,7 @@ def test_lean_and_store_deliver_alike_call_after_call(
                     from_start=from_start,
                     limit=limit,
                     as_json=as_json,
+                    allow_unverified=allow_unverified,
                     target=url(path),
                 )
                 for name in ("lean", "full")
