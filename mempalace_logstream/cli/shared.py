@@ -107,6 +107,7 @@ def open_store(db: str | None, palace: str | None, *, create: bool) -> LogStore:
         max_body_bytes=settings.max_body_bytes,
         max_artifact_bytes=settings.max_artifact_bytes,
         task_settings=settings.task_settings(),
+        backdate_window_ms=settings.backdate_window_ms,
     )
     return said_created(store)
 

@@ -162,7 +162,10 @@ def _run_sync(
         from mempalace_logstream.store import LogStore
 
         other = LogStore.open(
-            config.resolve_db(peer_db, None), durability=STATE.durability, create=False
+            config.resolve_db(peer_db, None),
+            durability=STATE.durability,
+            create=False,
+            backdate_window_ms=config.Settings.from_env().backdate_window_ms,  # for --push
         )
         try:
             local = sync_mod.LocalPeer(other, name=peer_db)

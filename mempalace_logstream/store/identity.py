@@ -24,6 +24,7 @@ from mempalace_logstream.identity.keyring import KEY_EVENT_TYPES, Keyring, Signe
 from mempalace_logstream.identity.verdict import Verdict, own_verdict, verdict
 from mempalace_logstream.models import Event
 from mempalace_logstream.schema import artifacts, events, meta
+from mempalace_logstream.store.marks import KEY_EVENTS_SQL, MARKS_SQL, PIN_PREFIX, pins_of
 from mempalace_logstream.store.rows import events_from_rows
 
 if TYPE_CHECKING:
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
 
 KEYS_DIRNAME = "keys"
 KEY_SUFFIX = ".key"
-PIN_PREFIX = "identity.pin."  # meta rows `identity.pin.<key id>`: the pinned admin keys
 # An agent name that can be a key file's name (the agent commands refuse others).
 KEY_NAME_RE = v.UNICODE_AGENT_NAME_RE
 
@@ -113,13 +113,13 @@ class Identity:
     def keyring(self, ex: Executor, select: Any) -> Keyring:
         """The keyring of the log as `ex` sees it, rebuilt only when a key event or a pin
         changed since the last build. `select(*where)` gives the event read statement."""
-        top, joined = ex.rows("identity-marks", lambda: _marks(self._aggregate), {})[0]
-        pins = frozenset(k[len(PIN_PREFIX) :] for k in (joined or "").split(",") if k)
+        top, joined = ex.rows(MARKS_SQL, lambda: _marks(self._aggregate), {})[0]
+        pins = pins_of(joined)
         with self._lock:
             if self._ring is not None and self._ring_at == (top, pins):
                 return self._ring
         rows = ex.rows(
-            "identity-key-events",
+            KEY_EVENTS_SQL,
             lambda: select(_is_key_event()).order_by(events.c.seq),
             {},
         )

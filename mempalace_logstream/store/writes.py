@@ -36,8 +36,9 @@ from mempalace_logstream.schema import (
     meta,
 )
 from mempalace_logstream.store import tasks as task_rows
-from mempalace_logstream.store.identity import PIN_PREFIX, Identity, check_names, check_writer
+from mempalace_logstream.store.identity import Identity, check_names, check_writer
 from mempalace_logstream.store.ids import new_id, now_text
+from mempalace_logstream.store.marks import PIN_PREFIX
 from mempalace_logstream.store.pipeline import CommitPipeline, TxState
 from mempalace_logstream.store.redaction import REDACT_TYPE, redaction_of_blob
 from mempalace_logstream.store.rows import ARTIFACT_COLS, artifact_from_row, events_from_rows
