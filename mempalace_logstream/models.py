@@ -81,6 +81,10 @@ def read_metadata(text: str) -> tuple[dict[str, Any], str | None]:
 
 # Set on a read Event (not a field, not compared) whose key was revoked at or before its HLC.
 REVOKED_SINCE_STORED = "revoked_since_stored"
+# Set on a read Event (not a field, not compared) whose stored row held a value of the wrong
+# type (store/plan.py `repair_row`): what was wrong, shown as `row_error` like
+# `metadata_error`.
+ROW_ERROR = "row_error"
 
 # An event's immutable, replicated fields, in one order: `Event.content_key()`, the compact sync
 # rows (`replication.ROW_COLUMNS`) and what a signature covers (`identity.SIGNED_FIELDS`, the body
@@ -235,6 +239,9 @@ class Event:
         }
         if problem is not None:
             out["metadata_error"] = problem
+        row_error = self.__dict__.get(ROW_ERROR)
+        if row_error is not None:
+            out[ROW_ERROR] = row_error
         redacted = self.redacted
         if redacted is not None:
             out["redacted"] = redacted

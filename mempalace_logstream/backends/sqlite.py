@@ -21,7 +21,7 @@ from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 
 from mempalace_logstream import engine as engine_mod
 from mempalace_logstream import notify
-from mempalace_logstream.backends import base
+from mempalace_logstream.backends import base, sqlite_file
 from mempalace_logstream.backends.sqlite_signal import SqliteSignal
 from mempalace_logstream.schema import event_artifacts, events
 
@@ -239,7 +239,7 @@ class SqliteFastPath:
             proxy.close()
 
     def query(self, db: sqlite3.Connection) -> base.Query:
-        return lambda sql, params: db.execute(sql, params).fetchall()
+        return lambda sql, params: sqlite_file.fetch_all(db, sql, params)
 
     def executor(
         self,
