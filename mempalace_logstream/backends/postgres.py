@@ -203,13 +203,13 @@ class PgFastPath:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[_Tx]:
-        """BEGIN + the append lock in one message … NOTIFY + COMMIT in one message."""
-        db = self._writer()
-        try:
-            db.execute(self._lock_sql or "")
-        except psycopg.OperationalError:
-            self._drop_writer()
-            raise
+        """BEGIN + the append lock in one message … NOTIFY + COMMIT in one message.
+
+        The writer's connection is held between transactions, so the server may have ended it
+        meanwhile (a restart, `pg_terminate_backend`, an idle timeout): when BEGIN finds it
+        lost, nothing was written, and the transaction begins once more on a new connection.
+        A connection lost later is never retried here: its COMMIT may have happened."""
+        db = self._begin()
         tx = _Tx(db)
         try:
             yield tx
@@ -232,6 +232,23 @@ class PgFastPath:
                 except psycopg.Error:
                     self._drop_writer()
             raise
+
+    def _begin(self) -> psycopg.Connection[Any]:
+        db = self._writer()
+        try:
+            return self._lock(db)
+        except psycopg.OperationalError:
+            if not (db.broken or db.closed):
+                raise  # a lock timeout or the like, on a live connection
+        return self._lock(self._writer())  # a new connection (the pool pings it first)
+
+    def _lock(self, db: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+        try:
+            db.execute(self._lock_sql or "")
+        except psycopg.OperationalError:
+            self._drop_writer()
+            raise
+        return db
 
     @contextlib.contextmanager
     def savepoint(self, db: psycopg.Connection[Any]) -> Iterator[None]:
