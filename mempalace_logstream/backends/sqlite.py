@@ -88,6 +88,11 @@ class SqliteBackend:
     def describe(self) -> str:
         return str(self.engine.url.database)
 
+    def check_log(self, conn: sa.Connection, create: bool) -> None:
+        """Nothing to do: engine.py refused a missing file for a reader, and any file that is
+        not ours; a file of ours without tables yet is a log being made (a writer finishing
+        it, or one that crashed before it could): the store completes it."""
+
     def lock_writes(self, conn: sa.Connection) -> None:
         """Nothing to do: engine.py begins every write transaction IMMEDIATE."""
 
