@@ -94,13 +94,17 @@ def of(store: LogStore) -> Waits:
 
 
 class _Waiter:
-    """One blocked wait: its request, its latest empty page (the cursor it has passed) and
-    the future its answer goes to."""
+    """One blocked wait: its request, the cursor it has passed (the newest row examined: its
+    id and seq) and the future its answer goes to."""
 
-    __slots__ = ("req", "page", "answer")
+    __slots__ = ("req", "page", "cursor", "scanned", "answer")
 
     def __init__(self, req: ReadRequest, page: Page, answer: asyncio.Future[Page]) -> None:
         self.req, self.page, self.answer = req, page, answer
+        self.cursor, self.scanned = page.cursor, page.scanned_seq
+
+    def timed_out(self) -> Page:
+        return self.page.replace(cursor=self.cursor, scanned_seq=self.scanned, timed_out=True)
 
 
 class WaitRoom:
@@ -133,7 +137,7 @@ class WaitRoom:
             await asyncio.wait({waiter.answer}, timeout=max(0.0, remaining))
             if waiter.answer.done():
                 return waiter.answer.result()
-            return waiter.page.replace(timed_out=True)
+            return waiter.timed_out()
         finally:
             self._leave(waiter)
 
@@ -156,7 +160,7 @@ class WaitRoom:
                 return
             self._poke.clear()
             seen = store.notifier.version
-            lo = min(w.page.scanned_seq for w in self._waiters)
+            lo = min(w.scanned for w in self._waiters)
             try:
                 page = await anyio.to_thread.run_sync(store.read, every, lo)
             except Exception as exc:  # the database failed: every waiter gets the error
@@ -175,13 +179,13 @@ class WaitRoom:
         """Answer `waiter` with the rows of `page` (read after `lo`) that it waits for (True),
         or move its cursor past them. A waiter that joined after the read began, behind `lo`,
         is left for the next read (its join poked the reader)."""
-        after = waiter.page.scanned_seq
+        after = waiter.scanned
         if waiter.answer.done() or after < lo or page.scanned_seq <= after:
             return False
         req = waiter.req
         hits = [e for e in page.events if e.seq > after and matches(req, e)]
         if not hits:
-            waiter.page = waiter.page.replace(cursor=page.cursor, scanned_seq=page.scanned_seq)
+            waiter.cursor, waiter.scanned = page.cursor, page.scanned_seq
             return False
         waiter.answer.set_result(answer(req, hits, page))
         return True

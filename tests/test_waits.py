@@ -262,3 +262,28 @@ def test_a_room_answer_is_the_page_the_waits_own_query_reads(
         own.scanned_seq,
         own.has_more,
     )
+
+
+def test_a_blocked_wait_that_times_out_has_passed_every_row_it_was_shown(
+    sqlite_store: LogStore,
+) -> None:
+    """Rows the room read for a wait and its filters rejected are passed: the timed-out
+    answer's cursor is the newest of them, so the next wait never reads them again."""
+    store = sqlite_store
+    store.event_append(type="note", stream="s", room="r", from_agent="a")
+
+    async def scenario() -> dict[str, Any]:
+        args = {"since_event_id": "tip", "to_agent": "x", "timeout_ms": 2_000}
+        call = asyncio.ensure_future(aio.call(store, "event_wait", args))
+        await _until(lambda: _blocked(store) == 1)
+        for _ in range(3):
+            await aio.run(store.event_append, **_note_to("y"))
+        return await call
+
+    out = asyncio.run(scenario())
+    assert out["timed_out"] is True and out["events"] == []
+    assert out["cursor"] == store.tip()[1]
+
+
+def _note_to(agent: str) -> dict[str, Any]:
+    return {"type": "note", "stream": "s", "room": "r", "from_agent": "a", "to_agent": agent}
