@@ -10,6 +10,7 @@ from __future__ import annotations
 import typing as _typing
 
 from mempalace_logstream.errors import (
+    BusyError,
     ConflictError,
     ForbiddenError,
     IntegrityError,
@@ -30,6 +31,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Artifact",
+    "BusyError",
     "ConflictError",
     "Event",
     "ForbiddenError",

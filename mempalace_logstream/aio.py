@@ -1,9 +1,10 @@
 """The async edge shared by the hub's servers (HTTP/SSE and MCP over HTTP).
 
-Core calls run in worker threads (`anyio.to_thread`); waits never hold a thread: they sleep on the
-store's notifier (`wait_async`) and do short reads in a thread when woken. `Feed` coalesces the
-tail reads of every live subscriber into one query per wake-up; `PresenceQueue`, `with_presence`
-and `sweep_presence` carry the hub's presence frames beside the log. Must not import fastapi,
+Core calls run in worker threads (`anyio.to_thread`); waits never hold a thread: a blocked
+`event_wait` sits in its store's wait room (waits.py), whose one reader sleeps on the notifier.
+`Feed` coalesces the tail reads of every live subscriber into one query per wake-up;
+`PresenceQueue`, `with_presence` and `sweep_presence` carry the hub's presence frames beside the
+log. Must not import fastapi,
 mcp, typer or httpx.
 """
 
@@ -20,7 +21,7 @@ from typing import Any, TypeVar
 
 import anyio.to_thread
 
-from mempalace_logstream import errors, notify, operations, presence
+from mempalace_logstream import errors, notify, operations, presence, waits
 from mempalace_logstream import validation as v
 from mempalace_logstream.models import Event, Page
 from mempalace_logstream.store import LogStore, ReadRequest
@@ -45,23 +46,24 @@ async def call(store: LogStore, name: str, args: dict[str, Any]) -> dict[str, An
 
 
 async def event_wait(store: LogStore, args: dict[str, Any]) -> dict[str, Any]:
-    """S-5.4 on the event loop: same validation, cursor and timeout rules as `store.event_wait`."""
+    """S-5.4 on the event loop: same validation, cursor and timeout rules as `store.event_wait`.
+
+    The first read is the wait's own (filtered); with nothing to answer it blocks in its
+    store's wait room (waits.py): one shared read per wake-up for every blocked wait, a cap
+    (BusyError), and cancelling the call (its client went away) leaves the room at once."""
     clean = {k: val for k, val in args.items() if val is not None}
     timeout = v.timeout_ms(clean.pop("timeout_ms", None)) / 1000
     req = store.read_request(**clean)
     if req.order is None:
         req = req.replace(order="asc")
     deadline = time.monotonic() + timeout
+    seen = store.notifier.version
     page = await run(store.read, req)
-    while not page.events:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return page.replace(timed_out=True).to_wait_dict()
-        seen = store.notifier.version
-        page = await run(store.read, req, page.scanned_seq)
-        if page.events:
-            break
-        await store.notifier.wait_async(seen, min(remaining, FALLBACK_CHECK_S))
+    if page.events:
+        return page.to_wait_dict()
+    if time.monotonic() >= deadline:
+        return page.replace(timed_out=True).to_wait_dict()
+    page = await waits.of(store).block(store, req, page, seen, deadline)
     return page.to_wait_dict()
 
 

@@ -13,7 +13,9 @@ Opening a SQLite file follows one rule for every surface (issue 9, items 4-5):
   `mode=ro`, or `immutable=1` when SQLite could not create the WAL index beside it. Writers
   are refused at open, naming the path. `read_only_kind(engine)` / `was_created(engine)` say
   which happened.
-PostgreSQL URLs are not affected: the server's database exists or the connect fails.
+PostgreSQL: the server's database exists or the connect fails; the store then refuses, for a
+reader, a database (schema) that holds no log (`Backend.check_log`), and creates one only for a
+writer or `logstream migrate`.
 
 Must not import store or any surface.
 """

@@ -6,6 +6,7 @@ LogstreamError
 ├── ForbiddenError         this writer may not do that (not the requester, not the assignee)
 ├── ConflictError          same id or idempotency key with different content, or a move the
 │                          task's state refuses (it is cancelled; another agent holds it)
+├── BusyError              a server is at its cap for this call (open waits); retry later
 ├── StorageError           the database failed (disk, lock timeout, corruption)
 │   ├── SchemaVersionError the file was written by a newer schema than this code knows
 │   └── IntegrityError     stored bytes no longer match their sha256 (changed behind the log)
@@ -61,6 +62,14 @@ class ConflictError(LogstreamError):
         super().__init__(message)
         self.field = field
         self.ident = ident
+
+
+class BusyError(LogstreamError):
+    """The server is at capacity for this call; retry later."""
+
+    def __init__(self, message: str, *, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class StorageError(LogstreamError):

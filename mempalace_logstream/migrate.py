@@ -63,17 +63,23 @@ def _locked(engine: sa.Engine) -> Iterator[sa.Connection]:
         yield conn
 
 
-def ensure_schema(engine: sa.Engine) -> str | None:
-    """Upgrade to SCHEMA_HEAD if needed; returns the revision found before (None if fresh)."""
+def ensure_schema(engine: sa.Engine, *, create: bool = True) -> str | None:
+    """Upgrade to SCHEMA_HEAD if needed; returns the revision found before (None if fresh).
+
+    `create` False (a reader): a database that holds no log is refused (NotFoundError naming
+    it and `logstream migrate`), never created; an older log is upgraded, as for a writer."""
     with engine.connect() as probe:
         if current_revision(probe) == SCHEMA_HEAD:
             return SCHEMA_HEAD
+        backends.for_engine(engine).check_log(probe, create)
     return upgrade(engine, "head")
 
 
 def upgrade(engine: sa.Engine, revision: str = "head") -> str | None:
     with _locked(engine) as conn:
         before = current_revision(conn)
+        if before is None:
+            backends.for_engine(engine).check_log(conn, True)  # a search_path to create in
         if before not in KNOWN_REVISIONS:
             raise errors.SchemaVersionError(
                 f"database schema revision {before!r} is newer than this mempalace-logstream "

@@ -89,6 +89,12 @@ def mark_unverified(event: Event, code: str) -> None:
     event.__dict__[VERIFIED_REASON] = code
 
 
+# Set on a read Event (not a field, not compared) whose stored row held a value of the wrong
+# type (store/plan.py `repair_row`): what was wrong, shown as `row_error` like
+# `metadata_error`.
+ROW_ERROR = "row_error"
+
+
 # An event's immutable, replicated fields, in one order: `Event.content_key()`, the compact sync
 # rows (`replication.ROW_COLUMNS`) and what a signature covers (`identity.SIGNED_FIELDS`, the body
 # through its sha256) all follow it.
@@ -251,6 +257,9 @@ class Event:
             out["verified_reason"] = reason
         if problem is not None:
             out["metadata_error"] = problem
+        row_error = self.__dict__.get(ROW_ERROR)
+        if row_error is not None:
+            out[ROW_ERROR] = row_error
         redacted = self.redacted
         if redacted is not None:
             out["redacted"] = redacted

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from mempalace_logstream import errors, operations
+from mempalace_logstream import waits as waits_mod
 from tests.hubkit import LiveHub, append, live_hub
 
 
@@ -189,7 +190,7 @@ async def _long_waits_and_an_append(hub: LiveHub) -> None:
             )
             for i in range(60)
         ]
-        await _until(lambda: hub.store.notifier.waiters >= 60)
+        await _until(lambda: waits_mod.of(hub.store).open >= 60)  # all 60 blocked in the room
         started = time.monotonic()
         resp = await ac.post(
             "/v1/event_append",

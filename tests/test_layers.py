@@ -45,6 +45,7 @@ RULES: dict[str, tuple[str, ...]] = {
     "doctor": ("sqlalchemy", "backends", "engine", "schema", *SURFACE_LIBS),
     "backends": ("store", "replication", "importer", "sync", "watch", *SURFACE_LIBS),
     "aio": ("fastapi", "mcp", "typer", "httpx"),
+    "waits": ("fastapi", "mcp", "typer", "httpx", "sse_starlette"),
     "hub_client": ("fastapi", "mcp", "typer"),
     "http_errors": ("fastapi", "mcp", "typer", "sse_starlette", "store", "engine", "sync"),
     "mcp_server": ("fastapi", "typer", "sse_starlette"),

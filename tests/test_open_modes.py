@@ -210,7 +210,12 @@ def test_a_new_file_carries_the_logstream_application_id(tmp_path: Path) -> None
         assert s.event_list().events == ()
 
 
-def test_postgresql_is_not_affected_by_the_create_mode(pg_url: str) -> None:
+def test_postgresql_follows_the_create_mode_at_the_schema(pg_url: str) -> None:
+    """A reader refuses a schema without a log (issue 18; tests/test_pg_schema.py has the
+    rest); once a writer made it, a reader opens it as any other."""
+    with pytest.raises(errors.NotFoundError, match="logstream migrate"):
+        LogStore.open(pg_url, create=False)
+    LogStore.open(pg_url).close()
     with LogStore.open(pg_url, create=False) as s:
         assert not s.created and not s.read_only
         s.event_append(type="note", stream="s", room="r", from_agent="a")

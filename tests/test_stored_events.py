@@ -254,3 +254,140 @@ def test_no_stored_metadata_can_make_any_read_fail(hub: LiveHub, text: str) -> N
         waited = c.post("/v1/event_wait", json={"since_event_id": before["id"], "slim": True})
         assert waited.status_code == 200 and waited.json()["count"] == 1
     assert _mcp_list(hub.store, before["id"]) == [bad]
+
+
+# ----------------------------------------------------------------------------- wrong SQL types
+# SQLite keeps the storage class a writer behind the API chose: a BLOB in a text column (a
+# tool that wrote bytes), text that is not UTF-8, text in an integer column. Each such row
+# reads with a `row_error` naming the column (as bad metadata reads with `metadata_error`), and
+# the rest of its page is served, on every read path. (PostgreSQL's columns refuse a value of
+# another type when it is written, so only SQLite can hold these rows.)
+
+
+def plant_row(path: str, sql: dict[str, str] | None = None, **values: Any) -> str:
+    """A copy of the newest event with new ids and these column values (bytes are stored as
+    BLOBs), or SQL expressions per column in `sql` (their `?` bound to `values[column]`)."""
+    db = sqlite3.connect(path)
+    try:
+        db.row_factory = sqlite3.Row
+        row = dict(db.execute("SELECT * FROM events ORDER BY seq DESC LIMIT 1").fetchone())
+        top = db.execute("SELECT max(seq), max(origin_seq) FROM events").fetchone()
+        n = int(top[0]) + 1
+        row.update(
+            id=f"evt_20261201T000000_{n:020x}",
+            seq=n,
+            origin_seq=int(top[1]) + 1,
+            hlc=f"{row['hlc'][:13]}-{n:06x}-{row['origin_replica']}",
+            idempotency_key=None,
+            sig=None,
+            key_id=None,
+        )
+        row.update(values)
+        marks = ", ".join((sql or {}).get(col, "?") for col in row)
+        db.execute(f"INSERT INTO events ({', '.join(row)}) VALUES ({marks})", list(row.values()))
+        db.commit()
+        return str(row["id"])
+    finally:
+        db.close()
+
+
+WRONG_TYPES: dict[str, tuple[dict[str, str], dict[str, Any], str]] = {
+    # kind: (SQL per column, values, the column the row_error names)
+    "body BLOB, not UTF-8": ({}, {"body": b"\xff\xfe\x00 bytes"}, "body"),
+    "body BLOB, UTF-8": ({}, {"body": "héllo ✓".encode()}, "body"),
+    "body TEXT, not UTF-8": ({"body": "CAST(? AS TEXT)"}, {"body": b"caf\xe9"}, "body"),
+    "metadata BLOB": ({}, {"metadata_json": b'{"a": 1}'}, "metadata_json"),
+    "stream BLOB": ({}, {"stream": b"s"}, "stream"),
+    "to_agent BLOB": ({}, {"to_agent": b"\x80"}, "to_agent"),
+    "created_at BLOB": ({}, {"created_at": b"2026-12-01T00:00:00.000Z"}, "created_at"),
+    "origin_seq TEXT": (
+        {},
+        {"origin_seq": "later", "origin_replica": "rep_" + "e" * 32},
+        "origin_seq",
+    ),
+}
+
+
+def _wrong(hub: LiveHub, kind: str) -> str:
+    sql, values, _ = WRONG_TYPES[kind]
+    return plant_row(str(hub.store.engine.url.database), sql, **values)
+
+
+@pytest.mark.parametrize("kind", WRONG_TYPES)
+def test_a_row_of_the_wrong_sql_type_reads_with_an_error_on_every_path(
+    hub: LiveHub, client: httpx.Client, kind: str
+) -> None:
+    column = WRONG_TYPES[kind][2]
+    before = append(client, body="before", to_agent="reader")
+    bad = _wrong(hub, kind)
+    after = append(client, body="after", to_agent="reader")
+    ids = [before["id"], bad, after["id"]]
+
+    listed = client.get("/v1/events", params={"limit": 3})
+    assert listed.status_code == 200, listed.text
+    assert [e["id"] for e in listed.json()["events"]] == ids[::-1]
+    row = listed.json()["events"][1]
+    assert column in row["row_error"] and all(isinstance(row[k], str) for k in ("body", "stream"))
+    got = client.get(f"/v1/events/{bad}")
+    assert got.status_code == 200 and column in got.json()["event"]["row_error"]
+    posted = client.post("/v1/event_list", json={"since_event_id": before["id"], "slim": True})
+    assert [e["id"] for e in posted.json()["events"]] == ids[1:]
+    waited = client.post("/v1/event_wait", json={"since_event_id": before["id"]})
+    assert waited.status_code == 200 and waited.json()["count"] == 2
+    assert _sse_ids(hub, before["id"], 2) == ids[1:]
+    assert _mcp_list(hub.store, before["id"]) == ids[1:]
+    for e in hub.store.event_list(since_event_id=before["id"]).events:
+        json.dumps(e.to_dict(preview=True))
+    cli = run_cli("list", "--db", str(hub.store.engine.url.database), "--limit", "3")
+    assert cli.returncode == 0 and b"after" in cli.stdout, cli.stderr
+
+
+@pytest.mark.parametrize("kind", WRONG_TYPES)
+def test_the_lean_inbox_reader_reads_past_a_row_of_the_wrong_type(
+    tmp_path: Path, kind: str
+) -> None:
+    from mempalace_logstream.store import lean
+
+    path = str(tmp_path / "log.sqlite3")
+    with LogStore.open(path) as store:
+        first = store.event_append(type="note", stream="s", room="r", from_agent="a", to_agent="b")
+        sql, values, column = WRONG_TYPES[kind]
+        bad = plant_row(path, sql, **{"to_agent": "b", **values})
+        last = store.event_append(type="note", stream="s", room="r", from_agent="a", to_agent="b")
+    reader = lean.open_lean(f"sqlite:///{path}")
+    assert reader is not None
+    try:
+        args = {"to_agent": ["b"], "exclude_writer": ["b"], "limit": 20, "order": "asc"}
+        page = reader.call("event_list", since_event_id=first.id, **args)
+    finally:
+        reader.close()
+    json.dumps(page)
+    got = [e["id"] for e in page["events"]]
+    assert got[-1] == last.id and (bad in got) == (column != "to_agent")
+
+
+@pytest.mark.parametrize("kind", [k for k in WRONG_TYPES if k != "origin_seq TEXT"])
+def test_sync_pages_and_a_sync_round_read_past_a_row_of_the_wrong_type(
+    tmp_path: Path, kind: str
+) -> None:
+    from mempalace_logstream import replication
+
+    with (
+        LogStore.open(str(tmp_path / "a.sqlite3")) as a,
+        LogStore.open(str(tmp_path / "b.sqlite3")) as b,
+    ):
+        a.event_append(type="note", stream="s", room="r", from_agent="x")
+        sql, values, _ = WRONG_TYPES[kind]
+        bad = plant_row(str(tmp_path / "a.sqlite3"), sql, **values)
+        a.event_append(type="note", stream="s", room="r", from_agent="x", body="after")
+        origin = a.replica_id
+        page = replication.ops_page(a, origin, 0, 10)
+        assert page["count"] == 3 and "row_error" in page["events"][1]
+        json.dumps(page)
+        assert replication.ops_rows(a, origin, 0, 10)["count"] == 3
+        _, text, count = replication.ops_rows_json(a, origin, 0, 10)
+        assert count == 3 and len(json.loads(text)) == 3
+        sync.sync_with_peer(b, sync.LocalPeer(a))
+        held = [e.body for e in b.event_list(limit=10, order="asc").events]
+        assert held[-1] == "after" and len(held) >= 2  # the broken one is kept or reported
+        assert bad is not None

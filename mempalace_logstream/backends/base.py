@@ -54,6 +54,12 @@ class Backend(Protocol):
     def describe(self) -> str:
         """The database as named in error messages."""
 
+    def check_log(self, conn: sa.Connection, create: bool) -> None:
+        """Asked when the database holds no log at the schema head: refuse a target where a
+        log cannot be (PostgreSQL: a search_path naming no schema that exists), and, for a
+        reader (`create` False), a database that holds no log at all (nothing is created).
+        SQLite decides both at the file, before any engine (engine.py)."""
+
     def lock_writes(self, conn: sa.Connection) -> None:
         """Take the write lock that makes seq order commit order (held to commit)."""
 

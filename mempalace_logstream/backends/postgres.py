@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 import sqlalchemy as sa
 
-from mempalace_logstream import notify
+from mempalace_logstream import errors, notify
 from mempalace_logstream.backends import base
 from mempalace_logstream.schema import events
 
@@ -63,6 +63,28 @@ class PostgresBackend:
 
     def describe(self) -> str:
         return self.engine.url.render_as_string(hide_password=True)
+
+    def check_log(self, conn: sa.Connection, create: bool) -> None:
+        """A search_path naming no schema that exists leaves nowhere to read or create a log
+        (PostgreSQL's `current_schema()` is NULL): said for readers and writers alike. A
+        reader finding no logstream table creates none (issue 18)."""
+        schema = conn.execute(sa.text("SELECT current_schema()")).scalar()
+        if schema is None:
+            path = conn.execute(sa.text("SHOW search_path")).scalar()
+            raise errors.StorageError(
+                f"{self.describe()}: the schema its search_path names ({path}) does not "
+                "exist in this database; create it (CREATE SCHEMA …) or set another "
+                "search_path in the URL"
+            )
+        if create or sa.inspect(conn).has_table("events"):
+            return
+        raise errors.NotFoundError(
+            f"no log in {self.describe()} (schema {schema}): it holds no logstream tables, "
+            "and reading creates none; run `logstream migrate` on this database to create "
+            "them (commands that write, such as `logstream append` or `serve`, also do)",
+            field="db",
+            ident=self.describe(),
+        )
 
     def lock_writes(self, conn: sa.Connection) -> None:
         # Keyed by the events table's oid (resolved through search_path like every query),
@@ -203,13 +225,13 @@ class PgFastPath:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[_Tx]:
-        """BEGIN + the append lock in one message … NOTIFY + COMMIT in one message."""
-        db = self._writer()
-        try:
-            db.execute(self._lock_sql or "")
-        except psycopg.OperationalError:
-            self._drop_writer()
-            raise
+        """BEGIN + the append lock in one message … NOTIFY + COMMIT in one message.
+
+        The writer's connection is held between transactions, so the server may have ended it
+        meanwhile (a restart, `pg_terminate_backend`, an idle timeout): when BEGIN finds it
+        lost, nothing was written, and the transaction begins once more on a new connection.
+        A connection lost later is never retried here: its COMMIT may have happened."""
+        db = self._begin()
         tx = _Tx(db)
         try:
             yield tx
@@ -232,6 +254,23 @@ class PgFastPath:
                 except psycopg.Error:
                     self._drop_writer()
             raise
+
+    def _begin(self) -> psycopg.Connection[Any]:
+        db = self._writer()
+        try:
+            return self._lock(db)
+        except psycopg.OperationalError:
+            if not (db.broken or db.closed):
+                raise  # a lock timeout or the like, on a live connection
+        return self._lock(self._writer())  # a new connection (the pool pings it first)
+
+    def _lock(self, db: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+        try:
+            db.execute(self._lock_sql or "")
+        except psycopg.OperationalError:
+            self._drop_writer()
+            raise
+        return db
 
     @contextlib.contextmanager
     def savepoint(self, db: psycopg.Connection[Any]) -> Iterator[None]:

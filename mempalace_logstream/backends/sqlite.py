@@ -21,7 +21,7 @@ from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 
 from mempalace_logstream import engine as engine_mod
 from mempalace_logstream import notify
-from mempalace_logstream.backends import base
+from mempalace_logstream.backends import base, sqlite_file
 from mempalace_logstream.backends.sqlite_signal import SqliteSignal
 from mempalace_logstream.schema import event_artifacts, events
 
@@ -87,6 +87,11 @@ class SqliteBackend:
 
     def describe(self) -> str:
         return str(self.engine.url.database)
+
+    def check_log(self, conn: sa.Connection, create: bool) -> None:
+        """Nothing to do: engine.py refused a missing file for a reader, and any file that is
+        not ours; a file of ours without tables yet is a log being made (a writer finishing
+        it, or one that crashed before it could): the store completes it."""
 
     def lock_writes(self, conn: sa.Connection) -> None:
         """Nothing to do: engine.py begins every write transaction IMMEDIATE."""
@@ -239,7 +244,7 @@ class SqliteFastPath:
             proxy.close()
 
     def query(self, db: sqlite3.Connection) -> base.Query:
-        return lambda sql, params: db.execute(sql, params).fetchall()
+        return lambda sql, params: sqlite_file.fetch_all(db, sql, params)
 
     def executor(
         self,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from typing import Any
 from urllib.parse import quote
 
 from mempalace_logstream import errors
@@ -32,6 +33,30 @@ def storage_message(orig: BaseException | None) -> str:
             "nothing was written, retry the operation"
         )
     return f"database error: {text}"
+
+
+def fetch_all(db: sqlite3.Connection, sql: str, params: Any) -> list[Any]:
+    """`db.execute(sql, params).fetchall()`, except that text which is not UTF-8 (written
+    behind the API) comes back as bytes instead of failing the whole statement: the row reader
+    (store/plan.py `repair_row`) reads such a value with a `row_error`. The lenient decoding
+    runs only for a statement that met such text."""
+    try:
+        return db.execute(sql, params).fetchall()
+    except sqlite3.OperationalError as exc:
+        if "Could not decode to UTF-8" not in str(exc):
+            raise
+    db.text_factory = _text_or_bytes
+    try:
+        return db.execute(sql, params).fetchall()
+    finally:
+        db.text_factory = str
+
+
+def _text_or_bytes(raw: bytes) -> str | bytes:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw
 
 
 def missing_log(database: str) -> errors.NotFoundError:

@@ -94,5 +94,5 @@ class SnapshotQuery:
         self.db = db
 
     def __call__(self, sql: str, params: Mapping[str, Any]) -> Sequence[Sequence[Any]]:
-        rows: list[Sequence[Any]] = self.db.execute(sql, params).fetchall()
+        rows: list[Sequence[Any]] = sqlite_file.fetch_all(self.db, sql, params)
         return rows

@@ -53,6 +53,13 @@ ServeTokenOpt = Annotated[
 SseClientsOpt = Annotated[
     int, typer.Option("--sse-max-clients", help="Concurrent SSE clients before 503.")
 ]
+WaitClientsOpt = Annotated[
+    int,
+    typer.Option(
+        "--wait-max-clients",
+        help="Concurrent blocked event_wait calls (HTTP and MCP) before 503.",
+    ),
+]
 PingOpt = Annotated[float, typer.Option("--ping-interval", help=PING_HELP)]
 RequestBytesOpt = Annotated[
     int, typer.Option("--max-request-bytes", help="Larger requests get 413.")
@@ -78,6 +85,7 @@ def serve(
     port: PortOpt = 8765,
     token: ServeTokenOpt = None,
     sse_max_clients: SseClientsOpt = 256,
+    wait_max_clients: WaitClientsOpt = 512,
     ping_interval: PingOpt = 15.0,
     max_request_bytes: RequestBytesOpt = 16 * MiB,
     allow_host: AllowHostOpt = None,
@@ -109,6 +117,7 @@ def serve(
         port=port,
         token=token,
         sse_max_clients=sse_max_clients,
+        wait_max_clients=wait_max_clients,
         ping_interval_s=ping_interval,
         max_request_bytes=max_request_bytes,
         allowed_hosts=tuple(allow_host or ()),

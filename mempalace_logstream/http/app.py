@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
-from mempalace_logstream import aio, doctor, errors, sync
+from mempalace_logstream import aio, doctor, errors, sync, waits
 from mempalace_logstream.http import (
     dashboard_routes,
     ops,
@@ -65,6 +65,8 @@ def create_app(
     app.state.store = store
     app.state.settings = settings
     app.state.feed = aio.Feed(store)
+    # The cap of blocked event_waits is the store's: the MCP endpoint at /mcp shares it.
+    waits.of(store).max_waits = settings.wait_max_clients
     app.state.integrity = None  # the integrity check run at startup (`/healthz` shows it)
     for exc_class, handler in EXCEPTION_HANDLERS.items():
         app.add_exception_handler(exc_class, handler)

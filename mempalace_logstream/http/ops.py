@@ -15,10 +15,11 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, TypeAdapter
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from mempalace_logstream import aio, operations
+from mempalace_logstream import aio, operations, waits
 from mempalace_logstream import validation as v
 from mempalace_logstream.http.params import query_args, query_docs, request_model
 from mempalace_logstream.store import LogStore
@@ -67,7 +68,7 @@ class OpRoute(APIRoute):
             args = await _plain_args(request, allowed, required)
             if args is None:
                 return await full(request)
-            result = await aio.call(request.app.state.store, op, args)
+            result = await _call(request, op, args)
             return Response(_RESULT_JSON.dump_json(result), media_type="application/json")
 
         return handler
@@ -97,13 +98,37 @@ def op_endpoint(op: str, model: type[BaseModel]) -> Endpoint:
 
     async def endpoint(request: Request, body: Any = None) -> dict[str, Any]:
         args = body.model_dump(exclude_unset=True) if body is not None else {}
-        return await aio.call(_store(request), op, args)
+        return await _call(request, op, args)
 
     endpoint.__name__ = f"post_{op}"
     # The model is built at runtime; give FastAPI the class itself, not the postponed string.
     endpoint.__annotations__["body"] = model
     endpoint.__annotations__["request"] = Request
     return endpoint
+
+
+# What a wait answers a client that is gone (nginx's "client closed request"; nobody reads it).
+CLIENT_GONE = 499
+
+
+async def _call(request: Request, op: str, args: dict[str, Any]) -> dict[str, Any]:
+    """`aio.call`; an `event_wait` is cancelled as soon as its client disconnects, so an
+    abandoned wait holds no slot and costs no read (issue 18)."""
+    if op != "event_wait":
+        return await aio.call(_store(request), op, args)
+    answered, result = await waits.unless_gone(
+        lambda: aio.call(_store(request), op, args), lambda: _disconnected(request)
+    )
+    if not answered or result is None:
+        raise HTTPException(CLIENT_GONE, "the client went away before its wait ended")
+    return result
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns once the client has closed its connection (the body was read already: the
+    next ASGI message is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _store(request: Request) -> LogStore:

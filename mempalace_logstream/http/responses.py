@@ -19,6 +19,7 @@ STATUS: dict[type[errors.LogstreamError], int] = {
     errors.NotFoundError: 404,
     errors.ForbiddenError: 403,
     errors.ConflictError: 409,
+    errors.BusyError: 503,
     errors.StorageError: 503,
     errors.IntegrityError: 500,
     errors.SyncError: 502,
@@ -39,7 +40,10 @@ def error_response(
 
 
 def domain_error_response(exc: errors.LogstreamError) -> JSONResponse:
-    return error_response(status_of(exc), exc.message, getattr(exc, "field", None))
+    headers = None
+    if isinstance(exc, errors.BusyError):
+        headers = {"Retry-After": str(exc.retry_after_s)}
+    return error_response(status_of(exc), exc.message, getattr(exc, "field", None), headers)
 
 
 async def send_error(
@@ -77,6 +81,6 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (413, "Request too large"),
         (422, "Invalid input; names the field"),
         (502, "Sync failed"),
-        (503, "Storage failed or SSE client cap reached"),
+        (503, "Storage failed, or the SSE client or open-wait cap reached (Retry-After)"),
     )
 }

@@ -27,6 +27,8 @@ class HubSettings:
     port: int = 8765
     token: str | None = field(default=None, repr=False)
     sse_max_clients: int = 256
+    # event_wait calls blocked at once (HTTP and the MCP endpoint together); past it, 503.
+    wait_max_clients: int = 512
     # Presence frames one SSE client may have pending (the latest per agent; past it the
     # oldest agents' frames are dropped): a slow reader costs bounded memory.
     sse_presence_backlog: int = 1_000

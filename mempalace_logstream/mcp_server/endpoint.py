@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 from mcp.server.transport_security import TransportSecuritySettings
 
-from mempalace_logstream.mcp_server.server import LogstreamMCP, build_server
+from mempalace_logstream.mcp_server.server import GONE_SCOPE_KEY, LogstreamMCP, build_server
 from mempalace_logstream.presence import Registry
 from mempalace_logstream.store import LogStore
 
@@ -49,18 +49,26 @@ class _Endpoint:
 
 class _Exchange:
     """One request at /mcp; a client that leaves before its answer is complete (gives up on a
-    call, closes its GET stream, exits) is normal: one debug line, whatever the SDK does."""
+    call, closes its GET stream, exits) is normal: one debug line, whatever the SDK does.
+
+    The request's scope carries an event (`GONE_SCOPE_KEY`) set when its client disconnects:
+    a tool call of that request (an `event_wait`) is cancelled then, since its answer can no
+    longer be delivered (no event store: the SDK cannot resume a request's stream)."""
 
     def __init__(self, scope: Any, receive: Any, send: Any) -> None:
         self.what = f"{scope.get('method')} {scope.get('path')}"
         self._receive, self._send = receive, send
         self.answered = self.gone = False
+        self.left = anyio.Event()
+        scope[GONE_SCOPE_KEY] = self.left
 
     async def receive(self) -> Any:
         message = await self._receive()
-        if message["type"] == "http.disconnect" and not (self.answered or self.gone):
-            self.gone = True
-            _log.debug("MCP client went away (%s, before its answer was complete)", self.what)
+        if message["type"] == "http.disconnect":
+            self.left.set()
+            if not (self.answered or self.gone):
+                self.gone = True
+                _log.debug("MCP client went away (%s, before its answer was complete)", self.what)
         return message
 
     async def send(self, message: Any) -> None:

@@ -18,12 +18,15 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
-from mempalace_logstream import aio, errors, operations
+from mempalace_logstream import aio, errors, operations, waits
 from mempalace_logstream.identity.actor import ACTOR_SCOPE_KEY, Actor, acting_as
 from mempalace_logstream.presence import NEEDS_A_HUB, Registry
 from mempalace_logstream.store import LogStore
 
 TOOL_PREFIX = "mempalace_"
+# The ASGI scope key of an anyio.Event set when the HTTP client of a request at /mcp
+# disconnects (endpoint.py); a wait of that request is cancelled then.
+GONE_SCOPE_KEY = "logstream.client_gone"
 
 INSTRUCTIONS = (
     "A shared, append-only coordination log for agents. Post what you do as events "
@@ -99,24 +102,38 @@ class LogstreamMCP(MCPServer):
         # the message (no prefix: the prefix belongs to its own argument model, skipped here).
         if name not in self.tool_names:
             raise ToolError(f"unknown tool {name!r}")
-        with acting_as(self._actor_of(context)):
-            result = await self.run_op(name.removeprefix(TOOL_PREFIX), dict(arguments or {}))
+        op, args = name.removeprefix(TOOL_PREFIX), dict(arguments or {})
+        scope = self._scope_of(context)
+        gone = scope.get(GONE_SCOPE_KEY) if scope is not None else None
+        with acting_as(self._actor_of(scope)):
+            if op != "event_wait" or not isinstance(gone, anyio.Event):
+                result = await self.run_op(op, args)
+            else:  # over HTTP, a wait ends with its client (stdio: the SDK cancels the call)
+                answered, out = await waits.unless_gone(lambda: self.run_op(op, args), gone.wait)
+                if not answered or out is None:
+                    raise ToolError("the client went away before its wait ended")
+                result = out
         # Compact JSON, once (no structuredContent): every space is a token the agent pays for.
         text = json.dumps(result, ensure_ascii=False, separators=(",", ":"))
         return CallToolResult(content=[TextContent(type="text", text=text)])
 
-    def _actor_of(self, context: Context | None) -> Actor | None:
-        """The actor of this call: its HTTP request's, else the server's. Read from the
-        request's scope, not inherited: tool calls run in the session's tasks, and only the SDK's
-        own plumbing (2.3 snapshots the sender's context per message) carries the request's
-        context there; a session opened with one token and used with another must run as the
-        other (tests/test_identity_surfaces.py)."""
+    @staticmethod
+    def _scope_of(context: Context | None) -> dict[str, Any] | None:
+        """The ASGI scope of this call's HTTP request (None over stdio)."""
         try:
             request = context.request_context.request if context is not None else None
         except ValueError:  # a Context made outside a request
             request = None
         scope = getattr(request, "scope", None)
-        if isinstance(scope, dict) and ACTOR_SCOPE_KEY in scope:
+        return scope if isinstance(scope, dict) else None
+
+    def _actor_of(self, scope: dict[str, Any] | None) -> Actor | None:
+        """The actor of this call: its HTTP request's, else the server's. Read from the
+        request's scope, not inherited: tool calls run in the session's tasks, and only the SDK's
+        own plumbing (2.3 snapshots the sender's context per message) carries the request's
+        context there; a session opened with one token and used with another must run as the
+        other (tests/test_identity_surfaces.py)."""
+        if scope is not None and ACTOR_SCOPE_KEY in scope:
             actor: Actor | None = scope[ACTOR_SCOPE_KEY]
             return actor
         return self.actor

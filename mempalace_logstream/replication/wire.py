@@ -13,6 +13,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from mempalace_logstream import errors
 from mempalace_logstream import validation as v
 from mempalace_logstream.backends.base import EVENT_COL_NAMES as _EVENT_COL_NAMES
 from mempalace_logstream.backends.base import binds as _binds
@@ -30,6 +31,7 @@ from mempalace_logstream.store import (
     events_from_rows,
     links_column,
     parse_links,
+    repair_row,
 )
 from mempalace_logstream.store.redaction import EMPTY_SHA256, redaction_of_blob
 
@@ -74,6 +76,11 @@ _ART_AT = ROW_COLUMNS.index("artifact_ids")
 
 
 _BODY_AT, _META_AT = ROW_COLUMNS.index("body"), ROW_COLUMNS.index("metadata")
+
+
+_OSEQ_AT = ROW_COLUMNS.index("origin_seq")
+# A compact row's values as the store writes them (store/plan.py `repair_row` for the rest).
+_PLAIN = frozenset({str, int, type(None)}).issuperset
 
 
 # The events row of one stored event, in `EVENT_COLS` order (idempotency_key stays NULL):
@@ -220,6 +227,8 @@ def ops_rows(
             chunk = ex.rows("sync-ops-rows", build, params)
             for row in chunk:
                 item = list(row)
+                if not _PLAIN(map(type, row)) or type(row[_OSEQ_AT]) is not int:
+                    item = list(repair_row(ROW_COLUMNS, row)[0])  # read with stand-ins
                 links = item[_ART_AT]
                 item[_ART_AT] = sorted(parse_links(links)) if links else []
                 meta = item[_META_AT]
@@ -253,24 +262,42 @@ def ops_rows_json(
     `ops_rows` dumped. Raises ValidationError."""
     clean_origin, after, n = _ops_args(origin, after_seq, limit, MAX_ROWS_LIMIT)
     rows_sql = store.backend.rows_json_sql
-    if rows_sql is None or not store.uses_fast_path():
-        page = ops_rows(store, clean_origin, after, n, max_bytes)
-        text = json.dumps(page["rows"], ensure_ascii=False, separators=(",", ":"))
-        return clean_origin, text.encode("utf-8"), page["count"]
+    if rows_sql is not None and store.uses_fast_path():
+        try:
+            done = _rows_json(store, rows_sql, clean_origin, after, n, max_bytes)
+        except errors.StorageError:
+            done = None  # "JSON cannot hold BLOB values": a BLOB written behind the API
+        if done is not None:
+            return clean_origin, *done
+        # A row of the wrong type: the page is built in Python, which reads it with stand-ins.
+    page = ops_rows(store, clean_origin, after, n, max_bytes)
+    text = json.dumps(page["rows"], ensure_ascii=False, separators=(",", ":"))
+    return clean_origin, text.encode("utf-8"), page["count"]
+
+
+def _rows_json(
+    store: LogStore, rows_sql: str, origin: str, after: int, n: int, max_bytes: int
+) -> tuple[bytes, int] | None:
+    """The rows of `ops_rows_json` as SQLite writes them; None when one of them holds text
+    that is not UTF-8 (SQLite's JSON passes its bytes through, which no client could read)."""
     parts: list[memoryview] = []
     count = size = 0
     with store.snapshot() as ex:
         while count < n and size < max_bytes:
             want = min(_READ_CHUNK, n - count)
-            params = {"origin": clean_origin, "after": after, "lim": want}
+            params = {"origin": origin, "after": after, "lim": want}
             text, got, last, chars = ex.query(rows_sql, params)[0]
             if not got:
                 break
+            try:
+                text.decode("utf-8")  # mostly ASCII: a fast check
+            except UnicodeDecodeError:
+                return None
             parts.append(memoryview(text)[1:-1])  # the array's items, without copying
             count, size, after = count + got, size + int(chars or 0), int(last)
             if got < want:
                 break
-    return clean_origin, b"[" + b",".join(parts) + b"]", count
+    return b"[" + b",".join(parts) + b"]", count
 
 
 def _metadata_object(text: str) -> dict[str, Any]:

@@ -32,6 +32,7 @@ if _typing.TYPE_CHECKING:
         events_from_rows,
         links_column,
         parse_links,
+        repair_row,
     )
     from mempalace_logstream.store.writes import Transaction, same_as_prior
 
@@ -57,6 +58,7 @@ _LAZY: dict[str, tuple[str, str]] = {
             "events_from_rows",
             "links_column",
             "parse_links",
+            "repair_row",
         )
     },
 }
@@ -78,6 +80,7 @@ __all__ = [
     "new_id",
     "now_text",
     "parse_links",
+    "repair_row",
     "same_as_prior",
     "slug",
 ]

@@ -50,6 +50,7 @@ class LogStore(Writes, Reads, Stats, TaskReads):
         task_settings: TaskSettings | None = None,
         keys_dir: Path | None = None,
         backdate_window_ms: int = config.DEFAULT_BACKDATE_WINDOW_MS,
+        create: bool = True,
     ) -> None:
         if not 0 <= backdate_window_ms <= config.MAX_BACKDATE_WINDOW_MS:
             raise errors.ValidationError(
@@ -76,7 +77,7 @@ class LogStore(Writes, Reads, Stats, TaskReads):
         before: str | None = SCHEMA_HEAD
         with self._storage_errors():
             if migrate_schema and not self.read_only:
-                before = migrate.ensure_schema(engine)
+                before = migrate.ensure_schema(engine, create=create)
             else:
                 migrate.check_schema(engine)
             self.replica_id = self._load_replica_id()
@@ -106,19 +107,23 @@ class LogStore(Writes, Reads, Stats, TaskReads):
     ) -> LogStore:
         """Open (and migrate) the store at a SQLAlchemy URL or SQLite file path.
 
-        `create=False` (readers) refuses a missing SQLite file instead of making an empty log;
+        `create=False` (readers) refuses a missing SQLite file, or a PostgreSQL database
+        (schema) without a log, instead of making an empty log;
         a file that is not a logstream database is refused either way; a file this process
         may not write opens read-only (see engine.py). Errors name the database."""
         engine = engine_mod.create_engine(url, durability=durability, create=create)
         kwargs.setdefault("keys_dir", keys_dir_for(url))
         try:
-            return cls(engine, **kwargs)
+            return cls(engine, create=create, **kwargs)
         except errors.StorageError as exc:
             engine.dispose()
             where = backends.for_engine(engine).describe()
             if where in exc.message:
                 raise
             raise type(exc)(f"cannot open {where}: {exc.message}") from exc
+        except BaseException:  # a reader refused (no log here), an interrupt: no pooled leak
+            engine.dispose()
+            raise
 
     def close(self) -> None:
         if self._closed:

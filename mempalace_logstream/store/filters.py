@@ -4,6 +4,7 @@ which both the page's SQL (reads.py) and the in-memory `Filters.matches` derive.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,11 +51,10 @@ class Filters:
         return cls(**{name: v.filter_values(name, raw.get(name)) for name in v.FILTER_FIELDS})
 
     def matches(self, event: Event) -> bool:
-        """`FILTER_RULES` evaluated in Python (SSE fan-out, watch): the page's SQL rules."""
-        for name, (column, how) in FILTER_RULES.items():
-            values = getattr(self, name)
-            if not values:
-                continue
+        """`FILTER_RULES` evaluated in Python (SSE fan-out, the hub's waits): the page's SQL
+        rules. The rules that have values are resolved once per Filters (`_rules`): a hub
+        matches each new event against every open wait and subscriber."""
+        for column, values, how in self._rules:
             value = getattr(event, column)
             if how == "not_in":
                 if value in values:
@@ -62,6 +62,14 @@ class Filters:
             elif value not in values and not (how == "inbox" and value == "*"):
                 return False
         return True
+
+    @functools.cached_property
+    def _rules(self) -> tuple[tuple[str, frozenset[str], str], ...]:
+        return tuple(
+            (column, frozenset(values), how)
+            for name, (column, how) in FILTER_RULES.items()
+            if (values := getattr(self, name))
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

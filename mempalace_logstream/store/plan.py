@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from mempalace_logstream import errors
-from mempalace_logstream.models import Event, Page
+from mempalace_logstream.models import ROW_ERROR, Event, Page
 from mempalace_logstream.store.filters import PAGE_FILTERS, ReadRequest
 
 # Read statements select the Event fields in declaration order, the artifact links column in
@@ -50,18 +50,82 @@ def events_from_rows(rows: Sequence[Row]) -> list[Event]:
     """Events from rows of the read columns (plain tuples or Rows): the one row -> Event.
 
     A frozen dataclass assigns every field through `object.__setattr__` in `__init__`; filling
-    `__dict__` directly builds the same object ~6x faster (a page has up to 500 of them).
+    `__dict__` directly builds the same object ~6x faster (a page has up to 500 of them). A row
+    whose values are not of their column's type (`repair_row`) reads with a `row_error`.
     """
     out = []
-    new, names = object.__new__, EVENT_FIELDS
+    new, names, plain = object.__new__, EVENT_FIELDS, _PLAIN_TYPES.issuperset
     for row in rows:
+        problem = None
+        if not plain(map(type, row)) or type(row[_OSEQ_AT]) is not int:
+            row, problem = repair_row(names, row)
         event = new(Event)
         values = event.__dict__
         values.update(zip(names, row, strict=True))
         values["seq"], values["origin_seq"] = int(row[SEQ_AT]), int(row[_OSEQ_AT])
         values["artifact_ids"] = parse_links(row[_LINKS_AT])
+        if problem is not None:
+            values[ROW_ERROR] = problem
         out.append(event)
     return out
+
+
+# The type of each read column's value as the store writes it (None too where it is nullable),
+# for the event fields and the columns of a compact sync row. SQLite keeps whatever storage
+# class a writer behind the API chose (a BLOB in a text column, text in an integer one), and
+# such a row must read with an error, never fail its page (S-8.10).
+_INTEGER_COLUMNS = frozenset({"seq", "origin_seq"})
+_NULLABLE_COLUMNS = frozenset(
+    {"topic", "to_agent", "correlation_id", "branch", "base_commit", "status", "sig", "key_id"}
+    | {"artifact_ids"}  # the links column: NULL for an event without artifacts
+)
+# The quick test of a row (~1 µs): only text, NULL and integers, and an integer origin_seq
+# (seq is SQLite's rowid, always an integer). A number in a text column passes it, but cannot
+# be stored: SQLite's text affinity turns it into text, PostgreSQL refuses it.
+_PLAIN_TYPES = frozenset({str, int, type(None)})
+
+
+def repair_row(names: Sequence[str], row: Row) -> tuple[Row, str | None]:
+    """`row` (values of the columns `names`) with every value of the wrong type replaced, and
+    what was wrong (None when nothing was: the row's type signature is then remembered)."""
+    values = list(row)
+    problems = []
+    for i, name in enumerate(names):
+        value = values[i]
+        if name in _INTEGER_COLUMNS:
+            if type(value) is not int:
+                values[i] = 0
+                problems.append(f"{name} is stored as {_storage_class(value)}, not an integer")
+        elif type(value) is not str and not (value is None and name in _NULLABLE_COLUMNS):
+            values[i], how = _as_text(name, value)
+            problems.append(f"{name} is stored as {_storage_class(value)}, not text ({how})")
+    if not problems:
+        return row, None
+    return tuple(values), "; ".join(problems)
+
+
+def _storage_class(value: Any) -> str:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return f"a BLOB of {len(value)} bytes"
+    if value is None:
+        return "NULL"
+    if isinstance(value, str):
+        return "TEXT"
+    return "REAL" if isinstance(value, float) else "INTEGER"
+
+
+def _as_text(name: str, value: Any) -> tuple[str | None, str]:
+    """A text column's stand-in for `value`, and how it was made."""
+    if name == "artifact_ids":
+        return None, "its artifact ids are left out"
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        try:
+            return bytes(value).decode("utf-8"), "read as its UTF-8 text"
+        except UnicodeDecodeError:
+            return "", "not UTF-8: read as empty"
+    if value is None:
+        return "", "read as empty"
+    return str(value), "read as its text"
 
 
 def page_query(

@@ -18,6 +18,7 @@ from mempalace_logstream.store.plan import (
     SEQ_AT,
     events_from_rows,
     parse_links,
+    repair_row,
 )
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "links_column",
     "parse_links",
     "read_columns",
+    "repair_row",
 ]
 
 # An artifact row in the order `artifact_from_row` reads it.
