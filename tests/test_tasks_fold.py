@@ -18,12 +18,15 @@ from mempalace_logstream.tasks import (
     A2A_STATES,
     ACTIONS,
     STATES,
+    Folder,
+    FoldState,
     Task,
     TaskSettings,
     advance,
     check,
     classify,
     fold,
+    needs_thread,
 )
 
 TID = "task_fix_login_0a1b2c3d"
@@ -49,6 +52,7 @@ class Thread:
         to: str | None = None,
         body: str = "",
         replica: str = "rep_aaaaaaaaaaaa",
+        signed: bool = False,
     ) -> Event:
         self.n += 1
         event = Event(
@@ -71,12 +75,18 @@ class Thread:
             body=body,
             created_at="2027-01-15T08:00:00Z",
             metadata_json=json.dumps(meta or {}),
+            # A stored signature was verified before it was stored (RFC 0008): the fold reads
+            # a signed event as verified, whatever the signature's bytes.
+            sig="c2ln" if signed else None,
+            key_id="ed25519:" + "0" * 32 if signed else None,
         )
         self.events.append(event)
         return event
 
-    def request(self, ms: int = 0, **meta: Any) -> Event:
-        return self.ev("task.request", "claude", ms, status="open", to=self.to_agent, meta=meta)
+    def request(self, ms: int = 0, signed: bool = False, **meta: Any) -> Event:
+        return self.ev(
+            "task.request", "claude", ms, status="open", to=self.to_agent, meta=meta, signed=signed
+        )
 
 
 DEFAULTS = TaskSettings()
@@ -249,14 +259,30 @@ def test_a_move_on_a_task_that_does_not_exist_is_not_found() -> None:
     assert str(exc) == f"task {TID} not found; claim refused"
 
 
-def test_a_second_request_on_the_same_id_is_part_of_the_thread_not_a_move() -> None:
+def test_a_second_request_by_the_requester_is_part_of_the_thread_not_a_move() -> None:
     th = Thread()
     task = step(None, th.request())
     again = th.request(5)
     assert classify(again, task) is None  # old logs and the reference hold such threads
     assert fold(th.events) == task
-    with pytest.raises(errors.ConflictError, match=f"task {TID} already exists"):
-        check(task, classify(again, None))  # type: ignore[arg-type]
+
+
+def test_a_second_request_on_someone_elses_task_is_refused_or_an_anomaly() -> None:
+    th = Thread()
+    task = step(None, th.request())
+    other = th.ev("task.request", "mallory", 5, status="open", to="mallory")
+    exc = refused(task, other)
+    assert isinstance(exc, errors.ConflictError) and exc.field == "correlation_id"
+    assert str(exc) == (
+        f"task {TID} already exists (requested by claude); a second task.request on it is "
+        "refused (its requester is claude)"
+    )
+    folded = fold(th.events)
+    assert folded is not None
+    assert (folded.requester, folded.to_agent, folded.state) == ("claude", "codex", "open")
+    assert [(a["event_id"], a["action"], a["agent"], a["code"]) for a in folded.anomalies] == [
+        (other.id, "create", "mallory", "second_request")
+    ]
 
 
 @pytest.mark.parametrize(
@@ -320,6 +346,23 @@ def test_result_cross_field_rules(claimed, result, artifacts, body, field, text)
     )
     exc = refused(task, offer)
     assert isinstance(exc, errors.ValidationError) and (exc.field, str(exc)) == (field, text)
+
+
+@pytest.mark.parametrize("value", [140, 100.5, -1, 4000])
+def test_progress_is_a_percentage_from_0_to_100(claimed, value) -> None:
+    th, task = claimed
+    exc = refused(task, th.ev("task.progress", "codex", 20, meta={"progress": value}))
+    assert isinstance(exc, errors.ValidationError) and exc.field == "progress"
+    assert str(exc) == f"progress {value:g} is out of range; it must be between 0 and 100 (percent)"
+    assert step(task, th.ev("task.progress", "codex", 21, meta={"progress": 100})).progress == 100
+
+
+def test_a_peers_progress_out_of_range_is_an_anomaly(claimed) -> None:
+    th, _task = claimed
+    th.ev("task.progress", "codex", 20, meta={"progress": 4000})
+    folded = fold(th.events)
+    assert folded is not None and (folded.state, folded.progress) == ("claimed", None)
+    assert "between 0 and 100" in folded.anomalies[0]["reason"]
 
 
 def test_block_and_reject_need_a_body(claimed) -> None:
@@ -420,6 +463,110 @@ def test_a_thread_without_a_request_is_no_task() -> None:
     assert fold(th.events) is None
 
 
+# ----------------------------------------------------------------------------- identity
+
+
+def _completed_with_a_backdated_forgery() -> tuple[Thread, Event]:
+    """claude (signed) asks anyone; codex (signed) claims, offers a result; claude accepts.
+    mallory (unsigned, as a hostile peer would serve it) claims just before codex did."""
+    th = Thread(to_agent="*")
+    th.request(signed=True)
+    th.ev("task.claim", "codex", 10, signed=True)
+    th.ev("task.result", "codex", 20, meta={"result": {"disposition": "partial"}}, signed=True)
+    th.ev("task.accept", "claude", 30, signed=True)
+    forged = th.ev("task.claim", "mallory", 5, replica="rep_mmmmmmmmmmmm")
+    return th, forged
+
+
+def test_an_unverified_backdated_claim_never_beats_the_verified_one() -> None:
+    th, forged = _completed_with_a_backdated_forgery()
+    folds = []
+    for seed in range(12):
+        shuffled = list(th.events)
+        random.Random(seed).shuffle(shuffled)
+        folds.append(fold(shuffled))
+    task = folds[0]
+    assert task is not None and all(f == task for f in folds)
+    assert (task.state, task.assignee, task.attempt) == ("completed", "codex", 1)
+    assert task.conflicts == ()
+    assert [(a["event_id"], a["action"], a["agent"], a["code"]) for a in task.anomalies] == [
+        (forged.id, "claim", "mallory", "overruled")
+    ]
+    assert "verified claim" in task.anomalies[0]["reason"]
+    # Without identity nothing tells the forgery apart: the earliest claim wins, as before.
+    plain = Thread(to_agent="*")
+    plain.request()
+    plain.ev("task.claim", "codex", 10)
+    plain.ev("task.claim", "mallory", 5)
+    task = fold(plain.events)
+    assert task is not None and (task.assignee, task.state) == ("mallory", "claimed")
+    assert [c["agent"] for c in task.conflicts] == ["codex"]
+
+
+def test_a_verified_move_undoes_only_the_unverified_moves_that_made_it_illegal() -> None:
+    """A signed requester and an unsigned worker (the reference, an agent without a key): the
+    worker's moves stand; only the forged reject the verified accept contradicts is undone."""
+    th = Thread()
+    th.request(signed=True)
+    th.ev("task.claim", "codex", 10)
+    th.ev("task.progress", "codex", 15, meta={"progress": 50})
+    th.ev("task.result", "codex", 20, meta={"result": {"disposition": "partial"}})
+    forged = th.ev("task.reject", "claude", 25, body="forged, unsigned")
+    th.ev("task.accept", "claude", 30, signed=True)
+    task = fold(th.events)
+    assert task is not None and (task.state, task.assignee, task.progress) == (
+        "completed",
+        "codex",
+        50,
+    )
+    assert [(a["event_id"], a["code"]) for a in task.anomalies] == [(forged.id, "overruled")]
+
+
+def test_an_end_a_verified_move_set_is_never_reopened_by_an_unverified_one() -> None:
+    th = Thread()
+    th.request(signed=True)
+    th.ev("task.claim", "codex", 10, signed=True)
+    th.ev("task.fail", "codex", 20, meta={"retryable": True}, signed=True)
+    late = th.ev("task.reopen", "claude", 30)
+    th.ev("task.claim", "codex", 40)
+    task = fold(th.events)
+    assert task is not None and (task.state, task.attempt) == ("failed", 1)
+    assert task.anomalies[0]["event_id"] == late.id
+    assert task.anomalies[0]["code"] == "verified_end"
+    assert task.anomalies[0]["reason"] == (
+        f"task {TID} is failed by a verified move; an unverified reopen cannot move it"
+    )
+    th.ev("task.reopen", "claude", 50, signed=True)  # a verified reopen does
+    again = fold(th.events)
+    assert again is not None and again.state == "open"
+
+
+def test_a_verified_request_overrules_an_unverified_one_on_the_same_id() -> None:
+    th = Thread(to_agent="*")
+    forged = th.ev("task.request", "mallory", 0, status="open", to="mallory")
+    grab = th.ev("task.claim", "mallory", 2)
+    th.request(5, signed=True)
+    th.ev("task.claim", "codex", 10, signed=True)
+    task = fold(th.events)
+    assert task is not None
+    assert (task.requester, task.to_agent, task.assignee) == ("claude", "*", "codex")
+    assert [(a["event_id"], a["code"]) for a in task.anomalies] == [
+        (forged.id, "overruled"),
+        (grab.id, "overruled"),
+    ]
+
+
+def test_the_row_alone_cannot_decide_a_refused_verified_move_or_an_unverified_reopen() -> None:
+    th, forged = _completed_with_a_backdated_forgery()
+    in_hlc_order = sorted(th.events, key=lambda e: (e.hlc, e.id))
+    task = step(None, in_hlc_order[0])
+    task = advance(task, classify(forged, task))  # type: ignore[arg-type]
+    verified_claim = classify(in_hlc_order[2], task)
+    assert verified_claim is not None and verified_claim.verified
+    assert needs_thread(task, verified_claim)
+    assert not needs_thread(task, classify(th.ev("task.claim", "gemini", 40), task))  # type: ignore[arg-type]
+
+
 # ----------------------------------------------------------------------------- the reference
 
 
@@ -461,9 +608,10 @@ KINDS = (*(t for t, _, _ in ACTIONS.values()), "patch.ready", "note")
 
 
 @st.composite
-def threads(draw: st.DrawFn) -> Thread:
+def threads(draw: st.DrawFn, signing: bool = False) -> Thread:
     th = Thread(to_agent=draw(st.sampled_from(["codex", "*"])))
-    th.request(lease_ms=draw(st.sampled_from([1_000, 60_000])))
+    signs = st.booleans() if signing else st.just(False)
+    th.request(lease_ms=draw(st.sampled_from([1_000, 60_000])), signed=draw(signs))
     ms = 0
     for _ in range(draw(st.integers(0, 25))):
         ms += draw(st.integers(1, 800))
@@ -479,12 +627,13 @@ def threads(draw: st.DrawFn) -> Thread:
             body=draw(st.sampled_from(["", "why"])),
             artifacts=("art_1",) if kind == "patch.ready" else (),
             replica=draw(st.sampled_from(["rep_aaaaaaaaaaaa", "rep_bbbbbbbbbbbb"])),
+            signed=draw(signs),
         )
     return th
 
 
 @settings(max_examples=300, deadline=None)
-@given(threads(), st.randoms(use_true_random=False))
+@given(threads(signing=True), st.randoms(use_true_random=False))
 def test_fold_is_the_same_in_any_arrival_order(th: Thread, rnd: random.Random) -> None:
     shuffled = list(th.events)
     rnd.shuffle(shuffled)
@@ -516,3 +665,38 @@ def test_a_local_move_is_refused_exactly_when_a_replayed_one_is_recorded(th: Thr
             assert accepted == after
         task = after
     assert task == fold(th.events)
+
+
+@settings(max_examples=300, deadline=None)
+@given(threads(signing=True), st.integers(0, 30))
+def test_a_fold_resumed_from_a_checkpoint_equals_the_whole_fold(th: Thread, cut: int) -> None:
+    """What the store's late-event path relies on: folding a prefix, keeping its state and
+    feeding the rest gives the fold of the whole thread."""
+    ordered = sorted(th.events, key=lambda e: (e.hlc, e.id))
+    first = Folder(DEFAULTS, FoldState(tracked=any(e.sig for e in ordered)))
+    for event in ordered[:cut]:
+        first.feed(event)
+    resumed = Folder(DEFAULTS, first.state())
+    for event in ordered[cut:]:
+        resumed.feed(event)
+    assert resumed.task == fold(th.events)
+
+
+@settings(max_examples=400, deadline=None)
+@given(threads(signing=True))
+def test_the_row_with_needs_thread_follows_the_fold(th: Thread) -> None:
+    """What the store's in-order path does: advance the row, and fold the thread whenever
+    `needs_thread` says the row cannot decide; the result is the fold's after every event."""
+    ordered = sorted(th.events, key=lambda e: (e.hlc, e.id))
+    task: Task | None = None
+    for k, event in enumerate(ordered):
+        move = classify(event, task)
+        if move is None:
+            continue
+        if task is None:
+            task = fold(ordered[: k + 1])
+        elif needs_thread(task, move):
+            task = fold(ordered[: k + 1])
+        else:
+            task = advance(task, move)
+        assert task == fold(ordered[: k + 1]), k
