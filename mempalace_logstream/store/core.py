@@ -26,7 +26,7 @@ from mempalace_logstream.store.pipeline import Pending
 from mempalace_logstream.store.reads import Reads
 from mempalace_logstream.store.rows import read_columns
 from mempalace_logstream.store.stats import Stats
-from mempalace_logstream.store.tasks import TaskReads
+from mempalace_logstream.store.task_reads import TaskReads
 from mempalace_logstream.store.writes import Writes
 from mempalace_logstream.tasks import TaskSettings
 
