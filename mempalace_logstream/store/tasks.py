@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from mempalace_logstream import errors, tasks
 from mempalace_logstream.models import Event
-from mempalace_logstream.schema import events
+from mempalace_logstream.schema import events, meta
 from mempalace_logstream.schema import tasks as tasks_table
 from mempalace_logstream.store.rows import events_from_rows
 from mempalace_logstream.tasks import Task, TaskSettings
@@ -238,8 +238,25 @@ def _advanced(task: Task, batch: list[Event], settings: TaskSettings) -> Task | 
     return after
 
 
+# The version of the fold's rules the rows were written with (in `logstream_meta`): a store
+# that opens a log whose rows an older fold wrote rebuilds them. 2: issue 18 (identity's
+# rules, second requests, progress 0-100, the question's event).
+FOLD_VERSION_KEY = "tasks_fold"
+FOLD_VERSION = "2"
+
+
+def mark_fold_version(tx: Transaction) -> None:
+    tx.ex.run("fold-version-clear", _clear_fold_version, {})
+    tx.ex.insert("fold-version", meta, [{"key": FOLD_VERSION_KEY, "value": FOLD_VERSION}])
+
+
+def _clear_fold_version() -> sa.Delete:
+    return meta.delete().where(meta.c.key == FOLD_VERSION_KEY)
+
+
 def rebuild(tx: Transaction, settings: TaskSettings) -> int:
-    """Recompute every task row from the log alone; returns the number of tasks."""
+    """Recompute every task row from the log alone (and record the fold's version); returns
+    the number of tasks."""
 
     def ids() -> sa.Select[Any]:
         return (
@@ -260,4 +277,5 @@ def rebuild(tx: Transaction, settings: TaskSettings) -> int:
         if task is not None:
             save(tx, _depth(tx, task), max(e.seq for e in thread_events), existed=False)
             count += 1
+    mark_fold_version(tx)
     return count
