@@ -286,9 +286,11 @@ async def mempalace_task_create(
     ] = None,
     idempotency_key: IdemKey = None,
 ) -> dict[str, Any]:
-    """Delegate work: appends a `task.request` (state open) and returns {task, handoff}.
+    """Delegate work: appends a `task.request` (state open) and returns {task_id, task,
+    handoff}.
 
-    The task's correlation_id is its task_id: the thread for claims, progress and the result.
+    `task_id` (the request's correlation_id) names the task in every other task tool: the
+    thread for claims, progress and the result; `task` is the request event.
     Give `handoff` (one line) to the worker so it can find the task. Follow it with
     mempalace_task_status; the worker moves it with mempalace_task_update.
     """
@@ -314,7 +316,11 @@ async def mempalace_task_update(
         ),
     ] = "",
     progress: Annotated[
-        float | None, Field(description="progress: a number above the last one you reported.")
+        float | None,
+        Field(
+            description="progress: percent done, 0-100, above the last value you reported.",
+            json_schema_extra={"minimum": 0, "maximum": 100},
+        ),
     ] = None,
     lease_ms: Annotated[
         int | None, Field(description="claim: how long you hold it without progress (ms).")
