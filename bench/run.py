@@ -21,7 +21,18 @@ from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
-BENCHES = ("store", "wake", "cli_wait", "channel", "hub", "pg", "sync", "tasks", "presence")
+BENCHES = (
+    "store",
+    "wake",
+    "cli_wait",
+    "channel",
+    "hub",
+    "pg",
+    "sync",
+    "tasks",
+    "task_late",
+    "presence",
+)
 TAGS = ("[ratio]", "[target]")
 _LAUNCH = "import sys; from bench import bench_{name} as m; sys.exit(m.main(sys.argv[1:]) or 0)"
 

@@ -27,6 +27,7 @@ from mempalace_logstream.store.pipeline import Pending
 from mempalace_logstream.store.reads import Reads
 from mempalace_logstream.store.rows import read_columns
 from mempalace_logstream.store.stats import Stats
+from mempalace_logstream.store.task_cache import FoldCache
 from mempalace_logstream.store.task_reads import TaskReads
 from mempalace_logstream.store.writes import Writes
 from mempalace_logstream.tasks import TaskSettings
@@ -64,6 +65,7 @@ class LogStore(Writes, Reads, Stats, TaskReads):
         self.backdate_window_ms = backdate_window_ms
         self.engine = engine
         self.task_settings = task_settings or TaskSettings()
+        self.task_folds = FoldCache()  # checkpoints for tasks whose events arrive late
         self.backend = backends.for_engine(engine)
         # The private keys this process signs with and the keyring it judges with (RFC 0008).
         self.identity = Identity(keys_dir, self.backend.links_functions()[1])

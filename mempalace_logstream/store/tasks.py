@@ -3,9 +3,9 @@ that move it, so `task_status` and `task_list` never fold a thread on read.
 
 Local events are checked (`tasks.check`): an illegal move raises before anything is written.
 Events applied from a peer or imported are never refused: the projection advances with
-`tasks.advance` when they come in HLC order, and the task is re-folded from its thread when one
-arrives late. Either way the row equals `tasks.fold(thread)`; `rebuild_tasks` recomputes every
-row from the log alone.
+`tasks.advance` when they come in HLC order, and the task is re-folded when one arrives late
+(from a checkpoint before it: store/task_cache.py). Either way the row equals
+`tasks.fold(thread)`; `rebuild_tasks` recomputes every row from the log alone.
 """
 
 from __future__ import annotations
@@ -171,6 +171,7 @@ def _checked_depth(tx: Transaction, parent_id: str | None, settings: TaskSetting
 def refold(tx: Transaction, task_id: str) -> tuple[Task | None, int]:
     """The task folded from its thread as it is stored now, with its depth, and the seq of
     its newest event (redaction re-folds a task; doctor compares with the stored row)."""
+    tx.store.task_folds.forget(task_id)  # its thread changed in place (a redaction)
     thread_events = thread(tx, task_id)
     task = tasks.fold(thread_events, tx.store.task_settings)
     if task is None:
@@ -215,7 +216,8 @@ def on_applied_events(tx: Transaction, applied: Iterable[Event], settings: TaskS
         seq = max(e.seq for e in batch)
         after = _advanced(task, batch, settings) if task is not None else None
         if after is None:
-            after = tasks.fold(thread(tx, task_id), settings)
+            # Late (or undecidable by the row): folded again from a checkpoint before the batch.
+            after = tx.store.task_folds.refold(tx, task_id, settings)
             after = _depth(tx, after) if after is not None else None
         if after is not None:
             save(tx, after, max(seq, 0), existed=task is not None)
@@ -266,6 +268,7 @@ def rebuild(tx: Transaction, settings: TaskSettings) -> int:
         )
 
     tx.ex.run("task-clear", lambda: tasks_table.delete(), {})
+    tx.store.task_folds.forget()
     count = 0
     seen: set[str] = set()
     for (task_id,) in tx.rows("task-request-ids", ids, {}):
