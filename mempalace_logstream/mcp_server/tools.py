@@ -342,7 +342,8 @@ async def mempalace_task_update(
 
     States: open -> claimed -> working -> ready -> completed, plus blocked, failed, declined,
     cancelled. The worker (the addressee; anyone for to_agent '*') claims, then reports
-    progress (renews its lease), blocks with a question, completes with a result, or fails.
+    progress in percent, 0-100 (renews its lease), blocks with a question, completes with a
+    result, or fails.
     The requester answers a block (unblock), accepts or rejects a result, cancels, or reopens
     a failed/declined task. A refused move writes nothing and says why: the task's state
     ("task x is cancelled; claim refused"), who may act, a lost lease or a lost race.
@@ -354,8 +355,9 @@ async def mempalace_task_status(
     ctx: Context, task_id: Annotated[str, Field(description="The task (its correlation_id).")]
 ) -> dict[str, Any]:
     """Where a task stands: {task: {state, a2a_state, requester, assignee, attempt,
-    lease_expires_at, progress, result, parent_task_id, children, conflicts, anomalies, lost,
-    events, artifacts}}. A lease that passed shows the task open again (lost)."""
+    lease_expires_at, progress (percent), goal, done, question (while blocked), result,
+    parent_task_id, children, conflicts, anomalies, lost, events, artifacts}}. A lease that
+    passed shows the task open again (lost)."""
     return await _call(ctx, "task_status", locals())
 
 
