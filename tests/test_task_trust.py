@@ -106,8 +106,7 @@ def test_a_hostile_peers_backdated_unsigned_claim_cannot_revert_a_completed_task
     assert [(a["event_id"], a["agent"], a["code"]) for a in t["anomalies"]] == [
         (wire["id"], "mallory", "overruled")
     ]
-    # A reopen by an unsigned "alice" would not move the verified end either.
-    with pytest.raises(errors.ConflictError):
+    with pytest.raises(errors.ConflictError, match="is completed; claim refused"):
         move(honest, tid, "claim", "mallory")
     found = findings(honest, "task_rules")
     assert len(found) == 1 and found[0]["ids"] == [wire["id"]]

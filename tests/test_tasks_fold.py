@@ -539,6 +539,14 @@ def test_an_end_a_verified_move_set_is_never_reopened_by_an_unverified_one() -> 
     th.ev("task.reopen", "claude", 50, signed=True)  # a verified reopen does
     again = fold(th.events)
     assert again is not None and again.state == "open"
+    # A requester without a key reopens as before: its own moves are all unverified.
+    unsigned = Thread()
+    unsigned.request()
+    unsigned.ev("task.claim", "codex", 10, signed=True)
+    unsigned.ev("task.fail", "codex", 20, signed=True)
+    unsigned.ev("task.reopen", "claude", 30)
+    reopened = fold(unsigned.events)
+    assert reopened is not None and reopened.state == "open"
 
 
 def test_a_verified_request_overrules_an_unverified_one_on_the_same_id() -> None:

@@ -1,7 +1,7 @@
 """A whole thread folded into its task (RFC 0007), in HLC order, with identity's two rules
 (RFC 0007 "Identity"): a verified move is never refused because of unverified moves made
-since the previous verified one (it undoes them, each listed as an anomaly), and an end a
-verified move set is never left by an unverified move.
+since the previous verified one (it undoes them, each listed as an anomaly), and on a task whose
+request is verified, an end a verified move set is never left by an unverified move.
 
 `fold(events)` is a pure function of the thread as stored: an event's verdict is whether it
 carries a signature (a stored signature was verified before it was stored, RFC 0008), so
@@ -48,6 +48,7 @@ class FoldState:
     base: Task | None = None
     pending: tuple[Move, ...] = ()
     tracked: bool = True
+    signed_request: bool = False  # the task's request is verified (its requester signs)
 
 
 def fold(events: Iterable[Event], settings: TaskSettings = DEFAULT_SETTINGS) -> Task | None:
@@ -89,6 +90,7 @@ class Folder:
         self.base = start.base
         self.pending = list(start.pending)
         self.tracked = start.tracked
+        self.signed_request = start.signed_request
 
     def state(self) -> FoldState:
         return FoldState(
@@ -97,6 +99,7 @@ class Folder:
             base=self.base,
             pending=tuple(self.pending),
             tracked=self.tracked,
+            signed_request=self.signed_request,
         )
 
     def feed(self, event: Event) -> None:
@@ -108,7 +111,7 @@ class Folder:
             return
         after, entry, kind = outcome(self.task, move, self.settings)
         if entry is None:
-            if not move.verified and self.tracked and not self.pending and self.task.terminal:
+            if not move.verified and self._verified_end():
                 reason = (
                     f"task {self.task.task_id} is {self.task.state} by a verified move; an "
                     f"unverified {move.action} cannot move it"
@@ -122,6 +125,13 @@ class Folder:
             return
         self._keep(move, record(after, kind, entry))
 
+    def _verified_end(self) -> bool:
+        """The task ended by a verified move (nothing unverified since) and its requester
+        signs: an unverified move (a reopen) cannot be its requester's own."""
+        task = self.task
+        ended = task is not None and task.terminal and self.tracked and not self.pending
+        return ended and self.signed_request
+
     def _create(self, move: Move) -> None:
         if move.action != "create" or move.problem:
             self.orphans.append(move)
@@ -132,6 +142,7 @@ class Folder:
             task = dataclasses.replace(task, anomalies=early + task.anomalies)
             self.orphans = []
         self.task = task
+        self.signed_request = move.verified
         self._track(move, None)
 
     def _applied(self, move: Move, after: Task) -> None:
@@ -180,6 +191,8 @@ class Folder:
                 after, anomalies=current.anomalies + undone, conflicts=current.conflicts
             )
             self.base, self.pending = self.task, []
+            if move.action == "create":
+                self.signed_request = True
             return True
         return False
 
