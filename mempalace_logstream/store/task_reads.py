@@ -264,13 +264,13 @@ class TaskReads(CommitPipeline):
         before = _cursor(cursor)
         store: Any = self
         now = store.clock.wall_clock.now_ms()
-        query = _list_query(state, tuple(k for k, val in args.items() if val is not None))
+        given = tuple(k for k, val in args.items() if val is not None)
         params: dict[str, Any] = {k: val for k, val in args.items() if val is not None}
         params |= {"now": now, "before": before, "n": n + 1}
-        with self._storage_errors(), self.engine.connect() as conn:
-            rows = conn.execute(query, params).all()
+        with store.snapshot() as snap:
+            rows = snap.rows(("task-list", state, given), lambda: _list_query(state, given), params)
             page = [from_doc(doc) for _seq, doc in rows[:n]]
-            texts = _page_texts(conn, page)
+            texts = _page_texts(snap, page)
         found = [summary(task, now, self.task_settings, texts) for task in page]
         return {
             "tasks": found,
@@ -286,20 +286,23 @@ class TaskReads(CommitPipeline):
         return result
 
 
-def _page_texts(conn: sa.Connection, page: list[Task]) -> dict[str, str]:
-    """The beginnings of the page's request and question bodies, in one read."""
+def _page_texts(snap: Any, page: list[Task]) -> dict[str, str]:
+    """The beginnings of the page's request and question bodies, in one read (one statement
+    shape per number of ids, compiled once)."""
     ids = [t.request_event_id for t in page] + [
         t.question_event_id for t in page if t.question_event_id
     ]
     if not ids:
         return {}
-    rows = conn.execute(_PAGE_TEXTS, {"ids": ids, "cap": LIST_TEXT_CAP}).all()
+    params: dict[str, Any] = {f"i{k}": ident for k, ident in enumerate(ids)}
+    params["cap"] = LIST_TEXT_CAP
+    rows = snap.rows(("task-page-texts", len(ids)), lambda: _page_texts_query(len(ids)), params)
     return {str(i): _cut(str(b), LIST_TEXT_CAP) for i, b in rows}
 
 
-_PAGE_TEXTS = sa.select(events.c.id, _prefix()).where(
-    events.c.id.in_(sa.bindparam("ids", expanding=True))
-)
+def _page_texts_query(n: int) -> sa.Select[Any]:
+    binds: list[sa.BindParameter[str]] = [sa.bindparam(f"i{k}") for k in range(n)]
+    return sa.select(events.c.id, _prefix()).where(events.c.id.in_(binds))
 
 
 def _select_children() -> sa.Select[Any]:
