@@ -286,10 +286,9 @@ async def mempalace_task_create(
     ] = None,
     idempotency_key: IdemKey = None,
 ) -> dict[str, Any]:
-    """Delegate work: appends a `task.request` (state open) and returns {task_id, task,
-    handoff}.
+    """Delegate work: appends a `task.request` (state open); returns {task_id, task, handoff}.
 
-    `task_id` (the request's correlation_id) names the task in every other task tool: the
+    `task_id` (the request's correlation_id) names the task in the other task tools: the
     thread for claims, progress and the result; `task` is the request event.
     Give `handoff` (one line) to the worker so it can find the task. Follow it with
     mempalace_task_status; the worker moves it with mempalace_task_update.
