@@ -30,6 +30,7 @@ BENCHES = (
     "pg",
     "sync",
     "tasks",
+    "task_late",
     "presence",
     "waits",
 )

@@ -1,7 +1,9 @@
 """`logstream doctor` (RFC 0008 "Doctor"): one pass over a log that says whether it is healthy.
 
 Checks: the database's integrity check, stored blob bytes against their SHA-256, the task
-projection against the fold, the signatures of the whole log (verified / unverified / refused /
+projection against the fold, the task rules a peer's history broke (unverified moves that verified
+history undid, second requests, delegation limits), the signatures of the whole log (verified /
+unverified / refused /
 held, and stored events that read false now: late revocations), the keyring's refused key
 events, the admin pin, redactions (tombstones no redaction names, redactions not applied),
 outstanding conflicts and rejections, clock anomalies, the sync estate and the database size.
@@ -21,7 +23,7 @@ from typing import Any
 from mempalace_logstream import replication
 from mempalace_logstream.identity.actor import ADMIN_NAME
 from mempalace_logstream.replication import verify
-from mempalace_logstream.store import LogStore
+from mempalace_logstream.store import LogStore, task_health
 from mempalace_logstream.store import health as health_mod
 
 
@@ -74,7 +76,7 @@ def run(store: LogStore) -> Report:
     report = Report()
     started = time.monotonic()
     timings: dict[str, float] = {}
-    for check in (_integrity, _blobs, _projection, _signatures, _sync):
+    for check in (_integrity, _blobs, _projection, _task_rules, _signatures, _sync):
         name = check.__name__.lstrip("_")
         t0 = time.monotonic()
         try:
@@ -140,6 +142,45 @@ def _projection(store: LogStore, report: Report) -> None:
             f"the task projection differs from the fold of the log for {len(bad)} task(s) "
             "(rebuild it from the log: nothing in the log is lost)",
             bad,
+        )
+
+
+def _task_rules(store: LogStore, report: Report) -> None:
+    found = task_health.task_rules(store)
+    limits = store.task_settings
+    report.checks["task_rules"] = {
+        "unverified_undone": len(found.unverified),
+        "second_requests": len(found.second_requests),
+        "too_deep": len(found.too_deep),
+        "too_many_children": len(found.crowded),
+    }
+    if found.unverified:
+        report.add(
+            "task_rules",
+            f"{len(found.unverified)} unverified task move(s) contradicted verified history "
+            "and were undone or refused (backdated or forged by a peer?)",
+            found.unverified,
+        )
+    if found.second_requests:
+        report.add(
+            "task_rules",
+            f"{len(found.second_requests)} second task.request(s) on another agent's task, "
+            "from a peer (anomalies: they changed nothing)",
+            found.second_requests,
+        )
+    if found.too_deep:
+        report.add(
+            "task_rules",
+            f"{len(found.too_deep)} task(s) deeper than the limit of {limits.max_depth}, "
+            "delegated on a peer",
+            found.too_deep,
+        )
+    if found.crowded:
+        report.add(
+            "task_rules",
+            f"{len(found.crowded)} task(s) with more than {limits.max_children} open children, "
+            "delegated on a peer",
+            found.crowded,
         )
 
 

@@ -68,7 +68,7 @@ def patch_submit(store: LogStore, **args: Any) -> dict[str, Any]:
 
 def task_create(store: LogStore, **args: Any) -> dict[str, Any]:
     out = store.task_create(**args)
-    return {"task": out["task"].to_dict(), "handoff": out["handoff"]}
+    return {"task_id": out["task_id"], "task": out["task"].to_dict(), "handoff": out["handoff"]}
 
 
 def task_update(store: LogStore, **args: Any) -> dict[str, Any]:

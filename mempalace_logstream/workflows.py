@@ -14,6 +14,8 @@ from mempalace_logstream import validation as v
 from mempalace_logstream.models import Artifact, Event, EventDraft
 from mempalace_logstream.store.ids import json_str, slug
 from mempalace_logstream.store.writes import same_as_prior
+from mempalace_logstream.tasks import moves
+from mempalace_logstream.tasks.model import MAX_PROGRESS
 
 if TYPE_CHECKING:
     from mempalace_logstream.store import LogStore, Transaction
@@ -180,7 +182,8 @@ def task_create(
     lease_ms: Any = None,
     idempotency_key: Any = None,
 ) -> dict[str, Any]:
-    """Append a `task.request` (S-3.1, RFC 0007) and return {task, handoff}.
+    """Append a `task.request` (S-3.1, RFC 0007) and return {task_id, task, handoff}: the
+    task's id (its correlation id), the request event and a line to hand the worker.
 
     `parent_task_id` (the reference's name: `parent_correlation_id`) records the delegation
     chain; the store refuses a chain deeper than its limit or a parent with too many open
@@ -222,7 +225,7 @@ def task_create(
         f"Open MemPalace task {task.correlation_id} as {to}. Claim it, follow its exact "
         "definition of done, and deliver through the logstream."
     )
-    return {"task": task, "handoff": handoff}
+    return {"task_id": task.correlation_id, "task": task, "handoff": handoff}
 
 
 def _parent(parent_task_id: Any, parent_correlation_id: Any) -> str | None:
@@ -259,6 +262,8 @@ def task_update(
     ident = v.required_routing("task_id", task_id)
     if action not in tasks.ACTIONS:
         raise v.fail("action", f"{action!r} is not one of {', '.join(tasks.ACTIONS)}")
+    if progress is not None:
+        _check_progress(progress)
     current = store.task_brief(ident)
     if action == "claim" and lease_ms is None:
         # The lease this claim gets, written into it: every replica folds the same lease,
@@ -289,3 +294,11 @@ def task_update(
         idempotency_key=idempotency_key,
     )
     return {"event": event, "task": store.task_brief(ident)}
+
+
+def _check_progress(value: Any) -> None:
+    """The scale (0-100) before anything is read: the lifecycle checks the rest."""
+    try:
+        moves.progress(value)
+    except moves.PayloadError as exc:
+        raise errors.ValidationError(str(exc), field=exc.field, limit=MAX_PROGRESS) from None

@@ -154,9 +154,9 @@ def test_a_task_moves_across_the_board(hub: LiveHub, page: Any) -> None:
         child = task(
             c, "Write the tests", from_agent="worker", to_agent="helper", parent_task_id=parent
         )
-        move(c, parent, "progress", progress=0.6)
+        move(c, parent, "progress", progress=60)
         page.wait_for_selector(f"[data-state='working'] {card} .progress")
-        assert "60" in page.get_attribute(f"{card} .progress", "title")
+        assert page.get_attribute(f"{card} .progress", "title") == "progress 60 %"
         assert "1 child task" in page.inner_text(card)
         assert "parent" in page.inner_text(f"[data-task='{child}']")
         shot(page, "tasks")
@@ -167,6 +167,52 @@ def test_a_task_moves_across_the_board(hub: LiveHub, page: Any) -> None:
         page.wait_for_selector(f"[data-state='ready'] {card}")
         move(c, parent, "accept", agent="lead")
         page.wait_for_selector(f"[data-state='completed'] {card}")
+
+
+def bar_inside_its_card(page: Any, card: str) -> None:
+    box = page.locator(card).bounding_box()
+    bar = page.locator(f"{card} .progress > div").bounding_box()
+    assert box is not None and bar is not None
+    assert bar["width"] > 0
+    assert box["x"] <= bar["x"] and bar["x"] + bar["width"] <= box["x"] + box["width"], (box, bar)
+
+
+def test_a_card_shows_the_goal_done_question_and_lost_lease_and_its_bar_stays_inside(
+    hub: LiveHub, page: Any
+) -> None:
+    with httpx.Client(base_url=hub.url) as c:
+        asked = task(c, "Fix the login loop", done="tests/test_login.py passes")
+        move(c, asked, "claim")
+        move(c, asked, "progress", progress=100)
+        move(c, asked, "block", body="Which database: SQLite or PostgreSQL?")
+        leased = task(c, "Rotate the signing keys", lease_ms=1000)
+        move(c, leased, "claim")
+    open_view(page, hub.url, "tasks")
+    card = f"[data-state='blocked'] [data-task='{asked}']"
+    page.wait_for_selector(card)
+    assert page.inner_text(f"{card} .goal") == "Fix the login loop"
+    assert page.inner_text(f"{card} .done") == "done: tests/test_login.py passes"
+    assert page.inner_text(f"{card} .question") == "question: Which database: SQLite or PostgreSQL?"
+    assert page.get_attribute(f"{card} .progress", "title") == "progress 100 %"
+    bar_inside_its_card(page, card)
+    # The lease (1 s) passes with nobody moving the task: the card says so.
+    lost = f"[data-state='open'] [data-task='{leased}'] .lost"
+    page.wait_for_selector(lost, timeout=10_000)
+    assert page.inner_text(lost).startswith("lost lease: attempt 1 (worker), expired ")
+    # History from elsewhere (an older version, a foreign peer) may hold a value off the
+    # scale: the bar still stays in its card.
+    page.evaluate(
+        """(id) => {
+          const t = window.dashboard.tasks.get(id);
+          window.dashboard.tasks.set(id, { ...t, progress: 4000 });
+          mark("tasks");
+        }""",
+        asked,
+    )
+    page.wait_for_function(
+        f"document.querySelector(\"[data-task='{asked}'] .progress\").title.includes('4000')"
+    )
+    bar_inside_its_card(page, card)
 
 
 def test_a_patch_renders_as_a_diff_and_a_binary_artifact_as_a_download(

@@ -36,11 +36,14 @@ def filled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LogStore,
     rnd = random.Random(7)
     ids = []
     for i in range(240):
+        kind, stream, writer = rnd.choice(TYPES), rnd.choice(("s1", "s2")), rnd.choice(AGENTS)
+        if kind == "task.request":
+            writer = "a"  # one requester per task: anyone else's second request is refused
         event = store.event_append(
-            type=rnd.choice(TYPES),
-            stream=rnd.choice(("s1", "s2")),
+            type=kind,
+            stream=stream,
             room="r",
-            from_agent=rnd.choice(AGENTS),
+            from_agent=writer,
             to_agent=rnd.choice(TO_VALUES),
             correlation_id=rnd.choice((None, *CORRS)),
             body=f"event {i}",

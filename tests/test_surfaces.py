@@ -157,6 +157,13 @@ CASES = [
         "to is not a parameter of task_update",
     ),
     Case(
+        "task_update",
+        {"task_id": "task_x", "action": "progress", "from_agent": "a", "progress": 140},
+        "progress",
+        "progress 140 is out of range; it must be between 0 and 100 (percent)",
+        ("task", "progress", "task_x", "140", "--from-agent", "a"),
+    ),
+    Case(
         "task_list",
         {"state": "done"},
         "state",

@@ -329,6 +329,37 @@ def test_a_log_from_before_the_projection_is_folded_on_open(tmp_path: Path) -> N
         assert store.task_status(tid)["task"]["state"] == "claimed"
 
 
+def test_a_projection_an_older_fold_wrote_is_rebuilt_on_open(db_url: str) -> None:
+    """The fold's rules changed (issue 18: progress is a percentage, identity's rules): a log
+    whose rows an older version wrote is folded again when a writer opens it."""
+    import sqlalchemy as sa
+
+    from mempalace_logstream.schema import meta
+    from mempalace_logstream.schema import tasks as table
+
+    with LogStore.open(db_url) as store:
+        tid = create(store)
+        move(store, tid, "claim", "codex")
+        want = projection(store, tid)
+        stale = json.dumps({**json.loads(_doc(store, tid)), "progress": 4000.0})
+        with store.engine.begin() as conn:  # as a version without the scale left it
+            conn.execute(sa.update(table).where(table.c.task_id == tid).values(doc_json=stale))
+            conn.execute(sa.delete(meta).where(meta.c.key == "tasks_fold"))
+    with LogStore.open(db_url) as store:
+        assert projection(store, tid) == want
+        assert store.task_status(tid)["task"]["progress"] is None
+
+
+def _doc(store: LogStore, tid: str) -> str:
+    import sqlalchemy as sa
+
+    from mempalace_logstream.schema import tasks as table
+
+    with store.engine.connect() as conn:
+        doc = conn.execute(sa.select(table.c.doc_json).where(table.c.task_id == tid)).scalar()
+    return str(doc)
+
+
 def test_a_reference_thread_folds_into_the_expected_states(tmp_path: Path) -> None:
     """Written by the real reference package (its own CLI), adopted by our store."""
     from tests import refpkg

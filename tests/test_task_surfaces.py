@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
 import httpx
@@ -141,6 +142,10 @@ def test_mcp_tools_move_a_task(tmp_path: Path) -> None:
                     f"task {tid} is addressed to everyone; nobody can decline it (cancel is the "
                     "requester's)"
                 )  # type: ignore[union-attr]
+                tools = {t.name: t for t in (await client.list_tools()).tools}
+                prog = tools["mempalace_task_update"].input_schema["properties"]["progress"]
+                assert (prog.get("minimum"), prog.get("maximum")) == (0, 100)
+                assert "0-100" in prog["description"]
                 status = await client.call_tool("mempalace_task_status", {"task_id": tid})
                 task = json.loads(status.content[0].text)["task"]  # type: ignore[union-attr]
                 assert (task["state"], task["a2a_state"]) == ("claimed", "working")
@@ -148,3 +153,106 @@ def test_mcp_tools_move_a_task(tmp_path: Path) -> None:
                 assert json.loads(listed.content[0].text)["count"] == 1  # type: ignore[union-attr]
 
     asyncio.run(scenario())
+
+
+def test_task_progress_takes_its_value_as_an_argument_on_a_0_to_100_scale(tmp_path: Path) -> None:
+    db = ("--db", str(tmp_path / "log.sqlite3"))
+    tid = _created(run_cli(*CREATE, *db, "--json").stdout)
+    assert run_cli("task", "claim", tid, "--from-agent", "codex", *db).returncode == 0
+    prog = run_cli("task", "progress", tid, "40", "--from-agent", "codex", *db)  # as README
+    assert prog.returncode == 0, prog.stderr
+    assert b"working held by codex (attempt 1), progress 40" in prog.stdout
+    over = run_cli("task", "progress", tid, "140", "--from-agent", "codex", *db, "--json")
+    assert over.returncode == 1
+    assert json.loads(over.stderr) == {
+        "error": "progress 140 is out of range; it must be between 0 and 100 (percent)",
+        "field": "progress",
+    }
+    helped = run_cli("task", "progress", "--help").stdout.decode()
+    assert "[progress]" in helped and "0-100" in helped
+
+
+def test_each_task_subcommand_shows_only_its_own_options() -> None:
+    def options(command: str) -> set[str]:
+        out = run_cli("task", command, "--help", env={"COLUMNS": "200"})
+        assert out.returncode == 0, out.stderr
+        words = out.stdout.decode().replace("│", " ").split()
+        return {w.rstrip(",") for w in words if w.startswith("--")}
+
+    specific = {
+        "--lease-ms",
+        "--progress",
+        "--retryable",
+        "--disposition",
+        "--artifact-id",
+        "--verification",
+    }
+    own = {
+        "claim": {"--lease-ms"},
+        "progress": {"--progress"},
+        "complete": {"--disposition", "--artifact-id", "--verification"},
+        "fail": {"--retryable"},
+        "block": set(),
+        "unblock": set(),
+        "decline": set(),
+        "cancel": set(),
+        "accept": set(),
+        "reject": set(),
+        "reopen": set(),
+    }
+    for command, mine in own.items():
+        shown = options(command)
+        assert shown & specific == mine, command
+        assert {"--from-agent", "--body", "--json"} <= shown, command
+
+
+def test_task_create_json_names_the_task_id_at_the_top(tmp_path: Path) -> None:
+    db = ("--db", str(tmp_path / "log.sqlite3"))
+    out = json.loads(run_cli(*CREATE, *db, "--json").stdout)
+    assert out["task_id"] == out["task"]["correlation_id"]
+    assert out["task_id"].startswith("task_fix_it_") and out["task"]["id"].startswith("evt_")
+    with LogStore.open(db[1]) as store:
+        made = store.task_create(
+            project="p",
+            from_agent="a",
+            to_agent="b",
+            goal="g",
+            branch="main",
+            base_commit="abcdef1",
+            done="d",
+        )
+        assert made["task_id"] == made["task"].correlation_id
+
+
+def test_task_status_shows_the_goal_the_definition_of_done_the_question_and_a_lost_lease(
+    tmp_path: Path,
+) -> None:
+    db = ("--db", str(tmp_path / "log.sqlite3"))
+    create = (
+        *("task", "create", "--project", "demo", "--from-agent", "claude", "--to-agent", "codex"),
+        *("--goal", "Fix the login loop\nin app.py", "--done", "tests/test_login.py passes"),
+        *("--branch", "main", "--base-commit", "abcdef1"),
+    )
+    blocked = _created(run_cli(*create, *db, "--json").stdout)
+    run_cli("task", "claim", blocked, "--from-agent", "codex", *db)
+    asked = run_cli("task", "block", blocked, "--from-agent", "codex", "--body", "Which DB?", *db)
+    assert asked.returncode == 0, asked.stderr
+    lines = run_cli("task", "status", blocked, *db).stdout.decode().splitlines()
+    assert "goal: Fix the login loop" in lines and "  in app.py" in lines
+    assert "done: tests/test_login.py passes" in lines
+    assert "question: Which DB?" in lines
+    status = json.loads(run_cli("task", "status", blocked, *db, "--json").stdout)["task"]
+    assert (status["goal"], status["done"], status["question"]) == (
+        "Fix the login loop\nin app.py",
+        "tests/test_login.py passes",
+        "Which DB?",
+    )
+    leased = _created(run_cli(*create, "--lease-ms", "1000", *db, "--json").stdout)
+    run_cli("task", "claim", leased, "--from-agent", "codex", *db)
+    deadline = time.monotonic() + 30
+    while True:  # the lease runs on the wall clock: wait until a read shows it lost
+        text = run_cli("task", "status", leased, *db).stdout.decode()
+        if "lost:" in text or time.monotonic() > deadline:
+            break
+    assert "lost: attempt 1 (codex), lease expired at " in text, text
+    assert text.splitlines()[0].startswith(f"{leased}: open")

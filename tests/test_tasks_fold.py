@@ -49,6 +49,7 @@ class Thread:
         to: str | None = None,
         body: str = "",
         replica: str = "rep_aaaaaaaaaaaa",
+        signed: bool = False,
     ) -> Event:
         self.n += 1
         event = Event(
@@ -71,12 +72,18 @@ class Thread:
             body=body,
             created_at="2027-01-15T08:00:00Z",
             metadata_json=json.dumps(meta or {}),
+            # A stored signature was verified before it was stored (RFC 0008): the fold reads
+            # a signed event as verified, whatever the signature's bytes.
+            sig="c2ln" if signed else None,
+            key_id="ed25519:" + "0" * 32 if signed else None,
         )
         self.events.append(event)
         return event
 
-    def request(self, ms: int = 0, **meta: Any) -> Event:
-        return self.ev("task.request", "claude", ms, status="open", to=self.to_agent, meta=meta)
+    def request(self, ms: int = 0, signed: bool = False, **meta: Any) -> Event:
+        return self.ev(
+            "task.request", "claude", ms, status="open", to=self.to_agent, meta=meta, signed=signed
+        )
 
 
 DEFAULTS = TaskSettings()
@@ -249,14 +256,30 @@ def test_a_move_on_a_task_that_does_not_exist_is_not_found() -> None:
     assert str(exc) == f"task {TID} not found; claim refused"
 
 
-def test_a_second_request_on_the_same_id_is_part_of_the_thread_not_a_move() -> None:
+def test_a_second_request_by_the_requester_is_part_of_the_thread_not_a_move() -> None:
     th = Thread()
     task = step(None, th.request())
     again = th.request(5)
     assert classify(again, task) is None  # old logs and the reference hold such threads
     assert fold(th.events) == task
-    with pytest.raises(errors.ConflictError, match=f"task {TID} already exists"):
-        check(task, classify(again, None))  # type: ignore[arg-type]
+
+
+def test_a_second_request_on_someone_elses_task_is_refused_or_an_anomaly() -> None:
+    th = Thread()
+    task = step(None, th.request())
+    other = th.ev("task.request", "mallory", 5, status="open", to="mallory")
+    exc = refused(task, other)
+    assert isinstance(exc, errors.ConflictError) and exc.field == "correlation_id"
+    assert str(exc) == (
+        f"task {TID} already exists (requested by claude); a second task.request on it is "
+        "refused (its requester is claude)"
+    )
+    folded = fold(th.events)
+    assert folded is not None
+    assert (folded.requester, folded.to_agent, folded.state) == ("claude", "codex", "open")
+    assert [(a["event_id"], a["action"], a["agent"], a["code"]) for a in folded.anomalies] == [
+        (other.id, "create", "mallory", "second_request")
+    ]
 
 
 @pytest.mark.parametrize(
@@ -320,6 +343,23 @@ def test_result_cross_field_rules(claimed, result, artifacts, body, field, text)
     )
     exc = refused(task, offer)
     assert isinstance(exc, errors.ValidationError) and (exc.field, str(exc)) == (field, text)
+
+
+@pytest.mark.parametrize("value", [140, 100.5, -1, 4000])
+def test_progress_is_a_percentage_from_0_to_100(claimed, value) -> None:
+    th, task = claimed
+    exc = refused(task, th.ev("task.progress", "codex", 20, meta={"progress": value}))
+    assert isinstance(exc, errors.ValidationError) and exc.field == "progress"
+    assert str(exc) == f"progress {value:g} is out of range; it must be between 0 and 100 (percent)"
+    assert step(task, th.ev("task.progress", "codex", 21, meta={"progress": 100})).progress == 100
+
+
+def test_a_peers_progress_out_of_range_is_an_anomaly(claimed) -> None:
+    th, _task = claimed
+    th.ev("task.progress", "codex", 20, meta={"progress": 4000})
+    folded = fold(th.events)
+    assert folded is not None and (folded.state, folded.progress) == ("claimed", None)
+    assert "between 0 and 100" in folded.anomalies[0]["reason"]
 
 
 def test_block_and_reject_need_a_body(claimed) -> None:
@@ -461,9 +501,10 @@ KINDS = (*(t for t, _, _ in ACTIONS.values()), "patch.ready", "note")
 
 
 @st.composite
-def threads(draw: st.DrawFn) -> Thread:
+def threads(draw: st.DrawFn, signing: bool = False) -> Thread:
     th = Thread(to_agent=draw(st.sampled_from(["codex", "*"])))
-    th.request(lease_ms=draw(st.sampled_from([1_000, 60_000])))
+    signs = st.booleans() if signing else st.just(False)
+    th.request(lease_ms=draw(st.sampled_from([1_000, 60_000])), signed=draw(signs))
     ms = 0
     for _ in range(draw(st.integers(0, 25))):
         ms += draw(st.integers(1, 800))
@@ -479,12 +520,13 @@ def threads(draw: st.DrawFn) -> Thread:
             body=draw(st.sampled_from(["", "why"])),
             artifacts=("art_1",) if kind == "patch.ready" else (),
             replica=draw(st.sampled_from(["rep_aaaaaaaaaaaa", "rep_bbbbbbbbbbbb"])),
+            signed=draw(signs),
         )
     return th
 
 
 @settings(max_examples=300, deadline=None)
-@given(threads(), st.randoms(use_true_random=False))
+@given(threads(signing=True), st.randoms(use_true_random=False))
 def test_fold_is_the_same_in_any_arrival_order(th: Thread, rnd: random.Random) -> None:
     shuffled = list(th.events)
     rnd.shuffle(shuffled)

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Annotated, Any
 
 import typer
@@ -106,7 +107,7 @@ def task_create(
 
 MOVES = {
     "claim": "Take the task (you are its addressee, or it is addressed to *).",
-    "progress": "Report progress (a number above the last one); renews your lease.",
+    "progress": "Report progress in percent (0-100, above the last value); renews your lease.",
     "block": "Ask the requester a question (--body); the task waits for the answer.",
     "unblock": "Answer a blocked task (--body) as its requester.",
     "complete": "Offer a result (--artifact-id, --disposition, --verification).",
@@ -117,23 +118,56 @@ MOVES = {
     "reject": "Send the result back for rework (--body says what).",
     "reopen": "Open a failed or declined task again for a new attempt.",
 }
-ProgressOpt = Annotated[float | None, typer.Option("--progress", help="progress: the new value.")]
-RetryOpt = Annotated[bool, typer.Option("--retryable", help="fail: another attempt may work.")]
+PROGRESS_HELP = "Percent done, 0-100, above the last value you reported."
+ProgressArg = Annotated[float | None, typer.Argument(help=PROGRESS_HELP, show_default=False)]
+ProgressOpt = Annotated[
+    float | None,
+    typer.Option("--progress", help="The same as the progress argument.", show_default=False),
+]
+RetryOpt = Annotated[bool, typer.Option("--retryable", help="Another attempt may work.")]
 DispositionOpt = Annotated[
     str | None,
-    typer.Option(
-        "--disposition", help="complete: completed, partial, blocked, failed or no_artifact."
-    ),
+    typer.Option("--disposition", help="completed, partial, blocked, failed or no_artifact."),
 ]
 ArtifactOpt = Annotated[
-    Multi, typer.Option("--artifact-id", help="complete: an artifact of the result (repeat).")
+    Multi, typer.Option("--artifact-id", help="An artifact of the result (repeat).")
 ]
 VerificationOpt = Annotated[
     Multi,
-    typer.Option(
-        "--verification", help="complete: NAME=passed|failed|not_run, a check you ran (repeat)."
-    ),
+    typer.Option("--verification", help="NAME=passed|failed|not_run, a check you ran (repeat)."),
 ]
+ClaimLeaseOpt = Annotated[
+    int | None,
+    typer.Option("--lease-ms", help="How long you hold the task without progress (ms)."),
+]
+
+_EMPTY = inspect.Parameter.empty
+# Every parameter a move command may take, in the order --help lists them: (type, default).
+_PARAMS: dict[str, tuple[Any, Any]] = {
+    "task_id": (TaskIdArg, _EMPTY),
+    "progress": (ProgressArg, None),
+    "from_agent": (FromAgentOpt, _EMPTY),
+    "body": (BodyOpt, None),
+    "body_file": (BodyFileOpt, None),
+    "progress_option": (ProgressOpt, None),
+    "lease_ms": (ClaimLeaseOpt, None),
+    "retryable": (RetryOpt, False),
+    "disposition": (DispositionOpt, None),
+    "artifact_id": (ArtifactOpt, None),
+    "verification": (VerificationOpt, None),
+    "db": (DbOpt, None),
+    "palace": (PalaceOpt, None),
+    "hub": (HubOpt, None),
+    "token": (TokenOpt, None),
+    "as_json": (JsonOpt, False),
+}
+# What each move takes beyond the task, the writer, a body and the global options.
+_OWN = {
+    "claim": ("lease_ms",),
+    "progress": ("progress", "progress_option"),
+    "complete": ("disposition", "artifact_id", "verification"),
+    "fail": ("retryable",),
+}
 
 
 def _verification(items: list[str] | None) -> list[dict[str, str]] | None:
@@ -148,43 +182,52 @@ def _verification(items: list[str] | None) -> list[dict[str, str]] | None:
     return out
 
 
+def _signature(action: str) -> inspect.Signature:
+    """The move's own parameters (so `task ACTION --help` lists only what that move takes)."""
+    own = set(_OWN.get(action, ()))
+    common = {"task_id", "from_agent", "body", "body_file", "db", "palace", "hub", "token"}
+    wanted = [n for n in _PARAMS if n in own or n in common or n == "as_json"]
+    return inspect.Signature(
+        [
+            inspect.Parameter(
+                n, inspect.Parameter.KEYWORD_ONLY, annotation=_PARAMS[n][0], default=_PARAMS[n][1]
+            )
+            for n in wanted
+        ]
+    )
+
+
+def _progress(given: dict[str, Any]) -> float | None:
+    value, option = given.get("progress"), given.get("progress_option")
+    if value is not None and option is not None and value != option:
+        raise fail("give the progress once: as an argument or as --progress", 2, "progress")
+    return value if value is not None else option
+
+
 def _move(action: str) -> Any:
-    def command(
-        task_id: TaskIdArg,
-        from_agent: FromAgentOpt,
-        body: BodyOpt = None,
-        body_file: BodyFileOpt = None,
-        progress: ProgressOpt = None,
-        lease_ms: LeaseOpt = None,
-        retryable: RetryOpt = False,
-        disposition: DispositionOpt = None,
-        artifact_id: ArtifactOpt = None,
-        verification: VerificationOpt = None,
-        db: DbOpt = None,
-        palace: PalaceOpt = None,
-        hub: HubOpt = None,
-        token: TokenOpt = None,
-        as_json: JsonOpt = False,
-    ) -> None:
+    def command(**given: Any) -> None:
         result = None
+        disposition, verification = given.get("disposition"), given.get("verification")
         if disposition is not None or verification:
             result = given_args(disposition=disposition, verification=_verification(verification))
         fields = given_args(
-            task_id=task_id,
+            task_id=given["task_id"],
             action=action,
-            from_agent=from_agent,
-            body=text_arg(body, body_file, "body"),
-            progress=progress,
-            lease_ms=lease_ms,
-            retryable=True if retryable else None,
+            from_agent=given["from_agent"],
+            body=text_arg(given.get("body"), given.get("body_file"), "body"),
+            progress=_progress(given),
+            lease_ms=given.get("lease_ms"),
+            retryable=True if given.get("retryable") else None,
             result=result,
-            artifact_ids=artifact_id or None,
+            artifact_ids=given.get("artifact_id") or None,
         )
+        db, palace, hub, token = (given.get(k) for k in ("db", "palace", "hub", "token"))
         out = run(db, palace, "task_update", hub, token, **fields)
-        emit(out, as_json, task_line(out["task"]))
+        emit(out, given.get("as_json", False), task_line(out["task"]))
 
     command.__doc__ = MOVES[action]
     command.__name__ = f"task_{action}"
+    command.__signature__ = _signature(action)  # type: ignore[attr-defined]
     return command
 
 
@@ -223,10 +266,18 @@ def task_status(
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Where a task stands: state, holder, attempt, lease, progress, result, children."""
+    """Where a task stands: state, holder, goal, definition of done, a blocked task's question,
+    lost leases, progress, result, children."""
     out = run(db, palace, "task_status", hub, token, task_id=task_id)
     t = out["task"]
     lines = [task_line(t), f"requested by {t['requester']} for {t['to_agent']}"]
+    lines += _text_lines("goal", t.get("goal"))
+    lines += _text_lines("done", t.get("done"))
+    lines += _text_lines("question", t.get("question"))
+    lines += [
+        f"lost: attempt {x['attempt']} ({x['assignee']}), lease expired at {x['expired_at']}"
+        for x in t["lost"]
+    ]
     if t.get("parent_task_id"):
         lines.append(f"parent: {t['parent_task_id']} (depth {t['depth']})")
     lines += [f"child: {c['task_id']} ({c['state']})" for c in t["children"]]
@@ -237,6 +288,14 @@ def task_status(
     lines += [f"anomaly: {a['action']} by {a['agent']}: {a['reason']}" for a in t["anomalies"]]
     lines.append(f"{len(t['events'])} event(s), {len(t['artifacts'])} artifact(s)")
     emit(out, as_json, "\n".join(lines))
+
+
+def _text_lines(label: str, text: str | None) -> list[str]:
+    """`label: first line`, the next lines indented under it."""
+    if not text:
+        return []
+    first, *rest = text.splitlines() or [""]
+    return [f"{label}: {first}", *(f"  {line}" for line in rest)]
 
 
 @task_app.command("list")

@@ -286,9 +286,10 @@ async def mempalace_task_create(
     ] = None,
     idempotency_key: IdemKey = None,
 ) -> dict[str, Any]:
-    """Delegate work: appends a `task.request` (state open) and returns {task, handoff}.
+    """Delegate work: appends a `task.request` (state open); returns {task_id, task, handoff}.
 
-    The task's correlation_id is its task_id: the thread for claims, progress and the result.
+    `task_id` (the request's correlation_id) names the task in the other task tools: the
+    thread for claims, progress and the result; `task` is the request event.
     Give `handoff` (one line) to the worker so it can find the task. Follow it with
     mempalace_task_status; the worker moves it with mempalace_task_update.
     """
@@ -314,7 +315,11 @@ async def mempalace_task_update(
         ),
     ] = "",
     progress: Annotated[
-        float | None, Field(description="progress: a number above the last one you reported.")
+        float | None,
+        Field(
+            description="progress: percent done, 0-100, above the last value you reported.",
+            json_schema_extra={"minimum": 0, "maximum": 100},
+        ),
     ] = None,
     lease_ms: Annotated[
         int | None, Field(description="claim: how long you hold it without progress (ms).")
@@ -336,7 +341,8 @@ async def mempalace_task_update(
 
     States: open -> claimed -> working -> ready -> completed, plus blocked, failed, declined,
     cancelled. The worker (the addressee; anyone for to_agent '*') claims, then reports
-    progress (renews its lease), blocks with a question, completes with a result, or fails.
+    progress in percent, 0-100 (renews its lease), blocks with a question, completes with a
+    result, or fails.
     The requester answers a block (unblock), accepts or rejects a result, cancels, or reopens
     a failed/declined task. A refused move writes nothing and says why: the task's state
     ("task x is cancelled; claim refused"), who may act, a lost lease or a lost race.
@@ -348,8 +354,9 @@ async def mempalace_task_status(
     ctx: Context, task_id: Annotated[str, Field(description="The task (its correlation_id).")]
 ) -> dict[str, Any]:
     """Where a task stands: {task: {state, a2a_state, requester, assignee, attempt,
-    lease_expires_at, progress, result, parent_task_id, children, conflicts, anomalies, lost,
-    events, artifacts}}. A lease that passed shows the task open again (lost)."""
+    lease_expires_at, progress (percent), goal, done, question (while blocked), result,
+    parent_task_id, children, conflicts, anomalies, lost, events, artifacts}}. A lease that
+    passed shows the task open again (lost)."""
     return await _call(ctx, "task_status", locals())
 
 

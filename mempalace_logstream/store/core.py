@@ -20,13 +20,15 @@ from mempalace_logstream import engine as engine_mod
 from mempalace_logstream import validation as v
 from mempalace_logstream.models import Event
 from mempalace_logstream.schema import SCHEMA_HEAD, events, meta
+from mempalace_logstream.store import tasks as task_rows
 from mempalace_logstream.store.identity import Identity, keys_dir_for
 from mempalace_logstream.store.ids import mint_replica_id
 from mempalace_logstream.store.pipeline import Pending
 from mempalace_logstream.store.reads import Reads
 from mempalace_logstream.store.rows import read_columns
 from mempalace_logstream.store.stats import Stats
-from mempalace_logstream.store.tasks import TaskReads
+from mempalace_logstream.store.task_cache import FoldCache
+from mempalace_logstream.store.task_reads import TaskReads
 from mempalace_logstream.store.writes import Writes
 from mempalace_logstream.tasks import TaskSettings
 
@@ -64,6 +66,7 @@ class LogStore(Writes, Reads, Stats, TaskReads):
         self.backdate_window_ms = backdate_window_ms
         self.engine = engine
         self.task_settings = task_settings or TaskSettings()
+        self.task_folds = FoldCache()  # checkpoints for tasks whose events arrive late
         self.backend = backends.for_engine(engine)
         # The private keys this process signs with and the keyring it judges with (RFC 0008).
         self.identity = Identity(keys_dir, self.backend.links_functions()[1])
@@ -98,8 +101,10 @@ class LogStore(Writes, Reads, Stats, TaskReads):
         # Write transactions committed by this store (one per group commit; read by tests
         # and `stats` to show that concurrent appends share commits).
         self.commits = 0
-        if before != SCHEMA_HEAD and self._holds_events():
-            self.rebuild_tasks()  # a log migrated here (or adopted): derive the projection once
+        if migrate_schema and not self.read_only and self._projection_is_stale(before):
+            # A log migrated here (or adopted), or whose rows an older fold wrote: derive the
+            # projection once (the rebuild records the fold's version).
+            self.rebuild_tasks()
 
     @classmethod
     def open(
@@ -160,9 +165,17 @@ class LogStore(Writes, Reads, Stats, TaskReads):
             conn.execute(sa.insert(meta).values(key="replica_id", value=rid))
             return rid
 
-    def _holds_events(self) -> bool:
+    def _projection_is_stale(self, before: str | None) -> bool:
+        query = sa.select(meta.c.value).where(meta.c.key == task_rows.FOLD_VERSION_KEY)
         with self._storage_errors(), self.engine.connect() as conn:
-            return conn.execute(sa.select(events.c.seq).limit(1)).first() is not None
+            version = conn.execute(query).scalar()
+            if version == task_rows.FOLD_VERSION and before == SCHEMA_HEAD:
+                return False
+            empty = conn.execute(sa.select(events.c.seq).limit(1)).first() is None
+        if version is None and empty:  # a new log: nothing to fold, record the version
+            self.transaction(task_rows.mark_fold_version)
+            return False
+        return True
 
     def _make_change_watcher(self) -> notify.ChangeWatcher | None:
         """The cross-process wake-up signal: one thread per store, running while anyone waits."""

@@ -3,31 +3,27 @@ that move it, so `task_status` and `task_list` never fold a thread on read.
 
 Local events are checked (`tasks.check`): an illegal move raises before anything is written.
 Events applied from a peer or imported are never refused: the projection advances with
-`tasks.advance` when they come in HLC order, and the task is re-folded from its thread when one
-arrives late. Either way the row equals `tasks.fold(thread)`; `rebuild_tasks` recomputes every
-row from the log alone.
+`tasks.advance` when they come in HLC order, and the task is re-folded when one arrives late
+(from a checkpoint before it: store/task_cache.py). Either way the row equals
+`tasks.fold(thread)`; `rebuild_tasks` recomputes every row from the log alone.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 from collections.abc import Iterable
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
 from mempalace_logstream import errors, tasks
-from mempalace_logstream import validation as v
 from mempalace_logstream.models import Event
-from mempalace_logstream.schema import event_artifacts, events
+from mempalace_logstream.schema import events, meta
 from mempalace_logstream.schema import tasks as tasks_table
-from mempalace_logstream.store.pipeline import CommitPipeline
 from mempalace_logstream.store.rows import events_from_rows
 from mempalace_logstream.tasks import Task, TaskSettings
-from mempalace_logstream.tasks.model import HELD, NON_TERMINAL, REQUEST_TYPE
+from mempalace_logstream.tasks.model import NON_TERMINAL, REQUEST_TYPE
 
 if TYPE_CHECKING:
     from mempalace_logstream.store.writes import Transaction
@@ -61,7 +57,7 @@ def from_doc(doc_json: str) -> Task:
     return Task(**{k: doc[k] for k in DOC_FIELDS if k in doc})
 
 
-def _select_doc() -> sa.Select[Any]:
+def select_doc() -> sa.Select[Any]:
     return sa.select(tasks_table.c.doc_json).where(tasks_table.c.task_id == sa.bindparam("id"))
 
 
@@ -76,7 +72,7 @@ def to_row_keys() -> tuple[str, ...]:
 
 
 def load(tx: Transaction, task_id: str) -> Task | None:
-    rows = tx.rows("task-doc", _select_doc, {"id": task_id})
+    rows = tx.rows("task-doc", select_doc, {"id": task_id})
     return from_doc(rows[0][0]) if rows else None
 
 
@@ -114,11 +110,32 @@ def on_local_event(tx: Transaction, event: Event, settings: TaskSettings) -> Eve
     depth = 1
     if move.action == "create" and task is None and not move.problem:
         depth = _checked_depth(tx, move.parent_task_id, settings)
-    after = tasks.check(task, move, settings)
+    if task is not None and tasks.needs_thread(task, move, settings):
+        after = _decided_by_thread(tx, task, move, event, settings)
+    else:
+        after = tasks.check(task, move, settings)
     if task is None:
         after = dataclasses.replace(after, depth=depth)
     save(tx, after, event.seq, existed=task is not None)
     return event
+
+
+def _decided_by_thread(
+    tx: Transaction, task: Task, move: tasks.Move, event: Event, settings: TaskSettings
+) -> Task:
+    """A local move the row alone cannot decide (identity, RFC 0007): the thread with it is
+    folded; the move stands if the fold applies it, else it is refused as `check` refuses
+    it (or, for an unverified reopen of a verified end, as the fold records it)."""
+    after = tasks.fold([*thread(tx, task.task_id), event], settings)
+    assert after is not None
+    after = _depth(tx, after)
+    recorded = next((a for a in after.anomalies if a["event_id"] == event.id), None)
+    lost = any(c["event_id"] == event.id for c in after.conflicts)
+    if recorded is None and not lost:
+        return after
+    tasks.check(task, move, settings)  # raises the refusal a reader expects
+    reason = recorded["reason"] if recorded else f"task {task.task_id}: {move.action} refused"
+    raise errors.ConflictError(reason, field="from_agent", ident=task.task_id)
 
 
 def _checked_depth(tx: Transaction, parent_id: str | None, settings: TaskSettings) -> int:
@@ -154,6 +171,7 @@ def _checked_depth(tx: Transaction, parent_id: str | None, settings: TaskSetting
 def refold(tx: Transaction, task_id: str) -> tuple[Task | None, int]:
     """The task folded from its thread as it is stored now, with its depth, and the seq of
     its newest event (redaction re-folds a task; doctor compares with the stored row)."""
+    tx.store.task_folds.forget(task_id)  # its thread changed in place (a redaction)
     thread_events = thread(tx, task_id)
     task = tasks.fold(thread_events, tx.store.task_settings)
     if task is None:
@@ -196,21 +214,51 @@ def on_applied_events(tx: Transaction, applied: Iterable[Event], settings: TaskS
         if task is None and not any(e.type == REQUEST_TYPE for e in batch):
             continue  # not a task (yet): a late request re-folds the thread when it comes
         seq = max(e.seq for e in batch)
-        if task is not None and batch[0].hlc > task.last_hlc:
-            after: Task | None = task
-            for event in batch:
-                move = tasks.classify(event, after)
-                if move is not None:
-                    after = tasks.advance(after, move, settings)
-        else:
-            after = tasks.fold(thread(tx, task_id), settings)
+        after = _advanced(task, batch, settings) if task is not None else None
+        if after is None:
+            # Late (or undecidable by the row): folded again from a checkpoint before the batch.
+            after = tx.store.task_folds.refold(tx, task_id, settings)
             after = _depth(tx, after) if after is not None else None
         if after is not None:
             save(tx, after, max(seq, 0), existed=task is not None)
 
 
+def _advanced(task: Task, batch: list[Event], settings: TaskSettings) -> Task | None:
+    """`task` moved by a batch that sorts after everything it has seen, one step per event;
+    None when the thread must be folded instead (an event arrived late, or a move the row
+    alone cannot decide)."""
+    if batch[0].hlc <= task.last_hlc:
+        return None
+    after = task
+    for event in batch:
+        move = tasks.classify(event, after)
+        if move is None:
+            continue
+        if tasks.needs_thread(after, move, settings):
+            return None
+        after = tasks.advance(after, move, settings)
+    return after
+
+
+# The version of the fold's rules the rows were written with (in `logstream_meta`): a store
+# that opens a log whose rows an older fold wrote rebuilds them. 2: issue 18 (identity's
+# rules, second requests, progress 0-100, the question's event).
+FOLD_VERSION_KEY = "tasks_fold"
+FOLD_VERSION = "2"
+
+
+def mark_fold_version(tx: Transaction) -> None:
+    tx.ex.run("fold-version-clear", _clear_fold_version, {})
+    tx.ex.insert("fold-version", meta, [{"key": FOLD_VERSION_KEY, "value": FOLD_VERSION}])
+
+
+def _clear_fold_version() -> sa.Delete:
+    return meta.delete().where(meta.c.key == FOLD_VERSION_KEY)
+
+
 def rebuild(tx: Transaction, settings: TaskSettings) -> int:
-    """Recompute every task row from the log alone; returns the number of tasks."""
+    """Recompute every task row from the log alone (and record the fold's version); returns
+    the number of tasks."""
 
     def ids() -> sa.Select[Any]:
         return (
@@ -220,6 +268,7 @@ def rebuild(tx: Transaction, settings: TaskSettings) -> int:
         )
 
     tx.ex.run("task-clear", lambda: tasks_table.delete(), {})
+    tx.store.task_folds.forget()
     count = 0
     seen: set[str] = set()
     for (task_id,) in tx.rows("task-request-ids", ids, {}):
@@ -231,215 +280,5 @@ def rebuild(tx: Transaction, settings: TaskSettings) -> int:
         if task is not None:
             save(tx, _depth(tx, task), max(e.seq for e in thread_events), existed=False)
             count += 1
+    mark_fold_version(tx)
     return count
-
-
-# ----------------------------------------------------------------------------- reads
-
-
-def iso(ms: int | None) -> str | None:
-    if ms is None:
-        return None
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
-
-
-def summary(task: Task, now_ms: int) -> dict[str, Any]:
-    """What `task_list` shows of a task; `task_status` adds the thread."""
-    state = task.state_at(now_ms)
-    lost = list(task.lost)
-    if state != task.state:  # the lease has passed: the attempt is lost as of now
-        lost.append(
-            {
-                "attempt": task.attempt,
-                "assignee": task.assignee,
-                "expired_at": iso(task.lease_expires_ms),
-            }
-        )
-    held = state in HELD
-    return {
-        "task_id": task.task_id,
-        "state": state,
-        "a2a_state": tasks.A2A_STATES[state],
-        "requester": task.requester,
-        "to_agent": task.to_agent,
-        "assignee": task.assignee if state != "open" else None,  # who holds or held it
-        "attempt": task.attempt,
-        "lease_expires_at": iso(task.lease_expires_ms) if held else None,
-        "lease_ms": task.lease_ms if held else task.request_lease_ms,
-        "progress": task.progress,
-        "parent_task_id": task.parent_task_id,
-        "depth": task.depth,
-        "stream": task.stream,
-        "result": task.result,
-        "retryable": task.retryable,
-        "conflicts": list(task.conflicts),
-        "anomalies": list(task.anomalies),
-        "lost": lost,
-        "updated_hlc": task.last_hlc,
-    }
-
-
-def thread_ids(query: Any, task_id: str) -> tuple[list[str], list[str]]:
-    """(event ids of the thread, artifact ids its events reference), in HLC order: the fold's
-    order, the same on every replica."""
-
-    def build_events() -> sa.Select[Any]:
-        return (
-            sa.select(events.c.id)
-            .where(events.c.correlation_id == sa.bindparam("cid"))
-            .order_by(events.c.hlc, events.c.id)
-        )
-
-    def build_artifacts() -> sa.Select[Any]:
-        return (
-            sa.select(event_artifacts.c.artifact_id)
-            .join(events, events.c.id == event_artifacts.c.event_id)
-            .where(events.c.correlation_id == sa.bindparam("cid"))
-            .order_by(events.c.hlc, events.c.id, event_artifacts.c.position)
-        )
-
-    ids = [r[0] for r in query.rows("task-thread-ids", build_events, {"cid": task_id})]
-    arts = [r[0] for r in query.rows("task-thread-arts", build_artifacts, {"cid": task_id})]
-    return ids, list(dict.fromkeys(arts))
-
-
-# ----------------------------------------------------------------------------- the store's part
-
-LIST_STATES = frozenset(tasks.STATES)
-
-
-class TaskReads(CommitPipeline):
-    """`task_status`, `task_list` and `rebuild_tasks` (a base of `LogStore`)."""
-
-    task_settings: TaskSettings
-
-    def task_status(self, task_id: Any) -> dict[str, Any]:
-        """{task: …}: the derived state, children, the thread's event and artifact ids."""
-        return {"task": self._task(task_id, whole=True)}
-
-    def task_brief(self, task_id: Any) -> dict[str, Any]:
-        """The derived state alone (no children, no thread): what a move needs and returns."""
-        return self._task(task_id, whole=False)
-
-    def _task(self, task_id: Any, *, whole: bool) -> dict[str, Any]:
-        ident = v.required_routing("task_id", task_id)
-        store: Any = self
-        with store.snapshot() as snap:
-            rows = snap.rows("task-doc", _select_doc, {"id": ident})
-            if not rows:
-                raise errors.NotFoundError(f"task {ident} not found", field="task_id", ident=ident)
-            task = from_doc(rows[0][0])
-            if whole:
-                children = snap.rows("task-children", _select_children, {"pid": ident})
-                event_ids, artifact_ids = thread_ids(snap, ident)
-        now = store.clock.wall_clock.now_ms()
-        out = summary(task, now)
-        if whole:
-            out["children"] = [
-                {"task_id": cid, "state": from_doc(doc).state_at(now)} for cid, doc in children
-            ]
-            out["events"] = event_ids
-            out["artifacts"] = artifact_ids
-        return out
-
-    def task_list(
-        self,
-        *,
-        state: Any = None,
-        to_agent: Any = None,
-        from_agent: Any = None,
-        stream: Any = None,
-        parent_task_id: Any = None,
-        limit: Any = None,
-        cursor: Any = None,
-    ) -> dict[str, Any]:
-        """Tasks, most recently moved first: {tasks, count, cursor, has_more}. `from_agent`
-        is the requester; `state=open` includes tasks whose lease has passed."""
-        if state is not None and state not in LIST_STATES:
-            raise v.fail("state", f"{state!r} is not one of {', '.join(tasks.STATES)}")
-        args = {
-            "to_agent": v.routing("to_agent", to_agent),
-            "requester": v.routing("from_agent", from_agent),
-            "stream": v.routing("stream", stream),
-            "parent_task_id": v.routing("parent_task_id", parent_task_id),
-        }
-        n = v.limit(limit)
-        before = _cursor(cursor)
-        store: Any = self
-        now = store.clock.wall_clock.now_ms()
-        query = _list_query(state, tuple(k for k, val in args.items() if val is not None))
-        params: dict[str, Any] = {k: val for k, val in args.items() if val is not None}
-        params |= {"now": now, "before": before, "n": n + 1}
-        with self._storage_errors(), self.engine.connect() as conn:
-            rows = conn.execute(query, params).all()
-        page = rows[:n]
-        found = [summary(from_doc(doc), now) for _seq, doc in page]
-        return {
-            "tasks": found,
-            "count": len(found),
-            "cursor": str(page[-1][0]) if len(rows) > n else None,
-            "has_more": len(rows) > n,
-        }
-
-    def rebuild_tasks(self) -> int:
-        """Recompute the task projection from the log alone; returns how many tasks."""
-        store: Any = self
-        result: int = store.transaction(lambda tx: rebuild(tx, self.task_settings))
-        return result
-
-
-def _select_children() -> sa.Select[Any]:
-    t = tasks_table.c
-    return (
-        sa.select(t.task_id, t.doc_json)
-        .where(t.parent_task_id == sa.bindparam("pid"))
-        .order_by(t.updated_seq)
-    )
-
-
-def _cursor(raw: Any) -> int:
-    if raw is None:
-        return 2**62
-    if isinstance(raw, str) and raw.isdigit() and len(raw) <= 18:
-        return int(raw)
-    raise v.fail("cursor", "must be the `cursor` a previous task_list returned")
-
-
-@functools.lru_cache(maxsize=256)
-def _list_query(state: str | None, given: tuple[str, ...]) -> sa.Select[Any]:
-    """Newest activity first. `state=open` also holds claimed/working tasks whose lease has
-    passed: one index-ordered leg per stored state (state, updated_seq), each cut at the page,
-    merged (an OR would sort every live task)."""
-    t = tasks_table.c
-    given_filters = [t[name] == sa.bindparam(name) for name in given]
-    passed = sa.and_(t.lease_expires_ms.is_not(None), t.lease_expires_ms <= sa.bindparam("now"))
-
-    def leg(*where: sa.ColumnElement[bool], by_lease: bool = False) -> sa.Select[Any]:
-        # `by_lease`: the few held tasks whose lease passed are found through (state,
-        # lease_expires_ms); `updated_seq + 0` keeps a planner without statistics from walking
-        # every held task in (state, updated_seq) order instead.
-        seq = t.updated_seq + 0 if by_lease else t.updated_seq
-        return (
-            sa.select(t.updated_seq, t.doc_json)
-            .where(seq < sa.bindparam("before"), *given_filters, *where)
-            .order_by(seq.desc())
-            .limit(sa.bindparam("n"))
-        )
-
-    if state == "open":
-        legs = [leg(t.state == "open")]
-        legs += [leg(t.state == held, passed, by_lease=True) for held in LEASED]
-        merged = sa.union_all(*(x.subquery().select() for x in legs)).subquery()
-        return (
-            sa.select(merged.c.updated_seq, merged.c.doc_json)
-            .order_by(merged.c.updated_seq.desc())
-            .limit(sa.bindparam("n"))
-        )
-    if state in LEASED:
-        return leg(t.state == state, sa.not_(passed))
-    if state is not None:
-        return leg(t.state == state)
-    return leg()
-
-
-LEASED = ("claimed", "working")  # the states whose lease runs: past it they read as open

@@ -42,6 +42,7 @@ from mempalace_logstream.store.marks import PIN_PREFIX
 from mempalace_logstream.store.pipeline import CommitPipeline, TxState
 from mempalace_logstream.store.redaction import REDACT_TYPE, redaction_of_blob
 from mempalace_logstream.store.rows import ARTIFACT_COLS, artifact_from_row, events_from_rows
+from mempalace_logstream.store.task_cache import FoldCache
 from mempalace_logstream.tasks import TaskSettings
 
 T = TypeVar("T")
@@ -244,6 +245,7 @@ class Writes(CommitPipeline):
     max_body_bytes: int
     max_artifact_bytes: int
     task_settings: TaskSettings
+    task_folds: FoldCache
     identity: Identity
 
     def transaction(

@@ -1,16 +1,15 @@
 """Moving a task: `check` for a local write (refuse an illegal move), `advance` for a peer's event
-(record an illegal move, never refuse it), `fold` for a whole thread in HLC order. Both paths go
-through one `_transition`, so a local move and a replayed one can never disagree.
+(record an illegal move, never refuse it). Both go through one `_transition`, so a local move
+and a replayed one can never disagree. A whole thread is folded in `tasks/thread.py`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
 from datetime import UTC, datetime
+from typing import Any
 
 from mempalace_logstream import errors
-from mempalace_logstream.models import Event
 from mempalace_logstream.tasks.model import (
     ACTIONS,
     ADDRESSEE_ACTIONS,
@@ -21,7 +20,6 @@ from mempalace_logstream.tasks.model import (
     Task,
     TaskSettings,
 )
-from mempalace_logstream.tasks.moves import classify
 
 DEFAULT_SETTINGS = TaskSettings()
 
@@ -33,14 +31,12 @@ def check(task: Task | None, move: Move, settings: TaskSettings = DEFAULT_SETTIN
         raise errors.ValidationError(move.problem, field=move.problem_field)
     if task is None:
         if move.action == "create":
-            return _created(move)
+            return created(move)
         raise errors.NotFoundError(
             f"task {move.task_id} not found; {move.action} refused", field="task_id"
         )
     if move.action == "create":
-        raise errors.ConflictError(
-            f"task {task.task_id} already exists", field="correlation_id", ident=task.task_id
-        )
+        raise second_request(task, move)
     return _transition(_expired(task, move.at_ms), move, settings)
 
 
@@ -51,7 +47,19 @@ def advance(task: Task | None, move: Move, settings: TaskSettings = DEFAULT_SETT
     if task is None:
         if move.action != "create" or move.problem:
             raise ValueError("advance needs a task, or a valid move that creates one")
-        return _created(move)
+        return created(move)
+    after, entry, kind = outcome(task, move, settings)
+    if entry is not None:
+        after = seen(record(after, kind, entry), move)
+    return after
+
+
+def outcome(
+    task: Task, move: Move, settings: TaskSettings
+) -> tuple[Task, dict[str, Any] | None, str]:
+    """(the task after `move`, None, "") for a legal move; for an illegal one (the task as
+    it stood, its lease expiry applied; the entry that records the move; "anomalies" or
+    "conflicts": a claim that lost a race)."""
     task = _expired(task, move.at_ms)
     if move.action == "claim" and task.state in HELD and move.agent != task.assignee:
         entry = {
@@ -60,52 +68,50 @@ def advance(task: Task | None, move: Move, settings: TaskSettings = DEFAULT_SETT
             "attempt": task.attempt,
             "lost_to": task.assignee,
         }
-        return _seen(dataclasses.replace(task, conflicts=(*task.conflicts, entry)), move)
+        return task, entry, "conflicts"
     try:
         if move.problem:
             raise errors.ValidationError(move.problem, field=move.problem_field)
         if move.action == "create":
-            raise errors.ConflictError(f"task {task.task_id} already exists")
-        return _transition(task, move, settings)
+            raise second_request(task, move)
+        return _transition(task, move, settings), None, ""
     except (errors.ValidationError, errors.ForbiddenError, errors.ConflictError) as exc:
-        entry = {
-            "event_id": move.event_id,
-            "action": move.action,
-            "agent": move.agent,
-            "reason": exc.message,
-        }
-        return _seen(dataclasses.replace(task, anomalies=(*task.anomalies, entry)), move)
+        return task, anomaly(move, exc.message, code=_code(move)), "anomalies"
 
 
-def fold(events: Iterable[Event], settings: TaskSettings = DEFAULT_SETTINGS) -> Task | None:
-    """A thread's task, derived from its events alone, in HLC order (the same on every
-    replica). Moves that sort before the request are anomalies of the task once it exists."""
-    task: Task | None = None
-    orphans: list[Move] = []
-    for event in sorted(events, key=lambda e: (e.hlc, e.id)):
-        move = classify(event, task)
-        if move is None:
-            continue
-        if task is None and (move.action != "create" or move.problem):
-            orphans.append(move)
-            continue
-        task = advance(task, move, settings)
-        if orphans:
-            early = tuple(
-                {
-                    "event_id": m.event_id,
-                    "action": m.action,
-                    "agent": m.agent,
-                    "reason": "it came before the task's request",
-                }
-                for m in orphans
-            )
-            task = dataclasses.replace(task, anomalies=early + task.anomalies)
-            orphans = []
-    return task
+def anomaly(move: Move, reason: str, *, code: str | None = None) -> dict[str, Any]:
+    """The `anomalies` entry that records `move` (with a `code` for the kinds doctor lists)."""
+    entry = {"event_id": move.event_id, "action": move.action, "agent": move.agent}
+    entry["reason"] = reason
+    if code is not None:
+        entry["code"] = code
+    return entry
 
 
-def _created(move: Move) -> Task:
+def _code(move: Move) -> str | None:
+    return "second_request" if move.action == "create" and not move.problem else None
+
+
+def record(task: Task, kind: str, entry: dict[str, Any]) -> Task:
+    """`task` with `entry` appended to its `anomalies` or `conflicts`."""
+    if kind == "conflicts":
+        return dataclasses.replace(task, conflicts=(*task.conflicts, entry))
+    return dataclasses.replace(task, anomalies=(*task.anomalies, entry))
+
+
+def second_request(task: Task, move: Move) -> errors.ConflictError:
+    """The refusal of a `task.request` on an existing task by someone other than its
+    requester (the requester's own repeat is part of the thread, not a move)."""
+    return errors.ConflictError(
+        f"task {task.task_id} already exists (requested by {task.requester}); a second "
+        f"task.request on it is refused (its requester is {task.requester})",
+        field="correlation_id",
+        ident=task.task_id,
+    )
+
+
+def created(move: Move) -> Task:
+    """The task a request creates."""
     return Task(
         task_id=move.task_id,
         state="open",
@@ -121,7 +127,8 @@ def _created(move: Move) -> Task:
     )
 
 
-def _seen(task: Task, move: Move) -> Task:
+def seen(task: Task, move: Move) -> Task:
+    """`task` with `move` as the last event the fold saw."""
     return dataclasses.replace(task, last_hlc=move.hlc, last_event_id=move.event_id)
 
 
@@ -152,7 +159,11 @@ def _transition(task: Task, move: Move, settings: TaskSettings) -> Task:
             field="action",
             ident=task.task_id,
         )
-    return _seen(dataclasses.replace(_changes(task, move, settings), state=target), move)
+    question = move.event_id if target == "blocked" else None  # its body is the question
+    after = dataclasses.replace(
+        _changes(task, move, settings), state=target, question_event_id=question
+    )
+    return seen(after, move)
 
 
 def _allowed(task: Task, move: Move) -> None:

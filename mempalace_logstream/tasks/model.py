@@ -54,6 +54,7 @@ REQUEST_TYPE = "task.request"
 
 DISPOSITIONS = ("completed", "partial", "blocked", "failed", "no_artifact")
 VERIFICATION_STATUSES = ("passed", "failed", "not_run")
+MAX_PROGRESS = 100  # progress is a percentage: 0-100, strictly increasing
 DEFAULT_LEASE_MS = 15 * 60 * 1000
 MIN_LEASE_MS = 1_000
 MAX_LEASE_MS = 7 * 24 * 3600 * 1000
@@ -88,6 +89,9 @@ class Move:
     body: str = ""
     problem: str | None = None  # a malformed payload (peer mode records it as an anomaly)
     problem_field: str | None = None
+    # Its event is signed: a stored signature was verified before it was stored (RFC 0008),
+    # so this is the event's verdict, the same on every replica that holds the event.
+    verified: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,6 +115,7 @@ class Task:
     depth: int = 1  # in the delegation chain: set by the store from the parent (not the thread)
     result: dict[str, Any] | None = None
     result_event_id: str | None = None
+    question_event_id: str | None = None  # the move that blocked it (its body is the question)
     retryable: bool | None = None
     conflicts: tuple[dict[str, Any], ...] = field(default_factory=tuple)
     anomalies: tuple[dict[str, Any], ...] = field(default_factory=tuple)

@@ -17,6 +17,7 @@ from mempalace_logstream.models import Event
 from mempalace_logstream.tasks.model import (
     DISPOSITIONS,
     MAX_LEASE_MS,
+    MAX_PROGRESS,
     MIN_LEASE_MS,
     REQUEST_TYPE,
     TYPE_ACTIONS,
@@ -59,6 +60,7 @@ def classify(event: Event, task: Task | None) -> Move | None:
         "to_agent": event.to_agent,
         "stream": event.stream,
         "body": event.body,
+        "verified": event.sig is not None,
     }
     try:
         base.update(_payload(action, event, meta))
@@ -69,9 +71,10 @@ def classify(event: Event, task: Task | None) -> Move | None:
 
 def _action_of(event: Event, task: Task | None) -> str | None:
     if event.type == REQUEST_TYPE:
-        # A second request on a task's id is part of its thread, not a move (the reference and
-        # old logs hold such threads; refusing them would break their writers).
-        return "create" if task is None else None
+        # A second request by the task's requester is part of its thread, not a move (the
+        # reference and old logs hold such threads; refusing them would break their writers).
+        # Anyone else's is a create on an existing task: refused, or an anomaly from a peer.
+        return "create" if task is None or event.from_agent != task.requester else None
     if event.type in TYPE_ACTIONS:
         return TYPE_ACTIONS[event.type]
     if task is None:  # the reference's conventions count on a task's thread only
@@ -130,6 +133,12 @@ def progress(value: Any) -> float:
         raise PayloadError("progress", "progress needs a number (it must strictly increase)")
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise PayloadError("progress", f"progress must be a finite number, not {value!r}")
+    if not 0 <= value <= MAX_PROGRESS:
+        raise PayloadError(
+            "progress",
+            f"progress {value:g} is out of range; it must be between 0 and {MAX_PROGRESS} "
+            "(percent)",
+        )
     return float(value)
 
 

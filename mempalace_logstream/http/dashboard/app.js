@@ -380,17 +380,39 @@ function renderTasks() {
   $("board").replaceChildren(...columns);
 }
 
+// Progress is a percentage (0-100, RFC 0007). A value off the scale (history an older version
+// or a foreign peer wrote) is shown as it is but drawn clamped: the bar never leaves its card.
+function percent(p) { return Math.min(100, Math.max(0, Number(p) || 0)); }
+
+function progressBar(p) {
+  return h("div", { class: "progress", title: `progress ${p} %` },
+    h("div", { style: `width:${percent(p)}%` }));
+}
+
+// Leases lost: those the hub reported, and the current one if it passed since (nobody moves
+// a task when its lease runs out; the board is the first to notice).
+function lostLeases(t) {
+  const lost = [...(t.lost || [])];
+  if (t.lease_expires_at && Date.parse(t.lease_expires_at) <= Date.now()) {
+    lost.push({ attempt: t.attempt, assignee: t.assignee, expired_at: t.lease_expires_at });
+  }
+  return lost.map((x) => h("div", { class: "lost flag" },
+    `lost lease: attempt ${x.attempt} (${x.assignee}), expired ${x.expired_at}`));
+}
+
 function taskCard(t, kids) {
   const conflict = (t.conflicts || []).length > 0;
   const op = operatorName();
   const cancellable = op && !["completed", "declined", "failed", "cancelled"].includes(t.state);
   return h("div", { class: "card" + (conflict ? " conflict" : ""), "data-task": t.task_id },
     h("button", { type: "button", onclick: () => openThread(t.task_id) }, t.task_id),
+    t.goal ? h("div", { class: "goal" }, t.goal) : null,
+    t.done ? h("div", { class: "done" }, `done: ${t.done}`) : null,
     h("div", null, `${t.requester} → ${t.assignee || t.to_agent || "anyone"}`),
-    t.progress !== null && t.progress !== undefined
-      ? h("div", { class: "progress", title: `progress ${Math.round(t.progress * 100)} %` },
-        h("div", { style: `width:${Math.round(t.progress * 100)}%` })) : null,
+    t.question ? h("div", { class: "question" }, `question: ${t.question}`) : null,
+    t.progress !== null && t.progress !== undefined ? progressBar(t.progress) : null,
     t.lease_expires_at ? h("div", { class: "lease" }, `lease ${left(t.lease_expires_at)}`) : null,
+    lostLeases(t),
     t.parent_task_id ? h("div", null, "parent ",
       h("button", { type: "button", onclick: () => openThread(t.parent_task_id) }, t.parent_task_id)) : null,
     kids ? h("div", null, `${kids} child task${kids > 1 ? "s" : ""}`) : null,
@@ -444,8 +466,8 @@ async function loadThread(id) {
   const rest = [...artifacts.values()].filter((a) => !shown.has(a.id)).map(artifactView);
   const t = status ? status.task : null;
   const head = t ? h("p", null, h("strong", null, id), ` is ${t.state}`, t.assignee ? `, held by ${t.assignee}` : "",
-    t.progress !== null ? `, progress ${Math.round(t.progress * 100)} %` : "",
-    t.children && t.children.length ? `, children: ${t.children.join(", ")}` : "") : h("p", null, h("strong", null, id));
+    t.progress !== null ? `, progress ${t.progress} %` : "",
+    t.children && t.children.length ? `, children: ${t.children.map((c) => `${c.task_id} (${c.state})`).join(", ")}` : "") : h("p", null, h("strong", null, id));
   $("thread").replaceChildren(h("div", { class: "thread" }, head, items, rest));
 }
 
