@@ -30,18 +30,17 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
     ),
     "identity-marks": (
         (
-            "SELECT (SELECT events.id \nFROM events \nWHERE events.type IN "
-            "(:key_type_0, :key_type_1) ORDER BY events.seq DESC\n LIMIT :param_1 "
-            'OFFSET :param_2) AS anon_1, (SELECT group_concat(logstream_meta."key", '
-            ":param_3) AS group_concat_1 \nFROM logstream_meta \nWHERE "
-            "(logstream_meta.\"key\" LIKE :key_1 || '%' ESCAPE '/')) AS anon_2"
+            "SELECT (SELECT events.id \nFROM events \nWHERE events.seq = (SELECT "
+            "max(events.seq) AS max_1 \nFROM events \nWHERE events.type IN "
+            "(:key_type_0, :key_type_1))) AS anon_1, (SELECT "
+            'group_concat(logstream_meta."key", :param_1) AS group_concat_1 \nFROM '
+            "logstream_meta \nWHERE (logstream_meta.\"key\" LIKE :key_1 || '%' ESCAPE "
+            "'/')) AS anon_2"
         ),
         {
             "key_type_0": "identity.key_add",
             "key_type_1": "identity.key_revoke",
-            "param_1": 1,
-            "param_2": 0,
-            "param_3": ",",
+            "param_1": ",",
             "key_1": "identity.pin.",
         },
     ),

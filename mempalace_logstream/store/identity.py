@@ -59,9 +59,12 @@ def _marks(agg: Any) -> sa.Select[Any]:
     the backend's string aggregate): what the cached keyring was built from. An id, not a
     seq: a key event rolled back never comes back under its id, while its seq is reused."""
     pinned = meta.c.key.startswith(PIN_PREFIX, autoescape=True)
-    newest = sa.select(events.c.id).where(_is_key_event()).order_by(events.c.seq.desc())
+    # max(seq) over the (type, seq) index, then the row by its key: an ORDER BY over the IN
+    # would sort the key events in a temporary B-tree on every read that probes.
+    top = sa.select(sa.func.max(events.c.seq)).where(_is_key_event()).scalar_subquery()
+    newest = sa.select(events.c.id).where(events.c.seq == top)
     return sa.select(
-        newest.limit(1).scalar_subquery(),
+        newest.scalar_subquery(),
         sa.select(agg(meta.c.key, sa.literal(","))).where(pinned).scalar_subquery(),
     )
 
