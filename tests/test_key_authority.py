@@ -42,9 +42,7 @@ MODES = ["auto", "legacy"]
 
 def _ring_view(store: LogStore) -> set[tuple[str, str, str, str | None]]:
     """The keyring as (agent, key id, role, revoked HLC): what must never change by a forgery."""
-    return {
-        (r.agent, r.key_id, r.role, r.revoked_hlc) for r in agents.keyring(store).records()
-    }
+    return {(r.agent, r.key_id, r.role, r.revoked_hlc) for r in agents.keyring(store).records()}
 
 
 def _key_id(store: LogStore, agent: str) -> str:
@@ -188,7 +186,9 @@ def _push_forged_key_event(team: Team, tmp_path: Path) -> None:
     with team.client(team.alice.token) as c:
         assert c.post("/sync/push", json={"events": [forged]}).status_code == 403
     with team.client(ADMIN_TOKEN) as c:
-        pushed = c.post("/sync/push", json={"replica_id": forged["origin_replica"], "events": [forged]})
+        pushed = c.post(
+            "/sync/push", json={"replica_id": forged["origin_replica"], "events": [forged]}
+        )
     assert pushed.status_code == 200, pushed.text
     reasons = {r["ident"]: r["reason"] for r in replication.list_rejections(team.store)}
     assert reasons.get(forged["id"]) == "not_admin", reasons
@@ -381,7 +381,9 @@ def test_after_every_agent_token_is_revoked_a_request_without_a_token_is_401(
         assert agents.token_hashes(hub.store) == {}
         before = hub.store.stats()["events"]
         ring = _ring_view(hub.store)
-        admin_role = key_events.key_add_metadata("eve", keys.KeyPair.generate().public, role="admin")
+        admin_role = key_events.key_add_metadata(
+            "eve", keys.KeyPair.generate().public, role="admin"
+        )
         payload = {"type": KEY_ADD, "stream": "identity", "room": "keys", "from_agent": "admin"}
         resp = httpx.post(hub.url + "/v1/event_append", json={**payload, "metadata": admin_role})
         assert resp.status_code == 401, resp.text
@@ -444,7 +446,9 @@ def test_the_store_lets_an_agent_revoke_its_own_key_only(keyed: LogStore) -> Non
         # alice's key id, but named as bob's: not her own key's revocation
         _append(keyed, {**base, "metadata": key_events.key_revoke_metadata("bob", alice_key)})
     with acting_as(Actor(agent="alice")):
-        own = _append(keyed, {**base, "metadata": key_events.key_revoke_metadata("alice", alice_key)})
+        own = _append(
+            keyed, {**base, "metadata": key_events.key_revoke_metadata("alice", alice_key)}
+        )
     assert own.key_id == alice_key and own.verified is True
     assert agents.keyring(keyed).key(alice_key).revoked_by == own.id  # type: ignore[union-attr]
     assert agents.keyring(keyed).key(bob_key).revoked_hlc is None  # type: ignore[union-attr]
