@@ -8,7 +8,6 @@ the surfaces only translate.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,8 +18,8 @@ from mempalace_logstream.identity import key_events, keys, tokens
 from mempalace_logstream.identity.actor import ADMIN, ADMIN_NAME, acting_as
 from mempalace_logstream.identity.keyring import KEY_ADD, KEY_REVOKE, KeyRecord, Keyring
 from mempalace_logstream.models import Event
-from mempalace_logstream.store import LogStore
-from mempalace_logstream.store.identity import KEY_NAME_RE, KEY_SUFFIX
+from mempalace_logstream.store import LogStore, Transaction
+from mempalace_logstream.store.identity import KEY_SUFFIX, registered_names
 
 
 @dataclass(frozen=True)
@@ -48,15 +47,11 @@ class Minted:
         }
 
 
-def agent_name(value: Any) -> str:
-    """A name that can be an agent's key file; ValidationError naming `agent` otherwise."""
-    name = v.required_routing("agent", value)
-    if not KEY_NAME_RE.match(name):
-        raise v.fail(
-            "agent",
-            f"{name!r} must be 1 to 128 letters, digits, '.', '_', '@' or '-' "
-            "(it names the agent's key file)",
-        )
+def agent_name(value: Any, *, allow_unicode: bool = True) -> str:
+    """A name that can be an agent's key file (`validation.agent_name`); ValidationError
+    naming `agent` otherwise. `allow_unicode`: managing an existing agent takes any name
+    `agent add --allow-unicode` could have made."""
+    name = v.agent_name(value, allow_unicode=allow_unicode)
     if name == ADMIN_NAME:
         raise v.fail("agent", f"{ADMIN_NAME!r} names the palace's admin key; pick another name")
     return name
@@ -90,11 +85,17 @@ def ensure_admin(store: LogStore) -> str:
     return pair.key_id
 
 
-def add(store: LogStore, agent: Any, *, print_key: bool = False) -> Minted:
-    """A new agent: key pair, key event signed by the admin key, token hash stored."""
-    name = agent_name(agent)
+def add(
+    store: LogStore, agent: Any, *, print_key: bool = False, allow_unicode: bool = False
+) -> Minted:
+    """A new agent, or a new key for an agent whose keys were all revoked: key pair, key
+    event signed by the admin key and token hash, committed together. The name is ASCII
+    unless `allow_unicode`, and never a look-alike of another agent with a key."""
+    name = agent_name(agent, allow_unicode=allow_unicode)
     admin_id = ensure_admin(store)
-    if any(r.agent == name for r in keyring(store).records()):
+    v.check_lookalike("agent", name, registered_names(keyring(store)))
+    settle_key_files(store, name)
+    if _live_keys(keyring(store), name):
         raise errors.ConflictError(
             f"agent {name!r} already has a key; use `logstream agent rotate {name}`",
             field="agent",
@@ -107,32 +108,94 @@ def rotate(store: LogStore, agent: Any, *, print_key: bool = False) -> Minted:
     """A new key and token for `agent`; the old key stays valid for what it already signed."""
     name = agent_name(agent)
     admin_id = ensure_admin(store)
+    settle_key_files(store, name)
     current = _current_key(store, name)
-    old_file = _keys_dir(store) / f"{name}{KEY_SUFFIX}"
-    if old_file.exists():
-        os.replace(old_file, old_file.with_name(f"{name}.{current.key_id[8:]}.key.old"))
-        store.identity.reload_keys()
     return _mint(store, name, admin_id, replaces=current.key_id, print_key=print_key)
 
 
 def revoke(store: LogStore, agent: Any, *, reason: Any = None) -> dict[str, Any]:
-    """Revoke `agent`'s current key (later events under it are refused) and drop its token."""
+    """Revoke `agent`'s current key (later events under it are refused) and drop its token,
+    in one transaction; the key file is then moved aside (`NAME.<hex>.key.revoked`)."""
     name = agent_name(agent)
     why = v.routing("reason", reason) or "revoked"
     ensure_admin(store)
+    settle_key_files(store, name)
     current = _current_key(store, name)
     meta = key_events.key_revoke_metadata(name, current.key_id, why)
-    event = _write_key_event(store, KEY_REVOKE, ADMIN_NAME, meta)
-    set_token(store, name, None)
-    key_file = _keys_dir(store) / f"{name}{KEY_SUFFIX}"
-    if key_file.exists():
-        os.replace(key_file, key_file.with_name(f"{name}.{current.key_id[8:]}.key.revoked"))
-        store.identity.reload_keys()
+    event = _commit_key_event(store, KEY_REVOKE, meta, None, {current.key_id})
+    settle_key_files(store, name)
     return {"agent": name, "key_id": current.key_id, "event_id": event.id, "reason": why}
 
 
+def settle_key_files(store: LogStore, agent: str | None = None) -> list[str]:
+    """Finish what a crash after a key event's commit left undone in the keys directory (of
+    `agent`, or of everyone): a staged key (`NAME.<hex>.key.pending`) the keyring holds as
+    NAME's active key goes in place as `NAME.key` (the key there before is kept aside); a
+    `NAME.key` whose key the keyring holds revoked goes aside. A staged key the keyring does
+    not know (its transaction never committed, or has not yet) is left alone. Returns the
+    files moved."""
+    where = store.identity.keys_dir
+    if where is None or not where.is_dir():
+        return []
+    ring, moved = keyring(store), []
+    for staged in sorted(where.glob(f"{agent or '*'}.*{_PENDING}")):
+        owner, key_id = _staged_name(staged)
+        record = ring.key(key_id) if owner else None
+        if owner is None or record is None or record.agent != owner:
+            continue
+        target = where / f"{owner}{KEY_SUFFIX}"
+        if record.revoked_hlc is None:
+            keys.install_key_file(staged, target, _set_aside(ring, target, key_id))
+        else:  # staged for a key that has been replaced or revoked since
+            keys.retire_key_file(staged, _aside(where, owner, key_id, "revoked"))
+        moved.append(str(staged))
+    for target in sorted(where.glob(f"{agent or '*'}{KEY_SUFFIX}")):
+        retired = _set_aside(ring, target, None)
+        if retired is not None and target.stem != ADMIN_NAME:
+            keys.retire_key_file(target, retired)
+            moved.append(str(target))
+    if moved:
+        store.identity.reload_keys()
+    return moved
+
+
+_PENDING = ".key.pending"
+
+
+def _staged_name(path: Path) -> tuple[str | None, str]:
+    """(agent, key id) of `NAME.<32 hex>.key.pending`; (None, "") for another file."""
+    stem = path.name[: -len(_PENDING)]
+    owner, _, hexid = stem.rpartition(".")
+    if not owner or not keys.is_key_id(keys.KEY_ID_PREFIX + hexid):
+        return None, ""
+    return owner, keys.KEY_ID_PREFIX + hexid
+
+
+def _aside(where: Path, name: str, key_id: str, why: str) -> Path:
+    return where / f"{name}.{key_id[len(keys.KEY_ID_PREFIX) :]}.key.{why}"
+
+
+def _set_aside(ring: Keyring, target: Path, incoming: str | None) -> Path | None:
+    """Where the key file `target` (`NAME.key`) goes: aside as `.key.old` (rotated, or any
+    other key when `incoming` takes its place) or `.key.revoked`; None when it stays (it is
+    `incoming`, or with no `incoming` a key the keyring does not hold revoked)."""
+    if not target.exists():
+        return None
+    held = keys.load_private_key(target).key_id
+    record = ring.key(held)
+    revoked = record is not None and record.revoked_hlc is not None
+    if held == incoming or (incoming is None and not revoked):
+        return None
+    rotated = record is None or not revoked or record.revoke_reason == "rotated"
+    return _aside(
+        target.parent, target.name[: -len(KEY_SUFFIX)], held, "old" if rotated else "revoked"
+    )
+
+
 def listing(store: LogStore) -> list[dict[str, Any]]:
-    """Every key the keyring accepted, with its agent, role, state; never a secret."""
+    """Every key the keyring accepted, with its agent, role, state; never a secret. Finishes
+    an interrupted `add`/`rotate`/`revoke` first (`settle_key_files`)."""
+    settle_key_files(store)
     with_token = set(token_hashes(store))
     held = store.identity.pairs()
     out = []
@@ -159,32 +222,85 @@ def keyring(store: LogStore) -> Keyring:
         return store.identity.keyring(ex, store.event_select)
 
 
+def _live_keys(ring: Keyring, name: str) -> set[str]:
+    return {r.key_id for r in ring.records() if r.agent == name and r.revoked_hlc is None}
+
+
 def _current_key(store: LogStore, name: str) -> KeyRecord:
-    live = [r for r in keyring(store).records() if r.agent == name and r.revoked_hlc is None]
+    ring = keyring(store)
+    live = [ring.key(k) for k in _live_keys(ring, name)]
     if not live:
+        mine = sorted((r for r in ring.records() if r.agent == name), key=lambda r: r.added_hlc)
+        retired = (
+            f" (its key {mine[-1].key_id} was revoked: {mine[-1].revoke_reason or 'revoked'})"
+            if mine
+            else ""
+        )
         raise errors.NotFoundError(
-            f"agent {name!r} has no active key; add it with `logstream agent add {name}`",
+            f"agent {name!r} has no active key{retired}; give it one with "
+            f"`logstream agent add {name}`",
             field="agent",
             ident=name,
         )
-    return max(live, key=lambda r: r.added_hlc)
+    return max((r for r in live if r is not None), key=lambda r: r.added_hlc)
 
 
 def _mint(
     store: LogStore, name: str, admin_id: str, *, replaces: str | None, print_key: bool
 ) -> Minted:
+    """A new key for `name`: staged as `NAME.<hex>.key.pending` (not loaded by anyone), the
+    key event and the token hash committed in one transaction, then the staged file put in
+    place (or, after a crash, by the next `settle_key_files`)."""
     pair = keys.KeyPair.generate()
-    key_file: Path | None = None
+    staged: Path | None = None
     if not print_key:
-        key_file = _keys_dir(store) / f"{name}{KEY_SUFFIX}"
-        keys.write_private_key(pair, key_file)
-        store.identity.reload_keys()
+        staged = _aside(_keys_dir(store), name, pair.key_id, "pending")
+        keys.write_private_key(pair, staged)
     meta = key_events.key_add_metadata(name, pair.public, role="agent", replaces=replaces)
-    event = _write_key_event(store, KEY_ADD, ADMIN_NAME, meta)
     token = tokens.mint()
-    set_token(store, name, tokens.hash_token(token))
+    try:
+        expect = {replaces} if replaces else set()
+        event = _commit_key_event(store, KEY_ADD, meta, tokens.hash_token(token), expect)
+    except BaseException:
+        if staged is not None:
+            staged.unlink(missing_ok=True)
+        raise
+    settle_key_files(store, name)
+    key_file = _keys_dir(store) / f"{name}{KEY_SUFFIX}" if staged else None
     pem = pair.private_pem().decode("ascii") if print_key else None
     return Minted(name, pair.key_id, token, key_file, pem, event.id, admin_id)
+
+
+def _commit_key_event(
+    store: LogStore, kind: str, meta: dict[str, Any], token_hash: str | None, expect: set[str]
+) -> Event:
+    """The key event and the agent's token hash (None: dropped) in one write transaction,
+    refused (ConflictError) when the agent's active keys are no longer `expect` (another
+    `agent` command committed since this one read them)."""
+    name = meta["agent"]
+    draft = store.draft_event(
+        type=kind,
+        stream=key_events.STREAM,
+        room=key_events.ROOM,
+        from_agent=ADMIN_NAME,
+        metadata=meta,
+        body=f"{kind} {name} {meta['key_id']}",
+    )
+
+    def work(tx: Transaction) -> Event:
+        if _live_keys(tx.keyring(), name) != expect:
+            raise errors.ConflictError(
+                f"agent {name!r} changed while this command ran (another `logstream agent` "
+                "command?); run it again",
+                field="agent",
+                ident=name,
+            )
+        event = tx.insert_event(draft)
+        tx.set_agent_token(name, token_hash)
+        return event
+
+    with acting_as(ADMIN):
+        return store.transaction(work)
 
 
 def _write_key_event(store: LogStore, kind: str, writer: str, meta: dict[str, Any]) -> Event:

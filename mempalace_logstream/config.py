@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 
 DB_FILENAME = "logstream.sqlite3"
 DEFAULT_PALACE = "~/.mempalace/palace"
+# Sync apply holds an event signed by a key whose revocation arrived here first and stamped
+# less than this before it (RFC 0008 "Threat model": backdating); 0 holds none.
+DEFAULT_BACKDATE_WINDOW_MS = 24 * 60 * 60 * 1000
+MAX_BACKDATE_WINDOW_MS = 366 * 24 * 60 * 60 * 1000
 
 
 def _int(environ: Mapping[str, str], key: str, default: int) -> int:
@@ -77,6 +81,7 @@ class Settings:
     task_max_depth: int = 3
     task_max_children: int = 10
     task_lease_ms: int = 15 * 60 * 1000
+    backdate_window_ms: int = DEFAULT_BACKDATE_WINDOW_MS
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -91,6 +96,9 @@ class Settings:
             task_max_depth=_bounded(env, p + "TASK_MAX_DEPTH", 3, 1, 100),
             task_max_children=_bounded(env, p + "TASK_MAX_CHILDREN", 10, 1, 100_000),
             task_lease_ms=_lease_ms(env, p + "TASK_LEASE_MS", 15 * 60 * 1000),
+            backdate_window_ms=_bounded(
+                env, p + "BACKDATE_WINDOW_MS", DEFAULT_BACKDATE_WINDOW_MS, 0, MAX_BACKDATE_WINDOW_MS
+            ),
         )
 
     def task_settings(self) -> TaskSettings:

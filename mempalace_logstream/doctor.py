@@ -158,7 +158,8 @@ def _signatures(store: LogStore, report: Report) -> None:
     counts = replication.counts(store)
     # The late ones as sync apply's verification module lists them (RFC 0008 "Doctor").
     late = verify.late_revoked(store)
-    unsigned = [u.event_id for u in verify.late_unsigned(store)]
+    under_key = verify.unsigned_signing_names(store)
+    unsigned = [u.event_id for u in under_key if not u.before_first_key]
     report.checks["signatures"] = {
         "events": found.events,
         "verified": found.verified,
@@ -169,6 +170,7 @@ def _signatures(store: LogStore, report: Report) -> None:
         "read_false_codes": dict(found.codes),
         "late_revoked": len(late),
         "late_unsigned": len(unsigned),
+        "unsigned_name_signs": len(under_key),
     }
     report.checks["redactions"] = {
         "redacted_bodies": found.redacted,
@@ -191,6 +193,8 @@ def _signatures(store: LogStore, report: Report) -> None:
             "HLC (stored before its key event arrived here)",
             unsigned,
         )
+    _backdating(store, report)
+    _unsigned_backdated(under_key, report)
     explained = {x.event_id for x in late} | set(unsigned)
     other = [i for i in found.reads_false if i not in explained]
     if other:
@@ -203,6 +207,55 @@ def _signatures(store: LogStore, report: Report) -> None:
     _redaction_findings(found, report)
     _keyring(store, ring, report)
     report.checks["sync_counts"] = counts
+
+
+def _backdating(store: LogStore, report: Report) -> None:
+    """Backdating suspects (RFC 0008 "Doctor"): events signed by a key before its revocation
+    but first received here after it; held on sync apply within the window."""
+    window = store.backdate_window_ms
+    held = verify.held_backdated(store)
+    stored = verify.backdating_suspects(store, window)
+    within = [x.event_id for x in stored if x.within_window]
+    report.checks["backdating"] = {
+        "window_ms": window,
+        "held": len(held),
+        "stored_within_window": len(within),
+        "stored_outside_window": len(stored) - len(within),
+    }
+    if held:
+        report.add(
+            "backdating",
+            f"{len(held)} event(s) held as backdating suspects: signed by a key less than "
+            f"{window} ms before its revocation, first received here after it. If honest (the "
+            f"writer was offline during the revocation), accept them: run one `logstream sync` "
+            f"with {verify.WINDOW_ENV}=0",
+            held,
+        )
+    if stored:
+        first = stored[0]
+        report.add(
+            "backdating",
+            f"{len(stored)} stored event(s) are backdating suspects: signed by a key at an HLC "
+            f"before its revocation, stored here after the revocation arrived ({len(within)} "
+            f"within the {window} ms window, accepted or stored before it was enforced; "
+            f"{len(stored) - len(within)} outside it; e.g. {first.key_agent}'s "
+            f"{first.key_id}, {first.gap_ms} ms before its revocation at {first.revoked_hlc})",
+            [x.event_id for x in stored],
+        )
+
+
+def _unsigned_backdated(under_key: list[verify.UnsignedUnderKey], report: Report) -> None:
+    suspects = [u.event_id for u in under_key if u.before_first_key and u.stored_after_key]
+    report.checks["signatures"]["unsigned_backdated"] = len(suspects)
+    if suspects:
+        report.add(
+            "signatures",
+            f"{len(suspects)} stored unsigned event(s) under a name that signs are stamped "
+            "before its first key yet were stored here after that key arrived (backdated "
+            "under the name, or its history reached this replica late); they read "
+            "verified: false (unsigned_name_signs)",
+            suspects,
+        )
 
 
 def _redaction_findings(found: health_mod.SignatureReport, report: Report) -> None:

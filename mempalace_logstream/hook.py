@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from mempalace_logstream import config, errors
+from mempalace_logstream import config, display, errors
 from mempalace_logstream import inbox as inbox_mod
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ INBOX_VALUES = {
     "--hub",
     "--token",
 }
-INBOX_FLAGS = {"--from-start", "--json"}
+INBOX_FLAGS = {"--from-start", "--json", "--allow-unverified"}
 INTS = ("limit", "max_body")
 # The environment variables the typer options read (envvar=...), for the same defaults.
 ENV = {"hub": "LOGSTREAM_HUB", "token": "LOGSTREAM_TOKEN"}
@@ -122,6 +122,7 @@ def run_inbox(
     limit: int | None = None,
     max_body: int | None = None,
     as_json: bool = False,
+    allow_unverified: bool = False,
     db: str | None = None,
     palace: str | None = None,
     hub: str | None = None,
@@ -151,6 +152,7 @@ def run_inbox(
             limit=limit,
             max_body=max_body,
             as_json=as_json,
+            allow_unverified=allow_unverified,
             target=target,
             palace=palace,
         )
@@ -179,7 +181,7 @@ def _say_error(exc: errors.LogstreamError, as_json: bool) -> None:
         field = getattr(exc, "field", None)
         _note(json.dumps({"error": text, "field": field}, ensure_ascii=False))
     else:
-        _note("error: " + text)
+        _note("error: " + display.terminal(text))
 
 
 def _deliver_lean(

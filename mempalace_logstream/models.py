@@ -79,8 +79,15 @@ def read_metadata(text: str) -> tuple[dict[str, Any], str | None]:
     return value, None
 
 
-# Set on a read Event (not a field, not compared) whose key was revoked at or before its HLC.
-REVOKED_SINCE_STORED = "revoked_since_stored"
+# Set on a read Event (not a field, not compared) that reads `verified: false` although it was
+# stored: the code says why (`Keyring.read_mark`: `revoked_key`, `unsigned_name_signs`).
+VERIFIED_REASON = "verified_reason"
+
+
+def mark_unverified(event: Event, code: str) -> None:
+    """Make a read `event` read `verified: false` with `verified_reason` = `code` (RFC 0008)."""
+    event.__dict__[VERIFIED_REASON] = code
+
 
 # An event's immutable, replicated fields, in one order: `Event.content_key()`, the compact sync
 # rows (`replication.ROW_COLUMNS`) and what a signature covers (`identity.SIGNED_FIELDS`, the body
@@ -179,11 +186,17 @@ class Event:
     @property
     def verified(self) -> bool | None:
         """`True` for a signed event (verified before it was stored), `None` when unsigned,
-        `False` when its key was revoked at an HLC <= its own after it was stored (a read marks
-        it `revoked_since_stored`; RFC 0008)."""
-        if self.sig is None:
-            return None
-        return not self.__dict__.get(REVOKED_SINCE_STORED, False)
+        `False` when a read marked it (`verified_reason`: its key was revoked at an HLC <= its
+        own after it was stored, or it is unsigned under a name that signs; RFC 0008)."""
+        if VERIFIED_REASON in self.__dict__:
+            return False
+        return None if self.sig is None else True
+
+    @property
+    def verified_reason(self) -> str | None:
+        """Why a read shows `verified: false` (None otherwise)."""
+        reason: str | None = self.__dict__.get(VERIFIED_REASON)
+        return reason
 
     @property
     def redacted(self) -> dict[str, str] | None:
@@ -233,6 +246,9 @@ class Event:
             "key_id": self.key_id,
             "sig": self.sig,
         }
+        reason = self.verified_reason
+        if reason is not None:
+            out["verified_reason"] = reason
         if problem is not None:
             out["metadata_error"] = problem
         redacted = self.redacted

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import os
 import time
 from collections.abc import Iterator
@@ -304,3 +305,52 @@ def test_a_non_loopback_hub_demands_its_token_and_keeps_it_out_of_urls(
         page.wait_for_selector(f"[data-state='cancelled'] [data-task='{tid}']")
         assert all(token not in u for u in urls), [u for u in urls if token in u]
         assert token not in page.url
+
+
+def test_the_page_cannot_be_framed_and_logout_ends_the_session_on_the_hub(
+    tmp_path: Path, page: Any, browser: Any
+) -> None:
+    """Issue 18 item 12 in the browser: another page's iframe shows nothing of the dashboard
+    (X-Frame-Options DENY, CSP frame-ancestors 'none'), and the Log out button ends the
+    session on the hub: the cookie copied before it is refused afterwards."""
+    token = "tok-dashboard-frames-7"
+    with live_hub(tmp_path, token=token, host="0.0.0.0", retry_ms=300) as hub:
+        page.goto(hub.url + "/")
+        page.fill("input[name=token]", token)
+        page.click("button[type=submit]")
+        page.wait_for_function(LIVE)
+        (copied,) = [c for c in page.context.cookies() if c["name"] == "logstream_session"]
+        # Framed by another origin (logged in, so only the headers can stop it).
+        framer = page.context.new_page()
+        framer.set_content(f'<iframe id="f" src="{hub.url}/" width="600" height="400"></iframe>')
+        framer.wait_for_load_state("load")
+        (child,) = [f for f in framer.frames if f != framer.main_frame]
+        assert not child.url.startswith(hub.url), child.url  # blocked: an error page
+        assert child.query_selector("#who") is None
+        framer.close()
+        page.click("#logout")
+        page.wait_for_selector("input[name=token]")
+        other = browser.new_context()
+        other.add_cookies([copied])
+        thief = other.new_page()
+        resp = thief.goto(hub.url + "/")
+        assert resp is not None and resp.status == 401  # the login form, not the dashboard
+        assert thief.locator("input[name=token]").count() == 1
+        other.close()
+
+
+def test_the_sync_view_without_peers_names_commands_that_exist(tmp_path: Path, page: Any) -> None:
+    """Issue 18 item 20: what the Sync tab tells a hub with no peers to run exists."""
+    with live_hub(tmp_path, retry_ms=300) as hub:
+        open_view(page, hub.url, "sync")
+        page.wait_for_selector("#sync >> text=No peers")
+        text = page.inner_text("#sync")
+        shown = page.locator("#sync code").all_inner_texts()
+    said = [c for c in shown + text.split("(") if c.startswith("logstream ")]
+    commands = [c.replace(")", " ").replace(".", " ").split()[1:] for c in said]
+    assert said and "peers.json" in text, text
+    for cmd in commands:  # each names a real (sub)command: its help's usage line says so
+        words = list(itertools.takewhile(lambda w: w.isalpha() and w.islower(), cmd))
+        done = run_cli(*words, "--help")
+        usage = done.stdout.decode().splitlines()[0] if done.stdout else ""
+        assert done.returncode == 0 and f"{' '.join(words)} [OPTIONS]" in usage, (words, usage)

@@ -177,14 +177,19 @@ def test_reads_sse_and_sync_pulls_take_any_valid_token_but_push_is_admin_only(
         assert c.post("/sync/push", json={"events": []}).status_code != 403
 
 
-def test_a_dashboard_operator_session_acts_as_the_admin(team: Team) -> None:
-    with httpx.Client(base_url=team.hub.url, timeout=30) as c:
-        login = c.post("/dashboard/login", data={"token": ADMIN_TOKEN, "operator": "ops"})
-        assert login.status_code == 303, login.text
-        csrf = {"X-Logstream-Dashboard": "1"}
-        resp = c.post("/v1/event_append", json=note(from_agent="ops"), headers=csrf)
-    assert resp.status_code == 200, resp.text
-    assert resp.json()["event"]["key_id"] == team.admin_key
+def test_a_dashboard_operator_session_acts_as_its_operator(team: Team) -> None:
+    """It writes under its operator's name only, signed with that agent's key when the hub
+    holds one (carol's here), unsigned for a name without a key (issue 18 item 12)."""
+    csrf = {"X-Logstream-Dashboard": "1"}
+    for operator, key_id in (("carol", team.minted["carol"].key_id), ("ops", None)):
+        with httpx.Client(base_url=team.hub.url, timeout=30) as c:
+            login = c.post("/dashboard/login", data={"token": ADMIN_TOKEN, "operator": operator})
+            assert login.status_code == 303, login.text
+            own = c.post("/v1/event_append", json=note(from_agent=operator), headers=csrf)
+            other = c.post("/v1/event_append", json=note(from_agent="alice"), headers=csrf)
+        assert own.status_code == 200, own.text
+        assert own.json()["event"]["key_id"] == key_id
+        assert other.status_code == 403 and other.json()["field"] == "from_agent"
 
 
 def test_an_agent_token_announces_its_own_presence_only(team: Team) -> None:
@@ -471,14 +476,15 @@ def test_the_real_cli_adds_an_agent_whose_token_the_hub_takes(tmp_path: Path) ->
 
 def test_the_readmes_team_setup_runs(tmp_path: Path) -> None:
     """The five commands of README "Agents and tokens": the `logstream agent` ones run for real
-    (on this test's own log); the hub is started with --token; step 4 sends a bearer token."""
+    (on this test's own log); the hub takes its token from the environment, never argv (issue
+    18 item 16); step 4 sends a bearer token."""
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     section = readme[readme.index("## Agents and tokens") :]
     block = re.search(r"```sh\n(.*?)```", section, flags=re.S)
     assert block is not None
     commands = [line.split("  #")[0].strip() for line in block.group(1).splitlines()]
     assert len(commands) == 5
-    assert commands[0].startswith("logstream serve ") and "--token" in commands[0]
+    assert commands[0].startswith("logstream serve ") and "--token" not in commands[0]
     assert "Authorization: Bearer lst_" in commands[3]
     db = ["--db", str(tmp_path / "log.sqlite3")]
     for command in (commands[1], commands[2], commands[4]):

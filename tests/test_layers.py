@@ -16,9 +16,12 @@ SURFACE_LIBS = ("fastapi", "sse_starlette", "starlette", "typer", "mcp", "httpx"
 # their short names; libraries by their top-level distribution module.
 RULES: dict[str, tuple[str, ...]] = {
     "errors": ("<package>",),
+    # How sender text is shown to a terminal or a model (S-8.11): pure, the standard library.
+    "display": ("<package>", "sqlalchemy", "rich", *SURFACE_LIBS),
     "hlc": ("sqlalchemy", "<package>", *SURFACE_LIBS),
     "models": ("sqlalchemy", "pydantic", "store", "engine", *SURFACE_LIBS),
     "validation": ("sqlalchemy", "store", "engine", "schema", *SURFACE_LIBS),
+    "confusables": ("sqlalchemy", "<package>", *SURFACE_LIBS),
     "schema": ("engine", "store", "alembic", "migrate", *SURFACE_LIBS),
     "engine": ("store", "migrate", *SURFACE_LIBS),
     "store": SURFACE_LIBS,

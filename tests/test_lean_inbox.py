@@ -22,14 +22,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mempalace_logstream import LogStore, errors, migrate
+from mempalace_logstream import LogStore, agents, errors, migrate
 from mempalace_logstream import engine as engine_mod
 from mempalace_logstream import hook as hook_mod
 from mempalace_logstream import inbox as inbox_mod
 from mempalace_logstream.backends import sqlite_inbox_sql
 from mempalace_logstream.migrate import KNOWN_REVISIONS
 from mempalace_logstream.operations import LocalClient
-from mempalace_logstream.store import lean
+from mempalace_logstream.store import lean, marks
 from tests.conftest import REPO, run_cli
 from tests.test_inbox_hook import (
     PROMPT,
@@ -71,9 +71,12 @@ def test_the_generated_sql_is_the_stores_own() -> None:
         "STATEMENTS": sqlite_inbox_sql.STATEMENTS,
     }
     assert fresh == kept, "run `python -m mempalace_logstream.store.lean` and ruff format"
-    # every page shape the inbox asks for: the tip, one agent (two legs), "*" (one value)
+    # every page shape the inbox asks for: the tip, one agent (two legs), "*" (one value),
+    # and the "agents have keys" probe of sender gating (one key_add)
     pages = {key for key in fresh["STATEMENTS"] if key[0] == "page"}
-    assert len(pages) == 3
+    assert len(pages) == 4
+    # and the keyring's two reads, for the read marks (store/marks.py)
+    assert {marks.MARKS_SQL, marks.KEY_EVENTS_SQL} <= set(fresh["STATEMENTS"])
 
 
 # ----------------------------------------------------------------------------- imports
@@ -145,6 +148,9 @@ draft = st.fixed_dictionaries(
         "from_agent": st.sampled_from(AGENTS),
         "to_agent": st.sampled_from((*AGENTS, "*", None)),
         "linked": st.booleans(),
+        # the writer gets a key first (if it has none): its later events are signed and its
+        # earlier ones read false (unsigned_name_signs) in both readers
+        "keyed": st.integers(0, 5).map(lambda n: n == 0),
     }
 )
 
@@ -152,7 +158,11 @@ draft = st.fixed_dictionaries(
 def _fill(store: LogStore, drafts: list[dict[str, Any]]) -> list[str]:
     art = store.artifact_put(kind="file", created_by="alice", content=b"attached")
     ids = []
+    keyed = {r.agent for r in agents.keyring(store).records()}
     for i, d in enumerate(drafts):
+        if d.get("keyed") and d["from_agent"] not in keyed:
+            agents.add(store, d["from_agent"])
+            keyed.add(d["from_agent"])
         event = store.event_append(
             type=d["type"],
             stream="s",
@@ -228,6 +238,7 @@ def test_lean_and_store_answer_alike_over_any_log(
     from_start=st.booleans(),
     limit=st.integers(1, 4),
     as_json=st.booleans(),
+    allow_unverified=st.booleans(),
 )
 def test_lean_and_store_deliver_alike_call_after_call(
     batches: list[list[dict[str, Any]]],
@@ -235,9 +246,11 @@ def test_lean_and_store_deliver_alike_call_after_call(
     from_start: bool,
     limit: int,
     as_json: bool,
+    allow_unverified: bool,
 ) -> None:
     """The whole inbox delivery, call after call with appends in between: the same output,
-    notes and saved cursor from both readers, each with its own state file."""
+    notes and saved cursor from both readers, each with its own state file (sender gating
+    and marks included once writers have keys)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = f"{tmp}/log.sqlite3"
         with LogStore.open(path) as store:
@@ -249,6 +262,7 @@ def test_lean_and_store_deliver_alike_call_after_call(
                     from_start=from_start,
                     limit=limit,
                     as_json=as_json,
+                    allow_unverified=allow_unverified,
                     target=url(path),
                 )
                 for name in ("lean", "full")

@@ -13,6 +13,38 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ("SELECT events.id \nFROM events \nWHERE events.seq = :seq"),
         {},
     ),
+    "identity-key-events": (
+        (
+            "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
+            "events.hlc, events.type, events.stream, events.room, events.topic, "
+            "events.from_agent, events.to_agent, events.correlation_id, "
+            "events.branch, events.base_commit, events.status, (SELECT "
+            "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
+            "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
+            "ea.event_id = events.id) AS artifact_links, events.body, "
+            "events.created_at, events.metadata_json, events.sig, events.key_id \n"
+            "FROM events \nWHERE events.type IN (:key_type_0, :key_type_1) ORDER BY "
+            "events.seq"
+        ),
+        {"key_type_0": "identity.key_add", "key_type_1": "identity.key_revoke"},
+    ),
+    "identity-marks": (
+        (
+            "SELECT (SELECT events.id \nFROM events \nWHERE events.type IN "
+            "(:key_type_0, :key_type_1) ORDER BY events.seq DESC\n LIMIT :param_1 "
+            'OFFSET :param_2) AS anon_1, (SELECT group_concat(logstream_meta."key", '
+            ":param_3) AS group_concat_1 \nFROM logstream_meta \nWHERE "
+            "(logstream_meta.\"key\" LIKE :key_1 || '%' ESCAPE '/')) AS anon_2"
+        ),
+        {
+            "key_type_0": "identity.key_add",
+            "key_type_1": "identity.key_revoke",
+            "param_1": 1,
+            "param_2": 0,
+            "param_3": ",",
+            "key_1": "identity.pin.",
+        },
+    ),
     "seq-of": (
         ("SELECT events.seq \nFROM events \nWHERE events.id = :id"),
         {},
@@ -56,6 +88,22 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "events.sig, events.key_id \nFROM events \nWHERE events.seq > :lo AND "
             "events.seq <= :top AND (events.from_agent NOT IN (:exclude_writer_0)) "
             "AND events.to_agent = :to_1 ORDER BY seq ASC\n LIMIT :lim OFFSET :param_1"
+        ),
+        {"param_1": 0},
+    ),
+    ("page", (("type", 1),), 0, False, False, "desc"): (
+        (
+            "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
+            "events.hlc, events.type, events.stream, events.room, events.topic, "
+            "events.from_agent, events.to_agent, events.correlation_id, "
+            "events.branch, events.base_commit, events.status, (SELECT "
+            "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
+            "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
+            "ea.event_id = events.id) AS artifact_links, events.body, "
+            "events.created_at, events.metadata_json, events.sig, events.key_id \n"
+            "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
+            "events.type = :type_0 ORDER BY events.seq DESC\n LIMIT :lim OFFSET "
+            ":param_1"
         ),
         {"param_1": 0},
     ),

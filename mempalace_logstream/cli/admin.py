@@ -10,10 +10,10 @@ from typing import Any
 
 import typer
 
-from mempalace_logstream import config, errors
+from mempalace_logstream import config, display, errors
 from mempalace_logstream.cli.options import DbOpt, HubOpt, JsonOpt, PalaceOpt, TokenOpt
 from mempalace_logstream.cli.root import app
-from mempalace_logstream.cli.shared import STATE, emit, fail, run
+from mempalace_logstream.cli.shared import STATE, console, emit, fail, run
 
 
 @app.command()
@@ -60,23 +60,22 @@ def stats(
     if as_json:
         emit(out, True)
         return
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
-    console.print(
+    screen = console()
+    screen.print(
         f"replica {out['replica_id']} ({out['backend']}): {out['events']} events, "
         f"{out['artifacts']} artifacts, {out.get('db_size_bytes')} bytes"
     )
-    console.print(f"database {out['database']}", soft_wrap=True)
-    console.print(f"mempalace-logstream {out.get('version', '?')}")
+    screen.print(f"database {display.terminal(out['database'])}", soft_wrap=True)
+    screen.print(f"mempalace-logstream {out.get('version', '?')}")
     for key in ("per_stream", "per_type", "per_writer"):
         table = Table(title=key.replace("per_", "events by "))
         table.add_column(key.replace("per_", ""))
         table.add_column("events", justify="right")
         for k, n in out[key].items():
-            table.add_row(k, str(n))
-        console.print(table)
+            table.add_row(display.terminal(k), str(n))
+        screen.print(table)
 
 
 @app.command()
@@ -99,7 +98,7 @@ def doctor(db: DbOpt = None, palace: PalaceOpt = None, as_json: JsonOpt = False)
     if as_json:
         emit(out, True)
     else:
-        typer.echo(_doctor_text(out))
+        typer.echo(display.terminal(_doctor_text(out)))
     if not report.healthy:
         raise typer.Exit(1)
 

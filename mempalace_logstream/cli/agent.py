@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from mempalace_logstream import errors
+from mempalace_logstream import display, errors
 from mempalace_logstream.cli.options import DbOpt, HubOpt, JsonOpt, PalaceOpt, TokenOpt
 from mempalace_logstream.cli.root import app, new_typer
-from mempalace_logstream.cli.shared import STATE, emit, fail, open_store
+from mempalace_logstream.cli.shared import STATE, console, emit, fail, open_store
 
 if TYPE_CHECKING:
     from mempalace_logstream.store import LogStore
@@ -35,10 +35,24 @@ PrintOpt = Annotated[
         "--print", help="Print the private key (PEM) once instead of writing keys/NAME.key."
     ),
 ]
+UnicodeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-unicode",
+        help="Take a name in another script than ASCII (Unicode NFKC, letters and digits of "
+        "one script); look-alikes of other agents are refused either way.",
+    ),
+]
 ReasonOpt = Annotated[str | None, typer.Option("--reason", help="Why (kept in the log).")]
 ON_THE_HUB = (
     "agents are managed where the hub's log is: run `logstream agent {cmd}` on the hub's host "
     "with its --db/--palace (keys and token hashes stay there; no secret goes over HTTP)"
+)
+
+FROM_ENV = (
+    "LOGSTREAM_HUB is set ({hub}), and agents are managed on the hub's host against its own "
+    "log, never over HTTP: on the hub's host, unset LOGSTREAM_HUB (or run `env -u "
+    "LOGSTREAM_HUB logstream agent {cmd} …`) and give the hub's --db/--palace"
 )
 
 
@@ -52,6 +66,8 @@ def _local(
     create: bool = False,
 ) -> T:
     """Run `work` on the local store; one stderr line and exit 1 on a domain error."""
+    if hub and not STATE.hub_typed:  # from LOGSTREAM_HUB: perhaps on the hub's host itself
+        raise fail(FROM_ENV.format(cmd=cmd, hub=hub), field="hub")
     if hub:
         raise fail(ON_THE_HUB.format(cmd=cmd), field="hub")
     try:
@@ -84,6 +100,7 @@ def _minted(out: dict[str, Any], verb: str) -> str:
 def add(
     name: NameArg,
     print_key: PrintOpt = False,
+    allow_unicode: UnicodeOpt = False,
     db: DbOpt = None,
     palace: PalaceOpt = None,
     hub: HubOpt = None,
@@ -92,12 +109,15 @@ def add(
 ) -> None:
     """Add an agent: an Ed25519 key (keys/NAME.key, 0600) and a bearer token, shown once.
 
-    The first `agent add` also makes the palace's admin key (keys/admin.key) and pins it."""
+    The first `agent add` also makes the palace's admin key (keys/admin.key) and pins it. A
+    revoked agent gets a new key and token the same way. NAME is ASCII unless
+    --allow-unicode, and never a look-alike of another agent with a key."""
     from mempalace_logstream import agents
 
-    minted = _local(
-        "add", db, palace, hub, lambda s: agents.add(s, name, print_key=print_key), create=True
-    )
+    def work(store: LogStore) -> Any:
+        return agents.add(store, name, print_key=print_key, allow_unicode=allow_unicode)
+
+    minted = _local("add", db, palace, hub, work, create=True)
     out = minted.to_dict()
     emit(out, as_json, _minted(out, "added"))
 
@@ -122,12 +142,11 @@ def list_agents(
         emit(out, True)
         return
     from rich import box
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    screen = console()
     if not out["agents"]:
-        console.print("no agents yet: `logstream agent add NAME` makes the first")
+        screen.print("no agents yet: `logstream agent add NAME` makes the first")
         return
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
     for col in ("agent", "role", "key id", "state", "key held here", "token"):
@@ -136,16 +155,15 @@ def list_agents(
         state = row["state"]
         if row["revoke_reason"]:
             state += f" ({row['revoke_reason']})"
+        cells = (row["agent"], row["role"], row["key_id"], state)
         table.add_row(
-            row["agent"],
-            row["role"],
-            row["key_id"],
-            state,
+            *map(display.terminal, cells),
             "yes" if row["key_held_here"] else "-",
             "yes" if row["token"] else "-",
         )
-    console.print(table)
-    console.print("pinned admin keys: " + (", ".join(out["pinned"]) or "none"), soft_wrap=True)
+    screen.print(table)
+    pinned = display.terminal(", ".join(out["pinned"]) or "none")
+    screen.print("pinned admin keys: " + pinned, soft_wrap=True)
 
 
 @agent_app.command("rotate")

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from mempalace_logstream import display
+
 if TYPE_CHECKING:
     from mempalace_logstream.announcer import Announcer
 
@@ -35,7 +37,7 @@ PresenceTtlOpt = Annotated[
 
 
 def _note(message: str) -> None:
-    print(f"logstream: {message}", file=sys.stderr, flush=True)
+    print(f"logstream: {display.terminal(message)}", file=sys.stderr, flush=True)
 
 
 def announcer(

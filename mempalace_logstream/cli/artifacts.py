@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
+from mempalace_logstream import display
 from mempalace_logstream.cli.byteio import out_path, read_bytes, write_out
 from mempalace_logstream.cli.options import (
     BaseCommitOpt,
@@ -30,7 +31,7 @@ from mempalace_logstream.cli.options import (
     TopicOpt,
 )
 from mempalace_logstream.cli.root import app, new_typer
-from mempalace_logstream.cli.shared import emit, event_line, run
+from mempalace_logstream.cli.shared import emit, event_line, fail, run
 
 artifact_app = new_typer(help="Store and fetch byte-exact artifacts.")
 patch_app = new_typer(help="Hand a patch to another agent.")
@@ -96,7 +97,7 @@ def artifact_put(
         encoding=encoding,
     )
     for w in out["artifact"].get("warnings", []):
-        typer.echo(f"warning: {w}", err=True)
+        typer.echo(display.terminal(f"warning: {w}"), err=True)
     a = out["artifact"]
     emit(
         out, as_json, f"Stored: {a['id']} {a['kind']} {a['size_bytes']} bytes sha256={a['sha256']}"
@@ -120,7 +121,7 @@ def artifact_get(
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Print an artifact's exact bytes (or write them with --out)."""
+    """Print an artifact's exact bytes (escaped on a terminal), or write them with --out."""
     target = out_path(out_file, force) if out_file else None
     out = run(db, palace, "artifact_get", hub, token, artifact_id=artifact_id)
     art = out["artifact"]
@@ -132,10 +133,25 @@ def artifact_get(
         emit({"artifact": meta}, as_json, human)
     elif as_json:
         emit(out, True)
+    elif sys.stdout.isatty():
+        typer.echo(_for_terminal(art), nl=False)
     else:
         sys.stdout.flush()
         sys.stdout.buffer.write(artifact_bytes(art))
         sys.stdout.buffer.flush()
+
+
+def _for_terminal(art: dict[str, Any]) -> str:
+    """A text artifact with its controls escaped (`display.terminal`); a binary one is refused:
+    its exact bytes go to a pipe or to --out, never raw to a terminal."""
+    try:
+        return display.terminal(artifact_bytes(art).decode("utf-8"))
+    except UnicodeDecodeError:
+        raise fail(
+            f"artifact {art['id']} is binary ({art['size_bytes']} bytes): write it with --out "
+            "FILE or pipe it (a terminal is never sent its raw bytes)",
+            field="artifact_id",
+        ) from None
 
 
 # --------------------------------------------------------------------------- patch, task
@@ -182,7 +198,7 @@ def patch_submit(
     }
     out = run(db, palace, "patch_submit", hub, token, **fields)
     for w in out.get("warnings", []):
-        typer.echo(f"warning: {w}", err=True)
+        typer.echo(display.terminal(f"warning: {w}"), err=True)
     a = out["artifact"]
     head = f"Patch {a['id']} ({a['size_bytes']} bytes) announced: "
     emit(out, as_json, head + event_line(out["event"]))

@@ -27,7 +27,10 @@ if TYPE_CHECKING:
 
 MiB = 1024 * 1024
 HOST_HELP = "Bind address; non-loopback needs --token."
-SERVE_TOKEN_HELP = "Bearer token clients must send (never printed)."
+SERVE_TOKEN_HELP = (
+    "Bearer token clients must send (never printed); prefer the variable: a command line "
+    "shows in ps."
+)
 PING_HELP = "Seconds between SSE ': ping' comments."
 ALLOW_HOST_HELP = "Extra Host name accepted on a loopback bind (repeat)."
 SYNC_INTERVAL_HELP = (

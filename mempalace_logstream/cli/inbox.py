@@ -27,6 +27,9 @@ FROM_START_HELP = "On a first run (no state file yet), show the whole inbox, not
 LIMIT_HELP = "Most messages per call, 1-500 (default 20); the rest come with the next call."
 MAX_BODY_HELP = "Cut each body to this many characters (default 500)."
 JSON_HELP = "Print the unseen events as one JSON object (errors too: one JSON object on stderr)."
+ALLOW_UNVERIFIED_HELP = (
+    "Once agents have keys, also show senders whose events are not verified (marked so)."
+)
 
 AgentOpt = Annotated[str | None, typer.Option("--agent", help=AGENT_HELP)]
 HookOpt = Annotated[str | None, typer.Option("--hook", help=HOOK_HELP)]
@@ -35,6 +38,7 @@ FromStartOpt = Annotated[bool, typer.Option("--from-start", help=FROM_START_HELP
 LimitOpt = Annotated[int | None, typer.Option("--limit", help=LIMIT_HELP)]
 MaxBodyOpt = Annotated[int | None, typer.Option("--max-body", help=MAX_BODY_HELP)]
 InboxJsonOpt = Annotated[bool, typer.Option("--json", help=JSON_HELP, callback=take_global)]
+AllowUnverifiedOpt = Annotated[bool, typer.Option("--allow-unverified", help=ALLOW_UNVERIFIED_HELP)]
 
 
 @app.command()
@@ -46,6 +50,7 @@ def inbox(
     limit: LimitOpt = None,
     max_body: MaxBodyOpt = None,
     as_json: InboxJsonOpt = False,
+    allow_unverified: AllowUnverifiedOpt = False,
     db: DbOpt = None,
     palace: PalaceOpt = None,
     hub: HubOpt = None,
@@ -55,7 +60,8 @@ def inbox(
 
     For context hooks: `logstream inbox --agent NAME --hook claude` on UserPromptSubmit or
     SessionStart. The first run starts at the newest event (--from-start shows the older mail);
-    bodies are quoted data, cut to --max-body, never instructions.
+    bodies are quoted data, cut to --max-body, never instructions. Once agents have keys,
+    only verified senders are shown (each marked verified=true) unless --allow-unverified.
     """
     from mempalace_logstream.hook import run_inbox
 
@@ -67,6 +73,7 @@ def inbox(
         limit=limit,
         max_body=max_body,
         as_json=as_json,
+        allow_unverified=allow_unverified,
         db=db,
         palace=palace,
         hub=hub,

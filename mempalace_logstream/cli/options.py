@@ -25,7 +25,7 @@ GLOBAL_OPTIONS = {
 DB_HELP = "SQLAlchemy URL or SQLite file path."
 PALACE_HELP = "Palace dir (default ~/.mempalace/palace)."
 HUB_HELP = "Run against a remote hub (http://host:port)."
-TOKEN_HELP = "Bearer token for --hub."
+TOKEN_HELP = "Bearer token for --hub; prefer the variable: a command line shows in ps."
 JSON_HELP = "Print JSON (errors too: one JSON object on stderr)."
 
 
@@ -44,6 +44,8 @@ def take_global(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> A
         value = root.params[name]
     if name == "as_json" and value:
         STATE.as_json = True
+    if name == "hub" and (given(ctx, name) or given(root, name)):
+        STATE.hub_typed = True
     return value
 
 

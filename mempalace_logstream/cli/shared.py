@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from mempalace_logstream import config, errors
+from mempalace_logstream import config, display, errors
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from mempalace_logstream.hub_client import HubClient
     from mempalace_logstream.operations import LocalClient
     from mempalace_logstream.store import LogStore
@@ -31,9 +33,11 @@ class State:
     debug = False
     durability = "full"
     as_json = False  # errors as one JSON object on stderr
+    hub_typed = False  # --hub was typed (not taken from LOGSTREAM_HUB)
 
     def reset(self) -> None:
         self.debug, self.durability, self.as_json = False, "full", False
+        self.hub_typed = False
 
 
 STATE = State()
@@ -49,7 +53,7 @@ def fail(message: str, code: int = 1, field: str | None = None) -> typer.Exit:
     if STATE.as_json:
         typer.echo(json.dumps({"error": text, "field": field}, ensure_ascii=False), err=True)
     else:
-        typer.echo("error: " + text, err=True)
+        typer.echo("error: " + display.terminal(text), err=True)
     return typer.Exit(code)
 
 
@@ -103,6 +107,7 @@ def open_store(db: str | None, palace: str | None, *, create: bool) -> LogStore:
         max_body_bytes=settings.max_body_bytes,
         max_artifact_bytes=settings.max_artifact_bytes,
         task_settings=settings.task_settings(),
+        backdate_window_ms=settings.backdate_window_ms,
     )
     return said_created(store)
 
@@ -142,15 +147,27 @@ def given_args(**kw: Any) -> dict[str, Any]:
 
 
 def emit(data: dict[str, Any], as_json: bool, human: str | None = None) -> None:
-    """`data` as indented JSON, or the human text when there is one and --json was not given."""
-    if as_json or human is None:
+    """`data` as indented JSON (--json: the exact bytes), or the human text when there is one
+    and --json was not given; what a terminal is shown has every hidden character escaped."""
+    if as_json:
         typer.echo(json.dumps(data, ensure_ascii=False, indent=2))
+    elif human is None:
+        typer.echo(display.json_text(data, indent=2))
     else:
-        typer.echo(human)
+        typer.echo(display.terminal(human))
+
+
+def console(**options: Any) -> Console:
+    """A rich Console that reads no markup, emoji codes or highlights in what it prints: a
+    sender's `[link=…]` stays text. Cells and lines given to it are `display.terminal`'d."""
+    from rich.console import Console
+
+    return Console(markup=False, emoji=False, highlight=False, **options)
 
 
 def event_line(e: dict[str, Any]) -> str:
-    """One event on one line: id, type, stream/room, route, routing fields, a cut body."""
+    """One event on one line: id, type, stream/room, route, routing fields, a cut body (raw:
+    the printer escapes the whole text once, see `emit`)."""
     route = f"{e.get('from_agent')}->{e.get('to_agent') or '-'}"
     extra = "".join(f" {k}={e[k]}" for k in ("topic", "status", "correlation_id") if e.get(k))
     body = (e.get("body") or "").replace("\n", " ")

@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from mempalace_logstream import config, errors
+from mempalace_logstream import config, display, errors
 from mempalace_logstream.cli.options import DbOpt, JsonOpt, PalaceOpt
 from mempalace_logstream.cli.root import app
 from mempalace_logstream.cli.shared import (
     STATE,
     check_sync_limits,
+    console,
     emit,
     fail,
     open_store,
@@ -54,7 +55,7 @@ PeerTokenOpt = Annotated[
     typer.Option(
         "--token",
         envvar="LOGSTREAM_PEER_TOKEN",
-        help="Bearer token for --peer.",
+        help="Bearer token for --peer; prefer the variable: a command line shows in ps.",
         show_default=False,
     ),
 ]
@@ -115,7 +116,7 @@ def sync_cmd(
         typer.echo(json.dumps(results, ensure_ascii=False, indent=2))
     else:
         for r in results:
-            typer.echo(_sync_line(r))
+            typer.echo(display.terminal(_sync_line(r)))
     if any("error" in r for r in results):
         raise typer.Exit(1)
 
@@ -161,7 +162,10 @@ def _run_sync(
         from mempalace_logstream.store import LogStore
 
         other = LogStore.open(
-            config.resolve_db(peer_db, None), durability=STATE.durability, create=False
+            config.resolve_db(peer_db, None),
+            durability=STATE.durability,
+            create=False,
+            backdate_window_ms=config.Settings.from_env().backdate_window_ms,  # for --push
         )
         try:
             local = sync_mod.LocalPeer(other, name=peer_db)
@@ -194,8 +198,11 @@ def _sync_line(r: dict[str, Any]) -> str:
         line += f", pushed {r['pushed_events']} events, {r['pushed_artifacts']} artifacts"
     if r.get("conflict_count"):
         line += f", {r['conflict_count']} CONFLICTS (see `logstream peers --json`)"
-    if r.get("rejected_count"):
-        line += f", {r['rejected_count']} REJECTED"
+    held = r.get("held_count", 0)
+    if r.get("rejected_count", 0) > held:
+        line += f", {r['rejected_count'] - held} REJECTED"
+    if held:
+        line += f", {held} events held (signed by keys this replica does not know yet)"
     if r.get("sequence_anomaly_count"):
         line += (
             f", {r['sequence_anomaly_count']} SEQUENCE ANOMALIES "
@@ -206,6 +213,12 @@ def _sync_line(r: dict[str, Any]) -> str:
         line += f", {len(holes)} holes repaired (+{r['repair']['pulled_events']} events)"
     if r.get("repair_error") or r.get("push_error"):
         line += f" [{r.get('repair_error') or r.get('push_error')}]"
+    for key in r.get("trust_keys", []):
+        line += (
+            f"\n  they wait for admin key {key}: if it is your palace's admin key (`logstream "
+            'agent list` on the hub\'s host shows it under "pinned admin keys"), trust it '
+            f"here and sync again:\n    logstream agent trust {key}"
+        )
     return line
 
 
@@ -255,7 +268,10 @@ def peers_table(out: dict[str, Any]) -> str:
     """The peers as text that never cuts a URL, date or error: a table folded to the terminal's
     width, or one `key=value` line per peer when stdout is not a terminal (pipes, files)."""
     title = f"peers of {out['self']['replica_id']}"
-    cells = [[str(p[k]) if p[k] is not None else "" for _, k in PEER_COLUMNS] for p in out["peers"]]
+    cells = [
+        [display.terminal(str(p[k])) if p[k] is not None else "" for _, k in PEER_COLUMNS]
+        for p in out["peers"]
+    ]
     if not sys.stdout.isatty():
         keys = [k for _, k in PEER_COLUMNS[1:]]
         rows = [
@@ -263,7 +279,6 @@ def peers_table(out: dict[str, Any]) -> str:
             for row in cells
         ]
         return "\n".join([title, *rows])
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=title)
@@ -271,9 +286,9 @@ def peers_table(out: dict[str, Any]) -> str:
         table.add_column(header, overflow="fold")
     for row in cells:
         table.add_row(*row)
-    console = Console()
-    with console.capture() as captured:
-        console.print(table)
+    screen = console()
+    with screen.capture() as captured:
+        screen.print(table)
     return captured.get().rstrip("\n")
 
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
-from mempalace_logstream import errors
+from mempalace_logstream import display, errors
 from mempalace_logstream import validation as v
 from mempalace_logstream.cli.filters import FILTERS, FilterArgs, filter_options
 from mempalace_logstream.cli.options import DbOpt, HubOpt, PalaceOpt, TokenOpt, take_global
@@ -223,22 +223,27 @@ def _line_writer() -> Callable[[list[dict[str, Any]]], None]:
 
 
 def _styled(e: dict[str, Any]) -> Any:
+    """One event as a rich Text (never read as markup), every piece `display.terminal`'d."""
     from rich.text import Text
 
     text = Text()
-    text.append((e.get("created_at") or "")[11:23] + " ", style="dim")
-    text.append(str(e["id"]) + " ", style="dim")
-    text.append(f"[{e['type']}] ", style="bold cyan")
-    text.append(f"{e['stream']}/{e['room']} ", style="magenta")
-    text.append(f"{e.get('from_agent')}->{e.get('to_agent') or '-'}", style="green")
+
+    def add(piece: str, style: str | None = None) -> None:
+        text.append(display.terminal(piece), style=style)
+
+    add((e.get("created_at") or "")[11:23] + " ", "dim")
+    add(str(e["id"]) + " ", "dim")
+    add(f"[{e['type']}] ", "bold cyan")
+    add(f"{e['stream']}/{e['room']} ", "magenta")
+    add(f"{e.get('from_agent')}->{e.get('to_agent') or '-'}", "green")
     for key in ("topic", "status", "correlation_id"):
         if e.get(key):
-            text.append(f" {key}={e[key]}", style="yellow")
+            add(f" {key}={e[key]}", "yellow")
     body = " ".join((e.get("body") or "").split())
     if len(body) > 200:
         body = body[:197] + "..."
     if body:
-        text.append(" " + body)
+        add(" " + body)
     return text
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
-from mempalace_logstream import errors
+from mempalace_logstream import display, errors
 from mempalace_logstream.cli.announce import (
     NoPresenceOpt,
     PresenceTtlOpt,
@@ -104,16 +104,15 @@ class _WatchPrinter:
         elif self.as_json:
             text = json.dumps(data, ensure_ascii=False, indent=2)
         elif batch.events:
-            text = "\n".join(
-                [f"{data['count']} event(s):"] + [event_line(e) for e in data["events"]]
-            )
+            lines = [f"{data['count']} event(s):"] + [event_line(e) for e in data["events"]]
+            text = display.terminal("\n".join(lines))
         else:
             text = "No matching events before the idle timeout."
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
 
     def note(self, message: str) -> None:
-        sys.stderr.write(message + "\n")
+        sys.stderr.write(display.terminal(message) + "\n")
         sys.stderr.flush()
 
 

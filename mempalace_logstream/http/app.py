@@ -68,10 +68,10 @@ def create_app(
     app.state.integrity = None  # the integrity check run at startup (`/healthz` shows it)
     for exc_class, handler in EXCEPTION_HANDLERS.items():
         app.add_exception_handler(exc_class, handler)
-    app.add_middleware(HubGuard, settings=settings, store=store)
     app.get("/healthz", tags=["hub"])(healthz)
     pages.add_pages(app)
-    dashboard_routes.add_dashboard(app)
+    dashboard_routes.add_dashboard(app)  # also its sessions, which the guard checks
+    app.add_middleware(HubGuard, settings=settings, store=store, sessions=app.state.sessions)
     ops.add_op_routes(app)
     ops.add_get_aliases(app)
     presence_routes.add_presence_routes(app, presence)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hmac
 import html
 import json
+import logging
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -28,9 +29,14 @@ from mempalace_logstream.http.responses import error_response
 from mempalace_logstream.http.settings import HubSettings, version
 
 FILES = Path(__file__).with_name("dashboard")
+log = logging.getLogger("mempalace_logstream.dashboard")
 
 
 def add_dashboard(app: FastAPI) -> None:
+    """The dashboard's routes, and on `app.state` its failed-login counter and the sessions
+    ended by a logout (the guard refuses those)."""
+    app.state.sessions = session.EndedSessions(app.state.store)
+    app.state.login_throttle = session.LoginThrottle()
     app.get("/", include_in_schema=False)(index)
     app.get("/dashboard/session", include_in_schema=False)(session_info)
     app.post("/dashboard/login", include_in_schema=False)(login)
@@ -75,12 +81,20 @@ async def login(request: Request) -> Response:
     origin = request.headers.get("origin")
     if origin is not None and not session.same_origin(origin, request.headers.get("host", "")):
         return error_response(403, "Origin is not this hub", "Origin")  # login CSRF
-    fields = _form(await request.body(), request.headers.get("content-type", ""))
-    token = fields.get("token", "")
     if settings.token is None:
         return RedirectResponse("/", status_code=303)
+    throttle: session.LoginThrottle = request.app.state.login_throttle
+    client = request.client.host if request.client else "unknown"
+    wait = throttle.retry_after(client)
+    if wait is not None:
+        note = f"Too many failed logins from this address; try again in {wait} s."
+        return HTMLResponse(login_page(note), status_code=429, headers={"Retry-After": str(wait)})
+    fields = _form(await request.body(), request.headers.get("content-type", ""))
+    token = fields.get("token", "")
     if not hmac.compare_digest(token.encode(), settings.token.encode()):
+        _log_failure(throttle, client)
         return HTMLResponse(login_page("That is not this hub's token."), status_code=401)
+    throttle.succeeded(client)
     operator = fields.get("operator", "").strip() or None
     if operator is not None:
         try:
@@ -94,7 +108,25 @@ async def login(request: Request) -> Response:
     return resp
 
 
+def _log_failure(throttle: session.LoginThrottle, client: str) -> None:
+    """Count and log a failed login (the address and the count, never what was presented)."""
+    n = throttle.failed(client)
+    locked = f"; locked for {throttle.window_s:g} s" if n >= throttle.limit else ""
+    log.warning(
+        "failed dashboard login from %s (%d in the last %g s%s)",
+        client,
+        n,
+        throttle.window_s,
+        locked,
+    )
+
+
 async def logout(request: Request) -> Response:
+    """End the session on the hub (its cookie, even copied, no longer works) and clear it."""
+    settings: HubSettings = request.app.state.settings
+    found = _session(request, settings)
+    if found is not None:
+        await request.app.state.sessions.end(found)
     resp = RedirectResponse("/", status_code=303)
     secure = request.url.scheme == "https"
     resp.headers.append("set-cookie", session.set_cookie_header("", secure=secure, max_age=0))

@@ -9,8 +9,12 @@ read, or while it is read when it has no Content-Length.
 A browser cannot send the bearer: the dashboard's session cookie (`session.py`) stands in for it,
 read-only unless the login named an operator, and a cookie-authenticated POST must carry the
 dashboard's header and no foreign Origin. `/` is let through without credentials: it answers the
-login form (the route reads `scope["state"]["dashboard_auth"]`). A dashboard session acts as the
-admin (its login was the hub's token).
+login form (the route reads `scope["state"]["dashboard_auth"]`). A read-only dashboard session
+reads as the admin (its login was the hub's token); an operator session acts as its operator
+(it writes under that name only); a session ended by a logout is no session.
+
+Every response says it must not be framed (`X-Frame-Options: DENY`, CSP `frame-ancestors
+'none'`), the guard's own refusals included.
 """
 
 from __future__ import annotations
@@ -33,8 +37,15 @@ _BODY_METHODS = ("POST", "PUT", "PATCH")
 class HubGuard:
     """Raw ASGI guard (streaming-safe): Host/Origin pinning on loopback, bearer token, size."""
 
-    def __init__(self, app: ASGIApp, settings: HubSettings, store: LogStore | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        settings: HubSettings,
+        store: LogStore | None = None,
+        sessions: session.EndedSessions | None = None,
+    ) -> None:
         self.app = app
+        self.sessions = sessions or session.EndedSessions(store)
         self.settings = settings
         names = set(LOOPBACK_NAMES) | {settings.host.strip("[]").lower()}
         self.hosts = names | {h.strip("[]").lower() for h in settings.allowed_hosts}
@@ -46,6 +57,7 @@ class HubGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        send = _unframeable(send)
         headers = {k.decode("latin-1").lower(): val for k, val in scope["headers"]}
         refusal = self._refusal(headers)
         if refusal is not None:
@@ -98,17 +110,36 @@ class HubGuard:
             return actor
         if path in session.PUBLIC_PATHS or path.startswith(session.PUBLIC_PREFIX):
             return ANONYMOUS
-        cookie = headers.get("cookie")
-        found = None
-        if cookie is not None and self.settings.token is not None:
-            found = session.session_of(self.settings.token, cookie.decode("latin-1"))
+        found = await self._session(headers.get("cookie"))
         if found is not None:
             refused = _cookie_refusal(found, path, method, headers)
-            return ADMIN if refused is None else Refusal(*refused)
+            if refused is not None:
+                return Refusal(*refused)
+            return Actor(agent=found.operator) if found.operator else ADMIN
         if path == "/" and method in ("GET", "HEAD"):
             state["dashboard_auth"] = False  # the route answers the login form
             return ANONYMOUS
         return actor
+
+    async def _session(self, cookie: bytes | None) -> session.Session | None:
+        """The dashboard session of a Cookie header: signed, unexpired, not logged out."""
+        if cookie is None or self.settings.token is None:
+            return None
+        found = session.session_of(self.settings.token, cookie.decode("latin-1"))
+        if found is None or await self.sessions.is_ended(found):
+            return None
+        return found
+
+
+def _unframeable(send: Send) -> Send:
+    """`send` with the no-framing headers added to the response's start."""
+
+    async def wrapped(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), *session.FRAME_HEADERS]}
+        await send(message)
+
+    return wrapped
 
 
 def _cookie_refusal(

@@ -100,21 +100,31 @@ def is_before(a: str, b: str) -> bool:
 class Keyring:
     """Keys by id, folded from key events in HLC order. Build with `Keyring.build`."""
 
-    def __init__(self, pinned_admins: Iterable[str] = ()) -> None:
+    def __init__(self, pinned_admins: Iterable[str] = (), *, check_signatures: bool = True) -> None:
         self.pinned_admins = frozenset(pinned_admins)
+        # False only for key events this log already stored (each was verified on its way
+        # in): the hook's lean reader folds them without loading the Ed25519 library.
+        self.check_signatures = check_signatures
         self._records: dict[str, KeyRecord] = {}
         self._first_add: dict[str, str] = {}  # agent -> HLC of its first accepted key
         self._refused: list[Refusal] = []
         self._events: tuple[SignedEvent, ...] = ()
 
     @classmethod
-    def build(cls, key_events: Iterable[SignedEvent], pinned_admins: Iterable[str] = ()) -> Keyring:
+    def build(
+        cls,
+        key_events: Iterable[SignedEvent],
+        pinned_admins: Iterable[str] = (),
+        *,
+        check_signatures: bool = True,
+    ) -> Keyring:
         """Fold the key events (any order given; folded in HLC order, then by event id).
 
         A repeated event counts once; events of other types, with a malformed HLC, or reusing
         an event id with other content are refused (listed in `refused`), never raised.
+        `check_signatures=False` trusts each key event's signature (stored ones only).
         """
-        ring = cls(pinned_admins)
+        ring = cls(pinned_admins, check_signatures=check_signatures)
         good: list[tuple[hlc_mod.Stamp, str, SignedEvent]] = []
         seen: dict[str, SignedEvent] = {}
         for item in key_events:
@@ -136,7 +146,9 @@ class Keyring:
 
     def extended(self, more: Iterable[SignedEvent]) -> Keyring:
         """A keyring over these key events plus `more` (rebuilt: HLC order may interleave)."""
-        return Keyring.build((*self._events, *more), self.pinned_admins)
+        return Keyring.build(
+            (*self._events, *more), self.pinned_admins, check_signatures=self.check_signatures
+        )
 
     # ------------------------------------------------------------------ queries
     def key(self, key_id: str) -> KeyRecord | None:
@@ -174,6 +186,40 @@ class Keyring:
         if event.type == KEY_REVOKE and record.revoked_by == event.id:
             return False
         return not self.is_valid(record.key_id, event.hlc)
+
+    def revoked_after(self, event: Event) -> KeyRecord | None:
+        """The record of `event`'s key when that key is revoked at an HLC after the event's:
+        the event verifies (signed while the key was valid), but a holder of a revoked key
+        can stamp an event just before its revocation (backdating, RFC 0008 "Threat model")."""
+        record = self._records.get(event.key_id) if event.key_id else None
+        if record is None or record.revoked_hlc is None:
+            return None
+        return record if is_before(event.hlc, record.revoked_hlc) else None
+
+    def key_event(self, event_id: str) -> Event | None:
+        """The folded key event with this id (its `seq` says when it arrived in this log)."""
+        for item in self._events:
+            if item.event.id == event_id:
+                return item.event
+        return None
+
+    def signs(self, agent: str) -> bool:
+        """Whether `agent` has had a key: it signs from its first key on, and an unsigned
+        event under its name, of any HLC, cannot be told from a forgery."""
+        return agent in self._first_add
+
+    def first_key_hlc(self, agent: str) -> str | None:
+        """The HLC of `agent`'s first accepted key (None when it never had one)."""
+        return self._first_add.get(agent)
+
+    def read_mark(self, event: Event) -> str | None:
+        """Why a stored event reads `verified: false` now (RFC 0008 "Verdicts"), or None when
+        it reads as stored (`true` signed, `null` unsigned): `revoked_key` for a signed event
+        whose key was revoked at an HLC <= its own, `unsigned_name_signs` for an unsigned event
+        under a name that has a key."""
+        if event.sig is not None:
+            return "revoked_key" if self.revoked_before(event) else None
+        return "unsigned_name_signs" if event.from_agent in self._first_add else None
 
     def is_admin_trusted(self, key_id: str, at_hlc: str) -> bool:
         """Whether `key_id` is an admin key (pinned root or added by one) valid at `at_hlc`."""
@@ -227,7 +273,7 @@ class Keyring:
         signer = self._signer(item, facts)
         if signer is None:
             return "unknown_key", f"{event.id} is signed by unknown key {item.key_id}"
-        if not item.payload_verifies(signer):
+        if self.check_signatures and not item.payload_verifies(signer):
             return "bad_signature", f"{event.id}: the signature does not verify"
         if item.key_id in self.pinned_admins and item.key_id == facts["key_id"]:
             return None  # a pinned root adding (or revoking) itself

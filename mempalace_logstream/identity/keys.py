@@ -2,6 +2,8 @@
 
 Key ids are `ed25519:` + the first 16 bytes of SHA-256(raw public key) in hex (RFC 0008).
 Public keys and signatures travel as base64url without padding. No SQL, no surfaces.
+`cryptography` is imported on first use (a sign, a verify, a key loaded): a reader that only
+folds stored key events (the hook's lean inbox reader) never pays for it.
 """
 
 from __future__ import annotations
@@ -13,13 +15,15 @@ import functools
 import hashlib
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+        Ed25519PublicKey,
+    )
 
 KEY_ID_PREFIX = "ed25519:"
 KEY_ID_RE = re.compile(r"^ed25519:[0-9a-f]{32}$")
@@ -81,9 +85,13 @@ class PublicKey:
     @functools.cached_property
     def _loaded(self) -> Ed25519PublicKey:
         # Loaded once per key: the keyring verifies many events with the same key.
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
         return Ed25519PublicKey.from_public_bytes(self.raw)
 
     def verify(self, signature: bytes, message: bytes) -> bool:
+        from cryptography.exceptions import InvalidSignature
+
         try:
             self._loaded.verify(signature, message)
         except (InvalidSignature, ValueError):
@@ -95,6 +103,8 @@ class KeyPair:
     """An Ed25519 private key with its public half. Never printed by repr()."""
 
     def __init__(self, private: Ed25519PrivateKey) -> None:
+        from cryptography.hazmat.primitives import serialization
+
         self._private = private
         raw = private.public_key().public_bytes(
             serialization.Encoding.Raw, serialization.PublicFormat.Raw
@@ -103,11 +113,15 @@ class KeyPair:
 
     @classmethod
     def generate(cls) -> KeyPair:
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
         return cls(Ed25519PrivateKey.generate())
 
     @classmethod
     def from_seed(cls, seed: bytes) -> KeyPair:
         """The key pair of a 32-byte RFC 8032 seed (known-answer tests)."""
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
         return cls(Ed25519PrivateKey.from_private_bytes(seed))
 
     @property
@@ -121,6 +135,8 @@ class KeyPair:
         return self._private.sign(message)
 
     def private_pem(self) -> bytes:
+        from cryptography.hazmat.primitives import serialization
+
         return self._private.private_bytes(
             serialization.Encoding.PEM,
             serialization.PrivateFormat.PKCS8,
@@ -138,6 +154,8 @@ def write_private_key(pair: KeyPair, path: Path) -> None:
     if path.exists():
         raise FileExistsError(f"{path} already exists; refusing to overwrite a private key")
     path.parent.mkdir(parents=True, exist_ok=True)
+    import tempfile
+
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # mkstemp: mode 0600
     try:
         os.fchmod(fd, 0o600)
@@ -150,6 +168,28 @@ def write_private_key(pair: KeyPair, path: Path) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
     _fsync_dir(path.parent)  # the new name survives a power loss
+
+
+def install_key_file(staged: Path, path: Path, retired: Path | None = None) -> None:
+    """Put the key file `staged` in place at `path` in one atomic rename; the key `path` held
+    before is kept as `retired` first (a second name for it, so `path` never goes missing).
+
+    Idempotent after a crash at any point: an existing `retired` is left as it is, and a
+    `staged` already moved (gone) is not an error when `path` exists.
+    """
+    if retired is not None and path.exists():
+        with contextlib.suppress(FileExistsError):
+            os.link(path, retired)
+    if staged.exists() or not path.exists():
+        os.replace(staged, path)
+    _fsync_dir(path.parent)
+
+
+def retire_key_file(path: Path, retired: Path) -> None:
+    """Move a key file that no longer signs out of the way (`path` -> `retired`)."""
+    if path.exists():
+        os.replace(path, retired)
+        _fsync_dir(path.parent)
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -166,6 +206,9 @@ def load_private_key(path: Path) -> KeyPair:
     Raises KeyFormatError if it is not an Ed25519 key, PermissionError if group or others may
     read it (as ssh does: a key others could read must be treated as leaked).
     """
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     if path.stat().st_mode & 0o077:
         raise PermissionError(f"{path} is readable by others; chmod 600 it (and consider rotating)")
     try:

@@ -13,7 +13,6 @@ wakes on the log's own wake-ups (`event_wait`), and runs only while someone is s
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -32,7 +31,7 @@ from mcp.types import (
     UnsubscribeRequestParams,
 )
 
-from mempalace_logstream import errors
+from mempalace_logstream import display, errors
 from mempalace_logstream import validation as v
 from mempalace_logstream.models import Event
 from mempalace_logstream.store import Filters
@@ -52,7 +51,9 @@ _TEMPLATES["events"] = UriTemplate.parse(EVENTS)
 
 
 def _dump(result: dict[str, Any]) -> str:
-    return json.dumps(result, ensure_ascii=False, separators=(",", ":"))
+    """JSON a model reads: the same value, with `<`, `>`, `&` and hidden characters written
+    as \\u escapes (S-8.11)."""
+    return display.json_text(result, markup=True)
 
 
 async def inbox(agent: str, ctx: Context) -> str:

@@ -133,6 +133,32 @@ def _refused_positions(conn: sa.Connection, origin: str, upto: int) -> list[int]
     return [int(r[0]) for r in conn.execute(q)]
 
 
+def held_fingerprint(store: LogStore, origin: str, upto: int) -> Fingerprint:
+    """The fingerprint of the positions of `origin` <= upto held back for a later round (a
+    rejection still retried: a key not known yet) at which no event is held. `pull_after`
+    already resumes below them, so a peer that accounts for exactly these more than we do
+    shows no hole, only the catch-up a round makes anyway."""
+    r = sync_rejections.c
+    held = sa.exists().where(
+        events.c.origin_replica == r.origin_replica, events.c.origin_seq == r.origin_seq
+    )
+    q = sa.select(r.origin_seq).where(
+        r.kind == "event",
+        r.origin_replica == origin,
+        r.retryable.is_(True),
+        r.origin_seq.is_not(None),
+        r.origin_seq <= upto,
+        ~held,
+    )
+    with store.connect() as conn:
+        return _fp_of({int(row[0]) for row in conn.execute(q)})
+
+
+def fp_sum(a: Fingerprint, b: Fingerprint) -> Fingerprint:
+    """The fingerprint of two disjoint sets of positions together."""
+    return _fp_add(a, b)
+
+
 def origin_positions(store: LogStore) -> dict[str, tuple[int, Fingerprint]]:
     """{origin: (top, fingerprint)}: our version-vector entry and `fingerprint_upto(origin,
     top)`, for every origin we hold events of. One scan, like `version_vector()`; served to our

@@ -34,6 +34,9 @@ from mempalace_logstream.store import (
 # Rejections retried until they resolve (the verdict `unknown_key`, and the keyring refusals
 # of a key event that a later key event may cure: see replication/verify.py).
 HELD_REASONS = frozenset({"unknown_key", "bad_replaces", "bad_revoke"})
+# Rejections held until an operator accepts them (a sync round with the backdating window at
+# 0, RFC 0008 "Threat model"): retried every round, never dropped, never counted as refused.
+HELD_SUSPECT_REASONS = frozenset({"backdated"})
 
 
 def _raw_ident(raw: Any) -> str:
@@ -220,7 +223,8 @@ def _still_retryable(report: Mapping[str, Any], attempts: int) -> bool:
     key events arrive (RFC 0008: held, never dropped)."""
     if not report["retryable"]:
         return False
-    return attempts < MAX_RETRIES or report["reason"] in HELD_REASONS
+    reason = report["reason"]
+    return attempts < MAX_RETRIES or reason in HELD_REASONS or reason in HELD_SUSPECT_REASONS
 
 
 def _resolve(store: LogStore, ex: _Ex, kind: str, ids: list[str]) -> None:
@@ -366,8 +370,8 @@ SIGNATURE_REASONS = frozenset(
 def counts(store: LogStore) -> dict[str, int]:
     """Outstanding conflicts, rejections, deferred events, clock anomalies and sequence
     anomalies (events held beyond their origin's own tip); of the rejections, the events held
-    for their signing key (`held_for_key`) and those refused by their verdict
-    (`refused_signatures`, RFC 0008)."""
+    for their signing key (`held_for_key`), those held as backdating suspects
+    (`held_backdated`) and those refused by their verdict (`refused_signatures`, RFC 0008)."""
     with store.connect() as conn:
 
         def n(q: Any) -> int:
@@ -379,6 +383,11 @@ def counts(store: LogStore) -> dict[str, int]:
         return {
             "held_for_key": n(
                 rejections.where(reason.in_(sorted(HELD_REASONS)), sync_rejections.c.retryable)
+            ),
+            "held_backdated": n(
+                rejections.where(
+                    reason.in_(sorted(HELD_SUSPECT_REASONS)), sync_rejections.c.retryable
+                )
             ),
             "refused_signatures": n(
                 rejections.where(

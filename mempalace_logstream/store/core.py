@@ -15,7 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from mempalace_logstream import backends, errors, hlc, migrate, notify
+from mempalace_logstream import backends, config, errors, hlc, migrate, notify
 from mempalace_logstream import engine as engine_mod
 from mempalace_logstream import validation as v
 from mempalace_logstream.models import Event
@@ -49,7 +49,18 @@ class LogStore(Writes, Reads, Stats, TaskReads):
         migrate_schema: bool = True,
         task_settings: TaskSettings | None = None,
         keys_dir: Path | None = None,
+        backdate_window_ms: int = config.DEFAULT_BACKDATE_WINDOW_MS,
     ) -> None:
+        if not 0 <= backdate_window_ms <= config.MAX_BACKDATE_WINDOW_MS:
+            raise errors.ValidationError(
+                f"backdate_window_ms is {backdate_window_ms}; it must be between 0 and "
+                f"{config.MAX_BACKDATE_WINDOW_MS}",
+                field="backdate_window_ms",
+                limit=config.MAX_BACKDATE_WINDOW_MS,
+            )
+        # Sync apply holds an event signed by a key revoked here before it arrived, stamped
+        # less than this before the revocation (RFC 0008 "Threat model": backdating).
+        self.backdate_window_ms = backdate_window_ms
         self.engine = engine
         self.task_settings = task_settings or TaskSettings()
         self.backend = backends.for_engine(engine)

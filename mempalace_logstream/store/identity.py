@@ -7,7 +7,7 @@ The rules are the pure core's (`identity/`); this module only feeds them rows.
 
 from __future__ import annotations
 
-import re
+import functools
 import threading
 import time
 from collections.abc import Sequence
@@ -17,12 +17,14 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from mempalace_logstream import errors
+from mempalace_logstream import validation as v
 from mempalace_logstream.identity import keys, signing
 from mempalace_logstream.identity.actor import ADMIN_NAME, Actor
 from mempalace_logstream.identity.keyring import KEY_EVENT_TYPES, KEY_REVOKE, Keyring, SignedEvent
 from mempalace_logstream.identity.verdict import Verdict, own_verdict, verdict
 from mempalace_logstream.models import Event
 from mempalace_logstream.schema import artifacts, events, meta
+from mempalace_logstream.store.marks import KEY_EVENTS_SQL, MARKS_SQL, PIN_PREFIX, pins_of
 from mempalace_logstream.store.rows import events_from_rows
 
 if TYPE_CHECKING:
@@ -30,10 +32,9 @@ if TYPE_CHECKING:
 
 KEYS_DIRNAME = "keys"
 KEY_SUFFIX = ".key"
-PIN_PREFIX = "identity.pin."  # meta rows `identity.pin.<key id>`: the pinned admin keys
 KEY_TYPE_PREFIX = "identity."  # every type under it is reserved for key events
 # An agent name that can be a key file's name (the agent commands refuse others).
-KEY_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$")
+KEY_NAME_RE = v.UNICODE_AGENT_NAME_RE
 
 
 def keys_dir_for(url: str, palace: str | Path | None = None) -> Path | None:
@@ -113,13 +114,13 @@ class Identity:
     def keyring(self, ex: Executor, select: Any) -> Keyring:
         """The keyring of the log as `ex` sees it, rebuilt only when a key event or a pin
         changed since the last build. `select(*where)` gives the event read statement."""
-        top, joined = ex.rows("identity-marks", lambda: _marks(self._aggregate), {})[0]
-        pins = frozenset(k[len(PIN_PREFIX) :] for k in (joined or "").split(",") if k)
+        top, joined = ex.rows(MARKS_SQL, lambda: _marks(self._aggregate), {})[0]
+        pins = pins_of(joined)
         with self._lock:
             if self._ring is not None and self._ring_at == (top, pins):
                 return self._ring
         rows = ex.rows(
-            "identity-key-events",
+            KEY_EVENTS_SQL,
             lambda: select(_is_key_event()).order_by(events.c.seq),
             {},
         )
@@ -250,6 +251,22 @@ def _own_revocation_key(
     if meta.get("agent") != agent or meta.get("key_id") != pair.key_id:
         return None
     return pair
+
+
+@functools.lru_cache(maxsize=8)
+def registered_names(ring: Keyring) -> frozenset[str]:
+    """The names of the agents with a key in `ring` (revoked ones too: a name stays taken)."""
+    return frozenset(r.agent for r in ring.records())
+
+
+def check_names(ring: Keyring, **names: str | None) -> None:
+    """No name written (`from_agent=…`, `to_agent=…`, `created_by=…`) is a look-alike of an
+    agent with a key (issue 18 item 13); ValidationError naming the field otherwise."""
+    registered = registered_names(ring)
+    if registered:
+        for field, name in names.items():
+            if name is not None:
+                v.check_lookalike(field, name, registered)
 
 
 def check_writer(actor: Actor | None, field: str, name: str) -> None:

@@ -7,7 +7,8 @@ SQLAlchemy for SQLite and kept in backends/sqlite_inbox_sql.py, which
 `python -m mempalace_logstream.store.lean` regenerates by running the inbox's reads on a real
 store (tests/test_lean_inbox.py fails when the two differ). A read whose statement shape is
 not there raises `Unplanned` before anything is printed, and the caller reads through the
-store instead.
+store instead. A page is marked as the store marks it (store/marks.py: what reads
+`verified: false`), from the same keyring statements.
 
 Opening (backends/sqlite_reader.py) refuses a missing file or one that is not a log with the
 store's texts. Anything the store would do beyond reading is left to it (`open_lean` is None):
@@ -26,7 +27,8 @@ from typing import Any
 from mempalace_logstream.backends import sqlite_inbox_sql as inbox_sql
 from mempalace_logstream.backends import sqlite_reader
 from mempalace_logstream.backends.sqlite_reader import SnapshotQuery, SqliteReader
-from mempalace_logstream.store import plan
+from mempalace_logstream.models import Event
+from mempalace_logstream.store import marks, plan
 from mempalace_logstream.store.filters import ReadRequest, read_request
 
 
@@ -66,7 +68,10 @@ class LeanReader:
             raise Unplanned(name)
         req = read_request(**{k: val for k, val in args.items() if val is not None})
         with self.reader.snapshot() as query:
-            page = plan.read_page(_Statements(query), req)
+            st = _Statements(query)
+            page = plan.read_page(st, req)
+            if page.events:
+                st.mark(page.events)
         return page.to_dict()
 
 
@@ -97,6 +102,16 @@ class _Statements:
         rows = self._rows("id-at", {"seq": seq})
         return str(rows[0][0]) if rows else None
 
+    def mark(self, events: Sequence[Event]) -> None:
+        """The store's read marks (store/marks.py) with its keyring statements; the key
+        events' signatures are trusted (verified when stored), so no Ed25519 library loads."""
+        row = self._rows(marks.MARKS_SQL, {})[0]
+        if not marks.has_key_events(row):
+            return
+        key_events = plan.events_from_rows(self._rows(marks.KEY_EVENTS_SQL, {}))
+        ring = marks.keyring_of(key_events, marks.pins_of(row[1]), check_signatures=False)
+        marks.mark_reads(ring, events)
+
     def page(self, req: ReadRequest, lo: int, top_seq: int, order: str) -> Sequence[Any]:
         split = inbox_sql.SPLIT_INBOX
         key, _shape, params = plan.page_query(
@@ -116,6 +131,7 @@ def generate() -> dict[str, Any]:
     import tempfile
 
     from mempalace_logstream.backends.sqlite import SqliteBackend
+    from mempalace_logstream.identity.keyring import KEY_ADD
     from mempalace_logstream.schema import SCHEMA_HEAD
     from mempalace_logstream.store.core import LogStore
 
@@ -128,6 +144,7 @@ def generate() -> dict[str, Any]:
             ]
         with LogStore.open(path, create=False) as store:  # a fresh store: only these reads
             store.event_list(limit=1, order="desc")  # the first run's tip
+            store.event_list(type=[KEY_ADD], limit=1)  # the inbox's "agents have keys" probe
             for agent in ("b", "*"):
                 args = {"to_agent": [agent], "exclude_writer": [agent], "limit": 20}
                 for cursor in (None, sent[0].id, sent[-1].id):

@@ -17,9 +17,9 @@ from mempalace_logstream import notify
 from mempalace_logstream import validation as v
 from mempalace_logstream.backends import CoreExecutor, QueryExecutor
 from mempalace_logstream.backends.base import Query
-from mempalace_logstream.models import REVOKED_SINCE_STORED, Event, Page
+from mempalace_logstream.models import Event, Page
 from mempalace_logstream.schema import events
-from mempalace_logstream.store import plan
+from mempalace_logstream.store import marks, plan
 from mempalace_logstream.store.filters import FILTER_RULES, ReadRequest, read_request
 from mempalace_logstream.store.pipeline import CommitPipeline
 
@@ -145,16 +145,13 @@ class Reads(CommitPipeline):
         return page
 
     def _judge_revocations(self, ex: QueryExecutor, events: Sequence[Event]) -> None:
-        """Mark the signed events whose key was revoked at or before their HLC (stored before
-        the revocation arrived): they read `verified: false` (RFC 0008). Unsigned pages pay
-        nothing; signed ones one keyring probe."""
-        signed = [e for e in events if e.sig is not None]
-        if not signed:
-            return
-        ring = self.identity.keyring(ex, self.event_select)
-        for event in signed:
-            if ring.revoked_before(event):
-                event.__dict__[REVOKED_SINCE_STORED] = True
+        """Mark what reads `verified: false` although stored (RFC 0008, `Keyring.read_mark`):
+        a signed event whose key was revoked at or before its HLC (stored before the
+        revocation arrived), an unsigned event under a name that signs. An empty page pays
+        nothing; any other one keyring probe (one indexed statement while no key event or
+        pin changed: the keyring is cached), and a log without keys nothing more."""
+        if events:
+            marks.mark_reads(self.identity.keyring(ex, self.event_select), events)
 
     def _page_query(
         self, req: ReadRequest, lo: int, top_seq: int, order: str

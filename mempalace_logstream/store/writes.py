@@ -37,8 +37,9 @@ from mempalace_logstream.schema import (
 )
 from mempalace_logstream.store import blobs
 from mempalace_logstream.store import tasks as task_rows
-from mempalace_logstream.store.identity import PIN_PREFIX, Identity, check_writer
+from mempalace_logstream.store.identity import Identity, check_names, check_writer
 from mempalace_logstream.store.ids import new_id, now_text
+from mempalace_logstream.store.marks import PIN_PREFIX
 from mempalace_logstream.store.pipeline import CommitPipeline, TxState
 from mempalace_logstream.store.redaction import REDACT_TYPE
 from mempalace_logstream.store.rows import ARTIFACT_COLS, artifact_from_row, events_from_rows
@@ -91,6 +92,7 @@ class Transaction:
             prior = self.find_idempotent(draft)
             if prior is not None:
                 return same_as_prior(prior, draft)
+        check_names(self.keyring(), from_agent=draft.from_agent, to_agent=draft.to_agent)
         for aid in draft.artifact_ids:
             if not ex.rows("artifact-exists", _artifact_exists, {"id": aid}):
                 raise errors.NotFoundError(
@@ -139,6 +141,15 @@ class Transaction:
             identity.forget_ring()
         return sealed
 
+    def set_agent_token(self, agent: str, token_hash: str | None) -> None:
+        """Store (or, with None, drop) the hash of `agent`'s token in this transaction, so a
+        key event and its token commit together (`logstream agent rotate`, RFC 0008)."""
+        self.ex.run("agent-token-drop", _drop_token, {"agent": agent})
+        if token_hash is not None:
+            at = now_text(self.store.clock.wall_clock.now_ms())
+            row = {"agent": agent, "token_hash": token_hash, "created_at": at}
+            self.ex.insert("agent-token-insert", agent_tokens, [row])
+
     def follow_tasks(self, applied: list[Event]) -> None:
         """Move the task projection for events applied from a peer or an import (never
         refused: a peer's history stands; the fold lists illegal moves as anomalies)."""
@@ -174,6 +185,7 @@ class Transaction:
         """The one insert of a local artifact (content kept once per sha256)."""
         # An agent puts artifacts under its own name only (RFC 0008), like its events.
         check_writer(self.actor, "created_by", draft.created_by)
+        check_names(self.keyring(), created_by=draft.created_by)
         digest = hashlib.sha256(draft.content).hexdigest()
         held = blobs.ensure(self.ex, digest, len(draft.content), draft.content)
         ms = self.store.clock.wall_clock.now_ms()
@@ -466,3 +478,7 @@ def _not_tombstone(body: str) -> str:
 
 def _artifact_exists() -> sa.Select[Any]:
     return sa.select(artifacts.c.id).where(artifacts.c.id == sa.bindparam("id"))
+
+
+def _drop_token() -> sa.Delete:
+    return sa.delete(agent_tokens).where(agent_tokens.c.agent == sa.bindparam("agent"))

@@ -92,8 +92,13 @@ def _new_stats(peer: Peer, peer_replica: str, rvv: dict[str, int]) -> dict[str, 
 
 
 def _outcome(res: replication.ApplyResult, anomalies: list[dict[str, Any]]) -> dict[str, Any]:
-    """What a round reports beyond its counts: at most 100 items of each list."""
+    """What a round reports beyond its counts: at most 100 items of each list. Of the
+    rejections, `held_count` wait for a later round (a key not known yet) and `trust_keys` are
+    the self-signed admin keys among them (what a new replica has not pinned yet)."""
+    held = [r for r in res.rejected if r.get("retryable")]
     return {
+        "held_count": len(held),
+        "trust_keys": sorted({r["root_key_id"] for r in held if r.get("root_key_id")}),
         "duplicates": res.duplicates,
         "own_echo": res.own,
         "conflicts": res.conflicts[:100],

@@ -507,7 +507,10 @@ function renderSync() {
         cell(r.last_error ? `${r.last_error} (${ago(r.last_error_at)})` : "", "error"),
         cell(`pulled ${r.last_pulled_events || 0} events, ${r.last_pulled_artifacts || 0} artifacts; pushed ${r.last_pushed_events || 0}`),
         cell(r.total_pulled_events), cell(r.rounds))))) :
-      h("p", { class: "muted" }, "No peers: this hub syncs with no one (logstream peers add)."));
+      h("p", { class: "muted" }, "No peers: this hub syncs with no one. List them in ", h("code", null, "peers.json"),
+        " in the hub's palace (", h("code", null, '{"peers": [{"name", "url", "token"}]}'),
+        ", read again every round), or pull from one now on the hub's host with ",
+        h("code", null, "logstream sync --peer URL"), "; ", h("code", null, "logstream peers"), " shows the estate."));
 }
 
 // ------------------------------------------------------------------ header, tabs, forms

@@ -1,0 +1,55 @@
+"""Read marks (RFC 0008 "Verdicts"): what makes a stored event read `verified: false`, applied
+the same way by the store's reads and by the hook's lean inbox reader (store/lean.py).
+
+A read probes the keyring once per page that holds events (the `identity-marks` statement:
+the newest key event and the pins, on which the store caches its keyring); a log without key
+events stops there. The rule itself is the keyring's (`Keyring.read_mark`).
+Must not import sqlalchemy or the store's other modules, nor `identity` at import time (the
+hook path loads it only for a log that has key events).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from mempalace_logstream.models import Event, mark_unverified
+
+if TYPE_CHECKING:
+    from mempalace_logstream.identity.keyring import Keyring
+
+PIN_PREFIX = "identity.pin."  # meta rows `identity.pin.<key id>`: the pinned admin keys
+# The statement keys (`LogStore._sql`) of the keyring's two reads, shared with the lean reader.
+MARKS_SQL = "identity-marks"
+KEY_EVENTS_SQL = "identity-key-events"
+
+
+def pins_of(joined: str | None) -> frozenset[str]:
+    """The pinned admin key ids from the marks row's joined pin keys."""
+    return frozenset(k[len(PIN_PREFIX) :] for k in (joined or "").split(",") if k)
+
+
+def keyring_of(
+    key_events: Iterable[Event], pins: Iterable[str], *, check_signatures: bool = True
+) -> Keyring:
+    """The keyring folded from stored key events (`check_signatures=False`: trust the
+    signatures each was verified with on its way in)."""
+    from mempalace_logstream.identity.keyring import Keyring, SignedEvent
+
+    items = (SignedEvent(event=e, sig=e.sig, key_id=e.key_id) for e in key_events)
+    return Keyring.build(items, pins, check_signatures=check_signatures)
+
+
+def mark_reads(ring: Keyring, events: Sequence[Event]) -> None:
+    """Mark the events that read `verified: false` under `ring` (their `verified_reason`)."""
+    if not ring.records():
+        return
+    for event in events:
+        code = ring.read_mark(event)
+        if code is not None:
+            mark_unverified(event, code)
+
+
+def has_key_events(marks_row: Sequence[Any]) -> bool:
+    """Whether the marks row shows any key event (else no key exists: nothing to mark)."""
+    return marks_row[0] is not None
