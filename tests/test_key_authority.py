@@ -7,7 +7,8 @@ the hub), nothing is written, and an honest replica that syncs from the hub hold
 admin-made keyring, reads nothing forged as verified, and bob still writes. The hub never signs
 an agent's write with the admin key; an agent may still revoke its own key (signed with that
 key); the admin token still manages keys; a request without a token never gets a local
-process's trust (after every agent token was revoked, it is a 401).
+process's trust (after every agent token was revoked, it is a 401). The store's own rule, on
+both backends: tests/test_key_authority_store.py.
 """
 
 from __future__ import annotations
@@ -28,9 +29,8 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from typer.testing import CliRunner
 
-from mempalace_logstream import LogStore, agents, cli, errors, replication, sync
+from mempalace_logstream import LogStore, agents, cli, replication, sync
 from mempalace_logstream.identity import key_events, keys
-from mempalace_logstream.identity.actor import ANONYMOUS, Actor, acting_as
 from mempalace_logstream.identity.keyring import KEY_ADD, KEY_REVOKE
 from tests.conftest import REPO
 from tests.hubkit import LiveHub, live_hub
@@ -40,19 +40,19 @@ ADMIN_TOKEN = "admin-tok-keys-0f4c2a"
 MODES = ["auto", "legacy"]
 
 
-def _ring_view(store: LogStore) -> set[tuple[str, str, str, str | None]]:
+def ring_view(store: LogStore) -> set[tuple[str, str, str, str | None]]:
     """The keyring as (agent, key id, role, revoked HLC): what must never change by a forgery."""
     return {(r.agent, r.key_id, r.role, r.revoked_hlc) for r in agents.keyring(store).records()}
 
 
-def _key_id(store: LogStore, agent: str) -> str:
+def key_id_of(store: LogStore, agent: str) -> str:
     return next(r.key_id for r in agents.keyring(store).records() if r.agent == agent)
 
 
 def attacks(store: LogStore, mine: keys.KeyPair) -> dict[str, dict[str, Any]]:
     """The key events alice tries with her agent token (each an event_append payload)."""
-    bob_key = _key_id(store, "bob")
-    alice_key = _key_id(store, "alice")
+    bob_key = key_id_of(store, "bob")
+    alice_key = key_id_of(store, "alice")
     base = {"stream": key_events.STREAM, "room": key_events.ROOM}
     return {
         "revoke_bob": {
@@ -89,7 +89,7 @@ class Team:
         self.bob = agents.add(self.store, "bob")
         self.admin_key = agents.ensure_admin(self.store)
         self.mine = keys.KeyPair.generate()  # a key alice holds (never added by the admin)
-        self.ring = _ring_view(self.store)
+        self.ring = ring_view(self.store)
 
     def client(self, token: str) -> httpx.Client:
         auth = {"Authorization": f"Bearer {token}"}
@@ -121,7 +121,7 @@ def _honest_replica_after_sync(team: Team, tmp_path: Path) -> LogStore:
 def _assert_nothing_forged(team: Team, honest: LogStore) -> None:
     """The honest replica's keyring is the admin-made one, every event it reads verified is
     signed by a key of that keyring's own agent (or the admin), and bob still writes."""
-    assert _ring_view(honest) == team.ring
+    assert ring_view(honest) == team.ring
     ring = agents.keyring(honest)
     for event in honest.event_list(limit=500).events:
         if event.verified:
@@ -164,7 +164,7 @@ def test_an_agent_token_cannot_write_key_events_over_http_or_sync(
                 assert resp.json()["field"] == "type", (name, resp.text)
                 assert "admin" in resp.json()["error"], name
     assert team.events() == before  # nothing written
-    assert _ring_view(team.store) == team.ring
+    assert ring_view(team.store) == team.ring
     _push_forged_key_event(team, tmp_path)
     _admin_token_manages_keys(team)
     honest = _honest_replica_after_sync(team, tmp_path)
@@ -192,14 +192,14 @@ def _push_forged_key_event(team: Team, tmp_path: Path) -> None:
     assert pushed.status_code == 200, pushed.text
     reasons = {r["ident"]: r["reason"] for r in replication.list_rejections(team.store)}
     assert reasons.get(forged["id"]) == "not_admin", reasons
-    assert _ring_view(team.store) == team.ring
+    assert ring_view(team.store) == team.ring
     honest = LogStore.open(str(tmp_path / "elsewhere" / "log.sqlite3"))
     try:
         honest.pin_admin(team.admin_key)
         sync.sync_with_peer(honest, sync.LocalPeer(team.store))
         res = replication.apply_remote_events(honest, [forged], peer="hostile")
         assert [r["reason"] for r in res.rejected] == ["not_admin"]
-        assert _ring_view(honest) == team.ring
+        assert ring_view(honest) == team.ring
     finally:
         honest.close()
 
@@ -225,7 +225,7 @@ def _admin_token_manages_keys(team: Team) -> None:
         assert c.post("/v1/event_append", json=revoke).status_code == 200
     record = agents.keyring(team.store).key(dave.key_id)
     assert record is not None and record.agent == "dave" and record.revoked_hlc is not None
-    team.ring = _ring_view(team.store)  # the admin-made keyring now holds dave
+    team.ring = ring_view(team.store)  # the admin-made keyring now holds dave
 
 
 def test_an_agent_revokes_its_own_key_signed_with_that_key(team: Team, tmp_path: Path) -> None:
@@ -316,7 +316,7 @@ def test_mcp_stdio_as_an_agent_cannot_write_key_events_with_the_admin_key(
     try:
         agents.add(store, "alice")
         bob = agents.add(store, "bob")
-        ring = _ring_view(store)
+        ring = ring_view(store)
         payloads = attacks(store, keys.KeyPair.generate())
         before = store.stats()["events"]
     finally:
@@ -344,7 +344,7 @@ def test_mcp_stdio_as_an_agent_cannot_write_key_events_with_the_admin_key(
 
     asyncio.run(asyncio.wait_for(scenario(), 90))
     with LogStore.open(str(db)) as again:
-        assert _ring_view(again) == ring
+        assert ring_view(again) == ring
         assert again.stats()["events"] == before + 1
         assert agents.keyring(again).key(bob.key_id) is not None
 
@@ -380,7 +380,7 @@ def test_after_every_agent_token_is_revoked_a_request_without_a_token_is_401(
         agents.revoke(hub.store, "alice", reason="gone")
         assert agents.token_hashes(hub.store) == {}
         before = hub.store.stats()["events"]
-        ring = _ring_view(hub.store)
+        ring = ring_view(hub.store)
         admin_role = key_events.key_add_metadata(
             "eve", keys.KeyPair.generate().public, role="admin"
         )
@@ -393,87 +393,4 @@ def test_after_every_agent_token_is_revoked_a_request_without_a_token_is_401(
         old = {"Authorization": f"Bearer {alice.token}"}
         assert httpx.get(hub.url + "/v1/stats", headers=old).status_code == 401
         assert hub.store.stats()["events"] == before
-        assert _ring_view(hub.store) == ring
-
-
-# --------------------------------------------------------------------------- the core rule
-
-
-@pytest.fixture
-def keyed(store: LogStore, tmp_path: Path) -> LogStore:
-    """The contract store (SQLite file or PostgreSQL) with its own keys directory, alice and
-    bob added (the admin key is held here)."""
-    store.identity.keys_dir = tmp_path / "keys"
-    store.identity.reload_keys()
-    agents.add(store, "alice")
-    agents.add(store, "bob")
-    return store
-
-
-def _append(store: LogStore, payload: dict[str, Any], who: str = "alice") -> Any:
-    return store.event_append(from_agent=who, **payload)
-
-
-def test_the_store_refuses_key_events_from_an_agent_actor(keyed: LogStore) -> None:
-    ring, before = _ring_view(keyed), keyed.stats()["events"]
-    for name, payload in attacks(keyed, keys.KeyPair.generate()).items():
-        with acting_as(Actor(agent="alice")), pytest.raises(errors.ForbiddenError) as info:
-            _append(keyed, payload)
-        assert info.value.field == "type", name
-        with acting_as(ANONYMOUS), pytest.raises(errors.ForbiddenError):
-            _append(keyed, payload, "admin")
-    assert keyed.stats()["events"] == before
-    assert _ring_view(keyed) == ring
-    # An agent writing as itself is signed by its own key; where that key is not held here
-    # its write is refused (it must sign), never signed by the admin key instead.
-    alice_file = keyed.identity.keys_dir / "alice.key"  # type: ignore[operator]
-    os.replace(alice_file, alice_file.with_suffix(".away"))
-    keyed.identity.reload_keys()
-    with acting_as(Actor(agent="alice")), pytest.raises(errors.ForbiddenError) as info:
-        keyed.event_append(type="note", stream="s", room="r", from_agent="alice")
-    assert info.value.field == "from_agent"
-    with acting_as(Actor(agent="bob")):
-        own = keyed.event_append(type="note", stream="s", room="r", from_agent="bob")
-    assert own.key_id == _key_id(keyed, "bob")
-
-
-def test_the_store_lets_an_agent_revoke_its_own_key_only(keyed: LogStore) -> None:
-    alice_key, bob_key = _key_id(keyed, "alice"), _key_id(keyed, "bob")
-    base = {"stream": "identity", "room": "keys", "type": KEY_REVOKE}
-    with acting_as(Actor(agent="alice")), pytest.raises(errors.ForbiddenError):
-        _append(keyed, {**base, "metadata": key_events.key_revoke_metadata("bob", bob_key)})
-    with acting_as(Actor(agent="alice")), pytest.raises(errors.ForbiddenError):
-        # alice's key id, but named as bob's: not her own key's revocation
-        _append(keyed, {**base, "metadata": key_events.key_revoke_metadata("bob", alice_key)})
-    with acting_as(Actor(agent="alice")):
-        own = _append(
-            keyed, {**base, "metadata": key_events.key_revoke_metadata("alice", alice_key)}
-        )
-    assert own.key_id == alice_key and own.verified is True
-    assert agents.keyring(keyed).key(alice_key).revoked_by == own.id  # type: ignore[union-attr]
-    assert agents.keyring(keyed).key(bob_key).revoked_hlc is None  # type: ignore[union-attr]
-
-
-def test_a_local_process_writes_key_events_only_with_the_admin_key(
-    keyed: LogStore, tmp_path: Path
-) -> None:
-    """No actor (a local process): trusted as the admin when it holds the admin key; without
-    it, a key event is refused before anything is written."""
-    dave = keys.KeyPair.generate()
-    payload = {
-        "type": KEY_ADD,
-        "stream": "identity",
-        "room": "keys",
-        "metadata": key_events.key_add_metadata("dave", dave.public),
-    }
-    added = _append(keyed, payload, "admin")
-    assert added.key_id == agents.ensure_admin(keyed)
-    admin_file = keyed.identity.keys_dir / "admin.key"  # type: ignore[operator]
-    os.replace(admin_file, tmp_path / "admin.key.away")
-    keyed.identity.reload_keys()
-    other = {**payload, "metadata": key_events.key_add_metadata("erin", dave.public)}
-    before = keyed.stats()["events"]
-    with pytest.raises(errors.ForbiddenError) as info:
-        _append(keyed, other, "admin")
-    assert info.value.field == "type"
-    assert keyed.stats()["events"] == before
+        assert ring_view(hub.store) == ring
