@@ -326,6 +326,13 @@ def token_hashes(store: LogStore) -> dict[str, str]:
     return store.agent_token_hashes()
 
 
+def identity_in_use(store: LogStore) -> bool:
+    """Whether the log holds any key event: then a hub answers a request without a token
+    with 401, even when no agent token is left (RFC 0008 "The surfaces")."""
+    with store.snapshot() as ex:
+        return store.identity.any_key_event(ex)
+
+
 def agent_for_token(store: LogStore, token: str) -> str | None:
     """The agent a presented token belongs to, or None (constant time over all hashes)."""
     if not tokens.is_token(token):

@@ -110,6 +110,7 @@ def _blobs(store: LogStore, report: Report) -> None:
         "redacted": found.redacted,
         "corrupt": len(found.corrupt),
         "emptied_without_redaction": len(found.unattested),
+        "emptied_but_named": len(found.emptied_but_named),
     }
     if found.corrupt:
         report.add(
@@ -124,6 +125,15 @@ def _blobs(store: LogStore, report: Report) -> None:
             f"{len(found.unattested)} blob(s) are empty but no redaction held here names them "
             "(a peer sent them redacted; the redaction may still arrive by sync)",
             found.unattested,
+        )
+    if found.emptied_but_named:
+        report.add(
+            "blobs",
+            f"{len(found.emptied_but_named)} artifact(s) are not redacted but their blob is "
+            "empty, so they read no content (emptied by a redaction of another artifact with "
+            "the same bytes, or sent emptied by a peer); putting the same bytes again restores "
+            "them",
+            found.emptied_but_named,
         )
 
 

@@ -23,6 +23,7 @@ Must not import store or any surface.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import secrets
 import sqlite3
@@ -43,6 +44,7 @@ from mempalace_logstream.backends.sqlite_file import (
     read_only_mode,
     sqlite_uri,
 )
+from mempalace_logstream.schema import SQLITE_SHA256_FUNCTION
 
 __all__ = [
     "APPLICATION_ID",
@@ -166,11 +168,21 @@ def _listen_sqlite(
         cur.execute(f"PRAGMA synchronous={sync}")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
+        # The blob guard's SHA-256 (schema.blob_guard_ddl): SQLite has none of its own.
+        dbapi_conn.create_function(SQLITE_SHA256_FUNCTION, 1, _sha256_hex, deterministic=True)
 
     @sa.event.listens_for(engine, "begin")
     def _on_begin(conn: sa.Connection) -> None:
         write = conn.get_execution_options().get(WRITE_OPTION, False)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def _sha256_hex(data: Any) -> str | None:
+    """SQLite's `logstream_sha256(x)`: the lowercase hex SHA-256 of a BLOB (None for NULL)."""
+    if data is None:
+        return None
+    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    return hashlib.sha256(raw).hexdigest()
 
 
 def read_only_kind(engine: sa.Engine) -> str | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-SCHEMA_HEAD = "0006"
+SCHEMA_HEAD = "0007"
 
 metadata = sa.MetaData(
     naming_convention={
@@ -234,6 +234,20 @@ redactions = sa.Table(
     sa.Index(None, "sha256"),
 )
 
+# ---- artifact_redactions (0007, RFC 0008 "Redaction"): one row per artifact a redaction took
+# effect on (its writer created the artifact, or the admin redacted it). The artifact reads as
+# redacted whatever its blob holds; a blob is emptied only when every artifact naming its
+# sha256 has a row here, and refilled when an unredacted one arrives with its bytes.
+artifact_redactions = sa.Table(
+    "artifact_redactions",
+    metadata,
+    sa.Column("artifact_id", Key, nullable=False),
+    sa.Column("redaction_id", Key, nullable=False),
+    sa.Column("sha256", Key, nullable=False),
+    sa.PrimaryKeyConstraint("artifact_id", "redaction_id"),
+    sa.Index(None, "sha256"),
+)
+
 # Every table that holds log content. Revision 0001 guarded the first three; 0003 added the
 # blobs (the bytes behind an artifact's sha256), so a migration passes the tables it guards.
 APPEND_ONLY_TABLES = ("events", "event_artifacts", "artifacts", "artifact_blobs", "redactions")
@@ -311,12 +325,7 @@ def redaction_guard_ddl(dialect: str, event_columns: tuple[str, ...]) -> list[st
             "CREATE TRIGGER events_no_update BEFORE UPDATE ON events "
             f"WHEN NOT {body_named.format(sha='')} OR {changed} "
             f"BEGIN SELECT RAISE(ABORT, '{_REFUSE.format(table='events', what='a body')}'); END",
-            "DROP TRIGGER IF EXISTS artifact_blobs_no_update",
-            "CREATE TRIGGER artifact_blobs_no_update BEFORE UPDATE ON artifact_blobs "
-            f"WHEN NOT {blob_named} OR NEW.sha256 IS NOT OLD.sha256 "
-            "OR NEW.size_bytes IS NOT OLD.size_bytes OR length(NEW.content) <> 0 "
-            "BEGIN SELECT RAISE(ABORT, "
-            f"'{_REFUSE.format(table='artifact_blobs', what='a blob')}'); END",
+            *_blob_trigger_0006_sqlite(blob_named),
         ]
     new = ", ".join(f"NEW.{c}" for c in kept)
     old = ", ".join(f"OLD.{c}" for c in kept)
@@ -354,3 +363,79 @@ def drop_redaction_guard_ddl(dialect: str) -> list[str]:
     out = [f"DROP TRIGGER IF EXISTS {t}_redact_only ON {t}" for t in REDACTABLE_TABLES]
     out.append("DROP FUNCTION IF EXISTS logstream_guard_redaction()")
     return out
+
+
+def _blob_trigger_0006_sqlite(blob_named: str) -> list[str]:
+    return [
+        "DROP TRIGGER IF EXISTS artifact_blobs_no_update",
+        "CREATE TRIGGER artifact_blobs_no_update BEFORE UPDATE ON artifact_blobs "
+        f"WHEN NOT {blob_named} OR NEW.sha256 IS NOT OLD.sha256 "
+        "OR NEW.size_bytes IS NOT OLD.size_bytes OR length(NEW.content) <> 0 "
+        "BEGIN SELECT RAISE(ABORT, "
+        f"'{_REFUSE.format(table='artifact_blobs', what='a blob')}'); END",
+    ]
+
+
+# ---- per-artifact redaction (0007): the blob guard counts artifacts, not redactions.
+# SQLite has no SHA-256 in SQL: the store registers this function on every connection it
+# opens (engine.py); another program's UPDATE of a blob fails for want of it, which refuses it.
+SQLITE_SHA256_FUNCTION = "logstream_sha256"
+_UNREDACTED = (
+    "EXISTS (SELECT 1 FROM artifacts a WHERE a.sha256 = OLD.sha256 AND NOT EXISTS "
+    "(SELECT 1 FROM artifact_redactions t WHERE t.artifact_id = a.id))"
+)
+_REDACTED_ONE = "EXISTS (SELECT 1 FROM artifact_redactions t WHERE t.sha256 = OLD.sha256)"
+_BLOB_REFUSE = (
+    "artifact_blobs are append-only: UPDATE is not allowed (a redaction may only empty a blob "
+    "no unredacted artifact names, or refill an emptied one with its own bytes)"
+)
+
+
+def blob_guard_ddl(dialect: str) -> list[str]:
+    """The `artifact_blobs` update guard of 0007: the only UPDATEs let through are emptying a
+    blob when every artifact naming its sha256 is redacted (and one is), and refilling an
+    emptied blob with bytes of that sha256 and size while an unredacted artifact names it.
+    sha256 and size never change."""
+    if dialect == "sqlite":
+        digest = f"{SQLITE_SHA256_FUNCTION}(NEW.content)"
+        empty = f"(length(NEW.content) = 0 AND {_REDACTED_ONE} AND NOT {_UNREDACTED})"
+        refill = (
+            "(length(OLD.content) = 0 AND length(NEW.content) = OLD.size_bytes "
+            f"AND {digest} = OLD.sha256 AND {_UNREDACTED})"
+        )
+        return [
+            "DROP TRIGGER IF EXISTS artifact_blobs_no_update",
+            "CREATE TRIGGER artifact_blobs_no_update BEFORE UPDATE ON artifact_blobs "
+            "WHEN NEW.sha256 IS NOT OLD.sha256 OR NEW.size_bytes IS NOT OLD.size_bytes "
+            f"OR NOT ({empty} OR {refill}) "
+            f"BEGIN SELECT RAISE(ABORT, '{_BLOB_REFUSE}'); END",
+        ]
+    return [
+        "CREATE OR REPLACE FUNCTION logstream_guard_blob() RETURNS trigger "
+        "LANGUAGE plpgsql AS $$ BEGIN "
+        "IF NEW.sha256 = OLD.sha256 AND NEW.size_bytes = OLD.size_bytes THEN "
+        f"IF octet_length(NEW.content) = 0 AND {_REDACTED_ONE} AND NOT {_UNREDACTED} "
+        "THEN RETURN NEW; END IF; "
+        "IF octet_length(OLD.content) = 0 AND octet_length(NEW.content) = OLD.size_bytes "
+        f"AND encode(sha256(NEW.content), 'hex') = OLD.sha256 AND {_UNREDACTED} "
+        "THEN RETURN NEW; END IF; "
+        "END IF; "
+        f"RAISE EXCEPTION '{_BLOB_REFUSE}' USING ERRCODE = 'restrict_violation'; END $$",
+        "DROP TRIGGER IF EXISTS artifact_blobs_redact_only ON artifact_blobs",
+        "CREATE TRIGGER artifact_blobs_redact_only BEFORE UPDATE ON artifact_blobs "
+        "FOR EACH ROW EXECUTE FUNCTION logstream_guard_blob()",
+    ]
+
+
+def drop_blob_guard_ddl(dialect: str) -> list[str]:
+    """Back to the blob guard of 0006 (`redaction_guard_ddl`'s)."""
+    if dialect == "sqlite":
+        return _blob_trigger_0006_sqlite(
+            "EXISTS (SELECT 1 FROM redactions r WHERE r.sha256 = OLD.sha256 AND r.part <> 'body')"
+        )
+    return [
+        "DROP TRIGGER IF EXISTS artifact_blobs_redact_only ON artifact_blobs",
+        "CREATE TRIGGER artifact_blobs_redact_only BEFORE UPDATE ON artifact_blobs "
+        "FOR EACH ROW EXECUTE FUNCTION logstream_guard_redaction()",
+        "DROP FUNCTION IF EXISTS logstream_guard_blob()",
+    ]

@@ -36,7 +36,11 @@ FORGERY_CODES = {
     "strip": {"unsigned_required"},
     "unsigned": {"unsigned_required"},
     "key_event": {"not_admin", "revoked_key", "unknown_key"},
+    # mallory's key signing a revocation of alice's key, or an admin-role key for herself
+    "key_revoke": {"not_admin", "revoked_key", "unknown_key"},
+    "key_admin": {"not_admin", "revoked_key", "unknown_key"},
 }
+KEY_FORGERIES = ("key_event", "key_revoke", "key_admin")
 
 
 def template() -> Path:
@@ -139,16 +143,12 @@ def forge(team: Team, hostile: LogStore, kind: str, *, after_hlc: str | None = N
     if after_hlc is not None:
         ms = int(after_hlc[:13]) + 1 + len(team.forged)
         values["hlc"] = f"{ms:013d}-000000-{hostile.replica_id}"
-    if kind == "key_event":
+    if kind in KEY_FORGERIES:
         values.update(
-            type="identity.key_add",
-            stream="identity",
-            room="keys",
-            from_agent="mallory",
-            metadata_json=_key_add_json("mallory2"),
+            _key_forgery(kind, ring), stream="identity", room="keys", from_agent="mallory"
         )
     event = rewrite(hostile, base.id, **values)
-    if kind in ("own_key", "replay", "key_event"):
+    if kind in ("own_key", "replay", *KEY_FORGERIES):
         event = resign(hostile, event, team.mallory)
     elif kind == "garbage":
         sig = keys.b64url_encode(secrets.token_bytes(64))
@@ -157,20 +157,38 @@ def forge(team: Team, hostile: LogStore, kind: str, *, after_hlc: str | None = N
     return event.id
 
 
-def _key_add_json(agent: str) -> str:
+def _key_forgery(kind: str, ring: Keyring) -> dict[str, Any]:
+    """The type and metadata of a key event mallory's key signs (`KEY_FORGERIES`)."""
     import json
 
-    from mempalace_logstream.identity.key_events import key_add_metadata
+    from mempalace_logstream.identity.key_events import key_add_metadata, key_revoke_metadata
 
-    return json.dumps(key_add_metadata(agent, keys.KeyPair.generate().public))
+    fresh = keys.KeyPair.generate().public
+    if kind == "key_revoke":
+        live = [r for r in ring.records() if r.agent == "alice" and r.revoked_hlc is None]
+        meta = key_revoke_metadata("alice", (live or list(ring.records()))[-1].key_id, "x")
+        return {"type": "identity.key_revoke", "metadata_json": json.dumps(meta)}
+    if kind == "key_admin":
+        meta = key_add_metadata("mallory", fresh, role="admin")
+    else:
+        meta = key_add_metadata("mallory2", fresh)
+    return {"type": "identity.key_add", "metadata_json": json.dumps(meta)}
 
 
 def stored_signed_verify(team: Team, store: LogStore) -> list[str]:
     """The problems with `store`'s signed events under the honest keyring: none verify
     false, except events whose key was revoked at an HLC <= theirs (a late revocation:
-    listed by `late_revoked`)."""
+    listed by `late_revoked` once the revocation reached `store`, and stored in good faith
+    while it had not)."""
     ring = team.honest_ring()
     late = {x.event_id for x in verify.late_revoked(store)}
+    with store.snapshot() as ex:
+        own = store.identity.keyring(ex, store.event_select)
+    late |= {
+        e.id
+        for e in held(store)
+        if e.key_id is not None and (k := own.key(e.key_id)) is not None and k.revoked_hlc is None
+    }
     problems = []
     with store.connect() as conn:
         from mempalace_logstream.backends.base import CoreExecutor
@@ -186,4 +204,4 @@ def stored_signed_verify(team: Team, store: LogStore) -> list[str]:
     return problems
 
 
-__all__ = ["FORGERY_CODES", "Team", "forge", "held", "note", "replica", "signed"]
+__all__ = ["FORGERY_CODES", "KEY_FORGERIES", "Team", "forge", "held", "note", "replica", "signed"]

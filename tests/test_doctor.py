@@ -80,6 +80,7 @@ def test_doctor_is_healthy_on_a_fresh_log(store: LogStore) -> None:
         "redacted": 0,
         "corrupt": 0,
         "emptied_without_redaction": 0,
+        "emptied_but_named": 0,
     }
     assert checks["tasks"]["tasks"] == 1 and checks["tasks"]["differ"] == 0
     sig = checks["signatures"]

@@ -28,7 +28,7 @@ from mempalace_logstream.http import session
 from mempalace_logstream.http.auth import Authenticator, Refusal
 from mempalace_logstream.http.responses import send_error
 from mempalace_logstream.http.settings import LOOPBACK_NAMES, HubSettings, is_loopback_host
-from mempalace_logstream.identity.actor import ACTOR_SCOPE_KEY, ADMIN, Actor, acting_as
+from mempalace_logstream.identity.actor import ACTOR_SCOPE_KEY, ADMIN, ANONYMOUS, Actor, acting_as
 from mempalace_logstream.store import LogStore
 
 _BODY_METHODS = ("POST", "PUT", "PATCH")
@@ -95,20 +95,21 @@ class HubGuard:
 
     async def _actor(
         self, path: str, method: str, headers: Mapping[str, bytes], scope: Scope
-    ) -> Actor | Refusal | None:
+    ) -> Actor | Refusal:
         """Who the request is (its bearer token, else a dashboard session), or why it is
-        refused. None: no token at all on this hub (as before identity), or a public path."""
+        refused. ANONYMOUS: no token and no keys at all on this hub (as before identity), or a
+        public path; never None (a local process's trust)."""
         state = scope.setdefault("state", {})
         state["dashboard_auth"] = True
         if path == "/healthz":
-            return None
+            return ANONYMOUS
         actor = await self.auth.actor(_bearer(headers.get("authorization", b"")))
         if isinstance(actor, Actor) and not actor.admin and _admin_only(path, method):
             return Refusal(403, f"{path} takes the hub's admin token, not an agent's", "token")
         if not isinstance(actor, Refusal):
             return actor
         if path in session.PUBLIC_PATHS or path.startswith(session.PUBLIC_PREFIX):
-            return None
+            return ANONYMOUS
         found = await self._session(headers.get("cookie"))
         if found is not None:
             refused = _cookie_refusal(found, path, method, headers)
@@ -117,7 +118,7 @@ class HubGuard:
             return Actor(agent=found.operator) if found.operator else ADMIN
         if path == "/" and method in ("GET", "HEAD"):
             state["dashboard_auth"] = False  # the route answers the login form
-            return None
+            return ANONYMOUS
         return actor
 
     async def _session(self, cookie: bytes | None) -> session.Session | None:

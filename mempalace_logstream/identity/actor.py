@@ -4,7 +4,10 @@ A surface that authenticates a caller (the hub with a per-agent or the admin tok
 mcp --agent NAME`) runs the call inside `acting_as(actor)`; the store reads `current()` when the
 call submits its write, so the rules (who may write as whom, which key signs) live once in the
 core. No actor (a local process with the files) is trusted as today and signs with the keys it
-holds. A context variable: each thread and each asyncio task sees its own.
+holds. A hub request without any token runs as ANONYMOUS, never as None: it writes under any
+name where no agent has a key (as before identity), but is never signed with a key this
+process holds and never writes a key event. A context variable: each thread and each asyncio
+task sees its own.
 """
 
 from __future__ import annotations
@@ -23,21 +26,28 @@ ACTOR_SCOPE_KEY = "logstream.actor"
 @dataclass(frozen=True)
 class Actor:
     """`agent`: the agent a per-agent token or `--agent` proves; `admin`: the admin token,
-    which may act for anyone (its writes are signed with the admin key)."""
+    which may act for anyone (its writes are signed with the admin key); `anonymous`: a hub
+    request that presented no token where none is required (see ANONYMOUS)."""
 
     agent: str | None = None
     admin: bool = False
+    anonymous: bool = False
 
     def __post_init__(self) -> None:
-        if (self.agent is None) == (not self.admin):
-            raise ValueError("an Actor is either an agent or the admin")
+        if (self.agent is not None) + self.admin + self.anonymous != 1:
+            raise ValueError("an Actor is an agent, the admin or anonymous")
 
     @property
     def name(self) -> str:
+        if self.anonymous:
+            return ANONYMOUS_NAME
         return ADMIN_NAME if self.admin else str(self.agent)
 
 
+ANONYMOUS_NAME = "anonymous"
 ADMIN = Actor(admin=True)
+# A hub request without a token on a hub that requires none: not a local process.
+ANONYMOUS = Actor(anonymous=True)
 
 _CURRENT: contextvars.ContextVar[Actor | None] = contextvars.ContextVar(
     "logstream_actor", default=None

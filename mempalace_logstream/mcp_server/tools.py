@@ -45,7 +45,13 @@ IdemKey = Annotated[
 
 async def mempalace_event_append(
     ctx: Context,
-    type: Annotated[str, Field(description="Event type, e.g. 'task.reply', 'note', 'status'.")],
+    type: Annotated[
+        str,
+        Field(
+            description="Event type, e.g. 'task.reply', 'note', 'status' ('identity.*' is "
+            "reserved for the admin's key events)."
+        ),
+    ],
     stream: Annotated[str, Field(description="Stream, e.g. 'project/myrepo'.")],
     room: Annotated[str, Field(description="Room within the stream, e.g. 'delegation'.")],
     from_agent: Agent,
@@ -193,7 +199,8 @@ async def mempalace_event_redact(
         str | None, Field(description="Who redacts: the admin or the event's own writer.")
     ] = None,
     artifact_ids: Annotated[
-        list[str] | None, Field(description="Artifacts of the event whose bytes go too.")
+        list[str] | None,
+        Field(description="Artifacts of the event to redact too (only ones you created)."),
     ] = None,
     keep_body: Annotated[
         bool | None, Field(description="Remove only the artifacts, keep the body.")

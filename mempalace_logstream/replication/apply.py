@@ -26,7 +26,6 @@ from mempalace_logstream.replication.reports import (
 )
 from mempalace_logstream.replication.wire import ApplyResult
 from mempalace_logstream.schema import (
-    artifact_blobs,
     artifacts,
     event_artifacts,
     events,
@@ -35,6 +34,7 @@ from mempalace_logstream.schema import (
 from mempalace_logstream.store import (
     LogStore,
     Transaction,
+    blobs,
     events_from_rows,
     now_text,
     redaction,
@@ -68,8 +68,10 @@ def apply_remote_event(store: LogStore, raw: Any, peer: str = "") -> bool:
     if res.conflicts:
         c = res.conflicts[0]
         raise errors.ConflictError(c["message"], field="id", ident=c["event_id"])
-    if res.rejected:
-        r = res.rejected[0]
+    # A redaction stored without effect (kind "redaction") was applied: not an error here.
+    refused = [r for r in res.rejected if r["kind"] != "redaction"]
+    if refused:
+        r = refused[0]
         if r["reason"] == "missing_artifact":
             raise errors.NotFoundError(r["message"], field="artifact_ids", ident=r["ident"])
         raise errors.ValidationError(r["message"], field=r.get("field"))
@@ -121,8 +123,10 @@ def apply_remote_batch(
             _apply_events_tx(store, ex, st, parsed.items, res, peer)
             # Task moves from a peer are applied, never refused: the projection follows them.
             tx.follow_tasks(st.appended[before:])
-            # Redactions among them, and held ones whose target just came (RFC 0008).
-            redaction.on_applied_events(tx, st.appended[before:])
+            # Redactions among them, and held ones whose target just came (RFC 0008); a
+            # refused one is stored (the log stands) but empties nothing, and is recorded.
+            refused = redaction.on_applied_events(tx, st.appended[before:])
+            res.rejected += [_redaction_refused(e, exc, peer) for e, exc in refused]
         _record_rejections(store, ex, res.rejected)
         _resolve(store, ex, "artifact", art_ids)
         _resolve(store, ex, "event", res.applied_ids[len(art_ids) :])
@@ -144,7 +148,7 @@ def _apply_artifacts_tx(
             else:
                 res.rejected.append(_artifact_conflict(art, prior, peer))
             continue
-        _ensure_blob(ex, art.sha256, art.content or b"")
+        blob = blobs.ensure(ex, art.sha256, art.size_bytes, art.content or b"")
         # The row LogStore._write_artifact_row writes for a local put, with the next seq.
         ex.insert(
             "sync-ins-artifact",
@@ -165,6 +169,8 @@ def _apply_artifacts_tx(
             ],
         )
         st.next_artifact_seq += 1
+        # An unredacted copy refills a blob emptied here by redactions of other copies.
+        blobs.refill_after(ex, blob, art.sha256, art.content or b"")
         held[art.id] = art.sha256
         res.applied_artifacts += 1
         applied.append(art.id)
@@ -172,17 +178,19 @@ def _apply_artifacts_tx(
     return applied
 
 
-def _ensure_blob(ex: _Ex, digest: str, content: bytes) -> None:
-    def build() -> sa.Executable:
-        col = artifact_blobs.c.sha256
-        return sa.select(col).where(col == sa.bindparam("sha"))
-
-    if not ex.rows("sync-blob", build, {"sha": digest}):
-        ex.insert(
-            "sync-ins-blob",
-            artifact_blobs,
-            [{"sha256": digest, "size_bytes": len(content), "content": content}],
-        )
+def _redaction_refused(event: Event, exc: redaction.Refused, peer: str) -> dict[str, Any]:
+    """The report of a peer's redaction that is stored but takes no effect here."""
+    return {
+        "kind": "redaction",
+        "ident": event.id,
+        "origin_replica": event.origin_replica,
+        "origin_seq": None,  # the event itself is stored: its position is accounted for
+        "reason": exc.code,
+        "field": exc.field,
+        "message": f"redaction {event.id} takes no effect: {exc.message}",
+        "retryable": False,
+        "peer": peer,
+    }
 
 
 class _Page:

@@ -33,7 +33,11 @@ from mempalace_logstream.store import (
     parse_links,
     repair_row,
 )
-from mempalace_logstream.store.redaction import EMPTY_SHA256, redaction_of_blob
+from mempalace_logstream.store.blobs import (
+    EMPTY_SHA256,
+    redaction_of_blob,
+    redactions_of_artifacts,
+)
 
 MAX_OPS_LIMIT = 500
 
@@ -318,10 +322,16 @@ def get_artifacts(
                 .join(artifact_blobs, artifact_blobs.c.sha256 == artifacts.c.sha256)
                 .where(artifacts.c.id.in_(chunk))
             )
+            redacted = redactions_of_artifacts(conn, chunk)
             for row in conn.execute(q):
                 held = artifact_from_row(row, bytes(row[-1]))
-                if not held.content and held.sha256 != EMPTY_SHA256:
-                    # Emptied by a redaction (RFC 0008): served as such, sha256 unchanged.
+                mine = redacted.get(row[0])
+                if mine is not None:
+                    # Redacted (RFC 0008): served empty with its tombstone, sha256 unchanged,
+                    # whatever the blob holds for other artifacts with the same bytes.
+                    held = replace(held, content=b"", redacted=mine)
+                elif not held.content and held.sha256 != EMPTY_SHA256:
+                    # Emptied here but not redacted itself: what this replica holds.
                     held = replace(held, redacted=redaction_of_blob(conn, held.sha256) or {})
                 found[row[0]] = held
     out: list[Artifact] = []

@@ -20,8 +20,15 @@ from mempalace_logstream import errors
 from mempalace_logstream.identity.keyring import Keyring
 from mempalace_logstream.identity.verdict import verdict
 from mempalace_logstream.models import TOMBSTONE_PREFIX, Event, parse_tombstone
-from mempalace_logstream.schema import artifact_blobs, events, redactions
+from mempalace_logstream.schema import (
+    artifact_blobs,
+    artifact_redactions,
+    artifacts,
+    events,
+    redactions,
+)
 from mempalace_logstream.schema import tasks as tasks_table
+from mempalace_logstream.store import blobs as blob_rows
 from mempalace_logstream.store import tasks as task_rows
 from mempalace_logstream.store.identity import artifact_sha256s
 from mempalace_logstream.store.redaction import BODY, REDACT_TYPE, Refused, spec_of
@@ -50,12 +57,18 @@ class BlobReport:
     redacted: int = 0
     corrupt: list[str] = field(default_factory=list)  # sha256 of blobs whose bytes differ
     unattested: list[str] = field(default_factory=list)  # emptied, no redaction names it
+    # ids of artifacts that are not redacted but whose blob is empty (they read no content)
+    emptied_but_named: list[str] = field(default_factory=list)
 
 
 def blobs(store: LogStore) -> BlobReport:
-    """Every stored blob re-hashed (in chunks by sha256)."""
+    """Every stored blob re-hashed (in chunks by sha256). An empty blob is redacted when
+    every artifact naming it is; one an unredacted artifact still names is listed (by
+    artifact) as emptied but named: emptied by a redaction of another writer's copy (before
+    0007), or served emptied by a peer."""
     out = BlobReport()
-    named = _redacted_blob_shas(store)
+    with store.connect() as conn:
+        named = blob_rows.redacted_blob_shas(conn)
     after = ""
     while True:
         with store.connect() as conn:
@@ -67,24 +80,41 @@ def blobs(store: LogStore) -> BlobReport:
             ).all()
         if not rows:
             return out
+        emptied: list[str] = []
         for sha, content in rows:
             out.checked += 1
             data = bytes(content)
             if hashlib.sha256(data).hexdigest() == sha:
                 continue
-            if not data and sha in named:
-                out.redacted += 1
-            elif not data:
-                out.unattested.append(sha)
-            else:
+            if data:
                 out.corrupt.append(sha)
+            else:
+                emptied.append(sha)
+        _sort_emptied(store, emptied, named, out)
         after = rows[-1][0]
 
 
-def _redacted_blob_shas(store: LogStore) -> set[str]:
+def _sort_emptied(store: LogStore, emptied: list[str], named: set[str], out: BlobReport) -> None:
+    if not emptied:
+        return
     with store.connect() as conn:
-        q = sa.select(redactions.c.sha256).where(redactions.c.part != BODY).distinct()
-        return {str(r[0]) for r in conn.execute(q)}
+        bare = blob_rows.unredacted_on_empty_blobs(conn, emptied)
+        shas = (
+            {
+                str(r[0])
+                for r in conn.execute(sa.select(artifacts.c.sha256).where(artifacts.c.id.in_(bare)))
+            }
+            if bare
+            else set()
+        )
+    out.emptied_but_named += bare
+    for sha in emptied:
+        if sha in shas:
+            continue
+        if sha in named:
+            out.redacted += 1
+        else:
+            out.unattested.append(sha)
 
 
 @dataclass
@@ -256,3 +286,16 @@ def _check_redactions(store: LogStore, redacts: list[Event], out: SignatureRepor
             continue  # the target is not held (yet): applied when it arrives
         if any(p.part == BODY for p in spec.parts) and parse_tombstone(target.body) is None:
             out.redactions_not_applied.append(redaction.id)
+        elif not _artifacts_redacted(store, redaction.id, spec.parts):
+            out.redactions_not_applied.append(redaction.id)
+
+
+def _artifacts_redacted(store: LogStore, redaction_id: str, parts: Any) -> bool:
+    """Whether each artifact part of the redaction took effect (an artifact_redactions row)."""
+    wanted = {p.part for p in parts if p.part != BODY}
+    if not wanted:
+        return True
+    t = artifact_redactions.c
+    with store.connect() as conn:
+        rows = conn.execute(sa.select(t.artifact_id).where(t.redaction_id == redaction_id))
+        return wanted <= {str(r[0]) for r in rows}

@@ -20,7 +20,7 @@ from mempalace_logstream import errors
 from mempalace_logstream import validation as v
 from mempalace_logstream.identity import keys, signing
 from mempalace_logstream.identity.actor import ADMIN_NAME, Actor
-from mempalace_logstream.identity.keyring import KEY_EVENT_TYPES, Keyring, SignedEvent
+from mempalace_logstream.identity.keyring import KEY_EVENT_TYPES, KEY_REVOKE, Keyring, SignedEvent
 from mempalace_logstream.identity.verdict import Verdict, own_verdict, verdict
 from mempalace_logstream.models import Event
 from mempalace_logstream.schema import artifacts, events, meta
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 KEYS_DIRNAME = "keys"
 KEY_SUFFIX = ".key"
+KEY_TYPE_PREFIX = "identity."  # every type under it is reserved for key events
 # An agent name that can be a key file's name (the agent commands refuse others).
 KEY_NAME_RE = v.UNICODE_AGENT_NAME_RE
 
@@ -131,6 +132,15 @@ class Identity:
             self._ring, self._ring_at = ring, (top, pins)
         return ring
 
+    def any_key_event(self, ex: Executor) -> bool:
+        """Whether the log holds any key event (identity is in use here)."""
+        rows = ex.rows(
+            "identity-any-key-event",
+            lambda: sa.select(events.c.id).where(_is_key_event()).limit(1),
+            {},
+        )
+        return bool(rows)
+
     # ------------------------------------------------------------------ sealing
     def forget_ring(self) -> None:
         """Drop the cached keyring (this process just wrote a key event)."""
@@ -150,7 +160,10 @@ class Identity:
         written (another agent's name, or unsigned from an agent that signs)."""
         check_writer(actor, "from_agent", event.from_agent)
         ring = ring if ring is not None else self.keyring(ex, select)
-        pair = self._signer(ring, event, actor)
+        if is_key_type(event.type):
+            pair: keys.KeyPair | None = self._key_event_signer(event, actor)
+        else:
+            pair = self._signer(ring, event, actor)
         shas: dict[str, str] = {}
         if pair is not None:
             shas = artifact_sha256s(ex, event.artifact_ids)
@@ -172,21 +185,75 @@ class Identity:
         return event, judged
 
     def _signer(self, ring: Keyring, event: Event, actor: Actor | None) -> keys.KeyPair | None:
-        """The key that signs: the writer's own (valid in the keyring at a time this event
-        is stamped), else the admin key when the admin acts (the admin token, a key event,
-        or a local process writing for an agent that must sign)."""
+        """The key that signs an ordinary event: the admin key for the admin token; for an
+        agent actor its own key (valid in the keyring at a time this event is stamped) or
+        none, never the admin's; for a local process (no actor) the writer's own key, else
+        the admin key when it writes as the admin or for an agent that must sign. An
+        anonymous request is never signed with a key held here."""
         held = self.pairs()
         admin = held.get(ADMIN_NAME)
-        if event.type in KEY_EVENT_TYPES or (actor is not None and actor.admin):
+        if actor is not None and actor.anonymous:
+            return None
+        if actor is not None and actor.admin:
             return admin
         own = held.get(event.from_agent)
         if own is not None and own.key_id in ring.valid_keys(event.from_agent, event.hlc):
             return own
+        if actor is not None:  # an agent: its own key or nothing
+            return None
         if event.from_agent == ADMIN_NAME and admin is not None:
             return admin
-        if actor is None and admin is not None and ring.must_sign(event.from_agent, event.hlc):
+        if admin is not None and ring.must_sign(event.from_agent, event.hlc):
             return admin
         return None
+
+    def _key_event_signer(self, event: Event, actor: Actor | None) -> keys.KeyPair:
+        """The key that signs a key event (RFC 0008 "Who writes key events"): the admin key,
+        for the admin token or a local process holding it; an agent's own key for the
+        revocation of that very key (`identity.key_revoke`, written as itself). Anything else
+        is a ForbiddenError naming `type`, before anything is written."""
+        held = self.pairs()
+        admin = held.get(ADMIN_NAME)
+        if actor is None or actor.admin:
+            if admin is not None:
+                return admin
+            own = _own_revocation_key(held, event, event.from_agent) if actor is None else None
+            if own is not None:
+                return own
+            where = self.keys_dir / f"{ADMIN_NAME}{KEY_SUFFIX}" if self.keys_dir else "admin.key"
+            raise errors.ForbiddenError(
+                f"type {event.type!r} is a key event: only the admin writes key events, signed "
+                f"with the admin key, and no admin key is held here ({where})",
+                field="type",
+            )
+        own = _own_revocation_key(held, event, actor.agent) if actor.agent else None
+        if own is not None:
+            return own
+        raise errors.ForbiddenError(
+            f"type {event.type!r} is a key event: only the admin writes key events; an agent "
+            f"may only revoke its own key ({KEY_REVOKE} as itself, metadata.agent its name, "
+            "metadata.key_id its key held on this hub)",
+            field="type",
+        )
+
+
+def is_key_type(event_type: str) -> bool:
+    """Whether `event_type` is reserved for key events (every `identity.*` type; the keyring
+    folds `identity.key_add` and `identity.key_revoke`)."""
+    return event_type in KEY_EVENT_TYPES or event_type.startswith(KEY_TYPE_PREFIX)
+
+
+def _own_revocation_key(
+    held: dict[str, keys.KeyPair], event: Event, agent: str
+) -> keys.KeyPair | None:
+    """`agent`'s key when `event` is that agent revoking that very key, as itself."""
+    pair = held.get(agent)
+    if pair is None or event.type != KEY_REVOKE or event.from_agent != agent:
+        return None
+    meta = event.metadata
+    if meta.get("agent") != agent or meta.get("key_id") != pair.key_id:
+        return None
+    return pair
 
 
 @functools.lru_cache(maxsize=8)
@@ -207,8 +274,9 @@ def check_names(ring: Keyring, **names: str | None) -> None:
 
 def check_writer(actor: Actor | None, field: str, name: str) -> None:
     """An agent actor writes under its own name only (`from_agent`, `created_by`): another
-    name is a ForbiddenError naming `field`. The admin and a local process write for anyone."""
-    if actor is not None and not actor.admin and name != actor.agent:
+    name is a ForbiddenError naming `field`. The admin, a local process and an anonymous
+    request (a hub with no tokens and no keys: as before identity) write for anyone."""
+    if actor is not None and actor.agent is not None and name != actor.agent:
         raise errors.ForbiddenError(
             f"{field} {name!r} is not {actor.agent!r}, the agent this call is authenticated "
             "as; an agent writes as itself only",

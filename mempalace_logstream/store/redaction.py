@@ -4,10 +4,12 @@ covers, the signature, and who / when / why.
 
 One function applies a redaction, whether it was just written here (`event_redact`) or came
 from a peer (`on_applied_events`, called by replication's apply): it checks the authority (the
-admin, or the target's verified writer) and the SHA-256 of every part against what is held,
-writes the `redactions` rows, then replaces the body with its tombstone and empties the blob;
-the database's triggers (migration 0006) let through exactly that change. A redaction whose
-target is not held yet keeps its rows and is applied when the target arrives.
+admin, or the target's verified writer; for an artifact, the writer who created it) and the
+SHA-256 of every part against what is held, writes the `redactions` rows, then replaces the
+body with its tombstone and redacts each artifact (`blobs.py`: a blob another writer's
+unredacted artifact shares keeps its bytes); the database's triggers (migrations 0006, 0007)
+let through exactly that change. A redaction whose target is not held yet keeps its rows and
+is applied when the target arrives.
 """
 
 from __future__ import annotations
@@ -25,24 +27,26 @@ from mempalace_logstream.backends.base import binds, in_lists
 from mempalace_logstream.identity.actor import ADMIN_NAME, Actor
 from mempalace_logstream.identity.keyring import Keyring
 from mempalace_logstream.models import Event, body_digest, parse_tombstone, tombstone
-from mempalace_logstream.schema import artifact_blobs, artifacts, events, redactions
+from mempalace_logstream.schema import artifacts, events, redactions
+from mempalace_logstream.store import blobs
 from mempalace_logstream.store import tasks as task_rows
+from mempalace_logstream.store.blobs import BODY, EMPTY_SHA256
 
 if TYPE_CHECKING:
     from mempalace_logstream.store.writes import Transaction, Writes
 
 REDACT_TYPE = "event.redact"
-BODY = "body"  # the `part` of a body redaction; any other part is an artifact id
 MAX_REASON_BYTES = 4096
-EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+__all__ = ["BODY", "EMPTY_SHA256", "REDACT_TYPE", "Refused", "apply", "event_redact", "spec_of"]
 
 
 class Refused(Exception):
-    """A redaction that must not take effect: `code` is forbidden, sha_mismatch or malformed."""
+    """A redaction that must not take effect: `code` is forbidden, sha_mismatch or malformed;
+    `field` names the parameter a local caller gave wrong."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, field: str = "from_agent") -> None:
         super().__init__(message)
-        self.code, self.message = code, message
+        self.code, self.message, self.field = code, message, field
 
 
 @dataclass(frozen=True)
@@ -93,16 +97,17 @@ def writer_of(event: Event, ring: Keyring) -> str:
     return event.from_agent
 
 
-def authority(redaction: Event, target: Event, ring: Keyring) -> str:
-    """Who redacts (the name the tombstone records); Refused("forbidden") unless it is the
-    admin or the target's verified writer. A signed target needs a signed redaction."""
+def authority(redaction: Event, target: Event, ring: Keyring) -> tuple[str, bool]:
+    """Who redacts (the name the tombstone records) and whether as the admin;
+    Refused("forbidden") unless it is the admin or the target's verified writer. A signed
+    target needs a signed redaction."""
     writer = writer_of(target, ring)
     if redaction.key_id is not None:
         record = ring.key(redaction.key_id)
         if record is None:
             raise Refused("forbidden", f"{redaction.id} is signed by an unknown key")
         if record.role == "admin" or record.agent == writer:
-            return record.agent
+            return record.agent, record.role == "admin"
         raise Refused(
             "forbidden",
             f"{record.agent} may not redact {target.id}: only the admin or its writer "
@@ -111,7 +116,7 @@ def authority(redaction: Event, target: Event, ring: Keyring) -> str:
     if target.sig is not None:
         raise Refused("forbidden", f"{target.id} is signed: only a signed redaction may redact it")
     if redaction.from_agent in (writer, ADMIN_NAME):
-        return redaction.from_agent
+        return redaction.from_agent, redaction.from_agent == ADMIN_NAME
     raise Refused(
         "forbidden",
         f"{redaction.from_agent} may not redact {target.id}: only the admin or its writer "
@@ -130,8 +135,8 @@ def apply(tx: Transaction, redaction: Event, ring: Keyring) -> list[str]:
     target = _held(tx, spec.target_id)
     by = writer_of(redaction, ring)  # the same name on every replica, target held or not
     if target is not None:
-        authority(redaction, target, ring)
-        _check_parts(tx, spec, target)
+        who, admin = authority(redaction, target, ring)
+        _check_parts(tx, spec, target, None if admin else who)
     tomb = tombstone(
         body_sha256=next((p.sha256 for p in spec.parts if p.part == BODY), ""),
         event_id=redaction.id,
@@ -170,15 +175,20 @@ def _execute(tx: Transaction, target: Event, rows: list[dict[str, Any]]) -> list
                 params = {"target": target.id, "tomb": row["tombstone"]}
                 tx.ex.run("redaction-body", _update_body, params)
                 done.append(BODY)
-        else:
-            tx.ex.run("redaction-blob", _update_blob, {"sha": row["sha256"], "empty": b""})
+            continue
+        # The artifact reads redacted from now on; its blob is emptied only when no other
+        # artifact that is not redacted shares it (another writer's copy keeps its bytes).
+        if blobs.tombstone(tx.ex, row["part"], row["redaction_id"], row["sha256"]):
             done.append(row["part"])
+        blobs.empty_if_unnamed(tx.ex, row["sha256"])
     if BODY in done and target.correlation_id:
         _refold_task(tx, target.correlation_id)
     return done
 
 
-def _check_parts(tx: Transaction, spec: Spec, target: Event) -> None:
+def _check_parts(tx: Transaction, spec: Spec, target: Event, writer: str | None) -> None:
+    """Every part is the target's and holds the SHA-256 named; an artifact may be redacted
+    only by the writer who created it (`writer`; None: the admin, who may redact any)."""
     for part in spec.parts:
         if part.part == BODY:
             held = body_digest(target.body)
@@ -186,7 +196,16 @@ def _check_parts(tx: Transaction, spec: Spec, target: Event) -> None:
         elif part.part in target.artifact_ids:
             rows = tx.rows("redaction-art-sha", _select_art_sha, {"id": part.part})
             held = str(rows[0][0]) if rows else ""
+            creator = str(rows[0][1]) if rows else ""
             what = f"artifact {part.part}"
+            if writer is not None and creator != writer:
+                raise Refused(
+                    "forbidden",
+                    f"{writer} may not redact artifact {part.part}: it was created by "
+                    f"{creator!r}; only its creator or the admin may (its content is shared "
+                    "with every artifact that has the same bytes)",
+                    field="artifact_ids",
+                )
         else:
             raise Refused("malformed", f"{target.id} does not reference artifact {part.part}")
         if held != part.sha256:
@@ -206,30 +225,26 @@ def _refold_task(tx: Transaction, task_id: str) -> None:
         task_rows.save(tx, task, seq, existed=True)
 
 
-def on_applied_events(tx: Transaction, applied: Sequence[Event]) -> None:
+def on_applied_events(tx: Transaction, applied: Sequence[Event]) -> list[tuple[Event, Refused]]:
     """The replication hook: apply the redactions among events a peer brought, and those
-    held here whose target just arrived. A refused one takes no effect (`doctor` lists it)."""
+    held here whose target just arrived. A refused one takes no effect (the event stays:
+    `doctor` lists it); the refusals are returned for the round to record."""
     if not applied:
-        return
+        return []
     redacts = [e for e in applied if e.type == REDACT_TYPE]
     waiting = _pending_for(tx, [e.id for e in applied])
     if not redacts and not waiting:
-        return
+        return []
     ring = tx.store.identity.keyring(tx.ex, tx.store.event_select)
-    for event in redacts:
+    by_id = {e.id: e for e in applied}
+    held = (_held(tx, rid) for rid in waiting if rid not in by_id)
+    refused: list[tuple[Event, Refused]] = []
+    for event in [*redacts, *(e for e in held if e is not None)]:
         try:
             apply(tx, event, ring)
-        except Refused:
-            continue
-    by_id = {e.id: e for e in applied}
-    for redaction_id in waiting:
-        redaction = _held(tx, redaction_id)
-        if redaction is None or redaction_id in by_id:
-            continue
-        try:
-            apply(tx, redaction, ring)
-        except Refused:
-            continue
+        except Refused as exc:
+            refused.append((event, exc))
+    return refused
 
 
 def _pending_for(tx: Transaction, target_ids: list[str]) -> list[str]:
@@ -307,7 +322,7 @@ def event_redact(
             done = apply(tx, redaction, tx.store.identity.keyring(tx.ex, tx.store.event_select))
         except Refused as exc:
             if exc.code == "forbidden":
-                raise errors.ForbiddenError(exc.message, field="from_agent") from exc
+                raise errors.ForbiddenError(exc.message, field=exc.field) from exc
             raise errors.ConflictError(exc.message, field="body_sha256") from exc
         return {"event": redaction, "target": target.id, "parts": done}
 
@@ -361,33 +376,14 @@ def _sha(field: str, value: Any) -> str:
     return value
 
 
-# ----------------------------------------------------------------------------- reads
-
-
-def redaction_of_blob(conn: sa.Connection, sha256: str) -> dict[str, str] | None:
-    """{by, at, reason, event_id} of the redaction that emptied the blob `sha256`."""
-    row = conn.execute(
-        sa.select(
-            redactions.c.redacted_by,
-            redactions.c.redacted_at,
-            redactions.c.reason,
-            redactions.c.redaction_id,
-        )
-        .where(redactions.c.sha256 == sha256, redactions.c.part != BODY)
-        .order_by(redactions.c.redacted_at)
-        .limit(1)
-    ).first()
-    if row is None:
-        return None
-    return {"by": row[0], "at": row[1], "reason": row[2], "event_id": row[3]}
-
-
 def _select_held() -> sa.Select[Any]:
     return sa.select(redactions.c.part).where(redactions.c.redaction_id == sa.bindparam("id"))
 
 
 def _select_art_sha() -> sa.Select[Any]:
-    return sa.select(artifacts.c.sha256).where(artifacts.c.id == sa.bindparam("id"))
+    return sa.select(artifacts.c.sha256, artifacts.c.created_by).where(
+        artifacts.c.id == sa.bindparam("id")
+    )
 
 
 def _update_body() -> sa.Update:
@@ -395,12 +391,4 @@ def _update_body() -> sa.Update:
         sa.update(events)
         .where(events.c.id == sa.bindparam("target"))
         .values(body=sa.bindparam("tomb"))
-    )
-
-
-def _update_blob() -> sa.Update:
-    return (
-        sa.update(artifact_blobs)
-        .where(artifact_blobs.c.sha256 == sa.bindparam("sha"))
-        .values(content=sa.bindparam("empty"))
     )

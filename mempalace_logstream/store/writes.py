@@ -35,12 +35,13 @@ from mempalace_logstream.schema import (
     events,
     meta,
 )
+from mempalace_logstream.store import blobs
 from mempalace_logstream.store import tasks as task_rows
 from mempalace_logstream.store.identity import Identity, check_names, check_writer
 from mempalace_logstream.store.ids import new_id, now_text
 from mempalace_logstream.store.marks import PIN_PREFIX
 from mempalace_logstream.store.pipeline import CommitPipeline, TxState
-from mempalace_logstream.store.redaction import REDACT_TYPE, redaction_of_blob
+from mempalace_logstream.store.redaction import REDACT_TYPE
 from mempalace_logstream.store.rows import ARTIFACT_COLS, artifact_from_row, events_from_rows
 from mempalace_logstream.store.task_cache import FoldCache
 from mempalace_logstream.tasks import TaskSettings
@@ -187,7 +188,7 @@ class Transaction:
         check_writer(self.actor, "created_by", draft.created_by)
         check_names(self.keyring(), created_by=draft.created_by)
         digest = hashlib.sha256(draft.content).hexdigest()
-        self.ensure_blob(digest, draft.content)
+        held = blobs.ensure(self.ex, digest, len(draft.content), draft.content)
         ms = self.store.clock.wall_clock.now_ms()
         art = Artifact(
             id=new_id("art", ms),
@@ -202,13 +203,9 @@ class Transaction:
             warnings=draft.warnings,
         )
         self.write_artifact_row(art)
+        # A blob emptied by redactions of other copies is refilled for this unredacted one.
+        blobs.refill_after(self.ex, held, digest, draft.content)
         return art
-
-    def ensure_blob(self, digest: str, content: bytes) -> None:
-        """Store content once per sha256."""
-        if not self.ex.rows("blob-exists", _blob_exists, {"sha": digest}):
-            row = {"sha256": digest, "size_bytes": len(content), "content": content}
-            self.ex.insert("insert-blob", artifact_blobs, [row])
 
     def write_artifact_row(self, art: Artifact) -> None:
         """The artifacts row of `art` (local or replicated), with the next artifact seq."""
@@ -407,19 +404,25 @@ class Writes(CommitPipeline):
                 .join(artifact_blobs, artifact_blobs.c.sha256 == artifacts.c.sha256)
                 .where(artifacts.c.id == ident)
             ).first()
+            mine = blobs.redactions_of_artifacts(conn, [ident]).get(ident) if row else None
         if row is None:
             raise errors.NotFoundError(
                 f"artifact {ident!r} not found", field="artifact_id", ident=ident
             )
         content = bytes(row[-1])
+        if mine is not None:  # redacted itself: its tombstone, whatever the shared blob holds
+            return replace(artifact_from_row(row, b""), redacted=mine)
         # Re-hashed on every read (cheap next to the I/O): bytes changed behind the log are
         # never served under the original digest.
         actual = hashlib.sha256(content).hexdigest()
         if actual != row.sha256 and not content:
-            with self._storage_errors(), self.engine.connect() as conn:
-                redacted = redaction_of_blob(conn, row.sha256)
-            if redacted is not None:  # emptied by a redaction: said so, not an integrity error
-                return replace(artifact_from_row(row, content), redacted=redacted)
+            raise errors.IntegrityError(
+                f"artifact {ident!r} has no content here: its blob was emptied (by a "
+                "redaction of another artifact with the same bytes, or it came emptied from a "
+                "peer) but it is not redacted itself; `logstream doctor` lists it, and putting "
+                "the same bytes again (as any artifact) restores them",
+                ident=ident,
+            )
         if actual != row.sha256:
             raise errors.IntegrityError(
                 f"artifact {ident!r} is corrupt: its stored content hashes to {actual}, not "
@@ -481,8 +484,3 @@ def _artifact_exists() -> sa.Select[Any]:
 
 def _drop_token() -> sa.Delete:
     return sa.delete(agent_tokens).where(agent_tokens.c.agent == sa.bindparam("agent"))
-
-
-def _blob_exists() -> sa.Select[Any]:
-    col = artifact_blobs.c.sha256
-    return sa.select(col).where(col == sa.bindparam("sha"))
