@@ -118,6 +118,23 @@ def test_an_event_backdated_under_a_revoked_key_is_held_and_doctor_lists_it(team
     assert listed[0].key_agent == "mallory" and listed[0].gap_ms == 3 * DAY_MS
 
 
+def test_work_signed_before_a_rotation_and_received_after_it_is_stored(team) -> None:
+    """A rotation is routine, not a sign of a stolen key: an agent's offline work signed with
+    the old key just before the rotation, synced afterwards, is stored verified, held by no
+    one, and no doctor suspect."""
+    a, h, store, crew = team
+    rotated = agents.rotate(a, "mallory")
+    _pull(store, a)
+    rotated_at = a.event_get(rotated.event_id).hlc
+    offline = _signed_at(h, crew.mallory, "mallory", _stamp(rotated_at, -1_000, h.replica_id))
+    result = _pull(store, h)
+    assert offline not in _codes(result)
+    assert store.event_get(offline).verified is True
+    assert replication.counts(store)["held_backdated"] == 0
+    assert verify.backdating_suspects(store) == []
+    assert doctor.run(store).checks["backdating"]["held"] == 0
+
+
 def test_an_operator_accepts_a_held_suspect_with_a_zero_window(team) -> None:
     a, h, store, crew = team
     revoked_at = _revoke_mallory(a, store)

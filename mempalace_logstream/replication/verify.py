@@ -161,22 +161,33 @@ def backdated(ring: Keyring, event: Event, window_ms: int) -> Refused | None:
     before it, which a holder of the revoked key can do (RFC 0008 "Threat model")."""
     if window_ms <= 0 or event.key_id is None or hlc.parse(event.hlc) is None:
         return None
-    record = ring.revoked_after(event)
+    record = _revoked_after(ring, event)
     if record is None or record.revoked_hlc is None:
         return None
     gap = _wall_ms(record.revoked_hlc) - _wall_ms(event.hlc)
     if gap >= window_ms:
         return None
-    why = "rotated" if record.revoke_reason == "rotated" else "revoked"
     return Refused(
         "backdated",
         f"{event.id} is signed by {record.key_id} of {record.agent} at HLC {event.hlc}, "
-        f"{gap} ms before that key was {why} (HLC {record.revoked_hlc}), and arrived here "
+        f"{gap} ms before that key was revoked (HLC {record.revoked_hlc}), and arrived here "
         f"after the revocation: held as a backdating suspect (window {window_ms} ms). If it is "
         "honest (the agent was offline during the revocation), accept it with one sync round "
         f"run with {WINDOW_ENV}=0; `logstream doctor` lists what is held",
         True,
     )
+
+
+def _revoked_after(ring: Keyring, event: Event) -> KeyRecord | None:
+    """The record of `event`'s key when an explicit revocation (`identity.key_revoke`) came
+    after the event's HLC. A rotation (`key_add` with `replaces`) is routine and says nothing of
+    a stolen key: an agent's events written offline before it and synced afterwards are
+    honest as a rule, so they are neither held nor suspects (revoke, then `agent add`, for a
+    key that was compromised)."""
+    record = ring.revoked_after(event)
+    if record is None or record.revoke_reason == "rotated":
+        return None
+    return record
 
 
 # The setting that sets the backdating window (config.Settings.backdate_window_ms), named in
@@ -276,7 +287,7 @@ def backdating_suspects(store: LogStore, window_ms: int | None = None) -> list[B
     for e in found:
         record = revoked[str(e.key_id)]
         revocation = ring.key_event(str(record.revoked_by))
-        if ring.revoked_after(e) is None or revocation is None or e.seq <= revocation.seq:
+        if _revoked_after(ring, e) is None or revocation is None or e.seq <= revocation.seq:
             continue
         gap = _wall_ms(str(record.revoked_hlc)) - _wall_ms(e.hlc)
         out.append(
