@@ -249,6 +249,8 @@ HTTP_RULES: dict[str, tuple[str, ...]] = {
         "presence_routes",
         "dashboard_routes",
     ),
+    # The uvicorn server that stops the app cleanly (issue 19): above the app.
+    "server": ("app",),
     "__init__": ("app", "settings"),
 }
 

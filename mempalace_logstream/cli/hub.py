@@ -131,14 +131,22 @@ def serve(
         deadline_s=sync_deadline_s,
         max_response_bytes=sync_max_response_bytes,
     )
+    from mempalace_logstream.http.server import HubServer
+
     application = _hub_app(store, settings, loop, mcp_read_only)
     sock = _bind(host, port)
     _banner(host, sock, store, loop, interval, palace_path)
     config_ = uvicorn.Config(application, log_level="warning", timeout_graceful_shutdown=3)
+    server = HubServer(config_, application, say=_say, owns_process=True)
     try:
-        uvicorn.Server(config_).run(sockets=[sock])
+        server.run(sockets=[sock])
     finally:
         store.close()
+
+
+def _say(line: str) -> None:
+    """The hub's own lines (a stop) on stderr, the hub's log."""
+    typer.echo(line, err=True)
 
 
 def _check_serve_flags(
@@ -180,7 +188,7 @@ def _hub_app(store: LogStore, settings: HubSettings, loop: SyncLoop, mcp_read_on
     mcp_app, mcp_lifespan = mcp_server.http_endpoint(
         store, read_only=mcp_read_only, presence=presence
     )
-    mount = http_app.ExtraMount("/mcp", mcp_app, mcp_lifespan)
+    mount = http_app.ExtraMount("/mcp", mcp_app, mcp_lifespan, drain=mcp_app.drain)
     return http_app.create_app(store, settings, mounts=(mount,), sync_loop=loop, presence=presence)
 
 
