@@ -30,6 +30,23 @@ MISSING_ROUTE = frozenset({404, 405})  # what a hub without a route (the referen
 _WITH_FIELD = (errors.ValidationError, errors.NotFoundError, errors.ConflictError)
 
 
+class HubRefusedError(errors.LogstreamError):
+    """The hub refused the token (401) or, at its guard, the request (403): trying again
+    with the same credentials will not help."""
+
+    def __init__(self, message: str, *, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class HubFailedError(errors.LogstreamError):
+    """The hub answered with a server error that stands for no domain error (500, 504, …)."""
+
+    def __init__(self, message: str, *, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class HttpStatusError(errors.SyncError):
     """A peer answered a sync request with an error status."""
 
@@ -76,9 +93,20 @@ def status_error(
     return HttpStatusError(status, f"{where}: HTTP {status}: {scrub(text)}", peer_id=peer_id)
 
 
-def error_from_answer(status: int, raw: bytes, url: str) -> errors.LogstreamError:
+def retry_after_s(value: str | None) -> int | None:
+    """A `Retry-After` header in seconds (its delay form), or None."""
+    if value is None or not value.strip().isdigit():
+        return None
+    return int(value.strip())
+
+
+def error_from_answer(
+    status: int, raw: bytes, url: str, retry_after: str | None = None
+) -> errors.LogstreamError:
     """The domain error a hub's error answer to an operation stands for, with the hub's own
-    message (and field) when its body is our `{"error": ..., "field": ...}`."""
+    message (and field) when its body is our `{"error": ..., "field": ...}`. A 503 with a
+    `Retry-After` (a cap, or a hub that stops) is a `BusyError`; a refused token or request a
+    `HubRefusedError`; a server error with no domain meaning a `HubFailedError`."""
     try:
         payload = json.loads(raw)
         message = str(payload.get("error") or "")
@@ -87,14 +115,21 @@ def error_from_answer(status: int, raw: bytes, url: str) -> errors.LogstreamErro
         message, field = "", None
     if status == 401:
         refused = message or "unauthorized"
-        return errors.LogstreamError(
-            f"hub {url} refused the token: {refused}; pass --token or set LOGSTREAM_TOKEN"
+        return HubRefusedError(
+            f"hub {url} refused the token: {refused}; pass --token or set LOGSTREAM_TOKEN",
+            status=status,
         )
     if status == 403 and field:  # the core's refusal of a writer (not the hub's guard)
         return errors.ForbiddenError(message, field=field)
     if status == 403:
-        return errors.LogstreamError(f"hub {url} refused the request: {message or 'forbidden'}")
+        text = f"hub {url} refused the request: {message or 'forbidden'}"
+        return HubRefusedError(text, status=status)
     message = message or f"hub {url} answered HTTP {status}"
+    delay = retry_after_s(retry_after)
+    if status == 503 and delay is not None:
+        return errors.BusyError(message, retry_after_s=delay)
+    if status >= 500 and status not in STATUS_ERRORS:
+        return HubFailedError(message, status=status)
     cls = STATUS_ERRORS.get(status, errors.LogstreamError)
     if issubclass(cls, _WITH_FIELD):
         return cls(message, field=field)

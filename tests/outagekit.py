@@ -36,6 +36,22 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def until(predicate: Callable[[], bool], timeout: float = 30, every_s: float = 0.02) -> None:
+    """Return once `predicate()` holds; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(every_s)
+
+
+def at_wait_cap(url: str) -> bool:
+    """True once a hub's cap of open waits (`serve --wait-max-clients N`) is reached: a probe
+    wait that would block is refused with 503. How a test knows its N clients are blocked."""
+    probe = {"since_event_id": "tip", "timeout_ms": 50, "to_agent": "probe"}
+    resp = httpx.post(url + "/v1/event_wait", json=probe, timeout=30)
+    return resp.status_code == 503 and "too many open waits" in resp.json()["error"]
+
+
 def cli_env(home: Path, **extra: str) -> dict[str, str]:
     """The environment of a CLI subprocess: no LOGSTREAM_* of the caller's, its own HOME."""
     ours = ("LOGSTREAM_", "MEMPALACE_")

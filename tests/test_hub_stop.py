@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from mempalace_logstream import waits
-from tests.outagekit import HubProcess, running_hub
+from tests.outagekit import HubProcess, at_wait_cap, running_hub, until
 
 WAITS = 20
 MCP_WAITS = 4
@@ -79,22 +79,6 @@ def _sse(url: str, out: list[Any], opened: threading.Event) -> None:
         opened.set()
 
 
-def _all_blocked(url: str) -> bool:
-    """True once the hub's cap of open waits is reached: a probe wait is refused (503)."""
-    probe = {"since_event_id": "tip", "timeout_ms": 50, "to_agent": "probe"}
-    resp = httpx.post(url + "/v1/event_wait", json=probe, timeout=30)
-    return resp.status_code == 503 and "too many open waits" in resp.json()["error"]
-
-
-def _until(predicate: Any, timeout: float = 30) -> None:
-    done = threading.Event()
-    for _ in range(int(timeout / 0.05)):
-        if predicate():
-            return
-        done.wait(0.05)
-    raise AssertionError("condition not reached")
-
-
 def _stop_during_long_polls(hub: HubProcess, sig: int) -> tuple[list[Any], list[Any], list[Any]]:
     http_out: list[Any] = [None] * (WAITS - MCP_WAITS)
     mcp_out: list[Any] = [None] * MCP_WAITS
@@ -109,7 +93,7 @@ def _stop_during_long_polls(hub: HubProcess, sig: int) -> tuple[list[Any], list[
     for t in threads:
         t.start()
     assert opened.wait(30)
-    _until(lambda: _all_blocked(hub.url))
+    until(lambda: at_wait_cap(hub.url))
     hub.stop(sig)
     for t in threads:
         t.join(30)

@@ -19,12 +19,19 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
-from mempalace_logstream import display, errors
+from mempalace_logstream import display, errors, reconnect
 from mempalace_logstream import validation as v
 from mempalace_logstream.cli.filters import FILTERS, FilterArgs, filter_options
-from mempalace_logstream.cli.options import DbOpt, HubOpt, PalaceOpt, TokenOpt, take_global
+from mempalace_logstream.cli.options import (
+    DbOpt,
+    GiveUpOpt,
+    HubOpt,
+    PalaceOpt,
+    TokenOpt,
+    take_global,
+)
 from mempalace_logstream.cli.root import app
-from mempalace_logstream.cli.shared import STATE, fail, open_client
+from mempalace_logstream.cli.shared import STATE, fail, open_reader, riding
 
 if TYPE_CHECKING:
     from mempalace_logstream.watch import Client
@@ -68,18 +75,22 @@ def tail(
     palace: PalaceOpt = None,
     hub: HubOpt = None,
     token: TokenOpt = None,
+    give_up_after: GiveUpOpt = None,
 ) -> None:
     """Print matching events as they arrive (no state file); Ctrl-C to stop (exit 130).
 
     Starts at the newest event unless --from-start, --since-event-id or --since says where;
-    with --no-follow, prints what is there and exits 0.
+    with --no-follow, prints what is there and exits 0. With --hub, a hub outage is ridden
+    through from the last event printed (one stderr line when the hub is lost, one when it is
+    back; exit 3 past --give-up-after); a refused token exits 1.
     """
     given = [flag for flag, val in _starts(from_start, since_event_id, since) if val]
     if len(given) > 1:
         raise fail(f"{given[1]} cannot be combined with {given[0]}: give one of them", 2)
     since_created_at = since_time(since) if since is not None else None
     start = {"from_start": from_start, "since_event_id": since_event_id}
-    code = _run(filters, start, since_created_at, follow, as_json, (db, palace, hub, token))
+    target = (db, palace, hub, token)
+    code = _run(filters, start, since_created_at, follow, as_json, target, give_up_after)
     raise typer.Exit(code)
 
 
@@ -120,19 +131,24 @@ def _run(
     follow: bool,
     as_json: bool,
     target: tuple[str | None, str | None, str | None, str | None],
+    give_up_after: float | None = None,
 ) -> int:
-    """Follow to the exit code: 0 (--no-follow done, or stdout closed), 130 on Ctrl-C."""
+    """Follow to the exit code: 0 (--no-follow done, or stdout closed), 130 on Ctrl-C, 3 when
+    the hub stayed lost past --give-up-after."""
     write = _json_writer() if as_json else _line_writer()
     try:
-        client = open_client(*target)
+        client, policy = open_reader(*target, give_up_after)
         try:
-            reader = cast("Client", client)  # HubClient's call() names its first parameter `op`
+            # HubClient's call() names its first parameter `op`
+            reader = cast("Client", riding(client, policy))
             for events in _events(reader, filters, start, since_created_at, follow):
                 write(events)
         finally:
             client.close()
     except KeyboardInterrupt:
         return 130
+    except reconnect.GaveUpError:
+        return reconnect.EXIT_GAVE_UP
     except BrokenPipeError:
         _silence_stdout()
         return 0
