@@ -100,14 +100,19 @@ def _max_body(value: Any) -> int:
 
 
 def default_state_file(
-    state_file: str | None, agent: str, target: str, palace: str | None
+    state_file: str | None,
+    agent: str,
+    target: str,
+    palace: str | None,
+    directory: str = "inbox",
 ) -> Path | None:
-    """`--state-file` as given (`""` = none); else `<palace>/inbox/<log key>/<agent>.json`,
-    the log key a short hash of the log's URL, so two logs never share a cursor."""
+    """`--state-file` as given (`""` = none); else `<palace>/<directory>/<log key>/<agent>.json`
+    (`inbox`, or `monitor` for Monitor mode), the log key a short hash of the log's URL, so two
+    logs never share a cursor."""
     if state_file is not None:
         return Path(state_file).expanduser() if state_file != "" else None
     key = hashlib.sha256(target.encode()).hexdigest()[:12]
-    return config.palace_dir(palace) / "inbox" / key / f"{state_basename(agent)}.json"
+    return config.palace_dir(palace) / directory / key / f"{state_basename(agent)}.json"
 
 
 # ----------------------------------------------------------------------------- reading

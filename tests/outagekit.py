@@ -94,12 +94,15 @@ class _Pump:
 
 
 class CliProcess:
-    """`logstream ARGS` as a subprocess; stdout and stderr read line by line as they come."""
+    """`logstream ARGS` as a subprocess (or `argv` as given: a shell running a command line);
+    stdout and stderr read line by line as they come."""
 
-    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+    def __init__(
+        self, args: list[str], env: dict[str, str], *, argv: list[str] | None = None
+    ) -> None:
         self.args = args
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mempalace_logstream", *args],
+            argv or [sys.executable, "-m", "mempalace_logstream", *args],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
