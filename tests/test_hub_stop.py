@@ -133,14 +133,3 @@ def test_a_hub_stopped_with_ctrl_c_answers_the_same(tmp_path: Path) -> None:
         assert all(got[-1]["result"]["isError"] for got in mcp_out), mcp_out
         assert "Traceback" not in hub.log
         assert [ln for ln in hub.log.splitlines() if "stopping" in ln][0].count("SIGINT") == 1
-
-
-@pytest.mark.slow
-def test_a_restarted_hub_serves_waits_again(tmp_path: Path) -> None:
-    db = str(tmp_path / "hub.sqlite3")
-    with running_hub(db, tmp_path) as hub:
-        hub.stop()
-        hub.start()
-        body = {"since_event_id": "tip", "timeout_ms": 10}
-        resp = httpx.post(hub.url + "/v1/event_wait", json=body, timeout=30)
-        assert resp.status_code == 200 and resp.json()["timed_out"] is True

@@ -1,14 +1,16 @@
-"""Clients that ride through a hub outage (issue 19, item 2): `watch --follow --hub`, `tail
---hub --json` and `wait --hub`, started against a real `logstream serve` that is stopped for 10 s
-and started again on the same port while another process keeps appending (through the hub
-while it is up, straight into the log meanwhile): every event arrives exactly once at each
-client, in order; each says once that the hub was lost (and why) and once that it is back. A
-refused token is not an outage (exit 1, one line); `--give-up-after` bounds one (exit 3).
-Real subprocesses on both backends (`tests/outagekit.py`)."""
+"""Clients that ride through a hub outage (issue 19, items 2 and 5): `watch --follow --hub`,
+`tail --hub --json`, Monitor mode and `wait --hub`, started against a real `logstream serve`
+that is stopped for 10 s and started again on the same port while another process keeps
+appending (through the hub while it is up, straight into the log meanwhile): every event
+arrives exactly once at each client, in order; each says once that the hub was lost (and why)
+and once that it is back. A token refused after a restart is not an outage (one line, exit 1);
+`--give-up-after` bounds one (exit 3). Real subprocesses on both backends
+(`tests/outagekit.py`)."""
 
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -46,6 +48,12 @@ def _tail_ids(lines: list[str]) -> list[str]:
     return [json.loads(line)["id"] for line in lines if line]
 
 
+def _monitor_count(lines: list[str]) -> int:
+    """The events Monitor-mode lines tell of: one per line, or the count of a burst line."""
+    counts = [re.match(r"\[logstream\] (\d+) new events for ", ln) for ln in lines]
+    return sum(int(m.group(1)) if m else 1 for m in counts)
+
+
 def _told(proc: CliProcess, what: str) -> list[str]:
     return [line for line in proc.err.lines if what in line]
 
@@ -65,6 +73,13 @@ def test_watch_and_tail_get_every_event_once_in_order_across_a_hub_restart(
             env,
         )
         tail = CliProcess(["tail", "--hub", hub.url, "--json", "--since-event-id", seed], env)
+        mon = CliProcess(
+            [
+                *("tail", "--agent", "bob", "--monitor", "--hub", hub.url),
+                *("--since-event-id", seed, "--state-file", str(tmp_path / "monitor.json")),
+            ],
+            env,
+        )
         try:
             with Appender(hub, db_url) as appender:
                 appender.wait_for_via("hub", 30)
@@ -83,7 +98,10 @@ def test_watch_and_tail_get_every_event_once_in_order_across_a_hub_restart(
             assert tail.out.wait_for(lambda ls: len(_tail_ids(ls)) >= len(sent), 60)
             assert _watch_ids(watch.out.lines) == sent  # once each, in order
             assert _tail_ids(tail.out.lines) == sent
-            for proc in (watch, tail):
+            # Monitor mode tells of each event once (bursts in one line that counts them).
+            assert mon.out.wait_for(lambda ls: _monitor_count(ls) >= len(sent), 60)
+            assert _monitor_count(mon.out.lines) == len(sent), mon.out.lines
+            for proc in (watch, tail, mon):
                 lost, back = _told(proc, "lost hub"), _told(proc, "is back after")
                 assert len(lost) == 1 and len(back) == 1, proc.err.text()
                 assert hub.url in lost[0], lost
@@ -94,6 +112,7 @@ def test_watch_and_tail_get_every_event_once_in_order_across_a_hub_restart(
         finally:
             watch.stop()
             tail.stop()
+            mon.stop()
         assert "Traceback" not in "\n".join(log.text() for log in hub.logs)
 
 
@@ -130,17 +149,32 @@ def test_wait_rides_through_a_restart_and_sees_what_arrived_meanwhile(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("command", ["watch", "tail", "wait"])
-def test_a_refused_token_is_said_once_and_exits_1(tmp_path: Path, command: str) -> None:
+def test_a_token_refused_after_a_restart_is_said_once_and_exits_1(
+    tmp_path: Path, command: str
+) -> None:
+    """The stop is an outage (ridden through); the hub back with another token refuses the
+    client's: that is not an outage, so the client says so and exits 1."""
     db = str(tmp_path / "hub.sqlite3")
-    with running_hub(db, tmp_path, "--token", "right-token-123") as hub:
+    hub = HubProcess(db, tmp_path, "--token", "first-token-123")
+    hub.start()
+    try:
         args = [command, "--hub", hub.url]
         if command == "watch":
-            args += ["--agent", "bob", "--follow", "--state-file", ""]
-        proc = CliProcess(args, cli_env(tmp_path, LOGSTREAM_TOKEN="wrong-token-456"))
+            args += ["--agent", "bob", "--follow", "--no-presence", "--state-file", ""]
+        if command == "wait":
+            args += ["--since-event-id", "tip", "--timeout-ms", "120000"]
+        proc = CliProcess(args, cli_env(tmp_path, LOGSTREAM_TOKEN="first-token-123"))
+        hub.stop()
+        assert proc.err.wait_for(lambda ls: any("lost hub" in ln for ln in ls), 60)
+        hub.extra = ("--token", "second-token-456")
+        hub.start()
         assert proc.wait(60) == 1, proc.err.text()
+    finally:
+        hub.kill()
     err = proc.err.text()
-    assert "refused the token" in err and "wrong-token-456" not in err, err
-    assert "lost hub" not in err
+    assert len(_told(proc, "refused the token")) == 1, err
+    assert "first-token-123" not in err and "is back after" not in err
+    assert err.splitlines()[-1].startswith("error: hub "), err
 
 
 @pytest.mark.slow
@@ -161,4 +195,4 @@ def test_give_up_after_refuses_a_negative_bound(tmp_path: Path) -> None:
     args = ["tail", "--hub", "http://127.0.0.1:9", "--give-up-after", "-1"]
     proc = CliProcess(args, cli_env(tmp_path))
     assert proc.wait(60) == 2
-    assert "--give-up-after" in proc.err.text()
+    assert "Invalid value for '--give-up-after'" in proc.err.text(), proc.err.text()
