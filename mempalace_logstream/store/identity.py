@@ -122,10 +122,10 @@ class Identity:
         with self._lock:
             if self._ring is not None and self._ring_at == (top, pins):
                 return self._ring
-        rows = ex.rows(
-            KEY_EVENTS_SQL,
-            lambda: select(_is_key_event()).order_by(events.c.seq),
-            {},
+        rows = (
+            ex.rows(KEY_EVENTS_SQL, lambda: select(_is_key_event()).order_by(events.c.seq), {})
+            if top is not None  # no key event at all: nothing to read
+            else []
         )
         ring = Keyring.build((signed(e) for e in events_from_rows(rows)), pins)
         with self._lock:
