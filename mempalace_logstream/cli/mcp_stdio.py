@@ -125,7 +125,15 @@ def mcp_cmd(
             raise fail(f"{flag} is an option of channel mode: add --channel (and --agent NAME)")
     try:
         what = "logstream mcp --channel" if channel else "logstream mcp"
-        who = announcer(agent, hub, token, enabled=not no_presence, ttl_s=presence_ttl_s, what=what)
+        who = announcer(
+            agent,
+            hub,
+            token,
+            enabled=not no_presence,
+            ttl_s=presence_ttl_s,
+            what=what,
+            hub_told=channel,
+        )
         with announced(who):
             if channel:
                 _run_channel(agent, filters, given, read_only, db, palace, hub, token)
@@ -150,7 +158,8 @@ def _run_tools(
     actor = _actor(agent, hub)
     client = open_client(db, palace, hub, token, create=True)
     try:
-        mcp_server.run_stdio(_backend(client), read_only=read_only, actor=actor)
+        name = f"hub {hub.rstrip('/')}" if hub else "the log"
+        mcp_server.run_stdio(_backend(client), read_only=read_only, actor=actor, name=name)
     finally:
         client.close()
 
@@ -177,9 +186,16 @@ def _run_channel(
         backend = _backend(client)
         hook = watch_crash_hook()
         actor = _actor(agent, hub)
+        source = f"hub {hub.rstrip('/')}" if hub else "the log"
         anyio.run(
             lambda: channel.serve(
-                backend, client, opts, read_only=read_only, crash_hook=hook, actor=actor
+                backend,
+                client,
+                opts,
+                read_only=read_only,
+                crash_hook=hook,
+                actor=actor,
+                source=source,
             )
         )
     finally:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -22,20 +23,20 @@ import re
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any, TypeVar, cast
 
 import anyio
 from mcp.server.stdio import stdio_server
 from mcp.types import NotificationParams
 
-from mempalace_logstream import aio, display, errors, watch
+from mempalace_logstream import aio, backoff, display, errors, watch
 from mempalace_logstream import validation as v
 from mempalace_logstream.identity.actor import Actor
 from mempalace_logstream.identity.keyring import KEY_ADD
-from mempalace_logstream.mcp_server.server import Backend, build_server
+from mempalace_logstream.mcp_server.server import Backend, build_server, speak_on_stderr
 
 METHOD = "notifications/claude/channel"
 CAPABILITY = "claude/channel"
@@ -47,6 +48,7 @@ DEFAULT_WINDOW_MS = 250
 MAX_LISTED_IDS = 50
 POLL_TIMEOUT_MS = 60_000
 _log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 INSTRUCTIONS = (
     "This server is your inbox on a shared, append-only coordination log for agents "
@@ -306,6 +308,10 @@ def claimed_stdout() -> Iterator[Wire]:
 # ----------------------------------------------------------------------------- delivery
 
 
+class _Stopped(Exception):
+    """Delivery ends (a refused token, an error about the request itself); said already."""
+
+
 @dataclass
 class Channel:
     """Follows NAME's inbox after the stored cursor and notifies, then checkpoints."""
@@ -314,6 +320,7 @@ class Channel:
     starter: watch.Client  # a blocking client for watch's start rules (tip, cursor checks)
     opts: ChannelOptions
     wire: Wire
+    outage: backoff.Outage  # the lines about the log or hub: lost, back, refused
     crash_hook: Callable[[str, int], None] | None = None
     sent: int = 0  # batches delivered (the crash hook counts these, like watch's prints)
     _identity: bool = False  # the log holds agents' keys (once true, stays true)
@@ -323,29 +330,72 @@ class Channel:
         self._sent_at = collections.deque(maxlen=self.opts.burst)
 
     async def run(self) -> None:
-        started, cursor = await aio.run(self._start)
+        """Deliver until cancelled. A hub that is down, stopping or restarting is tried again
+        with capped backoff (one line when it is lost, one when it is back) and delivery goes on
+        from the cursor; a refused token ends delivery (one line) and the tools go on answering
+        with that error."""
+        try:
+            cursor = await self._retrying(self._begin)
+            while True:
+                cursor = await self._retrying(functools.partial(self._step, cursor))
+        except _Stopped:
+            return
+
+    async def _begin(self) -> str | None:
+        started, cursor = await aio.run_detached(self._start)
         if not started:
             raise SystemExit(1)
-        while True:
+        return cursor
+
+    async def _step(self, cursor: str | None) -> str | None:
+        """One wait and what it brought, pushed then checkpointed; returns the new cursor. A
+        failure anywhere leaves the cursor where it was: the step is simply done again."""
+        try:
             out = await self._wait(cursor, POLL_TIMEOUT_MS)
-            after = out.get("cursor") or cursor
-            if not out["events"]:
-                if after != cursor:
-                    await self._checkpoint(after)  # rows the filters passed over are safe
-                    cursor = after
-                continue
-            events, after, held = await self._gather(list(out["events"]), after)
-            events = await self._admitted(events)
-            if not events:  # all gated: nothing to push, the cursor still moves past them
-                await self._checkpoint(after)
-                cursor = after
-                continue
-            if len(events) <= self.opts.burst:
-                await self._task_states(events)
-            self._send(events, cursor, after, one=held)
+        except errors.NotFoundError as exc:
+            if exc.field != "since_event_id":
+                raise
+            self.outage.note(
+                f"cursor {cursor!r} is not in this log (rebuilt or reset?); replaying from the "
+                "start (duplicates possible, nothing skipped)"
+            )
+            return None
+        after = out.get("cursor") or cursor
+        if not out["events"]:
+            if after != cursor:
+                await self._checkpoint(after)  # rows the filters passed over are safe
+            return after
+        events, after, held = await self._gather(list(out["events"]), after)
+        events = await self._admitted(events)
+        if not events:  # all gated: nothing to push, the cursor still moves past them
             await self._checkpoint(after)
-            self._crash("checkpoint")
-            cursor = after
+            return after
+        if len(events) <= self.opts.burst:
+            await self._task_states(events)
+        self._send(events, cursor, after, one=held)
+        await self._checkpoint(after)
+        self._crash("checkpoint")
+        return after
+
+    async def _retrying(self, attempt: Callable[[], Awaitable[T]]) -> T:
+        """`attempt()` until it succeeds: transient failures wait (capped backoff) and try
+        again; a refusal or an error about the request itself stops delivery (`_Stopped`)."""
+        pause = backoff.Backoff()
+        while True:
+            try:
+                result = await attempt()
+            except errors.LogstreamError as exc:
+                if backoff.is_refusal(exc):
+                    self.outage.refused(exc, "nothing is pushed, the tools answer with this error")
+                    raise _Stopped from exc
+                if not backoff.is_transient(exc):
+                    self.outage.note(f"stopped pushing: {exc.message}; the tools go on answering")
+                    raise _Stopped from exc
+                self.outage.failed(exc)
+                await anyio.sleep(pause.delay())
+                continue
+            self.outage.ok()
+            return result
 
     async def _admitted(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The events to push: with identity in place (any agent has a key in the log), only
@@ -435,6 +485,21 @@ class Channel:
             self.crash_hook(where, self.sent)
 
 
+def note(message: str) -> None:
+    """One line on stderr (never the wire), the sender's characters escaped."""
+    print(f"logstream channel: {display.terminal(message)}", file=sys.stderr, flush=True)
+
+
+def outage(source: str) -> backoff.Outage:
+    """The lines channel mode says about its log or hub."""
+    return backoff.Outage(
+        source,
+        note,
+        meanwhile="the tools answer with this error meanwhile",
+        back="pushing from the cursor",
+    )
+
+
 class _StderrNotes:
     """watch's start notes (first run, corrupt state file) go to stderr, never to the wire."""
 
@@ -442,7 +507,7 @@ class _StderrNotes:
         raise AssertionError("the channel delivers its own batches")
 
     def note(self, message: str) -> None:
-        print(f"logstream channel: {message}", file=sys.stderr, flush=True)
+        note(message)
 
 
 async def serve(
@@ -453,10 +518,12 @@ async def serve(
     read_only: bool = False,
     crash_hook: Callable[[str, int], None] | None = None,
     actor: Actor | None = None,
+    source: str = "the log",
 ) -> None:
     """Serve the tools over stdio with the channel capability, delivering once initialized;
-    tool calls run as `actor`."""
+    tool calls run as `actor`. `source` names the log in the lines about it ("hub URL")."""
     server = build_server(backend, read_only=read_only, instructions=INSTRUCTIONS, actor=actor)
+    speak_on_stderr(server, source)
     lowlevel = server._lowlevel_server  # MCPServer has no public handle on it (SDK 2.3)
     initialized = anyio.Event()
 
@@ -468,12 +535,16 @@ async def serve(
     )
     init = lowlevel.create_initialization_options(experimental_capabilities={CAPABILITY: {}})
     with claimed_stdout() as wire:
-        channel = Channel(backend, starter, opts, wire, crash_hook)
+        channel = Channel(backend, starter, opts, wire, outage(source), crash_hook)
         async with _stdio(wire) as (read, write), anyio.create_task_group() as tg:
 
             async def deliver() -> None:
                 await initialized.wait()
-                await channel.run()
+                try:
+                    await channel.run()
+                except Exception as exc:  # the channel's edge: the tools outlive any failure
+                    _log.debug("channel delivery failed", exc_info=True)
+                    note(f"stopped pushing ({type(exc).__name__}: {exc}); the tools go on")
 
             tg.start_soon(deliver)
             tg.start_soon(server.subscriptions.run)
