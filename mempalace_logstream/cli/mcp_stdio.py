@@ -56,7 +56,8 @@ AllowUnverifiedOpt = Annotated[
 StateFileOpt = Annotated[
     str | None,
     typer.Option(
-        "--state-file", help="Channel cursor file (default ~/.mempalace/channel/<agent>.json)."
+        "--state-file",
+        help="Channel cursor file (default <palace>/channel/<log>/<agent>.json; '' = none).",
     ),
 ]
 FromStartOpt = Annotated[
@@ -176,11 +177,16 @@ def _run_channel(
 ) -> None:
     import anyio
 
+    from mempalace_logstream import config, cursors
     from mempalace_logstream.mcp_server import channel
 
     if agent is None:
         raise fail("--channel needs --agent NAME: whose inbox to push")
-    opts = channel.ChannelOptions.parse(agent=agent, **filters, **given)
+    settings = config.Settings.from_env()
+    target = cursors.log_target(db or settings.db, palace or settings.palace, hub)
+    opts = channel.ChannelOptions.parse(
+        agent=agent, target=target, palace=palace or settings.palace, **filters, **given
+    )
     client = open_client(db, palace, hub, token, create=True)
     try:
         backend = _backend(client)

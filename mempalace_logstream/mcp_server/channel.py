@@ -31,7 +31,7 @@ import anyio
 from mcp.server.stdio import stdio_server
 from mcp.types import NotificationParams
 
-from mempalace_logstream import aio, backoff, display, errors, watch
+from mempalace_logstream import aio, backoff, cursors, display, errors, watch
 from mempalace_logstream import validation as v
 from mempalace_logstream.identity.actor import Actor
 from mempalace_logstream.identity.keyring import KEY_ADD
@@ -57,6 +57,7 @@ class ChannelOptions:
     agent: str
     filters: dict[str, tuple[str, ...]] = field(default_factory=dict)
     state_file: Path | None = None
+    legacy_state_file: Path | None = None  # the per-agent file of before issue 19 (adopted)
     from_start: bool = False
     body_chars: int = DEFAULT_BODY_CHARS
     burst: int = DEFAULT_BURST
@@ -81,10 +82,15 @@ class ChannelOptions:
         burst: Any = None,
         window_ms: Any = None,
         allow_unverified: bool = False,
+        target: str | None = None,
+        palace: str | None = None,
         home: Path | None = None,
         **raw_filters: Any,
     ) -> ChannelOptions:
-        """Raises ValidationError naming the option and its limit."""
+        """The default cursor file is per log and agent, `<palace>/channel/<log key>/<agent>.json`
+        (`target` names the log: cursors.log_target), apart from `watch`'s, so a watch and a
+        channel of one agent never share a cursor; `home` holds the per-agent file of earlier
+        versions. Raises ValidationError naming the option and its limit."""
         name = v.routing("agent", agent, required=True)
         assert name is not None
         allowed = v.filter_values("allow_from", allow_from)
@@ -97,7 +103,10 @@ class ChannelOptions:
         return cls(
             agent=name,
             filters=filters,
-            state_file=_state_file(state_file, name, home),
+            state_file=_state_file(state_file, name, target, palace),
+            legacy_state_file=None
+            if state_file is not None
+            else cursors.legacy_file("channel", name, home),
             from_start=bool(from_start),
             body_chars=_bounded("body_chars", body_chars, DEFAULT_BODY_CHARS, 1, MAX_BODY_CHARS),
             burst=_bounded("burst", burst, DEFAULT_BURST, 1, 1_000),
@@ -106,14 +115,14 @@ class ChannelOptions:
         )
 
 
-def _state_file(raw: Any, agent: str, home: Path | None) -> Path | None:
-    """`--state-file` as given (`""` disables); else `~/.mempalace/channel/<agent>.json`, apart
-    from `watch`'s, so a watch and a channel of one agent never share a cursor."""
+def _state_file(raw: Any, agent: str, target: str | None, palace: str | None) -> Path | None:
+    """`--state-file` as given (`""` disables); else the per-log default."""
     if raw is not None:
         text = str(raw)
         return Path(text).expanduser() if text != "" else None
-    root = home if home is not None else Path.home()
-    return root / ".mempalace" / "channel" / f"{watch.state_basename(agent)}.json"
+    if target is None:
+        raise v.fail("state_file", "has no default without the log's target; pass state_file")
+    return cursors.default_file("channel", agent, target, palace)
 
 
 def _bounded(name: str, raw: Any, default: int, low: int, high: int) -> int:
@@ -278,6 +287,7 @@ class Channel:
             agent=self.opts.agent,
             filters=self.opts.filters,
             state_file=self.opts.state_file,
+            legacy_state_file=self.opts.legacy_state_file,
             from_start=self.opts.from_start,
             follow=True,
         )
