@@ -119,22 +119,12 @@ def mcp_cmd(
         "window_ms": window_ms,
     }
     if not channel:
-        extra = [name for name, val in given.items() if val not in (None, [])]
-        extra += ["filters"] if filters else []
-        if extra:
-            flag = "--" + extra[0].replace("_", "-")
-            raise fail(f"{flag} is an option of channel mode: add --channel (and --agent NAME)")
+        _refuse_channel_options(given, filters)
     try:
         what = "logstream mcp --channel" if channel else "logstream mcp"
-        who = announcer(
-            agent,
-            hub,
-            token,
-            enabled=not no_presence,
-            ttl_s=presence_ttl_s,
-            what=what,
-            hub_told=channel,
-        )
+        # channel mode says itself when the hub is lost or refuses the token: not twice
+        ttl, on = presence_ttl_s, not no_presence
+        who = announcer(agent, hub, token, enabled=on, ttl_s=ttl, what=what, hub_told=channel)
         with announced(who):
             if channel:
                 _run_channel(agent, filters, given, read_only, db, palace, hub, token)
@@ -144,6 +134,14 @@ def mcp_cmd(
         if STATE.debug:
             raise
         raise fail(exc.message) from None
+
+
+def _refuse_channel_options(given: dict[str, Any], filters: FilterArgs) -> None:
+    extra = [name for name, val in given.items() if val not in (None, [])]
+    extra += ["filters"] if filters else []
+    if extra:
+        flag = "--" + extra[0].replace("_", "-")
+        raise fail(f"{flag} is an option of channel mode: add --channel (and --agent NAME)")
 
 
 def _run_tools(
