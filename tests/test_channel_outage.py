@@ -156,6 +156,7 @@ def test_a_dead_hub_is_one_line_the_tools_answer_and_the_channel_resumes_when_it
         store.close()
     took, code = exit_record(record)
     assert took <= EXIT_S and code == 0, (took, code)
+    print(f"\n[outage] exited {took:.3f} s after stdin closed")
     said = lines(errlog, url)
     assert len(said) == 2, said  # lost once (however many tries), back once
     assert said[1] == f"logstream channel: hub {url} is back; pushing from the cursor", said
@@ -204,6 +205,7 @@ def test_a_refused_token_is_said_once_the_tools_answer_with_it_and_nothing_spins
         store.close()
     took, code = exit_record(record)
     assert took <= EXIT_S and code == 0, (took, code)
+    print(f"\n[outage] exited {took:.3f} s after stdin closed")
     assert len(lines(errlog, hub.url)) == 1, errlog.read_text()
     asked = [p for p in counting.paths if p.startswith("/v1/") and "presence" not in p]
     # the channel's one try at the start, then the two tool calls: the channel never retried
@@ -247,6 +249,7 @@ def test_a_subscription_signals_the_changes_made_while_its_hub_was_down(tmp_path
         store.close()
     took, code = exit_record(record)
     assert took <= EXIT_S and code == 0, (took, code)
+    print(f"\n[outage] exited {took:.3f} s after stdin closed")
     said = lines(errlog, url)
     assert len(said) == 2, said
     assert said[1] == (
@@ -301,6 +304,7 @@ def test_channel_and_subscription_ride_through_a_hub_restart_with_appends_meanwh
             restarted = time.monotonic()
             ids = [row[0] for row in appended(first)]
             await until(received, lambda items: len(items) >= len(ids))
+            resumed = time.monotonic() - restarted
             # The appends made while it was down were not signalled then; they are now.
             assert all(t < restarted for t, _uri in updates.items[:signalled])
             await updates.until(lambda items: any(t > restarted for t, _uri in items))
@@ -320,12 +324,18 @@ def test_channel_and_subscription_ride_through_a_hub_restart_with_appends_meanwh
             await anyio.to_thread.run_sync(
                 wait_for, lambda: AGENT in present(), WAIT_S, "presence announced again"
             )
+            outage_rows = sum(1 for row in appended(first) if row[1] == "file")
+            print(
+                f"\n[outage] {len(ids)} events, {outage_rows} written while the hub was down; "
+                f"all pushed {resumed:.2f} s after the restart"
+            )
 
     try:
         anyio.run(go)
         for record in (chan_exit, sub_exit):
             took, code = exit_record(record)
             assert took <= EXIT_S and code == 0, (record.name, took, code)
+            print(f"[outage] {record.stem}: exited {took:.3f} s after stdin closed")
         assert AGENT not in present()  # left at exit (its TTL is 6 s: not expired)
     finally:
         hub.close()
