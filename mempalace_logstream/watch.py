@@ -362,9 +362,11 @@ class Watcher:
         version) as this log's state file, when this log holds its cursor; else absent (a first
         run), the file left for the log it belongs to. An empty cursor (its log was empty then)
         cannot be placed: the first log that reads it adopts it (at worst a replay, no skip)."""
-        state, stored, _problem = read_state(legacy)
+        state, stored, problem = read_state(legacy)
+        if state == STATE_CORRUPT:
+            self.out.note(f"the per-agent cursor file {legacy} is not adopted: {problem}")
         if state not in (STATE_OK, STATE_EMPTY):
-            return STATE_ABSENT, None, None  # none, or unreadable: nothing worth adopting
+            return STATE_ABSENT, None, None
         if stored is not None:
             try:
                 self.client.call("event_list", since_event_id=stored, limit=1)
