@@ -104,9 +104,7 @@ class ChannelOptions:
             agent=name,
             filters=filters,
             state_file=_state_file(state_file, name, target, palace),
-            legacy_state_file=None
-            if state_file is not None
-            else cursors.legacy_file("channel", name, home),
+            legacy_state_file=_legacy_file(state_file, name, home),
             from_start=bool(from_start),
             body_chars=_bounded("body_chars", body_chars, DEFAULT_BODY_CHARS, 1, MAX_BODY_CHARS),
             burst=_bounded("burst", burst, DEFAULT_BURST, 1, 1_000),
@@ -123,6 +121,11 @@ def _state_file(raw: Any, agent: str, target: str | None, palace: str | None) ->
     if target is None:
         raise v.fail("state_file", "has no default without the log's target; pass state_file")
     return cursors.default_file("channel", agent, target, palace)
+
+
+def _legacy_file(raw: Any, agent: str, home: Path | None) -> Path | None:
+    """The per-agent file of earlier versions, adopted when the default is in use."""
+    return cursors.legacy_file("channel", agent, home) if raw is None else None
 
 
 def _bounded(name: str, raw: Any, default: int, low: int, high: int) -> int:
