@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from mempalace_logstream import config, display, errors
+from mempalace_logstream import config, cursors, display, errors
 from mempalace_logstream import inbox as inbox_mod
 
 if TYPE_CHECKING:
@@ -143,7 +143,7 @@ def run_inbox(
     try:
         settings = config.Settings.from_env()
         palace = palace or settings.palace
-        target = hub.rstrip("/") if hub else config.resolve_db(db or settings.db, palace)
+        target = cursors.log_target(db or settings.db, palace, hub)
         opts = inbox_mod.InboxOptions.parse(
             agent=agent,
             hook=hook,

@@ -87,13 +87,13 @@ def error_from_answer(status: int, raw: bytes, url: str) -> errors.LogstreamErro
         message, field = "", None
     if status == 401:
         refused = message or "unauthorized"
-        return errors.LogstreamError(
+        return errors.UnauthorizedError(
             f"hub {url} refused the token: {refused}; pass --token or set LOGSTREAM_TOKEN"
         )
     if status == 403 and field:  # the core's refusal of a writer (not the hub's guard)
         return errors.ForbiddenError(message, field=field)
     if status == 403:
-        return errors.LogstreamError(f"hub {url} refused the request: {message or 'forbidden'}")
+        return errors.UnauthorizedError(f"hub {url} refused the request: {message or 'forbidden'}")
     message = message or f"hub {url} answered HTTP {status}"
     cls = STATUS_ERRORS.get(status, errors.LogstreamError)
     if issubclass(cls, _WITH_FIELD):

@@ -34,6 +34,10 @@ RULES: dict[str, tuple[str, ...]] = {
     "notify": ("fastapi", "typer", "mcp", "store"),
     "watch": ("fastapi", "typer", "mcp", "store"),
     "announcer": ("fastapi", "typer", "mcp", "sse_starlette", "store", "engine", "sqlalchemy"),
+    # Riding through hub outages (issue 19): backoff and the lost/back lines; errors only.
+    "backoff": ("store", "engine", "sqlalchemy", "watch", "notify", *SURFACE_LIBS),
+    # Default cursor files, one per log and agent: on the lean hook path.
+    "cursors": ("store", "engine", "sqlalchemy", "rich", "click", "watch", *SURFACE_LIBS),
     # The lean inbox path (issue 13): no CLI framework, no servers, no store in the core.
     "inbox": ("fastapi", "typer", "mcp", "store", "engine", "sqlalchemy", "rich", "httpx", "click"),
     "hook": ("fastapi", "typer", "mcp", "sse_starlette", "rich", "click", "uvicorn"),

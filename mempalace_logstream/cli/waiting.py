@@ -117,7 +117,7 @@ class _WatchPrinter:
 
 
 AGENT_HELP = "Your id: watch your inbox (to you or *), never your own writes."
-STATE_FILE_HELP = "Checkpoint file (default ~/.mempalace/watch/<agent>.json; '' = none)."
+STATE_FILE_HELP = "Checkpoint file (default <palace>/watch/<log>/<agent>.json; '' = none)."
 FROM_START_HELP = (
     "On a first run (no state file yet), replay the whole log instead of starting at the "
     "newest event; refused when the state file already holds a cursor."
@@ -171,12 +171,16 @@ def watch(
     skips one. With --hub and --agent, the agent is announced in the hub's presence while the
     watch runs (--no-presence: not).
     """
+    from mempalace_logstream import config, cursors
     from mempalace_logstream import watch as watch_mod
 
     try:
+        settings = config.Settings.from_env()
         opts = watch_mod.WatchOptions.parse(
             agent=agent,
             state_file=state_file,
+            target=cursors.log_target(db or settings.db, palace or settings.palace, hub),
+            palace=palace or settings.palace,
             since_event_id=since_event_id,
             from_start=from_start,
             follow=follow,
