@@ -20,7 +20,8 @@ from pathlib import Path
 from mempalace_logstream import config
 from mempalace_logstream import validation as v
 
-KINDS = ("inbox", "watch", "channel")
+# The followers that keep a cursor (or, for `codex-thread`, the Codex session) per log and agent.
+KINDS = ("inbox", "watch", "channel", "codex-thread", "codex-deliver")
 LEGACY_KINDS = ("watch", "channel")  # the per-agent files of before issue 19
 
 

@@ -20,6 +20,7 @@ from mempalace_logstream.cli.announce import (
     announced,
     announcer,
 )
+from mempalace_logstream.cli.deliver import CodexBinOpt, run_codex
 from mempalace_logstream.cli.filters import FilterArgs, filter_options
 from mempalace_logstream.cli.options import (
     DbOpt,
@@ -140,11 +141,17 @@ PollOpt = Annotated[
     int | None, typer.Option("--poll-timeout-ms", help="Longest single wait, 1-300000 ms.")
 ]
 WatchJsonOpt = Annotated[bool, typer.Option("--json", help=WATCH_JSON_HELP, callback=take_global)]
+EXEC_CODEX_HELP = (
+    "Instead of printing, wake Codex: `logstream deliver --agent NAME --codex` (its own cursor; "
+    "takes --agent, --state-file, --from-start, --codex-bin and the log options only)."
+)
+ExecCodexOpt = Annotated[bool, typer.Option("--exec-codex", help=EXEC_CODEX_HELP)]
 
 
 @app.command()
 @filter_options
 def watch(
+    ctx: typer.Context,
     agent: AgentOpt = None,
     *,
     filters: FilterArgs,
@@ -162,6 +169,8 @@ def watch(
     as_json: WatchJsonOpt = False,
     no_presence: NoPresenceOpt = False,
     presence_ttl_s: PresenceTtlOpt = None,
+    exec_codex: ExecCodexOpt = False,
+    codex_bin: CodexBinOpt = None,
 ) -> None:
     """Wait for mail: exit 0 when matching events were printed, 2 on idle timeout, 130 on Ctrl-C.
 
@@ -174,6 +183,8 @@ def watch(
     from mempalace_logstream import config, cursors
     from mempalace_logstream import watch as watch_mod
 
+    if exec_codex:
+        raise typer.Exit(_exec_codex(ctx.params, filters))
     try:
         settings = config.Settings.from_env()
         opts = watch_mod.WatchOptions.parse(
@@ -202,6 +213,31 @@ def watch(
     with announced(who):
         code = _run_watcher(opts, as_json, follow, db, palace, hub, token)
     raise typer.Exit(code)
+
+
+WATCH_ONLY = ("since_event_id", "idle_exit_ms", "limit", "poll_timeout_ms", "as_json")
+
+
+def _exec_codex(params: dict[str, Any], filters: FilterArgs) -> int:
+    """`watch --exec-codex`: the Codex deliverer (`logstream deliver --codex`), which takes
+    --agent's whole inbox; watch's own output and filter options are refused."""
+    extra = [name for name in WATCH_ONLY if params.get(name) not in (None, False)]
+    if extra or filters:
+        flag = "--" + min([*extra, *filters]).replace("_", "-").replace("as-json", "json")
+        raise fail(f"--exec-codex delivers the whole inbox of --agent; drop {flag}", 2)
+    given = params.get
+    return run_codex(
+        agent=given("agent"),
+        codex_bin=given("codex_bin"),
+        state_file=given("state_file"),
+        from_start=bool(given("from_start")),
+        db=given("db"),
+        palace=given("palace"),
+        hub=given("hub"),
+        token=given("token"),
+        no_presence=bool(given("no_presence")),
+        presence_ttl_s=given("presence_ttl_s"),
+    )
 
 
 def _run_watcher(
