@@ -695,9 +695,10 @@ def _plan(conn: sqlite3.Connection, sql: str, params: Any) -> list[str]:
 
 
 def _page_plan(plans: list[tuple[str, list[str]]]) -> list[str]:
-    """The page query's plan: the captured statement that selects the body column."""
+    """The page query's plan: the first captured statement that reads the body column (the
+    reads after it, the keyring's marks probe, read no body)."""
     for statement, plan in plans:
-        if "events.body" in statement.split(" FROM ")[0]:
+        if "events.body" in statement:
             return plan
     return plans[-1][1]
 

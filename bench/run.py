@@ -26,6 +26,7 @@ BENCHES = (
     "wake",
     "cli_wait",
     "channel",
+    "codex",
     "hub",
     "pg",
     "sync",

@@ -20,6 +20,7 @@ from mempalace_logstream.errors import (
     SchemaVersionError,
     StorageError,
     SyncError,
+    UnauthorizedError,
     ValidationError,
 )
 from mempalace_logstream.models import Artifact, Event, Page
@@ -44,6 +45,7 @@ __all__ = [
     "SchemaVersionError",
     "StorageError",
     "SyncError",
+    "UnauthorizedError",
     "ValidationError",
     "__version__",
 ]

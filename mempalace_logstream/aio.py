@@ -17,7 +17,7 @@ import functools
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio.to_thread
 
@@ -34,6 +34,35 @@ T = TypeVar("T")
 async def run(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run a sync core call in a worker thread."""
     return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+
+
+async def run_detached(fn: Callable[..., T], *args: Any) -> T:
+    """Run a blocking call (a hub client's long-poll) in a daemon thread that a cancelled
+    caller leaves behind: cancelling returns at once, and the process may exit while the call
+    is still in flight (a worker thread would hold both until the call ends)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, exc: Exception | None) -> None:
+        if done.done():  # the caller was cancelled: nobody wants the answer
+            return
+        if exc is not None:
+            done.set_exception(exc)
+        else:
+            done.set_result(cast(T, result))
+
+    def work() -> None:
+        result: T | None = None
+        exc: Exception | None = None
+        try:
+            result = fn(*args)
+        except Exception as error:  # handed to the awaiting task, which raises it
+            exc = error
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is waiting
+            loop.call_soon_threadsafe(settle, result, exc)
+
+    threading.Thread(target=work, name="logstream-call", daemon=True).start()
+    return await done
 
 
 async def call(store: LogStore, name: str, args: dict[str, Any]) -> dict[str, Any]:

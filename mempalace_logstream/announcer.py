@@ -53,6 +53,7 @@ class Announcer:
         hub: str,
         ttl_s: Any = None,
         state: str = "watching",
+        quiet: Callable[[Exception], bool] | None = None,
     ) -> None:
         name = v.routing("agent", agent, required=True)
         assert name is not None
@@ -64,6 +65,9 @@ class Announcer:
         self.announced = 0  # successful announcements (tests and the leave decision)
         self._connect = connect
         self._note = note
+        # Failures another part of the process tells about already (channel mode says when
+        # its hub is lost or refuses the token): not told twice.
+        self._quiet = quiet
         self._told = False
         self._stopping = threading.Event()
         self._stopped = False
@@ -130,6 +134,8 @@ class Announcer:
             else:
                 client.call("presence_leave", agent=self.agent)
         except Exception as exc:  # the edge of a background thread: tell once, never raise
+            if self._quiet is not None and self._quiet(exc):
+                return
             message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
             self._tell(f"could not {op} {self.agent} ({message})")
 

@@ -7,6 +7,7 @@ LogstreamError
 ├── ConflictError          same id or idempotency key with different content, or a move the
 │                          task's state refuses (it is cancelled; another agent holds it)
 ├── BusyError              a server is at its cap for this call (open waits); retry later
+├── UnauthorizedError      a hub refused the token (401) or the request (403): not transient
 ├── StorageError           the database failed (disk, lock timeout, corruption)
 │   ├── SchemaVersionError the file was written by a newer schema than this code knows
 │   └── IntegrityError     stored bytes no longer match their sha256 (changed behind the log)
@@ -70,6 +71,10 @@ class BusyError(LogstreamError):
     def __init__(self, message: str, *, retry_after_s: int) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class UnauthorizedError(LogstreamError):
+    """The hub refused the token; retrying with the same token cannot help."""
 
 
 class StorageError(LogstreamError):

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from mempalace_logstream import config, display, errors
+from mempalace_logstream import codex_thread, config, cursors, display, errors
 from mempalace_logstream import inbox as inbox_mod
 
 if TYPE_CHECKING:
@@ -143,7 +143,7 @@ def run_inbox(
     try:
         settings = config.Settings.from_env()
         palace = palace or settings.palace
-        target = hub.rstrip("/") if hub else config.resolve_db(db or settings.db, palace)
+        target = cursors.log_target(db or settings.db, palace, hub)
         opts = inbox_mod.InboxOptions.parse(
             agent=agent,
             hook=hook,
@@ -156,7 +156,7 @@ def run_inbox(
             target=target,
             palace=palace,
         )
-        event = inbox_mod.hook_event_name(opts.hook, _stdin()) if opts.hook else None
+        event = _hook_event(opts, target, palace)
         durability = durability or _env_durability()
         if lean and not hub:
             code = _deliver_lean(target, durability, opts, event, crash_hook)
@@ -172,6 +172,18 @@ def run_inbox(
             raise
         _say_error(exc, as_json)
         return 1
+
+
+def _hook_event(opts: inbox_mod.InboxOptions, target: str, palace: str | None) -> str | None:
+    """The hook event the client runs (its JSON on stdin); on Codex's SessionStart, the
+    session's thread is recorded for `logstream deliver --codex` (codex_thread.py)."""
+    if not opts.hook:
+        return None
+    stdin_text = _stdin()
+    event = inbox_mod.hook_event_name(opts.hook, stdin_text)
+    if opts.hook == "codex":
+        codex_thread.record_from_hook(stdin_text, opts.agent, target, palace, _note)
+    return event
 
 
 def _say_error(exc: errors.LogstreamError, as_json: bool) -> None:

@@ -30,23 +30,6 @@ MISSING_ROUTE = frozenset({404, 405})  # what a hub without a route (the referen
 _WITH_FIELD = (errors.ValidationError, errors.NotFoundError, errors.ConflictError)
 
 
-class HubRefusedError(errors.LogstreamError):
-    """The hub refused the token (401) or, at its guard, the request (403): trying again
-    with the same credentials will not help."""
-
-    def __init__(self, message: str, *, status: int) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class HubFailedError(errors.LogstreamError):
-    """The hub answered with a server error that stands for no domain error (500, 504, …)."""
-
-    def __init__(self, message: str, *, status: int) -> None:
-        super().__init__(message)
-        self.status = status
-
-
 class HttpStatusError(errors.SyncError):
     """A peer answered a sync request with an error status."""
 
@@ -105,8 +88,8 @@ def error_from_answer(
 ) -> errors.LogstreamError:
     """The domain error a hub's error answer to an operation stands for, with the hub's own
     message (and field) when its body is our `{"error": ..., "field": ...}`. A 503 with a
-    `Retry-After` (a cap, or a hub that stops) is a `BusyError`; a refused token or request a
-    `HubRefusedError`; a server error with no domain meaning a `HubFailedError`."""
+    `Retry-After` (a cap, or a hub that stops) is a `BusyError`, one without it a
+    `StorageError`; a refused token or request an `UnauthorizedError`."""
     try:
         payload = json.loads(raw)
         message = str(payload.get("error") or "")
@@ -115,21 +98,17 @@ def error_from_answer(
         message, field = "", None
     if status == 401:
         refused = message or "unauthorized"
-        return HubRefusedError(
-            f"hub {url} refused the token: {refused}; pass --token or set LOGSTREAM_TOKEN",
-            status=status,
+        return errors.UnauthorizedError(
+            f"hub {url} refused the token: {refused}; pass --token or set LOGSTREAM_TOKEN"
         )
     if status == 403 and field:  # the core's refusal of a writer (not the hub's guard)
         return errors.ForbiddenError(message, field=field)
     if status == 403:
-        text = f"hub {url} refused the request: {message or 'forbidden'}"
-        return HubRefusedError(text, status=status)
+        return errors.UnauthorizedError(f"hub {url} refused the request: {message or 'forbidden'}")
     message = message or f"hub {url} answered HTTP {status}"
     delay = retry_after_s(retry_after)
     if status == 503 and delay is not None:
         return errors.BusyError(message, retry_after_s=delay)
-    if status >= 500 and status not in STATUS_ERRORS:
-        return HubFailedError(message, status=status)
     cls = STATUS_ERRORS.get(status, errors.LogstreamError)
     if issubclass(cls, _WITH_FIELD):
         return cls(message, field=field)

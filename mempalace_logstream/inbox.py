@@ -10,14 +10,13 @@ Must not import typer, rich, fastapi, mcp, httpx or the store: the hook path sta
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mempalace_logstream import config, display, errors
+from mempalace_logstream import cursors, display, errors
 from mempalace_logstream import validation as v
 from mempalace_logstream.watch import (
     STATE_ABSENT,
@@ -26,7 +25,6 @@ from mempalace_logstream.watch import (
     STATE_OK,
     Client,
     read_state,
-    state_basename,
     write_state,
 )
 
@@ -100,19 +98,13 @@ def _max_body(value: Any) -> int:
 
 
 def default_state_file(
-    state_file: str | None,
-    agent: str,
-    target: str,
-    palace: str | None,
-    directory: str = "inbox",
+    state_file: str | None, agent: str, target: str, palace: str | None
 ) -> Path | None:
-    """`--state-file` as given (`""` = none); else `<palace>/<directory>/<log key>/<agent>.json`
-    (`inbox`, or `monitor` for Monitor mode), the log key a short hash of the log's URL, so two
-    logs never share a cursor."""
+    """`--state-file` as given (`""` = none); else `<palace>/inbox/<log key>/<agent>.json`,
+    the log key a short hash of the log's URL, so two logs never share a cursor."""
     if state_file is not None:
         return Path(state_file).expanduser() if state_file != "" else None
-    key = hashlib.sha256(target.encode()).hexdigest()[:12]
-    return config.palace_dir(palace) / directory / key / f"{state_basename(agent)}.json"
+    return cursors.default_file("inbox", agent, target, palace)
 
 
 # ----------------------------------------------------------------------------- reading

@@ -11,11 +11,12 @@ NAME: …"), so a burst of any size costs a few lines. Senders are gated as in c
 agents have keys, only verified ones (`allow_unverified` lifts it).
 
 Delivery keeps `watch`'s contract: the cursor is the monitor's own, per log and agent
-(`<palace>/monitor/<log key>/<agent>.json`), moved only after the line was written and flushed
-(a crash repeats a line, never skips an event); the first run starts at the newest event. Before
-`max_runtime_s` it prints a last line saying how to re-arm and returns 0, ahead of the tool's
-own expiry. Reads go through a client's `call` (the local store, or a hub whose outages a
-`reconnect.Reconnect` rides through). Must not import typer, fastapi, mcp, httpx or the store.
+(`<palace>/monitor/<log key>/<agent>.json`, cursors.py), moved only after the line was written
+and flushed (a crash repeats a line, never skips an event); the first run starts at the newest
+event. Before `max_runtime_s` it prints a last line saying how to re-arm and returns 0, ahead
+of the tool's own expiry. Reads go through a client's `call` (the local store, or a hub whose
+outages a `reconnect.Reconnect` rides through).
+Must not import typer, fastapi, mcp, httpx or the store.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mempalace_logstream import display, errors, inbox, watch
+from mempalace_logstream import cursors, display, errors, inbox, watch
 from mempalace_logstream import validation as v
 
 LINE_MAX = 200
@@ -84,9 +85,7 @@ class MonitorOptions:
         return cls(
             agent=base.agent,
             filters=base.filters,
-            state_file=inbox.default_state_file(
-                state_file, base.agent, target, palace, directory="monitor"
-            ),
+            state_file=_state_file(state_file, base.agent, target, palace),
             from_start=base.from_start,
             since_event_id=base.since_event_id,
             max_runtime_s=float(runtime),
@@ -100,6 +99,14 @@ class MonitorOptions:
 
     def _hub_flag(self) -> str:
         return f" --hub {arg(self.hub)}" if self.hub else ""
+
+
+def _state_file(raw: Any, agent: str, target: str, palace: str | None) -> Path | None:
+    """`--state-file` as given (`""` = none); else `<palace>/monitor/<log key>/<agent>.json`
+    (cursors.default_file: per log and agent, as every follower's)."""
+    if raw is not None:
+        return Path(str(raw)).expanduser() if raw != "" else None
+    return cursors.default_file("monitor", agent, target, palace)
 
 
 # ----------------------------------------------------------------------------- lines

@@ -1,18 +1,18 @@
-"""Riding through a hub outage (issue 19): the reconnect policy of every client that follows
-a hub (`watch`, `tail`, `wait`, Monitor mode; channel mode can reuse it).
+"""The blocking driver of backoff.py's policy (issue 19), for the CLI clients that follow a
+hub: `watch`, `tail`, `wait` and Monitor mode.
 
-    policy = Reconnect(hub_url, note=print_line, give_up_after_s=None)
+    policy = Reconnect(hub_url, note=print_state, give_up_after_s=None)
     page = policy.call(lambda: client.call("event_wait", since_event_id=cursor, ...))
     reader = policy.client(client)    # the same for every call of a read-only client
 
-`call(fn)` runs `fn()` until it returns. A transient failure (`is_transient`: the hub cannot
-be reached, refused the connection, did not resolve, did not answer in time, or answered 5xx,
-503 at its cap or while it stops included) is retried after a delay that doubles from
-`FIRST_DELAY_S` up to `max_delay_s` (5 s; a `Retry-After` is honoured up to that cap). The
+`call(fn)` runs `fn()` until it returns. What is worth another try is backoff.py's rule, the
+one channel mode and the MCP subscriptions follow (`is_transient`: the hub cannot be reached,
+does not answer in time, or answers 5xx, 503 at its wait cap or while it stops included; never
+a refused token, `is_refusal`, nor an answer about the request itself), and so are the pauses
+(`Backoff`: doubling up to 5 s), except that a `Retry-After` is honoured up to that cap. The
 first failure of an outage is told in one line (the hub and why), its end in one line; nothing
-in between. Anything else (a refused token, a bad argument, an unknown cursor) is raised at
-once: retrying would not change it. After `give_up_after_s` of one outage, `GaveUpError`
-(the CLI exits `EXIT_GAVE_UP`).
+in between. After `give_up_after_s` of one outage, `GaveUpError` (the CLI exits
+`EXIT_GAVE_UP`).
 
 The callers resume from their cursor: `fn` reads after the cursor the caller holds, and the
 cursor moves only with an answer the caller has delivered, so a retried call neither skips
@@ -22,17 +22,15 @@ nor repeats an event. Must not import fastapi, typer, mcp, httpx or the store.
 from __future__ import annotations
 
 import errno
-import random
 import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from mempalace_logstream import errors, http_errors
+from mempalace_logstream import backoff, errors
 
-FIRST_DELAY_S = 0.2
-MAX_DELAY_S = 5.0
+MAX_DELAY_S = backoff.MAX_DELAY_S
 EXIT_GAVE_UP = 3  # the CLI's exit code once --give-up-after has passed
 T = TypeVar("T")
 
@@ -60,34 +58,17 @@ class HubState:
     message: str
 
 
-def is_transient(exc: BaseException) -> bool:
-    """Whether a failure of a call to a hub is an outage that a later try may not meet."""
-    if isinstance(exc, http_errors.HubRefusedError | GaveUpError):
-        return False
-    return isinstance(
-        exc,
-        errors.PeerUnavailableError  # refused, DNS, reset, no answer in time
-        | errors.BusyError  # 503 + Retry-After: the wait cap, or a hub that stops
-        | errors.StorageError  # 503: the hub's database failed
-        | errors.SyncError  # 502
-        | http_errors.HubFailedError,  # any other 5xx
-    )
-
-
-def reason(exc: BaseException) -> str:
-    """Why the hub is lost, in a few words: `connection refused`, `DNS lookup failed`, `no
-    answer in time`, `connection lost`, or `HTTP 503: hub is stopping` and the like."""
+def reason(exc: BaseException, hub: str) -> str:
+    """Why `hub` is lost, in a few words: `connection refused`, `DNS lookup failed`, `no answer
+    in time`, `connection lost`, `HTTP 503: hub is stopping` and the like."""
     if isinstance(exc, errors.PeerUnavailableError):
         return _transport_reason(exc)
-    status = (
-        503
-        if isinstance(exc, errors.BusyError | errors.StorageError)
-        else 502
-        if isinstance(exc, errors.SyncError)
-        else getattr(exc, "status", None)
-    )
-    text = exc.message if isinstance(exc, errors.LogstreamError) else str(exc)
-    return f"HTTP {status}: {text}" if status else text
+    why = backoff.reason(exc, f"hub {hub}")
+    if isinstance(exc, errors.BusyError | errors.StorageError):
+        return f"HTTP 503: {why}"
+    if isinstance(exc, errors.SyncError):
+        return f"HTTP 502: {why}"
+    return why
 
 
 def _transport_reason(exc: errors.PeerUnavailableError) -> str:
@@ -131,24 +112,23 @@ class Reconnect:
         self.note = note
         self.give_up_after_s = give_up_after_s
         self.max_delay_s = max_delay_s
+        self._pause = backoff.Backoff(cap_s=max_delay_s)
         self._sleep, self._clock = sleep, clock
         self._down_since: float | None = None  # the outage under way, if any
         self._reason = ""
         self.outages = 0  # how many outages this policy rode through (read by tests)
 
     def call(self, fn: Callable[[], T]) -> T:
-        """`fn()`, retried through an outage; raises its non-transient errors, or
-        GaveUpError past `give_up_after_s`."""
-        tries = 0
+        """`fn()`, retried through an outage; raises its other errors (a refused token
+        included) at once, or GaveUpError past `give_up_after_s`."""
         while True:
             try:
                 result = fn()
             except errors.LogstreamError as exc:
-                if not is_transient(exc):
+                if backoff.is_refusal(exc) or not backoff.is_transient(exc):
                     raise
-                tries += 1
                 left = self._lost(exc)
-                self._sleep(min(self._delay(exc, tries), left))
+                self._sleep(min(self._delay(exc), left))
                 continue
             self._back()
             return result
@@ -157,37 +137,36 @@ class Reconnect:
         """`client` with every call run through `call` (for clients that only read)."""
         return _Riding(client, self)
 
-    def _delay(self, exc: errors.LogstreamError, tries: int) -> float:
+    def _delay(self, exc: errors.LogstreamError) -> float:
         if isinstance(exc, errors.BusyError):
             return min(float(exc.retry_after_s), self.max_delay_s)
-        backoff: float = min(FIRST_DELAY_S * 2.0 ** (tries - 1), self.max_delay_s)
-        return backoff * random.uniform(0.5, 1.0)  # many clients of one hub: spread them
+        return self._pause.delay()
 
     def _lost(self, exc: errors.LogstreamError) -> float:
         """Tell the first failure of an outage; give up past the bound. Returns the seconds
         left before the bound (a try is made right at it)."""
         now = self._clock()
         if self._down_since is None:
-            self._down_since, self._reason = now, reason(exc)
+            self._down_since, self._reason = now, reason(exc, self.hub)
             self.outages += 1
             bound = (
-                f"giving up after {self.give_up_after_s:g} s"
+                f", giving up after {self.give_up_after_s:g} s (--give-up-after)"
                 if self.give_up_after_s is not None
-                else "until it is back (--give-up-after bounds it)"
+                else ""
             )
             self._tell(
                 "lost",
                 0.0,
-                f"lost hub {self.hub} ({self._reason}); reconnecting every {self.max_delay_s:g} s "
-                f"at most, {bound}",
+                f"hub {self.hub} is unreachable ({self._reason}); resuming from the cursor once "
+                f"it is back; retrying at most {self.max_delay_s:g} s apart{bound}",
             )
         down = now - self._down_since
         if self.give_up_after_s is None:
             return self.max_delay_s
         if down >= self.give_up_after_s:
             message = (
-                f"gave up on hub {self.hub} after {down:.1f} s without it ({reason(exc)}; "
-                f"--give-up-after {self.give_up_after_s:g})"
+                f"gave up on hub {self.hub} after {down:.1f} s without it "
+                f"({reason(exc, self.hub)}; --give-up-after {self.give_up_after_s:g})"
             )
             self._tell("gave_up", down, message)
             raise GaveUpError(message)
@@ -198,6 +177,7 @@ class Reconnect:
             return
         down = self._clock() - self._down_since
         self._down_since = None
+        self._pause.reset()
         self._tell("back", down, f"hub {self.hub} is back after {down:.1f} s; resuming")
 
     def _tell(self, state: str, down: float, message: str) -> None:

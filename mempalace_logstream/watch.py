@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from mempalace_logstream import errors
+from mempalace_logstream import cursors, errors
 from mempalace_logstream import validation as v
 
 STATE_ABSENT, STATE_OK, STATE_EMPTY, STATE_CORRUPT = "absent", "ok", "empty", "corrupt"
@@ -33,28 +33,22 @@ class Client(Protocol):
 # ----------------------------------------------------------------------------- state file
 
 
-def state_basename(agent: str) -> str:
-    """The file name for an agent: `_` doubled first, then `:` `/` `\\` mapped to `_`, so that
-    `a:b_c` and `a_b:c` stay distinct."""
-    base = agent.strip().replace("_", "__")
-    for ch in ":/\\":
-        base = base.replace(ch, "_")
-    if base in ("", ".", ".."):
-        raise v.fail("agent", f"{agent!r} cannot name a state file")
-    return base
-
-
 def resolve_state_file(
-    state_file: str | None, agent: str | None, home: Path | None = None
+    state_file: str | None,
+    agent: str | None,
+    target: str | None = None,
+    palace: str | None = None,
 ) -> Path | None:
-    """`--state-file` as given; `""` disables; else `~/.mempalace/watch/<agent>.json` with an
-    agent and no state without one."""
+    """`--state-file` as given; `""` disables; else, with an agent, one file per log and agent
+    (`<palace>/watch/<log key>/<agent>.json`, cursors.default_file) and no state without one.
+    A default needs the log's `target` (cursors.log_target)."""
     if state_file is not None:
         return Path(state_file).expanduser() if state_file != "" else None
     if agent is None:
         return None
-    root = home if home is not None else Path.home()
-    return root / ".mempalace" / "watch" / f"{state_basename(agent)}.json"
+    if target is None:
+        raise v.fail("state_file", "has no default without the log's target; pass state_file")
+    return cursors.default_file("watch", agent, target, palace)
 
 
 def read_state(path: Path | None) -> tuple[str, str | None, str | None]:
@@ -124,6 +118,9 @@ class WatchOptions:
     agent: str | None = None
     filters: dict[str, tuple[str, ...]] = field(default_factory=dict)
     state_file: Path | None = None
+    # The per-agent file of before issue 19, adopted by the first log that holds its cursor
+    # when `state_file` (the per-log default) does not exist yet.
+    legacy_state_file: Path | None = None
     since_event_id: str | None = None
     from_start: bool = False
     follow: bool = False
@@ -143,10 +140,14 @@ class WatchOptions:
         idle_exit_ms: Any = None,
         limit: Any = None,
         poll_timeout_ms: Any = None,
+        target: str | None = None,
+        palace: str | None = None,
         home: Path | None = None,
         **raw_filters: Any,
     ) -> WatchOptions:
-        """Raises ValidationError naming the field and the limit."""
+        """`target` names the log (cursors.log_target) for the default state file, one per log
+        and agent under `palace`; `home` holds the per-agent files of earlier versions.
+        Raises ValidationError naming the field and the limit."""
         unknown = set(raw_filters) - set(v.FILTER_FIELDS)
         if unknown:
             raise v.fail(sorted(unknown)[0], "is not a watch filter")
@@ -165,10 +166,14 @@ class WatchOptions:
             raise v.fail("from_start", "cannot be combined with since_event_id: give one of them")
         if not (isinstance(since, str) and since.strip() == "tip"):
             since = v.routing("since_event_id", since)
+        legacy = None
+        if state_file is None and clean_agent is not None:
+            legacy = cursors.legacy_file("watch", clean_agent, home)
         return cls(
             agent=clean_agent,
             filters=filters,
-            state_file=resolve_state_file(state_file, clean_agent, home),
+            state_file=resolve_state_file(state_file, clean_agent, target, palace),
+            legacy_state_file=legacy,
             since_event_id=since.strip() if isinstance(since, str) else None,
             from_start=bool(from_start),
             follow=bool(follow),
@@ -299,6 +304,8 @@ class Watcher:
         """(started, cursor); False after an error note, with nothing consumed or written."""
         opts = self.opts
         state, stored, problem = read_state(opts.state_file)
+        if state == STATE_ABSENT and opts.legacy_state_file is not None:
+            state, stored, problem = self._adopted(opts.legacy_state_file)
         explicit = opts.since_event_id
         if explicit == "tip":
             explicit = self._tip() or None
@@ -349,6 +356,39 @@ class Watcher:
 
     def _tip(self) -> str | None:
         return self.client.call("event_list", limit=1, order="desc").get("cursor")
+
+    def _adopted(self, legacy: Path) -> tuple[str, str | None, str | None]:
+        """The state read after adopting `legacy` (a per-agent cursor file of an earlier
+        version) as this log's state file, when this log holds its cursor; else absent (a first
+        run), the file left for the log it belongs to. An empty cursor (its log was empty then)
+        cannot be placed: the first log that reads it adopts it (at worst a replay, no skip)."""
+        state, stored, problem = read_state(legacy)
+        if state == STATE_CORRUPT:
+            self.out.note(f"the per-agent cursor file {legacy} is not adopted: {problem}")
+        if state not in (STATE_OK, STATE_EMPTY):
+            return STATE_ABSENT, None, None
+        if stored is not None:
+            try:
+                self.client.call("event_list", since_event_id=stored, limit=1)
+            except errors.NotFoundError:
+                self.out.note(
+                    f"the per-agent cursor file {legacy} names event {stored!r}, which this log "
+                    "does not hold: left for the log it belongs to"
+                )
+                return STATE_ABSENT, None, None
+        assert self.opts.state_file is not None
+        try:
+            taken = cursors.adopt(legacy, self.opts.state_file)
+        except OSError as exc:
+            self.out.note(f"could not adopt {legacy} ({exc.strerror or exc}); left as it is")
+            return STATE_ABSENT, None, None
+        if not taken:  # another process of this log (or a replica's) took it first
+            return read_state(self.opts.state_file)
+        self.out.note(
+            f"adopted the per-agent cursor file {legacy} as this log's {self.opts.state_file} "
+            "(cursors are per log and agent now; another log of this agent starts afresh)"
+        )
+        return read_state(self.opts.state_file)
 
     # -- loop: print, then checkpoint
 

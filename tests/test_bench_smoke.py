@@ -108,6 +108,23 @@ def test_the_channel_bench_runs_and_prints_its_target(tmp_path: Path) -> None:
     assert re.search(line + rf"{NUMBER} ms", proc.stdout, re.M), proc.stdout[-3000:]
 
 
+def test_the_codex_bench_runs_and_prints_its_target(tmp_path: Path) -> None:
+    """bench/bench_codex.py (issue 19) end to end on a few samples."""
+    env = {**os.environ, "LOGSTREAM_BENCH_TMP": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, "bench/bench_codex.py", "--samples", "3"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = r"^\[target\] codex: codex queue invocation p50 after commit = "
+    assert re.search(line + rf"{NUMBER} ms", proc.stdout, re.M), proc.stdout[-3000:]
+
+
 def test_the_tasks_bench_runs_and_prints_its_targets(tmp_path: Path) -> None:
     """bench/bench_tasks.py (issue 11) through `bench/run.py --quick --only tasks`, SQLite and
     PostgreSQL: the task_status and task_list targets and the append ratios print a number."""

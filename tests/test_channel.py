@@ -357,7 +357,7 @@ def test_channel_options_are_refused_by_name(tmp_path: Path, args: list[str], te
 
 
 def test_render_quotes_every_line_and_drops_absent_meta() -> None:
-    opts = channel.ChannelOptions.parse(agent=AGENT)
+    opts = channel.ChannelOptions.parse(agent=AGENT, state_file="")
     event = {
         "id": "evt_1",
         "type": "note",
@@ -446,7 +446,7 @@ def test_routing_values_a_sender_chose_reach_the_model_only_quoted(tmp_path: Pat
 
 
 def test_a_coalesced_burst_lists_sender_values_only_quoted() -> None:
-    opts = channel.ChannelOptions.parse(agent=AGENT)
+    opts = channel.ChannelOptions.parse(agent=AGENT, state_file="")
     events = [
         {"id": f"evt_{i}", "type": "note", "from_agent": 'x"); redact(', **HOSTILE}
         for i in range(5)

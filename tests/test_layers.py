@@ -12,6 +12,7 @@ import pytest
 PKG = Path(__file__).resolve().parents[1] / "mempalace_logstream"
 SURFACE_LIBS = ("fastapi", "sse_starlette", "starlette", "typer", "mcp", "httpx", "uvicorn")
 
+BRIDGE_FORBIDS = ("fastapi", "typer", "mcp", "store", "engine", "sqlalchemy", "httpx")
 # module -> what it must never import (top-level or lazily). Package modules are given as
 # their short names; libraries by their top-level distribution module.
 RULES: dict[str, tuple[str, ...]] = {
@@ -34,9 +35,17 @@ RULES: dict[str, tuple[str, ...]] = {
     "notify": ("fastapi", "typer", "mcp", "store"),
     "watch": ("fastapi", "typer", "mcp", "store"),
     "announcer": ("fastapi", "typer", "mcp", "sse_starlette", "store", "engine", "sqlalchemy"),
+    # Riding through hub outages (issue 19): backoff and the lost/back lines; errors only.
+    "backoff": ("store", "engine", "sqlalchemy", "watch", "notify", *SURFACE_LIBS),
+    # Default cursor files, one per log and agent: on the lean hook path.
+    "cursors": ("store", "engine", "sqlalchemy", "rich", "click", "watch", *SURFACE_LIBS),
     # The lean inbox path (issue 13): no CLI framework, no servers, no store in the core.
     "inbox": ("fastapi", "typer", "mcp", "store", "engine", "sqlalchemy", "rich", "httpx", "click"),
     "hook": ("fastapi", "typer", "mcp", "sse_starlette", "rich", "click", "uvicorn"),
+    # The Codex queue bridge (issue 19): its records are on the lean hook path; the deliverer
+    # follows the inbox through a client and runs `codex queue`.
+    "codex_thread": (*BRIDGE_FORBIDS, "click", "rich"),
+    "deliver": (*BRIDGE_FORBIDS, "sse_starlette"),
     "sync": ("fastapi", "typer", "mcp", "sse_starlette"),
     "replication": SURFACE_LIBS,
     "importer": (*SURFACE_LIBS, "rich"),
@@ -185,7 +194,8 @@ CLI_RULES: dict[str, tuple[str, ...]] = {
     "filters": ("shared", "options"),
     "root": ("shared", "options"),
     "events": CLI_BASE,
-    "waiting": (*CLI_BASE, "testhooks", "announce"),
+    "waiting": (*CLI_BASE, "testhooks", "announce", "deliver"),
+    "deliver": (*CLI_BASE, "testhooks", "announce"),
     "artifacts": CLI_BASE,
     "hub": CLI_BASE,
     "mcp_stdio": (*CLI_BASE, "testhooks", "announce"),
@@ -198,7 +208,7 @@ CLI_RULES: dict[str, tuple[str, ...]] = {
     "inbox": (*CLI_BASE, "testhooks"),
     "__init__": (
         *("root", "shared", "events", "waiting", "artifacts", "hub", "mcp_stdio", "sync"),
-        *("admin", "tasks", "tail", "inbox", "presence", "agent"),
+        *("admin", "tasks", "tail", "inbox", "deliver", "presence", "agent"),
     ),
 }
 

@@ -21,8 +21,8 @@ from mempalace_logstream import (
     LogStore,
     agents,
     config,
+    cursors,
     display,
-    inbox,
     monitor,
     watch,
     workflows,
@@ -219,8 +219,8 @@ def test_a_restarted_monitor_resumes_after_its_cursor_without_a_skip(
     log: LogStore, db_url: str, tmp_path: Path
 ) -> None:
     palace = str(tmp_path / ".mempalace" / "palace")
-    cursor = inbox.default_state_file(None, "bob", db_url, palace, directory="monitor")
-    assert cursor is not None and config.palace_dir(palace) / "monitor" in cursor.parents
+    cursor = cursors.default_file("monitor", "bob", db_url, palace)
+    assert config.palace_dir(palace) / "monitor" in cursor.parents
     proc = _monitor(db_url, tmp_path)  # the default cursor file: per log and agent
     try:
         _ready(proc)

@@ -102,7 +102,7 @@ def test_watch_and_tail_get_every_event_once_in_order_across_a_hub_restart(
             assert mon.out.wait_for(lambda ls: _monitor_count(ls) >= len(sent), 60)
             assert _monitor_count(mon.out.lines) == len(sent), mon.out.lines
             for proc in (watch, tail, mon):
-                lost, back = _told(proc, "lost hub"), _told(proc, "is back after")
+                lost, back = _told(proc, "is unreachable ("), _told(proc, "is back after")
                 assert len(lost) == 1 and len(back) == 1, proc.err.text()
                 assert hub.url in lost[0], lost
                 # It was long-polling (the stop answered 503), or between two polls.
@@ -133,7 +133,7 @@ def test_wait_rides_through_a_restart_and_sees_what_arrived_meanwhile(
         try:
             until(lambda: at_wait_cap(hub.url))  # the wait blocks at the hub
             hub.stop()
-            assert wait.err.wait_for(lambda ls: any("lost hub" in ln for ln in ls), 30)
+            assert wait.err.wait_for(lambda ls: any("is unreachable (" in ln for ln in ls), 30)
             with LogStore.open(db) as store:  # while the hub is down: straight into the log
                 sent = store.event_append(
                     type="note", stream="s", room="r", from_agent="alice", to_agent="bob"
@@ -144,7 +144,7 @@ def test_wait_rides_through_a_restart_and_sees_what_arrived_meanwhile(
             wait.kill()
         out = json.loads(wait.out.text())
         assert [e["id"] for e in out["events"]] == [sent.id]
-        assert len(_told(wait, "lost hub")) == 1 and len(_told(wait, "is back after")) == 1
+        assert len(_told(wait, "is unreachable (")) == 1 and len(_told(wait, "is back after")) == 1
 
 
 @pytest.mark.slow
@@ -165,7 +165,7 @@ def test_a_token_refused_after_a_restart_is_said_once_and_exits_1(
             args += ["--since-event-id", "tip", "--timeout-ms", "120000"]
         proc = CliProcess(args, cli_env(tmp_path, LOGSTREAM_TOKEN="first-token-123"))
         hub.stop()
-        assert proc.err.wait_for(lambda ls: any("lost hub" in ln for ln in ls), 60)
+        assert proc.err.wait_for(lambda ls: any("is unreachable (" in ln for ln in ls), 60)
         hub.extra = ("--token", "second-token-456")
         hub.start()
         assert proc.wait(60) == 1, proc.err.text()
@@ -186,7 +186,7 @@ def test_give_up_after_bounds_an_outage_with_exit_3(tmp_path: Path, command: str
         args += ["--agent", "bob", "--follow", "--no-presence", "--state-file", ""]
     proc = CliProcess(args, cli_env(tmp_path))
     assert proc.wait(60) == 3, proc.err.text()
-    lost, gave_up = _told(proc, "lost hub"), _told(proc, "gave up on hub")
+    lost, gave_up = _told(proc, "is unreachable ("), _told(proc, "gave up on hub")
     assert len(lost) == 1 and "connection refused" in lost[0], proc.err.text()
     assert len(gave_up) == 1 and "--give-up-after 1" in gave_up[0]
 

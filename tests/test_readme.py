@@ -26,6 +26,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from mempalace_logstream import cursors
 from tests.hubkit import live_hub
 
 REPO = Path(__file__).resolve().parents[1]
@@ -290,7 +291,9 @@ def _run_quick_start(shell: Shell, hub_url: str, home: Path) -> list[bytes]:
         unknown = [i for i in ID_RE.findall(line) if i not in ids.values()]
         assert not unknown, (f"no earlier output showed {unknown}", command)
         if "task create" in line:  # a person starts the lead after the watch said it is on
-            _wait_for_file(home / ".mempalace" / "watch" / "codex-desktop.json", shell)
+            palace = str(home / ".mempalace" / "palace")  # the watch's cursor: per log and agent
+            state = cursors.default_file("watch", "codex-desktop", hub_url, palace)
+            _wait_for_file(state, shell)
         code, out = shell.run(line)
         assert code == 0 and "command not found" not in shell.stderr(), (command, shell.stderr())
         outputs.append(out)
@@ -338,7 +341,9 @@ def test_the_channel_snippet_pushes_new_mail_into_the_session(tmp_path: Path) ->
     env = {**os.environ, **entry["env"], "MEMPALACE_PALACE_PATH": str(tmp_path), "HOME": str(home)}
     env["PYTHONPATH"] = str(REPO)
     params = StdioServerParameters(command=_logstream_exe(), args=entry["args"], env=env)
-    cursor = home / ".mempalace" / "channel" / f"{agent}.json"  # the default the README names
+    palace = str(tmp_path)  # the default the README names: <palace>/channel/<log key>/<agent>.json
+    target = cursors.log_target(None, palace, None)
+    cursor = cursors.default_file("channel", agent, target, palace)
     got: list[dict[str, str]] = []
     arrived = asyncio.Event()
 

@@ -1,8 +1,8 @@
-"""The reconnect policy (issue 19, item 2; `mempalace_logstream/reconnect.py`): which failures
-of a hub are an outage (refused, DNS, no answer, 5xx, 503 at the cap or while it stops) and
-which are not (a refused token), the capped backoff that honours Retry-After, one line when the
-hub is lost and one when it is back, and giving up. Failures come from real sockets and a real
-hub; only the clock and the sleep of the policy are manual."""
+"""The CLI's reconnect policy (issue 19, item 2; `reconnect.py` driving backoff.py's rule):
+which failures of a hub are an outage (refused, DNS, no answer, 5xx, 503 at the cap or while it
+stops) and which are not (a refused token), the capped backoff that honours Retry-After, one
+line when the hub is lost and one when it is back, and giving up. Failures come from real
+sockets and a real hub; only the clock and the sleep of the policy are manual."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mempalace_logstream import errors, http_errors, reconnect, waits
+from mempalace_logstream import backoff, errors, http_errors, reconnect, waits
 from mempalace_logstream.hub_client import HubClient
 from tests.hubkit import live_hub
 
@@ -62,18 +62,18 @@ def _failure(url: str, token: str | None = None, op: str = "event_list") -> erro
 
 def test_a_refused_connection_and_a_name_that_does_not_resolve_are_outages() -> None:
     refused = _failure(_dead_url())
-    assert reconnect.is_transient(refused)
-    assert reconnect.reason(refused) == "connection refused"
+    assert backoff.is_transient(refused)
+    assert reconnect.reason(refused, "x") == "connection refused"
     unknown = _failure("http://no-such-hub.invalid:8765")
-    assert reconnect.is_transient(unknown)
-    assert reconnect.reason(unknown) == "DNS lookup failed"
+    assert backoff.is_transient(unknown)
+    assert reconnect.reason(unknown, "x") == "DNS lookup failed"
 
 
 def test_a_refused_token_is_not_an_outage(tmp_path: Path) -> None:
     with live_hub(tmp_path, token="s3cret-token-1") as hub:
         refused = _failure(hub.url, token="wrong-token-2")
-    assert isinstance(refused, http_errors.HubRefusedError) and refused.status == 401
-    assert not reconnect.is_transient(refused)
+    assert isinstance(refused, errors.UnauthorizedError)
+    assert backoff.is_refusal(refused) and not backoff.is_transient(refused)
     assert "refused the token" in refused.message
 
 
@@ -85,26 +85,26 @@ def test_the_wait_cap_and_a_stopping_hub_are_outages_with_their_retry_after(
         with HubClient(hub.url) as client, pytest.raises(errors.BusyError) as busy:
             client.call("event_wait", since_event_id="tip", timeout_ms=1000)
         assert busy.value.retry_after_s == waits.RETRY_AFTER_S
-        assert reconnect.is_transient(busy.value)
-        assert reconnect.reason(busy.value).startswith("HTTP 503: too many open waits")
+        assert backoff.is_transient(busy.value)
+        assert reconnect.reason(busy.value, hub.url).startswith("HTTP 503: too many open waits")
         waits.of(hub.store).max_waits = 10
         waits.of(hub.store).stop()
         with HubClient(hub.url) as client, pytest.raises(errors.BusyError) as stopping:
             client.call("event_wait", since_event_id="tip", timeout_ms=1000)
     assert stopping.value.retry_after_s == waits.STOP_RETRY_AFTER_S
-    assert reconnect.reason(stopping.value) == "HTTP 503: hub is stopping"
+    assert reconnect.reason(stopping.value, "x") == "HTTP 503: hub is stopping"
 
 
 def test_a_server_error_of_any_5xx_is_an_outage_and_a_4xx_is_not() -> None:
     failed = http_errors.error_from_answer(500, b"Internal Server Error", "http://hub")
-    assert isinstance(failed, http_errors.HubFailedError)
-    assert reconnect.is_transient(failed) and reconnect.reason(failed).startswith("HTTP 500")
+    assert backoff.is_transient(failed)
+    assert reconnect.reason(failed, "http://hub") == "answered HTTP 500"
     storage = http_errors.error_from_answer(503, b'{"error": "disk full"}', "http://hub")
-    assert isinstance(storage, errors.StorageError) and reconnect.is_transient(storage)
+    assert isinstance(storage, errors.StorageError) and backoff.is_transient(storage)
     bad = http_errors.error_from_answer(422, b'{"error": "x", "field": "limit"}', "http://hub")
-    assert not reconnect.is_transient(bad)
+    assert not backoff.is_transient(bad)
     gone = http_errors.error_from_answer(404, b'{"error": "no such event"}', "http://hub")
-    assert not reconnect.is_transient(gone)
+    assert not backoff.is_transient(gone)
 
 
 # ----------------------------------------------------------------------------- the policy
@@ -130,7 +130,7 @@ def test_an_outage_is_told_once_when_lost_and_once_when_back() -> None:
     policy, told = _policy(clock)
     assert policy.call(_flaky([_down()] * 12)) == "ok"
     assert [t.state for t in told] == ["lost", "back"]
-    assert "lost hub http://hub" in told[0].message
+    assert "hub http://hub is unreachable" in told[0].message
     assert told[1].message.startswith("hub http://hub is back after")
     assert told[1].down_s == pytest.approx(sum(clock.slept))
     assert max(clock.slept) <= reconnect.MAX_DELAY_S
@@ -148,8 +148,8 @@ def test_retry_after_is_honoured_up_to_the_cap() -> None:
 def test_a_refused_token_is_raised_at_once_without_a_line() -> None:
     clock = Clock()
     policy, told = _policy(clock)
-    refused = http_errors.HubRefusedError("hub refused the token", status=401)
-    with pytest.raises(http_errors.HubRefusedError):
+    refused = errors.UnauthorizedError("hub refused the token")
+    with pytest.raises(errors.UnauthorizedError):
         policy.call(_flaky([refused]))
     assert told == [] and clock.slept == []
 

@@ -156,7 +156,7 @@ def test_waits_past_the_cap_get_503_with_retry_after_and_the_same_text_everywher
             )
             told = cli.stderr.decode().splitlines()
             assert cli.returncode == 3 and len(told) == 2, told
-            assert f"lost hub {hub.url} (HTTP 503: {expected})" in told[0], told
+            assert f"hub {hub.url} is unreachable (HTTP 503: {expected})" in told[0], told
             for call in held:
                 call.cancel()
             await asyncio.gather(*held, return_exceptions=True)

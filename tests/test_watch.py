@@ -20,7 +20,7 @@ import pytest
 from conftest import REPO, skip_unless_ci
 from watchkit import fork_cli, inotify_fds, run_forked, wait_until_blocked
 
-from mempalace_logstream import LogStore, errors
+from mempalace_logstream import LogStore, cursors, errors
 from mempalace_logstream import watch as w
 
 # ----------------------------------------------------------------------------- pure parts
@@ -39,19 +39,21 @@ from mempalace_logstream import watch as w
 def test_state_basenames_double_underscores_first_then_map_separators(
     agent: str, base: str
 ) -> None:
-    assert w.state_basename(agent) == base
+    assert cursors.state_basename(agent) == base
 
 
 @pytest.mark.parametrize("agent", ["", " ", ".", ".."])
 def test_state_basenames_refuse_names_that_are_not_files(agent: str) -> None:
     with pytest.raises(errors.ValidationError, match="agent"):
-        w.state_basename(agent)
+        cursors.state_basename(agent)
 
 
 def test_state_file_resolution(tmp_path: Path) -> None:
-    assert w.resolve_state_file(None, "a:b", tmp_path) == tmp_path / ".mempalace/watch/a_b.json"
-    assert w.resolve_state_file("", "bob", tmp_path) is None
-    assert w.resolve_state_file(None, None, tmp_path) is None
+    key, palace = cursors.log_key("sqlite:///x.db"), str(tmp_path)
+    default = w.resolve_state_file(None, "a:b", "sqlite:///x.db", palace)
+    assert default == tmp_path / "watch" / key / "a_b.json"
+    assert w.resolve_state_file("", "bob", "sqlite:///x.db") is None
+    assert w.resolve_state_file(None, None, "sqlite:///x.db") is None
     assert w.resolve_state_file(str(tmp_path / "s.json"), None) == tmp_path / "s.json"
 
 
@@ -109,13 +111,15 @@ def test_watch_options_validate_every_argument(kwargs: dict, message: str) -> No
 
 
 def test_agent_means_my_inbox_minus_my_own_writes(tmp_path: Path) -> None:
-    opts = w.WatchOptions.parse(agent="bob", to_agent=["team"], type=["a.b", "a.b"], home=tmp_path)
+    opts = w.WatchOptions.parse(
+        agent="bob", to_agent=["team"], type=["a.b", "a.b"], target="t", palace=str(tmp_path)
+    )
     assert opts.filters == {
         "type": ("a.b",),
         "to_agent": ("team", "bob"),
         "exclude_writer": ("bob",),
     }
-    assert opts.state_file == tmp_path / ".mempalace/watch/bob.json"
+    assert opts.state_file == tmp_path / "watch" / cursors.log_key("t") / "bob.json"
 
 
 # ----------------------------------------------------------------------------- CLI, forked
@@ -144,6 +148,12 @@ def _watch(db: str, home: Path, *args: str, timeout: float = 60):
     return run_forked("watch", "--db", db, *args, env={"HOME": str(home)}, timeout=timeout)
 
 
+def _state(db: str, home: Path, agent: str = "bob") -> Path:
+    """The default state file of `agent` watching `db` with HOME=`home`: one per log and agent."""
+    palace = str(home / ".mempalace" / "palace")
+    return cursors.default_file("watch", agent, cursors.log_target(db, None, None), palace)
+
+
 def _ids(stdout: bytes) -> list[str]:
     ids: list[str] = []
     for line in stdout.decode().splitlines():
@@ -169,7 +179,7 @@ def test_first_run_starts_at_the_tip_and_says_so(db: str, tmp_path: Path) -> Non
     # Both start messages name the same starting point.
     assert f"watching after event {old};".encode() in run.stderr
     assert f"Watching agent bob after event {old};".encode() in run.stderr
-    state = json.loads((tmp_path / ".mempalace/watch/bob.json").read_text())
+    state = json.loads(_state(db, tmp_path).read_text())
     assert state["cursor"] == old and state["agent"] == "bob"
     new = _append(db, to_agent="bob")
     run = _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "1", "--json")
@@ -191,7 +201,7 @@ def test_a_watch_started_on_an_empty_log_replays_from_the_start_never_the_tip(
 ) -> None:
     run = _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "1")
     assert run.returncode == 2
-    assert json.loads((tmp_path / ".mempalace/watch/bob.json").read_text())["cursor"] is None
+    assert json.loads(_state(db, tmp_path).read_text())["cursor"] is None
     ids = [_append(db, to_agent="bob"), _append(db, to_agent="*", from_agent="carol")]
     run = _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "1", "--json")
     assert run.returncode == 0 and _ids(run.stdout.replace(b"\n", b"")) == ids
@@ -292,7 +302,7 @@ def test_a_watcher_never_wakes_on_its_own_broadcast(db: str, tmp_path: Path) -> 
     run = _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "1")
     assert run.returncode == 2
     # The rejected broadcast was examined: the checkpoint moved past it.
-    state = json.loads((tmp_path / ".mempalace/watch/bob.json").read_text())
+    state = json.loads(_state(db, tmp_path).read_text())
     assert state["cursor"] is not None
     theirs = _append(db, from_agent="carol", to_agent="*")
     run = _watch(db, tmp_path, "--agent", "bob", "--idle-exit-ms", "1", "--json")
@@ -370,7 +380,7 @@ def test_a_spawned_watcher_wakes_on_an_append_from_another_process(
         env=env,
     )
     try:
-        state = tmp_path / ".mempalace/watch/bob.json"
+        state = _state(db_url, tmp_path)
         # The first checkpoint is written before the first poll: once it exists, we are armed.
         deadline = time.monotonic() + 60
         while not state.exists() and watcher.poll() is None and time.monotonic() < deadline:

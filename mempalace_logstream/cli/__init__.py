@@ -22,6 +22,7 @@ from mempalace_logstream.cli import artifacts as artifacts
 from mempalace_logstream.cli import tasks as tasks
 from mempalace_logstream.cli import tail as tail
 from mempalace_logstream.cli import inbox as inbox
+from mempalace_logstream.cli import deliver as deliver
 from mempalace_logstream.cli import presence as presence
 from mempalace_logstream.cli import agent as agent
 

@@ -48,10 +48,14 @@ def announcer(
     enabled: bool,
     ttl_s: int | None,
     what: str,
+    hub_told: bool = False,
 ) -> Announcer | None:
     """The announcer for this command, not started; None when nothing is to be announced.
+    `hub_told`: the command says itself when the hub is lost or refuses the token (channel
+    mode), so the announcer keeps quiet about those.
 
     Raises ValidationError (a bad agent name or TTL) before anything runs."""
+    from mempalace_logstream import backoff
     from mempalace_logstream.announcer import CALL_TIMEOUT_S, Announcer, check_ttl
 
     check_ttl(ttl_s)
@@ -62,7 +66,11 @@ def announcer(
     def connect() -> HubClient:
         return HubClient(hub, token=token, timeout=CALL_TIMEOUT_S)
 
-    return Announcer(connect, agent, note=_note, what=what, hub=hub, ttl_s=ttl_s)
+    def told(exc: Exception) -> bool:
+        return backoff.is_transient(exc) or backoff.is_refusal(exc)
+
+    quiet = told if hub_told else None
+    return Announcer(connect, agent, note=_note, what=what, hub=hub, ttl_s=ttl_s, quiet=quiet)
 
 
 @contextlib.contextmanager

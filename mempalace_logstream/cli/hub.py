@@ -98,8 +98,6 @@ def serve(
     palace: PalaceOpt = None,
 ) -> None:
     """Run the hub: HTTP API under /v1, SSE at /v1/stream, MCP at /mcp, docs at /docs."""
-    import uvicorn
-
     from mempalace_logstream import http_app
     from mempalace_logstream import sync as sync_mod
 
@@ -131,11 +129,19 @@ def serve(
         deadline_s=sync_deadline_s,
         max_response_bytes=sync_max_response_bytes,
     )
-    from mempalace_logstream.http.server import HubServer
-
     application = _hub_app(store, settings, loop, mcp_read_only)
     sock = _bind(host, port)
     _banner(host, sock, store, loop, interval, palace_path)
+    _run(application, sock, store)
+
+
+def _run(application: Any, sock: socket.socket, store: LogStore) -> None:
+    """uvicorn until a signal stops it cleanly (http/server.py: the open waits answered, the
+    streams ended, one line on stderr, the hub's log), then the store closed."""
+    import uvicorn
+
+    from mempalace_logstream.http.server import HubServer
+
     config_ = uvicorn.Config(application, log_level="warning", timeout_graceful_shutdown=3)
     server = HubServer(config_, application, say=_say, owns_process=True)
     try:

@@ -20,7 +20,8 @@ from mempalace_logstream.cli.testhooks import watch_crash_hook
 AGENT_HELP = "Your id: your inbox is what was sent to you or to *, never your own writes."
 HOOK_HELP = (
     "claude or codex: print the JSON their UserPromptSubmit/SessionStart hooks read to add "
-    "context (the hook's JSON input is read from stdin)."
+    "context (the hook's JSON input is read from stdin); codex on SessionStart also records "
+    "the session's thread for `logstream deliver --codex`."
 )
 STATE_FILE_HELP = "Cursor file (default <palace>/inbox/<log>/<agent>.json; '' = none)."
 FROM_START_HELP = "On a first run (no state file yet), show the whole inbox, not only new mail."

@@ -56,7 +56,8 @@ AllowUnverifiedOpt = Annotated[
 StateFileOpt = Annotated[
     str | None,
     typer.Option(
-        "--state-file", help="Channel cursor file (default ~/.mempalace/channel/<agent>.json)."
+        "--state-file",
+        help="Channel cursor file (default <palace>/channel/<log>/<agent>.json; '' = none).",
     ),
 ]
 FromStartOpt = Annotated[
@@ -118,14 +119,12 @@ def mcp_cmd(
         "window_ms": window_ms,
     }
     if not channel:
-        extra = [name for name, val in given.items() if val not in (None, [])]
-        extra += ["filters"] if filters else []
-        if extra:
-            flag = "--" + extra[0].replace("_", "-")
-            raise fail(f"{flag} is an option of channel mode: add --channel (and --agent NAME)")
+        _refuse_channel_options(given, filters)
     try:
         what = "logstream mcp --channel" if channel else "logstream mcp"
-        who = announcer(agent, hub, token, enabled=not no_presence, ttl_s=presence_ttl_s, what=what)
+        # channel mode says itself when the hub is lost or refuses the token: not twice
+        ttl, on = presence_ttl_s, not no_presence
+        who = announcer(agent, hub, token, enabled=on, ttl_s=ttl, what=what, hub_told=channel)
         with announced(who):
             if channel:
                 _run_channel(agent, filters, given, read_only, db, palace, hub, token)
@@ -135,6 +134,14 @@ def mcp_cmd(
         if STATE.debug:
             raise
         raise fail(exc.message) from None
+
+
+def _refuse_channel_options(given: dict[str, Any], filters: FilterArgs) -> None:
+    extra = [name for name, val in given.items() if val not in (None, [])]
+    extra += ["filters"] if filters else []
+    if extra:
+        flag = "--" + extra[0].replace("_", "-")
+        raise fail(f"{flag} is an option of channel mode: add --channel (and --agent NAME)")
 
 
 def _run_tools(
@@ -150,7 +157,8 @@ def _run_tools(
     actor = _actor(agent, hub)
     client = open_client(db, palace, hub, token, create=True)
     try:
-        mcp_server.run_stdio(_backend(client), read_only=read_only, actor=actor)
+        name = f"hub {hub.rstrip('/')}" if hub else "the log"
+        mcp_server.run_stdio(_backend(client), read_only=read_only, actor=actor, name=name)
     finally:
         client.close()
 
@@ -167,19 +175,31 @@ def _run_channel(
 ) -> None:
     import anyio
 
+    from mempalace_logstream import config, cursors
     from mempalace_logstream.mcp_server import channel
 
     if agent is None:
         raise fail("--channel needs --agent NAME: whose inbox to push")
-    opts = channel.ChannelOptions.parse(agent=agent, **filters, **given)
+    settings = config.Settings.from_env()
+    target = cursors.log_target(db or settings.db, palace or settings.palace, hub)
+    opts = channel.ChannelOptions.parse(
+        agent=agent, target=target, palace=palace or settings.palace, **filters, **given
+    )
     client = open_client(db, palace, hub, token, create=True)
     try:
         backend = _backend(client)
         hook = watch_crash_hook()
         actor = _actor(agent, hub)
+        source = f"hub {hub.rstrip('/')}" if hub else "the log"
         anyio.run(
             lambda: channel.serve(
-                backend, client, opts, read_only=read_only, crash_hook=hook, actor=actor
+                backend,
+                client,
+                opts,
+                read_only=read_only,
+                crash_hook=hook,
+                actor=actor,
+                source=source,
             )
         )
     finally:

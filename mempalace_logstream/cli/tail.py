@@ -181,12 +181,12 @@ def _run_monitor(
 ) -> int:
     """Monitor mode (monitor.py) to its exit code: 0 at --max-runtime, 130 on Ctrl-C, 0 when
     the reader closed stdout, 3 when the hub stayed lost past --give-up-after, 1 on errors."""
-    from mempalace_logstream import config, monitor
+    from mempalace_logstream import config, cursors, monitor
 
     db, palace, hub, token = target
     settings = config.Settings.from_env()
     palace = palace or settings.palace
-    key = hub.rstrip("/") if hub else config.resolve_db(db or settings.db, palace)
+    key = cursors.log_target(db or settings.db, palace, hub)
     try:
         named_hub = hub.rstrip("/") if hub and STATE.hub_typed else None
         opts = monitor.MonitorOptions.parse(

@@ -22,6 +22,7 @@ from mempalace_logstream.cli.announce import (
     announced,
     announcer,
 )
+from mempalace_logstream.cli.deliver import CodexBinOpt, run_codex
 from mempalace_logstream.cli.filters import FilterArgs, filter_options
 from mempalace_logstream.cli.options import (
     DbOpt,
@@ -155,7 +156,7 @@ class _WatchPrinter:
 
 
 AGENT_HELP = "Your id: watch your inbox (to you or *), never your own writes."
-STATE_FILE_HELP = "Checkpoint file (default ~/.mempalace/watch/<agent>.json; '' = none)."
+STATE_FILE_HELP = "Checkpoint file (default <palace>/watch/<log>/<agent>.json; '' = none)."
 FROM_START_HELP = (
     "On a first run (no state file yet), replay the whole log instead of starting at the "
     "newest event; refused when the state file already holds a cursor."
@@ -178,11 +179,17 @@ PollOpt = Annotated[
     int | None, typer.Option("--poll-timeout-ms", help="Longest single wait, 1-300000 ms.")
 ]
 WatchJsonOpt = Annotated[bool, typer.Option("--json", help=WATCH_JSON_HELP, callback=take_global)]
+EXEC_CODEX_HELP = (
+    "Instead of printing, wake Codex: `logstream deliver --agent NAME --codex` (its own cursor; "
+    "takes --agent, --state-file, --from-start, --codex-bin and the log options only)."
+)
+ExecCodexOpt = Annotated[bool, typer.Option("--exec-codex", help=EXEC_CODEX_HELP)]
 
 
 @app.command()
 @filter_options
 def watch(
+    ctx: typer.Context,
     agent: AgentOpt = None,
     *,
     filters: FilterArgs,
@@ -200,6 +207,8 @@ def watch(
     as_json: WatchJsonOpt = False,
     no_presence: NoPresenceOpt = False,
     presence_ttl_s: PresenceTtlOpt = None,
+    exec_codex: ExecCodexOpt = False,
+    codex_bin: CodexBinOpt = None,
     give_up_after: GiveUpOpt = None,
 ) -> None:
     """Wait for mail: exit 0 when matching events were printed, 2 on idle timeout, 130 on Ctrl-C.
@@ -212,33 +221,65 @@ def watch(
     (one stderr line when it is lost, one when it is back; exit 3 past --give-up-after); a
     refused token exits 1.
     """
-    from mempalace_logstream import watch as watch_mod
-
+    if exec_codex:
+        raise typer.Exit(_exec_codex(ctx.params, filters))
     try:
-        opts = watch_mod.WatchOptions.parse(
-            agent=agent,
-            state_file=state_file,
-            since_event_id=since_event_id,
-            from_start=from_start,
-            follow=follow,
-            idle_exit_ms=idle_exit_ms,
-            limit=limit,
-            poll_timeout_ms=poll_timeout_ms,
-            **filters,
-        )
-        who = announcer(
-            opts.agent,
-            hub,
-            token,
-            enabled=not no_presence,
-            ttl_s=presence_ttl_s,
-            what="logstream watch",
-        )
+        opts = _watch_options(ctx.params, filters)
+        on, ttl = not no_presence, presence_ttl_s
+        who = announcer(opts.agent, hub, token, enabled=on, ttl_s=ttl, what="logstream watch")
     except errors.LogstreamError as exc:
         raise fail(exc.message) from None
     with announced(who):
         code = _run_watcher(opts, as_json, follow, (db, palace, hub, token), give_up_after)
     raise typer.Exit(code)
+
+
+def _watch_options(params: dict[str, Any], filters: FilterArgs) -> WatchOptions:
+    """The watch's options from its command line; the default state file is per log and agent
+    (cursors.log_target names the log). Raises ValidationError."""
+    from mempalace_logstream import config, cursors
+    from mempalace_logstream import watch as watch_mod
+
+    settings = config.Settings.from_env()
+    palace = params.get("palace") or settings.palace
+    return watch_mod.WatchOptions.parse(
+        agent=params.get("agent"),
+        state_file=params.get("state_file"),
+        target=cursors.log_target(params.get("db") or settings.db, palace, params.get("hub")),
+        palace=palace,
+        since_event_id=params.get("since_event_id"),
+        from_start=bool(params.get("from_start")),
+        follow=bool(params.get("follow")),
+        idle_exit_ms=params.get("idle_exit_ms"),
+        limit=params.get("limit"),
+        poll_timeout_ms=params.get("poll_timeout_ms"),
+        **filters,
+    )
+
+
+WATCH_ONLY = ("since_event_id", "idle_exit_ms", "limit", "poll_timeout_ms", "as_json")
+
+
+def _exec_codex(params: dict[str, Any], filters: FilterArgs) -> int:
+    """`watch --exec-codex`: the Codex deliverer (`logstream deliver --codex`), which takes
+    --agent's whole inbox; watch's own output and filter options are refused."""
+    extra = [name for name in WATCH_ONLY if params.get(name) not in (None, False)]
+    if extra or filters:
+        flag = "--" + min([*extra, *filters]).replace("_", "-").replace("as-json", "json")
+        raise fail(f"--exec-codex delivers the whole inbox of --agent; drop {flag}", 2)
+    given = params.get
+    return run_codex(
+        agent=given("agent"),
+        codex_bin=given("codex_bin"),
+        state_file=given("state_file"),
+        from_start=bool(given("from_start")),
+        db=given("db"),
+        palace=given("palace"),
+        hub=given("hub"),
+        token=given("token"),
+        no_presence=bool(given("no_presence")),
+        presence_ttl_s=given("presence_ttl_s"),
+    )
 
 
 def _run_watcher(

@@ -4,6 +4,7 @@
     tools.py     the tool functions agents call (signatures and docstrings are their schemas)
     endpoint.py  streamable HTTP for the hub's /mcp, sessions bounded, disconnects quiet
     channel.py   `logstream mcp --agent NAME --channel`: new inbox events pushed into the session
+    channel_text.py  what channel mode writes for the model: instructions, events, bursts
 
 The only `mcp` importer; must not import fastapi or typer.
 """

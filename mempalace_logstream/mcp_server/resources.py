@@ -9,11 +9,19 @@ URI whenever an event it would now list is appended: in the handshake era (2025-
 `resources/subscribe`, in 2026-07-28 on a `subscriptions/listen` stream whose
 `resourceSubscriptions` name it (over stdio or streamable HTTP alike). One follower per server
 wakes on the log's own wake-ups (`event_wait`), and runs only while someone is subscribed.
+
+The follower's cursor is taken at the log's tip when the first subscription is answered, and
+kept in memory: a hub that goes away (`--hub`) is tried again with capped backoff, one line
+says it is lost and one that it is back, and the follower goes on from its cursor, so every
+change made meanwhile is signalled once the hub answers again (no lost update).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, cast
@@ -31,7 +39,7 @@ from mcp.types import (
     UnsubscribeRequestParams,
 )
 
-from mempalace_logstream import display, errors
+from mempalace_logstream import backoff, display, errors
 from mempalace_logstream import validation as v
 from mempalace_logstream.models import Event
 from mempalace_logstream.store import Filters
@@ -124,6 +132,10 @@ class Subscriptions:
     # "sender" publishes to the bus that the SDK's listen handler fans out per stream.
     bus: InMemorySubscriptionBus = field(default_factory=InMemorySubscriptionBus)
     listening: dict[str, int] = field(default_factory=dict)
+    outage: backoff.Outage = field(default_factory=lambda: outage("the log", _log.warning))
+    cursor: str | None = None  # where the follower reads on from, once `following`
+    following: bool = False
+    _arming: anyio.Lock = field(default_factory=anyio.Lock)
 
     def install(self) -> None:
         lowlevel = self.server._lowlevel_server  # MCPServer has no public handle on it (SDK 2.3)
@@ -150,6 +162,7 @@ class Subscriptions:
                 raise MCPError(code=INVALID_PARAMS, message=exc.message) from exc
         if self.count() + len(matchers) > MAX_SUBSCRIPTIONS:
             raise MCPError(code=INVALID_PARAMS, message="too many subscriptions on this server")
+        await self.arm()
         mine = self.by_session.setdefault(_LISTEN, {})
         self.senders[_LISTEN] = self
         for uri, matcher in matchers.items():
@@ -184,6 +197,7 @@ class Subscriptions:
             raise MCPError(code=INVALID_PARAMS, message=exc.message) from exc
         if self.count() >= MAX_SUBSCRIPTIONS:
             raise MCPError(code=INVALID_PARAMS, message="too many subscriptions on this server")
+        await self.arm()
         key = _connection(ctx)
         self.by_session.setdefault(key, {})[uri] = matcher
         self.senders.setdefault(key, ctx.session)
@@ -201,24 +215,54 @@ class Subscriptions:
         self.by_session.pop(key, None)
         self.senders.pop(key, None)
 
+    async def arm(self) -> None:
+        """Take the follower's cursor at the log's tip, once, before the first subscription is
+        answered: every change after the answer is news to it. A log (hub) that cannot answer
+        now leaves the follower to arm itself once it does."""
+        if self.following:
+            return
+        with contextlib.suppress(errors.LogstreamError):
+            await self._arm()
+
+    async def _arm(self) -> None:
+        async with self._arming:
+            if not self.following:
+                tip = await self.server.backend.call("event_list", {"limit": 1, "order": "desc"})
+                self.cursor, self.following = tip.get("cursor"), True
+
     async def run(self) -> None:
         """Follow the log while anyone is subscribed; tell each subscriber what changed."""
-        cursor: str | None = "tip"
+        pause = backoff.Backoff()
         while True:
             if not self.by_session:
+                self.following = False  # changes before a subscription are not news to it
                 self.wanted = anyio.Event()
                 await self.wanted.wait()
-                cursor = "tip"  # changes before a subscription are not news to it
-            args = {"since_event_id": cursor, "timeout_ms": POLL_TIMEOUT_MS, "limit": 500}
-            try:
-                out = await self.server.backend.call("event_wait", args)
-            except errors.LogstreamError as exc:  # e.g. a hub that went away: try again later
-                _log.warning("resource follower: %s", exc.message)
-                await anyio.sleep(1.0)
                 continue
-            cursor = out.get("cursor") or cursor
+            try:
+                await self._arm()
+                args = {"since_event_id": self.cursor, "timeout_ms": POLL_TIMEOUT_MS, "limit": 500}
+                out = await self.server.backend.call("event_wait", args)
+            except errors.LogstreamError as exc:
+                self._failed(exc)
+                await anyio.sleep(pause.delay())
+                continue
+            self.outage.ok()
+            pause.reset()
+            self.cursor = out.get("cursor") or self.cursor
             if out["events"]:
                 await self._tell(out["events"])
+
+    def _failed(self, exc: errors.LogstreamError) -> None:
+        if backoff.is_refusal(exc):  # not transient: every subscription ends, said once
+            self.outage.refused(exc, "resource subscriptions end; subscribe again")
+            for key in list(self.by_session):
+                self._forget(key)
+        elif isinstance(exc, errors.NotFoundError) and exc.field == "since_event_id":
+            self.outage.note(f"cursor {self.cursor!r} is not in this log any more; from its tip")
+            self.following = False
+        else:
+            self.outage.failed(exc)
 
     async def _tell(self, batch: list[dict[str, Any]]) -> None:
         rows = [cast(Event, SimpleNamespace(**event)) for event in batch]
@@ -234,6 +278,21 @@ class Subscriptions:
 
 
 _LISTEN = object()  # the key of the listen streams' URIs in `by_session`
+
+
+def note(message: str) -> None:
+    """A line about the follower on stderr (a stdio server's), the characters escaped."""
+    print(f"logstream resources: {display.terminal(message)}", file=sys.stderr, flush=True)
+
+
+def outage(source: str, note: Callable[[str], None]) -> backoff.Outage:
+    """The lines a resource follower says about its log or hub (`source`: "hub URL")."""
+    return backoff.Outage(
+        source,
+        note,
+        meanwhile="resource updates wait for it",
+        back="resource updates go on from where they stopped",
+    )
 
 
 def _connection(ctx: Any) -> Any:

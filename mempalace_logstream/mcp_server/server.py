@@ -8,6 +8,7 @@ same input with the same text.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 from collections.abc import Callable
@@ -54,14 +55,18 @@ class StoreBackend:
 
 
 class ClientBackend:
-    """Anything with a blocking `call(op, **args)`: the hub client of `--hub`."""
+    """Anything with a blocking `call(op, **args)`: the hub client of `--hub`. Each call runs in
+    a thread that cancellation leaves behind, so a long-poll to a hub never holds up the end of
+    a session (stdin closed) or of the process."""
 
     def __init__(self, client: Any) -> None:
         self.client = client
 
     async def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         given = {k: val for k, val in args.items() if val is not None}
-        result: dict[str, Any] = await aio.run(self.client.call, op, **given)
+        result: dict[str, Any] = await aio.run_detached(
+            functools.partial(self.client.call, op, **given)
+        )
         return result
 
 
@@ -195,11 +200,24 @@ def _add(server: LogstreamMCP, fn: Callable[..., Any], hints: ToolAnnotations) -
 
 
 def run_stdio(
-    source: LogStore | Backend, *, read_only: bool = False, actor: Actor | None = None
+    source: LogStore | Backend,
+    *,
+    read_only: bool = False,
+    actor: Actor | None = None,
+    name: str = "the log",
 ) -> None:
     """Serve the tools and resources over stdio until the client closes the pipe; every tool
-    call runs as `actor`."""
-    anyio.run(serve_stdio, build_server(source, read_only=read_only, actor=actor))
+    call runs as `actor`. `name` names the log in the resource follower's lines ("hub URL")."""
+    server = build_server(source, read_only=read_only, actor=actor)
+    speak_on_stderr(server, name)
+    anyio.run(serve_stdio, server)
+
+
+def speak_on_stderr(server: LogstreamMCP, name: str) -> None:
+    """A stdio server's resource follower says on stderr when its log (hub) is lost and back."""
+    from mempalace_logstream.mcp_server import resources
+
+    server.subscriptions.outage = resources.outage(name, resources.note)
 
 
 async def serve_stdio(server: LogstreamMCP) -> None:

@@ -122,11 +122,7 @@ class Identity:
         with self._lock:
             if self._ring is not None and self._ring_at == (top, pins):
                 return self._ring
-        rows = ex.rows(
-            KEY_EVENTS_SQL,
-            lambda: select(_is_key_event()).order_by(events.c.seq),
-            {},
-        )
+        rows = ex.rows(KEY_EVENTS_SQL, lambda: select(_is_key_event()).order_by(events.c.seq), {})
         ring = Keyring.build((signed(e) for e in events_from_rows(rows)), pins)
         with self._lock:
             self._ring, self._ring_at = ring, (top, pins)

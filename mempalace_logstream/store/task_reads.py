@@ -119,7 +119,7 @@ def children_anomalies(
     still_open = [c for c in children if c.state_at(now_ms) in tasks.NON_TERMINAL]
     if len(still_open) <= settings.max_children:
         return []
-    still_open.sort(key=lambda c: (c.created_ms, c.request_event_id))
+    still_open.sort(key=lambda c: (c.request_hlc, c.request_event_id))  # the log's order
     n, limit = len(still_open), settings.max_children
     return [
         _create_anomaly(

@@ -244,7 +244,7 @@ def _advanced(task: Task, batch: list[Event], settings: TaskSettings) -> Task | 
 # that opens a log whose rows an older fold wrote rebuilds them. 2: issue 18 (identity's
 # rules, second requests, progress 0-100, the question's event).
 FOLD_VERSION_KEY = "tasks_fold"
-FOLD_VERSION = "2"
+FOLD_VERSION = "3"  # 3: rows carry the request's HLC
 
 
 def mark_fold_version(tx: Transaction) -> None:

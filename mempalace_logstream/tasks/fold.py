@@ -120,6 +120,7 @@ def created(move: Move) -> Task:
         stream=move.stream,
         request_event_id=move.event_id,
         created_ms=move.at_ms,
+        request_hlc=move.hlc,
         request_lease_ms=move.lease_ms,
         parent_task_id=move.parent_task_id,
         last_hlc=move.hlc,

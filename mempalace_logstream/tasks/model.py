@@ -105,6 +105,7 @@ class Task:
     stream: str
     request_event_id: str
     created_ms: int
+    request_hlc: str = ""  # the request's HLC: the log's order of requests (RFC 0001)
     assignee: str | None = None
     attempt: int = 0
     request_lease_ms: int | None = None  # the lease the request asked for (None: the default)
