@@ -34,6 +34,7 @@ BENCHES = (
     "task_late",
     "presence",
     "waits",
+    "monitor",
 )
 TAGS = ("[ratio]", "[target]")
 _LAUNCH = "import sys; from bench import bench_{name} as m; sys.exit(m.main(sys.argv[1:]) or 0)"

@@ -79,7 +79,10 @@ async def event_wait(store: LogStore, args: dict[str, Any]) -> dict[str, Any]:
 
     The first read is the wait's own (filtered); with nothing to answer it blocks in its
     store's wait room (waits.py): one shared read per wake-up for every blocked wait, a cap
-    (BusyError), and cancelling the call (its client went away) leaves the room at once."""
+    (BusyError), and cancelling the call (its client went away) leaves the room at once.
+    While its server stops, BusyError("hub is stopping")."""
+    if waits.of(store).stopping:
+        raise waits.stopping_error()
     clean = {k: val for k, val in args.items() if val is not None}
     timeout = v.timeout_ms(clean.pop("timeout_ms", None)) / 1000
     req = store.read_request(**clean)
@@ -135,23 +138,28 @@ class Feed:
 
 
 async def follow(
-    store: LogStore, feed: Feed, req: ReadRequest, after_seq: int
+    store: LogStore,
+    feed: Feed,
+    req: ReadRequest,
+    after_seq: int,
+    stopped: Callable[[], bool] = lambda: False,
 ) -> AsyncIterator[list[Event]]:
-    """Yield batches of matching events after `after_seq`, forever, in local append order.
+    """Yield batches of matching events after `after_seq` in local append order, until
+    `stopped()` says the server stops (checked at each wake-up: the stop bumps the notifier).
 
     Catch-up reads use the filtered query (a selective reader skips a backlog cheaply); at the
     tip the subscriber joins the shared `Feed`. The cursor passes filtered-out rows.
     """
     seq = after_seq
     catch_up = req.replace(limit=FEED_BATCH, order="asc")
-    while True:
+    while not stopped():
         page = await run(store.read, catch_up, seq)
         seq = page.scanned_seq
         if page.events:
             yield list(page.events)
         if not page.has_more:
             break
-    while True:
+    while not stopped():
         seen = store.notifier.version
         page = await feed.after(seq)
         seq = page.scanned_seq
@@ -231,7 +239,10 @@ async def with_presence(
             await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             events: list[Event] = []
             if batch.done():
-                events = batch.result()
+                try:
+                    events = batch.result()
+                except StopAsyncIteration:  # the follower ended (the server stops)
+                    return
                 batch = asyncio.ensure_future(anext(it))
             if not woken.done():
                 woken.cancel()

@@ -21,7 +21,7 @@ from mempalace_logstream import config
 from mempalace_logstream import validation as v
 
 # The followers that keep a cursor (or, for `codex-thread`, the Codex session) per log and agent.
-KINDS = ("inbox", "watch", "channel", "codex-thread", "codex-deliver")
+KINDS = ("inbox", "watch", "channel", "codex-thread", "codex-deliver", "monitor")
 LEGACY_KINDS = ("watch", "channel")  # the per-agent files of before issue 19
 
 

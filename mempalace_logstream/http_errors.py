@@ -76,9 +76,20 @@ def status_error(
     return HttpStatusError(status, f"{where}: HTTP {status}: {scrub(text)}", peer_id=peer_id)
 
 
-def error_from_answer(status: int, raw: bytes, url: str) -> errors.LogstreamError:
+def retry_after_s(value: str | None) -> int | None:
+    """A `Retry-After` header in seconds (its delay form), or None."""
+    if value is None or not value.strip().isdigit():
+        return None
+    return int(value.strip())
+
+
+def error_from_answer(
+    status: int, raw: bytes, url: str, retry_after: str | None = None
+) -> errors.LogstreamError:
     """The domain error a hub's error answer to an operation stands for, with the hub's own
-    message (and field) when its body is our `{"error": ..., "field": ...}`."""
+    message (and field) when its body is our `{"error": ..., "field": ...}`. A 503 with a
+    `Retry-After` (a cap, or a hub that stops) is a `BusyError`, one without it a
+    `StorageError`; a refused token or request an `UnauthorizedError`."""
     try:
         payload = json.loads(raw)
         message = str(payload.get("error") or "")
@@ -95,6 +106,9 @@ def error_from_answer(status: int, raw: bytes, url: str) -> errors.LogstreamErro
     if status == 403:
         return errors.UnauthorizedError(f"hub {url} refused the request: {message or 'forbidden'}")
     message = message or f"hub {url} answered HTTP {status}"
+    delay = retry_after_s(retry_after)
+    if status == 503 and delay is not None:
+        return errors.BusyError(message, retry_after_s=delay)
     cls = STATUS_ERRORS.get(status, errors.LogstreamError)
     if issubclass(cls, _WITH_FIELD):
         return cls(message, field=field)

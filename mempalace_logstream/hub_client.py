@@ -59,7 +59,7 @@ class HubClient:
         with http_errors.transport_errors(
             self.url, self._unreachable, timeout=lambda _exc: self._too_slow(op, limit)
         ):
-            status, raw = self._post(op, body, limit)
+            status, raw, retry_after = self._post(op, body, limit)
         if status == 200:
             try:
                 return dict(json.loads(raw))
@@ -69,10 +69,13 @@ class HubClient:
                     "is it a logstream hub?",
                     peer_id=self.url,
                 ) from exc
-        raise http_errors.error_from_answer(status, bytes(raw), self.url)
+        raise http_errors.error_from_answer(status, bytes(raw), self.url, retry_after)
 
-    def _post(self, op: str, body: dict[str, Any], limit: float) -> tuple[int, bytearray]:
-        """(status, body) of one call, read within `limit` seconds and `max_bytes`."""
+    def _post(
+        self, op: str, body: dict[str, Any], limit: float
+    ) -> tuple[int, bytearray, str | None]:
+        """(status, body, Retry-After) of one call, read within `limit` seconds and
+        `max_bytes`."""
         deadline = time.monotonic() + limit
         with self._http.stream(
             "POST", f"/v1/{op}", json=body, timeout=httpx.Timeout(limit)
@@ -88,7 +91,7 @@ class HubClient:
                         "bytes; refused (is it a logstream hub?)",
                         peer_id=self.url,
                     )
-        return resp.status_code, raw
+        return resp.status_code, raw, resp.headers.get("retry-after")
 
     def _unreachable(self, exc: Exception) -> str:
         return f"cannot reach hub {self.url}: {exc or type(exc).__name__}"

@@ -8,13 +8,16 @@ unfiltered, after the oldest cursor in the room, and hands each waiter the rows 
 match (`ReadRequest` rules in Python, as the SSE feed does). A commit so costs one read, however
 many waits are open (RFC 0002). A blocked wait holds a slot of its store's cap
 (`Waits.max_waits`); past it, `BusyError` (HTTP 503 + Retry-After). A waiter cancelled (its
-HTTP client disconnected, its MCP call was cancelled) leaves the room at once.
+HTTP client disconnected, its MCP call was cancelled) leaves the room at once. A server that
+stops (`Waits.stop`) answers every blocked wait at once with `BusyError("hub is stopping")`,
+and every later one too, until `resume`.
 Must not import fastapi, mcp, typer or httpx.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 import weakref
@@ -30,8 +33,16 @@ from mempalace_logstream.store import LogStore, ReadRequest
 
 DEFAULT_MAX_WAITS = 512
 RETRY_AFTER_S = 5
+STOP_RETRY_AFTER_S = 1  # a stopping hub: try again soon (a restart takes about a second)
 ROOM_BATCH = 500  # rows per shared read; a longer burst is read in several
+STOPPING = "hub is stopping"
 T = TypeVar("T")
+
+
+def stopping_error() -> errors.BusyError:
+    """What every wait answers while its server stops: HTTP 503 `{"error": "hub is stopping",
+    "field": null}` with `Retry-After`, an error result over MCP."""
+    return errors.BusyError(STOPPING, retry_after_s=STOP_RETRY_AFTER_S)
 
 
 def busy_message(limit: int) -> str:
@@ -47,6 +58,7 @@ class Waits:
     def __init__(self, max_waits: int = DEFAULT_MAX_WAITS) -> None:
         self.max_waits = max_waits
         self.reads = 0  # shared reads made by the rooms (read by tests)
+        self.stopping = False  # the server stops: every wait answers `stopping_error()`
         self._lock = threading.Lock()  # rooms of loops in different threads share the count
         self._open = 0
         self._rooms: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, WaitRoom] = (
@@ -62,8 +74,10 @@ class Waits:
         self, store: LogStore, req: ReadRequest, page: Page, seen: int, deadline: float
     ) -> Page:
         """`WaitRoom.wait` in this loop's room, holding a slot of the cap while it blocks.
-        Raises BusyError at the cap."""
+        Raises BusyError at the cap, and while the server stops."""
         with self._lock:
+            if self.stopping:
+                raise stopping_error()
             if self._open >= self.max_waits:
                 raise errors.BusyError(busy_message(self.max_waits), retry_after_s=RETRY_AFTER_S)
             self._open += 1
@@ -76,6 +90,31 @@ class Waits:
         finally:
             with self._lock:
                 self._open -= 1
+
+    def stop(self) -> int:
+        """The server stops: every blocked wait (in every room) answers `stopping_error()` at
+        once, and so does every wait begun from now on. Returns how many were blocked. Safe
+        from any thread: a room of another event loop is answered on its own loop."""
+        with self._lock:
+            self.stopping = True
+            blocked = self._open
+            rooms = list(self._rooms.items())
+        try:
+            here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        for loop, room in rooms:
+            if loop is here:
+                room.fail(stopping_error)
+            else:
+                with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits
+                    loop.call_soon_threadsafe(room.fail, stopping_error)
+        return blocked
+
+    def resume(self) -> None:
+        """Serve waits again (a server started anew on the same store)."""
+        with self._lock:
+            self.stopping = False
 
 
 # Keyed weakly by store; a Waits never refers to its store (a room's reader task holds it
@@ -140,6 +179,12 @@ class WaitRoom:
             return waiter.timed_out()
         finally:
             self._leave(waiter)
+
+    def fail(self, error: Callable[[], Exception]) -> None:
+        """Answer every waiter of the room with an error (each its own instance)."""
+        for waiter in self._waiters:
+            if not waiter.answer.done():
+                waiter.answer.set_exception(error())
 
     def _leave(self, waiter: _Waiter) -> None:
         self._waiters.pop(waiter, None)

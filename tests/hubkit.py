@@ -13,6 +13,7 @@ import httpx
 import uvicorn
 
 from mempalace_logstream import LogStore, http_app, mcp_server
+from mempalace_logstream.http.server import HubServer
 from mempalace_logstream.presence import Registry
 
 
@@ -24,14 +25,14 @@ class LiveHub:
         self.settings = settings
         self.presence = Registry()  # shared by the HTTP routes and the MCP tools, as in serve
         mcp_app, lifespan = mcp_server.http_endpoint(store, presence=self.presence)
-        mount = http_app.ExtraMount("/mcp", mcp_app, lifespan)
+        mount = http_app.ExtraMount("/mcp", mcp_app, lifespan, drain=mcp_app.drain)
         self.app = http_app.create_app(store, settings, mounts=(mount,), presence=self.presence)
         self.sock = http_app.listen_socket("127.0.0.1", port)  # a port again: a restart
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         config = uvicorn.Config(
             self.app, log_level="warning", timeout_graceful_shutdown=1, lifespan="on"
         )
-        self.server = uvicorn.Server(config)
+        self.server = HubServer(config, self.app)  # a stop answers the open waits at once
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
         )

@@ -82,19 +82,22 @@ def test_hub_calls_time_out_against_a_hub_that_never_answers(silent, args) -> No
     assert took < 25  # the subprocess timeout is the hang detector; this is only a sanity bound
 
 
-def test_wait_gets_its_own_timeout_plus_the_margin(silent) -> None:
+def test_wait_gets_its_own_timeout_plus_the_margin_and_rides_through_the_silence(silent) -> None:
+    """A hub that does not answer is an outage (issue 19): each try gives up after the wait's
+    own timeout plus the margin, the wait tries again, and --give-up-after ends it (exit 3)."""
     proc = run_cli(
-        "wait",
-        "--timeout-ms",
-        "300",
-        "--hub",
-        silent.url,
+        *("wait", "--timeout-ms", "300", "--hub", silent.url, "--give-up-after", "2"),
         env={"LOGSTREAM_HUB_TIMEOUT": "0.5"},
         timeout=30,
     )
     err = proc.stderr.decode()
-    assert proc.returncode == 1, err
-    assert "did not answer event_wait within 0.8 s" in err, err
+    assert proc.returncode == 3, err
+    lines = err.splitlines()
+    assert len(lines) == 2 and f"hub {silent.url} is unreachable (no answer in time)" in lines[0], (
+        err
+    )
+    assert "gave up on hub" in lines[1] and "--give-up-after 2" in lines[1], err
+    assert silent.accepted >= 2  # tried again after the first try's deadline
 
 
 def test_the_deadline_of_each_operation() -> None:

@@ -54,6 +54,10 @@ RULES: dict[str, tuple[str, ...]] = {
     "doctor": ("sqlalchemy", "backends", "engine", "schema", *SURFACE_LIBS),
     "backends": ("store", "replication", "importer", "sync", "watch", *SURFACE_LIBS),
     "aio": ("fastapi", "mcp", "typer", "httpx"),
+    # Monitor mode (issue 19): the inbox in Monitor-tool lines; lean, as the inbox is.
+    "monitor": ("fastapi", "typer", "mcp", "store", "engine", "sqlalchemy", "rich", "httpx"),
+    # The reconnect policy of hub clients (issue 19): errors in, retries out; no transport.
+    "reconnect": ("fastapi", "mcp", "typer", "httpx", "sse_starlette", "store", "sqlalchemy"),
     "waits": ("fastapi", "mcp", "typer", "httpx", "sse_starlette"),
     "hub_client": ("fastapi", "mcp", "typer"),
     "http_errors": ("fastapi", "mcp", "typer", "sse_starlette", "store", "engine", "sync"),
@@ -259,6 +263,8 @@ HTTP_RULES: dict[str, tuple[str, ...]] = {
         "presence_routes",
         "dashboard_routes",
     ),
+    # The uvicorn server that stops the app cleanly (issue 19): above the app.
+    "server": ("app",),
     "__init__": ("app", "settings"),
 }
 

@@ -98,8 +98,6 @@ def serve(
     palace: PalaceOpt = None,
 ) -> None:
     """Run the hub: HTTP API under /v1, SSE at /v1/stream, MCP at /mcp, docs at /docs."""
-    import uvicorn
-
     from mempalace_logstream import http_app
     from mempalace_logstream import sync as sync_mod
 
@@ -134,11 +132,27 @@ def serve(
     application = _hub_app(store, settings, loop, mcp_read_only)
     sock = _bind(host, port)
     _banner(host, sock, store, loop, interval, palace_path)
+    _run(application, sock, store)
+
+
+def _run(application: Any, sock: socket.socket, store: LogStore) -> None:
+    """uvicorn until a signal stops it cleanly (http/server.py: the open waits answered, the
+    streams ended, one line on stderr, the hub's log), then the store closed."""
+    import uvicorn
+
+    from mempalace_logstream.http.server import HubServer
+
     config_ = uvicorn.Config(application, log_level="warning", timeout_graceful_shutdown=3)
+    server = HubServer(config_, application, say=_say, owns_process=True)
     try:
-        uvicorn.Server(config_).run(sockets=[sock])
+        server.run(sockets=[sock])
     finally:
         store.close()
+
+
+def _say(line: str) -> None:
+    """The hub's own lines (a stop) on stderr, the hub's log."""
+    typer.echo(line, err=True)
 
 
 def _check_serve_flags(
@@ -180,7 +194,7 @@ def _hub_app(store: LogStore, settings: HubSettings, loop: SyncLoop, mcp_read_on
     mcp_app, mcp_lifespan = mcp_server.http_endpoint(
         store, read_only=mcp_read_only, presence=presence
     )
-    mount = http_app.ExtraMount("/mcp", mcp_app, mcp_lifespan)
+    mount = http_app.ExtraMount("/mcp", mcp_app, mcp_lifespan, drain=mcp_app.drain)
     return http_app.create_app(store, settings, mounts=(mount,), sync_loop=loop, presence=presence)
 
 

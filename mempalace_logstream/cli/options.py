@@ -104,3 +104,14 @@ LimitOpt = Annotated[int | None, typer.Option("--limit", help="1-500 (default 50
 PreviewOpt = Annotated[
     bool, typer.Option("--preview/--no-preview", help="Cut bodies to 200 characters.")
 ]
+
+# --------------------------------------------------------------------------- following a hub
+
+GIVE_UP_HELP = (
+    "With --hub: seconds the hub may stay lost (refused, DNS, no answer, 5xx) before this "
+    "exits 3; default: reconnect until it is back (at most 5 s between tries)."
+)
+GiveUpOpt = Annotated[
+    float | None,
+    typer.Option("--give-up-after", min=0.0, help=GIVE_UP_HELP, show_default=False),
+]

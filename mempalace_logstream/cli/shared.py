@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from mempalace_logstream import config, display, errors
+from mempalace_logstream import config, display, errors, reconnect
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -89,6 +89,48 @@ def open_client(
     from mempalace_logstream.operations import LocalClient
 
     return LocalClient(open_store(db, palace, create=create))
+
+
+def open_reader(
+    db: str | None,
+    palace: str | None,
+    hub: str | None,
+    token: str | None,
+    give_up_after: float | None,
+) -> tuple[LocalClient | HubClient, reconnect.Reconnect | None]:
+    """(client, policy) for the commands that follow the log (`watch`, `tail`, `wait`): with
+    --hub, the policy (reconnect.py) makes calls ride through an outage, told in one stderr
+    line when the hub is lost and one when it is back; None for a local store. `riding`
+    gives the client whose every call goes through it."""
+    client = open_client(db, palace, hub, token)
+    if not hub:
+        return client, None
+    policy = reconnect.Reconnect(
+        hub.rstrip("/"), note=note_hub_state, give_up_after_s=give_up_after
+    )
+    return client, policy
+
+
+def riding(
+    client: LocalClient | HubClient, policy: reconnect.Reconnect | None
+) -> LocalClient | HubClient | reconnect.Client:
+    """`client` with each call run through `policy` (as it is without one)."""
+    return client if policy is None else policy.client(client)
+
+
+def note_hub_state(change: reconnect.HubState) -> None:
+    """A hub lost, back or given up on: one line on stderr (with --json, one JSON object)."""
+    if STATE.as_json:
+        doc = {
+            "hub": change.hub,
+            "state": change.state,
+            "reason": change.reason,
+            "down_s": round(change.down_s, 3),
+            "message": change.message,
+        }
+        typer.echo(json.dumps(doc, ensure_ascii=False), err=True)
+    else:
+        typer.echo(display.terminal(change.message), err=True)
 
 
 def open_store(db: str | None, palace: str | None, *, create: bool) -> LogStore:

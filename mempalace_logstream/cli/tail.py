@@ -19,12 +19,19 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
-from mempalace_logstream import display, errors
+from mempalace_logstream import display, errors, reconnect
 from mempalace_logstream import validation as v
 from mempalace_logstream.cli.filters import FILTERS, FilterArgs, filter_options
-from mempalace_logstream.cli.options import DbOpt, HubOpt, PalaceOpt, TokenOpt, take_global
+from mempalace_logstream.cli.options import (
+    DbOpt,
+    GiveUpOpt,
+    HubOpt,
+    PalaceOpt,
+    TokenOpt,
+    take_global,
+)
 from mempalace_logstream.cli.root import app
-from mempalace_logstream.cli.shared import STATE, fail, open_client
+from mempalace_logstream.cli.shared import STATE, fail, open_reader, riding
 
 if TYPE_CHECKING:
     from mempalace_logstream.watch import Client
@@ -42,6 +49,24 @@ SinceIdOpt = Annotated[str | None, typer.Option("--since-event-id", help=SINCE_I
 SinceOpt = Annotated[str | None, typer.Option("--since", help=SINCE_HELP)]
 FollowOpt = Annotated[bool, typer.Option("--follow/--no-follow", help=FOLLOW_HELP)]
 TailJsonOpt = Annotated[bool, typer.Option("--json", help=JSON_HELP, callback=take_global)]
+AGENT_HELP = "Your id: follow your inbox (to you or *), never your own writes."
+MONITOR_HELP = (
+    "Claude Code's Monitor tool (needs --agent): one line of at most 200 characters per new "
+    "inbox event (a burst in one line), its own cursor per log and agent, exit 0 at "
+    "--max-runtime with a line saying how to re-arm."
+)
+MAX_RUNTIME_HELP = "With --monitor: exit 0 after this long (90s, 25m, 1h, or seconds; default 25m)."
+STATE_FILE_HELP = (
+    "With --monitor: cursor file (default <palace>/monitor/<log>/<agent>.json; '' = none)."
+)
+ALLOW_UNVERIFIED_HELP = (
+    "With --monitor: once agents have keys, also tell of senders whose events are not verified."
+)
+AgentOpt = Annotated[str | None, typer.Option("--agent", help=AGENT_HELP)]
+MonitorOpt = Annotated[bool, typer.Option("--monitor", help=MONITOR_HELP)]
+MaxRuntimeOpt = Annotated[str | None, typer.Option("--max-runtime", help=MAX_RUNTIME_HELP)]
+StateFileOpt = Annotated[str | None, typer.Option("--state-file", help=STATE_FILE_HELP)]
+AllowUnverifiedOpt = Annotated[bool, typer.Option("--allow-unverified", help=ALLOW_UNVERIFIED_HELP)]
 
 PAGE = 200  # events per read
 WAIT_MS = 60_000  # longest single wait; a wake-up ends it at once
@@ -68,19 +93,134 @@ def tail(
     palace: PalaceOpt = None,
     hub: HubOpt = None,
     token: TokenOpt = None,
+    give_up_after: GiveUpOpt = None,
+    agent: AgentOpt = None,
+    monitor: MonitorOpt = False,
+    max_runtime: MaxRuntimeOpt = None,
+    state_file: StateFileOpt = None,
+    allow_unverified: AllowUnverifiedOpt = False,
 ) -> None:
     """Print matching events as they arrive (no state file); Ctrl-C to stop (exit 130).
 
     Starts at the newest event unless --from-start, --since-event-id or --since says where;
-    with --no-follow, prints what is there and exits 0.
+    with --no-follow, prints what is there and exits 0. With --hub, a hub outage is ridden
+    through from the last event printed (one stderr line when the hub is lost, one when it is
+    back; exit 3 past --give-up-after); a refused token exits 1. --agent NAME follows NAME's
+    inbox; with --monitor, in the lines Claude Code's Monitor tool wakes the model with.
     """
     given = [flag for flag, val in _starts(from_start, since_event_id, since) if val]
     if len(given) > 1:
         raise fail(f"{given[1]} cannot be combined with {given[0]}: give one of them", 2)
+    _check_monitor_flags(monitor, agent, as_json, since, follow)
+    _check_monitor_only(monitor, max_runtime, state_file, allow_unverified)
+    if monitor:
+        assert agent is not None
+        runtime = duration_s(max_runtime) if max_runtime is not None else None
+        mon = {"agent": agent, "state_file": state_file, "max_runtime_s": runtime}
+        mon |= {"allow_unverified": allow_unverified, "from_start": from_start}
+        mon |= {"since_event_id": since_event_id}
+        raise typer.Exit(_run_monitor(filters, mon, (db, palace, hub, token), give_up_after))
+    if agent is not None:  # the inbox: to NAME or *, never NAME's own writes
+        for name in ("to_agent", "exclude_writer"):
+            filters[name] = [*filters.get(name, []), agent]
     since_created_at = since_time(since) if since is not None else None
     start = {"from_start": from_start, "since_event_id": since_event_id}
-    code = _run(filters, start, since_created_at, follow, as_json, (db, palace, hub, token))
+    target = (db, palace, hub, token)
+    code = _run(filters, start, since_created_at, follow, as_json, target, give_up_after)
     raise typer.Exit(code)
+
+
+def _check_monitor_flags(
+    monitor: bool, agent: str | None, as_json: bool, since: str | None, follow: bool
+) -> None:
+    if not monitor:
+        return
+    if agent is None:
+        raise fail("--monitor needs --agent NAME: it tells NAME of NAME's new mail", 2)
+    for flag, val in (
+        ("--json", as_json),
+        ("--since", since is not None),
+        ("--no-follow", not follow),
+    ):
+        if val:
+            raise fail(f"{flag} cannot be combined with --monitor: it prints its own lines", 2)
+
+
+def _check_monitor_only(monitor: bool, *values: Any) -> None:
+    flags = ("--max-runtime", "--state-file", "--allow-unverified")
+    for flag, val in zip(flags, values, strict=True):
+        if val not in (None, False) and not monitor:
+            raise fail(f"{flag} applies only with --monitor", 2)
+
+
+def duration_s(text: str) -> float:
+    """`--max-runtime`: a duration (`90s`, `25m`, `1h`) or a number of seconds, > 0."""
+    raw = text.strip()
+    m = _DURATION.match(raw)
+    if m:
+        seconds = timedelta(**{_UNITS[m.group(2)]: int(m.group(1))}).total_seconds()
+    else:
+        try:
+            seconds = float(raw)
+        except ValueError:
+            seconds = -1.0
+    if not seconds > 0 or seconds != seconds or seconds == float("inf"):
+        raise fail(
+            f"--max-runtime {text!r} is not a positive duration (90s, 25m, 1h, or seconds)",
+            2,
+            field="max_runtime",
+        )
+    return seconds
+
+
+def _run_monitor(
+    filters: FilterArgs,
+    mon: dict[str, Any],
+    target: tuple[str | None, str | None, str | None, str | None],
+    give_up_after: float | None,
+) -> int:
+    """Monitor mode (monitor.py) to its exit code: 0 at --max-runtime, 130 on Ctrl-C, 0 when
+    the reader closed stdout, 3 when the hub stayed lost past --give-up-after, 1 on errors."""
+    from mempalace_logstream import config, cursors, monitor
+
+    db, palace, hub, token = target
+    settings = config.Settings.from_env()
+    palace = palace or settings.palace
+    key = cursors.log_target(db or settings.db, palace, hub)
+    try:
+        named_hub = hub.rstrip("/") if hub and STATE.hub_typed else None
+        opts = monitor.MonitorOptions.parse(
+            target=key, palace=palace, hub=named_hub, **mon, **filters
+        )
+        client, policy = open_reader(db, palace, hub, token, give_up_after)
+        try:
+            reader = cast("Client", riding(client, policy))
+            running = monitor.Monitor(reader, opts, write=_line_out, note=_note)
+            return running.run()
+        finally:
+            client.close()
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        _silence_stdout()
+        return 0
+    except reconnect.GaveUpError:
+        return reconnect.EXIT_GAVE_UP
+    except errors.LogstreamError as exc:
+        if STATE.debug:
+            raise
+        raise fail(_name_option(exc)) from None
+
+
+def _line_out(line: str) -> None:
+    """A Monitor line (monitor.py shows nothing hidden: its values are quoted or escaped)."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def _note(message: str) -> None:
+    sys.stderr.write(display.terminal(message) + "\n")
+    sys.stderr.flush()
 
 
 def _starts(from_start: bool, since_event_id: str | None, since: str | None) -> list[Any]:
@@ -120,19 +260,24 @@ def _run(
     follow: bool,
     as_json: bool,
     target: tuple[str | None, str | None, str | None, str | None],
+    give_up_after: float | None = None,
 ) -> int:
-    """Follow to the exit code: 0 (--no-follow done, or stdout closed), 130 on Ctrl-C."""
+    """Follow to the exit code: 0 (--no-follow done, or stdout closed), 130 on Ctrl-C, 3 when
+    the hub stayed lost past --give-up-after."""
     write = _json_writer() if as_json else _line_writer()
     try:
-        client = open_client(*target)
+        client, policy = open_reader(*target, give_up_after)
         try:
-            reader = cast("Client", client)  # HubClient's call() names its first parameter `op`
+            # HubClient's call() names its first parameter `op`
+            reader = cast("Client", riding(client, policy))
             for events in _events(reader, filters, start, since_created_at, follow):
                 write(events)
         finally:
             client.close()
     except KeyboardInterrupt:
         return 130
+    except reconnect.GaveUpError:
+        return reconnect.EXIT_GAVE_UP
     except BrokenPipeError:
         _silence_stdout()
         return 0

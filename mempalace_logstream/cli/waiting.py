@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
-from mempalace_logstream import display, errors
+from mempalace_logstream import display, errors, reconnect
+from mempalace_logstream import validation as v
 from mempalace_logstream.cli.announce import (
     NoPresenceOpt,
     PresenceTtlOpt,
@@ -24,6 +26,7 @@ from mempalace_logstream.cli.deliver import CodexBinOpt, run_codex
 from mempalace_logstream.cli.filters import FilterArgs, filter_options
 from mempalace_logstream.cli.options import (
     DbOpt,
+    GiveUpOpt,
     HubOpt,
     JsonOpt,
     LimitOpt,
@@ -33,7 +36,15 @@ from mempalace_logstream.cli.options import (
     take_global,
 )
 from mempalace_logstream.cli.root import app
-from mempalace_logstream.cli.shared import STATE, emit, event_line, fail, given_args, open_client
+from mempalace_logstream.cli.shared import (
+    STATE,
+    emit,
+    event_line,
+    fail,
+    given_args,
+    open_reader,
+    riding,
+)
 from mempalace_logstream.cli.testhooks import watch_crash_hook
 
 if TYPE_CHECKING:
@@ -57,29 +68,56 @@ def wait(
     hub: HubOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
+    give_up_after: GiveUpOpt = None,
 ) -> None:
     """Block until a matching event exists (exit 0) or the timeout passes (exit 2).
 
     Without --since-event-id, existing matches return at once; with one, only later events.
+    With --hub, an outage is ridden through (the timeout still counts; exit 3 past
+    --give-up-after); 1 on errors (a refused token included), 130 on Ctrl-C.
     """
     args = given_args(
         since_event_id=since_event_id, timeout_ms=timeout_ms, limit=limit, preview=preview or None
     )
     try:
-        client = open_client(db, palace, hub, token)
+        client, policy = open_reader(db, palace, hub, token, give_up_after)
         try:
-            out = client.call("event_wait", **filters, **args)
+            if policy is None:
+                out = client.call("event_wait", **filters, **args)
+            else:
+                out = _wait_riding(cast("Client", client), policy, {**filters, **args})
             _print_wait(out, as_json)  # the answer first: closing the store comes after
         finally:
             client.close()
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
+    except reconnect.GaveUpError:
+        raise typer.Exit(reconnect.EXIT_GAVE_UP) from None
     except errors.LogstreamError as exc:
         if STATE.debug:
             raise
         raise fail(exc.message) from None
     if out["timed_out"]:
         raise typer.Exit(2)
+
+
+def _wait_riding(
+    client: Client, policy: reconnect.Reconnect, args: dict[str, Any]
+) -> dict[str, Any]:
+    """`event_wait` on a hub through outages: `tip` is fixed first (a retry must not move it
+    past what arrived meanwhile), and each try waits only for what is left of the timeout; a
+    try after the timeout is a last look (0 ms) at what arrived."""
+    deadline = time.monotonic() + v.timeout_ms(args.get("timeout_ms")) / 1000
+    since = args.get("since_event_id")
+    if isinstance(since, str) and since.strip() == "tip":
+        tip = policy.call(lambda: client.call("event_list", limit=1, order="desc"))
+        args = {**args, "since_event_id": tip.get("cursor")}  # None: the log was empty
+
+    def attempt() -> dict[str, Any]:
+        left_ms = max(0, int((deadline - time.monotonic()) * 1000))
+        return client.call("event_wait", **{**args, "timeout_ms": left_ms})
+
+    return policy.call(attempt)
 
 
 def _print_wait(out: dict[str, Any], as_json: bool) -> None:
@@ -171,6 +209,7 @@ def watch(
     presence_ttl_s: PresenceTtlOpt = None,
     exec_codex: ExecCodexOpt = False,
     codex_bin: CodexBinOpt = None,
+    give_up_after: GiveUpOpt = None,
 ) -> None:
     """Wait for mail: exit 0 when matching events were printed, 2 on idle timeout, 130 on Ctrl-C.
 
@@ -178,41 +217,44 @@ def watch(
     the checkpoint in the state file (--from-start is then refused: delete the file to replay).
     Output is printed before each checkpoint, so a crash replays events (dedupe by id) and never
     skips one. With --hub and --agent, the agent is announced in the hub's presence while the
-    watch runs (--no-presence: not).
+    watch runs (--no-presence: not). With --hub, a hub outage is ridden through from the cursor
+    (one stderr line when it is lost, one when it is back; exit 3 past --give-up-after); a
+    refused token exits 1.
     """
-    from mempalace_logstream import config, cursors
-    from mempalace_logstream import watch as watch_mod
-
     if exec_codex:
         raise typer.Exit(_exec_codex(ctx.params, filters))
     try:
-        settings = config.Settings.from_env()
-        opts = watch_mod.WatchOptions.parse(
-            agent=agent,
-            state_file=state_file,
-            target=cursors.log_target(db or settings.db, palace or settings.palace, hub),
-            palace=palace or settings.palace,
-            since_event_id=since_event_id,
-            from_start=from_start,
-            follow=follow,
-            idle_exit_ms=idle_exit_ms,
-            limit=limit,
-            poll_timeout_ms=poll_timeout_ms,
-            **filters,
-        )
-        who = announcer(
-            opts.agent,
-            hub,
-            token,
-            enabled=not no_presence,
-            ttl_s=presence_ttl_s,
-            what="logstream watch",
-        )
+        opts = _watch_options(ctx.params, filters)
+        on, ttl = not no_presence, presence_ttl_s
+        who = announcer(opts.agent, hub, token, enabled=on, ttl_s=ttl, what="logstream watch")
     except errors.LogstreamError as exc:
         raise fail(exc.message) from None
     with announced(who):
-        code = _run_watcher(opts, as_json, follow, db, palace, hub, token)
+        code = _run_watcher(opts, as_json, follow, (db, palace, hub, token), give_up_after)
     raise typer.Exit(code)
+
+
+def _watch_options(params: dict[str, Any], filters: FilterArgs) -> WatchOptions:
+    """The watch's options from its command line; the default state file is per log and agent
+    (cursors.log_target names the log). Raises ValidationError."""
+    from mempalace_logstream import config, cursors
+    from mempalace_logstream import watch as watch_mod
+
+    settings = config.Settings.from_env()
+    palace = params.get("palace") or settings.palace
+    return watch_mod.WatchOptions.parse(
+        agent=params.get("agent"),
+        state_file=params.get("state_file"),
+        target=cursors.log_target(params.get("db") or settings.db, palace, params.get("hub")),
+        palace=palace,
+        since_event_id=params.get("since_event_id"),
+        from_start=bool(params.get("from_start")),
+        follow=bool(params.get("follow")),
+        idle_exit_ms=params.get("idle_exit_ms"),
+        limit=params.get("limit"),
+        poll_timeout_ms=params.get("poll_timeout_ms"),
+        **filters,
+    )
 
 
 WATCH_ONLY = ("since_event_id", "idle_exit_ms", "limit", "poll_timeout_ms", "as_json")
@@ -244,29 +286,29 @@ def _run_watcher(
     opts: WatchOptions,
     as_json: bool,
     follow: bool,
-    db: str | None,
-    palace: str | None,
-    hub: str | None,
-    token: str | None,
+    target: tuple[str | None, str | None, str | None, str | None],
+    give_up_after: float | None,
 ) -> int:
-    """Run the watcher to its exit code (0 matched, 2 idle, 130 interrupted, 1 error)."""
+    """Run the watcher to its exit code (0 matched, 2 idle, 130 interrupted, 1 error, 3 gave
+    up on the hub)."""
     from mempalace_logstream import watch as watch_mod
 
     printer = _WatchPrinter(as_json, follow)
     try:
-        client = open_client(db, palace, hub, token)
+        client, policy = open_reader(*target, give_up_after)
         try:
             hook = watch_crash_hook()
             # HubClient names call()'s first parameter `op`, watch.Client `name`; both are
             # only ever passed it positionally.
-            watcher = watch_mod.Watcher(
-                cast("Client", client), opts, printer, crash_hook=hook, human=not as_json
-            )
+            reader = cast("Client", riding(client, policy))
+            watcher = watch_mod.Watcher(reader, opts, printer, crash_hook=hook, human=not as_json)
             code = watcher.run()
         finally:
             client.close()
     except KeyboardInterrupt:
         code = watch_mod.EXIT_INTERRUPTED
+    except reconnect.GaveUpError:
+        code = reconnect.EXIT_GAVE_UP
     except errors.LogstreamError as exc:
         if STATE.debug:
             raise

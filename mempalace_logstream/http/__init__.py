@@ -10,7 +10,8 @@ sync_routes.py  /sync/* for peers (module-level handlers)
 pages.py        /about and /docs
 session.py      the dashboard's login cookie (what the guard accepts in place of the bearer)
 dashboard_routes.py  the dashboard at / (static files in dashboard/), login, logout
-app.py          create_app: the wiring
+app.py          create_app: the wiring; stop_serving (answer the waits, end the streams)
+server.py       HubServer: uvicorn's server, stopping the app cleanly on a signal
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import contextlib
 import threading
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -67,6 +68,9 @@ def create_app(
     app.state.feed = aio.Feed(store)
     # The cap of blocked event_waits is the store's: the MCP endpoint at /mcp shares it.
     waits.of(store).max_waits = settings.wait_max_clients
+    waits.of(store).resume()  # a hub started again on the same store serves waits again
+    app.state.stopping = False  # set by `stop_serving`: SSE streams end, waits answer 503
+    app.state.mounts = mounts
     app.state.integrity = None  # the integrity check run at startup (`/healthz` shows it)
     for exc_class, handler in EXCEPTION_HANDLERS.items():
         app.add_exception_handler(exc_class, handler)
@@ -107,6 +111,37 @@ def _lifespan(
             yield
 
     return lifespan
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """What `stop_serving` ended: the blocked waits it answered and the SSE streams open."""
+
+    waits: int
+    streams: int
+
+
+def stop_serving(app: FastAPI) -> Stopped:
+    """The hub stops (before its server closes connections): every blocked `event_wait`, over
+    HTTP or at /mcp, answers 503 `{"error": "hub is stopping", "field": null}` with
+    Retry-After (an error result over MCP), and so does any wait begun from now on; every SSE
+    stream ends with a clean end of stream. Idempotent; call it on the app's event loop."""
+    store: LogStore = app.state.store
+    answered = waits.of(store).stop()
+    app.state.stopping = True
+    store.notifier.bump()  # wake every SSE follower: it sees `stopping` and ends
+    return Stopped(waits=answered, streams=app.state.sse_clients)
+
+
+async def drain_mounts(app: FastAPI, timeout_s: float) -> None:
+    """Until every mount with a `drain` (the MCP endpoint: its calls in flight) has sent its
+    answers, at most `timeout_s` seconds in all."""
+    drains = [m.drain for m in app.state.mounts if m.drain is not None]
+    if drains:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                for drain in drains:
+                    await drain()
 
 
 async def _cancel(task: asyncio.Future[None]) -> None:

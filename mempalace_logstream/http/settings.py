@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,11 +50,14 @@ class HubSettings:
 
 @dataclass(frozen=True)
 class ExtraMount:
-    """An ASGI app served at one exact path, with an optional lifespan (the MCP endpoint)."""
+    """An ASGI app served at one exact path, with an optional lifespan (the MCP endpoint), and
+    an optional `drain`: awaited when the hub stops, it returns once the answers in flight
+    (the waits the stop answered) were sent, before the hub ends the remaining streams."""
 
     path: str
     app: ASGIApp
     lifespan: Callable[[], AbstractAsyncContextManager[Any]] | None = None
+    drain: Callable[[], Awaitable[None]] | None = None
 
 
 def listen_socket(host: str, port: int) -> socket.socket:

@@ -8,7 +8,8 @@ is left or expires), no `id:` (not part of the resumable log); first one frame p
 at connect, then every change. A slow client's presence frames are coalesced per agent and
 bounded (`HubSettings.sse_presence_backlog`). Parameters are checked and the first read done
 before any header is sent, so an error is a plain 400 and never a half-open stream. At the
-client cap: 503 + Retry-After.
+client cap: 503 + Retry-After. When the hub stops, every stream ends with a `: hub is
+stopping` comment and a clean end of stream (an EventSource reconnects with Last-Event-ID).
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ STREAM_PATHS = ("/logstream/stream", "/v1/stream")
 # synced to this hub yet, so the stream waits for it (bounded, S-5.2); any other unknown value
 # can never arrive and is refused at once.
 _EVENT_ID_SHAPE = re.compile(r"^evt_\d{8}T\d{6}_[0-9a-f]{12,}$")
+# The last frame of a stream the hub ends because it stops (`app.stop_serving`).
+_STOPPING = ServerSentEvent(comment="hub is stopping", sep="\n")
 
 
 def add_sse_routes(app: FastAPI) -> None:
@@ -161,13 +164,14 @@ async def _frames(
 ) -> AsyncIterator[ServerSentEvent]:
     settings: HubSettings = state.settings
     yield ServerSentEvent(comment="connected", retry=settings.retry_ms, sep="\n")
-    batches = aio.follow(store, state.feed, req, first.scanned_seq)
+    batches = aio.follow(store, state.feed, req, first.scanned_seq, lambda: state.stopping)
     if not with_presence:
         for event in first.events:
             yield _frame(event, req)
         async for batch in batches:
             for event in batch:
                 yield _frame(event, req)
+        yield _STOPPING  # the hub stops: a clean end of stream (the client reconnects)
         return
     # Subscribed (with the snapshot) only once the body starts: a response that never
     # starts leaves no listener behind.
@@ -183,6 +187,7 @@ async def _frames(
                 yield _presence_frame(data)
             for event in events:
                 yield _frame(event, req)
+        yield _STOPPING
     finally:
         queue.close()
         state.sse_presence.discard(queue)

@@ -40,11 +40,29 @@ class _Endpoint:
             max_sessions=MAX_SESSIONS,
         )
         self.manager = server.session_manager
+        self._calls = 0  # POSTs in flight (a tool call's answer streams back on its POST)
+        self._idle: anyio.Event | None = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         # Bad JSON, nested past any depth included, is the SDK's JSON-RPC parse error (400).
         exchange = _Exchange(scope, receive, send)
-        await self.manager.handle_request(scope, exchange.receive, exchange.send)
+        if scope.get("method") != "POST":  # a GET stream never ends by itself
+            await self.manager.handle_request(scope, exchange.receive, exchange.send)
+            return
+        self._calls += 1
+        try:
+            await self.manager.handle_request(scope, exchange.receive, exchange.send)
+        finally:
+            self._calls -= 1
+            if self._calls == 0 and self._idle is not None:
+                self._idle.set()
+
+    async def drain(self) -> None:
+        """Returns once no POST is in flight: every answer (those of the waits a stopping hub
+        answered included) was sent. The hub bounds how long it waits for this."""
+        while self._calls:
+            self._idle = anyio.Event()
+            await self._idle.wait()
 
 
 class _Exchange:
@@ -80,7 +98,8 @@ class _Exchange:
 def http_endpoint(
     store: LogStore, *, read_only: bool = False, presence: Registry | None = None
 ) -> tuple[Any, Callable[[], AbstractAsyncContextManager[Any]]]:
-    """(ASGI app, lifespan) for streamable HTTP; the hub mounts it at /mcp.
+    """(ASGI app, lifespan) for streamable HTTP; the hub mounts it at /mcp. The app's
+    `drain()` returns once no call is in flight (the hub awaits it when it stops).
 
     The hub's own guard checks Host/Origin, the token and the body size, so the SDK's checks
     are off here.
