@@ -10,9 +10,7 @@ no CLI framework, no servers). Must not import typer, click, rich, fastapi, mcp,
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -67,20 +65,9 @@ def read_thread(path: Path) -> str | None:
 
 
 def write_thread(path: Path, thread: str, agent: str, source: str | None) -> None:
-    """Atomically replace the record (tmp + fsync + rename); raises OSError."""
+    """Atomically replace the record; raises OSError."""
     doc = {"thread_id": thread, "agent": agent, "source": source, "recorded_at": _now()}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(json.dumps(doc, ensure_ascii=False).encode() + b"\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
+    cursors.write_json(path, doc)
 
 
 def record_from_hook(

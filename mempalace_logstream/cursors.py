@@ -14,8 +14,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 from mempalace_logstream import config
 from mempalace_logstream import validation as v
@@ -95,6 +97,24 @@ def _copy_then_remove(legacy: Path, path: Path) -> bool:
     with contextlib.suppress(FileNotFoundError):
         legacy.unlink()
     return True
+
+
+def write_json(path: Path, doc: dict[str, Any]) -> None:
+    """Atomically replace the small JSON file `path` (tmp + fsync + rename + directory fsync):
+    a reader sees the old file or the new one, never a torn write. Raises OSError."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(json.dumps(doc, ensure_ascii=False).encode() + b"\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    _sync_dir(path.parent)
 
 
 def _sync_dir(directory: Path) -> None:

@@ -7,7 +7,7 @@ Delivery keeps `watch`'s contract, with `codex queue` as the print: the cursor m
 thread id is the one `logstream inbox --hook codex` recorded on Codex's SessionStart
 (`codex_thread.py`), re-read before every queue, so a new Codex session takes over. Failures
 are retried with capped backoff and reported in one line each. Reads go through a client's
-`call(...)` (the local store or a hub, whose outages are ridden through by `Reconnecting`).
+`call(...)` (the local store or a hub, whose outages are ridden through by reconnect.py's policy).
 Must not import fastapi, typer, mcp, httpx or the store.
 """
 
@@ -21,14 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mempalace_logstream import codex_thread, display, errors, inbox, watch
+from mempalace_logstream import codex_thread, display, inbox, reconnect, watch
 from mempalace_logstream import validation as v
 
 POLL_TIMEOUT_MS = 60_000
 FIRST_DELAY_S = 0.25
 MAX_BACKOFF_S = 10.0  # between two `codex queue` tries
 MAX_THREAD_POLL_S = 2.0  # between two looks for a recorded thread
-MAX_RECONNECT_S = 5.0  # between two tries of a hub (or a log) that failed
 DEFAULT_QUEUE_TIMEOUT_S = 60.0
 MAX_LISTED = 10
 MAX_MESSAGE_CHARS = 4_000
@@ -39,7 +38,6 @@ NOT_LOADED_RE = re.compile(
     r"not loaded|no active session|no thread (?:with id|named)|thread not found|no such thread",
     re.IGNORECASE,
 )
-_HTTP_5XX_RE = re.compile(r"answered HTTP 5\d\d")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -199,55 +197,6 @@ def _first_line(raw: bytes) -> str:
 # ----------------------------------------------------------------------------- outages
 
 
-def transient_reason(exc: errors.LogstreamError) -> str | None:
-    """Why a call failed, when the failure is one to ride through (the hub unreachable or
-    answering 5xx, a busy or failing database); None when retrying cannot help (a refused
-    token, bad input, a cursor this log does not hold)."""
-    if isinstance(exc, errors.SchemaVersionError | errors.IntegrityError):
-        return None
-    if isinstance(exc, errors.PeerUnavailableError | errors.StorageError | errors.BusyError):
-        return exc.message
-    if type(exc) is errors.LogstreamError and _HTTP_5XX_RE.search(exc.message):
-        return exc.message
-    return None
-
-
-@dataclass
-class Reconnecting:
-    """A client whose calls ride through outages: a transient failure is retried with capped
-    backoff (at most MAX_RECONNECT_S apart), with one line when `where` is lost (and why) and
-    one when it is back; anything else raises at once."""
-
-    client: watch.Client
-    where: str
-    note: Callable[[str], None]
-    sleep: Callable[[float], None] = time.sleep
-    lost: bool = False
-
-    def call(self, name: str, /, **args: Any) -> dict[str, Any]:
-        delay = FIRST_DELAY_S / 2
-        while True:
-            try:
-                out = self.client.call(name, **args)
-            except errors.LogstreamError as exc:
-                reason = transient_reason(exc)
-                if reason is None:
-                    raise
-                if not self.lost:
-                    self.lost = True
-                    self.note(
-                        f"lost {self.where}: {reason}; retrying (at most {MAX_RECONNECT_S:g} s "
-                        "apart) and resuming from the cursor, nothing is skipped"
-                    )
-                self.sleep(delay)
-                delay = min(delay * 2, MAX_RECONNECT_S)
-                continue
-            if self.lost:
-                self.lost = False
-                self.note(f"{self.where} is back; resuming from the cursor")
-            return out
-
-
 # ----------------------------------------------------------------------------- the deliverer
 
 
@@ -271,14 +220,18 @@ class CodexDeliverer:
     client: watch.Client
     opts: CodexOptions
     note: Callable[[str], None]
-    where: str = "the log"
+    hub: str | None = None  # the hub's URL; None: a local log
     crash_hook: Callable[[str, int], None] | None = None  # tests: ("print"|"checkpoint", n)
     sleep: Callable[[float], None] = time.sleep
     delivered: int = 0  # batches `codex queue` accepted
     _trouble: str | None = field(default=None, init=False)  # the problem last reported
 
     def __post_init__(self) -> None:
-        self.client = Reconnecting(self.client, self.where, self.note, self.sleep)
+        if self.hub is not None:  # reconnect.py's policy, as watch, tail and Monitor mode ride
+            policy = reconnect.Reconnect(
+                self.hub, note=lambda state: self.note(state.message), sleep=self.sleep
+            )
+            self.client = policy.client(self.client)
 
     def run(self) -> int:
         """Deliver for ever; returns 1 when the start is refused (nothing consumed)."""
@@ -293,7 +246,9 @@ class CodexDeliverer:
         if not started:
             return watch.EXIT_ERROR
         self.note(
-            f"delivering {self.opts.agent}'s inbox from {self.where} to Codex with "
+            f"delivering {self.opts.agent}'s inbox from "
+            + (f"hub {self.hub}" if self.hub else "the log")
+            + " to Codex with "
             f"`{self.opts.codex_bin} queue`, "
             + (f"after event {cursor}" if cursor else "from the start of the log")
             + "; Ctrl-C to stop"

@@ -39,9 +39,11 @@ class GaveUpError(errors.LogstreamError):
     """The hub stayed unreachable for longer than the client was told to wait."""
 
 
-class Client(Protocol):
+class Caller(Protocol):
     def call(self, name: str, /, **args: Any) -> dict[str, Any]: ...
 
+
+class Client(Caller, Protocol):
     def close(self) -> None: ...
 
 
@@ -133,8 +135,9 @@ class Reconnect:
             self._back()
             return result
 
-    def client(self, client: Client) -> Client:
-        """`client` with every call run through `call` (for clients that only read)."""
+    def client(self, client: Caller) -> Client:
+        """`client` with every call run through `call` (for clients that only read); closing
+        it closes `client` when that has a `close`."""
         return _Riding(client, self)
 
     def _delay(self, exc: errors.LogstreamError) -> float:
@@ -189,11 +192,13 @@ class Reconnect:
 class _Riding:
     """A client whose calls ride through outages (`Reconnect.client`)."""
 
-    def __init__(self, client: Client, policy: Reconnect) -> None:
+    def __init__(self, client: Caller, policy: Reconnect) -> None:
         self._client, self._policy = client, policy
 
     def call(self, name: str, /, **args: Any) -> dict[str, Any]:
         return self._policy.call(lambda: self._client.call(name, **args))
 
     def close(self) -> None:
-        self._client.close()
+        close: Callable[[], None] | None = getattr(self._client, "close", None)
+        if close is not None:
+            close()

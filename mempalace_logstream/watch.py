@@ -8,9 +8,7 @@ Must not import fastapi, typer, mcp or the store.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -83,24 +81,7 @@ def write_state(path: Path, cursor: str | None, agent: str | None) -> None:
     doc: dict[str, Any] = {"cursor": cursor, "updated_at": _utc_now()}
     if agent is not None:
         doc["agent"] = agent
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(json.dumps(doc, ensure_ascii=False).encode() + b"\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    with contextlib.suppress(OSError):  # not every filesystem lets a directory be fsynced
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    cursors.write_json(path, doc)
 
 
 def _utc_now() -> str:

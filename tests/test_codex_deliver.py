@@ -286,7 +286,7 @@ def test_deliver_rides_through_a_hub_restart(tmp_path: Path) -> None:
             sent.append(hub_append(http, from_agent="alice", to_agent="bob")["id"])
         wait_for(lambda: fake.accepted(), "the first delivery")
         hub.stop()
-        wait_for(lambda: proc.lines("lost hub"), "the lost line")
+        wait_for(lambda: proc.lines("is unreachable"), "the lost line")
         sent.append(send(store, "alice", "bob", "written while the hub is down"))
         hub = LiveHub(store, http_app.HubSettings(), port=port)
         hub.start()
@@ -299,7 +299,7 @@ def test_deliver_rides_through_a_hub_restart(tmp_path: Path) -> None:
         hub.stop()
         store.close()
     check_cursor_never_ahead(fake, order)
-    assert len(proc.lines("lost hub")) == 1 and len(proc.lines("is back")) == 1
+    assert len(proc.lines("is unreachable")) == 1 and len(proc.lines("is back")) == 1
     assert proc.proc.returncode == -9  # it never exited on the outage
 
 

@@ -170,7 +170,7 @@ def _deliver(
                 cast("Client", client),
                 opts,
                 _note,
-                where=f"hub {hub.rstrip('/')}" if hub else "the log",
+                hub=hub.rstrip("/") if hub else None,
                 crash_hook=watch_crash_hook(),
             )
             return deliverer.run()
