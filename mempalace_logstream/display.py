@@ -19,6 +19,8 @@ _HIDDEN_RE = re.compile(f"[{HIDDEN}]")
 # escapes written for it (`x` + 2 or `u` + 4 lowercase hex digits): the run is doubled, so
 # that a literal `\x1b` typed by a sender never looks like an escaped ESC.
 _TERMINAL_RE = re.compile(rf"(\\*)([{HIDDEN}])|(\\+)(?=x[0-9a-f]{{2}}|u[0-9a-f]{{4}})")
+# The same for text that must stay on one line: tab and newline escaped too.
+_LINE_RE = re.compile(rf"(\\*)([\t\n{HIDDEN}])|(\\+)(?=x[0-9a-f]{{2}}|u[0-9a-f]{{4}})")
 _UNESCAPE_RE = re.compile(r"(\\+)(x[0-9a-f]{2}|u[0-9a-f]{4})")
 # Characters that could end a tag or an attribute in text a model reads as markup, plus the
 # line and paragraph separators: written as JSON \u escapes (still the same JSON value).
@@ -44,6 +46,14 @@ def terminal(text: str) -> str:
     if not _HIDDEN_RE.search(text) and "\\" not in text:
         return text  # the common case: nothing to do
     return _TERMINAL_RE.sub(_terminal_sub, text)
+
+
+def one_line(text: str) -> str:
+    """`terminal(text)` with tab and newline escaped as well (`\\x09`, `\\x0a`): for a value
+    shown inside one line. Reversible with `unescape` too."""
+    if not _LINE_RE.search(text):
+        return text
+    return _LINE_RE.sub(_terminal_sub, text)
 
 
 def _unescape_sub(m: re.Match[str]) -> str:

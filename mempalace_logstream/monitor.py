@@ -115,7 +115,7 @@ def _state_file(raw: Any, agent: str, target: str, palace: str | None) -> Path |
 def arg(value: Any) -> str:
     """A word of a shell command in a line: shell-quoted, and with nothing hidden (a value that
     holds a control character is shown escaped, and so would not run as is)."""
-    return shlex.quote(display.terminal(str(value)))
+    return shlex.quote(display.one_line(str(value)))
 
 
 def quoted(value: Any, cap: int) -> str:

@@ -299,7 +299,7 @@ def test_deliver_rides_through_a_hub_restart(tmp_path: Path) -> None:
         hub.stop()
         store.close()
     check_cursor_never_ahead(fake, order)
-    assert len(proc.lines("is unreachable")) == 1 and len(proc.lines("is back")) == 1
+    assert len(proc.lines("is unreachable")) == 1 and len(proc.lines("is back after")) == 1
     assert proc.proc.returncode == -9  # it never exited on the outage
 
 

@@ -26,6 +26,14 @@ def test_terminal_output_holds_no_hidden_character_and_reverses_exactly(text: st
     assert display.unescape(shown) == text
 
 
+@settings(max_examples=500)
+@given(TEXT)
+def test_one_line_output_holds_no_hidden_character_tab_or_newline_and_reverses(text: str) -> None:
+    shown = display.one_line(text)
+    assert not HIDDEN.search(shown) and "\n" not in shown and "\t" not in shown
+    assert display.unescape(shown) == text
+
+
 @given(TEXT, TEXT)
 def test_distinct_texts_never_print_the_same(a: str, b: str) -> None:
     if a != b:
