@@ -370,8 +370,13 @@ class HostileMachine(RuleBasedStateMachine):
                 if kind in ("alter", "strip"):  # only the genuine copy may be held
                     g = genuine.get(e.id) or e
                     assert (e.content_key(), e.sig) == (g.content_key(), g.sig), kind
-                elif kind == "unsigned":  # stored before the keys were known: reads null
-                    assert e.sig is None and e.verified is None
+                elif kind == "unsigned":  # stored before the keys were known: never true
+                    assert e.sig is None and e.verified is not True
+                    if agents.keyring(s).signs(e.from_agent):  # a name that signs now: marked
+                        assert e.verified is False, e.id
+                        assert e.verified_reason == "unsigned_name_signs", e.id
+                    else:
+                        assert e.verified is None, e.id
                     if agents.keyring(s).must_sign(e.from_agent, e.hlc):  # the key is known now
                         assert e.id in unsigned_late, e.id
                 else:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from watchkit import fork_cli, run_forked  # noqa: E402
 
-from mempalace_logstream import LogStore  # noqa: E402
+from mempalace_logstream import LogStore, config, cursors  # noqa: E402
 
 APPENDS = {
     "to_me": {"from_agent": "alice", "to_agent": "bob"},
@@ -64,7 +64,9 @@ def test_watch_never_skips_a_matching_event_across_restarts(
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)
         db = str(home / "log.sqlite3")
-        state = home / ".mempalace" / "watch" / "bob.json"
+        # watch's default state file under HOME=home: one file per log and agent
+        palace = str(home / ".mempalace" / "palace")
+        state = cursors.default_file("watch", "bob", config.resolve_db(db, None), palace)
         base = (
             "watch",
             "--db",
