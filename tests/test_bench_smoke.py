@@ -128,6 +128,15 @@ def test_run_py_runs_every_bench_module_and_each_has_expected_lines():
     assert sorted(EXPECTED) == files, "say what the new bench's smoke run prints in EXPECTED"
 
 
+def test_only_a_smoke_run_runs_benches_side_by_side(capsys: pytest.CaptureFixture[str]):
+    assert bench_run.parse_args(["--smoke"]).jobs == bench_run.SMOKE_JOBS > 1
+    assert bench_run.parse_args([]).jobs == bench_run.parse_args(["--quick"]).jobs == 1
+    for argv in (["--jobs", "2"], ["--quick", "--jobs", "2"], ["--smoke", "--jobs", "0"]):
+        with pytest.raises(SystemExit):
+            bench_run.parse_args(argv)
+    assert "figures need the machine to themselves" in capsys.readouterr().err
+
+
 def test_every_bench_takes_smoke_and_meets_the_reference_only_through_reference_unless():
     """`--smoke` is how CI runs a bench (and run.py passes `--quick` to all of them);
     `common.reference_unless` is what skips the reference there, with its line. A direct
