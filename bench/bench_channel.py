@@ -27,7 +27,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import common
-from bench.bench_wake import _OURS_APPENDER, _OURS_WAITER, Worker, our_env, wake_samples
+from bench.bench_wake import OURS_APPENDER, OURS_WAITER, Worker, our_env, wake_samples
 
 BENCH = "channel"
 WARMUP = 5
@@ -46,7 +46,7 @@ store.close()
 """
 
 
-def channel_samples(db: Path, n: int) -> list[float]:
+def channel_samples(db: Path, n: int, warmup: int = WARMUP) -> list[float]:
     import anyio
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.extension import NotificationBinding
@@ -91,7 +91,7 @@ def channel_samples(db: Path, n: int) -> list[float]:
                 with anyio.fail_after(30):
                     while not cursor.exists():  # the channel's first checkpoint: it is started
                         await anyio.sleep(0.01)
-                for i in range(n + WARMUP):
+                for i in range(n + warmup):
                     await anyio.sleep(random.uniform(0.12, 0.16))
                     got = anyio.Event()
                     appender.send("go")
@@ -100,7 +100,7 @@ def channel_samples(db: Path, n: int) -> list[float]:
                         while sent["id"] not in arrivals:
                             await got.wait()
                             got = anyio.Event()
-                    if i >= WARMUP:
+                    if i >= warmup:
                         samples.append(max(0, arrivals[sent["id"]] - sent["t1"]) / 1e9)
         finally:
             appender.close()
@@ -112,20 +112,21 @@ def channel_samples(db: Path, n: int) -> list[float]:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bench/bench_channel.py", description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="20 samples")
+    common.add_smoke(p)
     p.add_argument("--samples", type=int, default=None, help="samples per system (default 200)")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    n = args.samples or (20 if args.quick else 200)
+    n = args.samples or (2 if args.smoke else 20 if args.quick else 200)
     print(common.machine_line())
     with common.temp_dir() as tmp:
-        push = channel_samples(tmp / "channel.sqlite3", n)
+        push = channel_samples(tmp / "channel.sqlite3", n, 1 if args.smoke else WARMUP)
         wake = wake_samples(
             sys.executable,
-            _OURS_WAITER,
-            _OURS_APPENDER,
+            OURS_WAITER,
+            OURS_APPENDER,
             f"sqlite:///{tmp / 'w.sqlite3'}",
             our_env(),
             n,

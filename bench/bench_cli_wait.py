@@ -128,7 +128,7 @@ def ours_cli() -> list[str]:
 
 def measure_ours(url: str, db_path: str, n: int) -> dict[str, list[float]]:
     env = bench_wake.our_env()
-    appender = bench_wake.Worker(sys.executable, bench_wake._OURS_APPENDER, url, env)
+    appender = bench_wake.Worker(sys.executable, bench_wake.OURS_APPENDER, url, env)
     try:
         cmd = [
             *ours_cli(),
@@ -150,7 +150,7 @@ def measure_reference(refpkg: object, palace: Path, n: int) -> dict[str, list[fl
     python = Path(str(refpkg.ref_python()))  # type: ignore[attr-defined]
     db = palace / "logstream.sqlite3"
     env = bench_wake.ref_env()
-    appender = bench_wake.Worker(str(python), bench_wake._REF_APPENDER, str(db), env)
+    appender = bench_wake.Worker(str(python), bench_wake.REF_APPENDER, str(db), env)
     try:
         cmd = [
             str(python.with_name("mempalace")),
@@ -181,7 +181,7 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
 
     LogStore.open(str(db)).close()  # the log exists before the first waiter reads it
     results["ours `logstream wait`, SQLite"] = measure_ours(f"sqlite:///{db}", str(db), n)
-    refpkg, reason = (None, "--no-ref") if args.no_ref else common.reference()
+    refpkg, reason = common.reference_unless(args.no_ref, args.smoke)
     if refpkg is not None:
         palace = tmp / "ref-palace"
         palace.mkdir()
@@ -238,11 +238,12 @@ def report(results: dict[str, dict[str, list[float]]], reason: str | None) -> No
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bench/bench_cli_wait.py", description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="a few samples (a smoke run)")
+    p.add_argument("--quick", action="store_true", help="a few samples")
+    common.add_smoke(p)
     p.add_argument("--samples", type=int, default=None, help="samples per system (100)")
     p.add_argument("--no-ref", action="store_true", help="skip the reference package")
     args, _unknown = p.parse_known_args(argv)  # bench/run.py passes its extras to every bench
-    args.samples = args.samples or (8 if args.quick else 100)
+    args.samples = args.samples or (2 if args.smoke else 8 if args.quick else 100)
     return args
 
 

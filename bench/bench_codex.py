@@ -135,13 +135,14 @@ def spawn_samples(tmp: Path, n: int) -> list[float]:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bench/bench_codex.py", description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="20 samples")
+    common.add_smoke(p)
     p.add_argument("--samples", type=int, default=None, help="samples per path (default 200)")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    n = args.samples or (20 if args.quick else 200)
+    n = args.samples or (2 if args.smoke else 20 if args.quick else 200)
     print(common.machine_line())
     with common.temp_dir() as tmp:
         (tmp / "spawn").mkdir()

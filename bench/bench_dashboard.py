@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -39,10 +40,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def build_log(n: int, cache: Path) -> Path:
+def build_log(n: int, cache: Path, scratch: Path) -> Path:
+    """A copy, in `scratch`, of the store bench's cached `n`-event log: the bursts append to
+    it and the hub's palace sits beside it, so the cached file stays as built."""
     from bench import bench_store
 
-    return bench_store.ours_log(n, cache, rebuild=False)
+    cached = bench_store.ours_log(n, cache, rebuild=False)
+    db = scratch / "dashboard.sqlite3"
+    for suffix in ("", "-wal", "-shm"):
+        if Path(f"{cached}{suffix}").exists():
+            shutil.copyfile(f"{cached}{suffix}", f"{db}{suffix}")
+    return db
 
 
 def start_hub(db: Path, port: int) -> subprocess.Popen[bytes]:
@@ -167,12 +175,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pages", type=int, default=10, help="dashboards open at once")
     ap.add_argument("--idle-s", type=float, default=10.0)
     ap.add_argument("--cache", help="where the big log is kept (LOGSTREAM_BENCH_CACHE)")
+    ap.add_argument("--quick", action="store_true", help="20,000 events, 3 pages, short idles")
+    common.add_smoke(ap)
     args = ap.parse_args(argv)
+    if args.smoke:  # a small log, a short burst, two pages, short idles
+        args.events, args.rate, args.burst_s, args.pages, args.idle_s = 500, 50, 0.5, 2, 0.3
+    elif args.quick:
+        args.events, args.burst_s, args.pages, args.idle_s = 20_000, 2.0, 3, 2.0
+    args.busy = (50, 0.5) if args.smoke else (200, 3.0)  # events/s, seconds
+    with common.temp_dir("logstream-bench-dashboard-") as scratch:
+        return measure(args, scratch)
+
+
+def measure(args: argparse.Namespace, scratch: Path) -> int:
     from playwright.sync_api import sync_playwright
 
+    busy_rate, busy_s = args.busy
     print(common.machine_line())
     t0 = time.perf_counter()
-    db = build_log(args.events, common.cache_dir(args.cache))
+    db = build_log(args.events, common.cache_dir(args.cache), scratch)
     size, took = db.stat().st_size / 1e6, time.perf_counter() - t0
     print(f"log: {args.events:,} events, {size:.0f} MB ({took:.1f} s)")
     port = free_port()
@@ -222,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(args.idle_s)
                 idle = (proc_cpu_s(hub.pid) - c0) / args.idle_s
                 c0, w0 = proc_cpu_s(hub.pid), time.perf_counter()
-                measure_burst(pages[-1], db, 200, 3.0)
+                measure_burst(pages[-1], db, busy_rate, busy_s)
                 busy = (proc_cpu_s(hub.pid) - c0) / (time.perf_counter() - w0)
                 rows.append(
                     (
@@ -235,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             common.print_table(
                 "hub process per open dashboard (RSS before any page: "
-                f"{base_rss:.0f} MB; burst = 200 events/s)",
+                f"{base_rss:.0f} MB; burst = {busy_rate} events/s)",
                 ("pages", "hub RSS", "RSS per page", "CPU idle", "CPU in burst"),
                 rows,
             )

@@ -62,12 +62,15 @@ def child(path: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--events", type=int, default=None, help="default 1,000,000")
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--cache", default=None, help="where the built log is kept")
     parser.add_argument("--rebuild", action="store_true")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--quick", action="store_true", help="20,000 events")
+    common.add_smoke(parser)
     args = parser.parse_args(argv)
+    args.events = args.events or (1_000 if args.smoke else 20_000 if args.quick else 1_000_000)
     if args.child:
         child(args.child)
         return 0

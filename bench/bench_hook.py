@@ -1,7 +1,7 @@
 """What a context hook costs (issue 13): wall time of one `logstream inbox --agent A --hook
 claude` process on a warm log, as Claude Code runs it on every prompt (hook JSON on stdin).
 
-    python bench/bench_hook.py [--samples N] [--events N]
+    python bench/bench_hook.py [--samples N] [--events N] [--quick | --smoke]
 
 Rows, all in the same run, each a fresh process per sample:
   lean       `python -m mempalace_logstream inbox ...`: the fast path, dispatched before typer,
@@ -49,9 +49,14 @@ PYCACHE: dict[str, str] = {}  # the children's bytecode cache, set by main()
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bench/bench_hook.py", description=__doc__)
-    p.add_argument("--samples", type=int, default=30, help="processes per row (default 30)")
-    p.add_argument("--events", type=int, default=2000, help="events in the log (default 2000)")
-    return p.parse_args(argv)
+    p.add_argument("--samples", type=int, default=None, help="processes per row (default 30)")
+    p.add_argument("--events", type=int, default=None, help="events in the log (default 2000)")
+    p.add_argument("--quick", action="store_true", help="10 processes per row")
+    common.add_smoke(p)
+    args = p.parse_args(argv)
+    args.samples = args.samples or (1 if args.smoke else 10 if args.quick else 30)
+    args.events = args.events or (50 if args.smoke else 2000)
+    return args
 
 
 def _env() -> dict[str, str]:
@@ -129,6 +134,8 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, dict[str, float]]:
         "store, one new message": ([*store, "--state-file", str(tmp / "store-new.json")], True),
         "typer, one new message": ([*typer, "--state-file", str(tmp / "typer-new.json")], True),
     }
+    if args.smoke:  # the floors are bare interpreters: a smoke run times the inbox rows only
+        rows = {name: row for name, row in rows.items() if "floor" not in name}
     results: dict[str, dict[str, float]] = {}
     for name, (cmd, new_mail) in rows.items():
         _time(cmd, STDIN)  # warm-up; for inbox rows also the first run (cursor at the tip)

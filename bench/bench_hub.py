@@ -617,9 +617,8 @@ def mb(value: float | None) -> str:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bench/bench_hub.py", description=__doc__.split("\n")[0])
-    p.add_argument(
-        "--quick", action="store_true", help="20 subscribers, 5 events, 200 appends (a smoke run)"
-    )
+    p.add_argument("--quick", action="store_true", help="20 subscribers, 5 events, 200 appends")
+    common.add_smoke(p)
     p.add_argument("--subscribers", type=int, default=None, help="fan-out subscribers (200)")
     p.add_argument("--events", type=int, default=None, help="events in the fan-out (50)")
     p.add_argument(
@@ -654,6 +653,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="with --appends-only: our hub's --durability (default full, as shipped)",
     )
     args = p.parse_args(argv)
+    if args.smoke:  # 3 subscribers x 2 events, 4 clients x 2 appends, 2 x 2 like for like
+        args.subscribers, args.events = args.subscribers or 3, args.events or 2
+        args.appends, args.clients = args.appends or 8, 4
+        args.small, args.small_events = 2, args.small_events or 2
     quick = args.quick
     args.subscribers = args.subscribers or (20 if quick else 200)
     args.events = args.events or (5 if quick else 50)
@@ -707,7 +710,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     mem: dict[str, dict[str, float]] = {}
     fan: dict[str, dict[str, Any] | None] = dict.fromkeys(("big", "ours8", "ref8"))
     tp: dict[str, dict[str, Any] | None] = dict.fromkeys(TP_ROWS)
-    refpkg, reason = (None, "--no-ref") if args.no_ref else common.reference()
+    refpkg, reason = common.reference_unless(args.no_ref, args.smoke)
 
     def appends(key: str, append: Append, pid: int | None) -> None:
         t0 = clock()

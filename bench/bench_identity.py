@@ -1,6 +1,6 @@
 """Identity benchmark (issue 12): what signing and verifying an event costs, per event.
 
-    python bench/bench_identity.py [--quick] [--samples N] [--events N] [--no-store]
+    python bench/bench_identity.py [--quick | --smoke] [--samples N] [--events N] [--no-store]
 
 Times, one call at a time after a warm-up, on a realistic event (a 600-byte body, six metadata
 keys, one artifact): the canonical encoding alone (RFC 8785 JCS of the signed fields), signing
@@ -200,13 +200,14 @@ def _measure_store(root: Path, n: int) -> list[tuple[str, float, float]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench/bench_identity.py", description=__doc__)
-    p.add_argument("--quick", action="store_true", help="few samples (a smoke run)")
+    p.add_argument("--quick", action="store_true", help="few samples")
+    common.add_smoke(p)
     p.add_argument("--samples", type=int, default=None, help="timed calls per measure")
     p.add_argument("--events", type=int, default=None, help="appends / synced events per log")
     p.add_argument("--no-store", action="store_true", help="the pure CPU figures only")
     args = p.parse_args(argv)
-    samples = args.samples or (300 if args.quick else 5000)
-    n_events = args.events or (600 if args.quick else 3000)
+    samples = args.samples or (30 if args.smoke else 300 if args.quick else 5000)
+    n_events = args.events or (60 if args.smoke else 600 if args.quick else 3000)
     print(common.machine_line())
     t0 = time.perf_counter()
     rows = measure(samples)

@@ -105,18 +105,20 @@ class Lines:
         self.proc.wait(30)
 
 
-def monitor_samples(monitor_args: list[str], appender: Worker, n: int) -> list[float]:
+def monitor_samples(
+    monitor_args: list[str], appender: Worker, n: int, warmup: int = WARMUP
+) -> list[float]:
     lines = Lines(monitor_args)
     try:
         if not lines.ready.wait(60):
             raise RuntimeError("the monitor did not start")
         samples: list[float] = []
-        for i in range(n + WARMUP):
+        for i in range(n + warmup):
             time.sleep(random.uniform(0.55, 0.65))  # past the coalescing window: one line each
             appender.send("go")
             sent = json.loads(appender.read())
             arrived = lines.wait_for(sent["id"])
-            if i >= WARMUP:
+            if i >= warmup:
                 samples.append(max(0, arrived - sent["t1"]) / 1e9)
         return samples
     finally:
@@ -130,7 +132,7 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def hub_samples(tmp: Path, n: int) -> list[float]:
+def hub_samples(tmp: Path, n: int, warmup: int) -> list[float]:
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [sys.executable, "-m", "mempalace_logstream", "serve", "--port", str(port)]
@@ -146,7 +148,7 @@ def hub_samples(tmp: Path, n: int) -> list[float]:
             raise RuntimeError("the hub did not start")
         appender = Worker(sys.executable, _HUB_APPENDER, url, our_env())
         args = ["--hub", url, "--state-file", str(tmp / "hub-monitor.json")]
-        return monitor_samples(args, appender, n)
+        return monitor_samples(args, appender, n, warmup)
     finally:
         hub.terminate()
         hub.wait(30)
@@ -155,6 +157,7 @@ def hub_samples(tmp: Path, n: int) -> list[float]:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bench/bench_monitor.py", description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="15 samples")
+    common.add_smoke(p)
     p.add_argument("--samples", type=int, default=None, help="samples per path (default 100)")
     p.add_argument("--no-channel", action="store_true", help="skip the channel's figure")
     return p.parse_args(argv)
@@ -162,15 +165,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    n = args.samples or (15 if args.quick else 100)
+    n = args.samples or (1 if args.smoke else 15 if args.quick else 100)
+    warmup = 0 if args.smoke else WARMUP
     print(common.machine_line())
+    if args.smoke and not args.no_channel:
+        args.no_channel = True
+        print("channel figure skipped in a smoke run (bench/bench_channel.py measures it)")
     with common.temp_dir() as tmp:
         db = f"sqlite:///{tmp / 'monitor.sqlite3'}"
         local_args = ["--db", db, "--state-file", str(tmp / "monitor.json")]
         local = monitor_samples(
-            local_args, Worker(sys.executable, _LOCAL_APPENDER, db, our_env()), n
+            local_args, Worker(sys.executable, _LOCAL_APPENDER, db, our_env()), n, warmup
         )
-        hub = hub_samples(tmp, n)
+        hub = hub_samples(tmp, n, warmup)
         paths = [
             ("Monitor line, local SQLite: append returned -> line read", local),
             ("Monitor line, --hub: HTTP append returned -> line read", hub),

@@ -32,7 +32,6 @@ if __package__ in (None, ""):
 
 from bench import common
 
-DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 ROW = {
     "type": "bench.append",
     "stream": "project/bench",
@@ -53,6 +52,7 @@ class Sizes:
 
 QUICK = Sizes(appends=150, thread_appends=400, pings=15, reps=1)
 DEFAULT = Sizes(appends=500, thread_appends=1500, pings=100, reps=2)
+SMOKE = Sizes(appends=10, thread_appends=16, pings=2, reps=1)
 
 
 # ----------------------------------------------------------------- databases
@@ -359,10 +359,11 @@ def bench_wake(admin_url: str, tmp: Path, sizes: Sizes) -> dict[str, dict[str, f
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bench_pg", description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
+    p.add_argument("--quick", action="store_true", help="small sizes")
+    common.add_smoke(p)
     p.add_argument(
         "--pg-url",
-        default=os.environ.get("LOGSTREAM_BENCH_PG", DEFAULT_PG),
+        default=common.pg_admin_url(),
         help="PostgreSQL server (a schema is created and dropped there)",
     )
     p.add_argument("--sections", nargs="+", choices=("append", "wake"), default=["append", "wake"])
@@ -372,8 +373,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     common.ensure_repo_on_path()
-    sizes = QUICK if args.quick else DEFAULT
-    print(f"bench_pg ({'quick' if args.quick else 'full'} sizes) against {args.pg_url}")
+    size = "smoke" if args.smoke else "quick" if args.quick else "full"
+    sizes = {"smoke": SMOKE, "quick": QUICK, "full": DEFAULT}[size]
+    print(f"bench_pg ({size} sizes) against {args.pg_url}")
     print(common.machine_line())
     print("reference: n/a (mempalace 3.11 has no PostgreSQL backend)")
     started = time.perf_counter()

@@ -1,7 +1,7 @@
 """Presence on the SSE feed (issue 14): how fast a change reaches a `presence=1` subscriber, how
 late an expiry is told, and what a subscriber that stops reading costs the hub.
 
-    python bench/bench_presence.py [--quick] [--samples N] [--churn N]
+    python bench/bench_presence.py [--quick | --smoke] [--samples N] [--churn N]
 
 The hub is `logstream serve` in a subprocess; the subscriber reads `/v1/stream?presence=1` in
 this process with httpx. Announce latency: `POST /v1/presence_announce` sent -> its frame
@@ -38,6 +38,7 @@ BENCH = "presence"
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bench/bench_presence.py", description=__doc__)
     p.add_argument("--quick", action="store_true", help="few samples, small churn")
+    common.add_smoke(p)
     p.add_argument("--samples", type=int, default=None, help="latency samples (default 200)")
     p.add_argument("--churn", type=int, default=None, help="agents churned (default 8000)")
     return p.parse_args(argv)
@@ -156,8 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     import httpx
 
     args = parse_args(argv)
-    n = args.samples or (20 if args.quick else 200)
-    churn = args.churn or (1_000 if args.quick else 8_000)
+    n = args.samples or (3 if args.smoke else 20 if args.quick else 200)
+    churn = args.churn or (30 if args.smoke else 1_000 if args.quick else 8_000)
     print(common.machine_line())
     with common.temp_dir() as tmp:
         hub = Hub(tmp)

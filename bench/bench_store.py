@@ -19,7 +19,6 @@ Must not be imported by the package; imports our package and tests/refpkg.py laz
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import itertools
 import json
@@ -30,7 +29,7 @@ import sqlite3
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,6 +68,7 @@ class Sizes:
 
 
 QUICK = Sizes(20, 2, 50, 2, 5, 1, 2_000, 20, 0.3)
+SMOKE = Sizes(5, 1, 10, 1, 2, 1, 500, 3, 0.05)
 DEFAULT = Sizes(400, 5, 2_000, 5, 60, 3, 1_000_000, 400, 12.0)
 
 
@@ -547,13 +547,11 @@ class Query:
     ours: dict[str, Any]  # event_list kwargs
     ref: dict[str, Any]  # list_events kwargs (the reference defaults to asc: say desc)
     raw: tuple[tuple[str, str, tuple], ...]  # (label, SQL, params): the raw sqlite3 shapes
-    inbox: bool = False  # a to_agent read: also measured with the store's plain IN-list shape
 
 
 _COLS = ", ".join(["seq", *common.EVENT_FIELDS])
 RAW_BEST = "raw sqlite3, same SQL shape"
 RAW_IN = "raw sqlite3, one IN list"
-OURS_IN = "ours event_list, IN-list shape"
 
 
 def _inbox_sql(cond: str | None, order: str) -> tuple[str, str]:
@@ -591,14 +589,12 @@ def _queries(path: Path, n: int) -> list[Query]:
             {"to_agent": agent},
             {"to_agent": agent, "order": "desc", "limit": LIST_LIMIT},
             ((RAW_BEST, inbox_union, p_agent), (RAW_IN, inbox_in, p_agent)),
-            inbox=True,
         ),
         Query(
             f"to_agent={agent} since_event_id=<{back} back>",
             {"to_agent": agent, "since_event_id": since_id},
             {"to_agent": agent, "since_event_id": since_id, "limit": LIST_LIMIT},
             ((RAW_BEST, since_union, p_since), (RAW_IN, since_in, p_since)),
-            inbox=True,
         ),
         Query(
             f"type={kind} (newest {LIST_LIMIT})",
@@ -703,19 +699,6 @@ def _page_plan(plans: list[tuple[str, list[str]]]) -> list[str]:
     return plans[-1][1]
 
 
-@contextlib.contextmanager
-def _in_list_shape() -> Iterator[None]:
-    """The store's plain `to_agent IN (...)` page query (its inbox split disabled)."""
-    from mempalace_logstream.store import reads as store_mod  # where the planner reads it
-
-    saved = store_mod._SPLIT_TO_AGENT_MAX
-    store_mod._SPLIT_TO_AGENT_MAX = 0
-    try:
-        yield
-    finally:
-        store_mod._SPLIT_TO_AGENT_MAX = saved
-
-
 def _measure_ours(path: Path, queries: list[Query], sizes: Sizes) -> tuple[dict, dict, dict]:
     from mempalace_logstream.store import LogStore
 
@@ -732,16 +715,6 @@ def _measure_ours(path: Path, queries: list[Query], sizes: Sizes) -> tuple[dict,
             plans[q.label] = {"ours event_list": _page_plan(capture_plans(store, q.ours))}
             cnt["ours event_list"] = len(store.event_list(**q.ours).events)
             fns["ours event_list"] = lambda q=q: store.event_list(**q.ours)
-            if q.inbox:
-                with _in_list_shape():
-                    plans[q.label][OURS_IN] = _page_plan(capture_plans(store, q.ours))
-                    cnt[OURS_IN] = len(store.event_list(**q.ours).events)
-
-                def in_shape(q: Query = q) -> Any:
-                    with _in_list_shape():
-                        return store.event_list(**q.ours)
-
-                fns[OURS_IN] = in_shape
             for label, sql, params in q.raw:
                 if label == RAW_IN:
                     plans[q.label][label] = _plan(raw, sql, params)
@@ -820,11 +793,11 @@ def bench_list(
             )
             cpu_ratio = res[ref_label]["cpu_p50"] / res["ours event_list"]["cpu_p50"]
             common.ratio_line(BENCH, f"list CPU p50 {q.label}: reference/ours", cpu_ratio)
-        if OURS_IN in res:
+        if RAW_IN in res:  # the shape question on raw sqlite3 (the store splits an inbox)
             common.ratio_line(
                 BENCH,
-                f"list p50 {q.label}: IN-list shape/UNION ALL shape",
-                res[OURS_IN]["p50"] / ours,
+                f"list p50 {q.label}: IN-list shape/UNION ALL shape (raw sqlite3)",
+                res[RAW_IN]["p50"] / res[RAW_BEST]["p50"],
             )
     if palace is None:
         print(f"reference not measured: {ref_reason}")
@@ -835,7 +808,8 @@ def bench_list(
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bench_store", description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
+    p.add_argument("--quick", action="store_true", help="small sizes")
+    common.add_smoke(p)
     p.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
     p.add_argument("--events", type=int, help="size of the list log (default 1,000,000)")
     p.add_argument("--no-ref", action="store_true", help="skip the reference package")
@@ -847,18 +821,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     common.ensure_repo_on_path()
-    sizes = QUICK if args.quick else DEFAULT
+    size = "smoke" if args.smoke else "quick" if args.quick else "full"
+    sizes = {"smoke": SMOKE, "quick": QUICK, "full": DEFAULT}[size]
     n = args.events or sizes.log_events
-    print(f"bench_store ({'quick' if args.quick else 'full'} sizes)")
+    print(f"bench_store ({size} sizes)")
     print(common.machine_line())
-    use_ref, reason = False, "disabled with --no-ref"
-    if not args.no_ref:
-        refpkg, reason = common.reference()
-        use_ref = refpkg is not None
-        if use_ref:
-            print(f"reference: mempalace {refpkg.REF_VERSION} in {refpkg.ref_venv_dir()}")
-        else:
-            print(f"reference unavailable: {reason}")
+    refpkg, reason = common.reference_unless(args.no_ref, args.smoke)
+    use_ref = refpkg is not None
+    if use_ref:
+        print(f"reference: mempalace {refpkg.REF_VERSION} in {refpkg.ref_venv_dir()}")
+    elif not args.smoke:
+        print(f"reference unavailable: {reason}")
     started = time.perf_counter()
     with common.temp_dir("logstream-bench-store-") as tmp:
         if "append" in args.sections:

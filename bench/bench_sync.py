@@ -1,11 +1,12 @@
 """Replica sync throughput over loopback HTTP (issue #5, S-9): ours vs the reference, one run.
 
-    python bench/bench_sync.py [--quick] [--events 100000] [--artifacts 1000] [--no-ref]
+    python bench/bench_sync.py [--quick | --smoke] [--events 100000] [--artifacts 1000] [--no-ref]
 
-A source log of N events (every N/A-th one referencing its own artifact, A artifacts) is
-written once by our store and served by our hub (`http_app.create_app` under uvicorn, its own
-process). The reference (`mempalace==3.11.0` in its own venv) first pulls it from our hub with
-its own `mempalace logstream sync --peer` client; that palace is then served by `mempalace
+A source log of N events in task threads of 50 (a request, a claim, then progress moves; every
+N/A-th event a patch referencing its own artifact, A artifacts) is written once through our
+store's public API and served by our hub (`http.create_app` under uvicorn, its own process).
+The reference (`mempalace==3.11.0` in its own venv) first pulls it from our hub with its own
+`mempalace logstream sync --peer` client; that palace is then served by `mempalace
 serve` (full install). Every pull below starts from an empty database, is one CLI process
 (startup included, both sides), and is timed end to end:
 
@@ -14,8 +15,8 @@ serve` (full install). Every pull below starts from an empty database, is one CL
   ref  <- ours   the reference client against our hub
   ours <- ref    our client against the reference hub (one request per artifact)
 
-The headline ratio is ours<-ours / ref<-ref in events per second (target >= 5).
-Never a test; figures go to docs/bench/sync.md.
+The headline ratio is ours<-ours / ref<-ref in events per second (target >= 5). Exit 1 when
+a pull that ran is incomplete. Never a test; figures go to docs/bench/sync.md.
 """
 
 from __future__ import annotations
@@ -43,10 +44,10 @@ TOKEN = "bench-sync-token"
 _HUB = textwrap.dedent(
     """
     import sys, uvicorn
-    from mempalace_logstream import LogStore, http_app
+    from mempalace_logstream import LogStore, http
     store = LogStore.open(sys.argv[1])
     port = int(sys.argv[2])
-    app = http_app.create_app(store, http_app.HubSettings(port=port, token=sys.argv[3]))
+    app = http.create_app(store, http.HubSettings(port=port, token=sys.argv[3]))
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
     """
 )
@@ -55,51 +56,74 @@ _HUB = textwrap.dedent(
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bench/bench_sync.py", description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="5,000 events + 50 artifacts")
+    common.add_smoke(p)
     p.add_argument("--events", type=int, default=100_000)
     p.add_argument("--artifacts", type=int, default=1_000)
     p.add_argument("--no-ref", action="store_true", help="skip the reference measurements")
     return p.parse_args(argv)
 
 
+THREAD = 50  # events per task: a request, a claim, then progress moves and patches
+
+
+def source_event(i: int, n_events: int, artifact_ids: list[str]) -> dict[str, object]:
+    """Event `i` of the source log: task `i // THREAD` as the lifecycle (RFC 0007) has it, a
+    request, the addressee's claim, then its progress (1-48 %, rising) or a patch."""
+    task, step = divmod(i, THREAD)
+    requester, assignee = f"agent-{task % 7}", f"agent-{(task + 1) % 7}"
+    kind = "task.request" if step == 0 else "task.claim" if step == 1 else "task.progress"
+    metadata: dict[str, object] = {"step": i, "of": n_events}
+    if artifact_ids and step > 1:
+        kind = "patch.ready"
+    elif kind == "task.progress":
+        metadata["progress"] = step - 1
+    return {
+        "type": kind,
+        "stream": f"project/p{task % 20:02d}",
+        "room": "delegation",
+        "from_agent": requester if step == 0 else assignee,
+        "to_agent": assignee if step == 0 else requester,
+        "correlation_id": f"task_{task}",
+        "body": BODY,
+        "metadata": metadata,
+        "artifact_ids": artifact_ids,
+    }
+
+
+BODY = ("Progress: tests pass on the auth module; next the refresh path. café ✓ " * 3)[:200]
+
+
 def build_source(path: Path, n_events: int, n_artifacts: int) -> None:
-    """N events authored locally (seq = origin_seq), written in 5k-event transactions."""
+    """N events authored locally (seq = origin_seq), written through the store's public API
+    (`LogStore.transaction`, `Transaction.insert_artifact`/`insert_event`) in 5k-event
+    transactions; every N/A-th event past a claim is a patch with its own artifact."""
     common.ensure_repo_on_path()
     from mempalace_logstream import LogStore
 
     every = max(1, n_events // max(1, n_artifacts))
-    body = ("Progress: tests pass on the auth module; next the refresh path. café ✓ " * 3)[:200]
     with LogStore.open(str(path), durability="normal") as store:
         done = arts = 0
         while done < n_events:
             chunk = min(5_000, n_events - done)
 
-            def write(conn, st, start=done, chunk=chunk):  # type: ignore[no-untyped-def]
+            def write(tx, start=done, chunk=chunk):  # type: ignore[no-untyped-def]
                 nonlocal arts
                 for i in range(start, start + chunk):
                     ids = []
-                    if i % every == 0 and arts < n_artifacts:
+                    if i % every == every - 1 and i % THREAD > 1 and arts < n_artifacts:
                         draft = store.draft_artifact(
                             kind="patch",
-                            created_by=f"agent-{i % 7}",
+                            created_by=f"agent-{(i // THREAD + 1) % 7}",
                             content=f"diff --git a/f{i} b/f{i}\n" + "+line\n" * 40,
                         )
-                        ids = [store._insert_artifact(conn, st, draft).id]
+                        ids = [tx.insert_artifact(draft).id]
                         arts += 1
-                    draft = store.draft_event(
-                        type="task.progress" if ids == [] else "patch.ready",
-                        stream=f"project/p{i % 20:02d}",
-                        room="delegation",
-                        from_agent=f"agent-{i % 7}",
-                        to_agent=f"agent-{(i + 1) % 7}",
-                        correlation_id=f"task_{i // 50}",
-                        body=body,
-                        metadata={"step": i, "of": n_events},
-                        artifact_ids=ids,
-                    )
-                    store._insert_event(conn, st, draft)
+                    tx.insert_event(store.draft_event(**source_event(i, n_events, ids)))
 
-            store._submit(write)
+            store.transaction(write)
             done += chunk
+        if arts != n_artifacts:
+            raise RuntimeError(f"{arts} artifacts written, {n_artifacts} asked")
 
 
 @contextlib.contextmanager
@@ -199,10 +223,10 @@ def row(label: str, secs: float | None, stats: dict | None, n: int, a: int) -> l
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    n, a = (5_000, 50) if args.quick else (args.events, args.artifacts)
+    n, a = (200, 4) if args.smoke else (5_000, 50) if args.quick else (args.events, args.artifacts)
     print(common.machine_line())
     print(f"sync bench: {n:,} events + {a:,} artifacts over loopback HTTP, fresh destination")
-    refpkg, reason = (None, "--no-ref") if args.no_ref else common.reference()
+    refpkg, reason = common.reference_unless(args.no_ref, args.smoke)
     results: dict[str, tuple[float, dict] | None] = dict.fromkeys(
         ("ours<-ours", "ref<-ref", "ref<-ours", "ours<-ref")
     )
@@ -231,6 +255,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if reason:
         print(f"reference not measured: {reason}")
+    incomplete = [r[0] for r in rows if r[4] not in ("yes", "n/a")]
+    if incomplete:
+        print(f"incomplete pulls: {', '.join(incomplete)}")
 
     def ratio(x: str, y: str) -> float | None:
         rx, ry = results[x], results[y]
@@ -245,7 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     common.ratio_line(
         BENCH, "our client vs ref client, both from the ref hub", ratio("ours<-ref", "ref<-ref")
     )
-    return 0
+    return 1 if incomplete else 0
 
 
 if __name__ == "__main__":

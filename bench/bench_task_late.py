@@ -9,6 +9,7 @@ progress ("late": every batch sorts before it, so each one re-folds the task). O
 and with `--pg-url` on PostgreSQL too.
 
     python bench/bench_task_late.py [--events 10000] [--batch 100] [--pg-url URL] [--quick]
+                                    [--smoke]
 
 Prints the seconds of each run, the events the fold fed (`FoldCache.folded`, when the store
 has one) and `[ratio] task_late: late/in order` lines. Never a test: nothing here asserts a time.
@@ -18,6 +19,7 @@ Must not be imported by the package.
 from __future__ import annotations
 
 import argparse
+import os
 import secrets
 import sys
 import time
@@ -50,7 +52,8 @@ def open_store(url: str, clock: StepClock) -> Any:
     return LogStore.open(url, clock=clock, durability="normal")
 
 
-def pg_schema_url(base: str) -> str:
+def pg_schema_url(base: str, made: list[str]) -> str:
+    """A fresh schema at `base`, as a URL whose search_path points at it (named in `made`)."""
     import sqlalchemy as sa
 
     schema = f"bench_late_{secrets.token_hex(4)}"
@@ -58,8 +61,19 @@ def pg_schema_url(base: str) -> str:
     with eng.connect() as conn:
         conn.execute(sa.text(f"CREATE SCHEMA {schema}"))
     eng.dispose()
+    made.append(schema)
     sep = "&" if "?" in base else "?"
     return f"{base}{sep}options=-csearch_path%3D{schema}"
+
+
+def drop_schemas(base: str, made: list[str]) -> None:
+    import sqlalchemy as sa
+
+    eng = sa.create_engine(base, isolation_level="AUTOCOMMIT")
+    with eng.connect() as conn:
+        for schema in made:
+            conn.execute(sa.text(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
+    eng.dispose()
 
 
 def progress_wire(url_b: str, n: int) -> tuple[str, list[dict[str, Any]], str]:
@@ -161,22 +175,32 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bench/bench_task_late.py", description=__doc__)
     p.add_argument("--events", type=int, default=10_000)
     p.add_argument("--batch", type=int, default=100)
-    p.add_argument("--pg-url", default=None, help="also on PostgreSQL (a fresh schema)")
+    p.add_argument(
+        "--pg-url",
+        default=os.environ.get("LOGSTREAM_BENCH_PG"),
+        help="also on PostgreSQL (a fresh schema); default $LOGSTREAM_BENCH_PG, else SQLite only",
+    )
     p.add_argument("--quick", action="store_true", help="1,000 events")
+    common.add_smoke(p)
     return p.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    events = 1_000 if args.quick else args.events
+    events = 100 if args.smoke else 1_000 if args.quick else args.events
+    batch = 20 if args.smoke else args.batch
     print(common.machine_line(), flush=True)
 
     def sqlite_url(tmp: Path, name: str) -> str:
         return f"sqlite:///{tmp / (name + '.sqlite3')}"
 
-    bench("SQLite", sqlite_url, events, args.batch)
+    bench("SQLite", sqlite_url, events, batch)
     if args.pg_url:
-        bench("PostgreSQL", lambda _tmp, _name: pg_schema_url(args.pg_url), events, args.batch)
+        made: list[str] = []
+        try:
+            bench("PostgreSQL", lambda _tmp, _name: pg_schema_url(args.pg_url, made), events, batch)
+        finally:
+            drop_schemas(args.pg_url, made)
     return 0
 
 

@@ -38,7 +38,6 @@ from bench import common  # noqa: E402
 
 BENCH = "tasks"
 SECTIONS = ("status", "list", "append")
-DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 TARGET_MS = 2.0
 LONG_TASK = "task_bench_long"
 LEASE_MS = 7 * 24 * 3600 * 1000  # the longest lease: a cached log's held tasks stay held
@@ -71,6 +70,7 @@ class Sizes:
 
 QUICK = Sizes(100, 600, 30, 0.3, 10, 2)
 DEFAULT = Sizes(1_000, 100_000, 400, 5.0, 40, 8)
+SMOKE = Sizes(20, 60, 3, 0.05, 3, 1)
 
 
 # ----------------------------------------------------------------- building a log
@@ -476,10 +476,11 @@ def run_pg(args: argparse.Namespace, sizes: Sizes) -> None:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bench_tasks", description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
+    p.add_argument("--quick", action="store_true", help="small sizes")
+    common.add_smoke(p)
     p.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
     p.add_argument("--tasks", type=int, help="tasks in the list log (default 100,000)")
-    p.add_argument("--pg-url", default=DEFAULT_PG_URL, help="PostgreSQL server (admin URL)")
+    p.add_argument("--pg-url", default=common.pg_admin_url(), help="PostgreSQL server (admin URL)")
     p.add_argument("--no-pg", action="store_true", help="SQLite only")
     p.add_argument("--cache-dir", help="where the SQLite task log is kept (default ~/.cache/...)")
     p.add_argument("--rebuild", action="store_true", help="rebuild the cached task log")
@@ -493,9 +494,10 @@ def main(argv: list[str] | None = None) -> int:
     from mempalace_logstream import tasks
 
     MOVE_TYPES.update(tasks.ACTIONS)
-    base = QUICK if args.quick else DEFAULT
+    size = "smoke" if args.smoke else "quick" if args.quick else "full"
+    base = {"smoke": SMOKE, "quick": QUICK, "full": DEFAULT}[size]
     sizes = Sizes(**{**base.__dict__, "tasks": args.tasks or base.tasks})
-    print(f"bench_tasks ({'quick' if args.quick else 'full'} sizes)")
+    print(f"bench_tasks ({size} sizes)")
     print(common.machine_line())
     started = time.perf_counter()
     run_sqlite(args, sizes)

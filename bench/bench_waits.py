@@ -1,6 +1,6 @@
 """The wait herd (issue 18, item 8): what open and abandoned `event_wait`s cost every append.
 
-    python bench/bench_waits.py [--quick] [--waits N] [--appends N] [--settle-s S]
+    python bench/bench_waits.py [--quick | --smoke] [--waits N] [--appends N] [--settle-s S]
 
 The hub is `logstream serve` (real uvicorn) in a subprocess on a fresh SQLite file. One
 keep-alive httpx client appends events addressed to nobody, one after the other, and times
@@ -44,9 +44,10 @@ WAIT_TIMEOUT_MS = 120_000
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bench/bench_waits.py", description=__doc__)
     p.add_argument("--quick", action="store_true", help="50 waits, 30 appends per phase")
+    common.add_smoke(p)
     p.add_argument("--waits", type=int, default=None, help="open waits (default 200)")
     p.add_argument("--appends", type=int, default=None, help="appends timed per phase (100)")
-    p.add_argument("--settle-s", type=float, default=2.0, help="time for the waits to arrive")
+    p.add_argument("--settle-s", type=float, default=None, help="time for the waits to arrive (2)")
     return p.parse_args(argv)
 
 
@@ -139,8 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     import httpx
 
     args = parse_args(argv)
-    n_waits = args.waits or (50 if args.quick else 200)
-    n_appends = args.appends or (30 if args.quick else 100)
+    n_waits = args.waits or (5 if args.smoke else 50 if args.quick else 200)
+    n_appends = args.appends or (5 if args.smoke else 30 if args.quick else 100)
+    settle_s = args.settle_s if args.settle_s is not None else 0.3 if args.smoke else 2.0
     print(common.machine_line())
     with common.temp_dir() as tmp:
         hub = Hub(tmp)
@@ -149,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
                 time_appends(http, 5, "warm")
                 none = time_appends(http, n_appends, "none")
                 waiters = Waiters(hub.url, n_waits)
-                time.sleep(args.settle_s)  # a pacing choice of the bench, see the docstring
+                time.sleep(settle_s)  # a pacing choice of the bench, see the docstring
                 opened = time_appends(http, n_appends, "open")
                 answered = waiters.answered
                 waiters.abandon()

@@ -40,7 +40,6 @@ if __package__ in (None, ""):
 from bench import common
 
 BENCH = "wake"
-DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 WARMUP = 5
 WATCH_AGENT = "agent-07"
 WATCH_TYPE = "task.cancel"  # absent from the synthetic log: the watch's last match is old
@@ -54,7 +53,7 @@ NOISE = {
 }
 
 # Both sides speak one line per sample on stdin/stdout; stamps are time.monotonic_ns().
-_OURS_WAITER = r"""
+OURS_WAITER = r"""
 import json, sys, time
 from mempalace_logstream import LogStore
 store = LogStore.open(sys.argv[1])
@@ -66,7 +65,7 @@ for line in sys.stdin:
     print(json.dumps({"t": time.monotonic_ns(), "n": len(page.events)}), flush=True)
 store.close()
 """
-_OURS_APPENDER = r"""
+OURS_APPENDER = r"""
 import json, sys, time
 from mempalace_logstream import LogStore
 store = LogStore.open(sys.argv[1])
@@ -78,7 +77,7 @@ for line in sys.stdin:
     print(json.dumps({"t0": t0, "t1": t1, "id": e.id}), flush=True)
 store.close()
 """
-_REF_WAITER = r"""
+REF_WAITER = r"""
 import json, sys, time
 from mempalace.logstream import Logstream
 ls = Logstream(db_path=sys.argv[1])
@@ -89,7 +88,7 @@ for line in sys.stdin:
     out = ls.wait_events(timeout_ms=30000, since_event_id=tip)
     print(json.dumps({"t": time.monotonic_ns(), "n": len(out["events"])}), flush=True)
 """
-_REF_APPENDER = r"""
+REF_APPENDER = r"""
 import json, sys, time
 from mempalace.logstream import Logstream
 ls = Logstream(db_path=sys.argv[1])
@@ -211,23 +210,23 @@ def bench_latency(args: argparse.Namespace, tmp: Path) -> None:
     results: dict[str, dict[str, list[float]]] = {}
     ours_sqlite = f"sqlite:///{tmp / 'wake.sqlite3'}"
     results["ours, SQLite"] = wake_samples(
-        sys.executable, _OURS_WAITER, _OURS_APPENDER, ours_sqlite, our_env(), n
+        sys.executable, OURS_WAITER, OURS_APPENDER, ours_sqlite, our_env(), n
     )
     try:
         with pg_schema(args.pg_url) as url:
             results["ours, PostgreSQL"] = wake_samples(
-                sys.executable, _OURS_WAITER, _OURS_APPENDER, url, our_env(), n
+                sys.executable, OURS_WAITER, OURS_APPENDER, url, our_env(), n
             )
     except Exception as exc:  # no server: say so, keep the rest
         print(f"PostgreSQL not measured: {type(exc).__name__}: {exc}")
-    refpkg, reason = (None, "--no-ref") if args.no_ref else common.reference()
+    refpkg, reason = common.reference_unless(args.no_ref, args.smoke)
     if refpkg is not None:
         palace = tmp / "ref-palace"
         palace.mkdir()
         results["reference wait_events, SQLite"] = wake_samples(
             str(refpkg.ref_python()),
-            _REF_WAITER,
-            _REF_APPENDER,
+            REF_WAITER,
+            REF_APPENDER,
             str(palace / "logstream.sqlite3"),
             ref_env(),
             n,
@@ -360,17 +359,21 @@ def bench_polls(args: argparse.Namespace, tmp: Path) -> None:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bench/bench_wake.py", description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    p.add_argument("--quick", action="store_true", help="small sizes")
+    common.add_smoke(p)
     p.add_argument("--samples", type=int, default=None, help="wake samples per system (200)")
     p.add_argument("--sizes", default=None, help="backlog sizes (10000,100000,1000000)")
     p.add_argument("--polls", type=int, default=None, help="polls per backlog size (100)")
     p.add_argument("--per-poll", type=int, default=10, help="new events before each poll")
-    p.add_argument("--pg-url", default=os.environ.get("LOGSTREAM_BENCH_PG", DEFAULT_PG))
+    p.add_argument("--pg-url", default=common.pg_admin_url())
     p.add_argument("--no-ref", action="store_true", help="skip the reference package")
     p.add_argument("--cache-dir", default=None, help="where big synthetic logs are cached")
     p.add_argument("--skip-latency", action="store_true")
     p.add_argument("--skip-polls", action="store_true")
     args = p.parse_args(argv)
+    if args.smoke:
+        args.samples, args.sizes = args.samples or 2, args.sizes or "500,1000"
+        args.polls, args.per_poll = args.polls or 3, 2
     args.samples = args.samples or (20 if args.quick else 200)
     args.sizes = args.sizes or ("10000,100000" if args.quick else "10000,100000,1000000")
     args.polls = args.polls or (20 if args.quick else 100)

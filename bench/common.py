@@ -3,6 +3,8 @@ cache dirs, the reference venv (through tests/refpkg.py) and a deterministic syn
 
 Stdlib only at import time: the reference venv imports this module too (to build its 1M-event
 file with exactly the same rows as ours). `tests.refpkg` and our package are imported lazily.
+Every bench takes `--smoke` (`add_smoke`): tiny sizes, the reference skipped with the
+`REF_SKIPPED` line (`reference_unless`); `bench/run.py --smoke` runs them all in CI.
 Output conventions read by `bench/run.py`'s summary:
     [ratio]  <bench>: <what> = <value>  (target >= <goal>: MET|NOT MET)   ratio lines
     [target] <bench>: <what> = <value>  (target <= <goal>: MET|NOT MET)   absolute targets
@@ -10,6 +12,7 @@ Output conventions read by `bench/run.py`'s summary:
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import platform
@@ -27,6 +30,20 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 RATIO_TAG = "[ratio]"
 TARGET_TAG = "[target]"
+DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+SMOKE_HELP = "tiny sizes and no reference package: a check that the bench runs (CI)"
+REF_SKIPPED = "reference skipped: a smoke run (--smoke) does not measure the reference package"
+
+
+def add_smoke(parser: argparse.ArgumentParser) -> None:
+    """The `--smoke` flag every bench takes: tiny sizes, no reference package, a check that
+    the bench still runs end to end (`bench/run.py --smoke`, in CI), not a measurement."""
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
+
+
+def pg_admin_url(default: str = DEFAULT_PG) -> str:
+    """The PostgreSQL server the benches use: $LOGSTREAM_BENCH_PG, else `default`."""
+    return os.environ.get("LOGSTREAM_BENCH_PG", default)
 
 
 def ensure_repo_on_path() -> None:
@@ -214,6 +231,17 @@ def reference() -> tuple[Any, str | None]:
     except refpkg.ReferenceUnavailable as exc:
         return None, str(exc)
     return refpkg, None
+
+
+def reference_unless(no_ref: bool, smoke: bool = False) -> tuple[Any, str | None]:
+    """`reference()`, unless this run skips the reference: `--no-ref` (the caller prints its
+    reason) or `--smoke`, which says so here on a line of its own, never silently."""
+    if smoke:
+        print(REF_SKIPPED, flush=True)
+        return None, "--smoke"
+    if no_ref:
+        return None, "--no-ref"
+    return reference()
 
 
 def run_ref_json(code: str, *args: Any, timeout: float = 900) -> Any:

@@ -72,8 +72,7 @@ class StoreTimer:
 async def run(args: argparse.Namespace, tmp: str) -> None:
     import uvicorn
 
-    from mempalace_logstream import LogStore, aio, operations
-    from mempalace_logstream import http_app as http  # the old path: also before the split
+    from mempalace_logstream import LogStore, aio, http, operations
 
     store = LogStore.open(os.path.join(tmp, "hub.sqlite3"), durability=args.durability)
     timer = StoreTimer(operations)

@@ -12,7 +12,8 @@ from typing import Any
 import httpx
 import uvicorn
 
-from mempalace_logstream import LogStore, http_app, mcp_server
+from mempalace_logstream import LogStore, mcp_server
+from mempalace_logstream.http import ExtraMount, HubSettings, create_app, listen_socket
 from mempalace_logstream.http.server import HubServer
 from mempalace_logstream.presence import Registry
 
@@ -20,14 +21,14 @@ from mempalace_logstream.presence import Registry
 class LiveHub:
     """uvicorn serving `create_app` in a thread; `url` is ready once `start()` returns."""
 
-    def __init__(self, store: LogStore, settings: http_app.HubSettings, port: int = 0) -> None:
+    def __init__(self, store: LogStore, settings: HubSettings, port: int = 0) -> None:
         self.store = store
         self.settings = settings
         self.presence = Registry()  # shared by the HTTP routes and the MCP tools, as in serve
         mcp_app, lifespan = mcp_server.http_endpoint(store, presence=self.presence)
-        mount = http_app.ExtraMount("/mcp", mcp_app, lifespan, drain=mcp_app.drain)
-        self.app = http_app.create_app(store, settings, mounts=(mount,), presence=self.presence)
-        self.sock = http_app.listen_socket("127.0.0.1", port)  # a port again: a restart
+        mount = ExtraMount("/mcp", mcp_app, lifespan, drain=mcp_app.drain)
+        self.app = create_app(store, settings, mounts=(mount,), presence=self.presence)
+        self.sock = listen_socket("127.0.0.1", port)  # a port again: a restart
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         config = uvicorn.Config(
             self.app, log_level="warning", timeout_graceful_shutdown=1, lifespan="on"
@@ -60,7 +61,7 @@ class LiveHub:
 @contextmanager
 def live_hub(tmp_path: Path, **settings: Any) -> Iterator[LiveHub]:
     store = LogStore.open(str(tmp_path / "hub.sqlite3"))
-    hub = LiveHub(store, http_app.HubSettings(**settings))
+    hub = LiveHub(store, HubSettings(**settings))
     hub.start()
     try:
         yield hub

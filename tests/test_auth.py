@@ -13,7 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from mempalace_logstream import http_app
+from mempalace_logstream import errors
+from mempalace_logstream.http import HubSettings, is_loopback_host
 from tests.conftest import REPO, run_cli
 from tests.hubkit import live_hub
 
@@ -72,9 +73,9 @@ def test_host_pinning_is_off_for_a_token_protected_non_loopback_hub(tmp_path: Pa
 
 def test_loopback_detection() -> None:
     for host in ("127.0.0.1", "localhost", "::1", "[::1]", "127.0.0.2"):
-        assert http_app.is_loopback_host(host), host
+        assert is_loopback_host(host), host
     for host in ("0.0.0.0", "::", "192.168.1.4", "hub.example.org"):
-        assert not http_app.is_loopback_host(host), host
+        assert not is_loopback_host(host), host
 
 
 @pytest.mark.parametrize("scheme", ["Bearer", "bearer", "BEARER", "bEaReR"])
@@ -88,8 +89,8 @@ def test_the_auth_scheme_is_case_insensitive(hub, scheme: str) -> None:
 
 @pytest.mark.parametrize("token", [" ", "   ", "\t"])
 def test_a_blank_token_is_refused_by_the_settings(token: str) -> None:
-    with pytest.raises(http_app.errors.ValidationError, match="token is blank"):
-        http_app.HubSettings(token=token)
+    with pytest.raises(errors.ValidationError, match="token is blank"):
+        HubSettings(token=token)
 
 
 @pytest.mark.slow
@@ -106,7 +107,7 @@ def test_serve_refuses_a_blank_token_like_a_missing_one(tmp_path: Path, host: st
 
 
 def test_settings_repr_hides_the_token() -> None:
-    assert TOKEN not in repr(http_app.HubSettings(token=TOKEN))
+    assert TOKEN not in repr(HubSettings(token=TOKEN))
 
 
 @pytest.mark.slow

@@ -19,7 +19,8 @@ from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.extension import NotificationBinding
 from mcp.client.stdio import stdio_client
 
-from mempalace_logstream import LogStore, http_app
+from mempalace_logstream import LogStore
+from mempalace_logstream.http import HubSettings
 from mempalace_logstream.mcp_server import channel
 from tests.hubkit import LiveHub
 from tests.hubproc import (
@@ -138,7 +139,7 @@ def test_a_dead_hub_is_one_line_the_tools_answer_and_the_channel_resumes_when_it
             assert any(t.name == "mempalace_event_append" for t in tools.tools)
             out = await client.call_tool("mempalace_stats", {})
             assert out.is_error and f"cannot reach hub {url}" in text_of(out)
-            hubs.append(LiveHub(store, http_app.HubSettings(), port=port))
+            hubs.append(LiveHub(store, HubSettings(), port=port))
             await anyio.to_thread.run_sync(hubs[0].start)
             eid = store.event_append(
                 type="note", stream="s", room="r", from_agent="claude", to_agent=AGENT
@@ -180,7 +181,7 @@ def test_a_refused_token_is_said_once_the_tools_answer_with_it_and_nothing_spins
 ) -> None:
     errlog, record = tmp_path / "err.log", tmp_path / "exit.txt"
     store = LogStore.open(str(tmp_path / "hub.sqlite3"))
-    hub = LiveHub(store, http_app.HubSettings(token="the-right-token"))
+    hub = LiveHub(store, HubSettings(token="the-right-token"))
     counting = Counting(hub.app)
     hub.server.config.app = counting
     hub.start()
@@ -220,7 +221,7 @@ def test_a_subscription_signals_the_changes_made_while_its_hub_was_down(tmp_path
     still open): what is appended meanwhile is signalled once the hub is back."""
     errlog, record = tmp_path / "err.log", tmp_path / "exit.txt"
     store = LogStore.open(str(tmp_path / "hub.sqlite3"))
-    hubs = [LiveHub(store, http_app.HubSettings())]
+    hubs = [LiveHub(store, HubSettings())]
     hubs[0].start()
     url = hubs[0].url
     updates = Updates()
@@ -237,7 +238,7 @@ def test_a_subscription_signals_the_changes_made_while_its_hub_was_down(tmp_path
             [line] = await told(errlog, url, 1)
             assert line.startswith(f"logstream resources: hub {url} is unreachable"), line
             assert updates.items == []
-            hubs.append(LiveHub(store, http_app.HubSettings(), port=int(url.rsplit(":", 1)[1])))
+            hubs.append(LiveHub(store, HubSettings(), port=int(url.rsplit(":", 1)[1])))
             await anyio.to_thread.run_sync(hubs[-1].start)
             await updates.until(lambda items: len(items) >= 1)
             assert [uri for _t, uri in updates.items] == [f"logstream://inbox/{AGENT}"]

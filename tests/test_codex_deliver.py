@@ -269,10 +269,10 @@ def test_once_agents_have_keys_only_verified_senders_are_queued(tmp_path: Path) 
 
 
 def test_deliver_rides_through_a_hub_restart(tmp_path: Path) -> None:
-    from mempalace_logstream import http_app
+    from mempalace_logstream.http import HubSettings
 
     store = LogStore.open(str(tmp_path / "hub.sqlite3"))
-    hub = LiveHub(store, http_app.HubSettings())
+    hub = LiveHub(store, HubSettings())
     hub.start()
     port = int(hub.url.rsplit(":", 1)[1])
     state = tmp_path / "hub-cursor.json"
@@ -288,7 +288,7 @@ def test_deliver_rides_through_a_hub_restart(tmp_path: Path) -> None:
         hub.stop()
         wait_for(lambda: proc.lines("is unreachable"), "the lost line")
         sent.append(send(store, "alice", "bob", "written while the hub is down"))
-        hub = LiveHub(store, http_app.HubSettings(), port=port)
+        hub = LiveHub(store, HubSettings(), port=port)
         hub.start()
         with httpx.Client(base_url=hub.url) as http:
             sent.append(hub_append(http, from_agent="alice", to_agent="bob")["id"])

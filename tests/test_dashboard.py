@@ -23,7 +23,8 @@ from typing import Any
 import httpx
 import pytest
 
-from mempalace_logstream import LogStore, http_app
+from mempalace_logstream import LogStore
+from mempalace_logstream.http import HubSettings
 from tests.conftest import REPO, run_cli, skip_unless_ci
 from tests.hubkit import LiveHub, append, live_hub
 
@@ -275,7 +276,7 @@ def test_the_sync_estate_view(hub: LiveHub, page: Any, tmp_path: Path) -> None:
 
 def test_the_page_catches_up_after_the_hub_restarts(tmp_path: Path, page: Any) -> None:
     path = str(tmp_path / "restart.sqlite3")
-    settings = http_app.HubSettings(retry_ms=300)
+    settings = HubSettings(retry_ms=300)
     store = LogStore.open(path)
     first = LiveHub(store, settings)
     first.start()

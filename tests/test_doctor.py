@@ -14,8 +14,9 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from mempalace_logstream import agents, doctor, http_app, sync
+from mempalace_logstream import agents, doctor, sync
 from mempalace_logstream.backends.sqlite import SqliteBackend
+from mempalace_logstream.http import create_app
 from mempalace_logstream.store import LogStore
 from tests.conftest import run_cli
 from tests.hubkit import live_hub
@@ -154,7 +155,7 @@ def test_healthz_is_not_green_when_the_integrity_check_failed(
 
     monkeypatch.setattr(SqliteBackend, "integrity_problems", damaged)
     with LogStore.open(str(tmp_path / "broken.sqlite3")) as store:
-        app = http_app.create_app(store)
+        app = create_app(store)
         with TestClient(app, base_url="http://127.0.0.1") as client:  # runs the lifespan
             app.state.integrity_thread.join(timeout=30)
             red = client.get("/healthz")

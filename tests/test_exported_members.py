@@ -89,3 +89,16 @@ def test_star_import_gives_exactly_all():
     namespace: dict[str, object] = {}
     exec("from mempalace_logstream import *", namespace)
     assert {k for k in namespace if k != "__builtins__"} == set(pkg.__all__)
+
+
+def test_the_hub_is_imported_from_its_one_home():
+    """The hub's names come from `mempalace_logstream.http` (its `__all__`); the old homes
+    `http_app` and `sync_routes` are gone (issue 21), so nothing can import through them."""
+    import importlib.util
+
+    from mempalace_logstream import http
+
+    hub_names = {"create_app", "HubSettings", "ExtraMount", "listen_socket", "check_token"}
+    assert hub_names | {"is_loopback_host", "version"} == set(http.__all__)
+    for old in ("http_app", "sync_routes"):
+        assert importlib.util.find_spec(f"mempalace_logstream.{old}") is None, old

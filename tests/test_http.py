@@ -216,10 +216,10 @@ def test_the_hub_socket_makes_accepted_connections_tcp_nodelay() -> None:
     import asyncio
     import socket
 
-    from mempalace_logstream import http_app
+    from mempalace_logstream.http import listen_socket
 
     async def accepted_nodelay() -> int:
-        sock = http_app.listen_socket("127.0.0.1", 0)
+        sock = listen_socket("127.0.0.1", 0)
         seen: asyncio.Future[int] = asyncio.get_running_loop().create_future()
 
         def on_connect(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -235,9 +235,9 @@ def test_the_hub_socket_makes_accepted_connections_tcp_nodelay() -> None:
         return value
 
     assert asyncio.run(accepted_nodelay()) != 0
-    taken = http_app.listen_socket("127.0.0.1", 0)
+    taken = listen_socket("127.0.0.1", 0)
     try:
         with pytest.raises(OSError):  # a port in use is an error, and leaks no socket
-            http_app.listen_socket("127.0.0.1", taken.getsockname()[1]).close()
+            listen_socket("127.0.0.1", taken.getsockname()[1]).close()
     finally:
         taken.close()

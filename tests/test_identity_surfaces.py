@@ -24,8 +24,8 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from typer.testing import CliRunner
 
-from mempalace_logstream import LogStore, agents, cli, errors, http_app
-from mempalace_logstream.http import ops
+from mempalace_logstream import LogStore, agents, cli, errors
+from mempalace_logstream.http import HubSettings, ops
 from mempalace_logstream.identity import tokens
 from mempalace_logstream.identity.actor import Actor, acting_as
 from tests.conftest import REPO, run_cli
@@ -268,7 +268,7 @@ def test_the_hub_enforces_tokens_on_both_backends(store: LogStore, tmp_path: Pat
     store.identity.keys_dir = tmp_path / "keys"
     store.identity.reload_keys()
     alice = agents.add(store, "alice")
-    hub = LiveHub(store, http_app.HubSettings(token=ADMIN_TOKEN))
+    hub = LiveHub(store, HubSettings(token=ADMIN_TOKEN))
     hub.start()
     try:
         auth = {"Authorization": f"Bearer {alice.token}"}

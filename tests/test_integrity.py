@@ -57,10 +57,10 @@ def test_the_cli_exits_1_naming_the_artifact(corrupt, tmp_path: Path) -> None:
 def test_the_hub_answers_500_naming_the_artifact(corrupt) -> None:
     path, art_id = corrupt
     with LogStore.open(str(path)) as store:
-        from mempalace_logstream import http_app
+        from mempalace_logstream.http import HubSettings
         from tests.hubkit import LiveHub
 
-        hub = LiveHub(store, http_app.HubSettings())
+        hub = LiveHub(store, HubSettings())
         hub.start()
         try:
             resp = httpx.get(f"{hub.url}/v1/artifacts/{art_id}", timeout=30)

@@ -63,17 +63,12 @@ RULES: dict[str, tuple[str, ...]] = {
     "http_errors": ("fastapi", "mcp", "typer", "sse_starlette", "store", "engine", "sync"),
     "mcp_server": ("fastapi", "typer", "sse_starlette"),
     "http": ("typer", "mcp"),
-    # Re-export shims of the old paths (the hub now lives in the http package).
-    "http_app": ("typer", "mcp", "fastapi", "sse_starlette"),
-    "sync_routes": ("typer", "mcp", "fastapi", "sse_starlette"),
 }
 MIGRATION_RULES = ("store", "engine", "migrate", *SURFACE_LIBS)
 # Surfaces never import each other; the CLI alone may do so lazily, inside a command.
 SURFACES = {
     "cli": "cli",
     "http": "http",
-    "http_app": "http",
-    "sync_routes": "http",
     "mcp_server": "mcp",
 }
 SOLE_IMPORTERS = {
@@ -177,7 +172,7 @@ def test_each_framework_has_exactly_one_home():
 def test_the_cli_imports_servers_and_the_store_lazily():
     for path in _files("cli"):
         eager = {m for m, top in _imports(path) if top}
-        for heavy in ("http_app", "mcp_server", "store", "sync", "fastapi", "uvicorn", "mcp"):
+        for heavy in ("http", "mcp_server", "store", "sync", "fastapi", "uvicorn", "mcp"):
             assert not any(heavy in _names(m) for m in eager), f"cli/{path.name} imports {heavy}"
 
 
@@ -277,8 +272,6 @@ def _http_imports(path: Path) -> set[str]:
             "mempalace_logstream.http"
         ):
             parts = (node.module or "").split(".")
-            if parts[1] != "http":  # http_app: the old path, not this package
-                continue
             out |= {parts[2]} if len(parts) > 2 else {a.name for a in node.names}
     return out
 
@@ -302,6 +295,36 @@ def test_test_only_seams_live_in_cli_testhooks():
         if "LOGSTREAM_TEST_" in p.read_text(encoding="utf-8")
     ]
     assert homes == ["cli/testhooks.py"]
+
+
+def _is_reexport(node: ast.stmt) -> bool:
+    """An import from the package, `__all__ = …`, an alias `a = b`, a docstring or a future."""
+    if isinstance(node, ast.ImportFrom):
+        return (
+            node.module == "__future__"
+            or bool(node.level)
+            or (node.module or "").startswith("mempalace_logstream")
+        )
+    if isinstance(node, ast.Expr):
+        return isinstance(node.value, ast.Constant)
+    if isinstance(node, ast.Assign):
+        target = node.targets[0]
+        return isinstance(node.value, ast.Name) or (
+            isinstance(target, ast.Name) and target.id == "__all__"
+        )
+    return False
+
+
+def test_no_module_is_an_old_home_re_exporting_another():
+    """A moved module leaves no shim behind (issue 21): its importers point at the new home.
+    A module (not a package's __init__) made only of package imports and aliases is one."""
+    shims = [
+        str(path.relative_to(PKG))
+        for path in sorted(PKG.rglob("*.py"))
+        if path.name not in ("__init__.py", "__main__.py")
+        and all(_is_reexport(n) for n in ast.parse(path.read_text(encoding="utf-8")).body)
+    ]
+    assert shims == [], f"{shims} only re-export other modules: import from the real home"
 
 
 def test_errors_is_importable_alone_and_imports_nothing_from_the_package():

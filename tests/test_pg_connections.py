@@ -19,7 +19,8 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from mempalace_logstream import LogStore, errors, http_app
+from mempalace_logstream import LogStore, errors
+from mempalace_logstream.http import HubSettings
 from tests.hubkit import LiveHub
 
 pytestmark = pytest.mark.pg
@@ -93,7 +94,7 @@ def test_the_hub_answers_the_first_append_after_the_server_ended_its_connections
     url, name = _named(pg_url)
     admin = _admin(pg_url)
     store = LogStore.open(url)
-    hub = LiveHub(store, http_app.HubSettings())
+    hub = LiveHub(store, HubSettings())
     hub.start()
     try:
         with httpx.Client(base_url=hub.url, timeout=30) as client:

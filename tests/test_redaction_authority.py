@@ -93,9 +93,9 @@ class Hub:
 
 
 def _settings() -> Any:
-    from mempalace_logstream import http_app
+    from mempalace_logstream.http import HubSettings
 
-    return http_app.HubSettings(token=ADMIN_TOKEN)
+    return HubSettings(token=ADMIN_TOKEN)
 
 
 @pytest.fixture

@@ -175,7 +175,7 @@ def test_the_stream_accepts_exactly_the_parameters_the_readme_names(client) -> N
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     line = next(ln for ln in readme.splitlines() if ln.startswith("| `/v1/stream`"))
     named = set(re.findall(r"`([a-z_]+)`", line.split("|")[2]))
-    from mempalace_logstream.http_app import SSE_PARAMS
+    from mempalace_logstream.http.sse import SSE_PARAMS
 
     assert named - {"tip"} == set(SSE_PARAMS)
     for unknown in ("limit", "order", "before_event_id", "since_created_at", "agent"):

@@ -1,4 +1,4 @@
-"""Sync over real HTTP between hubs built by `http_app.create_app` and served by uvicorn on
+"""Sync over real HTTP between hubs built by `http.create_app` and served by uvicorn on
 loopback ports: the /sync routes' shapes and errors, push auth, two-hub convergence, the
 background loop and the estate route."""
 
@@ -18,8 +18,9 @@ from typing import Any
 import httpx
 import pytest
 
-from mempalace_logstream import LogStore, http_app, migrate, replication, sync
+from mempalace_logstream import LogStore, migrate, replication, sync
 from mempalace_logstream import engine as engine_mod
+from mempalace_logstream.http import HubSettings, create_app
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.slow
@@ -38,7 +39,7 @@ def running_hub(store: LogStore, token: str | None = TOKEN) -> Iterator[str]:
     import uvicorn
 
     port = free_port()
-    app = http_app.create_app(store, http_app.HubSettings(port=port, token=token))
+    app = create_app(store, HubSettings(port=port, token=token))
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)

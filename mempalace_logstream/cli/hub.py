@@ -1,6 +1,6 @@
 """The hub command: `serve` (the HTTP hub with SSE, MCP at /mcp and background sync).
 
-Every server module (http_app, mcp_server, uvicorn, sync) is imported inside the command that
+Every server module (http, mcp_server, uvicorn, sync) is imported inside the command that
 runs it, never at module level: a plain `list` must not pay for FastAPI or the MCP SDK.
 """
 
@@ -21,7 +21,7 @@ from mempalace_logstream.cli.shared import check_sync_limits, fail, open_store
 if TYPE_CHECKING:
     import socket
 
-    from mempalace_logstream.http_app import HubSettings
+    from mempalace_logstream.http import HubSettings
     from mempalace_logstream.store import LogStore
     from mempalace_logstream.sync import SyncLoop
 
@@ -98,8 +98,8 @@ def serve(
     palace: PalaceOpt = None,
 ) -> None:
     """Run the hub: HTTP API under /v1, SSE at /v1/stream, MCP at /mcp, docs at /docs."""
-    from mempalace_logstream import http_app
     from mempalace_logstream import sync as sync_mod
+    from mempalace_logstream.http import HubSettings
 
     _check_serve_flags(host, token, sync_interval, sync_deadline_s, sync_max_response_bytes)
     try:
@@ -110,7 +110,7 @@ def serve(
     except errors.LogstreamError as exc:
         raise fail(exc.message) from None
     palace_path = config.palace_dir(palace or config.Settings.from_env().palace)
-    settings = http_app.HubSettings(
+    settings = HubSettings(
         host=host,
         port=port,
         token=token,
@@ -163,14 +163,14 @@ def _check_serve_flags(
     sync_max_response_bytes: int,
 ) -> None:
     """Refuse a bad token, a public bind without one, and impossible sync settings."""
-    from mempalace_logstream import http_app
     from mempalace_logstream import sync as sync_mod
+    from mempalace_logstream.http import check_token, is_loopback_host
 
     try:
-        http_app.check_token(token or None)
+        check_token(token or None)
     except errors.LogstreamError as exc:
         raise fail(exc.message) from None
-    if not http_app.is_loopback_host(host) and not token:
+    if not is_loopback_host(host) and not token:
         raise fail(f"refusing to bind {host} without a token: pass --token or set LOGSTREAM_TOKEN")
     if sync_interval is not None and sync_interval < 0:
         raise fail(
@@ -187,22 +187,23 @@ def _check_serve_flags(
 
 def _hub_app(store: LogStore, settings: HubSettings, loop: SyncLoop, mcp_read_only: bool) -> Any:
     """The hub's ASGI app with the MCP endpoint mounted at /mcp."""
-    from mempalace_logstream import http_app, mcp_server
+    from mempalace_logstream import mcp_server
+    from mempalace_logstream.http import ExtraMount, create_app
     from mempalace_logstream.presence import Registry
 
     presence = Registry()  # one table for the HTTP routes and the MCP tools
     mcp_app, mcp_lifespan = mcp_server.http_endpoint(
         store, read_only=mcp_read_only, presence=presence
     )
-    mount = http_app.ExtraMount("/mcp", mcp_app, mcp_lifespan, drain=mcp_app.drain)
-    return http_app.create_app(store, settings, mounts=(mount,), sync_loop=loop, presence=presence)
+    mount = ExtraMount("/mcp", mcp_app, mcp_lifespan, drain=mcp_app.drain)
+    return create_app(store, settings, mounts=(mount,), sync_loop=loop, presence=presence)
 
 
 def _bind(host: str, port: int) -> socket.socket:
-    from mempalace_logstream import http_app
+    from mempalace_logstream.http import listen_socket
 
     try:
-        return http_app.listen_socket(host, port)
+        return listen_socket(host, port)
     except OSError as exc:
         raise fail(f"cannot bind {host}:{port}: {exc.strerror}") from None
 
@@ -216,7 +217,7 @@ def _banner(
     palace_path: Path,
 ) -> None:
     """Where the hub listens (stdout, flushed: scripts wait for this line) and what it serves."""
-    from mempalace_logstream import http_app
+    from mempalace_logstream.http import version
 
     bound = sock.getsockname()[1]
     shown = f"[{host.strip('[]')}]" if ":" in host else host
@@ -226,8 +227,7 @@ def _banner(
     )
     database = store.engine.url.render_as_string(hide_password=True)
     typer.echo(
-        f"  database {database}, replica {store.replica_id}, "
-        f"mempalace-logstream {http_app.version()}"
+        f"  database {database}, replica {store.replica_id}, mempalace-logstream {version()}"
     )
     from mempalace_logstream import agents
 

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from mempalace_logstream import errors
 from mempalace_logstream import validation as v
-from mempalace_logstream.backends import CoreExecutor, Executor
+from mempalace_logstream.backends import Executor
 from mempalace_logstream.backends.base import EVENT_COL_NAMES, Build
 from mempalace_logstream.identity import actor as actor_mod
 from mempalace_logstream.identity import keys
@@ -352,20 +352,6 @@ class Writes(CommitPipeline):
         if draft.type == REDACT_TYPE:  # it must be applied where it is written, too
             raise v.fail("type", f"{REDACT_TYPE} is written by event_redact (`logstream redact`)")
         return self.transaction(lambda tx: tx.insert_event(draft))
-
-    def _insert_event(self, ex: Executor | sa.Connection, st: TxState, draft: EventDraft) -> Event:
-        """`Transaction.insert_event` on a bare connection (benchmarks)."""
-        if isinstance(ex, sa.Connection):
-            ex = CoreExecutor(ex)
-        return Transaction(self, ex, st).insert_event(draft)
-
-    def _insert_artifact(
-        self, ex: Executor | sa.Connection, st: TxState, draft: ArtifactDraft
-    ) -> Artifact:
-        """`Transaction.insert_artifact` on a bare connection (benchmarks)."""
-        if isinstance(ex, sa.Connection):
-            ex = CoreExecutor(ex)
-        return Transaction(self, ex, st).insert_artifact(draft)
 
     def draft_artifact(
         self,

@@ -15,7 +15,8 @@ import sqlalchemy as sa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mempalace_logstream import LogStore, errors, replication, sync, sync_routes
+from mempalace_logstream import LogStore, errors, replication, sync
+from mempalace_logstream.http.sync_routes import int_param
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
@@ -125,7 +126,7 @@ def test_a_vector_entry_past_64_bits_is_refused(n: int) -> None:
 @given(st.text(max_size=60) | st.integers().map(str))
 def test_integer_query_parameters_fit_64_bits_or_are_400s_naming_them(raw: str) -> None:
     try:
-        n = sync_routes._int_param("after", raw, 0)
+        n = int_param("after", raw, 0)
     except errors.ValidationError as exc:
         assert exc.field == "after"
         return
