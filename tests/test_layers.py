@@ -29,6 +29,8 @@ RULES: dict[str, tuple[str, ...]] = {
     "migrate": ("store", *SURFACE_LIBS),
     "config": ("store", "engine", *SURFACE_LIBS),
     "operations": SURFACE_LIBS,
+    # The operations' parameters (issue 21): pure descriptions, read by every surface.
+    "op_params": ("sqlalchemy", "store", "engine", "schema", "backends", *SURFACE_LIBS),
     "presence": ("sqlalchemy", "store", "engine", "schema", "notify", "sync", *SURFACE_LIBS),
     "tasks": ("sqlalchemy", "store", "engine", "schema", "notify", "sync", *SURFACE_LIBS),
     "identity": ("sqlalchemy", "store", "engine", "schema", "notify", "sync", *SURFACE_LIBS),
