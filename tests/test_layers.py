@@ -375,11 +375,6 @@ PRIVATE_ALLOWED: dict[tuple[str, str], str] = {
     ("checks.py", "_check_text"): "validation.py's text check, not yet public (other slice)",
     ("checks.py", "_HLC_RE"): "hlc.py's stamp pattern, matched in the sync hot loop; hlc.py "
     "is another slice's file",
-    # The SDK's MCPServer (2.3) offers no public way to add handlers for spec methods
-    # (resources/subscribe) or to run on given streams (channel mode shares its stdout); its
-    # documented low-level `Server` does: LogstreamMCP moves onto it next (issue 21).
-    ("resources.py", "_lowlevel_server"): "the SDK's low-level server (see above)",
-    ("channel.py", "_lowlevel_server"): "the SDK's low-level server (see above)",
 }
 # replication/ file -> the private names it still imports from its sibling modules.
 PRIVATE_IMPORTS_ALLOWED: dict[str, frozenset[str]] = {

@@ -194,7 +194,7 @@ def mcp_store(tmp_path: Path):
 def test_in_memory_delegation_and_tool_errors(mcp_store: LogStore, mode: str) -> None:
     async def scenario() -> None:
         server = mcp_server.build_server(mcp_store)
-        async with Client(server, mode=mode) as client:
+        async with Client(server.protocol, mode=mode) as client:
             await delegation(client)
             await validation_errors_are_tool_errors(client)
 
@@ -205,7 +205,7 @@ def test_in_memory_delegation_and_tool_errors(mcp_store: LogStore, mode: str) ->
 def test_read_only_hides_and_refuses_mutating_tools(mcp_store: LogStore, mode: str) -> None:
     async def scenario() -> None:
         server = mcp_server.build_server(mcp_store, read_only=True)
-        async with Client(server, mode=mode) as client:
+        async with Client(server.protocol, mode=mode) as client:
             assert set(await _tool_names(client)) == READ_TOOLS
             refused = await client.call_tool(
                 "mempalace_event_append",
@@ -298,7 +298,7 @@ def test_server_info_descriptions_and_results_read_well(mcp_store: LogStore, mod
 
     async def scenario() -> None:
         server = mcp_server.build_server(mcp_store)
-        async with Client(server, mode=mode) as client:
+        async with Client(server.protocol, mode=mode) as client:
             assert client.server_info is not None
             assert client.server_info.version == mempalace_logstream.__version__
             assert client.instructions == mcp_server.INSTRUCTIONS

@@ -75,7 +75,7 @@ def test_the_reads_take_the_filters_and_the_read_request_fields() -> None:
 def test_mcp_tools_are_the_spec_names_types_descriptions_and_required(tmp_path: Path) -> None:
     async def tools() -> dict[str, Any]:
         with LogStore.open(str(tmp_path / "mcp.sqlite3")) as store:
-            async with Client(mcp_server.build_server(store)) as client:
+            async with Client(mcp_server.build_server(store).protocol) as client:
                 return {t.name: t for t in (await client.list_tools()).tools}
 
     listed = asyncio.run(asyncio.wait_for(tools(), 60))

@@ -114,7 +114,7 @@ def test_http_and_a_hub_client_answer_with_the_same_texts(tmp_path: Path) -> Non
 def test_mcp_tools_move_a_task(tmp_path: Path) -> None:
     async def scenario() -> None:
         with LogStore.open(str(tmp_path / "mcp.sqlite3")) as store:
-            async with Client(mcp_server.build_server(store)) as client:
+            async with Client(mcp_server.build_server(store).protocol) as client:
                 made = await client.call_tool(
                     "mempalace_task_create",
                     {

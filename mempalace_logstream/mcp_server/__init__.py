@@ -2,6 +2,8 @@
 
     server.py    LogstreamMCP over a backend (a LogStore, or a hub client), its tools (one per
                  operation of the table, described by its parameters model), build_server, stdio
+    protocol.py  the SDK's low-level `Server` that speaks MCP for it on every transport
+    resources.py the logstream:// resources and their subscriptions
     endpoint.py  streamable HTTP for the hub's /mcp, sessions bounded, disconnects quiet
     channel.py   `logstream mcp --agent NAME --channel`: new inbox events pushed into the session
     channel_text.py  what channel mode writes for the model: instructions, events, bursts

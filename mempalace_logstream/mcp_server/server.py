@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.stdio import stdio_server
 from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
 
 from mempalace_logstream import aio, errors, operations, waits
@@ -97,9 +98,11 @@ class LogstreamMCP(MCPServer):
         self.presence = presence  # the hub's table when this server runs inside a hub
         self.actor = actor
         self.tools: dict[str, Tool] = {}  # what `build_server` offers (read-only: no writes)
-        from mempalace_logstream.mcp_server import resources
+        from mempalace_logstream.mcp_server import protocol, resources
 
         self.subscriptions = resources.install(self)
+        # What speaks MCP on every transport: the SDK's low-level server, over this one.
+        self.protocol = protocol.protocol_server(self)
 
     async def list_tools(self) -> list[Tool]:
         return list(self.tools.values())
@@ -227,7 +230,8 @@ def speak_on_stderr(server: LogstreamMCP, name: str) -> None:
 
 async def serve_stdio(server: LogstreamMCP) -> None:
     """`server` over stdio, with its resource follower beside it."""
-    async with anyio.create_task_group() as tg:
+    lowlevel = server.protocol
+    async with anyio.create_task_group() as tg, stdio_server() as (read, write):
         tg.start_soon(server.subscriptions.run)
-        await server.run_stdio_async()
+        await lowlevel.run(read, write, lowlevel.create_initialization_options())
         tg.cancel_scope.cancel()
