@@ -382,7 +382,7 @@ PRIVATE_IMPORTS_ALLOWED: dict[str, frozenset[str]] = {
         {
             *("_apply_artifacts_tx", "_apply_events_tx", "_clock_anomaly", "_held_artifacts"),
             *("_held_events", "_held_positions", "_CHECKS", "_HLC_MATCH", "_created_at"),
-            *("_optional", "_position", "_required", "_fp_add", "_fp_aggregates", "_fp_of"),
+            *("_position", "_fp_add", "_fp_aggregates", "_fp_of"),
             *("_fp_row", "_refused_positions", "_refused_union", "_artifact_conflict"),
             *("_conflict", "_deferred", "_raw_ident", "_raw_position", "_record_rejections"),
             *("_reject_report", "_resolve", "_ART_AT", "_BODY_AT", "_CREATED_AT_RE", "_META_AT"),
