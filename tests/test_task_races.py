@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 
 CLAIMER = r"""
 import json, sys
-from mempalace_logstream import LogStore, errors
+from mempalace_logstream import LogStore, errors, workflows
 url, agent, tid = sys.argv[1], sys.argv[2], sys.argv[3]
 store = LogStore.open(url)
 print("ready", flush=True)
