@@ -214,6 +214,14 @@ class Event:
             return None
         return {k: doc[k] for k in ("by", "at", "reason", "event_id")}
 
+    def with_seq(self, seq: int) -> Event:
+        """A copy of this event at local position `seq` (the store numbers events as it
+        appends them: store/append.py). A new object: the event itself is never changed."""
+        copy = object.__new__(Event)
+        copy.__dict__.update(self.__dict__)
+        copy.__dict__["seq"] = seq
+        return copy
+
     def content_key(self) -> tuple[Any, ...]:
         """The immutable, replicated fields (`CONTENT_FIELDS`): equal keys mean the same event.
         The body enters through its digest, so a redacted copy equals the original."""
@@ -272,9 +280,6 @@ class Event:
                 out.pop(key, None)
             out = {k: v for k, v in out.items() if v not in (None, "", [], {})}
         return out
-
-    def with_seq(self, seq: int) -> Event:
-        return replace(self, seq=seq)
 
 
 def _digest_or_body(body: str) -> str:

@@ -340,10 +340,9 @@ class PgExecutor(base.DbapiExecutor):
                     copy.write_row(row)
 
 
-_COLS = ", ".join(base.EVENT_COL_NAMES)
-_INSERT_EVENTS = (
-    f"INSERT INTO {events.name} ({_COLS}) VALUES ({', '.join(['%s'] * len(base.EVENT_COL_NAMES))})"
-)
+_NAMES = base.EVENT_INSERT_COL_NAMES
+_COLS = ", ".join(_NAMES)
+_INSERT_EVENTS = f"INSERT INTO {events.name} ({_COLS}) VALUES ({', '.join(['%s'] * len(_NAMES))})"
 _COPY_EVENTS = f"COPY {events.name} ({_COLS}) FROM STDIN"
 _COPY_MIN_ROWS = 64
 

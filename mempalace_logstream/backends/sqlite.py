@@ -28,7 +28,7 @@ from mempalace_logstream.schema import event_artifacts, events
 # SQLite text uses named parameters, which the sqlite3 module binds from dicts.
 _NAMED = SQLiteDialect_pysqlite(paramstyle="named")
 
-_COLS = base.EVENT_COL_NAMES
+_COLS = base.EVENT_INSERT_COL_NAMES
 _QMARK_INSERT_EVENTS = (
     f"INSERT INTO {events.name} ({', '.join(_COLS)}) VALUES ({', '.join('?' * len(_COLS))})"
 )

@@ -23,7 +23,6 @@ from __future__ import annotations
 from mempalace_logstream import errors, hlc  # noqa: F401
 from mempalace_logstream.replication.apply import (  # noqa: F401
     _apply_artifacts_tx,
-    _apply_events_tx,
     _clock_anomaly,
     _held_artifacts,
     _held_events,
@@ -155,7 +154,6 @@ __all__ = [
     "_SHA_RE",
     "_TAIL_COLS",
     "_apply_artifacts_tx",
-    "_apply_events_tx",
     "_artifact_conflict",
     "_chunks",
     "_clock_anomaly",

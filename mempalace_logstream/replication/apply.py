@@ -27,7 +27,6 @@ from mempalace_logstream.replication.reports import (
 from mempalace_logstream.replication.wire import ApplyResult
 from mempalace_logstream.schema import (
     artifacts,
-    event_artifacts,
     events,
     sync_clock_anomalies,
 )
@@ -37,8 +36,8 @@ from mempalace_logstream.store import (
     blobs,
     events_from_rows,
     now_text,
-    redaction,
 )
+from mempalace_logstream.store.projections import Refusal
 
 _Item = tuple[Event, Any, tuple[Any, ...]]
 
@@ -119,14 +118,12 @@ def apply_remote_batch(
         ex, st = tx.ex, tx.state
         art_ids = _apply_artifacts_tx(store, ex, st, good, res, peer) if good else []
         if parsed.items:
-            before = len(st.appended)
-            _apply_events_tx(store, ex, st, parsed.items, res, peer)
-            # Task moves from a peer are applied, never refused: the projection follows them.
-            tx.follow_tasks(st.appended[before:])
-            # Redactions among them, and held ones whose target just came (RFC 0008); a
-            # refused one is stored (the log stands) but empties nothing, and is recorded.
-            refused = redaction.on_applied_events(tx, st.appended[before:])
-            res.rejected += [_redaction_refused(e, exc, peer) for e, exc in refused]
+            # The one write path: judged here, numbered, inserted and projected by the store
+            # (tasks follow a peer's moves, never refuse them; a redaction that may not take
+            # effect is stored, the log stands, and recorded).
+            events = [e for e, _, _ in parsed.items]
+            done = tx.append(events, Peer(store, ex, parsed.items, res, peer))
+            res.rejected += [_redaction_refused(r, peer) for r in done.refused]
         _record_rejections(store, ex, res.rejected)
         _resolve(store, ex, "artifact", art_ids)
         _resolve(store, ex, "event", res.applied_ids[len(art_ids) :])
@@ -178,16 +175,17 @@ def _apply_artifacts_tx(
     return applied
 
 
-def _redaction_refused(event: Event, exc: redaction.Refused, peer: str) -> dict[str, Any]:
+def _redaction_refused(refusal: Refusal, peer: str) -> dict[str, Any]:
     """The report of a peer's redaction that is stored but takes no effect here."""
+    event = refusal.event
     return {
         "kind": "redaction",
         "ident": event.id,
         "origin_replica": event.origin_replica,
         "origin_seq": None,  # the event itself is stored: its position is accounted for
-        "reason": exc.code,
-        "field": exc.field,
-        "message": f"redaction {event.id} takes no effect: {exc.message}",
+        "reason": refusal.code,
+        "field": refusal.field,
+        "message": f"redaction {event.id} takes no effect: {refusal.message}",
         "retryable": False,
         "peer": peer,
     }
@@ -202,8 +200,6 @@ class _Page:
         self.by_id = _held_events(store, ex, [e.id for e, _, _ in items])
         self.by_pos = _held_positions(ex, items)
         self.arts = _held_artifacts(ex, [a for e, _, _ in items for a in e.artifact_ids])
-        self.rows: list[tuple[Any, ...]] = []
-        self.links: list[dict[str, Any]] = []
         now_ms = store.clock.wall_clock.now_ms()
         self.now = now_text(now_ms)
         self.far = now_ms + hlc.MAX_FUTURE_DRIFT_MS
@@ -261,18 +257,8 @@ class _Page:
         res.rejected.append(refused.report(event, self.peer))
         return True
 
-    def add(self, st: Any, stored: Event, tail: tuple[Any, ...], res: ApplyResult) -> None:
-        """Queue `stored` (the batch's own fresh Event) with its local seq."""
-        seq = st.next_seq
-        stored.__dict__["seq"] = seq
-        st.next_seq = seq + 1
-        st.appended.append(stored)
-        self.rows.append((seq, *tail))
-        if stored.artifact_ids:
-            self.links += [
-                {"event_id": stored.id, "artifact_id": a, "position": i}
-                for i, a in enumerate(stored.artifact_ids)
-            ]
+    def admitted(self, stored: Event, res: ApplyResult) -> None:
+        """Count `stored` in: later events of the page see it held; its stamp is noted."""
         self.by_id[stored.id] = stored
         self.by_pos[(stored.origin_replica, stored.origin_seq)] = stored.id
         # The HLC: a stamp more than 60 s ahead is kept on the event but never adopted;
@@ -286,24 +272,33 @@ class _Page:
         res.applied_events += 1
         res.applied_ids.append(stored.id)
 
-    def flush(self) -> None:
-        if self.rows:
-            self.ex.insert_events(self.rows)
-        if self.links:
-            self.ex.insert("sync-ins-link", event_artifacts, self.links)
-        if self.newest is not None:
-            self.store.clock.observe(self.newest)
 
+class Peer:
+    """A peer's page as an origin of the store's one write path (`Transaction.append`):
+    judged here (duplicates, conflicts, missing artifacts, forgeries and held keys are
+    recorded and left out), numbered, inserted and projected by the store."""
 
-def _apply_events_tx(
-    store: LogStore, ex: _Ex, st: Any, items: list[_Item], res: ApplyResult, peer: str
-) -> None:
-    """Store the page's events that are new, unconflicted, complete and genuine."""
-    page = _Page(store, ex, items, peer)
-    for event, raw, tail in items:
-        if not page.refusal(event, raw, res):
-            page.add(st, event, tail, res)
-    page.flush()
+    name = "peer"
+    keeps_seq = False
+
+    def __init__(
+        self, store: LogStore, ex: _Ex, items: list[_Item], res: ApplyResult, peer: str
+    ) -> None:
+        self.store, self.ex, self.items, self.res, self.peer = store, ex, items, res, peer
+
+    def admit(self, tx: Transaction, events: Sequence[Event]) -> list[Event]:
+        page = _Page(self.store, self.ex, self.items, self.peer)
+        out: list[Event] = []
+        for event, (_, raw, _) in zip(events, self.items, strict=True):
+            if not page.refusal(event, raw, self.res):
+                page.admitted(event, self.res)
+                out.append(event)
+        if page.newest is not None:
+            self.store.clock.observe(page.newest)
+        return out
+
+    def idempotency_key(self, event: Event) -> str | None:
+        return None  # never replicated
 
 
 def _clock_anomaly(ex: _Ex, event: Event, res: ApplyResult, peer: str, now: str) -> None:
