@@ -331,6 +331,9 @@ class PgExecutor(base.DbapiExecutor):
     """The statements of one transaction on the writer's psycopg connection."""
 
     def insert_events(self, rows: list[tuple[Any, ...]]) -> None:
+        if len(rows) == 1:  # a local append
+            self.db.execute(_INSERT_EVENTS, rows[0])
+            return
         with self.db.cursor() as cur:
             if len(rows) < _COPY_MIN_ROWS:
                 cur.executemany(_INSERT_EVENTS, rows)

@@ -284,6 +284,9 @@ class SqliteExecutor(base.DbapiExecutor):
     def insert_events(self, rows: list[tuple[Any, ...]]) -> None:
         # Positional binding: by name costs ~5 µs more per 19-column row.
         db = self.db
+        if len(rows) == 1:  # a local append
+            db.execute(_QMARK_INSERT_EVENTS, rows[0])
+            return
         if len(rows) < _STAGE_MIN_ROWS:
             db.executemany(_QMARK_INSERT_EVENTS, rows)
             return

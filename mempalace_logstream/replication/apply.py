@@ -39,7 +39,7 @@ from mempalace_logstream.store import (
 )
 from mempalace_logstream.store.projections import Refusal
 
-_Item = tuple[Event, Any, tuple[Any, ...]]
+_Item = tuple[Event, Any]  # an event and the raw item it was parsed from
 
 
 def apply_remote_artifact(store: LogStore, raw: Any, peer: str = "") -> bool:
@@ -121,7 +121,7 @@ def apply_remote_batch(
             # The one write path: judged here, numbered, inserted and projected by the store
             # (tasks follow a peer's moves, never refuse them; a redaction that may not take
             # effect is stored, the log stands, and recorded).
-            events = [e for e, _, _ in parsed.items]
+            events = [e for e, _ in parsed.items]
             done = tx.append(events, Peer(store, ex, parsed.items, res, peer))
             res.rejected += [_redaction_refused(r, peer) for r in done.refused]
         _record_rejections(store, ex, res.rejected)
@@ -197,9 +197,9 @@ class _Page:
 
     def __init__(self, store: LogStore, ex: _Ex, items: list[_Item], peer: str) -> None:
         self.store, self.ex, self.peer = store, ex, peer
-        self.by_id = _held_events(store, ex, [e.id for e, _, _ in items])
+        self.by_id = _held_events(store, ex, [e.id for e, _ in items])
         self.by_pos = _held_positions(ex, items)
-        self.arts = _held_artifacts(ex, [a for e, _, _ in items for a in e.artifact_ids])
+        self.arts = _held_artifacts(ex, [a for e, _ in items for a in e.artifact_ids])
         now_ms = store.clock.wall_clock.now_ms()
         self.now = now_text(now_ms)
         self.far = now_ms + hlc.MAX_FUTURE_DRIFT_MS
@@ -213,7 +213,7 @@ class _Page:
         """The page's judge, opened at the first event that may be stored (a page of
         duplicates never reads the keyring)."""
         if not self._opened:
-            page = [e for e, _, _ in self._items]
+            page = [e for e, _ in self._items]
             self._judge, self._opened = verify.BatchJudge.open(self.store, self.ex, page), True
         return self._judge
 
@@ -289,7 +289,7 @@ class Peer:
     def admit(self, tx: Transaction, events: Sequence[Event]) -> list[Event]:
         page = _Page(self.store, self.ex, self.items, self.peer)
         out: list[Event] = []
-        for event, (_, raw, _) in zip(events, self.items, strict=True):
+        for event, (_, raw) in zip(events, self.items, strict=True):
             if not page.refusal(event, raw, self.res):
                 page.admitted(event, self.res)
                 out.append(event)
@@ -335,11 +335,11 @@ def _held_events(store: LogStore, ex: _Ex, ids: list[str]) -> dict[str, Event]:
     return out
 
 
-def _held_positions(ex: _Ex, items: list[tuple[Event, Any, Any]]) -> dict[tuple[str, int], str]:
+def _held_positions(ex: _Ex, items: list[_Item]) -> dict[tuple[str, int], str]:
     """(origin, origin_seq) -> id of the held events at the batch's origin positions: one
     range read per origin when the batch is dense (a page), IN lists when it is sparse."""
     by_origin: dict[str, list[int]] = {}
-    for e, _, _ in items:
+    for e, _ in items:
         by_origin.setdefault(e.origin_replica, []).append(e.origin_seq)
     out: dict[tuple[str, int], str] = {}
     for origin, seqs in by_origin.items():

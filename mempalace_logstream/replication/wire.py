@@ -15,7 +15,6 @@ import sqlalchemy as sa
 
 from mempalace_logstream import errors
 from mempalace_logstream import validation as v
-from mempalace_logstream.backends.base import EVENT_COL_NAMES as _EVENT_COL_NAMES
 from mempalace_logstream.backends.base import binds as _binds
 from mempalace_logstream.backends.base import in_lists as _in_lists
 from mempalace_logstream.models import CONTENT_FIELDS, Artifact, Event, read_metadata
@@ -85,34 +84,6 @@ _BODY_AT, _META_AT = ROW_COLUMNS.index("body"), ROW_COLUMNS.index("metadata")
 _OSEQ_AT = ROW_COLUMNS.index("origin_seq")
 # A compact row's values as the store writes them (store/plan.py `repair_row` for the rest).
 _PLAIN = frozenset({str, int, type(None)}).issuperset
-
-
-# The events row of one stored event, in `EVENT_COLS` order (idempotency_key stays NULL):
-# seq, then the "tail" that EventChecker builds while validating (see `_event`).
-_TAIL_COLS = (
-    "id",
-    "origin_replica",
-    "origin_seq",
-    "hlc",
-    "type",
-    "stream",
-    "room",
-    "topic",
-    "from_agent",
-    "to_agent",
-    "correlation_id",
-    "branch",
-    "base_commit",
-    "status",
-    "body",
-    "created_at",
-    "metadata_json",
-    "sig",
-    "key_id",
-)
-
-
-assert _EVENT_COL_NAMES == ("seq", *_TAIL_COLS), "events columns changed: update _TAIL_COLS"
 
 
 @dataclass
