@@ -1,11 +1,14 @@
 """Copy a whole log (a SQLite file, ours or the reference's, or any store URL) into another store.
 
 Owns the `logstream import` rule set: ids, seq, hlc, origin stamps, created_at, metadata text,
-idempotency keys, artifacts (blobs verified by sha256) and event-artifact links are copied
-verbatim; the target keeps its own replica id, so imported events look like synced ones.
-Resumable and idempotent because the target must hold a prefix of the source (see
-`check_prefix`). It writes through the target's write lock and group commit (`LogStore._submit`),
-so it never races local appends. Must not import typer, rich or any surface.
+idempotency keys, artifacts (blobs verified by sha256; a blob a redaction emptied is copied
+empty) and event-artifact links are copied verbatim; the target keeps its own replica id, so
+imported events look like synced ones. Events enter through the store's one write path
+(`Transaction.append` with the `Imported` origin), so every projection follows them: the
+task rows, and the redactions, applied on the target as on the source. Resumable and
+idempotent because the target must hold a prefix of the source (see `check_prefix`). It writes
+through the target's write lock and group commit, so it never races local appends. Must not
+import typer, rich or any surface.
 """
 
 from __future__ import annotations

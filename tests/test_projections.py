@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from mempalace_logstream import errors, importer, replication, sync
+from mempalace_logstream import agents, errors, importer, replication, sync
 from mempalace_logstream.models import Event
 from mempalace_logstream.store import LogStore, Transaction, projections
 from mempalace_logstream.store.projections import Refusal
+from tests import idsynckit
 
 
 class Recorder:
@@ -96,3 +97,21 @@ def test_a_registered_projection_is_fed_by_local_writes_the_peer_apply_and_the_i
         seqs = [q for s, o, _, q in recorder.seen if s == copy.replica_id]
         assert seqs == [e.seq for e in local]
         assert copy.task_status(task_id="t-proj-1")["task"]["state"] == "open"
+
+
+def test_a_key_event_a_peer_brings_is_in_force_for_the_next_local_write(tmp_path: Path) -> None:
+    """The keyring the write transactions reuse (identity's one cache) moves with key events
+    from any origin: before, only a local key event dropped it, so a store whose last write
+    was its own kept judging with a keyring that lacked the peer's new key."""
+    a, b = idsynckit.replica(tmp_path, "a"), idsynckit.replica(tmp_path, "b")
+    try:
+        agents.trust(b, agents.ensure_admin(a))
+        idsynckit.note(b, "carol")  # b's own write: its keyring is cached
+        agents.add(a, "alice")
+        sync.sync_with_peer(b, sync.LocalPeer(a))  # alice's key arrives at b
+        assert b.uses_fast_path()
+        with pytest.raises(errors.ForbiddenError):
+            idsynckit.note(b, "alice", "unsigned under a name that signs")
+    finally:
+        a.close()
+        b.close()

@@ -80,6 +80,8 @@ def append(tx: Transaction, events: Sequence[Event], origin: Origin) -> Appended
     if links:
         tx.ex.insert("insert-link", event_artifacts, links)
     tx.state.appended.extend(stored)
+    if any(e.type in KEY_EVENT_TYPES for e in stored):  # from any origin
+        tx.store.identity.moved()  # the keyring changes with them
     out = Appended(stored)
     for projection in projections.registered():
         out.refused += projection.apply(tx, stored, origin.name)
@@ -156,13 +158,10 @@ class Local:
                     field="artifact_ids",
                     ident=aid,
                 )
-        identity = tx.store.identity
-        sealed, tx.verdict = identity.seal(
-            tx.ex, tx.store.event_select, event, tx.actor, tx.keyring()
+        store = tx.store
+        sealed, tx.verdict = store.identity.seal(
+            tx.ex, store.event_select, event, tx.actor, tx.keyring()
         )
-        if sealed.type in KEY_EVENT_TYPES:  # the keyring changes with this event
-            tx.state.keyring = None
-            identity.forget_ring()
         return sealed
 
     def idempotency_key(self, event: Event) -> str | None:

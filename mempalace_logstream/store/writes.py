@@ -101,17 +101,10 @@ class Transaction:
         return append_events(self, events, origin)
 
     def keyring(self) -> Keyring:
-        """The keyring as this transaction sees it (read once per transaction)."""
-        state, identity = self.state, self.store.identity
-        if state.keyring is None:
-            # Nobody else committed since our last write transaction: its keyring still holds
-            # (our own key events drop it), so the marks query is skipped.
-            ring = identity.tx_ring if state.unchanged else None
-            if ring is None:
-                ring = identity.keyring(self.ex, self.store.event_select)
-            state.keyring = identity.tx_ring = ring
-        kept: Keyring = state.keyring
-        return kept
+        """The keyring as this transaction sees it (identity's one cache: read once per
+        transaction, and reused by the next while nobody else committed)."""
+        st, store = self.state, self.store
+        return store.identity.write_keyring(self.ex, store.event_select, st.number, st.unchanged)
 
     def set_agent_token(self, agent: str, token_hash: str | None) -> None:
         """Store (or, with None, drop) the hash of `agent`'s token in this transaction, so a
