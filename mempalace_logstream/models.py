@@ -84,11 +84,6 @@ def read_metadata(text: str) -> tuple[dict[str, Any], str | None]:
 VERIFIED_REASON = "verified_reason"
 
 
-def mark_unverified(event: Event, code: str) -> None:
-    """Make a read `event` read `verified: false` with `verified_reason` = `code` (RFC 0008)."""
-    event.__dict__[VERIFIED_REASON] = code
-
-
 # Set on a read Event (not a field, not compared) whose stored row held a value of the wrong
 # type (store/plan.py `repair_row`): what was wrong, shown as `row_error` like
 # `metadata_error`.
@@ -216,10 +211,20 @@ class Event:
 
     def with_seq(self, seq: int) -> Event:
         """A copy of this event at local position `seq` (the store numbers events as it
-        appends them: store/append.py). A new object: the event itself is never changed."""
+        appends them: store/append.py). A new object: an Event is never changed."""
+        return self._copy_with("seq", seq)
+
+    def with_unverified(self, code: str) -> Event:
+        """A copy of this read event that reads `verified: false` with `verified_reason` =
+        `code` (RFC 0008 read marks); a new object: an Event is never changed."""
+        return self._copy_with(VERIFIED_REASON, code)
+
+    def _copy_with(self, name: str, value: Any) -> Event:
+        # Cheaper than dataclasses.replace (no __init__, no field-by-field __setattr__): the
+        # copy is filled before anyone sees it, the way rows become Events (store/plan.py).
         copy = object.__new__(Event)
         copy.__dict__.update(self.__dict__)
-        copy.__dict__["seq"] = seq
+        copy.__dict__[name] = value
         return copy
 
     def content_key(self) -> tuple[Any, ...]:
