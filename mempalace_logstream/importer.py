@@ -33,7 +33,7 @@ from mempalace_logstream.schema import (
     event_artifacts,
     events,
 )
-from mempalace_logstream.store import LogStore, Transaction, TxState
+from mempalace_logstream.store import LogStore, Transaction, blobs
 from mempalace_logstream.store.append import Imported
 
 DEFAULT_BATCH = 2000
@@ -179,17 +179,13 @@ def _copy_artifacts(
         _copy_blobs(source, target, {r["sha256"] for r in rows}, report)
         expect = done
 
-        def write(
-            conn: sa.Connection,
-            st: TxState,
-            rows: list[dict[str, Any]] = rows,
-            expect: int = expect,
-        ) -> None:
+        def write(tx: Transaction, rows: list[dict[str, Any]] = rows, expect: int = expect) -> None:
+            st = tx.state
             _require_tip(st.next_artifact_seq - 1, expect, artifacts)
-            target.backend.bulk_insert(conn, artifacts, rows)
+            tx.ex.insert("import-artifacts", artifacts, rows)  # verbatim, seq included
             st.next_artifact_seq = max(st.next_artifact_seq, int(rows[-1]["seq"]) + 1)
 
-        target.core_transaction(write)
+        target.transaction(write)
         done = int(rows[-1]["seq"])
         report.artifacts_imported += len(rows)
         tick(
@@ -240,20 +236,11 @@ def _emptied(src: sa.Connection, sha: str, content: bytes) -> bool:
 
 
 def _write_blobs(target: LogStore, chunk: list[dict[str, Any]], report: ImportReport) -> None:
-    def write(conn: sa.Connection, st: TxState) -> None:
-        # Content-addressed: a blob someone else stored meanwhile is the same bytes.
-        have = set(
-            conn.execute(
-                sa.select(artifact_blobs.c.sha256).where(
-                    artifact_blobs.c.sha256.in_([b["sha256"] for b in chunk])
-                )
-            ).scalars()
-        )
-        fresh = [b for b in chunk if b["sha256"] not in have]
-        if fresh:
-            conn.execute(sa.insert(artifact_blobs), fresh)
+    def write(tx: Transaction) -> None:
+        for b in chunk:  # content-addressed: a blob held meanwhile is the same bytes
+            blobs.ensure(tx.ex, b["sha256"], b["size_bytes"], b["content"])
 
-    target.core_transaction(write)
+    target.transaction(write)
     report.blobs_copied += len(chunk)
     report.blob_bytes_copied += sum(len(b["content"]) for b in chunk)
 

@@ -87,10 +87,6 @@ class Backend(Protocol):
     def db_size(self) -> int | None:
         """The log's size in bytes."""
 
-    def bulk_insert(self, conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]]) -> None:
-        """INSERT many rows giving every column of `table` (an import), in `conn`'s
-        transaction."""
-
     def close(self) -> None:
         """Release what the backend holds (the fast path's connection)."""
 

@@ -131,9 +131,6 @@ class SqliteBackend:
         path = self.engine.url.database or ""
         return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
 
-    def bulk_insert(self, conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]]) -> None:
-        conn.execute(sa.insert(table), rows)
-
     def close(self) -> None:
         self._fast.close()
 

@@ -115,8 +115,8 @@ def apply_remote_batch(
         return res
 
     def work(tx: Transaction) -> None:
-        ex, st = tx.ex, tx.state
-        art_ids = _apply_artifacts_tx(store, ex, st, good, res, peer) if good else []
+        ex = tx.ex
+        art_ids = _apply_artifacts_tx(tx, good, res, peer) if good else []
         if parsed.items:
             # The one write path: judged here, numbered, inserted and projected by the store
             # (tasks follow a peer's moves, never refuse them; a redaction that may not take
@@ -133,8 +133,9 @@ def apply_remote_batch(
 
 
 def _apply_artifacts_tx(
-    store: LogStore, ex: _Ex, st: Any, good: list[Artifact], res: ApplyResult, peer: str
+    tx: Transaction, good: list[Artifact], res: ApplyResult, peer: str
 ) -> list[str]:
+    ex = tx.ex
     held = _held_artifacts(ex, [a.id for a in good])
     applied: list[str] = []
     for art in good:
@@ -146,26 +147,7 @@ def _apply_artifacts_tx(
                 res.rejected.append(_artifact_conflict(art, prior, peer))
             continue
         blob = blobs.ensure(ex, art.sha256, art.size_bytes, art.content or b"")
-        # The row LogStore._write_artifact_row writes for a local put, with the next seq.
-        ex.insert(
-            "sync-ins-artifact",
-            artifacts,
-            [
-                {
-                    "id": art.id,
-                    "seq": st.next_artifact_seq,
-                    "kind": art.kind,
-                    "sha256": art.sha256,
-                    "size_bytes": art.size_bytes,
-                    "encoding": art.encoding,
-                    "created_by": art.created_by,
-                    "created_at": art.created_at,
-                    "origin_replica": art.origin_replica,
-                    "metadata_json": art.metadata_json,
-                }
-            ],
-        )
-        st.next_artifact_seq += 1
+        tx.write_artifact_row(art)  # the row a local put writes, with the next artifact seq
         # An unredacted copy refills a blob emptied here by redactions of other copies.
         blobs.refill_after(ex, blob, art.sha256, art.content or b"")
         held[art.id] = art.sha256
