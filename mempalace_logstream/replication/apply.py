@@ -10,19 +10,17 @@ from typing import Any
 import sqlalchemy as sa
 
 from mempalace_logstream import errors, hlc
-from mempalace_logstream.backends.base import Executor as _Ex
-from mempalace_logstream.backends.base import binds as _binds
-from mempalace_logstream.backends.base import in_lists as _in_lists
+from mempalace_logstream.backends.base import Executor, binds, in_lists
 from mempalace_logstream.models import Artifact, Event
 from mempalace_logstream.replication import verify
 from mempalace_logstream.replication.checks import ParsedEvents, parse_events, parse_remote_artifact
 from mempalace_logstream.replication.reports import (
-    _artifact_conflict,
-    _conflict,
-    _deferred,
-    _record_rejections,
-    _reject_report,
-    _resolve,
+    artifact_conflict,
+    conflict,
+    deferred,
+    record_rejections,
+    reject_report,
+    resolve,
 )
 from mempalace_logstream.replication.wire import ApplyResult
 from mempalace_logstream.schema import (
@@ -110,7 +108,7 @@ def apply_remote_batch(
         try:
             good.append(parse_remote_artifact(store, raw))
         except errors.ValidationError as exc:
-            res.rejected.append(_reject_report("artifact", raw, exc, peer))
+            res.rejected.append(reject_report("artifact", raw, exc, peer))
     if not (good or parsed.items or res.rejected):
         return res
 
@@ -124,9 +122,9 @@ def apply_remote_batch(
             events = [e for e, _ in parsed.items]
             done = tx.append(events, Peer(store, ex, parsed.items, res, peer))
             res.rejected += [_redaction_refused(r, peer) for r in done.refused]
-        _record_rejections(store, ex, res.rejected)
-        _resolve(store, ex, "artifact", art_ids)
-        _resolve(store, ex, "event", res.applied_ids[len(art_ids) :])
+        record_rejections(store, ex, res.rejected)
+        resolve(store, ex, "artifact", art_ids)
+        resolve(store, ex, "event", res.applied_ids[len(art_ids) :])
 
     store.transaction(work, on_bulk)
     return res
@@ -144,7 +142,7 @@ def _apply_artifacts_tx(
             if prior == art.sha256:
                 res.duplicates += 1
             else:
-                res.rejected.append(_artifact_conflict(art, prior, peer))
+                res.rejected.append(artifact_conflict(art, prior, peer))
             continue
         blob = blobs.ensure(ex, art.sha256, art.size_bytes, art.content or b"")
         tx.write_artifact_row(art)  # the row a local put writes, with the next artifact seq
@@ -177,7 +175,7 @@ class _Page:
     """What applying one page of events tracks: the held events and positions, the held
     artifacts' sha256, the verdicts, the rows to insert and the greatest adoptable HLC."""
 
-    def __init__(self, store: LogStore, ex: _Ex, items: list[_Item], peer: str) -> None:
+    def __init__(self, store: LogStore, ex: Executor, items: list[_Item], peer: str) -> None:
         self.store, self.ex, self.peer = store, ex, peer
         self.by_id = _held_events(store, ex, [e.id for e, _ in items])
         self.by_pos = _held_positions(ex, items)
@@ -213,12 +211,12 @@ class _Page:
                 local = prior.id if prior is not None else str(taken)
                 why = "different_content" if prior is not None else "origin_seq_taken"
                 res.conflicts.append(
-                    _conflict(self.store, self.ex, event, raw, local, why, self.peer, self.now)
+                    conflict(self.store, self.ex, event, raw, local, why, self.peer, self.now)
                 )
             return True
         lacking = [a for a in event.artifact_ids if a not in self.arts]
         if lacking:
-            res.rejected.append(_deferred(event, lacking[0], self.peer))
+            res.rejected.append(deferred(event, lacking[0], self.peer))
             return True
         judge = self.judge()
         refused = judge.judge(event, self.arts) if judge is not None else None
@@ -264,7 +262,7 @@ class Peer:
     keeps_seq = False
 
     def __init__(
-        self, store: LogStore, ex: _Ex, items: list[_Item], res: ApplyResult, peer: str
+        self, store: LogStore, ex: Executor, items: list[_Item], res: ApplyResult, peer: str
     ) -> None:
         self.store, self.ex, self.items, self.res, self.peer = store, ex, items, res, peer
 
@@ -283,7 +281,7 @@ class Peer:
         return None  # never replicated
 
 
-def _clock_anomaly(ex: _Ex, event: Event, res: ApplyResult, peer: str, now: str) -> None:
+def _clock_anomaly(ex: Executor, event: Event, res: ApplyResult, peer: str, now: str) -> None:
     res.clock_anomalies.append({"event_id": event.id, "hlc": event.hlc})
 
     def build() -> sa.Executable:
@@ -306,18 +304,18 @@ def _clock_anomaly(ex: _Ex, event: Event, res: ApplyResult, peer: str, now: str)
         )
 
 
-def _held_events(store: LogStore, ex: _Ex, ids: list[str]) -> dict[str, Event]:
+def _held_events(store: LogStore, ex: Executor, ids: list[str]) -> dict[str, Event]:
     """The held events among `ids`: a cheap id probe first, then only those read back."""
     out: dict[str, Event] = {}
     held = ex.held_ids(list(dict.fromkeys(ids)))
-    for n, params in _in_lists([i for i in dict.fromkeys(ids) if i in held]):
-        build = lambda n=n: store.event_select(events.c.id.in_(_binds(n)))  # noqa: E731
+    for n, params in in_lists([i for i in dict.fromkeys(ids) if i in held]):
+        build = lambda n=n: store.event_select(events.c.id.in_(binds(n)))  # noqa: E731
         for e in events_from_rows(ex.rows(("sync-held-events", n), build, params)):
             out[e.id] = e
     return out
 
 
-def _held_positions(ex: _Ex, items: list[_Item]) -> dict[tuple[str, int], str]:
+def _held_positions(ex: Executor, items: list[_Item]) -> dict[tuple[str, int], str]:
     """(origin, origin_seq) -> id of the held events at the batch's origin positions: one
     range read per origin when the batch is dense (a page), IN lists when it is sparse."""
     by_origin: dict[str, list[int]] = {}
@@ -339,12 +337,12 @@ def _held_positions(ex: _Ex, items: list[_Item]) -> dict[tuple[str, int], str]:
             found = ex.rows("sync-held-range", build, {"origin": origin, "lo": lo, "hi": hi})
         else:
             found = []
-            for n, params in _in_lists(sorted(set(seqs))):
+            for n, params in in_lists(sorted(set(seqs))):
 
                 def build_in(n: int = n) -> sa.Executable:
                     c = events.c
                     return sa.select(c.origin_seq, c.id).where(
-                        c.origin_replica == sa.bindparam("origin"), c.origin_seq.in_(_binds(n))
+                        c.origin_replica == sa.bindparam("origin"), c.origin_seq.in_(binds(n))
                     )
 
                 found += ex.rows(("sync-held-pos", n), build_in, {**params, "origin": origin})
@@ -353,14 +351,12 @@ def _held_positions(ex: _Ex, items: list[_Item]) -> dict[tuple[str, int], str]:
     return out
 
 
-def _held_artifacts(ex: _Ex, ids: list[str]) -> dict[str, str]:
+def _held_artifacts(ex: Executor, ids: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
-    for n, params in _in_lists(list(dict.fromkeys(ids))):
+    for n, params in in_lists(list(dict.fromkeys(ids))):
 
         def build(n: int = n) -> sa.Executable:
-            return sa.select(artifacts.c.id, artifacts.c.sha256).where(
-                artifacts.c.id.in_(_binds(n))
-            )
+            return sa.select(artifacts.c.id, artifacts.c.sha256).where(artifacts.c.id.in_(binds(n)))
 
         out.update({i: s for i, s in ex.rows(("sync-held-arts", n), build, params)})
     return out

@@ -14,7 +14,7 @@ from typing import Any
 from mempalace_logstream import errors, hlc
 from mempalace_logstream import validation as v
 from mempalace_logstream.models import Artifact, Event
-from mempalace_logstream.replication.reports import _reject_report
+from mempalace_logstream.replication.reports import reject_report
 from mempalace_logstream.replication.wire import (
     _CREATED_AT_RE,
     _SHA_RE,
@@ -221,7 +221,7 @@ def parse_events(
         try:
             event = parse(raw)
         except errors.ValidationError as exc:
-            rejected.append(_reject_report("event", _row_dict(raw) if rows else raw, exc, peer))
+            rejected.append(reject_report("event", _row_dict(raw) if rows else raw, exc, peer))
             continue
         items.append((event, raw))
     items.sort(key=_position)
