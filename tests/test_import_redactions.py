@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mempalace_logstream import doctor, importer
-from mempalace_logstream.store import LogStore
+from mempalace_logstream.store import LogStore, redaction
 from tests.test_import import assert_same_log
 
 SECRET = "AKIA-IMPORT-SECRET-41c2"
@@ -43,10 +43,10 @@ def build_redacted_source(url: str) -> dict[str, str]:
         )
         for i in range(5):  # later events, so the redactions sit mid-log
             store.event_append(type="note", stream="s", room="r", from_agent="x", body=f"n{i}")
-        store.event_redact(
-            event_id=leak.id, reason="leaked key", from_agent="alice", artifact_ids=[art.id]
+        redaction.event_redact(
+            store, event_id=leak.id, reason="leaked key", from_agent="alice", artifact_ids=[art.id]
         )
-        store.event_redact(event_id=task.id, reason="leaked key", from_agent="bob")
+        redaction.event_redact(store, event_id=task.id, reason="leaked key", from_agent="bob")
         store.event_append(type="note", stream="s", room="r", from_agent="x", body="after")
         report = doctor.run(store)
         assert report.healthy, report.to_dict()["findings"]

@@ -17,7 +17,7 @@ from mempalace_logstream import errors
 from mempalace_logstream import validation as v
 from mempalace_logstream.backends.base import binds as _binds
 from mempalace_logstream.backends.base import in_lists as _in_lists
-from mempalace_logstream.models import CONTENT_FIELDS, Artifact, Event, read_metadata
+from mempalace_logstream.models import ROW_FIELDS, Artifact, Event, read_metadata
 from mempalace_logstream.schema import (
     artifact_blobs,
     artifacts,
@@ -63,7 +63,7 @@ ROWS_FORMAT = "rows-v2"
 
 
 # The content fields, then the signature and its key id (RFC 0008; rows-v1 had no signature).
-ROW_COLUMNS = (*CONTENT_FIELDS, "sig", "key_id")
+ROW_COLUMNS = ROW_FIELDS
 
 
 MAX_ROWS_LIMIT = 5000
