@@ -1,15 +1,19 @@
 """Copy a whole log (a SQLite file, ours or the reference's, or any store URL) into another store.
 
 Owns the `logstream import` rule set: ids, seq, hlc, origin stamps, created_at, metadata text,
-idempotency keys, artifacts (blobs verified by sha256) and event-artifact links are copied
-verbatim; the target keeps its own replica id, so imported events look like synced ones.
-Resumable and idempotent because the target must hold a prefix of the source (see
-`check_prefix`). It writes through the target's write lock and group commit (`LogStore._submit`),
-so it never races local appends. Must not import typer, rich or any surface.
+idempotency keys, artifacts (blobs verified by sha256; a blob a redaction emptied is copied
+empty) and event-artifact links are copied verbatim; the target keeps its own replica id, so
+imported events look like synced ones. Events enter through the store's one write path
+(`Transaction.append` with the `Imported` origin), so every projection follows them: the
+task rows, and the redactions, applied on the target as on the source. Resumable and
+idempotent because the target must hold a prefix of the source (see `check_prefix`). It writes
+through the target's write lock and group commit, so it never races local appends. Must not
+import typer, rich or any surface.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import os
@@ -22,8 +26,15 @@ import sqlalchemy as sa
 
 from mempalace_logstream import errors
 from mempalace_logstream.models import Event
-from mempalace_logstream.schema import artifact_blobs, artifacts, event_artifacts, events
-from mempalace_logstream.store import LogStore, TxState
+from mempalace_logstream.schema import (
+    artifact_blobs,
+    artifact_redactions,
+    artifacts,
+    event_artifacts,
+    events,
+)
+from mempalace_logstream.store import LogStore, Transaction, blobs
+from mempalace_logstream.store.append import Imported
 
 DEFAULT_BATCH = 2000
 BLOB_BATCH_BYTES = 16 * 1024 * 1024  # bytes of artifact content held in memory at once
@@ -107,8 +118,6 @@ def import_log(
     _copy_artifacts(source, target, art_done, top_artifact, batch_size, report, tick)
     tick("events", report.events_skipped, report.events_total)
     _copy_events(source, target, ev_done, top_event, batch_size, report, tick)
-    if report.events_imported:
-        target.rebuild_tasks()  # the copied threads' tasks, derived from the log alone
     report.seconds = round(time.monotonic() - started, 3)
     return report
 
@@ -170,17 +179,13 @@ def _copy_artifacts(
         _copy_blobs(source, target, {r["sha256"] for r in rows}, report)
         expect = done
 
-        def write(
-            conn: sa.Connection,
-            st: TxState,
-            rows: list[dict[str, Any]] = rows,
-            expect: int = expect,
-        ) -> None:
+        def write(tx: Transaction, rows: list[dict[str, Any]] = rows, expect: int = expect) -> None:
+            st = tx.state
             _require_tip(st.next_artifact_seq - 1, expect, artifacts)
-            target.backend.bulk_insert(conn, artifacts, rows)
+            tx.ex.insert("import-artifacts", artifacts, rows)  # verbatim, seq included
             st.next_artifact_seq = max(st.next_artifact_seq, int(rows[-1]["seq"]) + 1)
 
-        target.core_transaction(write)
+        target.transaction(write)
         done = int(rows[-1]["seq"])
         report.artifacts_imported += len(rows)
         tick(
@@ -203,17 +208,18 @@ def _copy_blobs(source: LogStore, target: LogStore, shas: set[str], report: Impo
     size = 0
     with source.engine.connect() as src:
         for sha in missing:
-            content = bytes(
-                src.execute(
-                    sa.select(artifact_blobs.c.content).where(artifact_blobs.c.sha256 == sha)
-                ).scalar_one()
-            )
-            if hashlib.sha256(content).hexdigest() != sha:
+            content, size_bytes = src.execute(
+                sa.select(artifact_blobs.c.content, artifact_blobs.c.size_bytes).where(
+                    artifact_blobs.c.sha256 == sha
+                )
+            ).one()
+            content = bytes(content)
+            if hashlib.sha256(content).hexdigest() != sha and not _emptied(src, sha, content):
                 raise errors.StorageError(
                     f"source artifact blob {sha} does not match its sha256; the source is "
                     "corrupt, nothing of this batch was imported"
                 )
-            chunk.append({"sha256": sha, "size_bytes": len(content), "content": content})
+            chunk.append({"sha256": sha, "size_bytes": size_bytes, "content": content})
             size += len(content)
             if size >= BLOB_BATCH_BYTES:
                 _write_blobs(target, chunk, report)
@@ -222,23 +228,21 @@ def _copy_blobs(source: LogStore, target: LogStore, shas: set[str], report: Impo
         _write_blobs(target, chunk, report)
 
 
-def _write_blobs(target: LogStore, chunk: list[dict[str, Any]], report: ImportReport) -> None:
-    def write(conn: sa.Connection, st: TxState) -> None:
-        # Content-addressed: a blob someone else stored meanwhile is the same bytes.
-        have = set(
-            conn.execute(
-                sa.select(artifact_blobs.c.sha256).where(
-                    artifact_blobs.c.sha256.in_([b["sha256"] for b in chunk])
-                )
-            ).scalars()
-        )
-        fresh = [b for b in chunk if b["sha256"] not in have]
-        if fresh:
-            conn.execute(sa.insert(artifact_blobs), fresh)
+def _emptied(src: sa.Connection, sha: str, content: bytes) -> bool:
+    """Whether a blob that does not hash to its sha256 was emptied by a redaction (RFC 0008):
+    copied empty, under its size; the imported redaction marks its artifact redacted."""
+    named = sa.select(artifact_redactions.c.sha256).where(artifact_redactions.c.sha256 == sha)
+    return not content and src.execute(named.limit(1)).first() is not None
 
-    target.core_transaction(write)
+
+def _write_blobs(target: LogStore, chunk: list[dict[str, Any]], report: ImportReport) -> None:
+    def write(tx: Transaction) -> None:
+        for b in chunk:  # content-addressed: a blob held meanwhile is the same bytes
+            blobs.ensure(tx.ex, b["sha256"], b["size_bytes"], b["content"])
+
+    target.transaction(write)
     report.blobs_copied += len(chunk)
-    report.blob_bytes_copied += sum(b["size_bytes"] for b in chunk)
+    report.blob_bytes_copied += sum(len(b["content"]) for b in chunk)
 
 
 # --------------------------------------------------------------------------- events
@@ -255,26 +259,18 @@ def _copy_events(
 ) -> None:
     for rows in _pages(source, events, done, top, batch_size):
         links = _links(source, int(rows[0]["seq"]) - 1, int(rows[-1]["seq"]))
-        expect = done
-
-        def write(
-            conn: sa.Connection,
-            st: TxState,
-            rows: list[dict[str, Any]] = rows,
-            links: list[dict[str, Any]] = links,
-            expect: int = expect,
-        ) -> None:
-            _require_tip(st.next_seq - 1, expect, events)
-            target.backend.bulk_insert(conn, events, rows)
-            if links:
-                target.backend.bulk_insert(conn, event_artifacts, links)
-            st.next_seq = max(st.next_seq, int(rows[-1]["seq"]) + 1)
-            st.appended.extend(_as_events(rows, links))  # wake watchers of the target
-
-        target.core_transaction(write)
+        batch = _as_events(rows, links)
+        keys = {r["id"]: r["idempotency_key"] for r in rows if r["idempotency_key"] is not None}
+        # The store's one write path: the prefix rule checked under the write lock, the
+        # source's seq kept, and every projection (tasks, redactions) run on the copy.
+        target.transaction(functools.partial(_append, batch, Imported(done, keys)))
         done = int(rows[-1]["seq"])
         report.events_imported += len(rows)
         tick("events", report.events_skipped + report.events_imported, report.events_total)
+
+
+def _append(batch: list[Event], origin: Imported, tx: Transaction) -> None:
+    tx.append(batch, origin)
 
 
 def _links(source: LogStore, lo: int, hi: int) -> list[dict[str, Any]]:

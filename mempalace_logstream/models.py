@@ -84,11 +84,6 @@ def read_metadata(text: str) -> tuple[dict[str, Any], str | None]:
 VERIFIED_REASON = "verified_reason"
 
 
-def mark_unverified(event: Event, code: str) -> None:
-    """Make a read `event` read `verified: false` with `verified_reason` = `code` (RFC 0008)."""
-    event.__dict__[VERIFIED_REASON] = code
-
-
 # Set on a read Event (not a field, not compared) whose stored row held a value of the wrong
 # type (store/plan.py `repair_row`): what was wrong, shown as `row_error` like
 # `metadata_error`.
@@ -225,6 +220,24 @@ class Event:
             return None
         return {k: doc[k] for k in ("by", "at", "reason", "event_id")}
 
+    def with_seq(self, seq: int) -> Event:
+        """A copy of this event at local position `seq` (the store numbers events as it
+        appends them: store/append.py). A new object: an Event is never changed."""
+        return self._copy_with("seq", seq)
+
+    def with_unverified(self, code: str) -> Event:
+        """A copy of this read event that reads `verified: false` with `verified_reason` =
+        `code` (RFC 0008 read marks); a new object: an Event is never changed."""
+        return self._copy_with(VERIFIED_REASON, code)
+
+    def _copy_with(self, name: str, value: Any) -> Event:
+        # Cheaper than dataclasses.replace (no __init__, no field-by-field __setattr__): the
+        # copy is filled before anyone sees it, the way rows become Events (store/plan.py).
+        copy = object.__new__(Event)
+        copy.__dict__.update(self.__dict__)
+        copy.__dict__[name] = value
+        return copy
+
     def content_key(self) -> tuple[Any, ...]:
         """The immutable, replicated fields (`CONTENT_FIELDS`): equal keys mean the same event.
         The body enters through its digest, so a redacted copy equals the original."""
@@ -264,9 +277,6 @@ class Event:
                 out.pop(key, None)
             out = {k: v for k, v in out.items() if v not in (None, "", [], {})}
         return out
-
-    def with_seq(self, seq: int) -> Event:
-        return replace(self, seq=seq)
 
 
 # The fields of an event as declared on `Event`, in that order: (attribute, spec).

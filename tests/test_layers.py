@@ -380,23 +380,17 @@ PRIVATE_ALLOWED: dict[tuple[str, str], str] = {
 PRIVATE_IMPORTS_ALLOWED: dict[str, frozenset[str]] = {
     "replication/__init__.py": frozenset(
         {
-            *("_apply_artifacts_tx", "_apply_events_tx", "_clock_anomaly", "_held_artifacts"),
+            *("_apply_artifacts_tx", "_clock_anomaly", "_held_artifacts"),
             *("_held_events", "_held_positions", "_CHECKS", "_HLC_MATCH", "_created_at"),
             *("_position", "_fp_add", "_fp_aggregates", "_fp_of"),
-            *("_fp_row", "_refused_positions", "_refused_union", "_artifact_conflict"),
-            *("_conflict", "_deferred", "_raw_ident", "_raw_position", "_record_rejections"),
-            *("_reject_report", "_resolve", "_ART_AT", "_BODY_AT", "_CREATED_AT_RE", "_META_AT"),
-            *("_READ_CHUNK", "_SHA_RE", "_TAIL_COLS", "_chunks", "_metadata_object"),
+            *("_fp_row", "_refused_positions", "_refused_union"),
+            *("_raw_ident", "_raw_position"),
+            *("_ART_AT", "_BODY_AT", "_CREATED_AT_RE", "_META_AT"),
+            *("_READ_CHUNK", "_SHA_RE", "_chunks", "_metadata_object"),
             *("_ops_args", "_row_dict"),
         }
     ),
-    "replication/apply.py": frozenset(
-        {"_artifact_conflict", "_conflict", "_deferred", "_record_rejections", "_reject_report"}
-        | {"_resolve"}
-    ),
-    "replication/checks.py": frozenset(
-        {"_reject_report", "_CREATED_AT_RE", "_SHA_RE", "_TAIL_COLS", "_row_dict"}
-    ),
+    "replication/checks.py": frozenset({"_CREATED_AT_RE", "_SHA_RE", "_row_dict"}),
     "replication/reports.py": frozenset({"_row_dict"}),
 }
 

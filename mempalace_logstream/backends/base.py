@@ -32,6 +32,8 @@ LinksFunctions = tuple[Callable[..., Any], Callable[..., Any]]
 IN_MAX = 512  # values per IN list; lists are padded to a power of two (few SQL shapes)
 EVENT_COLS = [c for c in events.c if c.name != "idempotency_key"]
 EVENT_COL_NAMES = tuple(c.name for c in EVENT_COLS)
+# What an insert of events gives (`Executor.insert_events`): the read columns, then the key.
+EVENT_INSERT_COL_NAMES = (*EVENT_COL_NAMES, "idempotency_key")
 
 
 class Backend(Protocol):
@@ -84,10 +86,6 @@ class Backend(Protocol):
 
     def db_size(self) -> int | None:
         """The log's size in bytes."""
-
-    def bulk_insert(self, conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]]) -> None:
-        """INSERT many rows giving every column of `table` (an import), in `conn`'s
-        transaction."""
 
     def close(self) -> None:
         """Release what the backend holds (the fast path's connection)."""
@@ -179,7 +177,7 @@ class Executor(abc.ABC):
 
     @abc.abstractmethod
     def insert_events(self, rows: list[tuple[Any, ...]]) -> None:
-        """INSERT events rows in `EVENT_COLS` order."""
+        """INSERT events rows in `EVENT_INSERT_COL_NAMES` order."""
 
     def held_ids(self, ids: list[str]) -> set[str]:
         """The event ids among `ids` held here (distinct ids)."""
@@ -232,7 +230,7 @@ class CoreExecutor(Executor):
         self.conn.execute(sa.insert(table), rows[0] if len(rows) == 1 else rows)
 
     def insert_events(self, rows: list[tuple[Any, ...]]) -> None:
-        names = EVENT_COL_NAMES
+        names = EVENT_INSERT_COL_NAMES
         self.conn.execute(sa.insert(events), [dict(zip(names, r, strict=True)) for r in rows])
 
 

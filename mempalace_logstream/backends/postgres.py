@@ -160,20 +160,6 @@ class PostgresBackend:
         with self.engine.connect() as conn:
             return int(conn.execute(sa.text(_SIZE_SQL)).scalar() or 0)
 
-    def bulk_insert(self, conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]]) -> None:
-        """COPY, several times faster than row-wise INSERTs, inside the same transaction (and
-        savepoint) as the rest of the batch."""
-        quote = conn.dialect.identifier_preparer.quote
-        names = [c.name for c in table.c]
-        sql = f"COPY {quote(table.name)} ({', '.join(quote(n) for n in names)}) FROM STDIN"
-        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-        try:
-            with cursor.copy(sql) as copy:
-                for row in rows:
-                    copy.write_row([row[n] for n in names])
-        finally:
-            cursor.close()
-
     def close(self) -> None:
         self._fast.close()
 
@@ -331,6 +317,9 @@ class PgExecutor(base.DbapiExecutor):
     """The statements of one transaction on the writer's psycopg connection."""
 
     def insert_events(self, rows: list[tuple[Any, ...]]) -> None:
+        if len(rows) == 1:  # a local append
+            self.db.execute(_INSERT_EVENTS, rows[0])
+            return
         with self.db.cursor() as cur:
             if len(rows) < _COPY_MIN_ROWS:
                 cur.executemany(_INSERT_EVENTS, rows)
@@ -340,10 +329,9 @@ class PgExecutor(base.DbapiExecutor):
                     copy.write_row(row)
 
 
-_COLS = ", ".join(base.EVENT_COL_NAMES)
-_INSERT_EVENTS = (
-    f"INSERT INTO {events.name} ({_COLS}) VALUES ({', '.join(['%s'] * len(base.EVENT_COL_NAMES))})"
-)
+_NAMES = base.EVENT_INSERT_COL_NAMES
+_COLS = ", ".join(_NAMES)
+_INSERT_EVENTS = f"INSERT INTO {events.name} ({_COLS}) VALUES ({', '.join(['%s'] * len(_NAMES))})"
 _COPY_EVENTS = f"COPY {events.name} ({_COLS}) FROM STDIN"
 _COPY_MIN_ROWS = 64
 

@@ -29,7 +29,7 @@ from mempalace_logstream.schema import event_artifacts, events
 # SQLite text uses named parameters, which the sqlite3 module binds from dicts.
 _NAMED = SQLiteDialect_pysqlite(paramstyle="named")
 
-_COLS = base.EVENT_COL_NAMES
+_COLS = base.EVENT_INSERT_COL_NAMES
 _QMARK_INSERT_EVENTS = (
     f"INSERT INTO {events.name} ({', '.join(_COLS)}) VALUES ({', '.join('?' * len(_COLS))})"
 )
@@ -132,9 +132,6 @@ class SqliteBackend:
     def db_size(self) -> int | None:
         path = self.engine.url.database or ""
         return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
-
-    def bulk_insert(self, conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]]) -> None:
-        conn.execute(sa.insert(table), rows)
 
     def close(self) -> None:
         self._fast.close()
@@ -286,6 +283,9 @@ class SqliteExecutor(base.DbapiExecutor):
     def insert_events(self, rows: list[tuple[Any, ...]]) -> None:
         # Positional binding: by name costs ~5 µs more per 19-column row.
         db = self.db
+        if len(rows) == 1:  # a local append
+            db.execute(_QMARK_INSERT_EVENTS, rows[0])
+            return
         if len(rows) < _STAGE_MIN_ROWS:
             db.executemany(_QMARK_INSERT_EVENTS, rows)
             return

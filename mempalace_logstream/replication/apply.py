@@ -10,24 +10,21 @@ from typing import Any
 import sqlalchemy as sa
 
 from mempalace_logstream import errors, hlc
-from mempalace_logstream.backends.base import Executor as _Ex
-from mempalace_logstream.backends.base import binds as _binds
-from mempalace_logstream.backends.base import in_lists as _in_lists
+from mempalace_logstream.backends.base import Executor, binds, in_lists
 from mempalace_logstream.models import Artifact, Event
 from mempalace_logstream.replication import verify
 from mempalace_logstream.replication.checks import ParsedEvents, parse_events, parse_remote_artifact
 from mempalace_logstream.replication.reports import (
-    _artifact_conflict,
-    _conflict,
-    _deferred,
-    _record_rejections,
-    _reject_report,
-    _resolve,
+    artifact_conflict,
+    conflict,
+    deferred,
+    record_rejections,
+    reject_report,
+    resolve,
 )
 from mempalace_logstream.replication.wire import ApplyResult
 from mempalace_logstream.schema import (
     artifacts,
-    event_artifacts,
     events,
     sync_clock_anomalies,
 )
@@ -37,10 +34,10 @@ from mempalace_logstream.store import (
     blobs,
     events_from_rows,
     now_text,
-    redaction,
 )
+from mempalace_logstream.store.projections import Refusal
 
-_Item = tuple[Event, Any, tuple[Any, ...]]
+_Item = tuple[Event, Any]  # an event and the raw item it was parsed from
 
 
 def apply_remote_artifact(store: LogStore, raw: Any, peer: str = "") -> bool:
@@ -111,33 +108,32 @@ def apply_remote_batch(
         try:
             good.append(parse_remote_artifact(store, raw))
         except errors.ValidationError as exc:
-            res.rejected.append(_reject_report("artifact", raw, exc, peer))
+            res.rejected.append(reject_report("artifact", raw, exc, peer))
     if not (good or parsed.items or res.rejected):
         return res
 
     def work(tx: Transaction) -> None:
-        ex, st = tx.ex, tx.state
-        art_ids = _apply_artifacts_tx(store, ex, st, good, res, peer) if good else []
+        ex = tx.ex
+        art_ids = _apply_artifacts_tx(tx, good, res, peer) if good else []
         if parsed.items:
-            before = len(st.appended)
-            _apply_events_tx(store, ex, st, parsed.items, res, peer)
-            # Task moves from a peer are applied, never refused: the projection follows them.
-            tx.follow_tasks(st.appended[before:])
-            # Redactions among them, and held ones whose target just came (RFC 0008); a
-            # refused one is stored (the log stands) but empties nothing, and is recorded.
-            refused = redaction.on_applied_events(tx, st.appended[before:])
-            res.rejected += [_redaction_refused(e, exc, peer) for e, exc in refused]
-        _record_rejections(store, ex, res.rejected)
-        _resolve(store, ex, "artifact", art_ids)
-        _resolve(store, ex, "event", res.applied_ids[len(art_ids) :])
+            # The one write path: judged here, numbered, inserted and projected by the store
+            # (tasks follow a peer's moves, never refuse them; a redaction that may not take
+            # effect is stored, the log stands, and recorded).
+            events = [e for e, _ in parsed.items]
+            done = tx.append(events, Peer(store, ex, parsed.items, res, peer))
+            res.rejected += [_redaction_refused(r, peer) for r in done.refused]
+        record_rejections(store, ex, res.rejected)
+        resolve(store, ex, "artifact", art_ids)
+        resolve(store, ex, "event", res.applied_ids[len(art_ids) :])
 
     store.transaction(work, on_bulk)
     return res
 
 
 def _apply_artifacts_tx(
-    store: LogStore, ex: _Ex, st: Any, good: list[Artifact], res: ApplyResult, peer: str
+    tx: Transaction, good: list[Artifact], res: ApplyResult, peer: str
 ) -> list[str]:
+    ex = tx.ex
     held = _held_artifacts(ex, [a.id for a in good])
     applied: list[str] = []
     for art in good:
@@ -146,29 +142,10 @@ def _apply_artifacts_tx(
             if prior == art.sha256:
                 res.duplicates += 1
             else:
-                res.rejected.append(_artifact_conflict(art, prior, peer))
+                res.rejected.append(artifact_conflict(art, prior, peer))
             continue
         blob = blobs.ensure(ex, art.sha256, art.size_bytes, art.content or b"")
-        # The row LogStore._write_artifact_row writes for a local put, with the next seq.
-        ex.insert(
-            "sync-ins-artifact",
-            artifacts,
-            [
-                {
-                    "id": art.id,
-                    "seq": st.next_artifact_seq,
-                    "kind": art.kind,
-                    "sha256": art.sha256,
-                    "size_bytes": art.size_bytes,
-                    "encoding": art.encoding,
-                    "created_by": art.created_by,
-                    "created_at": art.created_at,
-                    "origin_replica": art.origin_replica,
-                    "metadata_json": art.metadata_json,
-                }
-            ],
-        )
-        st.next_artifact_seq += 1
+        tx.write_artifact_row(art)  # the row a local put writes, with the next artifact seq
         # An unredacted copy refills a blob emptied here by redactions of other copies.
         blobs.refill_after(ex, blob, art.sha256, art.content or b"")
         held[art.id] = art.sha256
@@ -178,16 +155,17 @@ def _apply_artifacts_tx(
     return applied
 
 
-def _redaction_refused(event: Event, exc: redaction.Refused, peer: str) -> dict[str, Any]:
+def _redaction_refused(refusal: Refusal, peer: str) -> dict[str, Any]:
     """The report of a peer's redaction that is stored but takes no effect here."""
+    event = refusal.event
     return {
         "kind": "redaction",
         "ident": event.id,
         "origin_replica": event.origin_replica,
         "origin_seq": None,  # the event itself is stored: its position is accounted for
-        "reason": exc.code,
-        "field": exc.field,
-        "message": f"redaction {event.id} takes no effect: {exc.message}",
+        "reason": refusal.code,
+        "field": refusal.field,
+        "message": f"redaction {event.id} takes no effect: {refusal.message}",
         "retryable": False,
         "peer": peer,
     }
@@ -197,13 +175,11 @@ class _Page:
     """What applying one page of events tracks: the held events and positions, the held
     artifacts' sha256, the verdicts, the rows to insert and the greatest adoptable HLC."""
 
-    def __init__(self, store: LogStore, ex: _Ex, items: list[_Item], peer: str) -> None:
+    def __init__(self, store: LogStore, ex: Executor, items: list[_Item], peer: str) -> None:
         self.store, self.ex, self.peer = store, ex, peer
-        self.by_id = _held_events(store, ex, [e.id for e, _, _ in items])
+        self.by_id = _held_events(store, ex, [e.id for e, _ in items])
         self.by_pos = _held_positions(ex, items)
-        self.arts = _held_artifacts(ex, [a for e, _, _ in items for a in e.artifact_ids])
-        self.rows: list[tuple[Any, ...]] = []
-        self.links: list[dict[str, Any]] = []
+        self.arts = _held_artifacts(ex, [a for e, _ in items for a in e.artifact_ids])
         now_ms = store.clock.wall_clock.now_ms()
         self.now = now_text(now_ms)
         self.far = now_ms + hlc.MAX_FUTURE_DRIFT_MS
@@ -217,7 +193,7 @@ class _Page:
         """The page's judge, opened at the first event that may be stored (a page of
         duplicates never reads the keyring)."""
         if not self._opened:
-            page = [e for e, _, _ in self._items]
+            page = [e for e, _ in self._items]
             self._judge, self._opened = verify.BatchJudge.open(self.store, self.ex, page), True
         return self._judge
 
@@ -235,12 +211,12 @@ class _Page:
                 local = prior.id if prior is not None else str(taken)
                 why = "different_content" if prior is not None else "origin_seq_taken"
                 res.conflicts.append(
-                    _conflict(self.store, self.ex, event, raw, local, why, self.peer, self.now)
+                    conflict(self.store, self.ex, event, raw, local, why, self.peer, self.now)
                 )
             return True
         lacking = [a for a in event.artifact_ids if a not in self.arts]
         if lacking:
-            res.rejected.append(_deferred(event, lacking[0], self.peer))
+            res.rejected.append(deferred(event, lacking[0], self.peer))
             return True
         judge = self.judge()
         refused = judge.judge(event, self.arts) if judge is not None else None
@@ -261,18 +237,8 @@ class _Page:
         res.rejected.append(refused.report(event, self.peer))
         return True
 
-    def add(self, st: Any, stored: Event, tail: tuple[Any, ...], res: ApplyResult) -> None:
-        """Queue `stored` (the batch's own fresh Event) with its local seq."""
-        seq = st.next_seq
-        stored.__dict__["seq"] = seq
-        st.next_seq = seq + 1
-        st.appended.append(stored)
-        self.rows.append((seq, *tail))
-        if stored.artifact_ids:
-            self.links += [
-                {"event_id": stored.id, "artifact_id": a, "position": i}
-                for i, a in enumerate(stored.artifact_ids)
-            ]
+    def admitted(self, stored: Event, res: ApplyResult) -> None:
+        """Count `stored` in: later events of the page see it held; its stamp is noted."""
         self.by_id[stored.id] = stored
         self.by_pos[(stored.origin_replica, stored.origin_seq)] = stored.id
         # The HLC: a stamp more than 60 s ahead is kept on the event but never adopted;
@@ -286,27 +252,36 @@ class _Page:
         res.applied_events += 1
         res.applied_ids.append(stored.id)
 
-    def flush(self) -> None:
-        if self.rows:
-            self.ex.insert_events(self.rows)
-        if self.links:
-            self.ex.insert("sync-ins-link", event_artifacts, self.links)
-        if self.newest is not None:
-            self.store.clock.observe(self.newest)
+
+class Peer:
+    """A peer's page as an origin of the store's one write path (`Transaction.append`):
+    judged here (duplicates, conflicts, missing artifacts, forgeries and held keys are
+    recorded and left out), numbered, inserted and projected by the store."""
+
+    name = "peer"
+    keeps_seq = False
+
+    def __init__(
+        self, store: LogStore, ex: Executor, items: list[_Item], res: ApplyResult, peer: str
+    ) -> None:
+        self.store, self.ex, self.items, self.res, self.peer = store, ex, items, res, peer
+
+    def admit(self, tx: Transaction, events: Sequence[Event]) -> list[Event]:
+        page = _Page(self.store, self.ex, self.items, self.peer)
+        out: list[Event] = []
+        for event, (_, raw) in zip(events, self.items, strict=True):
+            if not page.refusal(event, raw, self.res):
+                page.admitted(event, self.res)
+                out.append(event)
+        if page.newest is not None:
+            self.store.clock.observe(page.newest)
+        return out
+
+    def idempotency_key(self, event: Event) -> str | None:
+        return None  # never replicated
 
 
-def _apply_events_tx(
-    store: LogStore, ex: _Ex, st: Any, items: list[_Item], res: ApplyResult, peer: str
-) -> None:
-    """Store the page's events that are new, unconflicted, complete and genuine."""
-    page = _Page(store, ex, items, peer)
-    for event, raw, tail in items:
-        if not page.refusal(event, raw, res):
-            page.add(st, event, tail, res)
-    page.flush()
-
-
-def _clock_anomaly(ex: _Ex, event: Event, res: ApplyResult, peer: str, now: str) -> None:
+def _clock_anomaly(ex: Executor, event: Event, res: ApplyResult, peer: str, now: str) -> None:
     res.clock_anomalies.append({"event_id": event.id, "hlc": event.hlc})
 
     def build() -> sa.Executable:
@@ -329,22 +304,22 @@ def _clock_anomaly(ex: _Ex, event: Event, res: ApplyResult, peer: str, now: str)
         )
 
 
-def _held_events(store: LogStore, ex: _Ex, ids: list[str]) -> dict[str, Event]:
+def _held_events(store: LogStore, ex: Executor, ids: list[str]) -> dict[str, Event]:
     """The held events among `ids`: a cheap id probe first, then only those read back."""
     out: dict[str, Event] = {}
     held = ex.held_ids(list(dict.fromkeys(ids)))
-    for n, params in _in_lists([i for i in dict.fromkeys(ids) if i in held]):
-        build = lambda n=n: store.event_select(events.c.id.in_(_binds(n)))  # noqa: E731
+    for n, params in in_lists([i for i in dict.fromkeys(ids) if i in held]):
+        build = lambda n=n: store.event_select(events.c.id.in_(binds(n)))  # noqa: E731
         for e in events_from_rows(ex.rows(("sync-held-events", n), build, params)):
             out[e.id] = e
     return out
 
 
-def _held_positions(ex: _Ex, items: list[tuple[Event, Any, Any]]) -> dict[tuple[str, int], str]:
+def _held_positions(ex: Executor, items: list[_Item]) -> dict[tuple[str, int], str]:
     """(origin, origin_seq) -> id of the held events at the batch's origin positions: one
     range read per origin when the batch is dense (a page), IN lists when it is sparse."""
     by_origin: dict[str, list[int]] = {}
-    for e, _, _ in items:
+    for e, _ in items:
         by_origin.setdefault(e.origin_replica, []).append(e.origin_seq)
     out: dict[tuple[str, int], str] = {}
     for origin, seqs in by_origin.items():
@@ -362,12 +337,12 @@ def _held_positions(ex: _Ex, items: list[tuple[Event, Any, Any]]) -> dict[tuple[
             found = ex.rows("sync-held-range", build, {"origin": origin, "lo": lo, "hi": hi})
         else:
             found = []
-            for n, params in _in_lists(sorted(set(seqs))):
+            for n, params in in_lists(sorted(set(seqs))):
 
                 def build_in(n: int = n) -> sa.Executable:
                     c = events.c
                     return sa.select(c.origin_seq, c.id).where(
-                        c.origin_replica == sa.bindparam("origin"), c.origin_seq.in_(_binds(n))
+                        c.origin_replica == sa.bindparam("origin"), c.origin_seq.in_(binds(n))
                     )
 
                 found += ex.rows(("sync-held-pos", n), build_in, {**params, "origin": origin})
@@ -376,14 +351,12 @@ def _held_positions(ex: _Ex, items: list[tuple[Event, Any, Any]]) -> dict[tuple[
     return out
 
 
-def _held_artifacts(ex: _Ex, ids: list[str]) -> dict[str, str]:
+def _held_artifacts(ex: Executor, ids: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
-    for n, params in _in_lists(list(dict.fromkeys(ids))):
+    for n, params in in_lists(list(dict.fromkeys(ids))):
 
         def build(n: int = n) -> sa.Executable:
-            return sa.select(artifacts.c.id, artifacts.c.sha256).where(
-                artifacts.c.id.in_(_binds(n))
-            )
+            return sa.select(artifacts.c.id, artifacts.c.sha256).where(artifacts.c.id.in_(binds(n)))
 
         out.update({i: s for i, s in ex.rows(("sync-held-arts", n), build, params)})
     return out

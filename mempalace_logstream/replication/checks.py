@@ -15,11 +15,10 @@ from typing import Any
 from mempalace_logstream import errors, hlc
 from mempalace_logstream import validation as v
 from mempalace_logstream.models import CHECKED_FIELDS, Artifact, Event
-from mempalace_logstream.replication.reports import _reject_report
+from mempalace_logstream.replication.reports import reject_report
 from mempalace_logstream.replication.wire import (
     _CREATED_AT_RE,
     _SHA_RE,
-    _TAIL_COLS,
     MAX_SEQ,
     ROW_COLUMNS,
     ROWS_FORMAT,
@@ -59,19 +58,20 @@ class EventChecker:
 
     def from_dict(self, raw: Any) -> Event:
         """A `/sync/ops` (or push) event object → Event with seq 0; raises ValidationError."""
-        return self.parse_dict(raw)[0]
+        return self.parse_dict(raw)
 
     def from_row(self, row: Any) -> Event:
         """A compact row (`ROW_COLUMNS` order) → Event with seq 0; raises ValidationError."""
-        return self.parse_row(row)[0]
+        return self.parse_row(row)
 
-    def parse_dict(self, raw: Any) -> tuple[Event, tuple[Any, ...]]:
-        """(Event with seq 0, its events row after seq); raises ValidationError."""
+    def parse_dict(self, raw: Any) -> Event:
+        """An Event with seq 0 (the store numbers it as it appends it); raises
+        ValidationError."""
         if not isinstance(raw, Mapping):
             raise v.fail("event", f"must be a JSON object, not {type(raw).__name__}")
         return self._event(*(raw.get(name) for name in ROW_COLUMNS))
 
-    def parse_row(self, row: Any) -> tuple[Event, tuple[Any, ...]]:
+    def parse_row(self, row: Any) -> Event:
         """`parse_dict` for a compact row (`ROW_COLUMNS` order)."""
         if not isinstance(row, list) or len(row) != len(ROW_COLUMNS):
             raise v.fail(
@@ -82,7 +82,7 @@ class EventChecker:
             )
         return self._event(*row)
 
-    def _event(self, *values: Any) -> tuple[Event, tuple[Any, ...]]:
+    def _event(self, *values: Any) -> Event:
         """Check one event's `ROW_COLUMNS` values: the routing and content fields with
         `draft_event`'s validators in its order, then the replication fields."""
         raw = dict(zip(ROW_COLUMNS, values, strict=True))
@@ -90,7 +90,7 @@ class EventChecker:
         clean.update(self._replication(raw, clean["artifact_ids"]))
         event = object.__new__(Event)  # as LogStore builds events read back (no __init__)
         event.__dict__.update(clean, seq=0)
-        return event, tuple(clean[name] for name in _TAIL_COLS)
+        return event
 
     def _content(self, raw: Mapping[str, Any]) -> dict[str, Any]:
         """LogStore.draft_event's rules, field by field as `Event` declares them (the
@@ -167,21 +167,18 @@ def parse_remote_event(store: LogStore, raw: Any) -> Event:
 
 @dataclass
 class ParsedEvents:
-    """A batch after validation: the valid events as (Event with seq 0, raw item, events row
-    after seq) sorted by origin position, our own echo left out; the refusals as reports;
-    how many were our echo. Applied once (the stored events get their seq in place)."""
+    """A batch after validation: the valid events as (Event with seq 0, raw item) sorted by
+    origin position, our own echo left out; the refusals as reports; how many were our echo.
+    The store numbers the events it stores (copies with their seq: `Transaction.append`)."""
 
-    items: list[tuple[Event, Any, tuple[Any, ...]]]
+    items: list[tuple[Event, Any]]
     rejected: list[dict[str, Any]]
     own: int = 0
 
     def artifact_ids(self, origin: str | None = None) -> list[str]:
         """The artifact ids the valid events reference (of one origin's events, if given)."""
         return [
-            a
-            for e, _, _ in self.items
-            if origin in (None, e.origin_replica)
-            for a in e.artifact_ids
+            a for e, _ in self.items if origin in (None, e.origin_replica) for a in e.artifact_ids
         ]
 
 
@@ -197,24 +194,24 @@ def parse_events(
     there while the applying thread needs the GIL)."""
     checker = EventChecker(store)
     parse = checker.parse_row if rows else checker.parse_dict
-    items: list[tuple[Event, Any, tuple[Any, ...]]] = []
+    items: list[tuple[Event, Any]] = []
     rejected: list[dict[str, Any]] = []
     for i, raw in enumerate(raws):
         if pause is not None and not i & 255:
             pause()
         try:
-            event, tail = parse(raw)
+            event = parse(raw)
         except errors.ValidationError as exc:
-            rejected.append(_reject_report("event", _row_dict(raw) if rows else raw, exc, peer))
+            rejected.append(reject_report("event", _row_dict(raw) if rows else raw, exc, peer))
             continue
-        items.append((event, raw, tail))
+        items.append((event, raw))
     items.sort(key=_position)
     own = store.replica_id
     mine = [p for p in items if p[0].origin_replica != own]
     return ParsedEvents(mine, rejected, len(items) - len(mine))
 
 
-def _position(item: tuple[Event, Any, Any]) -> tuple[str, int]:
+def _position(item: tuple[Event, Any]) -> tuple[str, int]:
     return item[0].origin_replica, item[0].origin_seq
 
 

@@ -57,7 +57,7 @@ def _raw_position(raw: Any) -> tuple[str | None, int | None]:
     )
 
 
-def _reject_report(kind: str, raw: Any, exc: errors.ValidationError, peer: str) -> dict[str, Any]:
+def reject_report(kind: str, raw: Any, exc: errors.ValidationError, peer: str) -> dict[str, Any]:
     origin, seq = _raw_position(raw)
     reason = "tampered" if exc.field in ("sha256", "size_bytes") else "invalid"
     return {
@@ -73,7 +73,7 @@ def _reject_report(kind: str, raw: Any, exc: errors.ValidationError, peer: str) 
     }
 
 
-def _deferred(event: Event, artifact_id: str, peer: str) -> dict[str, Any]:
+def deferred(event: Event, artifact_id: str, peer: str) -> dict[str, Any]:
     return {
         "kind": "event",
         "ident": event.id,
@@ -88,7 +88,7 @@ def _deferred(event: Event, artifact_id: str, peer: str) -> dict[str, Any]:
     }
 
 
-def _artifact_conflict(art: Artifact, prior_sha: str, peer: str) -> dict[str, Any]:
+def artifact_conflict(art: Artifact, prior_sha: str, peer: str) -> dict[str, Any]:
     return {
         "kind": "artifact",
         "ident": art.id,
@@ -103,7 +103,7 @@ def _artifact_conflict(art: Artifact, prior_sha: str, peer: str) -> dict[str, An
     }
 
 
-def _conflict(
+def conflict(
     store: LogStore,
     ex: _Ex,
     event: Event,
@@ -157,7 +157,7 @@ def _conflict(
     }
 
 
-def _record_rejections(store: LogStore, ex: _Ex, reports: list[dict[str, Any]]) -> None:
+def record_rejections(store: LogStore, ex: _Ex, reports: list[dict[str, Any]]) -> None:
     if not reports:
         return
     now = now_text(store.clock.wall_clock.now_ms())
@@ -227,7 +227,7 @@ def _still_retryable(report: Mapping[str, Any], attempts: int) -> bool:
     return attempts < MAX_RETRIES or reason in HELD_REASONS or reason in HELD_SUSPECT_REASONS
 
 
-def _resolve(store: LogStore, ex: _Ex, kind: str, ids: list[str]) -> None:
+def resolve(store: LogStore, ex: _Ex, kind: str, ids: list[str]) -> None:
     """Forget the refusals of items now applied (skipped when none of `kind` is outstanding)."""
     if not ids:
         return
@@ -249,7 +249,7 @@ def record_sequence_anomalies(store: LogStore, reports: list[dict[str, Any]]) ->
     """Remember events that claim an origin position beyond what that origin itself says it
     has written (kind `sequence` in sync_rejections; the events stay, nothing is retried)."""
     if reports:
-        store.core_transaction(lambda conn, st: _record_rejections(store, _Core(conn), reports))
+        store.core_transaction(lambda conn, st: record_rejections(store, _Core(conn), reports))
 
 
 def list_conflicts(store: LogStore, limit: int = 100) -> list[dict[str, Any]]:

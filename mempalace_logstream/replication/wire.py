@@ -15,7 +15,6 @@ import sqlalchemy as sa
 
 from mempalace_logstream import errors
 from mempalace_logstream import validation as v
-from mempalace_logstream.backends.base import EVENT_COL_NAMES as _EVENT_COL_NAMES
 from mempalace_logstream.backends.base import binds as _binds
 from mempalace_logstream.backends.base import in_lists as _in_lists
 from mempalace_logstream.models import ROW_FIELDS, Artifact, Event, read_metadata
@@ -85,11 +84,6 @@ _BODY_AT, _META_AT = ROW_COLUMNS.index("body"), ROW_COLUMNS.index("metadata")
 _OSEQ_AT = ROW_COLUMNS.index("origin_seq")
 # A compact row's values as the store writes them (store/plan.py `repair_row` for the rest).
 _PLAIN = frozenset({str, int, type(None)}).issuperset
-
-
-# The events row of one stored event, in `EVENT_COLS` order (idempotency_key stays NULL):
-# seq, then the "tail" that EventChecker builds while validating (see `_event`).
-_TAIL_COLS = _EVENT_COL_NAMES[1:]
 
 
 @dataclass

@@ -1,7 +1,9 @@
 """The store: `LogStore`, the only code that runs SQL (see core.py), and its parts.
 
 pipeline.py  group commit and the write transaction's state
-writes.py    drafts, the one insert of an event and of an artifact, `Transaction`
+writes.py    drafts, the one insert of an artifact, `Transaction`
+append.py    the one write path of events: `Transaction.append(events, origin)`
+projections.py  the registry of projections (tasks, redactions) every append runs
 reads.py     snapshots, the page planner, waits
 plan.py      the page rule (cursor, filters, order, limit) and row -> Event, without SQLAlchemy
 filters.py   `FILTER_RULES`, `Filters`, `ReadRequest`

@@ -87,10 +87,12 @@ class Identity:
         self._pairs_stamp: int | None = None  # the keys directory's mtime when loaded
         self._pairs_loaded_ns = 0  # wall time of that load
         self._ring: Keyring | None = None
-        # The keyring the last write transaction used (write transactions are serialized):
-        # valid for the next one while nobody else committed (see `Transaction.keyring`).
-        self.tx_ring: Keyring | None = None
         self._ring_at: tuple[str | None, frozenset[str]] | None = None  # (newest key event, pins)
+        # The keyring of the write transactions (serialized by the pipeline), with the number
+        # of the transaction that read it and the generation it was read at (`write_keyring`).
+        self._write_ring: tuple[Keyring, int, int] | None = None
+        self._transactions = 0  # write transactions begun by this store
+        self._generation = 0  # moved whenever a write may have changed the keyring
 
     # ------------------------------------------------------------------ private keys
     def reload_keys(self) -> None:
@@ -137,11 +139,40 @@ class Identity:
         )
         return bool(rows)
 
-    # ------------------------------------------------------------------ sealing
-    def forget_ring(self) -> None:
-        """Drop the cached keyring (this process just wrote a key event)."""
+    def begin_transaction(self) -> int:
+        """The number of a write transaction this store begins (the pipeline calls it)."""
         with self._lock:
-            self._ring = self._ring_at = self.tx_ring = None
+            self._transactions += 1
+            return self._transactions
+
+    def moved(self) -> None:
+        """A write may have changed the keyring: key events were appended (by any origin:
+        `store/append.py`) or an item that may have read or written one was rolled back. The
+        write transactions read the keyring again, with the marks query."""
+        with self._lock:
+            self._generation += 1
+            self._write_ring = None
+
+    def write_keyring(self, ex: Executor, select: Any, number: int, unchanged: bool) -> Keyring:
+        """The keyring as write transaction `number` sees it: the one it read already, or the
+        previous transaction's while nobody else committed since (`unchanged`: the marks query
+        is skipped), unless the generation moved; else read with `keyring`."""
+        with self._lock:
+            held, generation = self._write_ring, self._generation
+        if held is not None and held[2] == generation:
+            ring, at = held[0], held[1]
+            if at == number or (unchanged and at == number - 1):
+                with self._lock:
+                    if self._generation == generation:
+                        self._write_ring = (ring, number, generation)
+                return ring
+        ring = self.keyring(ex, select)
+        with self._lock:
+            if self._generation == generation:
+                self._write_ring = (ring, number, generation)
+        return ring
+
+    # ------------------------------------------------------------------ sealing
 
     def seal(
         self,

@@ -71,7 +71,7 @@ class LeanReader:
             st = _Statements(query)
             page = plan.read_page(st, req)
             if page.events:
-                st.mark(page.events)
+                page = marks.with_events(page, st.mark(page.events))
         return page.to_dict()
 
 
@@ -102,15 +102,16 @@ class _Statements:
         rows = self._rows("id-at", {"seq": seq})
         return str(rows[0][0]) if rows else None
 
-    def mark(self, events: Sequence[Event]) -> None:
+    def mark(self, events: Sequence[Event]) -> tuple[Event, ...]:
         """The store's read marks (store/marks.py) with its keyring statements; the key
-        events' signatures are trusted (verified when stored), so no Ed25519 library loads."""
+        events' signatures are trusted (verified when stored), so no Ed25519 library loads.
+        Returns the events, the marked ones as marked copies."""
         row = self._rows(marks.MARKS_SQL, {})[0]
         if not marks.has_key_events(row):
-            return
+            return tuple(events)
         key_events = plan.events_from_rows(self._rows(marks.KEY_EVENTS_SQL, {}))
         ring = marks.keyring_of(key_events, marks.pins_of(row[1]), check_signatures=False)
-        marks.mark_reads(ring, events)
+        return marks.mark_reads(ring, events)
 
     def page(self, req: ReadRequest, lo: int, top_seq: int, order: str) -> Sequence[Any]:
         split = inbox_sql.SPLIT_INBOX

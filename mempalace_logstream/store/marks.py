@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from mempalace_logstream.models import Event, mark_unverified
+from mempalace_logstream.models import Event, Page
 
 if TYPE_CHECKING:
     from mempalace_logstream.identity.keyring import Keyring
@@ -40,14 +40,24 @@ def keyring_of(
     return Keyring.build(items, pins, check_signatures=check_signatures)
 
 
-def mark_reads(ring: Keyring, events: Sequence[Event]) -> None:
-    """Mark the events that read `verified: false` under `ring` (their `verified_reason`)."""
+def mark_reads(ring: Keyring, events: Sequence[Event]) -> tuple[Event, ...]:
+    """`events`, those that read `verified: false` under `ring` replaced by marked copies
+    (their `verified_reason`)."""
     if not ring.records():
-        return
+        return tuple(events)
+    out: list[Event] = []
     for event in events:
         code = ring.read_mark(event)
-        if code is not None:
-            mark_unverified(event, code)
+        out.append(event if code is None else event.with_unverified(code))
+    return tuple(out)
+
+
+def with_events(page: Page, marked: tuple[Event, ...]) -> Page:
+    """`page` with its events as `mark_reads` returned them (the same page if none was
+    marked: a marked copy compares equal to its event, so by identity)."""
+    if all(m is e for m, e in zip(marked, page.events, strict=True)):
+        return page
+    return page.replace(events=marked)
 
 
 def has_key_events(marks_row: Sequence[Any]) -> bool:

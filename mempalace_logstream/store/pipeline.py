@@ -56,8 +56,8 @@ class TxState:
     next_seq: int
     next_artifact_seq: int
     appended: list[Event] = field(default_factory=list)
-    keyring: Any = None  # identity's keyring, read once per transaction (store/identity.py)
     unchanged: bool = False  # nobody else committed since this store's last write (fast path)
+    number: int = 0  # of this write transaction, from identity (its keyring cache's key)
 
 
 T = TypeVar("T")
@@ -146,6 +146,7 @@ class CommitPipeline:
         with self._settling(batch) as appended:
             with self._storage_errors(), self._writer.begin() as conn:
                 state = self._begin_state(conn)
+                state.number = self.identity.begin_transaction()
                 for item in batch:
                     self._run_item(conn, state, item, savepoint=len(batch) > 1)
                 if state.appended:
@@ -212,9 +213,9 @@ class CommitPipeline:
             state.next_seq, state.next_artifact_seq = snapshot[0], snapshot[1]
             del state.appended[snapshot[2] :]
             # The item may have read a keyring holding a key event it then rolled back. The
-            # marks-keyed cache stays (the marks tell a rolled-back key event apart); only the
-            # transaction's copy and the one reused without marks are dropped.
-            state.keyring = self.identity.tx_ring = None
+            # marks-keyed cache stays (the marks tell a rolled-back key event apart); the one
+            # the write transactions reuse without marks is read again.
+            self.identity.moved()
 
     def _fast_path(self) -> bool:
         """Whether the backend's own DBAPI path is usable now (see its `fast_path`)."""
@@ -247,6 +248,7 @@ class CommitPipeline:
         with self._settling(batch) as appended:
             with self._storage_errors(), fast.transaction() as tx:
                 state = self._fast_state(tx.db, tx.known)
+                state.number = self.identity.begin_transaction()
                 for item in batch:
                     self._run_raw_item(tx.db, state, item, savepoint=len(batch) > 1)
                 tx.counters = (state.next_seq, state.next_artifact_seq)

@@ -36,8 +36,7 @@ class Reads(CommitPipeline):
         with self._reading() as query:
             ex = QueryExecutor(query, self._sql)
             event = self.event_by_id(ex, ident, field="event_id")
-            self._judge_revocations(ex, [event])
-            return event
+            return self._judge_revocations(ex, [event])[0]
 
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[QueryExecutor]:
@@ -141,17 +140,19 @@ class Reads(CommitPipeline):
 
     def _read(self, query: Query, req: ReadRequest, after_seq: int | None = None) -> Page:
         page = plan.read_page(_Statements(self, query), req, after_seq)
-        self._judge_revocations(QueryExecutor(query, self._sql), page.events)
-        return page
+        marked = self._judge_revocations(QueryExecutor(query, self._sql), page.events)
+        return marks.with_events(page, marked)
 
-    def _judge_revocations(self, ex: QueryExecutor, events: Sequence[Event]) -> None:
+    def _judge_revocations(self, ex: QueryExecutor, events: Sequence[Event]) -> tuple[Event, ...]:
         """Mark what reads `verified: false` although stored (RFC 0008, `Keyring.read_mark`):
         a signed event whose key was revoked at or before its HLC (stored before the
         revocation arrived), an unsigned event under a name that signs. An empty page pays
         nothing; any other one keyring probe (one indexed statement while no key event or
-        pin changed: the keyring is cached), and a log without keys nothing more."""
-        if events:
-            marks.mark_reads(self.identity.keyring(ex, self.event_select), events)
+        pin changed: the keyring is cached), and a log without keys nothing more. Returns
+        the events, the marked ones as marked copies."""
+        if not events:
+            return tuple(events)
+        return marks.mark_reads(self.identity.keyring(ex, self.event_select), events)
 
     def _page_query(
         self, req: ReadRequest, lo: int, top_seq: int, order: str

@@ -31,6 +31,7 @@ from mempalace_logstream.schema import artifacts, events, redactions
 from mempalace_logstream.store import blobs
 from mempalace_logstream.store import tasks as task_rows
 from mempalace_logstream.store.blobs import BODY, EMPTY_SHA256
+from mempalace_logstream.store.projections import Refusal
 
 if TYPE_CHECKING:
     from mempalace_logstream.store.writes import Transaction, Writes
@@ -225,10 +226,31 @@ def _refold_task(tx: Transaction, task_id: str) -> None:
         task_rows.save(tx, task, seq, existed=True)
 
 
+class RedactionProjection:
+    """Redactions as a registered projection (store/projections.py). A local `event.redact`
+    is applied or refused by raising `Refused` (`event_redact` maps it); a peer's or an
+    imported one that must not take effect is stored without effect and returned. Redactions
+    held here whose target just arrived are applied then (a fresh local event is named by
+    none: its id is new)."""
+
+    name = "redactions"
+
+    def apply(self, tx: Transaction, events: Sequence[Event], origin: str) -> list[Refusal]:
+        if origin == "local":
+            for event in events:
+                if event.type == REDACT_TYPE:
+                    apply(tx, event, tx.store.identity.keyring(tx.ex, tx.store.event_select))
+            return []
+        return [
+            Refusal(event, exc.code, exc.field, exc.message)
+            for event, exc in on_applied_events(tx, events)
+        ]
+
+
 def on_applied_events(tx: Transaction, applied: Sequence[Event]) -> list[tuple[Event, Refused]]:
-    """The replication hook: apply the redactions among events a peer brought, and those
-    held here whose target just arrived. A refused one takes no effect (the event stays:
-    `doctor` lists it); the refusals are returned for the round to record."""
+    """Apply the redactions among events a peer (or an import) brought, and those held here
+    whose target just arrived. A refused one takes no effect (the event stays: `doctor` lists
+    it); the refusals are returned for the round to record."""
     if not applied:
         return []
     redacts = [e for e in applied if e.type == REDACT_TYPE]
@@ -317,9 +339,11 @@ def event_redact(
                 "reason": why,
             },
         )
-        redaction = tx.insert_event(draft)
-        try:
-            done = apply(tx, redaction, tx.store.identity.keyring(tx.ex, tx.store.event_select))
+        # The parts this redaction changes: a body not redacted yet (`_local_parts` refuses
+        # one that is), the artifacts no redaction took effect on yet.
+        done = [p.part for p in parts if p.part == BODY or not blobs.is_redacted(tx.ex, p.part)]
+        try:  # applied by the redaction projection as the event is appended
+            redaction = tx.insert_event(draft)
         except Refused as exc:
             if exc.code == "forbidden":
                 raise errors.ForbiddenError(exc.message, field=exc.field) from exc

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -21,6 +21,7 @@ from mempalace_logstream import errors, tasks
 from mempalace_logstream.models import Event
 from mempalace_logstream.schema import events, meta
 from mempalace_logstream.schema import tasks as tasks_table
+from mempalace_logstream.store.projections import Refusal
 from mempalace_logstream.store.rows import events_from_rows
 from mempalace_logstream.tasks import Task, TaskSettings
 from mempalace_logstream.tasks.model import NON_TERMINAL, REQUEST_TYPE
@@ -99,8 +100,9 @@ def thread(tx: Transaction, task_id: str) -> list[Event]:
 
 
 def on_local_event(tx: Transaction, event: Event, settings: TaskSettings) -> Event:
-    """Check a local event against its task's lifecycle and move the projection; returns the
-    event to store, unchanged. Raises the refusal, writing nothing."""
+    """Check a local event (inserted in `tx` already) against its task's lifecycle and move
+    the projection; returns the event, unchanged. Raises the refusal: the transaction (or
+    the item's savepoint) rolls back, nothing is written."""
     if not event.correlation_id:
         return event
     task = load(tx, event.correlation_id)
@@ -126,7 +128,9 @@ def _decided_by_thread(
     """A local move the row alone cannot decide (identity, RFC 0007): the thread with it is
     folded; the move stands if the fold applies it, else it is refused as `check` refuses
     it (or, for an unverified reopen of a verified end, as the fold records it)."""
-    after = tasks.fold([*thread(tx, task.task_id), event], settings)
+    # The event is inserted already (the projection runs after the insert): folded once.
+    held = [e for e in thread(tx, task.task_id) if e.id != event.id]
+    after = tasks.fold([*held, event], settings)
     assert after is not None
     after = _depth(tx, after)
     recorded = next((a for a in after.anomalies if a["event_id"] == event.id), None)
@@ -199,6 +203,23 @@ def _open_children(tx: Transaction, parent_id: str) -> int:
         )
 
     return int(tx.rows("task-open-children", build, {"pid": parent_id})[0][0])
+
+
+class TaskProjection:
+    """The task rows (RFC 0007) as a registered projection (store/projections.py): a local
+    event is checked against its task's lifecycle (refused by raising), a peer's or an
+    imported one is followed, never refused."""
+
+    name = "tasks"
+
+    def apply(self, tx: Transaction, events: Sequence[Event], origin: str) -> list[Refusal]:
+        settings = tx.store.task_settings
+        if origin == "local":
+            for event in events:
+                on_local_event(tx, event, settings)
+        else:
+            on_applied_events(tx, events, settings)
+        return []
 
 
 def on_applied_events(tx: Transaction, applied: Iterable[Event], settings: TaskSettings) -> None:

@@ -5,7 +5,7 @@ and `Transaction`, the public API inside a group-committed write transaction
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -14,11 +14,11 @@ import sqlalchemy as sa
 from mempalace_logstream import errors
 from mempalace_logstream import validation as v
 from mempalace_logstream.backends import Executor
-from mempalace_logstream.backends.base import EVENT_COL_NAMES, Build
+from mempalace_logstream.backends.base import Build
 from mempalace_logstream.identity import actor as actor_mod
 from mempalace_logstream.identity import keys
 from mempalace_logstream.identity.actor import Actor
-from mempalace_logstream.identity.keyring import KEY_EVENT_TYPES, Keyring
+from mempalace_logstream.identity.keyring import Keyring
 from mempalace_logstream.identity.verdict import Verdict
 from mempalace_logstream.models import (
     DRAFT_FIELDS,
@@ -32,12 +32,12 @@ from mempalace_logstream.schema import (
     agent_tokens,
     artifact_blobs,
     artifacts,
-    event_artifacts,
     events,
     meta,
 )
 from mempalace_logstream.store import blobs
-from mempalace_logstream.store import tasks as task_rows
+from mempalace_logstream.store.append import Appended, Local, Origin
+from mempalace_logstream.store.append import append as append_events
 from mempalace_logstream.store.identity import Identity, check_names, check_writer
 from mempalace_logstream.store.ids import new_id, now_text
 from mempalace_logstream.store.marks import PIN_PREFIX
@@ -87,61 +87,25 @@ class Transaction:
         return events_from_rows(rows)[0] if rows else None
 
     def insert_event(self, draft: EventDraft) -> Event:
-        """The one insert of a local event: the idempotent replay, the artifact references,
-        the row and its links."""
-        ex, st = self.ex, self.state
+        """The one local write of an event: the idempotent replay, else the event appended
+        (checked, sealed, numbered, inserted and projected: `append`)."""
         if draft.idempotency_key is not None:
             prior = self.find_idempotent(draft)
             if prior is not None:
                 return same_as_prior(prior, draft)
-        check_names(self.keyring(), from_agent=draft.from_agent, to_agent=draft.to_agent)
-        for aid in draft.artifact_ids:
-            if not ex.rows("artifact-exists", _artifact_exists, {"id": aid}):
-                raise errors.NotFoundError(
-                    f"artifact_ids references unknown artifact {aid!r}; put it first",
-                    field="artifact_ids",
-                    ident=aid,
-                )
-        event = self._new_event(draft)
-        event = self._seal(event)
-        # The task lifecycle (RFC 0007) by the event's type: refused here, before any write.
-        event = task_rows.on_local_event(self, event, self.store.task_settings)
-        row = {name: event.__dict__[name] for name in EVENT_COL_NAMES}
-        row["idempotency_key"] = draft.idempotency_key
-        ex.insert("insert-event", events, [row])
-        if event.artifact_ids:
-            links = [
-                {"event_id": event.id, "artifact_id": a, "position": i}
-                for i, a in enumerate(event.artifact_ids)
-            ]
-            ex.insert("insert-link", event_artifacts, links)
-        st.next_seq += 1
-        st.appended.append(event)
-        return event
+        done = self.append([self._new_event(draft)], Local(draft.idempotency_key))
+        return done.events[0]
+
+    def append(self, events: Sequence[Event], origin: Origin) -> Appended:
+        """THE write path of events, for every origin (store/append.py): admit (seal or
+        judge), assign seq, insert, run every registered projection."""
+        return append_events(self, events, origin)
 
     def keyring(self) -> Keyring:
-        """The keyring as this transaction sees it (read once per transaction)."""
-        state, identity = self.state, self.store.identity
-        if state.keyring is None:
-            # Nobody else committed since our last write transaction: its keyring still holds
-            # (our own key events drop it), so the marks query is skipped.
-            ring = identity.tx_ring if state.unchanged else None
-            if ring is None:
-                ring = identity.keyring(self.ex, self.store.event_select)
-            state.keyring = identity.tx_ring = ring
-        kept: Keyring = state.keyring
-        return kept
-
-    def _seal(self, event: Event) -> Event:
-        """Signed with the writer's key and judged (RFC 0008): refused here, before any write."""
-        identity = self.store.identity
-        sealed, self.verdict = identity.seal(
-            self.ex, self.store.event_select, event, self.actor, self.keyring()
-        )
-        if sealed.type in KEY_EVENT_TYPES:  # the keyring changes with this event
-            self.state.keyring = None
-            identity.forget_ring()
-        return sealed
+        """The keyring as this transaction sees it (identity's one cache: read once per
+        transaction, and reused by the next while nobody else committed)."""
+        st, store = self.state, self.store
+        return store.identity.write_keyring(self.ex, store.event_select, st.number, st.unchanged)
 
     def set_agent_token(self, agent: str, token_hash: str | None) -> None:
         """Store (or, with None, drop) the hash of `agent`'s token in this transaction, so a
@@ -151,11 +115,6 @@ class Transaction:
             at = now_text(self.store.clock.wall_clock.now_ms())
             row = {"agent": agent, "token_hash": token_hash, "created_at": at}
             self.ex.insert("agent-token-insert", agent_tokens, [row])
-
-    def follow_tasks(self, applied: list[Event]) -> None:
-        """Move the task projection for events applied from a peer or an import (never
-        refused: a peer's history stands; the fold lists illegal moves as anomalies)."""
-        task_rows.on_applied_events(self, applied, self.store.task_settings)
 
     def _new_event(self, draft: EventDraft) -> Event:
         clock = self.store.clock
@@ -426,10 +385,6 @@ def _not_tombstone(body: str) -> str:
     if parse_tombstone(body) is not None:
         raise v.fail("body", "is a redaction tombstone; only `logstream redact` writes one")
     return body
-
-
-def _artifact_exists() -> sa.Select[Any]:
-    return sa.select(artifacts.c.id).where(artifacts.c.id == sa.bindparam("id"))
 
 
 def _drop_token() -> sa.Delete:

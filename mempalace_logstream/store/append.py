@@ -1,0 +1,172 @@
+"""The one write path of events (issue 21): `Transaction.append(events, origin)`.
+
+Every event enters the log here, whatever brought it: a local write (`Local`, through
+`Transaction.insert_event`), a peer's page (`replication.apply` passes its own origin) or an
+import (`Imported`, the importer). One call:
+
+1. admits the events: the origin seals them (local: signed and judged with the writer's key)
+   or judges them (a peer's: duplicates, conflicts, missing artifacts, forgeries; an import's:
+   the prefix rule), and drops the ones it refuses;
+2. assigns `seq` under the write lock (an import keeps the source's, which must continue the
+   log);
+3. inserts the rows and the artifact links (with the idempotency keys the origin carries);
+4. runs every registered projection (store/projections.py) on the stored events, for every
+   origin, and returns what they refused to take effect.
+
+A new projection is registered once (store/projections.py) and sees every path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, Protocol
+
+import sqlalchemy as sa
+
+from mempalace_logstream import errors
+from mempalace_logstream.backends.base import EVENT_COL_NAMES
+from mempalace_logstream.identity.keyring import KEY_EVENT_TYPES
+from mempalace_logstream.models import Event
+from mempalace_logstream.schema import artifacts, event_artifacts
+from mempalace_logstream.store import projections
+from mempalace_logstream.store.identity import check_names
+from mempalace_logstream.store.projections import Refusal
+
+if TYPE_CHECKING:
+    from mempalace_logstream.store.writes import Transaction
+
+# An event's column values in `EVENT_COL_NAMES` order (one C call, no dict per row).
+_columns = attrgetter(*EVENT_COL_NAMES)
+
+
+class Origin(Protocol):
+    """Where a batch of events comes from, and how it is let in."""
+
+    name: str  # "local", "peer" or "import": what projections are told
+    keeps_seq: bool  # the events bring their seq (an import); else fresh ones are assigned
+
+    def admit(self, tx: Transaction, events: Sequence[Event]) -> list[Event]:
+        """Seal or judge `events`; the ones to store, in order (refusals are recorded or
+        raised by the origin)."""
+
+    def idempotency_key(self, event: Event) -> str | None:
+        """The idempotency key stored with `event`, if any."""
+
+
+@dataclass
+class Appended:
+    """What one `append` stored, and the events a projection refused to take effect on."""
+
+    events: list[Event] = field(default_factory=list)
+    refused: list[Refusal] = field(default_factory=list)
+
+
+def append(tx: Transaction, events: Sequence[Event], origin: Origin) -> Appended:
+    """Admit, number, insert and project `events` in `tx` (see the module's docstring)."""
+    admitted = origin.admit(tx, events)
+    if not admitted:
+        return Appended()
+    stored = _numbered(tx, admitted, origin.keeps_seq)
+    key = origin.idempotency_key
+    tx.ex.insert_events([(*_columns(e), key(e)) for e in stored])
+    links = [
+        {"event_id": e.id, "artifact_id": a, "position": i}
+        for e in stored
+        if e.artifact_ids
+        for i, a in enumerate(e.artifact_ids)
+    ]
+    if links:
+        tx.ex.insert("insert-link", event_artifacts, links)
+    tx.state.appended.extend(stored)
+    if any(e.type in KEY_EVENT_TYPES for e in stored):  # from any origin
+        tx.store.identity.moved()  # the keyring changes with them
+    out = Appended(stored)
+    for projection in projections.registered():
+        out.refused += projection.apply(tx, stored, origin.name)
+    return out
+
+
+def _numbered(tx: Transaction, events: list[Event], keeps_seq: bool) -> list[Event]:
+    """The events with their seq: the next ones of the log, or (`keeps_seq`) their own, which
+    must go up from the next one."""
+    st = tx.state
+    out: list[Event] = []
+    for event in events:
+        seq = event.seq if keeps_seq else st.next_seq
+        if seq < st.next_seq:
+            raise errors.ConflictError(
+                f"event {event.id} brings seq {seq} but the log already holds seq "
+                f"{st.next_seq - 1}; import only into a log that holds a prefix of the source",
+                field="db",
+            )
+        out.append(event if event.seq == seq else event.with_seq(seq))
+        st.next_seq = seq + 1
+    return out
+
+
+# ----------------------------------------------------------------------------- origins
+
+
+class Imported:
+    """Events copied verbatim from another log (`logstream import`): judged by the prefix
+    rule (the target's newest seq is the one the importer expects, checked under the write
+    lock); ids, seq, stamps and idempotency keys kept."""
+
+    name = "import"
+    keeps_seq = True
+
+    def __init__(self, expect_tip: int, keys: dict[str, str]) -> None:
+        self.expect_tip, self.keys = expect_tip, keys
+
+    def admit(self, tx: Transaction, events: Sequence[Event]) -> list[Event]:
+        tip = tx.state.next_seq - 1
+        # A local append or a second import in between would interleave with the copy.
+        if tip != self.expect_tip:
+            raise errors.ConflictError(
+                f"the target's events changed during the import (its newest seq is {tip}, "
+                f"expected {self.expect_tip}); stop other writers and run the import again",
+                field="db",
+            )
+        return list(events)
+
+    def idempotency_key(self, event: Event) -> str | None:
+        return self.keys.get(event.id)
+
+
+class Local:
+    """Events written here (`Transaction.insert_event`): the names checked against the
+    keyring, the referenced artifacts held, then each signed with its writer's key and
+    judged (RFC 0008); refused by raising, before anything is written."""
+
+    name = "local"
+    keeps_seq = False
+
+    def __init__(self, key: str | None = None) -> None:
+        self.key = key
+
+    def admit(self, tx: Transaction, events: Sequence[Event]) -> list[Event]:
+        return [self._sealed(tx, event) for event in events]
+
+    def _sealed(self, tx: Transaction, event: Event) -> Event:
+        check_names(tx.keyring(), from_agent=event.from_agent, to_agent=event.to_agent)
+        for aid in event.artifact_ids:
+            if not tx.ex.rows("artifact-exists", _artifact_exists, {"id": aid}):
+                raise errors.NotFoundError(
+                    f"artifact_ids references unknown artifact {aid!r}; put it first",
+                    field="artifact_ids",
+                    ident=aid,
+                )
+        store = tx.store
+        sealed, tx.verdict = store.identity.seal(
+            tx.ex, store.event_select, event, tx.actor, tx.keyring()
+        )
+        return sealed
+
+    def idempotency_key(self, event: Event) -> str | None:
+        return self.key
+
+
+def _artifact_exists() -> sa.Select[Any]:
+    return sa.select(artifacts.c.id).where(artifacts.c.id == sa.bindparam("id"))

@@ -1,0 +1,117 @@
+"""One write path (issue 21): a local write, the peer apply and the importer all append through
+`Transaction.append`, which runs every registered projection. A projection registered once
+(store/projections.py) is fed by all three, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from mempalace_logstream import agents, errors, importer, replication, sync
+from mempalace_logstream.models import Event
+from mempalace_logstream.store import LogStore, Transaction, projections
+from mempalace_logstream.store.projections import Refusal
+from tests import idsynckit
+
+
+class Recorder:
+    """A test projection: what it was fed, by origin, with the seq each event was stored at
+    (read back in the same transaction, so it runs after the insert)."""
+
+    name = "test-recorder"
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, str, int]] = []  # (store, origin, event id, seq)
+
+    def apply(self, tx: Transaction, events: Sequence[Event], origin: str) -> list[Refusal]:
+        for e in events:
+            held = tx.find_event(e.id, field="event_id")
+            assert held.seq == e.seq and e.seq > 0
+            self.seen.append((tx.store.replica_id, origin, e.id, e.seq))
+        return []
+
+    def fed(self, store: LogStore, origin: str) -> list[str]:
+        return [i for s, o, i, _ in self.seen if s == store.replica_id and o == origin]
+
+
+@pytest.fixture
+def recorder() -> Iterator[Recorder]:
+    rec = Recorder()
+    projections.register(rec)
+    try:
+        yield rec
+    finally:
+        projections.unregister(rec.name)
+    assert all(p.name != rec.name for p in projections.registered())
+
+
+def test_a_registered_projection_is_fed_by_local_writes_the_peer_apply_and_the_importer(
+    store: LogStore, tmp_path: Path, recorder: Recorder
+) -> None:
+    names = [p.name for p in projections.registered()]
+    assert names == ["tasks", "redactions", "test-recorder"]
+    # Local: each write once, in seq order, after the built-in projections.
+    local = [
+        store.event_append(type="note", stream="s", room="r", from_agent="a", body=f"n{i}")
+        for i in range(3)
+    ]
+    request = store.event_append(
+        type="task.request",
+        stream="s",
+        room="r",
+        from_agent="a",
+        to_agent="b",
+        correlation_id="t-proj-1",
+    )
+    local.append(request)
+    assert recorder.fed(store, "local") == [e.id for e in local]
+    # A local move the task rules refuse (checked by the task projection, after the insert)
+    # is rolled back whole: nothing is stored, and the recorder after it was never reached.
+    with pytest.raises(errors.ForbiddenError, match="only b may claim"):
+        store.event_append(
+            type="task.claim", stream="s", room="r", from_agent="z", correlation_id="t-proj-1"
+        )
+    assert store.tip()[0] == 4 and len(recorder.fed(store, "local")) == 4
+
+    # Peer: the same events applied on a second replica, with fresh local seqs there.
+    peer = LogStore.open(f"sqlite:///{tmp_path / 'peer.sqlite3'}")
+    try:
+        sync.sync_with_peer(peer, sync.LocalPeer(store))
+        assert recorder.fed(peer, "peer") == [e.id for e in local]
+        assert peer.task_status(task_id="t-proj-1")["task"]["state"] == "open"
+        # And one more by the public single-event apply.
+        extra = store.event_append(type="note", stream="s", room="r", from_agent="a")
+        assert replication.apply_remote_event(peer, extra.to_dict(), peer="test") is True
+        assert recorder.fed(peer, "peer")[-1] == extra.id
+        local.append(extra)
+    finally:
+        peer.close()
+
+    # Import: the whole log copied into a third store, seq kept.
+    copy_url = f"sqlite:///{tmp_path / 'copy.sqlite3'}"
+    with LogStore.open(copy_url) as copy:
+        importer.import_log(store, copy, batch_size=2)
+        assert recorder.fed(copy, "import") == [e.id for e in local]
+        seqs = [q for s, o, _, q in recorder.seen if s == copy.replica_id]
+        assert seqs == [e.seq for e in local]
+        assert copy.task_status(task_id="t-proj-1")["task"]["state"] == "open"
+
+
+def test_a_key_event_a_peer_brings_is_in_force_for_the_next_local_write(tmp_path: Path) -> None:
+    """The keyring the write transactions reuse (identity's one cache) moves with key events
+    from any origin: before, only a local key event dropped it, so a store whose last write
+    was its own kept judging with a keyring that lacked the peer's new key."""
+    a, b = idsynckit.replica(tmp_path, "a"), idsynckit.replica(tmp_path, "b")
+    try:
+        agents.trust(b, agents.ensure_admin(a))
+        idsynckit.note(b, "carol")  # b's own write: its keyring is cached
+        agents.add(a, "alice")
+        sync.sync_with_peer(b, sync.LocalPeer(a))  # alice's key arrives at b
+        assert b.uses_fast_path()
+        with pytest.raises(errors.ForbiddenError):
+            idsynckit.note(b, "alice", "unsigned under a name that signs")
+    finally:
+        a.close()
+        b.close()
