@@ -291,6 +291,22 @@ async def mempalace_task_create(
         int | None,
         Field(description="How long a claim holds the task without progress (ms; default 15 min)."),
     ] = None,
+    claim_timeout_ms: Annotated[
+        int | None,
+        Field(
+            description="Remind the assignee when unclaimed this long (ms; default 10 min; 0 off)."
+        ),
+    ] = None,
+    max_reminders: Annotated[
+        int | None,
+        Field(description="Reminders before task.stalled goes to you (hub default 3)."),
+    ] = None,
+    thread_budget: Annotated[
+        int | None,
+        Field(
+            description="Agent-written events allowed on the thread between persons (default 60)."
+        ),
+    ] = None,
     idempotency_key: IdemKey = None,
 ) -> dict[str, Any]:
     """Delegate work: appends a `task.request` (state open); returns {task_id, task, handoff}.

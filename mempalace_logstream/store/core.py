@@ -285,6 +285,9 @@ class LogStore(Writes, Reads, Stats, TaskReads):
         parent_task_id: Any = None,
         parent_correlation_id: Any = None,
         lease_ms: Any = None,
+        claim_timeout_ms: Any = None,
+        max_reminders: Any = None,
+        thread_budget: Any = None,
         idempotency_key: Any = None,
     ) -> dict[str, Any]:
         """Append a `task.request` (S-3.1) and return {task, handoff}."""
@@ -302,6 +305,9 @@ class LogStore(Writes, Reads, Stats, TaskReads):
             parent_task_id=parent_task_id,
             parent_correlation_id=parent_correlation_id,
             lease_ms=lease_ms,
+            claim_timeout_ms=claim_timeout_ms,
+            max_reminders=max_reminders,
+            thread_budget=thread_budget,
             idempotency_key=idempotency_key,
         )
 

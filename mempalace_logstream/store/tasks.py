@@ -21,6 +21,7 @@ from mempalace_logstream import errors, tasks
 from mempalace_logstream.models import Event
 from mempalace_logstream.schema import events, meta
 from mempalace_logstream.schema import tasks as tasks_table
+from mempalace_logstream.store import guards
 from mempalace_logstream.store.rows import events_from_rows
 from mempalace_logstream.tasks import Task, TaskSettings
 from mempalace_logstream.tasks.model import NON_TERMINAL, REQUEST_TYPE
@@ -100,7 +101,9 @@ def thread(tx: Transaction, task_id: str) -> list[Event]:
 
 def on_local_event(tx: Transaction, event: Event, settings: TaskSettings) -> Event:
     """Check a local event against its task's lifecycle and move the projection; returns the
-    event to store, unchanged. Raises the refusal, writing nothing."""
+    event to store, unchanged. Raises the refusal, writing nothing. The loop guards (issue
+    20, store/guards.py) run first: a write past a budget is refused the same way."""
+    guards.check_local(tx, event)
     if not event.correlation_id:
         return event
     task = load(tx, event.correlation_id)
