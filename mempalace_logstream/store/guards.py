@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PAGE = 128
+FIRST_PAGE, MAX_PAGE = 16, 1024
 _COLS = ("seq", "id", "type", "from_agent", "to_agent", "created_at", "metadata_json")
 
 
@@ -67,28 +67,37 @@ def _changes_state(event: Event, task: Task | None) -> bool:
     return ACTIONS[move.action][2] != task.state
 
 
-def _page(tx: Transaction, key: str, column: str, value: str, before: int) -> list[Any]:
+# Exempt rows never matter to a thread's count but its anchors do: filtered in SQL.
+_SKIPPED = sorted(g.EXEMPT_TYPES - {REQUEST_TYPE, g.RAISE_TYPE})
+
+
+def _page(tx: Transaction, thread: str, before: int, size: int) -> list[Any]:
     def build() -> sa.Select[Any]:
         c = events.c
         return (
             sa.select(*(getattr(c, name) for name in _COLS))
-            .where(getattr(c, column) == sa.bindparam("v"), c.seq < sa.bindparam("before"))
+            .where(
+                c.correlation_id == sa.bindparam("v"),
+                c.seq < sa.bindparam("before"),
+                *(c.type != kind for kind in _SKIPPED),  # not NOT IN: compiled once
+            )
             .order_by(c.seq.desc())
-            .limit(PAGE)
+            .limit(size)
         )
 
-    return list(tx.rows(key, build, {"v": value, "before": before}))
+    return list(tx.rows(("guard-thread", size), build, {"v": thread, "before": before}))
 
 
-def _rows(tx: Transaction, key: str, column: str, value: str) -> Any:
-    """Rows where `column` = `value`, newest first, a page at a time, as long as asked."""
-    before = tx.state.next_seq
+def _thread_rows(tx: Transaction, thread: str) -> Any:
+    """The thread's anchors and counted rows, newest first, a page at a time (16 rows, then
+    growing), as long as the caller asks."""
+    before, size = tx.state.next_seq, FIRST_PAGE
     while True:
-        page = _page(tx, key, column, value, before)
+        page = _page(tx, thread, before, size)
         yield from page
-        if len(page) < PAGE:
+        if len(page) < size:
             return
-        before = int(page[-1][0])
+        before, size = int(page[-1][0]), min(size * 4, MAX_PAGE)
 
 
 def _meta(row: Any) -> dict[str, Any]:
@@ -132,7 +141,7 @@ def _scan_thread(
     exhausted thread's anchor names its episode: one notice each)."""
     humans = tx.store.task_settings.humans
     used, cap, full = 0, limit, False
-    for row in _rows(tx, "guard-thread", "correlation_id", thread):
+    for row in _thread_rows(tx, thread):
         writer, kind, ident = row[3], row[2], row[1]
         if kind == g.RAISE_TYPE and (writer == requester or g.is_person(writer, humans)):
             raised = max(limit, g.meta_int(_meta(row), "thread_budget", limit, low=1))
@@ -198,23 +207,22 @@ def _check_pair(tx: Transaction, event: Event, peer: str, task: Task | None) -> 
     now = tx.store.clock.wall_clock.now_ms()
     cutoff = now_text(now - settings.pair_window_ms)
     a, b = event.from_agent, peer
-    recent: list[Any] = []
-    for writer, other in ((a, b), (b, a)):
-        for row in _rows(tx, "guard-pair", "from_agent", writer):
-            if str(row[5]) < cutoff:
-                break
-            if row[4] == other:
-                recent.append(row)
+    n = settings.pair_budget
+    # The newest n+1 messages (or moves) each way in the window: the newest n of both ways
+    # together are among them. The database filters; Python reads at most 2n+2 rows.
+    floor = _window_floor(tx, cutoff)
+    if floor is None:
+        return  # nothing written in the window
+    recent = [*_pair_rows(tx, a, b, floor, n + 1), *_pair_rows(tx, b, a, floor, n + 1)]
     recent.sort(key=lambda r: -int(r[0]))
     used, oldest, writers = 0, None, set()
-    for row in recent:
-        if row[2] in g.EXEMPT_TYPES and row[2] not in ("event.ack", g.RAISE_TYPE):
-            break  # a task move (or a notice) between them: the count restarts after it
-        if g.counted(row[2], row[3], settings.humans):
-            used, oldest = used + 1, row[1]
-            writers.add(row[3])
+    for row in recent[:n]:
+        if row[2] in _MOVES:
+            break  # a task move between them: the count restarts after it
+        used, oldest = used + 1, row[1]
+        writers.add(row[3])
     # An exchange needs both: one agent writing to another that never answers is no loop.
-    if used < settings.pair_budget or len(writers | {a}) < 2:
+    if used < n or len(writers | {a}) < 2:
         return
     x, y = sorted((a, b))
     message = g.pair_refusal(
@@ -226,6 +234,44 @@ def _check_pair(tx: Transaction, event: Event, peer: str, task: Task | None) -> 
     notice = _notice(event, to or peer, message, f"pair:{x}|{y}:{oldest}")
     notice["metadata"] = {"budget": "pair", "limit": settings.pair_budget, "agents": [x, y]}
     raise g.BudgetExhausted(message, field="pair_budget", notice=notice)
+
+
+_MOVES = g.EXEMPT_TYPES - {"event.ack", g.RAISE_TYPE}
+
+
+def _window_floor(tx: Transaction, cutoff: str) -> int | None:
+    """The seq of the first event written at or after `cutoff` (the `created_at` index), so
+    the pair's reads walk the writers' `(from_agent, seq)` index over the window only."""
+
+    def build() -> sa.Select[Any]:
+        c = events.c
+        where = c.created_at >= sa.bindparam("cutoff")
+        return sa.select(c.seq).where(where).order_by(c.created_at).limit(1)
+
+    rows = tx.rows("guard-window", build, {"cutoff": cutoff})
+    return int(rows[0][0]) if rows else None
+
+
+def _pair_rows(tx: Transaction, writer: str, to: str, floor: int, n: int) -> list[Any]:
+    """`writer`'s newest `n` events to `to` from seq `floor` on, acks and raises left out."""
+
+    def build() -> sa.Select[Any]:
+        c = events.c
+        return (
+            sa.select(*(getattr(c, name) for name in _COLS))
+            .where(
+                c.from_agent == sa.bindparam("a"),
+                c.to_agent == sa.bindparam("b"),
+                c.seq >= sa.bindparam("floor"),
+                c.type != "event.ack",
+                c.type != g.RAISE_TYPE,
+            )
+            .order_by(c.seq.desc())
+            .limit(n)
+        )
+
+    params = {"a": writer, "b": to, "floor": floor}
+    return list(tx.rows(("guard-pair", n), build, params))
 
 
 # ----------------------------------------------------------------------------- notice
