@@ -292,3 +292,31 @@ def test_a_real_hub_restarted_in_between_neither_loses_nor_doubles_a_reminder(
     finally:
         hub.stop()
     assert kinds() == ["task.reminder1", "task.reminder2", g.STALLED_TYPE]
+
+
+def test_the_cli_creates_a_task_with_its_options_and_reminds_without_a_hub(
+    tmp_path: Path,
+) -> None:
+    import json
+
+    from tests.conftest import run_cli
+
+    db = ("--db", str(tmp_path / "log.sqlite3"))
+    made = run_cli(
+        *("task", "create", "--project", "p", "--from-agent", "claude", "--to-agent", "codex"),
+        *("--goal", "g", "--branch", "main", "--base-commit", COMMIT, "--done", "d"),
+        *("--claim-timeout-ms", "1", "--max-reminders", "1", "--thread-budget", "9", "--json"),
+        *db,
+    )
+    assert made.returncode == 0, made.stderr
+    task = json.loads(made.stdout)["task"]
+    assert task["metadata"] == {"claim_timeout_ms": 1, "max_reminders": 1, "thread_budget": 9}
+    first = run_cli("task", "remind", "--json", *db)
+    assert first.returncode == 0, first.stderr
+    out = json.loads(first.stdout)
+    assert [(r["kind"], r["n"]) for r in out["written"]] == [("reminder", 1)]
+    assert out["written"][0]["task_id"] == task["correlation_id"]
+    second = run_cli("task", "remind", *db)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.decode().startswith(f"stalled: {task['correlation_id']} (evt_")
+    assert run_cli("task", "remind", *db).stdout.decode().strip() == "nothing due"
