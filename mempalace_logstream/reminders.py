@@ -66,7 +66,7 @@ def remind_once(store: LogStore, presence: Registry | None = None) -> list[Writt
             continue
         try:
             if due.stall:
-                details = stalled_details(task, already, presence, plan)
+                details = stalled_details(store, task, already, presence, plan)
                 event_id = _stall(store, task, details)
                 out.append(Written(task_id=task.task_id, kind="stalled", n=0, event_id=event_id))
             else:
@@ -129,13 +129,19 @@ def _write(
 
 
 def stalled_details(
-    task: Task, already: reads.Sent, presence: Registry | None, plan: g.ReminderPlan
+    store: LogStore,
+    task: Task,
+    already: reads.Sent,
+    presence: Registry | None,
+    plan: g.ReminderPlan,
 ) -> dict[str, Any]:
     """What `task.stalled` tells the requester (its metadata): the task, the reminders sent
     and what is known of delivery to the assignee now (the hub's presence entries; `known`
-    false without a hub). One place to add more (the delivery ledger's status)."""
+    false without a hub). The one place to add more (the delivery ledger's status of the
+    request, `delivery_status(task.request_event_id)`)."""
     return {
         "task_id": task.task_id,
+        "goal": store.task_brief(task.task_id).get("goal"),
         "request_event_id": task.request_event_id,
         "requester": task.requester,
         "to_agent": task.to_agent,

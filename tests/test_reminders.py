@@ -67,7 +67,7 @@ def test_an_unclaimed_task_is_reminded_n_times_then_stalled_once(
         stalled = sent[3]
         assert stalled.to_agent == "claude"
         details = stalled.metadata
-        assert details["task_id"] == tid
+        assert (details["task_id"], details["goal"]) == (tid, "fix the bug")
         assert [r["n"] for r in details["reminders"]] == [1, 2, 3]
         assert details["presence"]["known"] is True
         assert [p["agent"] for p in details["presence"]["live"]] == ["codex"]
