@@ -27,6 +27,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from mempalace_logstream import workflows
+
 if __package__ in (None, ""):  # run as `python bench/bench_task_late.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -83,7 +85,8 @@ def progress_wire(url_b: str, n: int) -> tuple[str, list[dict[str, Any]], str]:
 
     clock = StepClock(common.BASE_MS)
     with LogStore.open(url_b, clock=clock, durability="normal") as b:
-        tid = b.task_create(
+        tid = workflows.task_create(
+            b,
             project="bench",
             from_agent="lead",
             to_agent="worker",
@@ -93,7 +96,7 @@ def progress_wire(url_b: str, n: int) -> tuple[str, list[dict[str, Any]], str]:
             done="applied",
             lease_ms=LEASE_MS,
         )["task"].correlation_id
-        b.task_update(task_id=tid, action="claim", from_agent="worker")
+        workflows.task_update(b, task_id=tid, action="claim", from_agent="worker")
         head = [e.to_dict() for e in b.event_list(correlation_id=tid, order="asc").events]
         for i in range(n):
             clock.ms += 1
@@ -124,7 +127,9 @@ def one_run(url_a: str, wire: list[dict[str, Any]], tid: str, batch: int, late: 
         replication.apply_remote_events(a, wire[:2], "b")  # the request and the claim
         if late:  # the holder reports from A, later than everything B wrote
             clock.ms = common.BASE_MS + 10 * len(wire) + 3_600_000
-            a.task_update(task_id=tid, action="progress", from_agent="worker", progress=99)
+            workflows.task_update(
+                a, task_id=tid, action="progress", from_agent="worker", progress=99
+            )
         cache = getattr(a, "task_folds", None)
         folded0 = getattr(cache, "folded", 0)
         moves = wire[2:]

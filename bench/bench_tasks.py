@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mempalace_logstream import workflows
+
 if __package__ in (None, ""):  # run as `python bench/bench_tasks.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -344,7 +346,8 @@ class Appends:
 
     def task_update(self) -> None:
         self.progress += 1
-        self.store.task_update(
+        workflows.task_update(
+            self.store,
             task_id=self.task_c,
             action="progress",
             from_agent=common.AGENTS[7],

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import dataclasses
 import os
 import pstats
 import subprocess
@@ -55,10 +56,11 @@ class StoreTimer:
     """Wraps the `event_append` operation: worker-thread CPU inside it, summed."""
 
     def __init__(self, operations: Any) -> None:
-        self.real = operations.OPERATIONS["event_append"]
+        op = operations.OPERATIONS["event_append"]
+        self.real = op.handler
         self.cpu = 0.0
         self.calls = 0
-        operations.OPERATIONS["event_append"] = self
+        operations.OPERATIONS["event_append"] = dataclasses.replace(op, handler=self)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         t0 = time.thread_time()

@@ -70,7 +70,7 @@ async def call(store: LogStore, name: str, args: dict[str, Any]) -> dict[str, An
     clean = operations.check_args(name, args)
     if name == "event_wait":
         return await event_wait(store, clean)
-    result: dict[str, Any] = await run(operations.OPERATIONS[name], store, **clean)
+    result: dict[str, Any] = await run(operations.OPERATIONS[name].handler, store, **clean)
     return result
 
 

@@ -10,7 +10,7 @@ import base64
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 PREVIEW_CHARS = 200
@@ -95,31 +95,6 @@ def mark_unverified(event: Event, code: str) -> None:
 ROW_ERROR = "row_error"
 
 
-# An event's immutable, replicated fields, in one order: `Event.content_key()`, the compact sync
-# rows (`replication.ROW_COLUMNS`) and what a signature covers (`identity.SIGNED_FIELDS`, the body
-# through its sha256) all follow it.
-CONTENT_FIELDS = (
-    "id",
-    "origin_replica",
-    "origin_seq",
-    "hlc",
-    "type",
-    "stream",
-    "room",
-    "topic",
-    "from_agent",
-    "to_agent",
-    "correlation_id",
-    "branch",
-    "base_commit",
-    "status",
-    "artifact_ids",
-    "body",
-    "created_at",
-    "metadata",
-)
-
-
 # A redacted body (RFC 0008 "Redaction"): this prefix, then the canonical JSON of who redacted
 # it, when, why, by which `event.redact`, and the SHA-256 of the body it replaced (which the
 # signature covers, so the event still verifies).
@@ -159,31 +134,67 @@ def body_digest(body: str) -> str:
     return hashlib.sha256(body.encode("utf-8")).hexdigest()
 
 
+@dataclass(frozen=True)
+class FieldSpec:
+    """One field of an event, declared once on `Event` (RFC 0006 "One event spec"): the schema's
+    columns, the content fields, the sync rows, the signed fields, `to_dict` and the checks of a
+    draft or a remote event all derive from these."""
+
+    kind: str  # the column: "key", "seq", "int", "text"; "links" lives in event_artifacts
+    doc: str
+    nullable: bool = False
+    content: bool = True  # immutable and replicated: content_key, sync rows, the signature
+    check: str | None = None  # a draft's and a remote event's rule: "type", "required",
+    # "routing" (optional), "status"; None: checked by its own rule (body, metadata, ...)
+    indexed: bool = False  # a (column, seq) index: the read filters test it
+    wire: str = ""  # its name in to_dict and on the wire, when not the attribute's
+
+
+def _spec(kind: str, doc: str, **options: Any) -> dict[str, FieldSpec]:
+    return {"spec": FieldSpec(kind, doc, **options)}
+
+
 @dataclass(frozen=True, kw_only=True)
 class Event:
-    id: str
-    seq: int
-    origin_replica: str
-    origin_seq: int
-    hlc: str
-    type: str
-    stream: str
-    room: str
-    topic: str | None
-    from_agent: str
-    to_agent: str | None
-    correlation_id: str | None
-    branch: str | None
-    base_commit: str | None
-    status: str | None
-    artifact_ids: tuple[str, ...]
-    body: str
-    created_at: str
-    metadata_json: str = "{}"
+    id: str = field(metadata=_spec("key", "globally unique event id (evt_<ULID>)"))
+    seq: int = field(metadata=_spec("seq", "this store's position (local)", content=False))
+    origin_replica: str = field(metadata=_spec("key", "the replica that wrote it"))
+    origin_seq: int = field(metadata=_spec("int", "its position at its origin"))
+    hlc: str = field(metadata=_spec("key", "hybrid logical clock stamp"))
+    type: str = field(metadata=_spec("text", "event type", check="type", indexed=True))
+    stream: str = field(metadata=_spec("text", "stream", check="required", indexed=True))
+    room: str = field(metadata=_spec("text", "room", check="required", indexed=True))
+    topic: str | None = field(
+        metadata=_spec("text", "topic", nullable=True, check="routing", indexed=True)
+    )
+    from_agent: str = field(metadata=_spec("text", "the writer", check="required", indexed=True))
+    to_agent: str | None = field(
+        metadata=_spec("text", "recipient or *", nullable=True, check="routing", indexed=True)
+    )
+    correlation_id: str | None = field(
+        metadata=_spec("text", "thread (task id)", nullable=True, check="routing", indexed=True)
+    )
+    branch: str | None = field(metadata=_spec("text", "Git branch", nullable=True, check="routing"))
+    base_commit: str | None = field(
+        metadata=_spec("text", "Git commit", nullable=True, check="routing")
+    )
+    status: str | None = field(
+        metadata=_spec("text", "status word", nullable=True, check="status", indexed=True)
+    )
+    artifact_ids: tuple[str, ...] = field(metadata=_spec("links", "artifacts it names"))
+    body: str = field(metadata=_spec("text", "the text (signed through its SHA-256)"))
+    created_at: str = field(metadata=_spec("text", "wall-clock time at its origin (UTC)"))
+    metadata_json: str = field(
+        default="{}", metadata=_spec("text", "a JSON object", wire="metadata")
+    )
     # The Ed25519 signature (base64url) and its key id (RFC 0008); both None when unsigned. A
     # stored signature was verified when the event was stored (nothing forged is stored).
-    sig: str | None = None
-    key_id: str | None = None
+    sig: str | None = field(
+        default=None, metadata=_spec("text", "Ed25519 signature", nullable=True, content=False)
+    )
+    key_id: str | None = field(
+        default=None, metadata=_spec("text", "its key's id", nullable=True, content=False)
+    )
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -228,30 +239,11 @@ class Event:
 
     def to_dict(self, *, preview: bool = False, slim: bool = False) -> dict[str, Any]:
         metadata, problem = read_metadata(self.metadata_json)
-        out: dict[str, Any] = {
-            "id": self.id,
-            "seq": self.seq,
-            "origin_replica": self.origin_replica,
-            "origin_seq": self.origin_seq,
-            "hlc": self.hlc,
-            "type": self.type,
-            "stream": self.stream,
-            "room": self.room,
-            "topic": self.topic,
-            "from_agent": self.from_agent,
-            "to_agent": self.to_agent,
-            "correlation_id": self.correlation_id,
-            "branch": self.branch,
-            "base_commit": self.base_commit,
-            "status": self.status,
-            "artifact_ids": list(self.artifact_ids),
-            "body": self.body,
-            "created_at": self.created_at,
-            "metadata": metadata,
-            "verified": self.verified,
-            "key_id": self.key_id,
-            "sig": self.sig,
-        }
+        values = self.__dict__
+        out: dict[str, Any] = {wire: values[name] for name, wire in _WIRE_NAMES}
+        out["artifact_ids"] = list(self.artifact_ids)
+        out["metadata"] = metadata
+        out["verified"] = self.verified
         reason = self.verified_reason
         if reason is not None:
             out["verified_reason"] = reason
@@ -275,6 +267,23 @@ class Event:
 
     def with_seq(self, seq: int) -> Event:
         return replace(self, seq=seq)
+
+
+# The fields of an event as declared on `Event`, in that order: (attribute, spec).
+EVENT_SPEC: tuple[tuple[str, FieldSpec], ...] = tuple(
+    (f.name, f.metadata["spec"]) for f in fields(Event)
+)
+_WIRE_NAMES = tuple((name, spec.wire or name) for name, spec in EVENT_SPEC)
+# The immutable, replicated fields by their wire names, in one order: `Event.content_key()`, the
+# compact sync rows (`replication.ROW_COLUMNS`) and what a signature covers
+# (`identity.SIGNED_FIELDS`, the body through its sha256) all follow it.
+CONTENT_FIELDS = tuple(spec.wire or name for name, spec in EVENT_SPEC if spec.content)
+# Every replicated field by its wire name (all but the local `seq`): a compact sync row's columns.
+ROW_FIELDS = tuple(wire for name, wire in _WIRE_NAMES if name != "seq")
+# The fields that may be None (the nullable columns).
+NULLABLE_FIELDS = frozenset(name for name, spec in EVENT_SPEC if spec.nullable)
+# A draft's routing fields and the rule that checks each (`LogStore.draft_event`, a remote event).
+CHECKED_FIELDS = tuple((name, spec.check) for name, spec in EVENT_SPEC if spec.check)
 
 
 def _digest_or_body(body: str) -> str:
@@ -396,3 +405,9 @@ class ArtifactDraft:
     created_by: str
     metadata_json: str = "{}"
     warnings: tuple[str, ...] = field(default=())
+
+
+# The fields a writer gives (`EventDraft`'s, but for the idempotency key): a stored event takes
+# them as they are; the store adds the ids, positions and stamps.
+DRAFT_FIELDS = tuple(f.name for f in fields(EventDraft) if f.name != "idempotency_key")
+assert set(DRAFT_FIELDS) <= {name for name, _ in EVENT_SPEC}, "EventDraft names a non-field"

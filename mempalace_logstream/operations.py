@@ -1,24 +1,52 @@
-"""The operation vocabulary of SPEC §3, shared by every surface.
+"""The operation table of SPEC §3, shared by every surface: for each operation its parameters
+(a model of `op_params`: names, types, descriptions, which are required), its handler and
+whether it writes. HTTP routes, MCP tools and the CLI's checks are derived from this table.
 
-Each operation takes the raw keyword arguments a surface received (the same names on the CLI,
-MCP and HTTP), lets the store validate them, and returns the JSON-ready dict every surface
-prints. Surfaces only translate transport details; they never validate or reshape.
+A handler takes the store and the raw keyword arguments a surface received (the same names on
+the CLI, MCP and HTTP), lets the core validate them, and returns the JSON-ready dict every
+surface prints. Surfaces only translate transport details; they never validate or reshape.
+To add an operation: its model in `op_params`, its handler here, one row in `OPERATIONS`.
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from mempalace_logstream import errors
-from mempalace_logstream import validation as v
+from mempalace_logstream import op_params as p
 from mempalace_logstream.identity import actor
-from mempalace_logstream.store import LogStore
-from mempalace_logstream.store.identity import check_writer
+
+if TYPE_CHECKING:
+    from mempalace_logstream.presence import Registry
+    from mempalace_logstream.store import LogStore
 
 Handler = Callable[..., dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One operation: its parameters model, its handler, and whether it writes."""
+
+    params: type[p.Params]
+    handler: Handler
+    mutating: bool = False
+
+    @property
+    def description(self) -> str:
+        """What the operation does (its parameters model's docstring), for agents and docs."""
+        return " ".join((self.params.__doc__ or "").split())
+
+    @property
+    def summary(self) -> str:
+        """The first sentence of the description."""
+        return self.description.split(". ")[0].rstrip(".")
+
+    def required(self) -> dict[str, bool]:
+        """{parameter: required}, in the model's order."""
+        return {name: f.is_required() for name, f in self.params.model_fields.items()}
 
 
 def event_append(store: LogStore, **args: Any) -> dict[str, Any]:
@@ -38,12 +66,15 @@ def event_wait(store: LogStore, **args: Any) -> dict[str, Any]:
 
 
 def event_ack(store: LogStore, **args: Any) -> dict[str, Any]:
-    return {"event": store.event_ack(**args).to_dict()}
+    from mempalace_logstream import workflows
+
+    return {"event": workflows.event_ack(store, **args).to_dict()}
 
 
 def event_redact(store: LogStore, **args: Any) -> dict[str, Any]:
-    """Redact an event's body and/or artifact blobs (admin or its verified writer)."""
-    out = store.event_redact(**args)
+    from mempalace_logstream.store import redaction
+
+    out = redaction.event_redact(store, **args)
     return {"event": out["event"].to_dict(), "target": out["target"], "parts": out["parts"]}
 
 
@@ -56,7 +87,9 @@ def artifact_get(store: LogStore, *, artifact_id: Any) -> dict[str, Any]:
 
 
 def patch_submit(store: LogStore, **args: Any) -> dict[str, Any]:
-    out = store.patch_submit(**args)
+    from mempalace_logstream import workflows
+
+    out = workflows.patch_submit(store, **args)
     result: dict[str, Any] = {
         "artifact": out["artifact"].to_dict(with_content=False),
         "event": out["event"].to_dict(),
@@ -67,12 +100,16 @@ def patch_submit(store: LogStore, **args: Any) -> dict[str, Any]:
 
 
 def task_create(store: LogStore, **args: Any) -> dict[str, Any]:
-    out = store.task_create(**args)
+    from mempalace_logstream import workflows
+
+    out = workflows.task_create(store, **args)
     return {"task_id": out["task_id"], "task": out["task"].to_dict(), "handoff": out["handoff"]}
 
 
 def task_update(store: LogStore, **args: Any) -> dict[str, Any]:
-    out = store.task_update(**args)
+    from mempalace_logstream import workflows
+
+    out = workflows.task_update(store, **args)
     return {"event": out["event"].to_dict(), "task": out["task"]}
 
 
@@ -98,80 +135,36 @@ def stats(store: LogStore) -> dict[str, Any]:
     return out
 
 
-OPERATIONS: dict[str, Handler] = {
-    "event_append": event_append,
-    "event_get": event_get,
-    "event_list": event_list,
-    "event_wait": event_wait,
-    "event_ack": event_ack,
-    "event_redact": event_redact,
-    "artifact_put": artifact_put,
-    "artifact_get": artifact_get,
-    "patch_submit": patch_submit,
-    "task_create": task_create,
-    "task_update": task_update,
-    "task_status": task_status,
-    "task_list": task_list,
-    "version_vector": version_vector,
-    "stats": stats,
+OPERATIONS: dict[str, Operation] = {
+    "event_append": Operation(p.EventAppend, event_append, mutating=True),
+    "event_get": Operation(p.EventGet, event_get),
+    "event_list": Operation(p.EventList, event_list),
+    "event_wait": Operation(p.EventWait, event_wait),
+    "event_ack": Operation(p.EventAck, event_ack, mutating=True),
+    "event_redact": Operation(p.EventRedact, event_redact, mutating=True),
+    "artifact_put": Operation(p.ArtifactPut, artifact_put, mutating=True),
+    "artifact_get": Operation(p.ArtifactGet, artifact_get),
+    "patch_submit": Operation(p.PatchSubmit, patch_submit, mutating=True),
+    "task_create": Operation(p.TaskCreate, task_create, mutating=True),
+    "task_update": Operation(p.TaskUpdate, task_update, mutating=True),
+    "task_status": Operation(p.TaskStatus, task_status),
+    "task_list": Operation(p.TaskList, task_list),
+    "version_vector": Operation(p.VersionVector, version_vector),
+    "stats": Operation(p.Stats, stats),
 }
-MUTATING = frozenset(
-    {
-        "event_append",
-        "event_ack",
-        "event_redact",
-        "artifact_put",
-        "patch_submit",
-        "task_create",
-        "task_update",
-    }
-)
 
-
-READ_PARAMS = (
-    *v.FILTER_FIELDS,
-    "from_agent",
-    "since_event_id",
-    "before_event_id",
-    "since_created_at",
-    "limit",
-    "order",
-    "preview",
-    "slim",
-)
+# The operations that write: only their CLI commands create a missing log, a read-only MCP
+# server leaves their tools out, and HTTP tags their routes.
+MUTATING = frozenset(name for name, op in OPERATIONS.items() if op.mutating)
+READ_PARAMS = tuple(p.EventList.model_fields)
 # A wait reads forwards from its cursor: a window end or a newest-first order make no sense.
-WAIT_PARAMS = (*(p for p in READ_PARAMS if p not in ("before_event_id", "order")), "timeout_ms")
-
-
-def _signature(fn: Callable[..., Any], drop: tuple[str, ...] = ()) -> dict[str, bool]:
-    out = {}
-    for name, p in inspect.signature(fn).parameters.items():
-        if name != "self" and p.kind is not p.VAR_KEYWORD and name not in drop:
-            out[name] = p.default is inspect.Parameter.empty
-    return out
+WAIT_PARAMS = tuple(p.EventWait.model_fields)
 
 
 @functools.cache
 def params() -> dict[str, dict[str, bool]]:
-    """{operation: {parameter: required}}: the one parameter table of every surface, taken
-    from the core signatures so that HTTP, MCP and the CLI cannot drift from the store."""
-    return {
-        "event_append": _signature(LogStore.draft_event),
-        "event_get": {"event_id": True},
-        "event_list": dict.fromkeys(READ_PARAMS, False),
-        "event_wait": dict.fromkeys(WAIT_PARAMS, False),
-        "event_ack": _signature(LogStore.event_ack),
-        "event_redact": _signature(LogStore.event_redact),
-        "artifact_put": _signature(LogStore.draft_artifact, ("content_field",)),
-        "artifact_get": {"artifact_id": True},
-        "patch_submit": _signature(LogStore.patch_submit),
-        "task_create": _signature(LogStore.task_create),
-        "task_update": _signature(LogStore.task_update),
-        "task_status": {"task_id": True},
-        "task_list": _signature(LogStore.task_list),
-        "version_vector": {},
-        "stats": {},
-    }
+    """{operation: {parameter: required}}: the one parameter table of every surface."""
+    return {name: op.required() for name, op in OPERATIONS.items()}
 
 
 def check_args(name: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -206,7 +199,7 @@ def _checked(name: str, table: dict[str, bool] | None, args: dict[str, Any]) -> 
 def call(store: LogStore, name: str, args: dict[str, Any]) -> dict[str, Any]:
     """Run operation `name` with raw `args` (None values mean "not given")."""
     clean = check_args(name, args)
-    return OPERATIONS[name](store, **clean)
+    return OPERATIONS[name].handler(store, **clean)
 
 
 class LocalClient:
@@ -223,31 +216,43 @@ class LocalClient:
 
 
 # ----------------------------------------------------------------------------- presence
-# Presence (S-8.4) lives in a hub's memory, not in the store: these operations take the hub's
+# Presence (S-8.4) lives in a hub's memory, not in the store: these handlers take the hub's
 # `presence.Registry`. Same names and refusals on every surface; without a hub, the CLI says
 # that presence needs one (`presence.NEEDS_A_HUB`).
-PRESENCE_PARAMS: dict[str, dict[str, bool]] = {
-    "presence_announce": {
-        "agent": True,
-        "state": True,
-        "task_id": False,
-        "note": False,
-        "ttl_s": False,
-    },
-    "presence_leave": {"agent": True},
-    "presence_list": {},
+
+
+def presence_announce(registry: Registry, **args: Any) -> dict[str, Any]:
+    return {"presence": registry.announce(**args).to_dict()}
+
+
+def presence_leave(registry: Registry, *, agent: str) -> dict[str, Any]:
+    return {"left": registry.leave(agent)}
+
+
+def presence_list(registry: Registry) -> dict[str, Any]:
+    agents = [entry.to_dict() for entry in registry.present()]
+    return {"agents": agents, "count": len(agents)}
+
+
+PRESENCE: dict[str, Operation] = {
+    "presence_announce": Operation(p.PresenceAnnounce, presence_announce, mutating=True),
+    "presence_leave": Operation(p.PresenceLeave, presence_leave, mutating=True),
+    "presence_list": Operation(p.PresenceList, presence_list),
 }
+PRESENCE_PARAMS: dict[str, dict[str, bool]] = {name: op.required() for name, op in PRESENCE.items()}
 
 
-def presence_call(registry: Any, name: str, args: dict[str, Any]) -> dict[str, Any]:
+def presence_call(registry: Registry, name: str, args: dict[str, Any]) -> dict[str, Any]:
     """Run presence operation `name` on the hub's registry with raw `args`."""
     clean = _checked(name, PRESENCE_PARAMS.get(name), args)
     if name != "presence_list" and isinstance(clean.get("agent"), str):
+        from mempalace_logstream.store.identity import check_writer
+
         # An agent token announces (and ends) its own presence only (RFC 0008).
         check_writer(actor.current(), "agent", clean["agent"])
-    if name == "presence_announce":
-        return {"presence": registry.announce(**clean).to_dict()}
-    if name == "presence_leave":
-        return {"left": registry.leave(clean["agent"])}
-    agents = [entry.to_dict() for entry in registry.present()]
-    return {"agents": agents, "count": len(agents)}
+    return PRESENCE[name].handler(registry, **clean)
+
+
+def every_operation() -> dict[str, Operation]:
+    """The store's operations and the hub's presence ones: what an agent's tools offer."""
+    return {**OPERATIONS, **PRESENCE}

@@ -7,7 +7,11 @@ Must not import engine, store or alembic.
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
+
+from mempalace_logstream.models import EVENT_SPEC
 
 SCHEMA_HEAD = "0007"
 
@@ -27,41 +31,34 @@ Seq = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 # database collation and break "string order is causal order").
 Key = sa.Text().with_variant(sa.Text(collation="C"), "postgresql")
 
-FILTER_COLUMNS = (
-    "stream",
-    "room",
-    "topic",
-    "type",
-    "to_agent",
-    "from_agent",
-    "correlation_id",
-    "status",
+# The column type of each kind of event field (models.FieldSpec.kind; "links" is no column).
+_KINDS: dict[str, sa.types.TypeEngine[Any]] = {
+    "seq": Seq,
+    "key": Key,
+    "int": sa.BigInteger(),
+    "text": sa.Text(),
+}
+# The events columns (and their (column, seq) indexes), as `Event` declares its fields, the
+# position first (the order migration 0001 created).
+_EVENT_FIELDS = sorted(
+    ((name, spec) for name, spec in EVENT_SPEC if spec.kind in _KINDS),
+    key=lambda item: item[1].kind != "seq",
 )
+FILTER_COLUMNS = tuple(name for name, spec in _EVENT_FIELDS if spec.indexed)
 
 events = sa.Table(
     "events",
     metadata,
-    sa.Column("seq", Seq, primary_key=True, autoincrement=False),
-    sa.Column("id", Key, nullable=False),
-    sa.Column("origin_replica", Key, nullable=False),
-    sa.Column("origin_seq", sa.BigInteger, nullable=False),
-    sa.Column("hlc", Key, nullable=False),
-    sa.Column("type", sa.Text, nullable=False),
-    sa.Column("stream", sa.Text, nullable=False),
-    sa.Column("room", sa.Text, nullable=False),
-    sa.Column("topic", sa.Text),
-    sa.Column("from_agent", sa.Text, nullable=False),
-    sa.Column("to_agent", sa.Text),
-    sa.Column("correlation_id", sa.Text),
-    sa.Column("branch", sa.Text),
-    sa.Column("base_commit", sa.Text),
-    sa.Column("status", sa.Text),
-    sa.Column("body", sa.Text, nullable=False),
-    sa.Column("created_at", sa.Text, nullable=False),
-    sa.Column("metadata_json", sa.Text, nullable=False),
-    # The Ed25519 signature (base64url) and its key id (RFC 0008), both NULL when unsigned (0005).
-    sa.Column("sig", sa.Text),
-    sa.Column("key_id", sa.Text),
+    *[
+        sa.Column(
+            name,
+            _KINDS[spec.kind],
+            nullable=spec.nullable,
+            primary_key=spec.kind == "seq",
+            autoincrement=False,
+        )
+        for name, spec in _EVENT_FIELDS
+    ],
     sa.Column("idempotency_key", sa.Text),
     sa.UniqueConstraint("id"),
     sa.UniqueConstraint("origin_replica", "origin_seq"),

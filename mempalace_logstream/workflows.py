@@ -1,6 +1,6 @@
 """Agent conventions built on the store's public API: acknowledgements, patch submission and
 task delegation. They are not storage: each is a draft plus one `store.transaction`.
-`LogStore.event_ack`, `patch_submit` and `task_create` delegate here.
+The operation table (`operations.py`) calls them; so may any Python caller, with a store.
 """
 
 from __future__ import annotations

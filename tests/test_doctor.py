@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from mempalace_logstream import agents, doctor, sync
+from mempalace_logstream import agents, doctor, sync, workflows
 from mempalace_logstream.backends.sqlite import SqliteBackend
 from mempalace_logstream.http import create_app
 from mempalace_logstream.store import LogStore
@@ -30,7 +30,8 @@ def store(store: LogStore, tmp_path: Path) -> LogStore:
 
 
 def _task(store: LogStore) -> str:
-    out = store.task_create(
+    out = workflows.task_create(
+        store,
         project="demo",
         from_agent="claude",
         to_agent="codex",

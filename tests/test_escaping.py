@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from mempalace_logstream import LogStore, replication
+from mempalace_logstream import LogStore, replication, workflows
 from tests.conftest import REPO, run_cli
 
 OSC52 = "\x1b]52;c;ZXZpbA==\x07"  # "evil" into the clipboard
@@ -92,7 +92,8 @@ def test_task_status_escapes_a_peers_hostile_text(tmp_path: Path) -> None:
     it as an anomaly, whose reason quotes the field; `task status` shows it escaped."""
     db = str(tmp_path / "a.sqlite3")
     with LogStore.open(db) as a, LogStore.open(str(tmp_path / "b.sqlite3")) as b:
-        task = a.task_create(
+        task = workflows.task_create(
+            a,
             project="demo",
             from_agent="alice",
             to_agent="bob",
@@ -101,7 +102,7 @@ def test_task_status_escapes_a_peers_hostile_text(tmp_path: Path) -> None:
             branch="main",
             base_commit="abcdef1",
         )["task"]
-        a.task_update(task_id=task.correlation_id, action="claim", from_agent="bob")
+        workflows.task_update(a, task_id=task.correlation_id, action="claim", from_agent="bob")
         b.event_append(
             type="task.note", stream=task.stream, room="r", from_agent="bob", correlation_id=task.id
         )

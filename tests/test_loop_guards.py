@@ -15,7 +15,7 @@ import httpx
 import pytest
 from mcp import Client
 
-from mempalace_logstream import LogStore, errors, mcp_server
+from mempalace_logstream import LogStore, errors, mcp_server, workflows
 from mempalace_logstream.tasks import guards as g
 from tests.conftest import ManualClock, run_cli
 from tests.hubkit import LiveHub
@@ -30,7 +30,8 @@ def _open(url: str, clock: ManualClock, **settings: Any) -> LogStore:
 
 
 def _task(store: LogStore, **extra: Any) -> str:
-    out = store.task_create(
+    out = workflows.task_create(
+        store,
         project="p",
         from_agent="claude",
         to_agent="codex",
@@ -133,13 +134,17 @@ def test_acks_state_changing_moves_and_cancels_pass_an_exhausted_thread(
         with pytest.raises(g.BudgetExhausted):
             _say(store, tid, "codex", "claude")
         assert last is not None
-        store.event_ack(event_id=last.id, from_agent="claude")  # an ack passes
-        store.task_update(task_id=tid, action="claim", from_agent="codex")  # open -> claimed
+        workflows.event_ack(store, event_id=last.id, from_agent="claude")  # an ack passes
+        workflows.task_update(
+            store, task_id=tid, action="claim", from_agent="codex"
+        )  # open -> claimed
         for pct in (10, 20, 30):  # status updates are never counted: they are no chatter
-            store.task_update(task_id=tid, action="progress", from_agent="codex", progress=pct)
+            workflows.task_update(
+                store, task_id=tid, action="progress", from_agent="codex", progress=pct
+            )
         with pytest.raises(g.BudgetExhausted):
             _say(store, tid, "codex", "claude")
-        store.task_update(task_id=tid, action="cancel", from_agent="claude")
+        workflows.task_update(store, task_id=tid, action="cancel", from_agent="claude")
         assert store.task_status(tid)["task"]["state"] == "cancelled"
         assert len(_exhausted(store)) == 1
     finally:
@@ -196,7 +201,7 @@ def test_the_pair_budget_counts_messages_in_a_window_without_a_task_move(
             _say(store, None, "codex", "claude")
         # A task move between them restarts the count.
         tid = _task(store, thread_budget=100)
-        store.task_update(task_id=tid, action="claim", from_agent="codex")
+        workflows.task_update(store, task_id=tid, action="claim", from_agent="codex")
         assert _ping_pong(store, tid)[0] == 4
     finally:
         store.close()

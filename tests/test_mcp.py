@@ -25,7 +25,7 @@ from mcp import Client, ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from mempalace_logstream import LogStore, mcp_server
+from mempalace_logstream import LogStore, mcp_server, operations
 from mempalace_logstream.validation import DEFAULT_MAX_ARTIFACT_BYTES
 from tests.hubkit import live_hub
 
@@ -194,7 +194,7 @@ def mcp_store(tmp_path: Path):
 def test_in_memory_delegation_and_tool_errors(mcp_store: LogStore, mode: str) -> None:
     async def scenario() -> None:
         server = mcp_server.build_server(mcp_store)
-        async with Client(server, mode=mode) as client:
+        async with Client(server.protocol, mode=mode) as client:
             await delegation(client)
             await validation_errors_are_tool_errors(client)
 
@@ -205,7 +205,7 @@ def test_in_memory_delegation_and_tool_errors(mcp_store: LogStore, mode: str) ->
 def test_read_only_hides_and_refuses_mutating_tools(mcp_store: LogStore, mode: str) -> None:
     async def scenario() -> None:
         server = mcp_server.build_server(mcp_store, read_only=True)
-        async with Client(server, mode=mode) as client:
+        async with Client(server.protocol, mode=mode) as client:
             assert set(await _tool_names(client)) == READ_TOOLS
             refused = await client.call_tool(
                 "mempalace_event_append",
@@ -218,10 +218,11 @@ def test_read_only_hides_and_refuses_mutating_tools(mcp_store: LogStore, mode: s
     asyncio.run(asyncio.wait_for(scenario(), 60))
 
 
-def test_tools_are_module_level_functions_with_agent_docs() -> None:
-    for fn in (*mcp_server.READ_TOOLS, *mcp_server.WRITE_TOOLS):
-        assert getattr(mcp_server, fn.__name__) is fn
-        assert fn.__doc__ and len(fn.__doc__.split()) >= 12, fn.__name__
+def test_every_tool_is_an_operation_of_the_table_with_agent_docs() -> None:
+    for name, op in operations.every_operation().items():
+        tool = mcp_server.spec_tool(name, op)
+        assert tool.name == f"mempalace_{name}"
+        assert tool.description and len(tool.description.split()) >= 12, name
 
 
 # --------------------------------------------------------------------------- stdio
@@ -297,7 +298,7 @@ def test_server_info_descriptions_and_results_read_well(mcp_store: LogStore, mod
 
     async def scenario() -> None:
         server = mcp_server.build_server(mcp_store)
-        async with Client(server, mode=mode) as client:
+        async with Client(server.protocol, mode=mode) as client:
             assert client.server_info is not None
             assert client.server_info.version == mempalace_logstream.__version__
             assert client.instructions == mcp_server.INSTRUCTIONS

@@ -111,7 +111,7 @@ def test_mcp_tools_share_the_hubs_table_and_need_a_hub_elsewhere(tmp_path: Path)
 
     async def without_a_hub() -> str:
         with LogStore.open(str(tmp_path / "local.sqlite3")) as store:
-            async with Client(mcp_server.build_server(store)) as client:
+            async with Client(mcp_server.build_server(store).protocol) as client:
                 out = await client.call_tool("mempalace_presence_list", {})
                 assert out.is_error
                 return str(out.content[0].text)  # type: ignore[union-attr]

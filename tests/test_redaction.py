@@ -12,10 +12,10 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from mempalace_logstream import agents, doctor, errors, replication, sync
+from mempalace_logstream import agents, doctor, errors, replication, sync, workflows
 from mempalace_logstream.identity.actor import Actor, acting_as
 from mempalace_logstream.models import parse_tombstone
-from mempalace_logstream.store import LogStore
+from mempalace_logstream.store import LogStore, redaction
 from tests.hubkit import live_hub
 
 SECRET = "AKIA-SECRET-7f3e9a"
@@ -86,7 +86,9 @@ def test_redaction_removes_the_content_on_every_replica_and_still_verifies(
     sync.sync_with_peer(b, sync.LocalPeer(store))
     assert SECRET in b.event_get(event_id).body
 
-    out = store.event_redact(event_id=event_id, reason="leaked AWS key", artifact_ids=[art_id])
+    out = redaction.event_redact(
+        store, event_id=event_id, reason="leaked AWS key", artifact_ids=[art_id]
+    )
     assert out["parts"] == ["body", art_id]
     assert out["event"].type == "event.redact" and out["event"].verified is True
     got = store.event_get(event_id)
@@ -142,7 +144,7 @@ def test_a_redaction_that_arrives_before_its_target_applies_when_it_comes(
     event_id, _art = _leak(store, "bob")
     b = _replica(tmp_path, "b", [])
     sync.sync_with_peer(b, sync.LocalPeer(store))
-    out = b.event_redact(event_id=event_id, reason="oops")
+    out = redaction.event_redact(b, event_id=event_id, reason="oops")
     c = _replica(tmp_path, "c", [])
     # C gets the redaction first (from B), then the original body from the first replica.
     applied = replication.apply_remote_events(c, [out["event"].to_dict()], peer="b")
@@ -169,29 +171,31 @@ def test_refused_redactions_write_nothing(store: LogStore) -> None:
     event_id, _ = _leak(store, "alice")
     before = _counts(store)
     with acting_as(Actor(agent="bob")), pytest.raises(errors.ForbiddenError) as info:
-        store.event_redact(event_id=event_id, reason="not mine")
+        redaction.event_redact(store, event_id=event_id, reason="not mine")
     assert info.value.field == "from_agent"
     with pytest.raises(errors.ConflictError) as wrong:
-        store.event_redact(event_id=event_id, reason="x", body_sha256="0" * 64)
+        redaction.event_redact(store, event_id=event_id, reason="x", body_sha256="0" * 64)
     assert wrong.value.field == "body_sha256"
     with pytest.raises(errors.NotFoundError) as unknown:
-        store.event_redact(event_id="evt_20261202T000000_00000000000000000000", reason="x")
+        redaction.event_redact(
+            store, event_id="evt_20261202T000000_00000000000000000000", reason="x"
+        )
     assert unknown.value.field == "event_id"
     with pytest.raises(errors.ValidationError) as no_reason:
-        store.event_redact(event_id=event_id, reason="  ")
+        redaction.event_redact(store, event_id=event_id, reason="  ")
     assert no_reason.value.field == "reason"
     assert _counts(store) == before
     assert SECRET in store.event_get(event_id).body
     # The writer itself may: alice's own key signs the redaction.
     with acting_as(Actor(agent="alice")):
-        out = store.event_redact(event_id=event_id, reason="mine", body_sha256=None)
+        out = redaction.event_redact(store, event_id=event_id, reason="mine", body_sha256=None)
     assert out["event"].from_agent == "alice" and out["event"].verified is True
     assert store.event_get(event_id).redacted["by"] == "alice"  # type: ignore[index]
 
 
 def test_the_database_refuses_every_other_change(store: LogStore) -> None:
     event_id, art_id = _leak(store, "bob")
-    out = store.event_redact(event_id=event_id, reason="r", artifact_ids=[art_id])
+    out = redaction.event_redact(store, event_id=event_id, reason="r", artifact_ids=[art_id])
     for sql in (
         "UPDATE events SET body = 'changed'",
         f"UPDATE events SET body = 'x' WHERE id = '{event_id}'",
@@ -210,13 +214,13 @@ def test_the_database_refuses_every_other_change(store: LogStore) -> None:
 
 def test_a_tombstone_is_not_a_body_anyone_may_write(store: LogStore) -> None:
     event_id, _ = _leak(store, "bob")
-    store.event_redact(event_id=event_id, reason="r")
+    redaction.event_redact(store, event_id=event_id, reason="r")
     tomb = store.event_get(event_id).body
     with pytest.raises(errors.ValidationError) as info:
         store.event_append(type="note", stream="s", room="r", from_agent="bob", body=tomb)
     assert info.value.field == "body"
     with pytest.raises(errors.ConflictError):
-        store.event_redact(event_id=event_id, reason="again")
+        redaction.event_redact(store, event_id=event_id, reason="again")
 
 
 def test_redaction_over_http_and_the_wrong_writer_is_403(tmp_path: Path) -> None:
@@ -300,7 +304,7 @@ def test_redaction_travels_over_the_http_peer(tmp_path: Path) -> None:
     with live_hub(tmp_path / "hub", token=ADMIN_TOKEN) as hub:
         agents.add(hub.store, "alice")
         event_id, art_id = _leak(hub.store, "alice")
-        hub.store.event_redact(event_id=event_id, reason="leak", artifact_ids=[art_id])
+        redaction.event_redact(hub.store, event_id=event_id, reason="leak", artifact_ids=[art_id])
         b = _replica(tmp_path, "b", hub.store.pinned_admins())
         peer = sync.HttpPeer(hub.url, ADMIN_TOKEN)
         try:
@@ -321,7 +325,8 @@ def test_redaction_travels_over_the_http_peer(tmp_path: Path) -> None:
 def test_a_redacted_task_move_keeps_the_projection_the_fold(store: LogStore) -> None:
     """A block needs a body: the tombstone still is one, the task stays blocked, and the
     projection (re-folded by the redaction) equals the fold of the redacted thread."""
-    out = store.task_create(
+    out = workflows.task_create(
+        store,
         project="demo",
         from_agent="claude",
         to_agent="codex",
@@ -331,11 +336,11 @@ def test_a_redacted_task_move_keeps_the_projection_the_fold(store: LogStore) -> 
         done="tests pass",
     )
     task_id = out["task"].correlation_id
-    store.task_update(task_id=task_id, action="claim", from_agent="codex")
-    blocked = store.task_update(
-        task_id=task_id, action="block", from_agent="codex", body=f"needs {SECRET}"
+    workflows.task_update(store, task_id=task_id, action="claim", from_agent="codex")
+    blocked = workflows.task_update(
+        store, task_id=task_id, action="block", from_agent="codex", body=f"needs {SECRET}"
     )
-    store.event_redact(event_id=blocked["event"].id, reason="leak")
+    redaction.event_redact(store, event_id=blocked["event"].id, reason="leak")
     status = store.task_status(task_id)
     assert status["task"]["state"] == "blocked" and SECRET not in json.dumps(status)
     assert doctor.run(store).checks["tasks"] == {"tasks": 1, "differ": 0, "missing": 0, "extra": 0}

@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from mempalace_logstream import agents, doctor, errors, replication, sync
 from mempalace_logstream.identity import keys
 from mempalace_logstream.identity.actor import Actor, acting_as
-from mempalace_logstream.store import LogStore
+from mempalace_logstream.store import LogStore, redaction
 from tests.hubkit import LiveHub
 from tests.idsynckit import resign, rewrite
 
@@ -238,8 +238,8 @@ def test_replicas_converge_whatever_the_arrival_order(
     try:
         _ev_a, a_id = _put_and_refer(x, "alice")
         ev_b, b_id = _put_and_refer(y, "bob")
-        y.event_redact(
-            event_id=ev_b, reason="leak", artifact_ids=[b_id], keep_body=True, from_agent="bob"
+        redaction.event_redact(
+            y, event_id=ev_b, reason="leak", artifact_ids=[b_id], keep_body=True, from_agent="bob"
         )
         assert _blob(y) == b""  # only bob's artifact references it on Y: emptied
         first, second = (x, y) if order == "alice_first" else (y, x)
@@ -270,13 +270,13 @@ def test_a_blob_is_emptied_only_when_every_artifact_naming_it_is_redacted(
     ev_a, a_id = _put_and_refer(keyed, "alice")
     ev_b, b_id = _put_and_refer(keyed, "bob")
     with acting_as(Actor(agent="alice")):
-        out = keyed.event_redact(event_id=ev_a, reason="mine", artifact_ids=[a_id])
+        out = redaction.event_redact(keyed, event_id=ev_a, reason="mine", artifact_ids=[a_id])
     assert out["parts"] == ["body", a_id]
     assert _view(keyed, a_id)[1] is not None and _view(keyed, a_id)[0] == b""
     assert _view(keyed, b_id) == (CONTENT.encode(), None)  # bob's still reads its bytes
     assert _blob(keyed) == CONTENT.encode()
     with acting_as(Actor(agent="bob")):
-        keyed.event_redact(event_id=ev_b, reason="mine too", artifact_ids=[b_id])
+        redaction.event_redact(keyed, event_id=ev_b, reason="mine too", artifact_ids=[b_id])
     assert _blob(keyed) == b""  # now nobody's unredacted artifact names it
     assert _view(keyed, b_id)[1]["by"] == "bob"  # type: ignore[index]
     # A later put of the same bytes (by anyone) refills the blob for its own artifact only.
@@ -295,9 +295,13 @@ def test_the_admin_may_empty_anyones_artifact(keyed: LogStore) -> None:
             type="note", stream="s", room="r", from_agent="bob", artifact_ids=[a_id]
         )
         with pytest.raises(errors.ForbiddenError) as info:
-            keyed.event_redact(event_id=his.id, reason="x", artifact_ids=[a_id], keep_body=True)
+            redaction.event_redact(
+                keyed, event_id=his.id, reason="x", artifact_ids=[a_id], keep_body=True
+            )
     assert info.value.field == "artifact_ids"
-    out = keyed.event_redact(event_id=his.id, reason="leak", artifact_ids=[a_id], keep_body=True)
+    out = redaction.event_redact(
+        keyed, event_id=his.id, reason="leak", artifact_ids=[a_id], keep_body=True
+    )
     assert out["parts"] == [a_id]
     assert _view(keyed, a_id)[1]["by"] == "admin"  # type: ignore[index]
     assert _blob(keyed) == b""
@@ -324,7 +328,7 @@ def test_the_database_refuses_to_empty_a_blob_an_unredacted_artifact_names(
     emptied blob with other bytes."""
     _put_and_refer(keyed, "alice")
     ev_b, b_id = _put_and_refer(keyed, "bob")
-    keyed.event_redact(event_id=ev_b, reason="r", artifact_ids=[b_id], keep_body=True)
+    redaction.event_redact(keyed, event_id=ev_b, reason="r", artifact_ids=[b_id], keep_body=True)
     for sql, raw in (
         ("UPDATE artifact_blobs SET content = :raw", b""),
         ("UPDATE artifact_blobs SET content = :raw", b"x" * len(CONTENT)),
@@ -342,7 +346,7 @@ def test_doctor_flags_an_emptied_blob_an_unredacted_artifact_still_names(
     alice's artifact reads empty; doctor names it."""
     _ev_a, a_id = _put_and_refer(keyed, "alice")
     ev_b, b_id = _put_and_refer(keyed, "bob")
-    keyed.event_redact(event_id=ev_b, reason="r", artifact_ids=[b_id], keep_body=True)
+    redaction.event_redact(keyed, event_id=ev_b, reason="r", artifact_ids=[b_id], keep_body=True)
     _drop_blob_guard(keyed)
     with keyed.engine.begin() as conn:
         conn.execute(sa.text("UPDATE artifact_blobs SET content = :e"), {"e": b""})
@@ -366,8 +370,8 @@ def test_upgrading_a_0006_log_keeps_its_redacted_artifacts_redacted(
         ev_a, a_id = _put_and_refer(store, "alice")
         ev_b, b_id = _put_and_refer(store, "bob")
         for ev, art, who in ((ev_b, b_id, "bob"), (ev_a, a_id, "alice")):
-            store.event_redact(
-                event_id=ev, reason="r", artifact_ids=[art], keep_body=True, from_agent=who
+            redaction.event_redact(
+                store, event_id=ev, reason="r", artifact_ids=[art], keep_body=True, from_agent=who
             )
         assert _blob(store) == b""
     command.downgrade(migrate.alembic_config(url=db_url), "0006")

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from mempalace_logstream import LogStore, operations, reminders
+from mempalace_logstream import LogStore, operations, reminders, workflows
 from mempalace_logstream import watch as w
 from mempalace_logstream.presence import Registry
 from mempalace_logstream.tasks import guards as g
@@ -27,7 +27,8 @@ def _open(url: str, clock: ManualClock) -> LogStore:
 
 
 def _task(store: LogStore, **extra: Any) -> str:
-    out = store.task_create(
+    out = workflows.task_create(
+        store,
         project="p",
         from_agent="claude",
         to_agent="codex",
@@ -106,7 +107,7 @@ def test_a_claim_in_between_stops_the_reminders(db_url: str, clock: ManualClock)
         tid = _task(store, claim_timeout_ms=MIN, max_reminders=3)
         clock.advance(MIN)
         assert [x.n for x in reminders.remind_once(store)] == [1]
-        store.task_update(task_id=tid, action="claim", from_agent="codex")
+        workflows.task_update(store, task_id=tid, action="claim", from_agent="codex")
         for _ in range(5):
             clock.advance(MIN)
             assert reminders.remind_once(store) == []

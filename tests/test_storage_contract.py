@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from mempalace_logstream import LogStore, errors, replication
+from mempalace_logstream import LogStore, errors, replication, workflows
 from mempalace_logstream.store import Filters, Transaction
 from tests.conftest import batched
 
@@ -51,7 +51,7 @@ def test_seq_is_contiguous_in_commit_order_and_group_commit_isolates_failures(st
         lambda: add(store, body="ok-1"),
         lambda: add(store, artifact_ids=["art_missing"]),
         lambda: add(store, body="ok-2"),
-        lambda: store.event_ack(event_id="evt_gone", from_agent="w"),
+        lambda: workflows.event_ack(store, event_id="evt_gone", from_agent="w"),
         lambda: add(store, body="ok-3"),
     ]
     results = batched(store, calls)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from mempalace_logstream import LogStore, errors
+from mempalace_logstream import LogStore, errors, workflows
 from mempalace_logstream import engine as engine_mod
 from mempalace_logstream.schema import artifact_blobs, events
 from tests.conftest import batched
@@ -251,19 +251,21 @@ def test_seq_and_origin_stamps_are_assigned_in_commit_order(store, stream):
 
 def test_ack_appends_a_new_event_and_never_changes_the_target(store, stream):
     target = add(store, stream, from_agent="lead", to_agent="w", topic="t1", body="do it")
-    ack = store.event_ack(event_id=target.id, from_agent="w", status="claimed", body="on it")
+    ack = workflows.event_ack(
+        store, event_id=target.id, from_agent="w", status="claimed", body="on it"
+    )
     assert (ack.type, ack.stream, ack.room, ack.topic) == ("event.ack", stream, "r", "t1")
     assert ack.to_agent == "lead" and ack.correlation_id == target.id
     assert ack.metadata == {"ack_of": target.id} and ack.status == "claimed"
     assert store.event_get(target.id) == target
     with_corr = add(store, stream, correlation_id="corr-1")
-    ack2 = store.event_ack(
-        event_id=with_corr.id, from_agent="w", topic="override", metadata={"note": 1}
+    ack2 = workflows.event_ack(
+        store, event_id=with_corr.id, from_agent="w", topic="override", metadata={"note": 1}
     )
     assert ack2.correlation_id == "corr-1" and ack2.topic == "override"
     assert list(ack2.metadata.items()) == [("ack_of", with_corr.id), ("note", 1)]
     with pytest.raises(errors.NotFoundError, match="evt_missing"):
-        store.event_ack(event_id="evt_missing", from_agent="w")
+        workflows.event_ack(store, event_id="evt_missing", from_agent="w")
 
 
 def test_artifacts_are_stored_once_per_sha256_but_each_put_gets_an_id(store):
@@ -293,14 +295,20 @@ def test_event_artifact_links_keep_the_callers_order_and_drop_duplicates(store, 
 
 def test_patch_submit_is_idempotent_and_a_different_patch_under_the_key_conflicts(store, stream):
     key = f"patch-{next(_N)}"
-    first = store.patch_submit(content="+a\n", from_agent="a", stream=stream, idempotency_key=key)
-    again = store.patch_submit(content="+a\n", from_agent="a", stream=stream, idempotency_key=key)
+    first = workflows.patch_submit(
+        store, content="+a\n", from_agent="a", stream=stream, idempotency_key=key
+    )
+    again = workflows.patch_submit(
+        store, content="+a\n", from_agent="a", stream=stream, idempotency_key=key
+    )
     assert (again["artifact"].id, again["event"].id) == (first["artifact"].id, first["event"].id)
     with pytest.raises(errors.ConflictError, match="idempotency_key"):
-        store.patch_submit(content="+b\n", from_agent="a", stream=stream, idempotency_key=key)
+        workflows.patch_submit(
+            store, content="+b\n", from_agent="a", stream=stream, idempotency_key=key
+        )
     with pytest.raises(errors.ConflictError, match="idempotency_key"):
-        store.patch_submit(
-            content="+a\n", from_agent="a", stream=stream, idempotency_key=key, body="other"
+        workflows.patch_submit(
+            store, content="+a\n", from_agent="a", stream=stream, idempotency_key=key, body="other"
         )
     assert len(store.event_list(stream=stream).events) == 1
 
@@ -410,7 +418,8 @@ def test_the_api_has_no_update_or_delete(tmp_path):
     public = {n for n in dir(LogStore) if not n.startswith("_")} - APPENDS_NAMED_UPDATE
     assert not {n for n in public if any(w in n for w in ("update", "delete", "remove", "edit"))}
     with LogStore.open(str(tmp_path / "l.sqlite3")) as store:
-        tid = store.task_create(
+        tid = workflows.task_create(
+            store,
             project="p",
             from_agent="a",
             to_agent="b",
@@ -420,7 +429,7 @@ def test_the_api_has_no_update_or_delete(tmp_path):
             done="d",
         )["task"].correlation_id
         before = store.event_list(order="asc").events
-        store.task_update(task_id=tid, action="claim", from_agent="b")
+        workflows.task_update(store, task_id=tid, action="claim", from_agent="b")
         after = store.event_list(order="asc").events
         assert after[: len(before)] == before and len(after) == len(before) + 1
 

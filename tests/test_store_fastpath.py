@@ -26,7 +26,7 @@ import pytest
 import sqlalchemy as sa
 from conftest import REPO, ManualClock, batched
 
-from mempalace_logstream import LogStore, errors
+from mempalace_logstream import LogStore, errors, workflows
 from mempalace_logstream import engine as engine_mod
 from mempalace_logstream.schema import meta
 
@@ -85,7 +85,7 @@ def _script(store: LogStore) -> list[Any]:
         lambda: store.event_append(
             type="x", stream="s", room="r", from_agent="w", artifact_ids=[a1.id, "art_missing"]
         ),
-        lambda: store.event_ack(event_id="evt_missing", from_agent="w"),
+        lambda: workflows.event_ack(store, event_id="evt_missing", from_agent="w"),
     ):
         try:
             bad()
@@ -93,13 +93,22 @@ def _script(store: LogStore) -> list[Any]:
             out.append((type(exc).__name__, exc.field, str(exc)))
     target = out[4]
     out.append(
-        store.event_ack(
-            event_id=target.id, from_agent="w", status="applied", body="ok", metadata={"note": "x"}
+        workflows.event_ack(
+            store,
+            event_id=target.id,
+            from_agent="w",
+            status="applied",
+            body="ok",
+            metadata={"note": "x"},
         )
     )
-    out.append(store.event_ack(event_id=target.id, from_agent="w2", idempotency_key="a1"))
-    out.append(store.event_ack(event_id=target.id, from_agent="w2", idempotency_key="a1"))
-    out.append(store.patch_submit(content="--- a\n+++ b\n", from_agent="w", stream="s"))
+    out.append(
+        workflows.event_ack(store, event_id=target.id, from_agent="w2", idempotency_key="a1")
+    )
+    out.append(
+        workflows.event_ack(store, event_id=target.id, from_agent="w2", idempotency_key="a1")
+    )
+    out.append(workflows.patch_submit(store, content="--- a\n+++ b\n", from_agent="w", stream="s"))
     return out
 
 
@@ -282,7 +291,7 @@ def test_savepoints_isolate_failing_items_in_a_fast_batch(tmp_path: Path) -> Non
         calls = [
             lambda: add(type="x", stream="s", room="r", from_agent="w", body="ok-1"),
             lambda: add(type="x", stream="s", room="r", from_agent="w", artifact_ids=["art_x"]),
-            lambda: store.event_ack(event_id=target.id, from_agent="w", body="ok-ack"),
+            lambda: workflows.event_ack(store, event_id=target.id, from_agent="w", body="ok-ack"),
             lambda: add(
                 type="x",
                 stream="s",
@@ -292,7 +301,7 @@ def test_savepoints_isolate_failing_items_in_a_fast_batch(tmp_path: Path) -> Non
                 body="changed",
             ),
             _raw_sql_item(store, dup),
-            lambda: store.event_ack(event_id="evt_gone", from_agent="w"),
+            lambda: workflows.event_ack(store, event_id="evt_gone", from_agent="w"),
             lambda: add(type="x", stream="s", room="r", from_agent="w", body="ok-2"),
         ]
         results = batched(store, calls)
@@ -367,7 +376,7 @@ def test_a_held_lock_is_waited_for_then_reported_as_busy_never_as_locked(tmp_pat
             release.join()
             holder.execute("BEGIN IMMEDIATE")
             with pytest.raises(errors.StorageError, match="busy") as info:
-                s.event_ack(event_id=s.tip()[1], from_agent="a")
+                workflows.event_ack(s, event_id=s.tip()[1], from_agent="a")
             assert "locked" not in str(info.value)
             holder.execute("ROLLBACK")
         finally:
@@ -464,8 +473,10 @@ def test_skipped_state_query_never_reuses_a_seq_taken_by_another_writer(tmp_path
             lambda i: a.event_append(type="n", stream="s", room="r", from_agent="a", body=str(i)),
             lambda i: b.event_append(type="n", stream="s", room="r", from_agent="b", body=str(i)),
             lambda i: a.artifact_put(kind="note", content=f"note {i}", created_by="a"),
-            lambda i: a.patch_submit(content=f"--- a\n+++ b\n{i}\n", from_agent="a", stream="s"),
-            lambda i: a.event_ack(event_id=a.tip()[1], from_agent="b"),
+            lambda i: workflows.patch_submit(
+                a, content=f"--- a\n+++ b\n{i}\n", from_agent="a", stream="s"
+            ),
+            lambda i: workflows.event_ack(a, event_id=a.tip()[1], from_agent="b"),
         ]
         order = [0, 0, 1, 0, 2, 0, 3, 0, 0, 4, 0, 1, 1, 0, 3, 4, 0]
         for i, w in enumerate(order):

@@ -196,7 +196,7 @@ def _sse_ids(hub: LiveHub, after: str, n: int) -> list[str]:
 def _mcp_list(store: LogStore, after: str) -> list[str]:
     async def scenario() -> list[str]:
         server = mcp_server.build_server(store)
-        async with Client(server) as client:
+        async with Client(server.protocol) as client:
             result = await client.call_tool(
                 "mempalace_event_list", {"since_event_id": after, "limit": 2}
             )

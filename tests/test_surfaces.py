@@ -251,7 +251,7 @@ def test_mcp_in_memory_refuses_with_the_same_texts(tmp_path: Path, mode: str) ->
     async def scenario() -> list[str]:
         with LogStore.open(str(tmp_path / "mcp.sqlite3")) as store:
             server = mcp_server.build_server(store)
-            async with Client(server, mode=mode) as client:
+            async with Client(server.protocol, mode=mode) as client:
                 texts = await _mcp_errors(client)
             _nothing_written(store)
         return texts
@@ -297,7 +297,7 @@ def test_every_tool_documents_exactly_the_operation_parameters(tmp_path: Path) -
     async def scenario() -> dict[str, set[str]]:
         with LogStore.open(str(tmp_path / "schema.sqlite3")) as store:
             server = mcp_server.build_server(store)
-            async with Client(server) as client:
+            async with Client(server.protocol) as client:
                 tools = (await client.list_tools()).tools
         return {t.name: set(t.input_schema["properties"]) for t in tools}
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from mempalace_logstream import LogStore, agents
+from mempalace_logstream import LogStore, agents, workflows
 from tests import refpkg
 from tests.conftest import run_cli
 from tests.test_sync_http import TOKEN, running_hub
@@ -49,8 +49,12 @@ def test_reference_client_pulls_from_our_hub(tmp_path: Path) -> None:
     refpkg.require_ref_or_skip()
     store = LogStore.open(str(tmp_path / "ours.sqlite3"))
     try:
-        patch = store.patch_submit(
-            content="diff --git a/x b/x\n", from_agent="dev", stream="project/x", to_agent="rev"
+        patch = workflows.patch_submit(
+            store,
+            content="diff --git a/x b/x\n",
+            from_agent="dev",
+            stream="project/x",
+            to_agent="rev",
         )
         ask = store.event_append(
             type="task.request",
@@ -62,7 +66,7 @@ def test_reference_client_pulls_from_our_hub(tmp_path: Path) -> None:
             body="héllo\nworld",
             metadata={"z": 1, "a": {"k": [1]}},
         )
-        store.event_ack(event_id=ask.id, from_agent="dev", status="claimed")
+        workflows.event_ack(store, event_id=ask.id, from_agent="dev", status="claimed")
         ours = {e.id: e.to_dict() for e in store.event_list(limit=50).events}
         palace = tmp_path / "ref-palace"
         with running_hub(store) as url:

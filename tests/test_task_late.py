@@ -13,14 +13,15 @@ from typing import Any
 
 import pytest
 
-from mempalace_logstream import LogStore, replication, tasks
+from mempalace_logstream import LogStore, replication, tasks, workflows
 from tests.conftest import ManualClock
 
 LEASE_MS = 7 * 24 * 3600 * 1000
 
 
 def new_task(store: LogStore, to: str = "worker") -> str:
-    out = store.task_create(
+    out = workflows.task_create(
+        store,
         project="demo",
         from_agent="lead",
         to_agent=to,
@@ -81,10 +82,10 @@ def test_late_moves_are_folded_from_a_checkpoint_not_from_the_request(
     clock = ManualClock()
     with LogStore.open(db_url, clock=clock) as a:
         tid = new_task(a)
-        a.task_update(task_id=tid, action="claim", from_agent="worker")
+        workflows.task_update(a, task_id=tid, action="claim", from_agent="worker")
         moves = progress_on_a_copy(tmp_path, a, tid, 200)
         clock.advance(3_600_000)  # the holder reports on A, later than everything B wrote
-        a.task_update(task_id=tid, action="progress", from_agent="worker", progress=99)
+        workflows.task_update(a, task_id=tid, action="progress", from_agent="worker", progress=99)
         before = a.task_folds.folded
         for i in range(0, len(moves), 10):  # 20 pages, each sorting before A's progress
             replication.apply_remote_events(a, moves[i : i + 10], "b")
@@ -151,10 +152,10 @@ def test_a_rolled_back_transaction_leaves_no_checkpoint_past_what_was_committed(
     clock = ManualClock()
     with LogStore.open(db_url, clock=clock) as a:
         tid = new_task(a)
-        a.task_update(task_id=tid, action="claim", from_agent="worker")
+        workflows.task_update(a, task_id=tid, action="claim", from_agent="worker")
         moves = progress_on_a_copy(tmp_path, a, tid, 30)
         clock.advance(3_600_000)
-        a.task_update(task_id=tid, action="progress", from_agent="worker", progress=99)
+        workflows.task_update(a, task_id=tid, action="progress", from_agent="worker", progress=99)
         replication.apply_remote_events(a, moves[:10], "b")
 
         def doomed(tx: Any) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from mempalace_logstream import LogStore, errors, migrate, tasks
+from mempalace_logstream import LogStore, errors, migrate, tasks, workflows
 from mempalace_logstream.tasks import TaskSettings
 from tests.conftest import ManualClock
 
@@ -26,7 +26,8 @@ def log(db_url: str, clock: ManualClock) -> Iterator[LogStore]:
 
 
 def create(store: LogStore, to: str = "codex", **extra: Any) -> str:
-    out = store.task_create(
+    out = workflows.task_create(
+        store,
         project="demo",
         from_agent="claude",
         to_agent=to,
@@ -40,7 +41,7 @@ def create(store: LogStore, to: str = "codex", **extra: Any) -> str:
 
 
 def move(store: LogStore, tid: str, action: str, agent: str, **kw: Any) -> dict[str, Any]:
-    return store.task_update(task_id=tid, action=action, from_agent=agent, **kw)["task"]
+    return workflows.task_update(store, task_id=tid, action=action, from_agent=agent, **kw)["task"]
 
 
 def event_count(store: LogStore) -> int:
@@ -111,14 +112,17 @@ def test_create_claim_progress_complete_accept(log: LogStore) -> None:
 
 def test_a_patch_on_the_task_is_a_result_and_an_ack_applied_accepts_it(log: LogStore) -> None:
     tid = create(log)
-    log.event_ack(
-        event_id=log.task_status(tid)["task"]["events"][0], from_agent="codex", status="claimed"
+    workflows.event_ack(
+        log,
+        event_id=log.task_status(tid)["task"]["events"][0],
+        from_agent="codex",
+        status="claimed",
     )
-    out = log.patch_submit(
-        content=PATCH, from_agent="codex", stream="project/demo", correlation_id=tid
+    out = workflows.patch_submit(
+        log, content=PATCH, from_agent="codex", stream="project/demo", correlation_id=tid
     )
     assert log.task_status(tid)["task"]["state"] == "ready"
-    log.event_ack(event_id=out["event"].id, from_agent="claude", status="applied")
+    workflows.event_ack(log, event_id=out["event"].id, from_agent="claude", status="applied")
     assert log.task_status(tid)["task"]["state"] == "completed"
     assert projection(log, tid) == fold_of(log, tid)
 
@@ -212,7 +216,7 @@ def test_bad_move_input_names_the_field(log: LogStore) -> None:
     ]
     for args, field, text in cases:
         with pytest.raises(errors.LogstreamError) as info:
-            log.task_update(task_id=tid, from_agent="codex", **args)
+            workflows.task_update(log, task_id=tid, from_agent="codex", **args)
         assert getattr(info.value, "field", None) == field and text in str(info.value), args
     with pytest.raises(errors.NotFoundError, match="task task_missing not found"):
         log.task_status("task_missing")

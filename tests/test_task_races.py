@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from mempalace_logstream import LogStore, errors, sync, tasks
+from mempalace_logstream import LogStore, errors, sync, tasks, workflows
 from tests.conftest import REPO, ManualClock
 
 pytestmark = pytest.mark.slow
@@ -28,7 +28,7 @@ store = LogStore.open(url)
 print("ready", flush=True)
 sys.stdin.readline()
 try:
-    out = store.task_update(task_id=tid, action="claim", from_agent=agent)
+    out = workflows.task_update(store, task_id=tid, action="claim", from_agent=agent)
     print(json.dumps({"won": True, "attempt": out["task"]["attempt"]}), flush=True)
 except errors.LogstreamError as exc:
     print(json.dumps({"won": False, "kind": type(exc).__name__, "error": exc.message}), flush=True)
@@ -37,7 +37,8 @@ store.close()
 
 
 def new_task(store: LogStore, to: str = "*") -> str:
-    out = store.task_create(
+    out = workflows.task_create(
+        store,
         project="demo",
         from_agent="lead",
         to_agent=to,
@@ -114,10 +115,10 @@ def test_claims_made_apart_converge_on_the_earliest(
             _sync(other, r[0])
         # apart: r1's claim comes first by the clock, r2's later; r2 even reports progress
         clock.advance(10)
-        r[1].task_update(task_id=tid, action="claim", from_agent="gemini")
+        workflows.task_update(r[1], task_id=tid, action="claim", from_agent="gemini")
         clock.advance(10)
-        r[2].task_update(task_id=tid, action="claim", from_agent="codex")
-        r[2].task_update(task_id=tid, action="progress", from_agent="codex", progress=5)
+        workflows.task_update(r[2], task_id=tid, action="claim", from_agent="codex")
+        workflows.task_update(r[2], task_id=tid, action="progress", from_agent="codex", progress=5)
         assert r[2].task_status(tid)["task"]["assignee"] == "codex"  # as far as r2 knows
         # together again, pairwise rounds in a given order, twice (anti-entropy)
         for _ in range(2):
@@ -133,11 +134,13 @@ def test_claims_made_apart_converge_on_the_earliest(
             thread = s.event_list(correlation_id=tid, order="asc").events
             assert tasks.fold(thread, s.task_settings).conflicts == tuple(views[0]["conflicts"])
         with pytest.raises(errors.ConflictError) as info:
-            r[2].task_update(task_id=tid, action="progress", from_agent="codex", progress=6)
+            workflows.task_update(
+                r[2], task_id=tid, action="progress", from_agent="codex", progress=6
+            )
         assert str(info.value) == (
             f"task {tid} was claimed first by gemini (attempt 1); your claim lost; progress refused"
         )
-        r[0].task_update(task_id=tid, action="progress", from_agent="gemini", progress=1)
+        workflows.task_update(r[0], task_id=tid, action="progress", from_agent="gemini", progress=1)
     finally:
         for s in r:
             s.close()

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from mcp import Client
 
-from mempalace_logstream import LogStore, mcp_server
+from mempalace_logstream import LogStore, mcp_server, workflows
 from tests.conftest import run_cli
 from tests.hubkit import live_hub
 
@@ -70,7 +70,8 @@ def test_the_cli_moves_a_task_and_refuses_like_the_core(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_http_and_a_hub_client_answer_with_the_same_texts(tmp_path: Path) -> None:
     with live_hub(tmp_path) as hub:
-        tid = hub.store.task_create(
+        tid = workflows.task_create(
+            hub.store,
             project="demo",
             from_agent="claude",
             to_agent="codex",
@@ -113,7 +114,7 @@ def test_http_and_a_hub_client_answer_with_the_same_texts(tmp_path: Path) -> Non
 def test_mcp_tools_move_a_task(tmp_path: Path) -> None:
     async def scenario() -> None:
         with LogStore.open(str(tmp_path / "mcp.sqlite3")) as store:
-            async with Client(mcp_server.build_server(store)) as client:
+            async with Client(mcp_server.build_server(store).protocol) as client:
                 made = await client.call_tool(
                     "mempalace_task_create",
                     {
@@ -212,7 +213,8 @@ def test_task_create_json_names_the_task_id_at_the_top(tmp_path: Path) -> None:
     assert out["task_id"] == out["task"]["correlation_id"]
     assert out["task_id"].startswith("task_fix_it_") and out["task"]["id"].startswith("evt_")
     with LogStore.open(db[1]) as store:
-        made = store.task_create(
+        made = workflows.task_create(
+            store,
             project="p",
             from_agent="a",
             to_agent="b",

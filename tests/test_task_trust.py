@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from mempalace_logstream import LogStore, agents, doctor, errors, replication, sync
+from mempalace_logstream import LogStore, agents, doctor, errors, replication, sync, workflows
 from mempalace_logstream.tasks import TaskSettings
 from tests.conftest import ManualClock
 
@@ -31,7 +31,8 @@ def honest(db_url: str, tmp_path: Path, clock: ManualClock) -> Iterator[LogStore
 
 
 def create(store: LogStore, who: str, to: str = "*", **extra: Any) -> str:
-    out = store.task_create(
+    out = workflows.task_create(
+        store,
         project="demo",
         from_agent=who,
         to_agent=to,
@@ -45,7 +46,7 @@ def create(store: LogStore, who: str, to: str = "*", **extra: Any) -> str:
 
 
 def move(store: LogStore, tid: str, action: str, who: str, **kw: Any) -> dict[str, Any]:
-    return store.task_update(task_id=tid, action=action, from_agent=who, **kw)["task"]
+    return workflows.task_update(store, task_id=tid, action=action, from_agent=who, **kw)["task"]
 
 
 def forged(template: Any, **values: Any) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mempalace_logstream import LogStore, errors, validation
+from mempalace_logstream import LogStore, errors, validation, workflows
 from mempalace_logstream import validation as v
 from mempalace_logstream.schema import artifact_blobs, artifacts, event_artifacts, events
 
@@ -301,7 +301,10 @@ def test_artifact_created_by_and_ids_follow_the_routing_rules(store):
     refused(store, lambda: store.artifact_get("x" * 257), "artifact_id", limit=256)
     refused(store, lambda: store.event_get("evt\n1"), "event_id")
     refused(
-        store, lambda: store.event_ack(event_id="x" * 257, from_agent="a"), "event_id", limit=256
+        store,
+        lambda: workflows.event_ack(store, event_id="x" * 257, from_agent="a"),
+        "event_id",
+        limit=256,
     )
     refused(store, lambda: store.event_list(since_event_id="x" * 257), "since_event_id", limit=256)
     refused(store, lambda: store.event_list(before_event_id="a\tb"), "before_event_id")
@@ -471,12 +474,12 @@ PATCH = "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n"
 )
 def test_patch_submit_with_a_bad_field_leaves_no_artifact(store, kwargs, field):
     args = {"content": PATCH, "from_agent": "a", "stream": "project/x", **kwargs}
-    refused(store, lambda: store.patch_submit(**args), field)
+    refused(store, lambda: workflows.patch_submit(store, **args), field)
 
 
 def test_patch_submit_writes_artifact_and_event_together(store):
     before = counts(store)
-    out = store.patch_submit(content="no newline\r\n+x", from_agent="a", stream="p")
+    out = workflows.patch_submit(store, content="no newline\r\n+x", from_agent="a", stream="p")
     assert counts(store) == (before[0] + 1, before[1] + 1, before[2] + 1, before[3] + 1)
     assert out["event"].artifact_ids == (out["artifact"].id,)
     assert out["event"].type == "patch.ready" and out["event"].status == "ready"
@@ -618,13 +621,15 @@ TASK = {
 
 @pytest.mark.parametrize("ok", ["abcdef1", "ABCDEF1", "a" * 64, "0123456789abcdef" * 2])
 def test_task_base_commit_accepts_7_to_64_hex(store, ok):
-    out = store.task_create(**{**TASK, "base_commit": ok})
+    out = workflows.task_create(store, **{**TASK, "base_commit": ok})
     assert out["task"].base_commit == ok.lower()
 
 
 @pytest.mark.parametrize("bad", ["abcdef", "a" * 65, "main", "v1.2.3", "abcdefg", "", None])
 def test_task_base_commit_refuses_anything_but_7_to_64_hex(store, bad):
-    err = refused(store, lambda: store.task_create(**{**TASK, "base_commit": bad}), "base_commit")
+    err = refused(
+        store, lambda: workflows.task_create(store, **{**TASK, "base_commit": bad}), "base_commit"
+    )
     if bad:
         assert "7-64" in str(err) or "hexadecimal" in str(err)
 
@@ -643,11 +648,11 @@ def test_task_base_commit_refuses_anything_but_7_to_64_hex(store, bad):
     ],
 )
 def test_task_create_refuses_missing_or_bad_fields(store, field, bad):
-    refused(store, lambda: store.task_create(**{**TASK, field: bad}), field)
+    refused(store, lambda: workflows.task_create(store, **{**TASK, field: bad}), field)
 
 
 def test_task_create_keeps_goal_and_done_verbatim(store):
-    out = store.task_create(**{**TASK, "goal": "  Fix\r\nit  ", "done": "x\n"})
+    out = workflows.task_create(store, **{**TASK, "goal": "  Fix\r\nit  ", "done": "x\n"})
     body = out["task"].body
     assert "  Fix\r\nit  " in body and "Definition of done:\nx\n" in body
     assert out["task"].stream == "project/mem_palace"

@@ -108,7 +108,7 @@ def test_an_mcp_wait_the_client_cancels_leaves_at_once(tmp_path: Path) -> None:
     store = LogStore.open(str(tmp_path / "log.sqlite3"))
 
     async def scenario() -> None:
-        async with Client(mcp_server.build_server(store)) as client:
+        async with Client(mcp_server.build_server(store).protocol) as client:
             args = {"since_event_id": "tip", "timeout_ms": LONG_MS}
             call = asyncio.ensure_future(client.call_tool("mempalace_event_wait", args))
             await _until(lambda: _blocked(store) == 1)

@@ -23,6 +23,7 @@ from mempalace_logstream import engine as engine_mod
 from mempalace_logstream import notify
 from mempalace_logstream.backends import base, sqlite_file
 from mempalace_logstream.backends.sqlite_signal import SqliteSignal
+from mempalace_logstream.models import EVENT_SPEC
 from mempalace_logstream.schema import event_artifacts, events
 
 # SQLite text uses named parameters, which the sqlite3 module binds from dicts.
@@ -50,21 +51,22 @@ _STAGE_MOVE = (
 # origin_seq and body + metadata characters. The rows are the very values replication.ops_rows lists
 # (artifact ids sorted, metadata parsed): a test holds the two equal. Row order inside the
 # array is not guaranteed (nor needed: the client sorts by origin position).
+_ROW_VALUES = {
+    "artifact_ids": f"""(SELECT json_group_array(artifact_id) FROM (
+            SELECT ea.artifact_id FROM {event_artifacts.name} ea WHERE ea.event_id = e.id
+            ORDER BY ea.artifact_id))""",
+    "metadata_json": """CASE WHEN json_valid(e.metadata_json)
+              AND json_type(e.metadata_json) = 'object'
+              THEN json(e.metadata_json) ELSE json_object() END""",
+}
 ROWS_JSON_CHUNK = f"""
 SELECT CAST(json_group_array(json_array(
-         e.id, e.origin_replica, e.origin_seq, e.hlc, e.type, e.stream, e.room, e.topic,
-         e.from_agent, e.to_agent, e.correlation_id, e.branch, e.base_commit, e.status,
-         (SELECT json_group_array(artifact_id) FROM (
-            SELECT ea.artifact_id FROM {event_artifacts.name} ea WHERE ea.event_id = e.id
-            ORDER BY ea.artifact_id)),
-         e.body, e.created_at,
-         CASE WHEN json_valid(e.metadata_json) AND json_type(e.metadata_json) = 'object'
-              THEN json(e.metadata_json) ELSE json_object() END,
-         e.sig, e.key_id)) AS BLOB),
+         {", ".join(_ROW_VALUES.get(name, f"e.{name}") for name, _ in EVENT_SPEC if name != "seq")}
+       )) AS BLOB),
        count(*), max(e.origin_seq), sum(length(e.body) + length(e.metadata_json))
 FROM (SELECT * FROM {events.name} WHERE origin_replica = :origin AND origin_seq > :after
       ORDER BY origin_seq LIMIT :lim) e
-"""  # table names come from the schema; values are bound
+"""  # table names come from the schema; values are bound; one value per `models.ROW_FIELDS`
 
 
 class SqliteBackend:

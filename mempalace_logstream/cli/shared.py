@@ -58,21 +58,6 @@ def fail(message: str, code: int = 1, field: str | None = None) -> typer.Exit:
     return typer.Exit(code)
 
 
-# The operations that write: only their commands (and serve, mcp, migrate, sync's own log,
-# import's target) create a missing log; every other command refuses a mistyped path.
-WRITE_OPS = frozenset(
-    {
-        "event_append",
-        "event_ack",
-        "event_redact",
-        "artifact_put",
-        "patch_submit",
-        "task_create",
-        "task_update",
-    }
-)
-
-
 def open_client(
     db: str | None,
     palace: str | None,
@@ -172,8 +157,12 @@ def run(
     **args: Any,
 ) -> dict[str, Any]:
     """Open, call one operation, close; domain errors become one stderr line and exit 1."""
+    from mempalace_logstream import operations
+
+    # Only the commands that write (and serve, mcp, migrate, sync's own log, import's target)
+    # create a missing log; every other command refuses a mistyped path.
     try:
-        client = open_client(db, palace, hub, token, create=op in WRITE_OPS)
+        client = open_client(db, palace, hub, token, create=op in operations.MUTATING)
         try:
             return client.call(op, **args)
         finally:

@@ -31,15 +31,15 @@ _RESULT_JSON = TypeAdapter(dict[str, Any])
 
 
 def add_op_routes(app: FastAPI) -> None:
-    for op, params in operations.params().items():
-        model = request_model(op, params)
+    for name, op in operations.OPERATIONS.items():
         app.router.add_api_route(
-            f"/v1/{op}",
-            op_endpoint(op, model),
+            f"/v1/{name}",
+            op_endpoint(name, request_model(name, op)),
             methods=["POST"],
-            name=op,
-            tags=["mutating" if op in operations.MUTATING else "read"],
-            summary=(operations.OPERATIONS[op].__doc__ or op.replace("_", " ")).strip(),
+            name=name,
+            tags=["mutating" if op.mutating else "read"],
+            summary=op.summary,
+            description=op.description,
             route_class_override=OpRoute,
         )
 

@@ -1,8 +1,8 @@
 """Request parameters: the JSON-schema of each core argument, the permissive request models of
 the `POST /v1/<op>` routes, and query strings turned into core arguments (GET aliases, SSE).
 
-The models document types for OpenAPI; the core (`operations.check_args`, `validation`) checks
-the values.
+The models document the spec's types and descriptions (`op_params`) for OpenAPI; the core
+(`operations.check_args`, `validation`) checks the values.
 """
 
 from __future__ import annotations
@@ -12,43 +12,45 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from starlette.requests import Request
 
-from mempalace_logstream import errors, operations, tasks
+from mempalace_logstream import errors, operations
 from mempalace_logstream import validation as v
 
 _STR: dict[str, Any] = {"type": "string"}
-_FILTER: dict[str, Any] = {"anyOf": [_STR, {"type": "array", "items": _STR}]}
-PARAM_SCHEMAS: dict[str, dict[str, Any]] = {
-    **{name: _FILTER for name in v.FILTER_FIELDS},
-    "limit": {"type": "integer", "minimum": 1, "maximum": v.MAX_LIST_LIMIT},
-    "timeout_ms": {"type": "integer", "minimum": 0, "maximum": v.MAX_WAIT_MS},
-    "preview": {"type": "boolean"},
-    "slim": {"type": "boolean"},
-    "presence": {"type": "boolean"},  # the SSE feed: also carry presence frames
-    "order": {"type": "string", "enum": list(v.ORDERS)},
-    "metadata": {"anyOf": [{"type": "object"}, _STR]},
-    "artifact_ids": {"type": "array", "items": _STR},
-    "encoding": {"type": "string", "enum": list(v.ENCODINGS)},
-    "action": {"type": "string", "enum": list(tasks.ACTIONS)},
-    "state": {"type": "string", "enum": list(tasks.STATES)},
-    "progress": {"type": "number"},
-    "lease_ms": {"type": "integer"},
-    "retryable": {"type": "boolean"},
-    "result": {"type": "object"},
-}
 
 
-def request_model(op: str, params: dict[str, bool]) -> type[BaseModel]:
-    """A permissive pydantic model: the schema documents types, the core validates values."""
+def field_schemas(op: operations.Operation) -> dict[str, dict[str, Any]]:
+    """{parameter: its JSON schema} from the operation's spec: type, description, bounds."""
+    props = op.params.model_json_schema().get("properties", {})
+    return {
+        name: {k: val for k, val in schema.items() if k not in ("title", "default")}
+        for name, schema in props.items()
+    }
+
+
+def request_model(name: str, op: operations.Operation) -> type[BaseModel]:
+    """A permissive pydantic model: the schema (from the spec) documents the parameters, the
+    core validates the values (so HTTP refuses with the core's texts, as MCP and the CLI do)."""
     fields: dict[str, Any] = {}
-    for name, required in params.items():
-        schema = PARAM_SCHEMAS.get(name, _STR)
-        annotated = Annotated[Any, Field(json_schema_extra=schema)]
+    schemas = field_schemas(op)
+    for param, required in op.required().items():
+        annotated = Annotated[Any, Field(json_schema_extra=schemas[param])]
         # The writer's name may be left out by an agent's token (the core fills it in).
-        needed = required and name not in operations.WRITER_FIELDS
-        fields[name] = (annotated, ...) if needed else (annotated, None)
-    name = "".join(part.title() for part in op.split("_")) + "Request"
-    model: type[BaseModel] = create_model(name, __config__=ConfigDict(extra="forbid"), **fields)
+        needed = required and param not in operations.WRITER_FIELDS
+        fields[param] = (annotated, ...) if needed else (annotated, None)
+    title = "".join(part.title() for part in name.split("_")) + "Request"
+    config = ConfigDict(extra="forbid")
+    model: type[BaseModel] = create_model(
+        title, __config__=config, __doc__=op.description, **fields
+    )
     return model
+
+
+# The query-string parameters of the reads (GET /v1/events, the SSE feed), from the spec.
+QUERY_SCHEMAS: dict[str, dict[str, Any]] = {
+    **field_schemas(operations.OPERATIONS["event_wait"]),
+    **field_schemas(operations.OPERATIONS["event_list"]),
+    "presence": {"type": "boolean", "description": "Also carry presence frames."},  # SSE only
+}
 
 
 def query_args(
@@ -80,7 +82,7 @@ def query_docs(names: tuple[str, ...]) -> dict[str, Any]:
         if name in v.FILTER_FIELDS:
             schema: dict[str, Any] = {"type": "array", "items": _STR}
         else:
-            schema = PARAM_SCHEMAS.get(name, _STR)
+            schema = QUERY_SCHEMAS.get(name, _STR)
         params.append(
             {
                 "name": name,

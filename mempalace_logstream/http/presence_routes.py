@@ -13,18 +13,14 @@ from starlette.requests import Request
 
 from mempalace_logstream import errors, operations, presence
 
-_DOC = {
-    "presence_announce": "Announce or refresh an agent (watching|working|idle) for ttl_s seconds.",
-    "presence_leave": "Remove an agent from presence at once.",
-    "presence_list": "Who is home now: {agents, count}.",
-}
-
 
 def add_presence_routes(app: FastAPI, registry: presence.Registry) -> None:
     app.state.presence = registry
-    for op in operations.PRESENCE_PARAMS:
-        app.post(f"/v1/{op}", tags=["presence"], summary=_DOC[op], name=op)(_endpoint(op))
-    app.get("/v1/presence", tags=["presence"], summary=_DOC["presence_list"])(get_presence)
+    for name, op in operations.PRESENCE.items():
+        route = app.post(f"/v1/{name}", tags=["presence"], summary=op.summary, name=name)
+        route(_endpoint(name))
+    summary = operations.PRESENCE["presence_list"].summary
+    app.get("/v1/presence", tags=["presence"], summary=summary)(get_presence)
 
 
 def _endpoint(op: str) -> Any:

@@ -13,13 +13,19 @@ from collections.abc import Mapping
 from typing import Any
 
 from mempalace_logstream.identity import canonical, keys
-from mempalace_logstream.models import CONTENT_FIELDS, Event, read_metadata
+from mempalace_logstream.models import CONTENT_FIELDS, EVENT_SPEC, Event, read_metadata
 
 DOMAIN = "mempalace-logstream/event-signature/v1"
-STRING_FIELDS = ("id", "origin_replica", "hlc", "type", "stream", "room", "from_agent")
-OPTIONAL_FIELDS = ("topic", "to_agent", "correlation_id", "branch", "base_commit", "status")
 # Event.content_key() order; body and artifact_ids are signed through their SHA-256.
 SIGNED_FIELDS = tuple(name for name in CONTENT_FIELDS if name != "body")
+# The signed text fields (created_at included), and those of them that may be null.
+_TEXT = {name for name, spec in EVENT_SPEC if spec.kind in ("key", "text")}
+STRING_FIELDS = tuple(
+    n for n, s in EVENT_SPEC if n in _TEXT and n in SIGNED_FIELDS and not s.nullable
+)
+OPTIONAL_FIELDS = tuple(
+    n for n, s in EVENT_SPEC if n in _TEXT and n in SIGNED_FIELDS and s.nullable
+)
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -45,25 +51,11 @@ def event_fields(event: Event) -> dict[str, Any]:
     metadata, problem = read_metadata(event.metadata_json)
     if problem is not None:
         raise SigningError(f"{event.id}: {problem}")
-    return {
-        "id": event.id,
-        "origin_replica": event.origin_replica,
-        "origin_seq": event.origin_seq,
-        "hlc": event.hlc,
-        "type": event.type,
-        "stream": event.stream,
-        "room": event.room,
-        "topic": event.topic,
-        "from_agent": event.from_agent,
-        "to_agent": event.to_agent,
-        "correlation_id": event.correlation_id,
-        "branch": event.branch,
-        "base_commit": event.base_commit,
-        "status": event.status,
-        "artifact_ids": list(event.artifact_ids),
-        "created_at": event.created_at,
-        "metadata": metadata,
-    }
+    values = event.__dict__
+    out = {name: values[name] for name in SIGNED_FIELDS if name != "metadata"}
+    out["artifact_ids"] = list(event.artifact_ids)
+    out["metadata"] = metadata
+    return out
 
 
 def signing_payload(
@@ -79,7 +71,7 @@ def signing_payload(
     if missing:
         raise SigningError(f"missing signed fields: {', '.join(missing)}")
     obj: dict[str, Any] = {"domain": DOMAIN}
-    for name in STRING_FIELDS + ("created_at",):
+    for name in STRING_FIELDS:
         obj[name] = _string(event_fields, name)
     for name in OPTIONAL_FIELDS:
         value = event_fields[name]

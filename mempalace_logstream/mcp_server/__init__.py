@@ -1,7 +1,9 @@
 """MCP on the official SDK (S-6.2): the tools, stdio, the hub's /mcp endpoint and channel mode.
 
-    server.py    LogstreamMCP over a backend (a LogStore, or a hub client), build_server, stdio
-    tools.py     the tool functions agents call (signatures and docstrings are their schemas)
+    server.py    LogstreamMCP over a backend (a LogStore, or a hub client), its tools (one per
+                 operation of the table, described by its parameters model), build_server, stdio
+    protocol.py  the SDK's low-level `Server` that speaks MCP for it on every transport
+    resources.py the logstream:// resources and their subscriptions
     endpoint.py  streamable HTTP for the hub's /mcp, sessions bounded, disconnects quiet
     channel.py   `logstream mcp --agent NAME --channel`: new inbox events pushed into the session
     channel_text.py  what channel mode writes for the model: instructions, events, bursts
@@ -19,59 +21,19 @@ from mempalace_logstream.mcp_server.server import (
     StoreBackend,
     build_server,
     run_stdio,
-)
-from mempalace_logstream.mcp_server.tools import (
-    READ_TOOLS,
-    WRITE_TOOLS,
-    mempalace_artifact_get,
-    mempalace_artifact_put,
-    mempalace_event_ack,
-    mempalace_event_append,
-    mempalace_event_get,
-    mempalace_event_list,
-    mempalace_event_redact,
-    mempalace_event_wait,
-    mempalace_patch_submit,
-    mempalace_presence_announce,
-    mempalace_presence_leave,
-    mempalace_presence_list,
-    mempalace_stats,
-    mempalace_task_create,
-    mempalace_task_list,
-    mempalace_task_status,
-    mempalace_task_update,
-    mempalace_version_vector,
+    spec_tool,
 )
 
 __all__ = [
     "INSTRUCTIONS",
-    "READ_TOOLS",
     "TOOL_PREFIX",
-    "WRITE_TOOLS",
     "Backend",
     "ClientBackend",
     "LogstreamMCP",
     "StoreBackend",
     "build_server",
     "http_endpoint",
-    "mempalace_artifact_get",
-    "mempalace_artifact_put",
-    "mempalace_event_ack",
-    "mempalace_event_append",
-    "mempalace_event_get",
-    "mempalace_event_list",
-    "mempalace_event_redact",
-    "mempalace_event_wait",
-    "mempalace_patch_submit",
-    "mempalace_presence_announce",
-    "mempalace_presence_leave",
-    "mempalace_presence_list",
-    "mempalace_stats",
-    "mempalace_task_create",
-    "mempalace_task_list",
-    "mempalace_task_status",
-    "mempalace_task_update",
-    "mempalace_version_vector",
     "quiet_disconnects",
     "run_stdio",
+    "spec_tool",
 ]

@@ -401,7 +401,7 @@ async def serve(
     tool calls run as `actor`. `source` names the log in the lines about it ("hub URL")."""
     server = build_server(backend, read_only=read_only, instructions=INSTRUCTIONS, actor=actor)
     speak_on_stderr(server, source)
-    lowlevel = server._lowlevel_server  # MCPServer has no public handle on it (SDK 2.3)
+    lowlevel = server.protocol  # the SDK's low-level server (protocol.py)
     initialized = anyio.Event()
 
     async def on_initialized(ctx: Any, params: NotificationParams) -> None:

@@ -27,7 +27,7 @@ class _Endpoint:
 
     def __init__(self, server: LogstreamMCP) -> None:
         # Builds the session manager; its app is not mounted (the hub routes here instead).
-        server.streamable_http_app(
+        server.protocol.streamable_http_app(
             # The hub's guard checks Host/Origin and the token.
             transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
             # The hub's guard owns the body limit (--max-request-bytes); 2.x would add 4 MiB,
@@ -39,7 +39,7 @@ class _Endpoint:
             session_idle_timeout=SESSION_IDLE_S,
             max_sessions=MAX_SESSIONS,
         )
-        self.manager = server.session_manager
+        self.manager = server.protocol.session_manager
         self._calls = 0  # POSTs in flight (a tool call's answer streams back on its POST)
         self._idle: anyio.Event | None = None
 

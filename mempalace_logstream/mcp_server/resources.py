@@ -137,16 +137,9 @@ class Subscriptions:
     following: bool = False
     _arming: anyio.Lock = field(default_factory=anyio.Lock)
 
-    def install(self) -> None:
-        lowlevel = self.server._lowlevel_server  # MCPServer has no public handle on it (SDK 2.3)
-        lowlevel.add_request_handler("resources/subscribe", SubscribeRequestParams, self.subscribe)
-        lowlevel.add_request_handler(
-            "resources/unsubscribe", UnsubscribeRequestParams, self.unsubscribe
-        )
+    def __post_init__(self) -> None:
+        # The SDK's listen handler serves the streams (ack, per-stream filter); `listen` wraps it.
         self._streams = ListenHandler(self.bus, max_subscriptions=MAX_SUBSCRIPTIONS)
-        lowlevel.add_request_handler(
-            "subscriptions/listen", SubscriptionsListenRequestParams, self.listen
-        )
 
     async def listen(
         self, ctx: Any, params: SubscriptionsListenRequestParams
@@ -302,10 +295,9 @@ def _connection(ctx: Any) -> Any:
 
 
 def install(server: LogstreamMCP) -> Subscriptions:
-    """Register the three resource templates and the subscribe handlers on `server`."""
+    """Register the three resource templates on `server`; the subscriptions it returns serve
+    `resources/subscribe`, `resources/unsubscribe` and `subscriptions/listen` (protocol.py)."""
     server.resource(INBOX, name="inbox", mime_type="application/json")(inbox)
     server.resource(TASK, name="task", mime_type="application/json")(task)
     server.resource(EVENTS, name="events", mime_type="application/json")(events)
-    subs = Subscriptions(server)
-    subs.install()
-    return subs
+    return Subscriptions(server)

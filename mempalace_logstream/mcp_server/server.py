@@ -1,9 +1,11 @@
 """The MCP server on the official SDK (2.x `MCPServer`): one server class over a backend (a local
-`LogStore`, or a remote hub through its client), the tools registered on it, and stdio.
+`LogStore`, or a remote hub through its client), its tools, and stdio.
 
-Tool calls skip the SDK's argument model: the raw arguments go to the core, which checks names
-(`operations.check_args`) and values exactly as for HTTP and the CLI, so every surface refuses the
-same input with the same text.
+The tools are the operation table (`operations`): one `mempalace_<op>` per operation, its
+description and input schema those of the operation's parameters model (`op_params`), so a tool
+cannot drift from the HTTP route or the CLI. Tool calls skip the SDK's argument model: the raw
+arguments go to the core, which checks names (`operations.check_args`) and values exactly as
+for HTTP and the CLI, so every surface refuses the same input with the same text.
 """
 
 from __future__ import annotations
@@ -11,13 +13,13 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-from collections.abc import Callable
 from typing import Any, Protocol
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from mcp.server.stdio import stdio_server
+from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
 
 from mempalace_logstream import aio, errors, operations, waits
 from mempalace_logstream.identity.actor import ACTOR_SCOPE_KEY, Actor, acting_as
@@ -95,17 +97,22 @@ class LogstreamMCP(MCPServer):
         self.backend = backend
         self.presence = presence  # the hub's table when this server runs inside a hub
         self.actor = actor
-        self.tool_names: set[str] = set()  # what `_add` registered (read-only leaves some out)
-        from mempalace_logstream.mcp_server import resources
+        self.tools: dict[str, Tool] = {}  # what `build_server` offers (read-only: no writes)
+        from mempalace_logstream.mcp_server import protocol, resources
 
         self.subscriptions = resources.install(self)
+        # What speaks MCP on every transport: the SDK's low-level server, over this one.
+        self.protocol = protocol.protocol_server(self)
+
+    async def list_tools(self) -> list[Tool]:
+        return list(self.tools.values())
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context | None = None
     ) -> CallToolResult:
         # The SDK turns a ToolError raised here into an isError result whose text is exactly
         # the message (no prefix: the prefix belongs to its own argument model, skipped here).
-        if name not in self.tool_names:
+        if name not in self.tools:
             raise ToolError(f"unknown tool {name!r}")
         op, args = name.removeprefix(TOOL_PREFIX), dict(arguments or {})
         scope = self._scope_of(context)
@@ -176,27 +183,28 @@ def build_server(
 ) -> LogstreamMCP:
     """An MCP server with the logstream tools; `read_only` leaves the mutating ones out;
     `actor` is who its tool calls run as when no request says otherwise."""
-    from mempalace_logstream.mcp_server.tools import READ_TOOLS, WRITE_TOOLS
-
     backend = StoreBackend(source) if isinstance(source, LogStore) else source
     server = LogstreamMCP(backend, log_level="WARNING", presence=presence, actor=actor, **kwargs)
-    for fn in READ_TOOLS:
-        _add(server, fn, ToolAnnotations(read_only_hint=True, open_world_hint=False))
-    if not read_only:
-        for fn in WRITE_TOOLS:
-            hints = ToolAnnotations(
-                read_only_hint=False, destructive_hint=False, open_world_hint=False
-            )
-            _add(server, fn, hints)
+    for name, op in operations.every_operation().items():
+        if not (read_only and op.mutating):
+            tool = spec_tool(name, op)
+            server.tools[tool.name] = tool
     return server
 
 
-def _add(server: LogstreamMCP, fn: Callable[..., Any], hints: ToolAnnotations) -> None:
-    # The docstring without its source indentation; text only (no outputSchema), since the
-    # result is returned once, as compact JSON text.
-    doc = inspect.cleandoc(fn.__doc__ or "")
-    server.add_tool(fn, description=doc, annotations=hints, structured_output=False)
-    server.tool_names.add(fn.__name__)
+def spec_tool(name: str, op: operations.Operation) -> Tool:
+    """The tool of operation `name`: the operation's description and parameters model (names,
+    types, descriptions, required ones) as its input schema. Text results only (no output
+    schema): the result is returned once, as compact JSON text."""
+    hints = ToolAnnotations(read_only_hint=not op.mutating, open_world_hint=False)
+    if op.mutating:
+        hints = hints.model_copy(update={"destructive_hint": False})
+    return Tool(
+        name=TOOL_PREFIX + name,
+        description=inspect.cleandoc(op.params.__doc__ or ""),
+        input_schema=op.params.model_json_schema(),
+        annotations=hints,
+    )
 
 
 def run_stdio(
@@ -222,7 +230,8 @@ def speak_on_stderr(server: LogstreamMCP, name: str) -> None:
 
 async def serve_stdio(server: LogstreamMCP) -> None:
     """`server` over stdio, with its resource follower beside it."""
-    async with anyio.create_task_group() as tg:
+    lowlevel = server.protocol
+    async with anyio.create_task_group() as tg, stdio_server() as (read, write):
         tg.start_soon(server.subscriptions.run)
-        await server.run_stdio_async()
+        await lowlevel.run(read, write, lowlevel.create_initialization_options())
         tg.cancel_scope.cancel()

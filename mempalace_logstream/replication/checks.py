@@ -9,11 +9,12 @@ import binascii
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from mempalace_logstream import errors, hlc
 from mempalace_logstream import validation as v
-from mempalace_logstream.models import Artifact, Event
+from mempalace_logstream.models import CHECKED_FIELDS, Artifact, Event
 from mempalace_logstream.replication.reports import _reject_report
 from mempalace_logstream.replication.wire import (
     _CREATED_AT_RE,
@@ -92,23 +93,10 @@ class EventChecker:
         return event, tuple(clean[name] for name in _TAIL_COLS)
 
     def _content(self, raw: Mapping[str, Any]) -> dict[str, Any]:
-        """LogStore.draft_event, field by field in its order (idempotency_key is never sent)."""
+        """LogStore.draft_event's rules, field by field as `Event` declares them (the
+        idempotency_key is never sent)."""
         same = self._same
-        out = {
-            name: same(name, raw[name])
-            for name in (
-                "type",
-                "stream",
-                "room",
-                "from_agent",
-                "topic",
-                "to_agent",
-                "correlation_id",
-                "branch",
-                "base_commit",
-                "status",
-            )
-        }
+        out = {name: same(name, raw[name]) for name, _ in CHECKED_FIELDS}
         out["body"] = v.body(raw["body"], self.max_body_bytes)
         out["metadata_json"] = v.metadata(raw["metadata"])
         out["artifact_ids"] = v.artifact_ids(raw["artifact_ids"])
@@ -157,23 +145,16 @@ def _optional_text(name: str, value: Any, limit: int) -> str | None:
 _HLC_MATCH = hlc._HLC_RE.match
 
 
-def _required(name: str) -> Callable[[Any], str]:
-    return lambda value: v.required_routing(name, value)
-
-
-def _optional(name: str) -> Callable[[Any], str | None]:
-    return lambda value: v.routing(name, value)
-
-
-# The validator of each remembered field: draft_event's, and the origin's replica id rule.
+# The rule of each checked event field (models.FieldSpec.check): draft_event's validators.
+_RULES: dict[str, Callable[[str, Any], Any]] = {
+    "type": lambda field, value: v.event_type(value, field),
+    "required": v.required_routing,
+    "routing": v.routing,
+    "status": lambda field, value: v.status(value, field),
+}
+# The validator of each remembered field, and the origin's replica id rule.
 _CHECKS: dict[str, Callable[[Any], Any]] = {
-    "type": v.event_type,
-    **{name: _required(name) for name in ("stream", "room", "from_agent")},
-    **{
-        name: _optional(name)
-        for name in ("topic", "to_agent", "correlation_id", "branch", "base_commit")
-    },
-    "status": v.status,
+    **{name: partial(_RULES[rule], name) for name, rule in CHECKED_FIELDS},
     "origin_replica": lambda value: v.replica_id(value, "origin_replica"),
 }
 

@@ -18,7 +18,7 @@ from mempalace_logstream import validation as v
 from mempalace_logstream.backends.base import EVENT_COL_NAMES as _EVENT_COL_NAMES
 from mempalace_logstream.backends.base import binds as _binds
 from mempalace_logstream.backends.base import in_lists as _in_lists
-from mempalace_logstream.models import CONTENT_FIELDS, Artifact, Event, read_metadata
+from mempalace_logstream.models import ROW_FIELDS, Artifact, Event, read_metadata
 from mempalace_logstream.schema import (
     artifact_blobs,
     artifacts,
@@ -64,7 +64,7 @@ ROWS_FORMAT = "rows-v2"
 
 
 # The content fields, then the signature and its key id (RFC 0008; rows-v1 had no signature).
-ROW_COLUMNS = (*CONTENT_FIELDS, "sig", "key_id")
+ROW_COLUMNS = ROW_FIELDS
 
 
 MAX_ROWS_LIMIT = 5000
@@ -89,30 +89,7 @@ _PLAIN = frozenset({str, int, type(None)}).issuperset
 
 # The events row of one stored event, in `EVENT_COLS` order (idempotency_key stays NULL):
 # seq, then the "tail" that EventChecker builds while validating (see `_event`).
-_TAIL_COLS = (
-    "id",
-    "origin_replica",
-    "origin_seq",
-    "hlc",
-    "type",
-    "stream",
-    "room",
-    "topic",
-    "from_agent",
-    "to_agent",
-    "correlation_id",
-    "branch",
-    "base_commit",
-    "status",
-    "body",
-    "created_at",
-    "metadata_json",
-    "sig",
-    "key_id",
-)
-
-
-assert _EVENT_COL_NAMES == ("seq", *_TAIL_COLS), "events columns changed: update _TAIL_COLS"
+_TAIL_COLS = _EVENT_COL_NAMES[1:]
 
 
 @dataclass

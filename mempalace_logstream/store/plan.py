@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from mempalace_logstream import errors
-from mempalace_logstream.models import ROW_ERROR, Event, Page
+from mempalace_logstream.models import EVENT_SPEC, NULLABLE_FIELDS, ROW_ERROR, Event, Page
 from mempalace_logstream.store.filters import PAGE_FILTERS, ReadRequest
 
 # Read statements select the Event fields in declaration order, the artifact links column in
@@ -74,11 +74,9 @@ def events_from_rows(rows: Sequence[Row]) -> list[Event]:
 # for the event fields and the columns of a compact sync row. SQLite keeps whatever storage
 # class a writer behind the API chose (a BLOB in a text column, text in an integer one), and
 # such a row must read with an error, never fail its page (S-8.10).
-_INTEGER_COLUMNS = frozenset({"seq", "origin_seq"})
-_NULLABLE_COLUMNS = frozenset(
-    {"topic", "to_agent", "correlation_id", "branch", "base_commit", "status", "sig", "key_id"}
-    | {"artifact_ids"}  # the links column: NULL for an event without artifacts
-)
+_INTEGER_COLUMNS = frozenset(name for name, spec in EVENT_SPEC if spec.kind in ("seq", "int"))
+# The links column (artifact_ids) is NULL for an event without artifacts.
+_NULLABLE_COLUMNS = NULLABLE_FIELDS | {"artifact_ids"}
 # The quick test of a row (~1 µs): only text, NULL and integers, and an integer origin_seq
 # (seq is SQLite's rowid, always an integer). A number in a text column passes it, but cannot
 # be stored: SQLite's text affinity turns it into text, PostgreSQL refuses it.

@@ -21,6 +21,7 @@ from mempalace_logstream.identity.actor import Actor
 from mempalace_logstream.identity.keyring import KEY_EVENT_TYPES, Keyring
 from mempalace_logstream.identity.verdict import Verdict
 from mempalace_logstream.models import (
+    DRAFT_FIELDS,
     Artifact,
     ArtifactDraft,
     Event,
@@ -167,20 +168,8 @@ class Transaction:
             origin_replica=self.store.replica_id,
             origin_seq=seq,
             hlc=clock.now(),
-            type=draft.type,
-            stream=draft.stream,
-            room=draft.room,
-            topic=draft.topic,
-            from_agent=draft.from_agent,
-            to_agent=draft.to_agent,
-            correlation_id=draft.correlation_id,
-            branch=draft.branch,
-            base_commit=draft.base_commit,
-            status=draft.status,
-            artifact_ids=draft.artifact_ids,
-            body=draft.body,
             created_at=now_text(ms),
-            metadata_json=draft.metadata_json,
+            **{name: getattr(draft, name) for name in DRAFT_FIELDS},
         )
 
     def insert_artifact(self, draft: ArtifactDraft) -> Artifact:
@@ -328,13 +317,14 @@ class Writes(CommitPipeline):
         artifact_ids: Any = None,
         idempotency_key: Any = None,
     ) -> EventDraft:
-        """Validate raw event fields (S-4) into a draft; raises ValidationError."""
+        """Validate raw event fields (S-4) into a draft, in `Event`'s field order (a remote
+        event's checks run in the same order); raises ValidationError."""
         return EventDraft(
             type=v.event_type(type),
             stream=v.required_routing("stream", stream),
             room=v.required_routing("room", room),
-            from_agent=v.required_routing("from_agent", from_agent),
             topic=v.routing("topic", topic),
+            from_agent=v.required_routing("from_agent", from_agent),
             to_agent=v.routing("to_agent", to_agent),
             correlation_id=v.routing("correlation_id", correlation_id),
             branch=v.routing("branch", branch),
@@ -425,33 +415,7 @@ class Writes(CommitPipeline):
 
 def same_as_prior(prior: Event, draft: EventDraft) -> Event:
     """The earlier event of an idempotency key, or ConflictError if its content differs."""
-    same = (
-        prior.type,
-        prior.stream,
-        prior.room,
-        prior.topic,
-        prior.to_agent,
-        prior.correlation_id,
-        prior.branch,
-        prior.base_commit,
-        prior.status,
-        prior.artifact_ids,
-        prior.body,
-        prior.metadata_json,
-    ) == (
-        draft.type,
-        draft.stream,
-        draft.room,
-        draft.topic,
-        draft.to_agent,
-        draft.correlation_id,
-        draft.branch,
-        draft.base_commit,
-        draft.status,
-        draft.artifact_ids,
-        draft.body,
-        draft.metadata_json,
-    )
+    same = all(getattr(prior, name) == getattr(draft, name) for name in DRAFT_FIELDS)
     if not same:
         raise errors.ConflictError(
             f"idempotency_key {draft.idempotency_key!r} was already used by "

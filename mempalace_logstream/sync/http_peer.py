@@ -20,6 +20,7 @@ from mempalace_logstream.sync.limits import (
     MIN_RESPONSE_BYTES,
     ROWS_BATCH,
     Deadline,
+    DeadlinePassed,
     ResponseTooLargeError,
     check_deadline,
     chunks,
@@ -28,7 +29,6 @@ from mempalace_logstream.sync.limits import (
     url_secrets,
 )
 from mempalace_logstream.sync.protocol import Capabilities, PushRefused, RowsRefused
-from mempalace_logstream.sync.sockets import DeadlinePassed, bound_sockets
 from mempalace_logstream.sync.vector import fingerprint
 
 
@@ -57,6 +57,8 @@ class HttpPeer:
     ) -> None:
         import httpx
 
+        from mempalace_logstream.sync.sockets import DeadlineTransport
+
         target = url.rstrip("/")
         self.url = redact_url(target)
         self.name = name or self.url
@@ -67,8 +69,11 @@ class HttpPeer:
         headers = {"Accept-Encoding": "identity"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        self._client = httpx.Client(base_url=target, headers=headers, timeout=timeout)
-        bound_sockets(self._client, self._left)
+        # Every socket operation bounded by the round's deadline (sync/sockets.py).
+        transport = DeadlineTransport(self._left)
+        self._client = httpx.Client(
+            base_url=target, headers=headers, timeout=timeout, transport=transport
+        )
         self.batched: bool | None = None  # None until the batch route was tried
         self.prefetch = True  # request the next ops page while applying this one
         self.rows_limit = 0  # compact page size the hub offers (0: reference pages only)

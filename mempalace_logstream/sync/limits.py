@@ -36,6 +36,10 @@ class ResponseTooLargeError(errors.SyncError):
     """A peer's response was over the byte (or JSON value) cap; it was not decoded."""
 
 
+class DeadlinePassed(Exception):
+    """Raised inside a socket operation started after the round's deadline (`sockets`)."""
+
+
 class Deadline:
     """The total time one round with a peer may take, on the monotonic clock; `cancel()`
     ends it at once (the hub is stopping)."""

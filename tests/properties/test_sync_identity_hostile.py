@@ -41,6 +41,7 @@ from mempalace_logstream.identity import key_events, keys
 from mempalace_logstream.identity.actor import Actor, acting_as
 from mempalace_logstream.identity.keyring import KEY_ADD, KEY_EVENT_TYPES, KEY_REVOKE, Keyring
 from mempalace_logstream.replication import verify
+from mempalace_logstream.store import redaction
 from tests.idsynckit import (
     FORGERY_CODES,
     Team,
@@ -220,7 +221,8 @@ class HostileMachine(RuleBasedStateMachine):
         art = self.arts[i % len(self.arts)]
         store = self._store(art.home)
         with _as(art.creator):
-            out = store.event_redact(
+            out = redaction.event_redact(
+                store,
                 event_id=art.event_id,
                 reason="mine",
                 artifact_ids=[art.id],
@@ -254,8 +256,8 @@ class HostileMachine(RuleBasedStateMachine):
         before = store.stats()["events"]
         with acting_as(Actor(agent=who)):
             try:
-                out = store.event_redact(
-                    event_id=event.id, reason="x", artifact_ids=[mine], keep_body=True
+                out = redaction.event_redact(
+                    store, event_id=event.id, reason="x", artifact_ids=[mine], keep_body=True
                 )
             except errors.ForbiddenError as exc:
                 assert not copy and exc.field == "artifact_ids", exc
@@ -273,8 +275,8 @@ class HostileMachine(RuleBasedStateMachine):
             self.a.event_get(art.event_id)
         except errors.NotFoundError:
             return  # not on the origin yet
-        out = self.a.event_redact(
-            event_id=art.event_id, reason="admin", artifact_ids=[art.id], keep_body=True
+        out = redaction.event_redact(
+            self.a, event_id=art.event_id, reason="admin", artifact_ids=[art.id], keep_body=True
         )
         self.legit_redactions[out["event"].id] = art.id
         self.redacted.add(art.id)

@@ -24,7 +24,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from mempalace_logstream import LogStore, errors, migrate, replication, sync
+from mempalace_logstream import LogStore, errors, migrate, replication, sync, workflows
 from mempalace_logstream import engine as engine_mod
 
 _TEMPLATE: Path | None = None
@@ -157,12 +157,12 @@ class SyncMachine(RuleBasedStateMachine):
         evs = s.event_list(limit=20).events
         if evs:
             target = data.draw(st.sampled_from(evs), label="target")
-            s.event_ack(event_id=target.id, from_agent="acker", status=status)
+            workflows.event_ack(s, event_id=target.id, from_agent="acker", status=status)
 
     @rule(data=st.data(), content=st.binary(min_size=1, max_size=40))
     def patch(self, data: st.DataObject, content: bytes) -> None:
         s = self.stores[self._pick(data, "replica")]
-        s.patch_submit(content=content, from_agent="dev", stream="s")
+        workflows.patch_submit(s, content=content, from_agent="dev", stream="s")
 
     @rule(data=st.data())
     def partition(self, data: st.DataObject) -> None:

@@ -17,7 +17,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from mempalace_logstream import LogStore, errors, tasks
+from mempalace_logstream import LogStore, errors, tasks, workflows
 from tests.conftest import ManualClock
 
 AGENTS = ("lead", "codex", "gemini")
@@ -147,7 +147,8 @@ class LifecycleMachine(RuleBasedStateMachine):
     @rule(requester=st.sampled_from(AGENTS), to=st.sampled_from(["codex", "*"]))
     def create(self, requester: str, to: str) -> None:
         assert self.store is not None
-        out = self.store.task_create(
+        out = workflows.task_create(
+            self.store,
             project="p",
             from_agent=requester,
             to_agent=to,
@@ -199,7 +200,9 @@ class LifecycleMachine(RuleBasedStateMachine):
         if action == "complete":
             kwargs["result"] = {"disposition": "partial"}
         try:
-            self.store.task_update(task_id=tid, action=action, from_agent=agent, **kwargs)
+            workflows.task_update(
+                self.store, task_id=tid, action=action, from_agent=agent, **kwargs
+            )
             accepted = True
         except (errors.ConflictError, errors.ForbiddenError, errors.ValidationError) as exc:
             accepted, reason = False, exc.message
