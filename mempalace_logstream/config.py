@@ -82,6 +82,13 @@ class Settings:
     task_max_children: int = 10
     task_lease_ms: int = 15 * 60 * 1000
     backdate_window_ms: int = DEFAULT_BACKDATE_WINDOW_MS
+    # Reminders for unclaimed tasks and loop guards (issue 20, tasks/guards.py).
+    claim_timeout_ms: int = 10 * 60 * 1000
+    max_reminders: int = 3
+    thread_budget: int = 60
+    pair_budget: int = 30
+    pair_window_ms: int = 10 * 60 * 1000
+    humans: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -99,6 +106,12 @@ class Settings:
             backdate_window_ms=_bounded(
                 env, p + "BACKDATE_WINDOW_MS", DEFAULT_BACKDATE_WINDOW_MS, 0, MAX_BACKDATE_WINDOW_MS
             ),
+            claim_timeout_ms=_bounded(env, p + "CLAIM_TIMEOUT_MS", 600_000, 0, 7 * 86_400_000),
+            max_reminders=_bounded(env, p + "MAX_REMINDERS", 3, 0, 20),
+            thread_budget=_bounded(env, p + "THREAD_BUDGET", 60, 1, 100_000),
+            pair_budget=_bounded(env, p + "PAIR_BUDGET", 30, 1, 100_000),
+            pair_window_ms=_bounded(env, p + "PAIR_WINDOW_MS", 600_000, 1_000, 7 * 86_400_000),
+            humans=tuple(n.strip() for n in env.get(p + "HUMANS", "").split(",") if n.strip()),
         )
 
     def task_settings(self) -> TaskSettings:
@@ -109,6 +122,12 @@ class Settings:
             max_depth=self.task_max_depth,
             max_children=self.task_max_children,
             lease_ms=self.task_lease_ms,
+            claim_timeout_ms=self.claim_timeout_ms,
+            max_reminders=self.max_reminders,
+            thread_budget=self.thread_budget,
+            pair_budget=self.pair_budget,
+            pair_window_ms=self.pair_window_ms,
+            humans=self.humans,
         )
 
 

@@ -272,6 +272,17 @@ class TaskCreate(Params):
         int | None,
         described("How long a claim holds the task without progress (ms; default 15 min)."),
     ] = None
+    claim_timeout_ms: Annotated[
+        int | None,
+        described("Remind the assignee when unclaimed this long (ms; default 10 min; 0 off)."),
+    ] = None
+    max_reminders: Annotated[
+        int | None, described("Reminders before task.stalled goes to you (default 3).")
+    ] = None
+    thread_budget: Annotated[
+        int | None,
+        described("Agent-written events allowed on the thread between persons (default 60)."),
+    ] = None
     idempotency_key: IdemKey = None
 
 

@@ -14,7 +14,7 @@ from mempalace_logstream import validation as v
 from mempalace_logstream.models import Artifact, Event, EventDraft
 from mempalace_logstream.store.ids import json_str, slug
 from mempalace_logstream.store.writes import same_as_prior
-from mempalace_logstream.tasks import moves
+from mempalace_logstream.tasks import guards, moves
 from mempalace_logstream.tasks.model import MAX_PROGRESS
 
 if TYPE_CHECKING:
@@ -180,6 +180,9 @@ def task_create(
     parent_task_id: Any = None,
     parent_correlation_id: Any = None,
     lease_ms: Any = None,
+    claim_timeout_ms: Any = None,
+    max_reminders: Any = None,
+    thread_budget: Any = None,
     idempotency_key: Any = None,
 ) -> dict[str, Any]:
     """Append a `task.request` (S-3.1, RFC 0007) and return {task_id, task, handoff}: the
@@ -187,7 +190,9 @@ def task_create(
 
     `parent_task_id` (the reference's name: `parent_correlation_id`) records the delegation
     chain; the store refuses a chain deeper than its limit or a parent with too many open
-    children. `lease_ms` is how long a claim holds the task without progress."""
+    children. `lease_ms` is how long a claim holds the task without progress;
+    `claim_timeout_ms`, `max_reminders` and `thread_budget` override the hub's reminders and
+    loop guard for this task (issue 20, tasks/guards.py)."""
     clean_project = v.required_routing("project", project)
     clean_goal = v.non_blank_text("goal", goal)
     clean_done = v.non_blank_text("done", done)
@@ -195,6 +200,7 @@ def task_create(
     v.required_routing("branch", branch)
     commit = v.base_commit_hex(base_commit)
     parent = _parent(parent_task_id, parent_correlation_id)
+    options = guards.task_options(claim_timeout_ms, max_reminders, thread_budget)
     correlation = f"task_{slug(clean_goal, 'work')}_{secrets.token_hex(4)}"
     body = (
         f"Goal:\n{clean_goal}\n\nDefinition of done:\n{clean_done}\n\nDelivery:\n"
@@ -207,6 +213,7 @@ def task_create(
         meta["parent_task_id"] = parent
     if lease_ms is not None:
         meta["lease_ms"] = lease_ms  # checked by the lifecycle (tasks.moves.lease_ms)
+    meta.update(options)
     task = store.event_append(
         type="task.request",
         stream=f"project/{slug(clean_project, 'project')}",

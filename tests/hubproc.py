@@ -42,8 +42,17 @@ class HubProcess:
     """`logstream serve --db DB --port PORT` in a subprocess; `start()` returns once it listens,
     `stop()` sends SIGTERM and waits for the process to end."""
 
-    def __init__(self, db: Path, home: Path, *, port: int | None = None, token: str = "") -> None:
+    def __init__(
+        self,
+        db: Path,
+        home: Path,
+        *,
+        port: int | None = None,
+        token: str = "",
+        extra: tuple[str, ...] = (),
+    ) -> None:
         self.db = db
+        self.extra = extra
         self.home = home
         self.port = port or free_port()
         self.token = token
@@ -53,6 +62,7 @@ class HubProcess:
 
     def start(self, timeout: float = 60) -> None:
         args = ["serve", "--db", str(self.db), "--port", str(self.port), "--host", "127.0.0.1"]
+        args += self.extra
         env = env_for(self.home, LOGSTREAM_TOKEN=self.token)
         self.starts += 1
         log = (self.home / f"hub-{self.starts}.log").open("wb")

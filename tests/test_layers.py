@@ -61,6 +61,8 @@ RULES: dict[str, tuple[str, ...]] = {
     # The reconnect policy of hub clients (issue 19): errors in, retries out; no transport.
     "reconnect": ("fastapi", "mcp", "typer", "httpx", "sse_starlette", "store", "sqlalchemy"),
     "waits": ("fastapi", "mcp", "typer", "httpx", "sse_starlette"),
+    # Reminders for unclaimed tasks (issue 20): the store's public API, no SQL, no surface.
+    "reminders": ("sqlalchemy", "backends", "engine", "schema", "sync", *SURFACE_LIBS),
     "hub_client": ("fastapi", "mcp", "typer"),
     "http_errors": ("fastapi", "mcp", "typer", "sse_starlette", "store", "engine", "sync"),
     "mcp_server": ("fastapi", "typer", "sse_starlette"),

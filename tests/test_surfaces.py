@@ -179,6 +179,42 @@ CASES = [
         ("task", "list", "--cursor", "x"),
     ),
 ]
+TASK = {
+    "project": "p",
+    "from_agent": "claude",
+    "to_agent": "codex",
+    "goal": "g",
+    "branch": "main",
+    "base_commit": "abc1234",
+    "done": "d",
+}
+TASK_CLI = (
+    *("task", "create", "--project", "p", "--from-agent", "claude", "--to-agent", "codex"),
+    *("--goal", "g", "--branch", "main", "--base-commit", "abc1234", "--done", "d"),
+)
+CASES += [
+    Case(
+        "task_create",
+        {**TASK, "claim_timeout_ms": -1},
+        "claim_timeout_ms",
+        "claim_timeout_ms is -1; it must be between 0 and 604,800,000 ms (0: no reminders)",
+        (*TASK_CLI, "--claim-timeout-ms", "-1"),
+    ),
+    Case(
+        "task_create",
+        {**TASK, "max_reminders": 21},
+        "max_reminders",
+        "max_reminders is 21; it must be between 0 and 20",
+        (*TASK_CLI, "--max-reminders", "21"),
+    ),
+    Case(
+        "task_create",
+        {**TASK, "thread_budget": 0},
+        "thread_budget",
+        "thread_budget is 0; it must be between 1 and 100,000 events",
+        (*TASK_CLI, "--thread-budget", "0"),
+    ),
+]
 IDS = [f"{c.op}-{c.field}-{i}" for i, c in enumerate(CASES)]
 
 

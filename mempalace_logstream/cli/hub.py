@@ -16,7 +16,7 @@ import typer
 from mempalace_logstream import config, errors
 from mempalace_logstream.cli.options import DbOpt, Multi, PalaceOpt
 from mempalace_logstream.cli.root import app
-from mempalace_logstream.cli.shared import check_sync_limits, fail, open_store
+from mempalace_logstream.cli.shared import check_sync_limits, fail, guard_settings, open_store
 
 if TYPE_CHECKING:
     import socket
@@ -77,6 +77,52 @@ SyncPushOpt = Annotated[
 ]
 SyncDeadlineOpt = Annotated[float, typer.Option("--sync-deadline-s", help=SYNC_DEADLINE_HELP)]
 SyncBytesOpt = Annotated[int, typer.Option("--sync-max-response-bytes", help=SYNC_BYTES_HELP)]
+RemindIntervalOpt = Annotated[
+    float,
+    typer.Option(
+        "--remind-interval",
+        help="Seconds between passes of the reminders for unclaimed tasks (0 disables).",
+    ),
+]
+ClaimTimeoutOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--claim-timeout-ms",
+        help="Default: remind a task's assignee when unclaimed this long (10 min; 0 off). "
+        "Also $MEMPALACE_LOGSTREAM_CLAIM_TIMEOUT_MS.",
+        show_default=False,
+    ),
+]
+MaxRemindersOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-reminders", help="Default reminders before task.stalled (3).", show_default=False
+    ),
+]
+ThreadBudgetOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--thread-budget",
+        help="Agent-written events per thread since a person or the request (60).",
+        show_default=False,
+    ),
+]
+PairBudgetOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--pair-budget",
+        help="Messages between two agents per window without a task move (30).",
+        show_default=False,
+    ),
+]
+PairWindowOpt = Annotated[
+    int | None,
+    typer.Option("--pair-window-ms", help="The pair budget's window (10 min).", show_default=False),
+]
+HumanOpt = Annotated[
+    Multi,
+    typer.Option("--human", help="A name that counts as a person for the loop guards (repeat)."),
+]
 
 
 @app.command()
@@ -94,6 +140,13 @@ def serve(
     sync_push: SyncPushOpt = False,
     sync_deadline_s: SyncDeadlineOpt = 300.0,
     sync_max_response_bytes: SyncBytesOpt = 16 * MiB,
+    remind_interval: RemindIntervalOpt = 15.0,
+    claim_timeout_ms: ClaimTimeoutOpt = None,
+    max_reminders: MaxRemindersOpt = None,
+    thread_budget: ThreadBudgetOpt = None,
+    pair_budget: PairBudgetOpt = None,
+    pair_window_ms: PairWindowOpt = None,
+    human: HumanOpt = None,
     db: DbOpt = None,
     palace: PalaceOpt = None,
 ) -> None:
@@ -107,6 +160,15 @@ def serve(
             sync_interval if sync_interval is not None else sync_mod.interval_from_env(os.environ)
         )
         store = open_store(db, palace, create=True)
+        store.task_settings = guard_settings(
+            store.task_settings,
+            claim_timeout_ms=claim_timeout_ms,
+            max_reminders=max_reminders,
+            thread_budget=thread_budget,
+            pair_budget=pair_budget,
+            pair_window_ms=pair_window_ms,
+            humans=tuple(human or ()),
+        )
     except errors.LogstreamError as exc:
         raise fail(exc.message) from None
     palace_path = config.palace_dir(palace or config.Settings.from_env().palace)
@@ -129,7 +191,7 @@ def serve(
         deadline_s=sync_deadline_s,
         max_response_bytes=sync_max_response_bytes,
     )
-    application = _hub_app(store, settings, loop, mcp_read_only)
+    application = _hub_app(store, settings, loop, mcp_read_only, remind_interval)
     sock = _bind(host, port)
     _banner(host, sock, store, loop, interval, palace_path)
     _run(application, sock, store)
@@ -185,18 +247,28 @@ def _check_serve_flags(
     )
 
 
-def _hub_app(store: LogStore, settings: HubSettings, loop: SyncLoop, mcp_read_only: bool) -> Any:
-    """The hub's ASGI app with the MCP endpoint mounted at /mcp."""
+def _hub_app(
+    store: LogStore,
+    settings: HubSettings,
+    loop: SyncLoop,
+    mcp_read_only: bool,
+    remind_interval: float,
+) -> Any:
+    """The hub's ASGI app with the MCP endpoint mounted at /mcp and the reminder loop."""
     from mempalace_logstream import mcp_server
     from mempalace_logstream.http import ExtraMount, create_app
     from mempalace_logstream.presence import Registry
+    from mempalace_logstream.reminders import ReminderLoop
 
     presence = Registry()  # one table for the HTTP routes and the MCP tools
     mcp_app, mcp_lifespan = mcp_server.http_endpoint(
         store, read_only=mcp_read_only, presence=presence
     )
     mount = ExtraMount("/mcp", mcp_app, mcp_lifespan, drain=mcp_app.drain)
-    return create_app(store, settings, mounts=(mount,), sync_loop=loop, presence=presence)
+    reminders = ReminderLoop(store, presence, interval_s=remind_interval)
+    return create_app(
+        store, settings, mounts=(mount,), sync_loop=loop, presence=presence, reminders=reminders
+    )
 
 
 def _bind(host: str, port: int) -> socket.socket:

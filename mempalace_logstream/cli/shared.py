@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from mempalace_logstream.hub_client import HubClient
     from mempalace_logstream.operations import LocalClient
     from mempalace_logstream.store import LogStore
+    from mempalace_logstream.tasks import TaskSettings
 
 # The exceptions of click, or of the copy of click that typer >= 0.29 vendors.
 click_errors = importlib.import_module(typer.BadParameter.__module__)
@@ -215,3 +216,25 @@ def check_sync_limits(
         raise fail(f"{deadline_flag} must be a positive number of seconds, got {deadline_s}", 2)
     if max_bytes < min_bytes:
         raise fail(f"{bytes_flag} is {max_bytes}; it must be at least {min_bytes} bytes", 2)
+
+
+def guard_settings(
+    base: TaskSettings, *, humans: tuple[str, ...] = (), **given: Any
+) -> TaskSettings:
+    """`base` with the reminder and loop-guard flags that were given (None: keep), each
+    checked like a task's own option (ValidationError naming the flag's field)."""
+    import dataclasses
+
+    from mempalace_logstream.tasks import guards
+
+    checks = {
+        "claim_timeout_ms": guards.claim_timeout_ms,
+        "max_reminders": guards.max_reminders,
+        "thread_budget": lambda x: guards.budget("thread_budget", x),
+        "pair_budget": lambda x: guards.budget("pair_budget", x),
+        "pair_window_ms": guards.pair_window_ms,
+    }
+    changes: dict[str, Any] = {k: checks[k](x) for k, x in given.items() if x is not None}
+    if humans:
+        changes["humans"] = tuple(dict.fromkeys((*base.humans, *humans)))
+    return dataclasses.replace(base, **changes)

@@ -55,6 +55,23 @@ LeaseOpt = Annotated[
     typer.Option("--lease-ms", help="How long a claim holds the task without progress (ms)."),
 ]
 TaskIdArg = Annotated[str, typer.Argument(help="The task id (its correlation id).")]
+ClaimTimeoutOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--claim-timeout-ms",
+        help="Remind the assignee when unclaimed this long (ms; hub default 10 min; 0 off).",
+    ),
+]
+MaxRemindersOpt = Annotated[
+    int | None,
+    typer.Option("--max-reminders", help="Reminders before task.stalled (hub default 3)."),
+]
+ThreadBudgetOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--thread-budget", help="Agent-written events on the thread between persons (60)."
+    ),
+]
 
 
 @task_app.command("create")
@@ -71,6 +88,9 @@ def task_create(
     parent: ParentOpt = None,
     parent_correlation_id: OldParentOpt = None,
     lease_ms: LeaseOpt = None,
+    claim_timeout_ms: ClaimTimeoutOpt = None,
+    max_reminders: MaxRemindersOpt = None,
+    thread_budget: ThreadBudgetOpt = None,
     db: DbOpt = None,
     palace: PalaceOpt = None,
     hub: HubOpt = None,
@@ -89,6 +109,9 @@ def task_create(
         parent_task_id=parent,
         parent_correlation_id=parent_correlation_id,
         lease_ms=lease_ms,
+        claim_timeout_ms=claim_timeout_ms,
+        max_reminders=max_reminders,
+        thread_budget=thread_budget,
     )
     out = run(db, palace, "task_create", hub, token, **fields)
     t = out["task"]
@@ -328,3 +351,37 @@ def task_list(
     if out["has_more"]:
         lines.append(f"(more: --cursor {out['cursor']})")
     emit(out, as_json, "\n".join(lines))
+
+
+@task_app.command("remind")
+def task_remind(
+    claim_timeout_ms: ClaimTimeoutOpt = None,
+    max_reminders: MaxRemindersOpt = None,
+    db: DbOpt = None,
+    palace: PalaceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """One pass of the reminders for unclaimed tasks, without a hub (a hub runs them itself):
+    the next task.reminder to each overdue assignee, or the task.stalled to its requester."""
+    from mempalace_logstream import errors, reminders
+    from mempalace_logstream.cli.shared import guard_settings, open_store
+
+    try:
+        store = open_store(db, palace, create=False)
+    except errors.LogstreamError as exc:
+        raise fail(exc.message) from None
+    try:
+        store.task_settings = guard_settings(
+            store.task_settings, claim_timeout_ms=claim_timeout_ms, max_reminders=max_reminders
+        )
+        written = reminders.remind_once(store)
+    except errors.LogstreamError as exc:
+        raise fail(exc.message) from None
+    finally:
+        store.close()
+    rows = [x.to_dict() for x in written]
+    lines = [
+        f"{r['kind']}{' ' + str(r['n']) if r['n'] else ''}: {r['task_id']} ({r['event_id']})"
+        for r in rows
+    ]
+    emit({"written": rows, "count": len(rows)}, as_json, "\n".join(lines) or "nothing due")

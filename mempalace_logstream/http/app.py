@@ -37,6 +37,7 @@ from mempalace_logstream.http.responses import (
 )
 from mempalace_logstream.http.settings import ExtraMount, HubSettings, version
 from mempalace_logstream.presence import Registry
+from mempalace_logstream.reminders import ReminderLoop
 from mempalace_logstream.store import LogStore
 
 
@@ -46,19 +47,21 @@ def create_app(
     mounts: tuple[ExtraMount, ...] = (),
     sync_loop: sync.SyncLoop | None = None,
     presence: Registry | None = None,
+    reminders: ReminderLoop | None = None,
 ) -> FastAPI:
     """The hub app. Store calls run in worker threads; waits and SSE sleep on the notifier.
 
     `sync_loop`, when given, runs its background rounds for the app's lifetime and is the
     source of the `/sync/peers` estate. `presence` is the hub's presence table (shared with
-    its MCP endpoint); a new one when not given.
+    its MCP endpoint); a new one when not given. `reminders`, when given, runs the reminders
+    for unclaimed tasks for the app's lifetime (issue 20).
     """
     settings = settings or HubSettings()
     presence = presence or Registry()
     app = FastAPI(
         title="mempalace-logstream hub",
         version=version(),
-        lifespan=_lifespan(mounts, sync_loop, presence),
+        lifespan=_lifespan(mounts, (sync_loop, reminders), presence),
         responses=ERROR_RESPONSES,
         docs_url=None,  # served by pages.py from the package's own Swagger UI files, not a CDN
         redoc_url=None,
@@ -89,10 +92,12 @@ def create_app(
 
 
 def _lifespan(
-    mounts: tuple[ExtraMount, ...], sync_loop: sync.SyncLoop | None, presence: Registry
+    mounts: tuple[ExtraMount, ...],
+    loops: tuple[sync.SyncLoop | ReminderLoop | None, ...],
+    presence: Registry,
 ) -> Any:
-    """The mounts' lifespans, the background sync rounds and the presence sweeper (expiries
-    reach SSE subscribers without anyone listing), for the app's lifetime."""
+    """The mounts' lifespans, the background loops (sync rounds, reminders) and the presence
+    sweeper (expiries reach SSE subscribers without anyone listing), for the app's lifetime."""
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -105,9 +110,10 @@ def _lifespan(
             for m in mounts:
                 if m.lifespan is not None:
                     await stack.enter_async_context(m.lifespan())
-            if sync_loop is not None:
-                sync_loop.start()
-                stack.push_async_callback(_stop_in_thread, sync_loop)
+            for loop in loops:
+                if loop is not None:
+                    loop.start()
+                    stack.push_async_callback(_stop_in_thread, loop)
             yield
 
     return lifespan
@@ -160,8 +166,8 @@ def _start_integrity_check(app: FastAPI) -> None:
     app.state.integrity_thread.start()
 
 
-async def _stop_in_thread(sync_loop: sync.SyncLoop) -> None:
-    await anyio.to_thread.run_sync(sync_loop.stop)
+async def _stop_in_thread(loop: sync.SyncLoop | ReminderLoop) -> None:
+    await anyio.to_thread.run_sync(loop.stop)
 
 
 async def healthz(request: Request) -> Any:

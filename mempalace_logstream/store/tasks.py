@@ -21,6 +21,7 @@ from mempalace_logstream import errors, tasks
 from mempalace_logstream.models import Event
 from mempalace_logstream.schema import events, meta
 from mempalace_logstream.schema import tasks as tasks_table
+from mempalace_logstream.store import guards
 from mempalace_logstream.store.projections import Refusal
 from mempalace_logstream.store.rows import events_from_rows
 from mempalace_logstream.tasks import Task, TaskSettings
@@ -102,7 +103,9 @@ def thread(tx: Transaction, task_id: str) -> list[Event]:
 def on_local_event(tx: Transaction, event: Event, settings: TaskSettings) -> Event:
     """Check a local event (inserted in `tx` already) against its task's lifecycle and move
     the projection; returns the event, unchanged. Raises the refusal: the transaction (or
-    the item's savepoint) rolls back, nothing is written."""
+    the item's savepoint) rolls back, nothing is written. The loop guards (issue 20,
+    store/guards.py) run first: a write past a budget is refused the same way."""
+    guards.check_local(tx, event)
     if not event.correlation_id:
         return event
     task = load(tx, event.correlation_id)

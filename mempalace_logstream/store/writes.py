@@ -35,7 +35,7 @@ from mempalace_logstream.schema import (
     events,
     meta,
 )
-from mempalace_logstream.store import blobs
+from mempalace_logstream.store import blobs, guards
 from mempalace_logstream.store.append import Appended, Local, Origin
 from mempalace_logstream.store.append import append as append_events
 from mempalace_logstream.store.identity import Identity, check_names, check_writer
@@ -46,6 +46,7 @@ from mempalace_logstream.store.redaction import REDACT_TYPE
 from mempalace_logstream.store.rows import ARTIFACT_COLS, artifact_from_row, events_from_rows
 from mempalace_logstream.store.task_cache import FoldCache
 from mempalace_logstream.tasks import TaskSettings
+from mempalace_logstream.tasks.guards import BudgetExhausted
 
 T = TypeVar("T")
 
@@ -203,7 +204,11 @@ class Writes(CommitPipeline):
         Raises what `work` raises (nothing is written then), or StorageError.
         """
         who = actor_mod.current()
-        result: T = self._write(lambda ex, st: work(Transaction(self, ex, st, who)), on_bulk)
+        try:
+            result: T = self._write(lambda ex, st: work(Transaction(self, ex, st, who)), on_bulk)
+        except BudgetExhausted as exc:  # a loop guard refused it: tell the requester once
+            guards.send_notice(self, exc)
+            raise
         return result
 
     def pinned_admins(self) -> list[str]:

@@ -62,11 +62,18 @@ MAX_LEASE_MS = 7 * 24 * 3600 * 1000
 
 @dataclass(frozen=True, kw_only=True)
 class TaskSettings:
-    """Per-hub limits: delegation depth and breadth, and the default lease."""
+    """Per-hub limits: delegation depth and breadth, the default lease; the reminders for
+    unclaimed work and the loop guards (issue 20: `tasks/guards.py`)."""
 
     max_depth: int = 3
     max_children: int = 10
     lease_ms: int = DEFAULT_LEASE_MS
+    claim_timeout_ms: int = 10 * 60 * 1000  # 0: no reminders
+    max_reminders: int = 3
+    thread_budget: int = 60  # agent-written events per thread since a person or the request
+    pair_budget: int = 30  # messages between two agents per window without a task move
+    pair_window_ms: int = 10 * 60 * 1000
+    humans: tuple[str, ...] = ()  # names that count as a person (the admin always does)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,315 @@
+"""Loop guards in the write transaction (issue 20 item 5, RFC 0007 "Loop guards"): the budgets'
+queries. The rules (what counts, the texts) are `tasks/guards.py`.
+
+Cost: a write with no correlation id and no single-agent addressee reads nothing. Otherwise
+the thread is read newest first, in pages, only back to its anchor (a person's event, the
+request, a raise) or until the budget is exceeded, and each agent's writes only back to the
+pair window's start: bounded by the budgets, never by the thread or the log.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from mempalace_logstream import errors, tasks
+from mempalace_logstream.identity import actor as actor_mod
+from mempalace_logstream.models import Event
+from mempalace_logstream.schema import events
+from mempalace_logstream.store.ids import now_text
+from mempalace_logstream.tasks import guards as g
+from mempalace_logstream.tasks.model import ACTIONS, REQUEST_TYPE, Task
+
+if TYPE_CHECKING:
+    from mempalace_logstream.store.writes import Transaction, Writes
+
+log = logging.getLogger(__name__)
+
+FIRST_PAGE, MAX_PAGE = 16, 1024
+_COLS = ("seq", "id", "type", "from_agent", "to_agent", "created_at", "metadata_json")
+
+
+def check_local(tx: Transaction, event: Event) -> None:
+    """Refuse `event` (BudgetExhausted, nothing written) when it would pass a loop guard."""
+    settings = tx.store.task_settings
+    humans = settings.humans
+    if event.from_agent == g.HUB_WRITER or g.is_person(event.from_agent, humans):
+        return
+    actor = tx.actor
+    if actor is not None and actor.admin:
+        return
+    task = _task(tx, event.correlation_id) if event.correlation_id else None
+    if g.exempt(event.type, _changes_state(event, task)):
+        return
+    if event.correlation_id:
+        _check_thread(tx, event, task)
+    peer = event.to_agent
+    if peer and peer != "*" and peer != event.from_agent and not g.is_person(peer, humans):
+        if peer != g.HUB_WRITER:
+            _check_pair(tx, event, peer, task)
+
+
+def _task(tx: Transaction, task_id: str) -> Task | None:
+    from mempalace_logstream.store import tasks as task_rows  # it calls this module
+
+    return task_rows.load(tx, task_id)
+
+
+def _changes_state(event: Event, task: Task | None) -> bool:
+    move = tasks.classify(event, task)
+    if move is None:
+        return False
+    if move.action == "create" or task is None or move.action == "progress":
+        return True
+    return ACTIONS[move.action][2] != task.state
+
+
+# Exempt rows never matter to a thread's count but its anchors do: filtered in SQL.
+_SKIPPED = sorted(g.EXEMPT_TYPES - {REQUEST_TYPE, g.RAISE_TYPE})
+
+
+def _page(tx: Transaction, thread: str, before: int, size: int) -> list[Any]:
+    def build() -> sa.Select[Any]:
+        c = events.c
+        return (
+            sa.select(*(getattr(c, name) for name in _COLS))
+            .where(
+                c.correlation_id == sa.bindparam("v"),
+                c.seq < sa.bindparam("before"),
+                *(c.type != kind for kind in _SKIPPED),  # not NOT IN: compiled once
+            )
+            .order_by(c.seq.desc())
+            .limit(size)
+        )
+
+    return list(tx.rows(("guard-thread", size), build, {"v": thread, "before": before}))
+
+
+def _before(tx: Transaction, event: Event) -> int:
+    """The guards read the rows before `event`: the one write path has inserted it already
+    (its seq is set), so its own row is never counted."""
+    return event.seq or tx.state.next_seq
+
+
+def _thread_rows(tx: Transaction, thread: str, before: int) -> Any:
+    """The thread's anchors and counted rows before seq `before`, newest first, a page at a
+    time (16 rows, then growing), as long as the caller asks."""
+    size = FIRST_PAGE
+    while True:
+        page = _page(tx, thread, before, size)
+        yield from page
+        if len(page) < size:
+            return
+        before, size = int(page[-1][0]), min(size * 4, MAX_PAGE)
+
+
+def _meta(row: Any) -> dict[str, Any]:
+    try:
+        doc = json.loads(row[6] or "{}")
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+# ----------------------------------------------------------------------------- thread
+
+
+def _check_thread(tx: Transaction, event: Event, task: Task | None) -> None:
+    thread = event.correlation_id
+    assert thread is not None
+    limit = tx.store.task_settings.thread_budget
+    requester = task.requester if task is not None else None
+    if task is not None:
+        request = tx.find_event(task.request_event_id, field="correlation_id")
+        limit = g.meta_int(request.metadata, "thread_budget", limit, low=1)
+    used, limit, anchor, since = _scan_thread(tx, thread, limit, requester, _before(tx, event))
+    if used < limit:
+        return
+    if anchor is None:  # more than the budget since an anchor the scan did not reach
+        since = "its last person's event or its " + ("request" if task else "start")
+    requester = requester or _first_writer(tx, thread)
+    message = g.thread_refusal(
+        thread=thread, used=used, limit=limit, since=since, requester=requester
+    )
+    notice = _notice(event, requester, message, f"budget:{thread}:{anchor or 'start'}:{limit}")
+    notice["metadata"] = {"budget": "thread", "limit": limit, "used": used, "since": anchor}
+    raise g.BudgetExhausted(message, field="thread_budget", notice=notice)
+
+
+def _scan_thread(
+    tx: Transaction, thread: str, limit: int, requester: str | None, before: int
+) -> tuple[int, int, str | None, str]:
+    """(counted events since the anchor, the budget, the anchor's id, its description), read
+    newest first and no further than the anchor, or twice the budget of counted events (an
+    exhausted thread's anchor names its episode: one notice each)."""
+    humans = tx.store.task_settings.humans
+    used, cap, full = 0, limit, False
+    for row in _thread_rows(tx, thread, before):
+        writer, kind, ident = row[3], row[2], row[1]
+        if kind == g.RAISE_TYPE and (writer == requester or g.is_person(writer, humans)):
+            raised = max(limit, g.meta_int(_meta(row), "thread_budget", limit, low=1))
+            return used, raised, ident, f"{writer}'s raise {ident}"
+        if kind == REQUEST_TYPE or g.is_person(writer, humans):
+            return used, cap if full else limit, ident, _since(kind, writer, ident)
+        if not g.counted(kind, writer, humans):
+            continue
+        used += 1
+        if full and used > 2 * cap:
+            break  # far past the budget: the anchor does not matter any more
+        if used >= cap and not full:
+            # Used up, unless a raise further back allows more: the rare path looks it up.
+            raised_to = _raised(tx, thread, requester) if cap == limit else None
+            if raised_to is None or raised_to <= used:
+                full = True
+            else:
+                cap = raised_to
+    return used, cap if full else limit, None, ""
+
+
+def _raised(tx: Transaction, thread: str, requester: str | None) -> int | None:
+    """The budget of the newest raise on the thread (by its requester), if any."""
+    if requester is None:
+        return None
+
+    def build() -> sa.Select[Any]:
+        c = events.c
+        return (
+            sa.select(*(getattr(c, name) for name in _COLS))
+            .where(
+                c.correlation_id == sa.bindparam("v"),
+                c.type == g.RAISE_TYPE,
+                c.from_agent == sa.bindparam("r"),
+            )
+            .order_by(c.seq.desc())
+            .limit(1)
+        )
+
+    rows = tx.rows("guard-raise", build, {"v": thread, "r": requester})
+    return g.meta_int(_meta(rows[0]), "thread_budget", 0) or None if rows else None
+
+
+def _since(kind: str, writer: str, ident: str) -> str:
+    return "the task request" if kind == REQUEST_TYPE else f"{writer}'s event {ident}"
+
+
+def _first_writer(tx: Transaction, thread: str) -> str | None:
+    def build() -> sa.Select[Any]:
+        c = events.c
+        where = c.correlation_id == sa.bindparam("v")
+        return sa.select(c.from_agent).where(where).order_by(c.seq).limit(1)
+
+    rows = tx.rows("guard-first-writer", build, {"v": thread})
+    return str(rows[0][0]) if rows else None
+
+
+# ----------------------------------------------------------------------------- pair
+
+
+def _check_pair(tx: Transaction, event: Event, peer: str, task: Task | None) -> None:
+    settings = tx.store.task_settings
+    now = tx.store.clock.wall_clock.now_ms()
+    cutoff = now_text(now - settings.pair_window_ms)
+    a, b = event.from_agent, peer
+    n = settings.pair_budget
+    # The newest n+1 messages (or moves) each way in the window: the newest n of both ways
+    # together are among them. The database filters; Python reads at most 2n+2 rows.
+    floor = _window_floor(tx, cutoff)
+    if floor is None:
+        return  # nothing written in the window
+    span = (floor, _before(tx, event))
+    recent = [*_pair_rows(tx, a, b, span, n + 1), *_pair_rows(tx, b, a, span, n + 1)]
+    recent.sort(key=lambda r: -int(r[0]))
+    used, oldest, writers = 0, None, set()
+    for row in recent[:n]:
+        if row[2] in _MOVES:
+            break  # a task move between them: the count restarts after it
+        used, oldest = used + 1, row[1]
+        writers.add(row[3])
+    # An exchange needs both: one agent writing to another that never answers is no loop.
+    if used < n or len(writers | {a}) < 2:
+        return
+    x, y = sorted((a, b))
+    message = g.pair_refusal(
+        a=x, b=y, used=used, limit=settings.pair_budget, window_ms=settings.pair_window_ms
+    )
+    to = (task.requester if task is not None else None) or (
+        _first_writer(tx, event.correlation_id) if event.correlation_id else None
+    )
+    notice = _notice(event, to or peer, message, f"pair:{x}|{y}:{oldest}")
+    notice["metadata"] = {"budget": "pair", "limit": settings.pair_budget, "agents": [x, y]}
+    raise g.BudgetExhausted(message, field="pair_budget", notice=notice)
+
+
+_MOVES = g.EXEMPT_TYPES - {"event.ack", g.RAISE_TYPE}
+
+
+def _window_floor(tx: Transaction, cutoff: str) -> int | None:
+    """The seq of the first event written at or after `cutoff` (the `created_at` index), so
+    the pair's reads walk the writers' `(from_agent, seq)` index over the window only."""
+
+    def build() -> sa.Select[Any]:
+        c = events.c
+        where = c.created_at >= sa.bindparam("cutoff")
+        return sa.select(c.seq).where(where).order_by(c.created_at).limit(1)
+
+    rows = tx.rows("guard-window", build, {"cutoff": cutoff})
+    return int(rows[0][0]) if rows else None
+
+
+def _pair_rows(tx: Transaction, writer: str, to: str, span: tuple[int, int], n: int) -> list[Any]:
+    """`writer`'s newest `n` events to `to` with floor <= seq < before (`span`), acks and
+    raises left out."""
+
+    def build() -> sa.Select[Any]:
+        c = events.c
+        return (
+            sa.select(*(getattr(c, name) for name in _COLS))
+            .where(
+                c.from_agent == sa.bindparam("a"),
+                c.to_agent == sa.bindparam("b"),
+                c.seq >= sa.bindparam("floor"),
+                c.seq < sa.bindparam("before"),
+                c.type != "event.ack",
+                c.type != g.RAISE_TYPE,
+            )
+            .order_by(c.seq.desc())
+            .limit(n)
+        )
+
+    params = {"a": writer, "b": to, "floor": span[0], "before": span[1]}
+    return list(tx.rows(("guard-pair", n), build, params))
+
+
+# ----------------------------------------------------------------------------- notice
+
+
+def _notice(event: Event, to: str | None, message: str, key: str) -> dict[str, Any]:
+    return {
+        "type": g.EXHAUSTED_TYPE,
+        "stream": event.stream,
+        "room": event.room,
+        "from_agent": g.HUB_WRITER,
+        "to_agent": to or "*",
+        "correlation_id": event.correlation_id,
+        "body": f"{message}\n\nRefused writer: {event.from_agent} ({event.type}).",
+        "idempotency_key": key,
+    }
+
+
+def send_notice(store: Writes, exc: g.BudgetExhausted) -> None:
+    """The one `thread.budget_exhausted` of a refusal, in its own transaction (the refused
+    one wrote nothing); its idempotency key makes repeated refusals send it once. Written as
+    the hub itself, whoever the refused caller was."""
+    fields = dict(exc.notice)
+    fields["metadata"] = {**fields.get("metadata", {}), "refusal": exc.message}
+    try:
+        draft = store.draft_event(**fields)
+        with actor_mod.acting_as(None):
+            store.transaction(lambda tx: tx.insert_event(draft))
+    except errors.ConflictError:
+        pass  # its key holds the notice of an earlier refusal of this episode: sent once
+    except errors.LogstreamError as exc:  # the refusal still stands; the notice is a courtesy
+        log.warning("could not send %s: %s", g.EXHAUSTED_TYPE, exc.message)

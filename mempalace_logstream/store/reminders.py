@@ -1,0 +1,86 @@
+"""What the reminder loop reads (issue 20 item 4, RFC 0007 "Reminders"): the open tasks that
+were never claimed, and the reminders and stall the hub already wrote on a task's thread. The
+state is read from the log every pass: nothing is counted in memory, so a restarted hub owes
+exactly what the stopped one did.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from mempalace_logstream import hlc
+from mempalace_logstream.schema import events
+from mempalace_logstream.schema import tasks as tasks_table
+from mempalace_logstream.store.tasks import from_doc
+from mempalace_logstream.tasks import Task
+from mempalace_logstream.tasks import guards as g
+
+if TYPE_CHECKING:
+    from mempalace_logstream.store import LogStore
+
+MAX_TASKS_PER_PASS = 1_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sent:
+    """The reminders (`[(n, event id, wall ms)]`, oldest first) and stall already on a thread."""
+
+    reminders: tuple[tuple[int, str, int], ...]
+    stalled: bool
+
+    @property
+    def count(self) -> int:
+        return len({n for n, _, _ in self.reminders})
+
+    @property
+    def last_ms(self) -> int | None:
+        return self.reminders[-1][2] if self.reminders else None
+
+
+def unclaimed(store: LogStore, limit: int = MAX_TASKS_PER_PASS) -> list[Task]:
+    """Open tasks never claimed (attempt 0), oldest activity first."""
+    t = tasks_table.c
+    query = sa.select(t.doc_json).where(t.state == "open").order_by(t.updated_seq).limit(limit)
+    with store.connect() as conn:
+        rows = conn.execute(query).all()
+    found = [from_doc(r[0]) for r in rows]
+    return [task for task in found if task.attempt == 0]
+
+
+def sent(store: LogStore, task_id: str) -> Sent:
+    """The hub's reminders and stall on the thread of `task_id`, from the log."""
+    c = events.c
+    query = (
+        sa.select(c.id, c.type, c.hlc, c.metadata_json)
+        .where(
+            c.correlation_id == task_id,
+            c.from_agent == g.HUB_WRITER,
+            sa.or_(c.type == g.REMINDER_TYPE, c.type == g.STALLED_TYPE),
+        )
+        .order_by(c.seq)
+    )
+    with store.connect() as conn:
+        rows = conn.execute(query).all()
+    reminders: list[tuple[int, str, int]] = []
+    stalled = False
+    for ident, kind, stamp, meta_json in rows:
+        if kind == g.STALLED_TYPE:
+            stalled = True
+            continue
+        n = g.meta_int(_meta(meta_json), "reminder", 0, low=1)
+        parsed = hlc.parse(stamp)
+        if n and parsed is not None:
+            reminders.append((n, str(ident), parsed.wall_ms))
+    return Sent(reminders=tuple(reminders), stalled=stalled)
+
+
+def _meta(text: str | None) -> dict[str, Any]:
+    try:
+        doc = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
