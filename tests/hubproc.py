@@ -118,8 +118,8 @@ store = None
 with open(out, "a") as ids:
     for i in range(int(count)):
         fields = {"type": "note", "stream": "s", "room": "r", "from_agent": "claude",
-                  "to_agent": "codex", "correlation_id": "t-restart",
-                  "body": f"{prefix} {i}", "idempotency_key": f"{prefix}-{i}"}
+                  "to_agent": "codex", "body": f"{prefix} {i}",
+                  "idempotency_key": f"{prefix}-{i}"}
         sent = time.monotonic()  # any signal of this change comes after this
         try:
             resp = httpx.post(url + "/v1/event_append", json=fields, timeout=2)
