@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FIRST_PAGE, MAX_PAGE = 16, 1024
-# A guard's rows hold `sql.GUARD_COLS`: seq, id, type, from_agent, to_agent, created_at,
-# metadata_json.
+# A guard's rows are `sql.GUARD_COLS`: seq, id, type, from_agent, to_agent, created_at,
+# metadata_json (row[0] .. row[6]).
 
 
 def check_local(tx: Transaction, event: Event) -> None:
@@ -112,7 +112,7 @@ def _check_thread(tx: Transaction, event: Event, task: Task | None) -> None:
         return
     if anchor is None:  # more than the budget since an anchor the scan did not reach
         since = "its last person's event or its " + ("request" if task else "start")
-    requester = requester or _first_writer(tx, thread)
+    requester = requester or sql.first_writer(tx.ex, thread)
     message = g.thread_refusal(
         thread=thread, used=used, limit=limit, since=since, requester=requester
     )
@@ -163,10 +163,6 @@ def _since(kind: str, writer: str, ident: str) -> str:
     return "the task request" if kind == REQUEST_TYPE else f"{writer}'s event {ident}"
 
 
-def _first_writer(tx: Transaction, thread: str) -> str | None:
-    return sql.first_writer(tx.ex, thread)
-
-
 # ----------------------------------------------------------------------------- pair
 
 
@@ -202,7 +198,7 @@ def _check_pair(tx: Transaction, event: Event, peer: str, task: Task | None) -> 
         a=x, b=y, used=used, limit=settings.pair_budget, window_ms=settings.pair_window_ms
     )
     to = (task.requester if task is not None else None) or (
-        _first_writer(tx, event.correlation_id) if event.correlation_id else None
+        sql.first_writer(tx.ex, event.correlation_id) if event.correlation_id else None
     )
     notice = _notice(event, to or peer, message, f"pair:{x}|{y}:{oldest}")
     notice["metadata"] = {"budget": "pair", "limit": settings.pair_budget, "agents": [x, y]}
