@@ -8,7 +8,7 @@ matching some conditions, newest first, at most `limit`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
 from typing import Any
 
 import sqlalchemy as sa
@@ -30,12 +30,14 @@ def _newest(*where: sa.ColumnElement[bool], limit: int) -> sa.Select[Any]:
     )
 
 
-def _kinds(prefix: str, kinds: Sequence[str]) -> dict[str, str]:
-    return {f"{prefix}{i}": kind for i, kind in enumerate(kinds)}
+@functools.lru_cache(maxsize=16)
+def _kinds(kinds: tuple[str, ...]) -> dict[str, str]:
+    """The parameters k0..k{n-1} of the left-out types (read, never changed, by callers)."""
+    return {f"k{i}": kind for i, kind in enumerate(kinds)}
 
 
 def thread_page(
-    ex: Executor, thread: str, before: int, size: int, skipped: Sequence[str]
+    ex: Executor, thread: str, before: int, size: int, skipped: tuple[str, ...]
 ) -> list[Any]:
     """Up to `size` rows of the thread with seq < `before`, newest first, events of the
     `skipped` types left out."""
@@ -50,7 +52,7 @@ def thread_page(
             limit=size,
         )
 
-    params = {"v": thread, "before": before, **_kinds("k", skipped)}
+    params = {"v": thread, "before": before, **_kinds(skipped)}
     return list(ex.rows(("guards.thread", size, k), build, params))
 
 
@@ -71,7 +73,7 @@ def newest_of_type(ex: Executor, thread: str, kind: str, writer: str) -> Any | N
 
 
 def pair_rows(
-    ex: Executor, writer: str, to: str, span: tuple[int, int], n: int, skipped: Sequence[str]
+    ex: Executor, writer: str, to: str, span: tuple[int, int], n: int, skipped: tuple[str, ...]
 ) -> list[Any]:
     """`writer`'s newest `n` events to `to` with floor <= seq < before (`span`), events of
     the `skipped` types left out."""
@@ -88,7 +90,7 @@ def pair_rows(
             limit=n,
         )
 
-    params = {"a": writer, "b": to, "floor": span[0], "before": span[1], **_kinds("k", skipped)}
+    params = {"a": writer, "b": to, "floor": span[0], "before": span[1], **_kinds(skipped)}
     return list(ex.rows(("guards.pair", n, k), build, params))
 
 
