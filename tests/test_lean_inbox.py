@@ -73,7 +73,7 @@ def test_the_generated_sql_is_the_stores_own() -> None:
     assert fresh == kept, "run `python -m mempalace_logstream.store.lean` and ruff format"
     # every page shape the inbox asks for: the tip, one agent (two legs), "*" (one value),
     # and the "agents have keys" probe of sender gating (one key_add)
-    pages = {key for key in fresh["STATEMENTS"] if key[0] == "page"}
+    pages = {key for key in fresh["STATEMENTS"] if key[0] == "log.page"}
     assert len(pages) == 4
     # and the keyring's two reads, for the read marks (store/marks.py)
     assert {marks.MARKS_SQL, marks.KEY_EVENTS_SQL} <= set(fresh["STATEMENTS"])

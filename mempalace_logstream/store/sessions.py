@@ -8,18 +8,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-
-from mempalace_logstream.schema import meta
+from mempalace_logstream.backends.queries import meta as meta_rows
 
 if TYPE_CHECKING:
+    import sqlalchemy as sa
+
     from mempalace_logstream.store.core import LogStore
 
 PREFIX = "dashboard.ended."  # meta rows `dashboard.ended.<session id>` = its expiry (unix s)
-
-
-def _rows() -> sa.Select[Any]:
-    return sa.select(meta.c.key, meta.c.value).where(meta.c.key.startswith(PREFIX, autoescape=True))
 
 
 def end_session(store: LogStore, session_id: str, expires_s: int, now_s: int) -> None:
@@ -28,12 +24,12 @@ def end_session(store: LogStore, session_id: str, expires_s: int, now_s: int) ->
     name = PREFIX + session_id
 
     def work(conn: sa.Connection, _state: Any) -> None:
-        rows = conn.execute(_rows()).all()
+        rows = meta_rows.with_prefix(conn, PREFIX)
         stale = [k for k, val in rows if not val.isdigit() or int(val) <= now_s]
         if stale:
-            conn.execute(sa.delete(meta).where(meta.c.key.in_(stale)))
+            meta_rows.delete(conn, stale)
         if not any(k == name for k, _ in rows):
-            conn.execute(sa.insert(meta).values(key=name, value=str(expires_s)))
+            meta_rows.insert(conn, name, str(expires_s))
 
     store.core_transaction(work)
 
@@ -41,5 +37,5 @@ def end_session(store: LogStore, session_id: str, expires_s: int, now_s: int) ->
 def ended_sessions(store: LogStore) -> dict[str, int]:
     """session id -> expiry (unix s) of the sessions ended by a logout."""
     with store.connect() as conn:
-        rows = conn.execute(_rows()).all()
-    return {str(k)[len(PREFIX) :]: int(val) for k, val in rows if val.isdigit()}
+        rows = meta_rows.with_prefix(conn, PREFIX)
+    return {k[len(PREFIX) :]: int(val) for k, val in rows if val.isdigit()}
