@@ -36,9 +36,7 @@ CALLS = (
 # module (relative to the package) -> still builds SQL outside the backends. Shrink only.
 STILL_BUILDING_SQL: frozenset[str] = frozenset(
     {
-        "engine.py",
         "importer.py",
-        "migrate.py",
         "replication/apply.py",
         "replication/positions.py",
         "replication/reports.py",

@@ -1,6 +1,6 @@
 """The `logstream_meta` rows: local settings and marks of this database (its replica id, the
-task fold's version, the pins, the ended dashboard sessions), never replicated. Each function
-takes a `sa.Connection`."""
+task fold's version, the pins, the ended dashboard sessions), never replicated; and the schema
+revision Alembic records. Each function takes a `sa.Connection`."""
 
 from __future__ import annotations
 
@@ -31,3 +31,11 @@ def with_prefix(conn: sa.Connection, prefix: str) -> list[tuple[str, str]]:
 def delete(conn: sa.Connection, keys: Sequence[str]) -> None:
     """Remove the meta rows `keys`."""
     conn.execute(sa.delete(meta).where(meta.c.key.in_(list(keys))))
+
+
+def schema_revision(conn: sa.Connection) -> str | None:
+    """The schema revision the database is at (Alembic's `alembic_version`), None if none."""
+    if not sa.inspect(conn).has_table("alembic_version"):
+        return None
+    got = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
+    return None if got is None else str(got)
