@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from mempalace_logstream import notify
 from mempalace_logstream import validation as v
 from mempalace_logstream.backends import CoreExecutor, QueryExecutor
-from mempalace_logstream.backends.base import Build, Query
+from mempalace_logstream.backends.base import Query
 from mempalace_logstream.backends.queries import log as log_rows
 from mempalace_logstream.models import Event, Page
 from mempalace_logstream.store import marks, plan
@@ -134,15 +134,14 @@ class Reads(CommitPipeline):
 
     def _page_plan(
         self, req: ReadRequest, lo: int, top_seq: int, order: str
-    ) -> tuple[Any, Build, Mapping[str, Any]]:
+    ) -> tuple[Any, log_rows.PageShape, dict[str, Any]]:
         """The page: matches in (lo, top_seq], in seq order, limit + 1 rows, as (cache key,
-        builder, params). The statement is compiled once per filter shape (`plan.page_query`:
-        which fields, how many values each) with named parameters, so a read costs no
-        statement building or cache-key generation; an inbox read on a backend that splits
-        it runs one index-ordered leg per `to_agent` value (`log_rows.page_builder`)."""
+        shape, params) (`plan.page_query`). The statement is compiled once per shape (which
+        fields, how many values each) with named parameters, so a read costs no statement
+        building or cache-key generation; an inbox read on a backend that splits it runs one
+        index-ordered leg per `to_agent` value (`log_rows.page_builder`)."""
         split = self.backend.split_inbox
-        key, shape, params = plan.page_query(req, lo, top_seq, order, split, _SPLIT_TO_AGENT_MAX)
-        return key, log_rows.page_builder(self.event_select, FILTER_RULES, shape), params
+        return plan.page_query(req, lo, top_seq, order, split, _SPLIT_TO_AGENT_MAX)
 
     def event_wait(self, *, timeout_ms: Any = None, **read_args: Any) -> Page:
         """Return matches after the cursor at once, else block until one arrives (S-5.4).
@@ -160,7 +159,8 @@ class Reads(CommitPipeline):
         seen = self.notifier.version
         page = self.read(req)
         if not page.events:  # compile the page statement now, not after the wake-up
-            self._sql(*self._page_plan(req, 0, 0, req.order or "asc"))
+            key, shape, params = self._page_plan(req, 0, 0, req.order or "asc")
+            self._sql(key, log_rows.page_builder(self.event_select, FILTER_RULES, shape), params)
         while not page.events:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -191,4 +191,5 @@ class _Statements:
         return log_rows.id_at(self.ex, seq)
 
     def page(self, req: ReadRequest, lo: int, top_seq: int, order: str) -> Sequence[Any]:
-        return self.ex.rows(*self.reads._page_plan(req, lo, top_seq, order))
+        key, shape, params = self.reads._page_plan(req, lo, top_seq, order)
+        return log_rows.page(self.ex, self.reads.event_select, FILTER_RULES, key, shape, params)
