@@ -68,8 +68,8 @@ class Reads(CommitPipeline):
 
     def tip(self) -> tuple[int, str | None]:
         """(seq, id) of the newest event, or (0, None) on an empty log."""
-        with self.snapshot() as ex:
-            row = log_rows.top(ex, None)
+        with self._reading() as query:
+            row = log_rows.top(QueryExecutor(query, self._sql), None)
         return (int(row[0]), row[1]) if row else (0, None)
 
     def event_list(
