@@ -68,6 +68,7 @@ class RoundRobinProxy:
         asyncio.run_coroutine_threadsafe(stop(), self._loop).result(30)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(30)
+        self._loop.close()
 
 
 async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
