@@ -55,7 +55,8 @@ class RoundRobinProxy:
             writer.close()
             return
         up_reader, up_writer = upstream
-        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+        with contextlib.suppress(asyncio.CancelledError):  # the proxy closing
+            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
 
     def close(self) -> None:
         async def stop() -> None:
