@@ -378,23 +378,8 @@ PRIVATE_ALLOWED: dict[tuple[str, str], str] = {
     ("checks.py", "_HLC_RE"): "hlc.py's stamp pattern, matched in the sync hot loop; hlc.py "
     "is another slice's file",
 }
-# replication/ file -> the private names it still imports from its sibling modules.
-PRIVATE_IMPORTS_ALLOWED: dict[str, frozenset[str]] = {
-    "replication/__init__.py": frozenset(
-        {
-            *("_apply_artifacts_tx", "_clock_anomaly", "_held_artifacts"),
-            *("_held_events", "_held_positions", "_CHECKS", "_HLC_MATCH", "_created_at"),
-            *("_position", "_fp_add", "_fp_aggregates", "_fp_of"),
-            *("_fp_row", "_refused_positions", "_refused_union"),
-            *("_raw_ident", "_raw_position"),
-            *("_ART_AT", "_BODY_AT", "_CREATED_AT_RE", "_META_AT"),
-            *("_READ_CHUNK", "_SHA_RE", "_chunks", "_metadata_object"),
-            *("_ops_args", "_row_dict"),
-        }
-    ),
-    "replication/checks.py": frozenset({"_CREATED_AT_RE", "_SHA_RE", "_row_dict"}),
-    "replication/reports.py": frozenset({"_row_dict"}),
-}
+# file -> the private names it still imports from its sibling modules (none left).
+PRIVATE_IMPORTS_ALLOWED: dict[str, frozenset[str]] = {}
 
 
 def _private_definitions(path: Path) -> set[str]:
