@@ -14,7 +14,9 @@ otherwise (PostgreSQL, or an engine with statement listeners).
 
 Modules: wire.py (the two page formats, op listing, artifact fetches), checks.py (validation
 of remote input), apply.py (one transaction per page), reports.py (refusals and the peer
-estate), positions.py (pull positions, fingerprints, version vector holes).
+estate), positions.py (pull positions, fingerprints, version vector holes), verify.py
+(signatures on apply, what doctor lists). They build no SQL: their statements are the
+functions of `backends/queries/sync.py`.
 """
 
 from __future__ import annotations

@@ -142,7 +142,7 @@ def _optional_text(name: str, value: Any, limit: int) -> str | None:
 
 
 # hlc.parse's own format rule; parse() returns None exactly when this does not match.
-_HLC_MATCH = hlc._HLC_RE.match
+_HLC_MATCH = hlc.HLC_RE.match
 
 
 # The rule of each checked event field (models.FieldSpec.check): draft_event's validators.
@@ -229,7 +229,7 @@ def _artifact_bytes(content: Any, enc: str, limit: int) -> bytes:
     if content is None:
         raise v.fail("content", "is required")
     if isinstance(content, str) and enc == "utf-8":
-        v._check_text("content", content)
+        v.check_text("content", content)
         data = content.encode("utf-8")
     elif isinstance(content, str):
         try:

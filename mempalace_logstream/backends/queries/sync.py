@@ -9,12 +9,13 @@ column built by the backend) so that an event is read by one column list everywh
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 
-from mempalace_logstream.backends.base import Executor, binds, in_lists
+from mempalace_logstream.backends.base import Executor, QueryExecutor, binds, in_lists
 from mempalace_logstream.models import ROW_FIELDS
 from mempalace_logstream.schema import (
     artifact_blobs,
@@ -29,6 +30,20 @@ from mempalace_logstream.schema import (
 # The store's `event_select(*where)`: the Event read columns of the rows matching `where`.
 EventSelect = Callable[..., sa.Select[Any]]
 Row = Sequence[Any]
+# The artifact links column of an event row (`store.links_column` with the store's backend).
+Links = Callable[[], sa.ColumnElement[Any]]
+
+
+def _in_rows(
+    ex: Executor, key: str, build: Callable[[int], Any], values: Sequence[Any], **bound: Any
+) -> list[Row]:
+    """The rows of `build(n)` for each IN list of `values` (n binds, `in_lists`), cached under
+    (key, n); `bound` adds the statement's other parameters."""
+    out: list[Row] = []
+    for n, params in in_lists(values):
+        out += ex.rows((key, n), functools.partial(build, n), {**params, **bound})
+    return out
+
 
 # --------------------------------------------------------------------------- a peer's page
 
@@ -38,11 +53,8 @@ def held_events(ex: Executor, event_select: EventSelect, ids: Sequence[str]) -> 
     read back."""
     distinct = list(dict.fromkeys(ids))
     held = ex.held_ids(distinct)
-    out: list[Row] = []
-    for n, params in in_lists([i for i in distinct if i in held]):
-        build = lambda n=n: event_select(events.c.id.in_(binds(n)))  # noqa: E731
-        out += ex.rows(("sync.held-events", n), build, params)
-    return out
+    build = lambda n: event_select(events.c.id.in_(binds(n)))  # noqa: E731
+    return _in_rows(ex, "sync.held-events", build, [i for i in distinct if i in held])
 
 
 def held_positions(ex: Executor, origin: str, seqs: Sequence[int]) -> list[tuple[int, str]]:
@@ -61,45 +73,36 @@ def held_positions(ex: Executor, origin: str, seqs: Sequence[int]) -> list[tuple
 
         found = ex.rows("sync.held-range", build, {"origin": origin, "lo": lo, "hi": hi})
         return [(int(s), i) for s, i in found]
-    out: list[tuple[int, str]] = []
-    for n, params in in_lists(sorted(set(seqs))):
 
-        def build_in(n: int = n) -> sa.Executable:
-            return sa.select(c.origin_seq, c.id).where(
-                c.origin_replica == sa.bindparam("origin"), c.origin_seq.in_(binds(n))
-            )
+    def build_in(n: int) -> sa.Executable:
+        return sa.select(c.origin_seq, c.id).where(
+            c.origin_replica == sa.bindparam("origin"), c.origin_seq.in_(binds(n))
+        )
 
-        found = ex.rows(("sync.held-pos", n), build_in, {**params, "origin": origin})
-        out += [(int(s), i) for s, i in found]
-    return out
+    found = _in_rows(ex, "sync.held-pos", build_in, sorted(set(seqs)), origin=origin)
+    return [(int(s), i) for s, i in found]
 
 
 def held_artifact_shas(ex: Executor, ids: Sequence[str]) -> dict[str, str]:
     """{id: sha256} of the held artifacts among `ids`."""
-    out: dict[str, str] = {}
-    for n, params in in_lists(list(dict.fromkeys(ids))):
-
-        def build(n: int = n) -> sa.Executable:
-            return sa.select(artifacts.c.id, artifacts.c.sha256).where(artifacts.c.id.in_(binds(n)))
-
-        out.update({i: s for i, s in ex.rows(("sync.held-arts", n), build, params)})
-    return out
+    build = lambda n: sa.select(artifacts.c.id, artifacts.c.sha256).where(  # noqa: E731
+        artifacts.c.id.in_(binds(n))
+    )
+    return {i: s for i, s in _in_rows(ex, "sync.held-arts", build, list(dict.fromkeys(ids)))}
 
 
 def held_artifact_ids(ex: Executor, ids: Sequence[str]) -> set[str]:
     """The held artifact ids among `ids` (distinct ids)."""
-    have: set[str] = set()
-    for n, params in in_lists(ids):
-        build = lambda n=n: sa.select(artifacts.c.id).where(artifacts.c.id.in_(binds(n)))  # noqa: E731
-        have.update(r[0] for r in ex.rows(("sync.have-arts", n), build, params))
-    return have
+    build = lambda n: sa.select(artifacts.c.id).where(artifacts.c.id.in_(binds(n)))  # noqa: E731
+    return {r[0] for r in _in_rows(ex, "sync.have-arts", build, ids)}
 
 
 # --------------------------------------------------------------------------- the wire pages
 
 
-def _after(origin_col: Any, seq_col: Any) -> list[sa.ColumnElement[bool]]:
-    return [origin_col == sa.bindparam("origin"), seq_col > sa.bindparam("after")]
+def _after() -> list[sa.ColumnElement[bool]]:
+    c = events.c
+    return [c.origin_replica == sa.bindparam("origin"), c.origin_seq > sa.bindparam("after")]
 
 
 def ops_events(
@@ -109,38 +112,31 @@ def ops_events(
     `limit`."""
 
     def build() -> sa.Executable:
-        q = event_select(*_after(events.c.origin_replica, events.c.origin_seq))
+        q = event_select(*_after())
         return q.order_by(events.c.origin_seq).limit(sa.bindparam("lim"))
 
     params = {"origin": origin, "after": after, "lim": limit}
     return list(ex.rows("sync.list-ops", build, params))
 
 
-def ops_rows(
-    ex: Executor,
-    links: Callable[[], sa.ColumnElement[Any]],
-    origin: str,
-    after: int,
-    limit: int,
-) -> list[Row]:
+def ops_rows(ex: Executor, links: Links, origin: str, after: int, limit: int) -> list[Row]:
     """Rows of the compact page's columns (`ROW_FIELDS`; the artifact links column from
     `links()`, the metadata as its stored text) for `origin` after `after`, ≤ `limit`."""
 
     def build() -> sa.Executable:
         named = {"artifact_ids": links(), "metadata": events.c.metadata_json}
         cols = [named[c] if c in named else events.c[c] for c in ROW_FIELDS]
-        q = sa.select(*cols).where(*_after(events.c.origin_replica, events.c.origin_seq))
+        q = sa.select(*cols).where(*_after())
         return q.order_by(events.c.origin_seq).limit(sa.bindparam("lim"))
 
     params = {"origin": origin, "after": after, "lim": limit}
     return list(ex.rows("sync.ops-rows", build, params))
 
 
-def ops_rows_json(ex: Any, sql: str, origin: str, after: int, limit: int) -> Row:
+def ops_rows_json(ex: QueryExecutor, sql: str, origin: str, after: int, limit: int) -> Row:
     """One chunk of the compact page as the backend's own SQL (`Backend.rows_json_sql`) writes
-    it on a read snapshot (`ex.query`): (rows as JSON, count, last origin_seq, chars)."""
-    found: Row = ex.query(sql, {"origin": origin, "after": after, "lim": limit})[0]
-    return found
+    it on a read snapshot: (rows as JSON, count, last origin_seq, chars)."""
+    return ex.query(sql, {"origin": origin, "after": after, "lim": limit})[0]
 
 
 def artifacts_with_content(
@@ -251,6 +247,7 @@ def rejections(conn: sa.Connection, limit: int) -> list[dict[str, Any]]:
 
 
 def clock_anomalies(conn: sa.Connection, limit: int) -> list[dict[str, Any]]:
+    """The sync_clock_anomalies rows, at most `limit`."""
     return [dict(r) for r in conn.execute(sa.select(sync_clock_anomalies).limit(limit)).mappings()]
 
 
@@ -274,25 +271,21 @@ def refusal_counts(
     """The counts `replication.counts` reports; `held`, `suspect` and `signature` are the
     rejection reasons held for a key, held as backdating suspects and refused by a verdict."""
 
-    def n(q: Any) -> int:
+    def n(*where: Any, table: sa.Table = sync_rejections) -> int:
+        q = sa.select(sa.func.count()).select_from(table).where(*where)
         return int(conn.execute(q).scalar() or 0)
 
     r = sync_rejections.c
-    rejections = sa.select(sa.func.count()).select_from(sync_rejections)
     anomaly = r.kind == "sequence"
     return {
-        "held_for_key": n(rejections.where(r.reason.in_(sorted(held)), r.retryable)),
-        "held_backdated": n(rejections.where(r.reason.in_(sorted(suspect)), r.retryable)),
-        "refused_signatures": n(
-            rejections.where(r.reason.in_(sorted(signature)), r.kind == "event")
-        ),
-        "conflicts": n(sa.select(sa.func.count()).select_from(sync_conflicts)),
-        "rejections": n(rejections.where(~anomaly)),
-        "sequence_anomalies": n(rejections.where(anomaly)),
-        "deferred": n(
-            sa.select(sa.func.count()).select_from(sync_rejections).where(r.retryable.is_(True))
-        ),
-        "clock_anomalies": n(sa.select(sa.func.count()).select_from(sync_clock_anomalies)),
+        "held_for_key": n(r.reason.in_(sorted(held)), r.retryable),
+        "held_backdated": n(r.reason.in_(sorted(suspect)), r.retryable),
+        "refused_signatures": n(r.reason.in_(sorted(signature)), r.kind == "event"),
+        "conflicts": n(table=sync_conflicts),
+        "rejections": n(~anomaly),
+        "sequence_anomalies": n(anomaly),
+        "deferred": n(r.retryable.is_(True)),
+        "clock_anomalies": n(table=sync_clock_anomalies),
     }
 
 
@@ -301,8 +294,7 @@ def refusal_counts(
 
 def peer(conn: sa.Connection, name: str) -> dict[str, Any] | None:
     """The sync_peers row of `name`, or None."""
-    q = sa.select(sync_peers).where(sync_peers.c.name == name)
-    found = conn.execute(q).mappings().first()
+    found = conn.execute(sa.select(sync_peers).where(sync_peers.c.name == name)).mappings().first()
     return None if found is None else dict(found)
 
 
@@ -326,27 +318,15 @@ def peers(conn: sa.Connection) -> list[dict[str, Any]]:
 
 def events_signed_by(ex: Executor, event_select: EventSelect, key_ids: Sequence[str]) -> list[Row]:
     """The Event rows signed by one of `key_ids`, in seq order per IN list."""
-    out: list[Row] = []
-    for n, params in in_lists(key_ids):
-
-        def build(n: int = n) -> sa.Executable:
-            return event_select(events.c.key_id.in_(binds(n))).order_by(events.c.seq)
-
-        out += ex.rows(("sync.late-revoked", n), build, params)
-    return out
+    build = lambda n: event_select(events.c.key_id.in_(binds(n))).order_by(events.c.seq)  # noqa: E731
+    return _in_rows(ex, "sync.late-revoked", build, key_ids)
 
 
 def unsigned_events_of(ex: Executor, event_select: EventSelect, names: Sequence[str]) -> list[Row]:
     """The Event rows of the unsigned events of `names`."""
-    out: list[Row] = []
-    for n, params in in_lists(names):
-
-        def build(n: int = n) -> sa.Executable:
-            c = events.c
-            return event_select(c.from_agent.in_(binds(n)), c.sig.is_(None))
-
-        out += ex.rows(("sync.late-unsigned", n), build, params)
-    return out
+    c = events.c
+    build = lambda n: event_select(c.from_agent.in_(binds(n)), c.sig.is_(None))  # noqa: E731
+    return _in_rows(ex, "sync.late-unsigned", build, names)
 
 
 # --------------------------------------------------------------------------- origin positions
