@@ -255,7 +255,7 @@ def test_serve_runs_background_rounds_with_the_peers_of_its_palace(make, tmp_pat
     import subprocess
     import sys
 
-    from tests.test_auth import _read_line
+    from tests.test_auth import read_line
 
     a = make("a")
     sent = note(a, "pulled by the hub loop")
@@ -286,7 +286,7 @@ def test_serve_runs_background_rounds_with_the_peers_of_its_palace(make, tmp_pat
             env=env,
         )
         try:
-            url_b = _read_line(proc, timeout=60).split()[4]
+            url_b = read_line(proc, timeout=60).split()[4]
             deadline, got = time.monotonic() + 30, []
             while not got:  # wait on the condition: the loop's round has pulled the event
                 assert time.monotonic() < deadline, "the hub loop never pulled the event"
