@@ -55,7 +55,8 @@ class RoundRobinProxy:
             writer.close()
             return
         up_reader, up_writer = upstream
-        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+        with contextlib.suppress(asyncio.CancelledError):  # the proxy closing
+            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
 
     def close(self) -> None:
         async def stop() -> None:
@@ -68,6 +69,7 @@ class RoundRobinProxy:
         asyncio.run_coroutine_threadsafe(stop(), self._loop).result(30)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(30)
+        self._loop.close()
 
 
 async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:

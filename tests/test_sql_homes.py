@@ -36,12 +36,6 @@ CALLS = (
 # module (relative to the package) -> still builds SQL outside the backends. Shrink only.
 STILL_BUILDING_SQL: frozenset[str] = frozenset(
     {
-        "importer.py",
-        "replication/apply.py",
-        "replication/positions.py",
-        "replication/reports.py",
-        "replication/verify.py",
-        "replication/wire.py",
         "store/append.py",
         "store/guards.py",
         "store/pipeline.py",
