@@ -55,19 +55,23 @@ class RoundRobinProxy:
             writer.close()
             return
         up_reader, up_writer = upstream
-        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+        with contextlib.suppress(asyncio.CancelledError):  # the proxy closing
+            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
 
     def close(self) -> None:
         async def stop() -> None:
             assert self._server is not None
             self._server.close()
-            for task in asyncio.all_tasks():
-                if task is not asyncio.current_task():
-                    task.cancel()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self._server.wait_closed()
 
         asyncio.run_coroutine_threadsafe(stop(), self._loop).result(30)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(30)
+        self._loop.close()
 
 
 async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:

@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from mempalace_logstream import LogStore
+from mempalace_logstream.http import session
 from tests.outagekit import CliProcess, HubProcess, cli_env, until
 from tests.proxykit import RoundRobinProxy, SseFollower
 
@@ -189,3 +190,67 @@ def test_a_claim_race_across_three_hubs_has_one_winner(fleet: list[HubProcess]) 
             "claimed",
             winners[0],
         ), status.text
+
+
+TOKEN = "tok-fleet-dashboard-9"
+CHROMIUM = "/usr/bin/chromium"
+LIVE = "window.dashboard && window.dashboard.es && window.dashboard.es.readyState === 1"
+
+
+def test_a_dashboard_login_through_one_hub_works_on_the_others_and_a_logout_ends_it_on_all(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """In Debian's Chromium: log in through the proxy, then open each hub with the same
+    cookie (cookies do not depend on the port); a logout on one hub ends the session on the
+    others within their reread of the ended sessions."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.conftest import skip_unless_ci
+
+    if not Path(CHROMIUM).exists():
+        skip_unless_ci(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+    db = pg_url.replace("postgresql://", "postgresql+psycopg://", 1)
+    LogStore.open(db).close()
+    extra = ("--host", "0.0.0.0", "--token", TOKEN)  # a non-loopback hub: logins needed
+    hubs = [HubProcess(db, tmp_path / f"h{i}", *extra) for i in range(3)]
+    proxy = None
+    try:
+        for hub in hubs:
+            hub.home.mkdir(parents=True)
+            hub.start()
+        proxy = RoundRobinProxy([h.port for h in hubs])
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True)
+            page = browser.new_context().new_page()
+            assert page.goto(proxy.url + "/").status == 401  # the login form
+            page.fill("input[name=token]", TOKEN)
+            page.click("button[type=submit]")
+            page.wait_for_function(LIVE)
+            for hub in hubs:  # each hub itself, the same cookie
+                resp = page.goto(hub.url + "/")
+                assert resp is not None and resp.status == 200, hub.url
+                page.wait_for_function(LIVE)
+            cookie = next(c for c in page.context.cookies() if c["name"] == "logstream_session")
+            browser.close()
+        jar = {"logstream_session": cookie["value"]}
+        for hub in hubs:
+            assert httpx.get(hub.url + "/v1/events", cookies=jar).status_code == 200
+        out = httpx.post(
+            hubs[2].url + "/dashboard/logout", cookies=jar, headers={"X-Logstream-Dashboard": "1"}
+        )
+        assert out.status_code == 303
+        for hub in hubs:
+            until(lambda h=hub: httpx.get(h.url + "/v1/events", cookies=jar).status_code == 401, 30)
+        # Failed logins count on every hub: five wrong tokens spread over the hubs lock this
+        # address out of all of them.
+        for i in range(session.MAX_LOGIN_FAILURES):
+            wrong = httpx.post(hubs[i % 3].url + "/dashboard/login", data={"token": "nope"})
+            assert wrong.status_code == 401, wrong.text
+        for hub in hubs:
+            locked = httpx.post(hub.url + "/dashboard/login", data={"token": TOKEN})
+            assert locked.status_code == 429 and int(locked.headers["retry-after"]) >= 1
+    finally:
+        if proxy is not None:
+            proxy.close()
+        for hub in hubs:
+            hub.kill()

@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from mempalace_logstream import LogStore, migrate, replication, sync
-from mempalace_logstream import engine as engine_mod
+from mempalace_logstream import LogStore, errors, migrate, replication, sync
+from mempalace_logstream.backends import engine as engine_mod
 from mempalace_logstream.http import HubSettings, create_app
 from tests.conftest import run_cli
 
@@ -511,7 +511,7 @@ def test_tampered_compact_pages_are_refused_and_the_rest_applies(make) -> None:
         ("tampered", "sha256"),
     ]
     assert result["pulled_events"] == 6 and result["pulled_artifacts"] == 3
-    with pytest.raises(replication.errors.NotFoundError):
+    with pytest.raises(errors.NotFoundError):
         b.artifact_get(victim["art"])
     # An honest round applies the deferred event with its artifact (refused positions below it
     # stay holes until `--repair-holes`, as with reference pages).

@@ -134,7 +134,15 @@ class PgLeaderLock:
                 conn.close()
 
     def release(self) -> None:
+        """Give the lead up now (unlocked before the connection closes, so the next hub to
+        try takes it at once)."""
         with self._lock:
+            if self._conn is not None:
+                with contextlib.suppress(Exception):
+                    self._conn.execute(
+                        "SELECT pg_advisory_unlock(%s, 'events'::regclass::oid::int)",
+                        (PG_LEADER_LOCK,),
+                    )
             self._drop()
 
 

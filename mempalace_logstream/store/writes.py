@@ -16,6 +16,7 @@ from mempalace_logstream import validation as v
 from mempalace_logstream.backends import CoreExecutor, Executor
 from mempalace_logstream.backends.base import Build
 from mempalace_logstream.backends.queries import appends as sql
+from mempalace_logstream.backends.queries import meta as meta_rows
 from mempalace_logstream.identity import actor as actor_mod
 from mempalace_logstream.identity import keys
 from mempalace_logstream.identity.actor import Actor
@@ -37,7 +38,7 @@ from mempalace_logstream.store.ids import new_id, now_text
 from mempalace_logstream.store.marks import PIN_PREFIX
 from mempalace_logstream.store.pipeline import CommitPipeline, TxState
 from mempalace_logstream.store.redaction import REDACT_TYPE
-from mempalace_logstream.store.rows import artifact_from_row, events_from_rows
+from mempalace_logstream.store.rows import ARTIFACT_COLS, artifact_from_row, events_from_rows
 from mempalace_logstream.store.task_cache import FoldCache
 from mempalace_logstream.tasks import TaskSettings
 from mempalace_logstream.tasks.guards import BudgetExhausted
@@ -159,7 +160,7 @@ class Transaction:
 
     def artifact_meta(self, ident: str) -> Artifact:
         """The artifact `ident` without its content; NotFoundError if unknown."""
-        rows = sql.artifact_meta(self.ex, ident)
+        rows = sql.artifact_meta(self.ex, ARTIFACT_COLS, ident)
         if not rows:
             raise errors.NotFoundError(f"artifact {ident!r} not found", field="artifact_id")
         return artifact_from_row(rows[0], None)
@@ -194,8 +195,8 @@ class Writes(CommitPipeline):
     def pinned_admins(self) -> list[str]:
         """The admin key ids this replica trusts as roots (RFC 0008 "Admin key")."""
         with self.connect() as conn:
-            keys_held = sql.meta_keys_with_prefix(conn, PIN_PREFIX)
-        return sorted(k[len(PIN_PREFIX) :] for k in keys_held)
+            held = meta_rows.with_prefix(conn, PIN_PREFIX)
+        return sorted(k[len(PIN_PREFIX) :] for k, _value in held)
 
     def set_agent_token(self, agent: str, token_hash: str | None) -> None:
         """Store (or, with None, drop) the hash of `agent`'s bearer token. Local to this
@@ -220,7 +221,14 @@ class Writes(CommitPipeline):
         name = PIN_PREFIX + key_id
 
         def work(conn: sa.Connection, _state: TxState) -> bool:
-            return sql.set_meta_flag(conn, name, "admin", pinned)
+            held = meta_rows.value(conn, name) is not None
+            if pinned and not held:
+                meta_rows.insert(conn, name, "admin")
+                return True
+            if not pinned and held:
+                meta_rows.delete(conn, [name])
+                return True
+            return False
 
         changed: bool = self.core_transaction(work)
         return changed
@@ -306,7 +314,7 @@ class Writes(CommitPipeline):
         """The artifact with its exact content; NotFoundError if unknown."""
         ident = v.required_routing("artifact_id", artifact_id)
         with self._storage_errors(), self.engine.connect() as conn:
-            row = sql.artifact_with_content(conn, ident)
+            row = sql.artifact_with_content(conn, ARTIFACT_COLS, ident)
             mine = blobs.redactions_of_artifacts(conn, [ident]).get(ident) if row else None
         if row is None:
             raise errors.NotFoundError(

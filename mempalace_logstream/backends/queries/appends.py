@@ -1,31 +1,29 @@
 """The statements of the write path (store/append.py, writes.py, pipeline.py): the write
 transaction's starting state, an event by id or by idempotency key, the artifact and link
 rows an append writes, the artifact read with its content, and the hub-local rows beside the
-log (agent token hashes, pinned admin keys).
+log (agent token hashes; the pinned admin keys are `meta` rows: meta.py).
 
-Event rows are read with the store's read columns (`EventSelect`: the backend aggregates the
-artifact links), so the functions that return them take the store's `event_select`.
+Event rows are read with the store's read columns (`log.EventSelect`: the backend aggregates
+the artifact links), so the functions that return them take the store's `event_select`; the
+artifact columns are the store's too (`store.rows.ARTIFACT_COLS`, passed in).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
 
 from mempalace_logstream.backends.base import Executor
+from mempalace_logstream.backends.queries.log import EventSelect
 from mempalace_logstream.schema import (
     agent_tokens,
     artifact_blobs,
     artifacts,
     event_artifacts,
     events,
-    meta,
 )
-
-# The event read columns of the rows matching the conditions (`LogStore.event_select`).
-EventSelect = Callable[..., sa.Select[Any]]
 
 # The newest seq, artifact seq and HLC stamp, read at the start of every write transaction:
 # one prebuilt statement, not three (it runs once per (group) commit, and each separate
@@ -42,15 +40,6 @@ _TX_STATE = sa.select(
     .limit(1)
     .scalar_subquery(),
 )
-
-# An artifact row in the order `store.rows.artifact_from_row` reads it.
-ARTIFACT_COLS = [
-    artifacts.c[name]
-    for name in (
-        *("id", "kind", "sha256", "size_bytes", "encoding"),
-        *("created_by", "created_at", "origin_replica", "metadata_json"),
-    )
-]
 
 
 def select_events(cols: Sequence[sa.ColumnElement[Any]], *where: Any) -> sa.Select[Any]:
@@ -108,20 +97,20 @@ def insert_artifact(ex: Executor, row: dict[str, Any]) -> None:
     ex.insert("appends.insert-artifact", artifacts, [row])
 
 
-def artifact_meta(ex: Executor, ident: str) -> Sequence[Any]:
-    """The `ARTIFACT_COLS` row of the artifact `ident` ([] if unknown)."""
+def artifact_meta(ex: Executor, cols: Sequence[Any], ident: str) -> Sequence[Any]:
+    """The `cols` (the store's artifact columns, always the same) of the artifact `ident`
+    ([] if unknown)."""
 
     def build() -> sa.Select[Any]:
-        return sa.select(*ARTIFACT_COLS).where(artifacts.c.id == sa.bindparam("id"))
+        return sa.select(*cols).where(artifacts.c.id == sa.bindparam("id"))
 
     return ex.rows("appends.artifact-meta", build, {"id": ident})
 
 
-def artifact_with_content(conn: sa.Connection, ident: str) -> Any:
-    """The `ARTIFACT_COLS` row of the artifact `ident` with its blob's content last, or
-    None."""
+def artifact_with_content(conn: sa.Connection, cols: Sequence[Any], ident: str) -> Any:
+    """The `cols` of the artifact `ident` with its blob's content last, or None."""
     return conn.execute(
-        sa.select(*ARTIFACT_COLS, artifact_blobs.c.content)
+        sa.select(*cols, artifact_blobs.c.content)
         .join(artifact_blobs, artifact_blobs.c.sha256 == artifacts.c.sha256)
         .where(artifacts.c.id == ident)
     ).first()
@@ -146,24 +135,3 @@ def agent_token_hashes(conn: sa.Connection) -> dict[str, str]:
     """agent -> the stored hash of its token."""
     rows = conn.execute(sa.select(agent_tokens.c.agent, agent_tokens.c.token_hash)).all()
     return {str(r[0]): str(r[1]) for r in rows}
-
-
-def meta_keys_with_prefix(conn: sa.Connection, prefix: str) -> list[str]:
-    """The `logstream_meta` keys that start with `prefix` (taken literally)."""
-    rows = conn.execute(
-        sa.select(meta.c.key).where(meta.c.key.startswith(prefix, autoescape=True))
-    ).all()
-    return [str(r[0]) for r in rows]
-
-
-def set_meta_flag(conn: sa.Connection, key: str, value: str, present: bool) -> bool:
-    """Make the `logstream_meta` row `key` present (with `value` if it is added) or absent;
-    whether anything changed."""
-    held = conn.execute(sa.select(meta.c.key).where(meta.c.key == key)).first()
-    if present and held is None:
-        conn.execute(sa.insert(meta).values(key=key, value=value))
-        return True
-    if not present and held is not None:
-        conn.execute(sa.delete(meta).where(meta.c.key == key))
-        return True
-    return False

@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from mempalace_logstream.backends.base import Executor
-from mempalace_logstream.backends.queries.appends import EventSelect
+from mempalace_logstream.backends.queries.log import EventSelect
 from mempalace_logstream.schema import event_artifacts, events, meta
 from mempalace_logstream.schema import tasks as tasks_table
 
