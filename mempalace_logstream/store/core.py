@@ -36,7 +36,7 @@ from mempalace_logstream.tasks import TaskSettings
 REPLICA_ID_KEY = "replica_id"  # the meta row holding this database's replica id
 
 
-class LogStore(Writes, Reads, Stats, TaskReads):
+class LogStore(Writes, Reads, TaskReads):
     """The append-only event and artifact store (SQLite file or PostgreSQL).
 
     Thread-safe; one instance per process per database is the intended use. Errors raised:
@@ -104,6 +104,7 @@ class LogStore(Writes, Reads, Stats, TaskReads):
         # Write transactions committed by this store (one per group commit; read by tests
         # and `stats` to show that concurrent appends share commits).
         self.commits = 0
+        self.counts = Stats(self, self.replica_id)
         if migrate_schema and not self.read_only and self._projection_is_stale(before):
             # A log migrated here (or adopted), or whose rows an older fold wrote: derive the
             # projection once (the rebuild records the fold's version).
@@ -148,6 +149,14 @@ class LogStore(Writes, Reads, Stats, TaskReads):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def version_vector(self) -> dict[str, int]:
+        """{origin_replica: max origin_seq} over every event held here."""
+        return self.counts.version_vector()
+
+    def stats(self) -> dict[str, Any]:
+        """Counts per stream, type and writer, totals, database size and replica estate."""
+        return self.counts.stats()
 
     def _load_replica_id(self) -> str:
         # A plain read first: every open (each CLI call) would otherwise queue for the write

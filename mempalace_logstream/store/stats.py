@@ -8,24 +8,26 @@ from mempalace_logstream.backends.queries import log as log_rows
 from mempalace_logstream.store.pipeline import CommitPipeline
 
 
-class Stats(CommitPipeline):
-    """What the log holds (a base of `LogStore`)."""
+class Stats:
+    """What the log holds (a part of `LogStore`): reads through the pipeline's connections."""
 
-    dialect: str
+    def __init__(self, pipeline: CommitPipeline, replica_id: str) -> None:
+        self.pipeline, self.replica_id = pipeline, replica_id
 
     def version_vector(self) -> dict[str, int]:
         """{origin_replica: max origin_seq} over every event held here."""
-        with self._storage_errors(), self.engine.connect() as conn:
+        with self.pipeline.connect() as conn:
             return log_rows.version_vector(conn)
 
     def stats(self) -> dict[str, Any]:
         """Counts per stream, type and writer, totals, database size and replica estate."""
-        with self._storage_errors(), self.engine.connect() as conn:
+        pipeline = self.pipeline
+        with pipeline.connect() as conn:
             total, arts, blobs, size = log_rows.totals(conn)
             out = {
                 "replica_id": self.replica_id,
-                "backend": self.dialect,
-                "database": self.engine.url.render_as_string(hide_password=True),
+                "backend": pipeline.backend.name,
+                "database": pipeline.engine.url.render_as_string(hide_password=True),
                 "events": total,
                 "artifacts": arts,
                 "artifact_blobs": blobs,
@@ -35,8 +37,5 @@ class Stats(CommitPipeline):
                 "per_writer": log_rows.most_common(conn, "from_agent"),
             }
         out["version_vector"] = self.version_vector()
-        out["db_size_bytes"] = self._db_size()
+        out["db_size_bytes"] = pipeline.backend.db_size()
         return out
-
-    def _db_size(self) -> int | None:
-        return self.backend.db_size()
