@@ -21,6 +21,7 @@ from mempalace_logstream import validation as v
 from mempalace_logstream.presence import Registry
 from mempalace_logstream.store import redaction
 from mempalace_logstream.store.filters import ReadRequest
+from mempalace_logstream.store.task_reads import TaskReads
 from tests.hubkit import live_hub
 
 EVERY = operations.every_operation()
@@ -53,7 +54,7 @@ CORE: dict[str, tuple[Any, tuple[str, ...]]] = {
     "patch_submit": (workflows.patch_submit, ()),
     "task_create": (workflows.task_create, ()),
     "task_update": (workflows.task_update, ()),
-    "task_list": (LogStore.task_list, ()),
+    "task_list": (TaskReads.task_list, ()),
     "presence_announce": (Registry.announce, ()),
 }
 

@@ -36,7 +36,7 @@ from mempalace_logstream.tasks import TaskSettings
 REPLICA_ID_KEY = "replica_id"  # the meta row holding this database's replica id
 
 
-class LogStore(Writes, Reads, TaskReads):
+class LogStore(Writes, Reads):
     """The append-only event and artifact store (SQLite file or PostgreSQL).
 
     Thread-safe; one instance per process per database is the intended use. Errors raised:
@@ -105,6 +105,7 @@ class LogStore(Writes, Reads, TaskReads):
         # and `stats` to show that concurrent appends share commits).
         self.commits = 0
         self.counts = Stats(self, self.replica_id)
+        self.task_reads = TaskReads(self, self.clock, self.task_settings)
         if migrate_schema and not self.read_only and self._projection_is_stale(before):
             # A log migrated here (or adopted), or whose rows an older fold wrote: derive the
             # projection once (the rebuild records the fold's version).
@@ -157,6 +158,24 @@ class LogStore(Writes, Reads, TaskReads):
     def stats(self) -> dict[str, Any]:
         """Counts per stream, type and writer, totals, database size and replica estate."""
         return self.counts.stats()
+
+    def task_status(self, task_id: Any) -> dict[str, Any]:
+        """{task: …}: the derived state, children, the thread's event and artifact ids."""
+        return self.task_reads.task_status(task_id)
+
+    def task_brief(self, task_id: Any) -> dict[str, Any]:
+        """The derived state alone (no children, no thread): what a move needs and returns."""
+        return self.task_reads.task_brief(task_id)
+
+    def task_list(self, **args: Any) -> dict[str, Any]:
+        """Tasks, most recently moved first (`TaskReads.task_list` names the arguments)."""
+        return self.task_reads.task_list(**args)
+
+    def rebuild_tasks(self) -> int:
+        """Recompute the task projection from the log alone; returns how many tasks."""
+        settings = self.task_settings
+        result: int = self.transaction(lambda tx: task_rows.rebuild(tx, settings))
+        return result
 
     def _load_replica_id(self) -> str:
         # A plain read first: every open (each CLI call) would otherwise queue for the write

@@ -1,5 +1,5 @@
-"""Reading the task projection (RFC 0007): `task_status`, `task_list` and `rebuild_tasks`, a
-base of `LogStore`. A summary is the row's task as of now (a lease that passed reads as open),
+"""Reading the task projection (RFC 0007): `task_status` and `task_list`, a part of
+`LogStore`. A summary is the row's task as of now (a lease that passed reads as open),
 with what the row does not hold read beside it: the goal and definition of done from the
 request's body, a blocked task's question from the block's body, and the delegation limits
 this store enforces, checked against history a peer brought (listed under `anomalies`).
@@ -10,12 +10,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from mempalace_logstream import errors, tasks
+from mempalace_logstream import errors, hlc, tasks
 from mempalace_logstream import validation as v
 from mempalace_logstream.backends.queries import tasks as sql
 from mempalace_logstream.models import TOMBSTONE_PREFIX
-from mempalace_logstream.store.pipeline import CommitPipeline
-from mempalace_logstream.store.tasks import from_doc, rebuild
+from mempalace_logstream.store.reads import Reads
+from mempalace_logstream.store.tasks import from_doc
 from mempalace_logstream.tasks import Task, TaskSettings
 from mempalace_logstream.tasks.model import HELD
 
@@ -164,10 +164,12 @@ def thread_ids(query: Any, task_id: str) -> tuple[list[str], list[str]]:
 LIST_STATES = frozenset(tasks.STATES)
 
 
-class TaskReads(CommitPipeline):
-    """`task_status`, `task_list` and `rebuild_tasks` (a base of `LogStore`)."""
+class TaskReads:
+    """`task_status`, `task_brief` and `task_list` (a part of `LogStore`): the projection's
+    rows read in one snapshot of `reads`, judged as of `clock`'s now."""
 
-    task_settings: TaskSettings
+    def __init__(self, reads: Reads, clock: hlc.HybridClock, settings: TaskSettings) -> None:
+        self.reads, self.clock, self.settings = reads, clock, settings
 
     def task_status(self, task_id: Any) -> dict[str, Any]:
         """{task: …}: the derived state, children, the thread's event and artifact ids."""
@@ -179,8 +181,7 @@ class TaskReads(CommitPipeline):
 
     def _task(self, task_id: Any, *, whole: bool) -> dict[str, Any]:
         ident = v.required_routing("task_id", task_id)
-        store: Any = self
-        with store.snapshot() as snap:
+        with self.reads.snapshot() as snap:
             doc = sql.doc(snap, ident)
             if doc is None:
                 raise errors.NotFoundError(f"task {ident} not found", field="task_id", ident=ident)
@@ -189,12 +190,12 @@ class TaskReads(CommitPipeline):
             if whole:
                 children = sql.children(snap, ident)
                 event_ids, artifact_ids = thread_ids(snap, ident)
-        now = store.clock.wall_clock.now_ms()
-        out = summary(task, now, self.task_settings, texts)
+        now = self.clock.wall_clock.now_ms()
+        out = summary(task, now, self.settings, texts)
         if whole:
             kids = [from_doc(doc) for _cid, doc in children]
             out["children"] = [{"task_id": c.task_id, "state": c.state_at(now)} for c in kids]
-            out["anomalies"] += children_anomalies(ident, kids, now, self.task_settings)
+            out["anomalies"] += children_anomalies(ident, kids, now, self.settings)
             out["events"] = event_ids
             out["artifacts"] = artifact_ids
         return out
@@ -222,26 +223,19 @@ class TaskReads(CommitPipeline):
         }
         n = v.limit(limit)
         before = _cursor(cursor)
-        store: Any = self
-        now = store.clock.wall_clock.now_ms()
+        now = self.clock.wall_clock.now_ms()
         given = {k: val for k, val in args.items() if val is not None}
-        with store.snapshot() as snap:
+        with self.reads.snapshot() as snap:
             rows = sql.listing(snap, state, given, now_ms=now, before=before, n=n + 1)
             page = [from_doc(doc) for _seq, doc in rows[:n]]
             texts = _page_texts(snap, page)
-        found = [summary(task, now, self.task_settings, texts) for task in page]
+        found = [summary(task, now, self.settings, texts) for task in page]
         return {
             "tasks": found,
             "count": len(found),
             "cursor": str(rows[n - 1][0]) if len(rows) > n else None,
             "has_more": len(rows) > n,
         }
-
-    def rebuild_tasks(self) -> int:
-        """Recompute the task projection from the log alone; returns how many tasks."""
-        store: Any = self
-        result: int = store.transaction(lambda tx: rebuild(tx, self.task_settings))
-        return result
 
 
 def _page_texts(snap: Any, page: list[Task]) -> dict[str, str]:
