@@ -244,7 +244,7 @@ def test_fast_event_get_and_tip_equal_the_core_hydration(filled) -> None:
 
     with store.engine.connect() as conn:
         rows = conn.execute(sa.select(*EVENT_COLS).order_by(events.c.seq)).all()
-        core = store._hydrate(conn, rows)
+        core = store.reads._hydrate(conn, rows)
     assert [store.event_get(i) for i in ids] == core[-len(ids) :]
     assert [e.artifact_ids for e in core[-6:]] != [()] * 6  # links really exist
     with sqlalchemy_path(store):

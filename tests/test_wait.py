@@ -104,13 +104,13 @@ def test_the_cursor_passes_rejected_rows_so_a_selective_wait_never_rescans(
     assert page.timed_out and page.cursor == rejected[-1].id
     # While waiting, each wake resumes after everything examined so far.
     resumed: list[int | None] = []
-    real_read = store.read
+    real_read = store.reads.read
 
     def spy(req, after_seq=None):  # type: ignore[no-untyped-def]
         resumed.append(after_seq)
         return real_read(req, after_seq=after_seq)
 
-    store.read = spy  # type: ignore[method-assign]
+    store.reads.read = spy  # type: ignore[method-assign]
     late = []
     timer = threading.Timer(
         0.1, lambda: [late.append(_append(store, to_agent=t)) for t in ("carol", "bob")]

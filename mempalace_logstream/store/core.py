@@ -9,6 +9,7 @@ reads.py, stats.py; what differs between databases is behind `self.backend` (bac
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from pathlib import Path
 from typing import Any
@@ -17,11 +18,14 @@ import sqlalchemy as sa
 
 from mempalace_logstream import backends, config, errors, hlc, migrate, notify
 from mempalace_logstream import validation as v
+from mempalace_logstream.backends import QueryExecutor
 from mempalace_logstream.backends import engine as engine_mod
 from mempalace_logstream.backends.queries import log as log_rows
 from mempalace_logstream.backends.queries import meta as meta_rows
+from mempalace_logstream.models import Event, Page
 from mempalace_logstream.schema import SCHEMA_HEAD
 from mempalace_logstream.store import tasks as task_rows
+from mempalace_logstream.store.filters import ReadRequest, read_request
 from mempalace_logstream.store.identity import Identity, keys_dir_for
 from mempalace_logstream.store.ids import mint_replica_id
 from mempalace_logstream.store.pipeline import Pending
@@ -36,7 +40,7 @@ from mempalace_logstream.tasks import TaskSettings
 REPLICA_ID_KEY = "replica_id"  # the meta row holding this database's replica id
 
 
-class LogStore(Writes, Reads):
+class LogStore(Writes):
     """The append-only event and artifact store (SQLite file or PostgreSQL).
 
     Thread-safe; one instance per process per database is the intended use. Errors raised:
@@ -81,7 +85,7 @@ class LogStore(Writes, Reads):
         self.read_only = engine_mod.read_only_kind(engine) is not None
         self.created = engine_mod.was_created(engine)  # this open made a new log file
         before: str | None = SCHEMA_HEAD
-        with self._storage_errors():
+        with self.storage_errors():
             if migrate_schema and not self.read_only:
                 before = migrate.ensure_schema(engine, create=create)
             else:
@@ -101,11 +105,12 @@ class LogStore(Writes, Reads):
         self._sql_dialect = self.backend.sql_dialect()
         self._sql_cache: dict[Any, tuple[str, dict[str, Any]]] = {}
         self._read_cols = read_columns(self.backend)
+        self.reads = Reads(self, self.identity, self.notifier)
         # Write transactions committed by this store (one per group commit; read by tests
         # and `stats` to show that concurrent appends share commits).
         self.commits = 0
         self.counts = Stats(self, self.replica_id)
-        self.task_reads = TaskReads(self, self.clock, self.task_settings)
+        self.task_reads = TaskReads(self.reads, self.clock, self.task_settings)
         if migrate_schema and not self.read_only and self._projection_is_stale(before):
             # A log migrated here (or adopted), or whose rows an older fold wrote: derive the
             # projection once (the rebuild records the fold's version).
@@ -150,6 +155,39 @@ class LogStore(Writes, Reads):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # ----------------------------------------------------------------- reads (store.reads)
+
+    def event_get(self, event_id: Any) -> Event:
+        """The event `event_id` (marked as its key's revocations judge it); NotFoundError."""
+        return self.reads.event_get(event_id)
+
+    def snapshot(self) -> contextlib.AbstractContextManager[QueryExecutor]:
+        """One read snapshot whose executor runs statement shapes compiled once per store."""
+        return self.reads.snapshot()
+
+    def tip(self) -> tuple[int, str | None]:
+        """(seq, id) of the newest event, or (0, None) on an empty log."""
+        return self.reads.tip()
+
+    def event_list(self, **args: Any) -> Page:
+        """Read events (S-5.1–S-5.3; `Reads.event_list` names the arguments)."""
+        return self.reads.event_list(**args)
+
+    def read_request(self, **raw: Any) -> ReadRequest:
+        """Validate the raw read arguments shared by list, wait, watch and SSE."""
+        return read_request(**raw)
+
+    def read(self, req: ReadRequest, after_seq: int | None = None) -> Page:
+        """One read of a validated request; `after_seq` (a Page's `scanned_seq`) resumes it."""
+        return self.reads.read(req, after_seq)
+
+    def event_wait(self, **args: Any) -> Page:
+        """Matches after the cursor at once, else block until one arrives (S-5.4;
+        `Reads.event_wait`)."""
+        return self.reads.event_wait(**args)
+
+    # ----------------------------------------------------------------- counts, tasks
 
     def version_vector(self) -> dict[str, int]:
         """{origin_replica: max origin_seq} over every event held here."""
@@ -196,7 +234,7 @@ class LogStore(Writes, Reads):
             return rid
 
     def _projection_is_stale(self, before: str | None) -> bool:
-        with self._storage_errors(), self.engine.connect() as conn:
+        with self.storage_errors(), self.engine.connect() as conn:
             version = meta_rows.value(conn, task_rows.FOLD_VERSION_KEY)
             if version == task_rows.FOLD_VERSION and before == SCHEMA_HEAD:
                 return False
@@ -208,6 +246,6 @@ class LogStore(Writes, Reads):
 
     def _make_change_watcher(self) -> notify.ChangeWatcher | None:
         """The cross-process wake-up signal: one thread per store, running while anyone waits."""
-        with self._storage_errors():
+        with self.storage_errors():
             factory = self.backend.change_signal()
         return None if factory is None else notify.ChangeWatcher(self.notifier, factory)

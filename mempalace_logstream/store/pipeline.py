@@ -75,7 +75,7 @@ class CommitPipeline:
     @contextlib.contextmanager
     def connect(self) -> Iterator[sa.Connection]:
         """A SQLAlchemy connection for reads, database errors mapped to StorageError."""
-        with self._storage_errors(), self.engine.connect() as conn:
+        with self.storage_errors(), self.engine.connect() as conn:
             yield conn
 
     def core_transaction(self, work: Callable[[sa.Connection, TxState], T]) -> T:
@@ -92,9 +92,9 @@ class CommitPipeline:
         self, key: Any, build: Callable[[], Any], params: Mapping[str, Any]
     ) -> tuple[str, Mapping[str, Any]]:
         """(SQL text, parameters) of a statement shape, compiled once per store."""
-        return self._sql(key, build, params)
+        return self.sql(key, build, params)
 
-    def _storage_errors(self) -> contextlib.AbstractContextManager[None]:
+    def storage_errors(self) -> contextlib.AbstractContextManager[None]:
         """Database errors (SQLAlchemy's, or the fast path's driver's) become StorageError."""
         return backends.wrap_exceptions(self.backend.driver_errors)
 
@@ -130,7 +130,7 @@ class CommitPipeline:
 
     def _run_batch(self, batch: list[Pending]) -> None:
         with self._settling(batch) as appended:
-            with self._storage_errors(), self._writer.begin() as conn:
+            with self.storage_errors(), self._writer.begin() as conn:
                 state = self._begin_state(conn)
                 state.number = self.identity.begin_transaction()
                 for item in batch:
@@ -207,7 +207,7 @@ class CommitPipeline:
         """Whether the backend's own DBAPI path is usable now (see its `fast_path`)."""
         return self.backend.fast_path() is not None
 
-    def _sql(
+    def sql(
         self, key: Any, build: Callable[[], sa.Executable], params: Mapping[str, Any]
     ) -> tuple[str, Mapping[str, Any]]:
         """(SQL text, parameters) of a statement shape compiled once per store; `params` plus
@@ -232,7 +232,7 @@ class CommitPipeline:
         fast = self.backend.fast_path()
         assert fast is not None
         with self._settling(batch) as appended:
-            with self._storage_errors(), fast.transaction() as tx:
+            with self.storage_errors(), fast.transaction() as tx:
                 state = self._fast_state(tx.db, tx.known)
                 state.number = self.identity.begin_transaction()
                 for item in batch:
@@ -251,7 +251,7 @@ class CommitPipeline:
         fast = self.backend.fast_path()
         assert fast is not None
         return self._state_from(
-            *sql.tx_state(QueryExecutor(fast.query(db), self._sql), self.replica_id)
+            *sql.tx_state(QueryExecutor(fast.query(db), self.sql), self.replica_id)
         )
 
     def _state_from(self, max_seq: Any, max_art: Any, top: Any, own: Any) -> TxState:
@@ -280,7 +280,7 @@ class CommitPipeline:
         if fast is not None:
 
             def raw(db: Any, st: TxState) -> Any:
-                return work(fast.executor(db, self._sql, on_bulk), st)
+                return work(fast.executor(db, self.sql, on_bulk), st)
 
         return self._submit(lambda conn, st: work(CoreExecutor(conn), st), raw)
 

@@ -21,21 +21,33 @@ from mempalace_logstream.backends.queries import log as log_rows
 from mempalace_logstream.models import Event, Page
 from mempalace_logstream.store import marks, plan
 from mempalace_logstream.store.filters import FILTER_RULES, ReadRequest, read_request
+from mempalace_logstream.store.identity import Identity
 from mempalace_logstream.store.pipeline import CommitPipeline
 
 # An inbox read with up to this many to_agent values runs one index-ordered leg per value
-# (see `LogStore._page_plan`); more values fall back to one IN list. Tests lower it here.
+# (see `Reads._page_plan`); more values fall back to one IN list. Tests lower it here.
 _SPLIT_TO_AGENT_MAX = plan.SPLIT_TO_AGENT_MAX
 
 
-class Reads(CommitPipeline):
-    """Reads and waits (a base of `LogStore`)."""
+class Reads:
+    """Reads and waits (a part of `LogStore`): snapshots on the pipeline's connections (its
+    backend's fast path when it has one) running the pipeline's compiled statements, marks
+    judged with `identity`'s keyring, waits woken by `notifier`."""
+
+    def __init__(
+        self, pipeline: CommitPipeline, identity: Identity, notifier: notify.Notifier
+    ) -> None:
+        self.pipeline, self.identity, self.notifier = pipeline, identity, notifier
+        self.backend, self.engine = pipeline.backend, pipeline.engine
+        # Bound once: every read runs them (no attribute walk per statement).
+        self._sql = pipeline.sql
+        self.event_select = pipeline.event_select
 
     def event_get(self, event_id: Any) -> Event:
         ident = v.required_routing("event_id", event_id)
         with self._reading() as query:
             ex = QueryExecutor(query, self._sql)
-            event = self.event_by_id(ex, ident, field="event_id")
+            event = self.pipeline.event_by_id(ex, ident, field="event_id")
             return self._judge_revocations(ex, [event])[0]
 
     @contextlib.contextmanager
@@ -55,7 +67,7 @@ class Reads(CommitPipeline):
         """
         fast = self.backend.fast_path()
         if fast is None:
-            with self._storage_errors(), self.engine.connect() as conn:
+            with self.pipeline.storage_errors(), self.engine.connect() as conn:
                 yield log_rows.driver_query(conn)
             return
         with fast.reading() as query:
@@ -64,7 +76,7 @@ class Reads(CommitPipeline):
     def _hydrate(self, conn: sa.Connection, rows: Sequence[sa.Row[Any]]) -> list[Event]:
         """The Events of rows that carry an `id`, read again through SQLAlchemy."""
         ex = CoreExecutor(conn)
-        return [self.event_by_id(ex, row.id, field="event_id") for row in rows]
+        return [self.pipeline.event_by_id(ex, row.id, field="event_id") for row in rows]
 
     def tip(self) -> tuple[int, str | None]:
         """(seq, id) of the newest event, or (0, None) on an empty log."""

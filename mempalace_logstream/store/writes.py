@@ -313,7 +313,7 @@ class Writes(CommitPipeline):
     def artifact_get(self, artifact_id: Any) -> Artifact:
         """The artifact with its exact content; NotFoundError if unknown."""
         ident = v.required_routing("artifact_id", artifact_id)
-        with self._storage_errors(), self.engine.connect() as conn:
+        with self.storage_errors(), self.engine.connect() as conn:
             row = sql.artifact_with_content(conn, ARTIFACT_COLS, ident)
             mine = blobs.redactions_of_artifacts(conn, [ident]).get(ident) if row else None
         if row is None:
