@@ -177,12 +177,12 @@ def batched(store: Any, calls: list[Callable[[], Any]]) -> list[Any]:
         except Exception as exc:
             results[i] = exc
 
-    with store._commit_lock:  # hold the leader seat until every caller has queued
+    with store.pipeline._commit_lock:  # hold the leader seat until every caller has queued
         threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
         for t in threads:
             t.start()
         deadline = time.monotonic() + 10
-        while len(store._queue) < len(calls):
+        while len(store.pipeline._queue) < len(calls):
             assert time.monotonic() < deadline, "callers did not queue"
             time.sleep(0.001)
     for t in threads:

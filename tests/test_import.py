@@ -71,7 +71,7 @@ def build_source(path: Path, n_events: int, n_artifacts: int = 12) -> str:
             if arts and seq % 97 == 0:
                 pick = [arts[seq % len(arts)].id, arts[(seq * 7 + 1) % len(arts)].id]
                 links += [(eid, aid, pos) for pos, aid in enumerate(dict.fromkeys(pick))]
-        with store._writer.begin() as conn:  # raw executemany in one transaction
+        with store.pipeline.writer.begin() as conn:  # raw executemany in one transaction
             raw = conn.connection.dbapi_connection
             raw.execute("PRAGMA cache_size = -262144")  # 256 MB: no spilling mid-transaction
             # Secondary indexes are rebuilt once after the load (sorted), not row by row.

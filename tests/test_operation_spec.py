@@ -22,6 +22,7 @@ from mempalace_logstream.presence import Registry
 from mempalace_logstream.store import redaction
 from mempalace_logstream.store.filters import ReadRequest
 from mempalace_logstream.store.task_reads import TaskReads
+from mempalace_logstream.store.writes import Writes
 from tests.hubkit import live_hub
 
 EVERY = operations.every_operation()
@@ -47,10 +48,10 @@ def test_every_operation_describes_itself_and_each_parameter(name: str) -> None:
 
 # The core function that takes each operation's keyword arguments, and what it takes besides.
 CORE: dict[str, tuple[Any, tuple[str, ...]]] = {
-    "event_append": (LogStore.draft_event, ()),
+    "event_append": (Writes.draft_event, ()),
     "event_ack": (workflows.event_ack, ()),
     "event_redact": (redaction.event_redact, ()),
-    "artifact_put": (LogStore.draft_artifact, ("content_field",)),
+    "artifact_put": (Writes.draft_artifact, ("content_field",)),
     "patch_submit": (workflows.patch_submit, ()),
     "task_create": (workflows.task_create, ()),
     "task_update": (workflows.task_update, ()),

@@ -26,6 +26,7 @@ from mempalace_logstream import errors
 from mempalace_logstream.backends import engine as engine_mod
 from mempalace_logstream.schema import SCHEMA_HEAD
 from mempalace_logstream.store import LogStore, TxState
+from mempalace_logstream.store.pipeline import CommitPipeline
 
 pytestmark = pytest.mark.pg
 
@@ -37,9 +38,10 @@ RACE_SEQUENCE = "race_broken_seq"
 # ----------------------------------------------------------------------------- store variants
 
 
-class SlowCommitStore(LogStore):
-    """The real store, but every append holds its transaction open a random short time after
-    inserting: this widens any window in which commits could become visible out of seq order."""
+class SlowCommitPipeline(CommitPipeline):
+    """The real pipeline, but every append holds its transaction open a random short time
+    after inserting: this widens any window in which commits could become visible out of seq
+    order."""
 
     def _run_item(self, conn: sa.Connection, state: TxState, item: Any, savepoint: bool):
         super()._run_item(conn, state, item, savepoint)
@@ -50,7 +52,7 @@ class SlowCommitStore(LogStore):
         time.sleep(random.uniform(0, HOLD_MAX_S))
 
 
-class UnserializedStore(SlowCommitStore):
+class UnserializedPipeline(SlowCommitPipeline):
     """BROKEN on purpose: seq comes from a PostgreSQL SEQUENCE and no lock is taken, the way a
     naive port would do it. Each batch reserves a block of 1000 values (INCREMENT BY 1000).
     It breaks the SQLAlchemy path's lock and state hooks, so it stays on that path."""
@@ -58,12 +60,20 @@ class UnserializedStore(SlowCommitStore):
     def _fast_path(self) -> bool:
         return False
 
-    def _lock_writes(self, conn: sa.Connection) -> None:
+    def lock_writes(self, conn: sa.Connection) -> None:
         return None
 
     def _begin_state(self, conn: sa.Connection) -> TxState:
         first = int(conn.execute(sa.text(f"SELECT nextval('{RACE_SEQUENCE}')")).scalar_one())
         return TxState(next_seq=first, next_artifact_seq=first)
+
+
+class SlowCommitStore(LogStore):
+    pipeline_class = SlowCommitPipeline
+
+
+class UnserializedStore(LogStore):
+    pipeline_class = UnserializedPipeline
 
 
 STORES = {"serialized": SlowCommitStore, "unserialized": UnserializedStore}
@@ -325,18 +335,17 @@ def all_events(store: LogStore) -> list[Any]:
         cursor = page.cursor
 
 
-class GatedStore(LogStore):
+class GatedPipeline(CommitPipeline):
     """Holds the first batch open until `expect` other appends are queued behind it, so the
-    second batch deterministically carries all of them."""
+    second batch deterministically carries all of them. Armed once the store is open:
+    opening a new log may write (the fold's version), and that transaction passes ungated."""
 
-    def __init__(self, *args: Any, expect: int, **kwargs: Any) -> None:
-        # Set before the store opens: opening a new log may write (the fold's version), and
-        # that transaction passes ungated.
-        self.expect = expect
-        self.batches: list[int] = []
-        self.armed = False
+    expect = 0
+    armed = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.armed = True
+        self.batches: list[int] = []
 
     def _gate(self, batch: list[Any]) -> None:
         if not self.armed:
@@ -357,6 +366,17 @@ class GatedStore(LogStore):
     def _run_raw_batch(self, batch: list[Any]) -> None:  # the psycopg fast path
         self._gate(batch)
         super()._run_raw_batch(batch)
+
+
+class GatedStore(LogStore):
+    pipeline_class = GatedPipeline
+
+    def __init__(self, *args: Any, expect: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        gated = self.pipeline
+        assert isinstance(gated, GatedPipeline)
+        gated.expect, gated.armed = expect, True
+        self.batches = gated.batches
 
 
 def test_group_commit_batches_threads_and_keeps_seq_contiguous_on_postgresql(pg_url):
@@ -424,14 +444,14 @@ def test_a_database_error_inside_a_batch_fails_only_its_own_item_on_postgresql(p
         return lambda: store.event_append(type="x", stream="s", room="r", from_agent="a", body=body)
 
     def broken() -> Any:
-        return store._submit(lambda conn, st: conn.execute(sa.text("SELECT 1/0")))
+        return store.pipeline.submit(lambda conn, st: conn.execute(sa.text("SELECT 1/0")))
 
     jobs = [("first", append("first"))]
     jobs += [("ok1", append("ok1")), ("bad", broken), ("ok2", append("ok2"))]
     threads = [threading.Thread(target=run, args=job) for job in jobs]
     threads[0].start()
     deadline = time.monotonic() + 10
-    while not store._commit_lock.locked() and time.monotonic() < deadline:
+    while not store.pipeline._commit_lock.locked() and time.monotonic() < deadline:
         time.sleep(0.001)
     for t in threads[1:]:
         t.start()
@@ -458,8 +478,8 @@ def test_two_schemas_in_one_database_do_not_share_the_append_lock(pg_database, p
     eng.dispose()
     holder = LogStore.open(first_url)
     try:
-        with holder._writer.begin() as conn:
-            holder._lock_writes(conn)
+        with holder.pipeline.writer.begin() as conn:
+            holder.pipeline.lock_writes(conn)
             done = threading.Event()
             t = threading.Thread(
                 target=lambda: (
@@ -479,8 +499,8 @@ def test_the_append_lock_blocks_writers_of_the_same_log(pg_url):
     a, b = LogStore.open(pg_url), LogStore.open(pg_url)
     try:
         done = threading.Event()
-        with a._writer.begin() as conn:
-            a._lock_writes(conn)
+        with a.pipeline.writer.begin() as conn:
+            a.pipeline.lock_writes(conn)
             t = threading.Thread(
                 target=lambda: (
                     b.event_append(type="x", stream="s", room="r", from_agent="b"),

@@ -334,7 +334,7 @@ def test_a_failing_item_does_not_poison_its_group_commit(store, stream):
     add(store, stream, from_agent="idem", idempotency_key="used", body="original")
 
     def bad_sql():
-        return store._submit(
+        return store.pipeline.submit(
             lambda conn, st: conn.execute(
                 sa.text("INSERT INTO logstream_meta (key, value) VALUES ('replica_id', 'dup')")
             )

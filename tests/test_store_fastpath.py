@@ -42,7 +42,7 @@ def sqlalchemy_path(store: LogStore) -> Iterator[None]:
     """Force the SQLAlchemy paths: a cursor listener on the engine turns the fast paths off."""
     sa.event.listen(store.engine, "before_cursor_execute", _noop_listener)
     try:
-        assert not store._fast_path()
+        assert not store.uses_fast_path()
         yield
     finally:
         sa.event.remove(store.engine, "before_cursor_execute", _noop_listener)
@@ -153,7 +153,7 @@ def _table_dump(path: Path) -> list[Any]:
 def test_fast_and_sqlalchemy_writes_store_identical_rows_and_results(tmp_path: Path) -> None:
     fast_clock, slow_clock = ManualClock(), ManualClock()
     with _open(tmp_path / "fast.sqlite3", fast_clock) as fast:
-        assert fast._fast_path()
+        assert fast.uses_fast_path()
         fast_out = _script(fast)
     with _open(tmp_path / "slow.sqlite3", slow_clock) as slow, sqlalchemy_path(slow):
         slow_out = _script(slow)
@@ -274,7 +274,7 @@ def test_an_empty_log_reads_the_same_on_both_paths(tmp_path: Path) -> None:
 
 def _raw_sql_item(store: LogStore, sql: str) -> Callable[[], Any]:
     """A batch item with a DBAPI version (so the batch stays on the fast path)."""
-    return lambda: store._submit(
+    return lambda: store.pipeline.submit(
         lambda conn, st: conn.exec_driver_sql(sql), lambda db, st: db.execute(sql)
     )
 
@@ -285,8 +285,8 @@ def test_savepoints_isolate_failing_items_in_a_fast_batch(tmp_path: Path) -> Non
         add(type="x", stream="s", room="r", from_agent="idem", idempotency_key="k", body="orig")
         target = add(type="x", stream="s", room="r", from_agent="lead", body="target")
         batches: list[str] = []
-        real_raw = store._run_raw_batch
-        store._run_raw_batch = lambda b: (batches.append("raw"), real_raw(b))[1]  # type: ignore
+        real_raw = store.pipeline._run_raw_batch
+        store.pipeline._run_raw_batch = lambda b: (batches.append("raw"), real_raw(b))[1]  # type: ignore
         dup = "INSERT INTO logstream_meta (key, value) VALUES ('replica_id', 'dup')"
         calls = [
             lambda: add(type="x", stream="s", room="r", from_agent="w", body="ok-1"),
@@ -325,11 +325,11 @@ def test_a_batch_with_a_core_item_runs_every_item_on_the_sqlalchemy_path(tmp_pat
     with _open(tmp_path / "mixed.sqlite3") as store:
         add = store.event_append
         batches: list[str] = []
-        real = store._run_batch
-        store._run_batch = lambda b: (batches.append("core"), real(b))[1]  # type: ignore
+        real = store.pipeline._run_batch
+        store.pipeline._run_batch = lambda b: (batches.append("core"), real(b))[1]  # type: ignore
 
         def core_item() -> Any:
-            return store._submit(
+            return store.pipeline.submit(
                 lambda conn, st: conn.execute(sa.insert(meta).values(key="note", value="v"))
             )
 
@@ -351,11 +351,11 @@ def test_sqlite_errors_on_the_fast_path_read_like_the_sqlalchemy_path(tmp_path: 
     with _open(tmp_path / "err.sqlite3") as store:
         bad = "INSERT INTO no_such_table VALUES (1)"
         with pytest.raises(errors.StorageError) as fast:
-            store._submit(
+            store.pipeline.submit(
                 lambda conn, st: conn.exec_driver_sql(bad), lambda db, st: db.execute(bad)
             )
         with sqlalchemy_path(store), pytest.raises(errors.StorageError) as slow:
-            store._submit(
+            store.pipeline.submit(
                 lambda conn, st: conn.exec_driver_sql(bad), lambda db, st: db.execute(bad)
             )
         assert str(fast.value) == str(slow.value) == "database error: no such table: no_such_table"

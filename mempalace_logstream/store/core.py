@@ -3,50 +3,58 @@
 Every public method validates first (nothing is written on bad input), runs in one transaction
 and returns frozen models. Concurrent appends in one process are group-committed; seq is
 assigned under the write lock, so seq order is commit order on every backend (S-2.4).
-The class is assembled from one base per concern: pipeline.py (group commit), writes.py,
-reads.py, stats.py; what differs between databases is behind `self.backend` (backends/).
+`LogStore` is made of parts it constructs and holds, each given what it needs: `pipeline`
+(pipeline.py: group commit, the write transaction's state, compiled statements), `identity`
+(identity.py: keys and the keyring), `writes` (writes.py: drafts, `transaction`),
+`reads` (reads.py), `task_reads` (task_reads.py) and `counts` (stats.py); every public method
+is a short call into one of them. What differs between databases is behind `backend`
+(backends/); the projections every append runs are registered in projections.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
 from mempalace_logstream import backends, config, errors, hlc, migrate, notify
 from mempalace_logstream import validation as v
-from mempalace_logstream.backends import QueryExecutor
+from mempalace_logstream.backends import Executor, QueryExecutor
 from mempalace_logstream.backends import engine as engine_mod
 from mempalace_logstream.backends.queries import log as log_rows
 from mempalace_logstream.backends.queries import meta as meta_rows
-from mempalace_logstream.models import Event, Page
+from mempalace_logstream.models import Artifact, ArtifactDraft, Event, EventDraft, Page
 from mempalace_logstream.schema import SCHEMA_HEAD
 from mempalace_logstream.store import tasks as task_rows
 from mempalace_logstream.store.filters import ReadRequest, read_request
 from mempalace_logstream.store.identity import Identity, keys_dir_for
 from mempalace_logstream.store.ids import mint_replica_id
-from mempalace_logstream.store.pipeline import Pending
+from mempalace_logstream.store.pipeline import CommitPipeline, TxState
 from mempalace_logstream.store.reads import Reads
-from mempalace_logstream.store.rows import read_columns
 from mempalace_logstream.store.stats import Stats
 from mempalace_logstream.store.task_cache import FoldCache
 from mempalace_logstream.store.task_reads import TaskReads
-from mempalace_logstream.store.writes import Writes
+from mempalace_logstream.store.writes import Transaction, Writes
 from mempalace_logstream.tasks import TaskSettings
 
 REPLICA_ID_KEY = "replica_id"  # the meta row holding this database's replica id
 
+T = TypeVar("T")
 
-class LogStore(Writes):
+
+class LogStore:
     """The append-only event and artifact store (SQLite file or PostgreSQL).
 
     Thread-safe; one instance per process per database is the intended use. Errors raised:
     `ValidationError` (bad input, nothing written), `NotFoundError`, `ConflictError`,
     `StorageError`.
     """
+
+    # The commit pipeline this store builds (a subclass may change how it commits: tests).
+    pipeline_class: type[CommitPipeline] = CommitPipeline
 
     def __init__(
         self,
@@ -61,56 +69,48 @@ class LogStore(Writes):
         backdate_window_ms: int = config.DEFAULT_BACKDATE_WINDOW_MS,
         create: bool = True,
     ) -> None:
-        if not 0 <= backdate_window_ms <= config.MAX_BACKDATE_WINDOW_MS:
-            raise errors.ValidationError(
-                f"backdate_window_ms is {backdate_window_ms}; it must be between 0 and "
-                f"{config.MAX_BACKDATE_WINDOW_MS}",
-                field="backdate_window_ms",
-                limit=config.MAX_BACKDATE_WINDOW_MS,
-            )
+        _check_backdate_window(backdate_window_ms)
         # Sync apply holds an event signed by a key revoked here before it arrived, stamped
         # less than this before the revocation (RFC 0008 "Threat model": backdating).
         self.backdate_window_ms = backdate_window_ms
         self.engine = engine
         self.task_settings = task_settings or TaskSettings()
         self.task_folds = FoldCache()  # checkpoints for tasks whose events arrive late
-        self.backend = backends.for_engine(engine)
+        self.backend = backend = backends.for_engine(engine)
+        self.dialect = backend.name
         # The private keys this process signs with and the keyring it judges with (RFC 0008).
-        self.identity = Identity(keys_dir, self.backend.links_functions()[1])
-        self.dialect = self.backend.name
-        self._writer = engine_mod.writer(engine)
-        self.max_body_bytes = max_body_bytes
-        self.max_artifact_bytes = max_artifact_bytes
+        self.identity = Identity(keys_dir, backend.links_functions()[1])
         # A file this process may not write: no migration, only a schema check (and no writes).
         self.read_only = engine_mod.read_only_kind(engine) is not None
         self.created = engine_mod.was_created(engine)  # this open made a new log file
+        writer = engine_mod.writer(engine)
         before: str | None = SCHEMA_HEAD
-        with self.storage_errors():
+        with backends.wrap_exceptions(backend.driver_errors):
             if migrate_schema and not self.read_only:
                 before = migrate.ensure_schema(engine, create=create)
             else:
                 migrate.check_schema(engine)
-            self.replica_id = self._load_replica_id()
+            self.replica_id = self._load_replica_id(writer)
         self.clock = hlc.HybridClock(self.replica_id, clock)
         self.notifier = notify.Notifier()
+        self.pipeline = self.pipeline_class(
+            engine,
+            writer,
+            backend,
+            identity=self.identity,
+            clock=self.clock,
+            notifier=self.notifier,
+            replica_id=self.replica_id,
+        )
         self._change_watcher = self._make_change_watcher()
-        self._notify_channel = self.backend.notify_channel
+        self._notify_channel = backend.notify_channel
         if self._change_watcher is not None:
             self.notifier.attach(self._change_watcher)
-        self._queue: list[Pending] = []
-        self._queue_lock = threading.Lock()
-        self._commit_lock = threading.Lock()
-        self._closed = False
-        # Precompiled SQL text per statement shape (see `_sql`).
-        self._sql_dialect = self.backend.sql_dialect()
-        self._sql_cache: dict[Any, tuple[str, dict[str, Any]]] = {}
-        self._read_cols = read_columns(self.backend)
-        self.reads = Reads(self, self.identity, self.notifier)
-        # Write transactions committed by this store (one per group commit; read by tests
-        # and `stats` to show that concurrent appends share commits).
-        self.commits = 0
-        self.counts = Stats(self, self.replica_id)
+        limits = {"max_body_bytes": max_body_bytes, "max_artifact_bytes": max_artifact_bytes}
+        self.writes = Writes(self, self.pipeline, **limits)
+        self.reads = Reads(self.pipeline, self.identity, self.notifier)
         self.task_reads = TaskReads(self.reads, self.clock, self.task_settings)
+        self.counts = Stats(self.pipeline, self.replica_id)
         if migrate_schema and not self.read_only and self._projection_is_stale(before):
             # A log migrated here (or adopted), or whose rows an older fold wrote: derive the
             # projection once (the rebuild records the fold's version).
@@ -141,13 +141,11 @@ class LogStore(Writes):
             raise
 
     def close(self) -> None:
-        if self._closed:
+        if self.pipeline.closed:
             return
-        self._closed = True
         if self._change_watcher is not None:
             self._change_watcher.stop()
-        with self._commit_lock:
-            self.backend.close()
+        self.pipeline.close()
         self.engine.dispose()
 
     def __enter__(self) -> LogStore:
@@ -215,7 +213,101 @@ class LogStore(Writes):
         result: int = self.transaction(lambda tx: task_rows.rebuild(tx, settings))
         return result
 
-    def _load_replica_id(self) -> str:
+    # ----------------------------------------------------------------- writes (store.writes)
+
+    def transaction(
+        self, work: Callable[[Transaction], T], on_bulk: Callable[[], Any] | None = None
+    ) -> T:
+        """Run `work(tx)` in a group-committed write transaction and return its result
+        (`Writes.transaction`): every write of the store goes through here."""
+        return self.writes.transaction(work, on_bulk)
+
+    def draft_event(self, **fields: Any) -> EventDraft:
+        """Validate raw event fields (S-4) into a draft (`Writes.draft_event` names them)."""
+        return self.writes.draft_event(**fields)
+
+    def event_append(self, **fields: Any) -> Event:
+        """Append one event, idempotent per (from_agent, idempotency_key) (`Writes`)."""
+        return self.writes.event_append(**fields)
+
+    def draft_artifact(self, **fields: Any) -> ArtifactDraft:
+        """Validate raw artifact fields into a draft (`Writes.draft_artifact` names them)."""
+        return self.writes.draft_artifact(**fields)
+
+    def artifact_put(self, **fields: Any) -> Artifact:
+        """Store an artifact byte-exact; content is kept once per sha256. Returns no content."""
+        return self.writes.artifact_put(**fields)
+
+    def artifact_get(self, artifact_id: Any) -> Artifact:
+        """The artifact with its exact content; NotFoundError if unknown."""
+        return self.writes.artifact_get(artifact_id)
+
+    def pinned_admins(self) -> list[str]:
+        """The admin key ids this replica trusts as roots (RFC 0008 "Admin key")."""
+        return self.writes.pinned_admins()
+
+    def pin_admin(self, key_id: Any, *, pinned: bool = True) -> bool:
+        """Trust (or stop trusting) an admin key id as a root; whether anything changed."""
+        return self.writes.pin_admin(key_id, pinned=pinned)
+
+    def set_agent_token(self, agent: str, token_hash: str | None) -> None:
+        """Store (or, with None, drop) the hash of `agent`'s bearer token (local, RFC 0008)."""
+        self.writes.set_agent_token(agent, token_hash)
+
+    def agent_token_hashes(self) -> dict[str, str]:
+        """agent -> the stored hash of its token."""
+        return self.writes.agent_token_hashes()
+
+    # ----------------------------------------------------------------- plumbing (store.pipeline)
+    # What replication, the importer and the store's own modules use.
+
+    def connect(self) -> contextlib.AbstractContextManager[sa.Connection]:
+        """A SQLAlchemy connection for reads, database errors mapped to StorageError."""
+        return self.pipeline.connect()
+
+    def core_transaction(self, work: Callable[[sa.Connection, TxState], T]) -> T:
+        """Run `work(conn, state)` in a group-committed write transaction on a SQLAlchemy
+        connection (bulk work that needs the connection itself: the importer's COPY)."""
+        return self.pipeline.core_transaction(work)
+
+    def uses_fast_path(self) -> bool:
+        """Whether reads and writes run on the backend's own DBAPI path right now."""
+        return self.pipeline.uses_fast_path()
+
+    def compiled(
+        self, key: Any, build: Callable[[], Any], params: Mapping[str, Any]
+    ) -> tuple[str, Mapping[str, Any]]:
+        """(SQL text, parameters) of a statement shape, compiled once per store."""
+        return self.pipeline.sql(key, build, params)
+
+    def compiled_sql(self) -> dict[Any, tuple[str, dict[str, Any]]]:
+        """Every statement shape this store compiled so far (`CommitPipeline.compiled_sql`)."""
+        return self.pipeline.compiled_sql()
+
+    def event_select(self, *where: sa.ColumnElement[bool]) -> sa.Select[Any]:
+        """The Event columns (`events_from_rows` reads them) of the rows matching `where`."""
+        return self.pipeline.event_select(*where)
+
+    def event_by_id(self, ex: Executor, ident: str, *, field: str) -> Event:
+        """The event `ident` read through `ex`; NotFoundError naming `field` if unknown."""
+        return self.pipeline.event_by_id(ex, ident, field=field)
+
+    @property
+    def max_body_bytes(self) -> int:
+        """The largest event body this store takes (a peer's events are checked too)."""
+        return self.writes.max_body_bytes
+
+    @property
+    def max_artifact_bytes(self) -> int:
+        """The largest artifact this store takes."""
+        return self.writes.max_artifact_bytes
+
+    @property
+    def commits(self) -> int:
+        """Write transactions committed by this store (one per group commit)."""
+        return self.pipeline.commits
+
+    def _load_replica_id(self, writer: sa.Engine) -> str:
         # A plain read first: every open (each CLI call) would otherwise queue for the write
         # lock behind busy writers just to read a value that is minted once.
         with self.engine.connect() as conn:
@@ -224,8 +316,8 @@ class LogStore(Writes):
             return held
         if self.read_only:
             return ""  # minted by the first writer; a reader does not need one
-        with self._writer.begin() as conn:
-            self._lock_writes(conn)
+        with writer.begin() as conn:
+            self.backend.lock_writes(conn)
             held = meta_rows.value(conn, REPLICA_ID_KEY)
             if held is not None:
                 return held
@@ -234,7 +326,7 @@ class LogStore(Writes):
             return rid
 
     def _projection_is_stale(self, before: str | None) -> bool:
-        with self.storage_errors(), self.engine.connect() as conn:
+        with self.pipeline.connect() as conn:
             version = meta_rows.value(conn, task_rows.FOLD_VERSION_KEY)
             if version == task_rows.FOLD_VERSION and before == SCHEMA_HEAD:
                 return False
@@ -246,6 +338,15 @@ class LogStore(Writes):
 
     def _make_change_watcher(self) -> notify.ChangeWatcher | None:
         """The cross-process wake-up signal: one thread per store, running while anyone waits."""
-        with self.storage_errors():
+        with self.pipeline.storage_errors():
             factory = self.backend.change_signal()
         return None if factory is None else notify.ChangeWatcher(self.notifier, factory)
+
+
+def _check_backdate_window(ms: int) -> None:
+    if not 0 <= ms <= config.MAX_BACKDATE_WINDOW_MS:
+        raise errors.ValidationError(
+            f"backdate_window_ms is {ms}; it must be between 0 and {config.MAX_BACKDATE_WINDOW_MS}",
+            field="backdate_window_ms",
+            limit=config.MAX_BACKDATE_WINDOW_MS,
+        )

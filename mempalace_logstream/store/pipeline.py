@@ -22,7 +22,7 @@ from mempalace_logstream.backends import Backend, CoreExecutor, Executor, QueryE
 from mempalace_logstream.backends.queries import appends as sql
 from mempalace_logstream.models import Event
 from mempalace_logstream.store.identity import Identity
-from mempalace_logstream.store.rows import events_from_rows
+from mempalace_logstream.store.rows import events_from_rows, read_columns
 
 
 @dataclass
@@ -50,27 +50,46 @@ T = TypeVar("T")
 
 
 class CommitPipeline:
-    """The write path shared by every store operation (a base of `LogStore`)."""
+    """The write path shared by every store operation (a part of `LogStore`): the queue and
+    leader of group commit, the write transaction's state, the statements compiled once per
+    store, and the connections reads and writes run on (`engine`; `writer`, whose
+    transactions take the write lock at BEGIN on SQLite)."""
 
-    engine: sa.Engine
-    backend: Backend
-    replica_id: str
-    clock: hlc.HybridClock
-    notifier: notify.Notifier
-    commits: int
-    _writer: sa.Engine
-    _queue: list[Pending]
-    _queue_lock: threading.Lock
-    _commit_lock: threading.Lock
-    _closed: bool
-    _sql_dialect: sa.Dialect
-    _sql_cache: dict[Any, tuple[str, dict[str, Any]]]
-    _read_cols: list[sa.ColumnElement[Any]]
-    identity: Identity
+    def __init__(
+        self,
+        engine: sa.Engine,
+        writer: sa.Engine,
+        backend: Backend,
+        *,
+        identity: Identity,
+        clock: hlc.HybridClock,
+        notifier: notify.Notifier,
+        replica_id: str,
+    ) -> None:
+        self.engine, self.writer, self.backend = engine, writer, backend
+        self.identity, self.clock, self.notifier = identity, clock, notifier
+        self.replica_id = replica_id
+        # Write transactions committed (one per group commit; read by tests and benches to
+        # show that concurrent appends share commits).
+        self.commits = 0
+        self._queue: list[Pending] = []
+        self._queue_lock = threading.Lock()
+        self._commit_lock = threading.Lock()
+        self.closed = False
+        # Precompiled SQL text per statement shape (see `sql`).
+        self._sql_dialect = backend.sql_dialect()
+        self._sql_cache: dict[Any, tuple[str, dict[str, Any]]] = {}
+        self._read_cols = read_columns(backend)
+
+    def close(self) -> None:
+        """Refuse new work, then close the backend's connections once the leader is done."""
+        self.closed = True
+        with self._commit_lock:
+            self.backend.close()
 
     # ----------------------------------------------------------------- public plumbing
-    # What replication and the importer use: no module outside the store touches its
-    # private members (tests/test_layers.py).
+    # What the store's other parts, replication and the importer use: no module outside
+    # the store touches its private members (tests/test_layers.py).
 
     @contextlib.contextmanager
     def connect(self) -> Iterator[sa.Connection]:
@@ -81,27 +100,22 @@ class CommitPipeline:
     def core_transaction(self, work: Callable[[sa.Connection, TxState], T]) -> T:
         """Run `work(conn, state)` in a group-committed write transaction on a SQLAlchemy
         connection (bulk work that needs the connection itself: the importer's COPY)."""
-        result: T = self._submit(work)
+        result: T = self.submit(work)
         return result
 
     def uses_fast_path(self) -> bool:
         """Whether reads and writes run on the backend's own DBAPI path right now."""
         return self._fast_path()
 
-    def compiled(
-        self, key: Any, build: Callable[[], Any], params: Mapping[str, Any]
-    ) -> tuple[str, Mapping[str, Any]]:
-        """(SQL text, parameters) of a statement shape, compiled once per store."""
-        return self.sql(key, build, params)
-
     def storage_errors(self) -> contextlib.AbstractContextManager[None]:
         """Database errors (SQLAlchemy's, or the fast path's driver's) become StorageError."""
         return backends.wrap_exceptions(self.backend.driver_errors)
 
-    def _lock_writes(self, conn: sa.Connection) -> None:
+    def lock_writes(self, conn: sa.Connection) -> None:
+        """Take the log's write lock in `conn`'s transaction (seq order is commit order)."""
         self.backend.lock_writes(conn)
 
-    def _submit(
+    def submit(
         self,
         fn: Callable[[sa.Connection, TxState], Any],
         raw: Callable[[Any, TxState], Any] | None = None,
@@ -111,7 +125,7 @@ class CommitPipeline:
         `raw`, when given, is the same work on the backend's fast-path DBAPI connection; the
         batch takes that path when every item has one (see `_fast_path`).
         """
-        if self._closed:
+        if self.closed:
             raise errors.StorageError("the store is closed")
         item = Pending(fn, raw)
         with self._queue_lock:
@@ -130,7 +144,7 @@ class CommitPipeline:
 
     def _run_batch(self, batch: list[Pending]) -> None:
         with self._settling(batch) as appended:
-            with self.storage_errors(), self._writer.begin() as conn:
+            with self.storage_errors(), self.writer.begin() as conn:
                 state = self._begin_state(conn)
                 state.number = self.identity.begin_transaction()
                 for item in batch:
@@ -263,11 +277,11 @@ class CommitPipeline:
         return TxState(next_seq=max_seq + 1, next_artifact_seq=max_art + 1)
 
     def _begin_state(self, conn: sa.Connection) -> TxState:
-        self._lock_writes(conn)
+        self.lock_writes(conn)
         # One prebuilt statement, not three: it runs once per (group) commit.
         return self._state_from(*sql.tx_state(CoreExecutor(conn), self.replica_id))
 
-    def _write(
+    def write(
         self,
         work: Callable[[Executor, TxState], Any],
         on_bulk: Callable[[], Any] | None = None,
@@ -282,7 +296,7 @@ class CommitPipeline:
             def raw(db: Any, st: TxState) -> Any:
                 return work(fast.executor(db, self.sql, on_bulk), st)
 
-        return self._submit(lambda conn, st: work(CoreExecutor(conn), st), raw)
+        return self.submit(lambda conn, st: work(CoreExecutor(conn), st), raw)
 
     def event_select(self, *where: sa.ColumnElement[bool]) -> sa.Select[Any]:
         """The Event columns (`events_from_rows` reads them) of the rows matching `where`."""

@@ -31,7 +31,8 @@ from mempalace_logstream.store.blobs import BODY, EMPTY_SHA256
 from mempalace_logstream.store.projections import Refusal
 
 if TYPE_CHECKING:
-    from mempalace_logstream.store.writes import Transaction, Writes
+    from mempalace_logstream.store.core import LogStore
+    from mempalace_logstream.store.writes import Transaction
 
 REDACT_TYPE = "event.redact"
 MAX_REASON_BYTES = 4096
@@ -279,7 +280,7 @@ def _held(tx: Transaction, ident: str) -> Event | None:
 
 
 def event_redact(
-    store: Writes,
+    store: LogStore,
     *,
     event_id: Any,
     reason: Any,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
 
@@ -33,15 +33,16 @@ from mempalace_logstream.models import (
 from mempalace_logstream.store import blobs, guards
 from mempalace_logstream.store.append import Appended, Local, Origin
 from mempalace_logstream.store.append import append as append_events
-from mempalace_logstream.store.identity import Identity, check_names, check_writer
+from mempalace_logstream.store.identity import check_names, check_writer
 from mempalace_logstream.store.ids import new_id, now_text
 from mempalace_logstream.store.marks import PIN_PREFIX
 from mempalace_logstream.store.pipeline import CommitPipeline, TxState
 from mempalace_logstream.store.redaction import REDACT_TYPE
 from mempalace_logstream.store.rows import ARTIFACT_COLS, artifact_from_row, events_from_rows
-from mempalace_logstream.store.task_cache import FoldCache
-from mempalace_logstream.tasks import TaskSettings
 from mempalace_logstream.tasks.guards import BudgetExhausted
+
+if TYPE_CHECKING:
+    from mempalace_logstream.store.core import LogStore
 
 T = TypeVar("T")
 
@@ -55,7 +56,7 @@ class Transaction:
     """
 
     def __init__(
-        self, store: Writes, ex: Executor, state: TxState, actor: Actor | None = None
+        self, store: LogStore, ex: Executor, state: TxState, actor: Actor | None = None
     ) -> None:
         self.store, self.ex, self.state = store, ex, state
         # Who the surface proved is acting (RFC 0008), captured where the write was submitted.
@@ -166,14 +167,21 @@ class Transaction:
         return artifact_from_row(rows[0], None)
 
 
-class Writes(CommitPipeline):
-    """Validated writes (a base of `LogStore`)."""
+class Writes:
+    """Validated writes (a part of `LogStore`): drafts checked against the size limits, run
+    in the pipeline's group-committed transactions, each handed a `Transaction` of `store`
+    (what projections and workflows reach through `tx.store`)."""
 
-    max_body_bytes: int
-    max_artifact_bytes: int
-    task_settings: TaskSettings
-    task_folds: FoldCache
-    identity: Identity
+    def __init__(
+        self,
+        store: LogStore,
+        pipeline: CommitPipeline,
+        *,
+        max_body_bytes: int,
+        max_artifact_bytes: int,
+    ) -> None:
+        self.store, self.pipeline = store, pipeline
+        self.max_body_bytes, self.max_artifact_bytes = max_body_bytes, max_artifact_bytes
 
     def transaction(
         self, work: Callable[[Transaction], T], on_bulk: Callable[[], Any] | None = None
@@ -186,7 +194,10 @@ class Writes(CommitPipeline):
         """
         who = actor_mod.current()
         try:
-            result: T = self._write(lambda ex, st: work(Transaction(self, ex, st, who)), on_bulk)
+            store = self.store
+            result: T = self.pipeline.write(
+                lambda ex, st: work(Transaction(store, ex, st, who)), on_bulk
+            )
         except BudgetExhausted as exc:  # a loop guard refused it: tell the requester once
             guards.send_notice(self, exc)
             raise
@@ -194,7 +205,7 @@ class Writes(CommitPipeline):
 
     def pinned_admins(self) -> list[str]:
         """The admin key ids this replica trusts as roots (RFC 0008 "Admin key")."""
-        with self.connect() as conn:
+        with self.pipeline.connect() as conn:
             held = meta_rows.with_prefix(conn, PIN_PREFIX)
         return sorted(k[len(PIN_PREFIX) :] for k, _value in held)
 
@@ -203,14 +214,14 @@ class Writes(CommitPipeline):
         hub, never replicated (RFC 0008)."""
 
         def work(conn: sa.Connection, _state: TxState) -> None:
-            at = now_text(self.clock.wall_clock.now_ms())
+            at = now_text(self.pipeline.clock.wall_clock.now_ms())
             sql.set_agent_token(CoreExecutor(conn), agent, token_hash, at)
 
-        self.core_transaction(work)
+        self.pipeline.core_transaction(work)
 
     def agent_token_hashes(self) -> dict[str, str]:
         """agent -> the stored hash of its token."""
-        with self.connect() as conn:
+        with self.pipeline.connect() as conn:
             return sql.agent_token_hashes(conn)
 
     def pin_admin(self, key_id: Any, *, pinned: bool = True) -> bool:
@@ -230,7 +241,7 @@ class Writes(CommitPipeline):
                 return True
             return False
 
-        changed: bool = self.core_transaction(work)
+        changed: bool = self.pipeline.core_transaction(work)
         return changed
 
     def draft_event(
@@ -313,7 +324,7 @@ class Writes(CommitPipeline):
     def artifact_get(self, artifact_id: Any) -> Artifact:
         """The artifact with its exact content; NotFoundError if unknown."""
         ident = v.required_routing("artifact_id", artifact_id)
-        with self.storage_errors(), self.engine.connect() as conn:
+        with self.pipeline.connect() as conn:
             row = sql.artifact_with_content(conn, ARTIFACT_COLS, ident)
             mine = blobs.redactions_of_artifacts(conn, [ident]).get(ident) if row else None
         if row is None:
