@@ -7,6 +7,8 @@ cursor taken at the tip, so the module stays fast.
 
 from __future__ import annotations
 
+import ast
+import inspect
 import itertools
 import secrets
 import sqlite3
@@ -408,6 +410,33 @@ def test_the_database_rejects_update_and_delete(store, stream, sql):
     with pytest.raises(sa.exc.DBAPIError, match="append-only"), store.engine.begin() as conn:
         conn.execute(sa.text(sql))
     assert store.event_get(e.id).body == "keep"
+
+
+LIFECYCLE = {"open", "close"}
+
+
+def test_the_store_is_made_of_parts_not_mixins(tmp_path):
+    """LogStore holds plain parts it constructs (issue 21 item 4); each public method but
+    opening and closing is a short call into a part."""
+    from mempalace_logstream.store import core, pipeline, reads, stats, task_reads, writes
+
+    parts = {
+        "pipeline": pipeline.CommitPipeline,
+        "writes": writes.Writes,
+        "reads": reads.Reads,
+        "task_reads": task_reads.TaskReads,
+        "counts": stats.Stats,
+    }
+    assert LogStore.__bases__ == (object,)
+    assert all(cls.__bases__ == (object,) for cls in parts.values())
+    tree = ast.parse(inspect.getsource(core.LogStore))
+    for fn in tree.body[0].body:  # type: ignore[attr-defined]
+        public = isinstance(fn, ast.FunctionDef) and not fn.name.startswith("_")
+        if public and fn.name not in LIFECYCLE:
+            body = fn.body[1:] if ast.get_docstring(fn) else fn.body
+            assert len(body) == 1, fn.name
+    with LogStore.open(str(tmp_path / "parts.sqlite3")) as store:
+        assert all(type(getattr(store, name)) is cls for name, cls in parts.items())
 
 
 # `task_update` appends a move to a task's thread (RFC 0007); it changes no stored event.

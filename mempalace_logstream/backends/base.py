@@ -2,7 +2,7 @@
 
 `Backend` is the protocol the store talks to; `sqlite.py` and `postgres.py` implement it, and
 no other module names a dialect. `Executor` runs the statements of one transaction (compiled
-once per store, see `LogStore._sql`); `CoreExecutor` runs them through SQLAlchemy on any
+once per store, see `CommitPipeline.sql`); `CoreExecutor` runs them through SQLAlchemy on any
 backend, a backend's fast path may run them on its own DBAPI connection. `storage_error` is
 the one mapping of database errors to `StorageError`.
 """
@@ -22,7 +22,7 @@ from mempalace_logstream.schema import events
 
 # Build a statement (called once per shape and store).
 Build = Callable[[], Any]
-# (SQL text, parameters) of a statement shape: `LogStore._sql`.
+# (SQL text, parameters) of a statement shape: `CommitPipeline.sql`.
 Compile = Callable[[Any, Build, Mapping[str, Any]], tuple[str, Mapping[str, Any]]]
 # Run one precompiled SQL text with a parameter dict, return all rows as tuples.
 Query = Callable[[str, Mapping[str, Any]], Sequence[Sequence[Any]]]

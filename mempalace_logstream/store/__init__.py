@@ -1,15 +1,17 @@
 """The store: `LogStore`, the only code that runs SQL (see core.py), and its parts.
 
-pipeline.py  group commit and the write transaction's state
-writes.py    drafts, the one insert of an artifact, `Transaction`
+core.py      `LogStore`: constructs its parts and holds them; each public method calls one
+pipeline.py  group commit and the write transaction's state (`store.pipeline`)
+writes.py    drafts, the one insert of an artifact, `Transaction` (`store.writes`)
 append.py    the one write path of events: `Transaction.append(events, origin)`
 projections.py  the registry of projections (tasks, redactions) every append runs
-reads.py     snapshots, the page planner, waits
+reads.py     snapshots, the page planner, waits (`store.reads`)
+task_reads.py  task_status and task_list (`store.task_reads`)
 plan.py      the page rule (cursor, filters, order, limit) and row -> Event, without SQLAlchemy
 filters.py   `FILTER_RULES`, `Filters`, `ReadRequest`
 rows.py      read columns, artifact rows, the links column
 ids.py       ids, timestamps, slugs
-stats.py     version vector and stats
+stats.py     version vector and stats (`store.counts`)
 lean.py      the inbox reader of the hook path (no SQLAlchemy; the store's rule and SQL text)
 
 Names are loaded on first use (PEP 562): `import mempalace_logstream.store.filters` (the hook

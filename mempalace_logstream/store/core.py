@@ -209,9 +209,7 @@ class LogStore:
 
     def rebuild_tasks(self) -> int:
         """Recompute the task projection from the log alone; returns how many tasks."""
-        settings = self.task_settings
-        result: int = self.transaction(lambda tx: task_rows.rebuild(tx, settings))
-        return result
+        return self.writes.transaction(lambda tx: task_rows.rebuild(tx, self.task_settings))
 
     # ----------------------------------------------------------------- writes (store.writes)
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from mempalace_logstream.identity.keyring import Keyring
 
 PIN_PREFIX = "identity.pin."  # meta rows `identity.pin.<key id>`: the pinned admin keys
-# The statement keys (`LogStore._sql`) of the keyring's two reads, shared with the lean reader.
+# The statement keys (`CommitPipeline.sql`) of the keyring's two reads, shared with the lean reader.
 # (backends/queries/identity.py's MARKS and KEY_EVENTS: tests/test_lean_inbox.py checks both.)
 MARKS_SQL = "identity.marks"
 KEY_EVENTS_SQL = "identity.key-events"
