@@ -106,8 +106,12 @@ class LogStore:
         self._notify_channel = backend.notify_channel
         if self._change_watcher is not None:
             self.notifier.attach(self._change_watcher)
-        limits = {"max_body_bytes": max_body_bytes, "max_artifact_bytes": max_artifact_bytes}
-        self.writes = Writes(self, self.pipeline, **limits)
+        self.writes = Writes(
+            self,
+            self.pipeline,
+            max_body_bytes=max_body_bytes,
+            max_artifact_bytes=max_artifact_bytes,
+        )
         self.reads = Reads(self.pipeline, self.identity, self.notifier)
         self.task_reads = TaskReads(self.reads, self.clock, self.task_settings)
         self.counts = Stats(self.pipeline, self.replica_id)
