@@ -114,7 +114,21 @@ def task_update(store: LogStore, **args: Any) -> dict[str, Any]:
 
 
 def task_status(store: LogStore, *, task_id: Any) -> dict[str, Any]:
-    return store.task_status(task_id)
+    from mempalace_logstream import deliveries
+
+    out = store.task_status(task_id)
+    request = out["task"]["events"][:1]
+    # The delivery ledger of the task's request (issue 20): who it reached, and when.
+    out["task"]["delivery"] = (
+        deliveries.status_of(store, request[0])["recipients"] if request else []
+    )
+    return out
+
+
+def delivery_status(store: LogStore, *, event_id: Any) -> dict[str, Any]:
+    from mempalace_logstream import deliveries
+
+    return deliveries.status_of(store, event_id)
 
 
 def task_list(store: LogStore, **args: Any) -> dict[str, Any]:
@@ -149,6 +163,7 @@ OPERATIONS: dict[str, Operation] = {
     "task_update": Operation(p.TaskUpdate, task_update, mutating=True),
     "task_status": Operation(p.TaskStatus, task_status),
     "task_list": Operation(p.TaskList, task_list),
+    "delivery_status": Operation(p.DeliveryStatus, delivery_status),
     "version_vector": Operation(p.VersionVector, version_vector),
     "stats": Operation(p.Stats, stats),
 }
@@ -198,20 +213,30 @@ def _checked(name: str, table: dict[str, bool] | None, args: dict[str, Any]) -> 
 
 def call(store: LogStore, name: str, args: dict[str, Any]) -> dict[str, Any]:
     """Run operation `name` with raw `args` (None values mean "not given")."""
+    from mempalace_logstream import deliveries
+
     clean = check_args(name, args)
-    return OPERATIONS[name].handler(store, **clean)
+    result = OPERATIONS[name].handler(store, **clean)
+    deliveries.after_call(store, name, clean, result)
+    return result
 
 
 class LocalClient:
     """Runs operations against a LogStore in this process (the CLI's default)."""
 
     def __init__(self, store: LogStore) -> None:
+        from mempalace_logstream import deliveries
+
         self.store = store
+        deliveries.enable(store)  # this process's reads and acks reach the delivery ledger
 
     def call(self, name: str, /, **args: Any) -> dict[str, Any]:
         return call(self.store, name, args)
 
     def close(self) -> None:
+        from mempalace_logstream import deliveries
+
+        deliveries.disable(self.store)
         self.store.close()
 
 
@@ -230,7 +255,12 @@ def presence_leave(registry: Registry, *, agent: str) -> dict[str, Any]:
 
 
 def presence_list(registry: Registry) -> dict[str, Any]:
-    agents = [entry.to_dict() for entry in registry.present()]
+    from mempalace_logstream.deliveries import presence_fields
+
+    agents = [
+        {**entry.to_dict(), **presence_fields(registry, entry.agent)}
+        for entry in registry.present()
+    ]
     return {"agents": agents, "count": len(agents)}
 
 

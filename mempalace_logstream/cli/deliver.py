@@ -149,6 +149,7 @@ def run_codex(
             enabled=not no_presence,
             ttl_s=presence_ttl_s,
             what="logstream deliver --codex",
+            path="codex",
         )
     except errors.LogstreamError as exc:
         raise fail(exc.message) from None

@@ -124,7 +124,10 @@ def mcp_cmd(
         what = "logstream mcp --channel" if channel else "logstream mcp"
         # channel mode says itself when the hub is lost or refuses the token: not twice
         ttl, on = presence_ttl_s, not no_presence
-        who = announcer(agent, hub, token, enabled=on, ttl_s=ttl, what=what, hub_told=channel)
+        path = "channel" if channel else None
+        who = announcer(
+            agent, hub, token, enabled=on, ttl_s=ttl, what=what, hub_told=channel, path=path
+        )
         with announced(who):
             if channel:
                 _run_channel(agent, filters, given, read_only, db, palace, hub, token)

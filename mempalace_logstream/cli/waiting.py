@@ -226,7 +226,9 @@ def watch(
     try:
         opts = _watch_options(ctx.params, filters)
         on, ttl = not no_presence, presence_ttl_s
-        who = announcer(opts.agent, hub, token, enabled=on, ttl_s=ttl, what="logstream watch")
+        who = announcer(
+            opts.agent, hub, token, enabled=on, ttl_s=ttl, what="logstream watch", path="watch"
+        )
     except errors.LogstreamError as exc:
         raise fail(exc.message) from None
     with announced(who):

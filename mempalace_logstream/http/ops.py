@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from mempalace_logstream import aio, operations, waits
+from mempalace_logstream import aio, deliveries, operations, waits
 from mempalace_logstream import validation as v
 from mempalace_logstream.http.params import query_args, query_docs, request_model
 from mempalace_logstream.store import LogStore
@@ -113,12 +113,15 @@ CLIENT_GONE = 499
 
 async def _call(request: Request, op: str, args: dict[str, Any]) -> dict[str, Any]:
     """`aio.call`; an `event_wait` is cancelled as soon as its client disconnects, so an
-    abandoned wait holds no slot and costs no read (issue 18)."""
-    if op != "event_wait":
-        return await aio.call(_store(request), op, args)
-    answered, result = await waits.unless_gone(
-        lambda: aio.call(_store(request), op, args), lambda: _disconnected(request)
-    )
+    abandoned wait holds no slot and costs no read (issue 18). A read sent with the header
+    `X-Logstream-Delivery: <path>` pushes what it returns to its agent (the delivery ledger)."""
+    path = deliveries.check_path(request.headers.get(deliveries.DELIVERY_HEADER))
+    with deliveries.delivering(path):
+        if op != "event_wait":
+            return await aio.call(_store(request), op, args)
+        answered, result = await waits.unless_gone(
+            lambda: aio.call(_store(request), op, args), lambda: _disconnected(request)
+        )
     if not answered or result is None:
         raise HTTPException(CLIENT_GONE, "the client went away before its wait ended")
     return result

@@ -37,6 +37,8 @@ class HubSettings:
     resume_wait_s: float = 10.0
     max_request_bytes: int = 16 * 1024 * 1024
     allowed_hosts: tuple[str, ...] = ()
+    # How recently an agent must have reacted to a push to be `wakeable: yes` (issue 20).
+    wakeable_window_s: int = 1_800
     # Where `peers.json` lives (the background sync loop and the `/sync/peers` estate).
     palace: str | None = None
 
