@@ -186,13 +186,13 @@ async def _frames(
     yield ServerSentEvent(comment="connected", retry=settings.retry_ms, sep="\n")
     batches = aio.follow(store, state.feed, req, first.scanned_seq, lambda: state.stopping)
     if not with_presence:
+        pushed(list(first.events))  # marked as the frames are handed out
         for event in first.events:
             yield _frame(event, req)
-        pushed(list(first.events))
         async for batch in batches:
+            pushed(batch)
             for event in batch:
                 yield _frame(event, req)
-            pushed(batch)
         yield _STOPPING  # the hub stops: a clean end of stream (the client reconnects)
         return
     # Subscribed (with the snapshot) only once the body starts: a response that never
@@ -202,15 +202,15 @@ async def _frames(
     try:
         for data in queue.take():
             yield _presence_frame(data)
+        pushed(list(first.events))
         for event in first.events:
             yield _frame(event, req)
-        pushed(list(first.events))
         async for events, frames in aio.with_presence(batches, queue):
             for data in frames:
                 yield _presence_frame(data)
+            pushed(events)
             for event in events:
                 yield _frame(event, req)
-            pushed(events)
         yield _STOPPING
     finally:
         queue.close()

@@ -40,7 +40,8 @@ def _key() -> Any:
 def _make_row() -> sa.Executable:
     """INSERT (event_id, recipient) unless the row exists (no dialect's upsert needed)."""
     held = sa.select(deliveries.c.event_id).where(_key())
-    values: tuple[Any, ...] = (sa.bindparam("event_id"), sa.bindparam("recipient"))
+    # Typed: PostgreSQL deduces one type per parameter, and a bare SELECT $1 has none.
+    values = [sa.cast(sa.bindparam(name), sa.Text) for name in ("event_id", "recipient")]
     pick: Any = sa.select(*values).where(~sa.exists(held))
     return sa.insert(deliveries).from_select(["event_id", "recipient"], pick)
 
