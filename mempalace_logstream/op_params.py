@@ -420,5 +420,6 @@ class PresenceList(Params):
     """Who is home now: {agents: [{agent, state, task_id, note, expires_at, paths, wakeable,
     last_push_at, last_push_path, last_life_at}], count}. wakeable: yes (a live push path and
     it reacted to a push lately), unverified (a live push path, no reaction seen yet), no
-    (hooks only: it sees messages at its next prompt). Use it
+    (hooks only: it sees messages at its next prompt); unreachable: the agents whose delivery
+    paths all lapsed (a reaped watcher), wakeable no. Use it
     to pick a free worker before delegating, or to see whether the agent you wait on is up."""

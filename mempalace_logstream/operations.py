@@ -257,11 +257,16 @@ def presence_leave(registry: Registry, *, agent: str) -> dict[str, Any]:
 def presence_list(registry: Registry) -> dict[str, Any]:
     from mempalace_logstream.deliveries import presence_fields
 
-    agents = [
-        {**entry.to_dict(), **presence_fields(registry, entry.agent)}
-        for entry in registry.present()
+    entries = registry.present()
+    agents = [{**entry.to_dict(), **presence_fields(registry, entry.agent)} for entry in entries]
+    # Agents this hub could push to once and no longer can (a reaped watcher): wakeable no.
+    home = {entry.agent for entry in entries}
+    unreachable = [
+        {"agent": name, **presence_fields(registry, name)}
+        for name in registry.path_agents()
+        if name not in home
     ]
-    return {"agents": agents, "count": len(agents)}
+    return {"agents": agents, "count": len(agents), "unreachable": unreachable}
 
 
 PRESENCE: dict[str, Operation] = {

@@ -181,6 +181,11 @@ class Registry:
             held = self._paths.get(agent, {})
             return {p: span for p, span in held.items() if span[1] > now}
 
+    def path_agents(self) -> list[str]:
+        """Every agent that announced a delivery path here (live or lapsed), by name."""
+        with self._lock:
+            return sorted(self._paths)
+
     def announced(self, agent: str) -> bool:
         """Whether `agent` announced a delivery path here, live or lapsed (a reaped watcher,
         a hook-only agent are known here; an agent never announced is not)."""

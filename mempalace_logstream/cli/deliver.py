@@ -163,7 +163,7 @@ def _deliver(
     from mempalace_logstream.deliver import CodexDeliverer
 
     try:
-        client = open_client(db, palace, hub, token)
+        client = open_client(db, palace, hub, token, delivery="codex")
         try:
             # HubClient names call()'s first parameter `op`, watch.Client `name`; both are
             # only ever passed it positionally.

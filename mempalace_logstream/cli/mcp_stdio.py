@@ -189,6 +189,9 @@ def _run_channel(
         agent=agent, target=target, palace=palace or settings.palace, **filters, **given
     )
     client = open_client(db, palace, hub, token, create=True)
+    # The channel's own reads push to the agent (the hub's delivery ledger); its tool calls
+    # are the agent's reads, its signs of life.
+    pusher = open_client(db, palace, hub, token, delivery="channel") if hub else client
     try:
         backend = _backend(client)
         hook = watch_crash_hook()
@@ -203,10 +206,13 @@ def _run_channel(
                 crash_hook=hook,
                 actor=actor,
                 source=source,
+                push=_backend(pusher) if pusher is not client else None,
             )
         )
     finally:
         client.close()
+        if pusher is not client:
+            pusher.close()
 
 
 def _actor(agent: str | None, hub: str | None) -> Any:

@@ -297,7 +297,7 @@ def _run_watcher(
 
     printer = _WatchPrinter(as_json, follow)
     try:
-        client, policy = open_reader(*target, give_up_after)
+        client, policy = open_reader(*target, give_up_after, delivery="watch")
         try:
             hook = watch_crash_hook()
             # HubClient names call()'s first parameter `op`, watch.Client `name`; both are

@@ -16,6 +16,7 @@ from starlette.types import ASGIApp
 
 from mempalace_logstream import validation as v
 
+MAX_WAKEABLE_WINDOW_S = 7 * 24 * 3600
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 
 
@@ -44,6 +45,13 @@ class HubSettings:
 
     def __post_init__(self) -> None:
         check_token(self.token)
+        if not 1 <= self.wakeable_window_s <= MAX_WAKEABLE_WINDOW_S:
+            raise v.fail(
+                "wakeable_window_s",
+                f"is {self.wakeable_window_s}; it must be between 1 and "
+                f"{MAX_WAKEABLE_WINDOW_S} seconds",
+                MAX_WAKEABLE_WINDOW_S,
+            )
 
     @property
     def is_loopback(self) -> bool:
