@@ -50,6 +50,7 @@ BENCHES = (
     "doctor",
     "hook",
     "dashboard",
+    "ledger",
 )
 TAGS = ("[ratio]", "[target]")
 SMOKE_JOBS = 2

@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +44,7 @@ PUSH_PATHS = frozenset(PATHS) - {"hook"}
 DELIVERY_HEADER = "X-Logstream-Delivery"
 READS = frozenset({"event_list", "event_wait", "event_get"})
 WAKEABLE = ("yes", "unverified", "no")
+MAX_KNOWN = 200_000  # marks remembered as recorded (a re-read then writes nothing)
 MAX_AGENTS = 10_000  # per-agent push/life entries kept in memory (oldest dropped past it)
 
 # The delivery path of the running call when the client says its read delivers (header).
@@ -105,43 +106,66 @@ class Ledger:
         self.registry, self.window_s = registry, window_s
         self._lock = threading.Lock()
         self._queue: dict[tuple[str, str], sql.Mark] = {}
+        # (column, agent, ms, path, events or [event id]) as the calls left them
+        self._raw: list[tuple[str, str, int, str | None, Sequence[Any]]] = []
+        # (event, recipient, column) -> the time queued or written: a later mark is a no-op
+        # (the earliest wins), so a re-read costs no write. Bounded, oldest forgotten first.
+        self._known: dict[tuple[str, str, str], str] = {}
         self._life: dict[str, Life] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.flushes = 0  # transactions written (tests and the bench read it)
 
     # ------------------------------------------------------------------ marks
-    def pushed(self, events: Iterable[Any], agent: str, path: str) -> None:
-        """`events` (public dicts) were pushed to `agent` through `path`."""
+    # A mark costs the read O(1): the read's events are kept as they are (a reference) and
+    # sorted out (addressed to whom, already recorded?) by the flusher, off the read path.
+    def pushed(self, events: Sequence[Any], agent: str, path: str) -> None:
+        """`events` (public dicts or Events) were pushed to `agent` through `path`."""
         now = self.clock()
-        ids = addressed(events, agent)
         with self._lock:
             life = self._life_of(agent)
             life.pushed_ms, life.pushed_path = now, path
             if life.pending_ms is None:
                 life.pending_ms = now
-            at = now_text(now)
-            for ident in ids:
-                self._merge(sql.Mark(ident, agent, pushed_at=at, pushed_path=path))
+            if events:
+                self._raw.append(("pushed_at", agent, now, path, events))
         self._started()
 
-    def seen(self, events: Iterable[dict[str, Any]], agent: str) -> None:
+    def seen(self, events: Sequence[Any], agent: str) -> None:
         """`agent` read `events` (a sign of life)."""
-        ids = addressed(events, agent)
         now = self.alive(agent)
-        if ids:
-            at = now_text(now)
+        if events:
             with self._lock:
-                for ident in ids:
-                    self._merge(sql.Mark(ident, agent, seen_at=at))
+                self._raw.append(("seen_at", agent, now, None, events))
             self._started()
 
     def acked(self, event_id: str, agent: str) -> None:
         """`agent` acked `event_id` (a sign of life)."""
-        at = now_text(self.alive(agent))
+        now = self.alive(agent)
         with self._lock:
-            self._merge(sql.Mark(event_id, agent, acked_at=at))
+            self._raw.append(("acked_at", agent, now, None, [event_id]))
         self._started()
+
+    def _sort_out(self) -> None:
+        """The raw marks into the queue: per (event, recipient, column), a mark only when it
+        is earlier than any queued or written (a re-read writes nothing)."""
+        with self._lock:
+            raw, self._raw = self._raw, []
+        known = self._known
+        for column, agent, ms, path, events in raw:
+            at = now_text(ms)
+            with self._lock:
+                for e in events:
+                    if column == "acked_at":
+                        ident = e
+                    else:
+                        row = e if isinstance(e, dict) else _routing(e)
+                        ident = row["id"]
+                        held = known.get((ident, agent, column))
+                        if (held is not None and held <= at) or not _to(row, agent):
+                            continue
+                    if self._fresh((ident, agent, column), at):
+                        self._merge(_mark(ident, agent, column, at, path))
 
     def alive(self, agent: str) -> int:
         """A sign of life of `agent` now (a read, an ack, a write); returns the time."""
@@ -160,6 +184,17 @@ class Ledger:
                 self._life.pop(next(iter(self._life)))
             life = self._life[agent] = Life()
         return life
+
+    def _fresh(self, known: tuple[str, str, str], at: str) -> bool:
+        """Whether a mark at `at` can change the ledger: none as early is queued or written
+        (the earliest wins; a re-read writes nothing). Remembers it; the caller holds the lock."""
+        held_at = self._known.get(known)
+        if held_at is not None and held_at <= at:
+            return False
+        if held_at is None and len(self._known) >= MAX_KNOWN:
+            self._known.pop(next(iter(self._known)))
+        self._known[known] = at
+        return True
 
     def _merge(self, mark: sql.Mark) -> None:
         """Queue `mark`, merged with what is queued for its (event, recipient): earliest wins."""
@@ -183,6 +218,7 @@ class Ledger:
 
     def flush(self) -> int:
         """Write what is queued in one transaction; returns how many marks went."""
+        self._sort_out()
         with self._lock:
             marks, self._queue = list(self._queue.values()), {}
         if not marks:
@@ -232,6 +268,14 @@ def wakeable(paths: Iterable[str], reacted_ms: int | None, now_ms: int, window_s
     return "unverified"
 
 
+def _mark(ident: str, agent: str, column: str, at: str, path: str | None) -> sql.Mark:
+    if column == "pushed_at":
+        return sql.Mark(ident, agent, pushed_at=at, pushed_path=path)
+    if column == "seen_at":
+        return sql.Mark(ident, agent, seen_at=at)
+    return sql.Mark(ident, agent, acked_at=at)
+
+
 def earliest(a: sql.Mark, b: sql.Mark) -> sql.Mark:
     """The merge of two marks of one (event, recipient): the earliest time per column."""
     pushed, path = a.pushed_at, a.pushed_path
@@ -252,15 +296,19 @@ def _min(a: str | None, b: str | None) -> str | None:
 
 
 def addressed(events: Iterable[Any], agent: str) -> list[str]:
-    """The ids of `events` (public dicts or Events) delivered to `agent`: addressed to it, or
-    to '*' and not its own."""
-    out = []
-    for e in events:
-        d = e if isinstance(e, dict) else {"to_agent": e.to_agent, "from_agent": e.from_agent}
-        to = d.get("to_agent")
-        if to == agent or (to == "*" and d.get("from_agent") != agent):
-            out.append(str(e["id"] if isinstance(e, dict) else e.id))
-    return out
+    """The ids of `events` (public dicts or Events) delivered to `agent`."""
+    rows = [e if isinstance(e, dict) else _routing(e) for e in events]
+    return [r["id"] for r in rows if _to(r, agent)]
+
+
+def _to(row: dict[str, Any], agent: str) -> bool:
+    """Whether an event reaches `agent`: addressed to it, or to '*' and not its own."""
+    to = row.get("to_agent")
+    return to == agent or (to == "*" and row["from_agent"] != agent)
+
+
+def _routing(event: Any) -> dict[str, Any]:
+    return {"id": event.id, "to_agent": event.to_agent, "from_agent": event.from_agent}
 
 
 def status(store: LogStore, event_id: str) -> dict[str, Any]:

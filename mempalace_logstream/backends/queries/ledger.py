@@ -1,7 +1,8 @@
 """The delivery ledger's statements (issue 20, RFC 0009): the `deliveries` table, one row per
 event and recipient. Marks merge into it with the earliest time winning per column; both
-dialects run the same portable statements (a row is made if missing, then each column moves
-only earlier), inside the one flush transaction that holds the write lock.
+dialects run the same portable statements (the rows held looked up, the new ones inserted in
+bulk, a held row's columns moved only earlier), in the one flush transaction, under the write
+lock.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from mempalace_logstream.backends.base import Executor
+from mempalace_logstream.backends.base import Executor, binds, in_lists
 from mempalace_logstream.schema import deliveries
 
 COLUMNS = ("pushed_at", "seen_at", "acked_at")
@@ -30,20 +31,19 @@ class Mark:
     acked_at: str | None = None
 
 
-def _key() -> Any:
-    return sa.and_(
-        deliveries.c.event_id == sa.bindparam("event_id"),
-        deliveries.c.recipient == sa.bindparam("recipient"),
-    )
+def _held(n: int) -> sa.Executable:
+    """The (event_id, recipient) rows held for n event ids."""
+    c = deliveries.c
+    return sa.select(c.event_id, c.recipient).where(c.event_id.in_(binds(n)))
 
 
-def _make_row() -> sa.Executable:
-    """INSERT (event_id, recipient) unless the row exists (no dialect's upsert needed)."""
-    held = sa.select(deliveries.c.event_id).where(_key())
-    # Typed: PostgreSQL deduces one type per parameter, and a bare SELECT $1 has none.
-    values = [sa.cast(sa.bindparam(name), sa.Text) for name in ("event_id", "recipient")]
-    pick: Any = sa.select(*values).where(~sa.exists(held))
-    return sa.insert(deliveries).from_select(["event_id", "recipient"], pick)
+def held(ex: Executor, event_ids: list[str]) -> set[tuple[str, str]]:
+    """The (event_id, recipient) keys the ledger holds among `event_ids`."""
+    out: set[tuple[str, str]] = set()
+    for n, params in in_lists(sorted(set(event_ids))):
+        rows = ex.rows(("ledger.held", n), functools.partial(_held, n), params)
+        out.update((str(r[0]), str(r[1])) for r in rows)
+    return out
 
 
 def _earlier(column: str) -> sa.Executable:
@@ -53,14 +53,25 @@ def _earlier(column: str) -> sa.Executable:
     if column == "pushed_at":
         values["pushed_path"] = sa.bindparam("path")
     later = sa.or_(col.is_(None), col > sa.bindparam("at"))
-    return sa.update(deliveries).where(_key(), later).values(**values)
+    key = sa.and_(
+        deliveries.c.event_id == sa.bindparam("event_id"),
+        deliveries.c.recipient == sa.bindparam("recipient"),
+    )
+    return sa.update(deliveries).where(key, later).values(**values)
 
 
 def merge(ex: Executor, marks: list[Mark]) -> None:
-    """Merge `marks` into the ledger (the caller holds a write transaction)."""
+    """Merge `marks` (one per key) into the ledger, the earliest time winning per column; the
+    caller holds a write transaction (nobody else adds rows meanwhile). New rows go in one
+    bulk insert; a row held already moves only its columns that get earlier."""
+    known = held(ex, [m.event_id for m in marks])
+    new = [m for m in marks if (m.event_id, m.recipient) not in known]
+    if new:
+        ex.insert("ledger.insert", deliveries, [_row(m) for m in new])
     for mark in marks:
+        if (mark.event_id, mark.recipient) not in known:
+            continue
         key = {"event_id": mark.event_id, "recipient": mark.recipient}
-        ex.run("ledger.make-row", _make_row, key)
         for column in COLUMNS:
             at = getattr(mark, column)
             if at is None:
@@ -69,6 +80,17 @@ def merge(ex: Executor, marks: list[Mark]) -> None:
             if column == "pushed_at":
                 params["path"] = mark.pushed_path
             ex.run(("ledger.earlier", column), functools.partial(_earlier, column), params)
+
+
+def _row(m: Mark) -> dict[str, Any]:
+    return {
+        "event_id": m.event_id,
+        "recipient": m.recipient,
+        "pushed_at": m.pushed_at,
+        "pushed_path": m.pushed_path,
+        "seen_at": m.seen_at,
+        "acked_at": m.acked_at,
+    }
 
 
 def _of_event() -> sa.Executable:
