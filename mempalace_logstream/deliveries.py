@@ -42,6 +42,7 @@ DEFAULT_WAKEABLE_WINDOW_S = 1_800
 PATHS = ("watch", "channel", "codex", "monitor", "sse", "hook")
 PUSH_PATHS = frozenset(PATHS) - {"hook"}
 DELIVERY_HEADER = "X-Logstream-Delivery"
+OBSERVER = "none"  # a read that delivers to nobody (the dashboard, `X-Logstream-Delivery: none`)
 READS = frozenset({"event_list", "event_wait", "event_get"})
 WAKEABLE = ("yes", "unverified", "no")
 MAX_KNOWN = 200_000  # marks remembered as recorded (a re-read then writes nothing)
@@ -71,9 +72,9 @@ def check_path(raw: str | None) -> str | None:
     """A delivery path named by a client, or ValidationError naming the header."""
     if raw is None or raw == "":
         return None
-    if raw not in PATHS:
+    if raw not in PATHS and raw != OBSERVER:
         raise errors.ValidationError(
-            f"{DELIVERY_HEADER} is {raw!r}; it must be one of {', '.join(PATHS)}",
+            f"{DELIVERY_HEADER} is {raw!r}; it must be one of {', '.join(PATHS)} or {OBSERVER}",
             field=DELIVERY_HEADER,
         )
     return raw
@@ -372,13 +373,15 @@ def disable(store: LogStore) -> None:
 # ----------------------------------------------------------------------------- the hook
 def reader(args: dict[str, Any]) -> str | None:
     """Who reads: the agent a token proves, else the read's `from_agent`, else its single
-    `to_agent` (an inbox read)."""
+    `to_agent` (an inbox read; not the admin's, who reads anyone's inbox)."""
     who = actor.current()
     if who is not None and who.agent is not None:
         return who.agent
     named = args.get("from_agent")
     if isinstance(named, str):
         return named
+    if who is not None and who.admin:
+        return None
     to = args.get("to_agent")
     if isinstance(to, str) and to != "*":
         return to
@@ -390,7 +393,7 @@ def reader(args: dict[str, Any]) -> str | None:
 def after_call(store: LogStore, name: str, args: dict[str, Any], result: dict[str, Any]) -> None:
     """What operation `name` marks once it returned `result` (the surfaces' common hook)."""
     ledger = _LEDGERS.get(store)
-    if ledger is None:
+    if ledger is None or _PATH.get() == OBSERVER:
         return
     if name in READS:
         agent = reader(args)

@@ -144,10 +144,17 @@ def test_a_local_client_records_its_reads_and_task_status_shows_the_request(
         client.close()
 
 
-def test_a_bad_delivery_header_is_refused_naming_it(tmp_path: Path) -> None:
+def test_a_bad_delivery_header_is_refused_and_an_observer_marks_nothing(tmp_path: Path) -> None:
     hub = HubProcess(tmp_path / "log.sqlite3", tmp_path)
     hub.start()
     try:
+        eid = _post(hub.url, "event_append", {**NOTE, "from_agent": "lead", "to_agent": "w1"})
+        # The dashboard (its header) and an explicit observer read w1's inbox: nobody read it.
+        ident = eid["event"]["id"]
+        for headers in ({"X-Logstream-Dashboard": "1"}, {deliveries.DELIVERY_HEADER: "none"}):
+            got = httpx.get(f"{hub.url}/v1/events", params={"to_agent": "w1"}, headers=headers)
+            assert got.status_code == 200 and got.json()["count"] == 1
+        assert _rows(hub.url, ident) == {}
         resp = httpx.post(
             f"{hub.url}/v1/event_list",
             json={"from_agent": "w1"},

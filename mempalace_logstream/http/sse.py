@@ -169,7 +169,7 @@ def _pusher(store: LogStore, request: Request) -> Pushed:
     when the stream names one (from_agent, a single to_agent, an agent token)."""
     agent, path = request.state.delivery
     ledger = deliveries.of(store)
-    if agent is None or ledger is None:
+    if agent is None or ledger is None or path == deliveries.OBSERVER:
         return lambda _events: None
     return lambda events: ledger.pushed(events, agent, path) if events else None
 
