@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.hubkit import LiveHub, live_hub
 from tests import test_dashboard as dash
+from tests.hubkit import LiveHub, live_hub
 
 TASK, open_view = dash.TASK, dash.open_view
 browser, page = dash.browser, dash.page  # the browser fixtures (Debian's Chromium)
