@@ -81,9 +81,18 @@ def _time(cmd: list[str], stdin: str = "") -> tuple[float, float]:
 
 
 def _fill(db: Path, n: int) -> None:
+    import dataclasses
+
     from mempalace_logstream.store import LogStore
+    from mempalace_logstream.tasks import guards
 
     store = LogStore.open(f"sqlite:///{db}", durability="normal")
+    # A synthetic backlog of agents writing to each other: the loop guards (issue 20) would
+    # stop it at the pair budget, as `serve --pair-budget` lifts it on a hub.
+    most = guards.MAX_BUDGET
+    store.task_settings = dataclasses.replace(
+        store.task_settings, pair_budget=most, thread_budget=most
+    )
     try:
         for i in range(n):
             store.event_append(
@@ -99,6 +108,7 @@ def _fill(db: Path, n: int) -> None:
 
 
 def _append_for_bob(db: Path) -> None:
+
     from mempalace_logstream.store import LogStore
 
     store = LogStore.open(f"sqlite:///{db}", durability="normal")

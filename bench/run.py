@@ -39,6 +39,7 @@ BENCHES = (
     "channel",
     "codex",
     "hub",
+    "hubs",
     "pg",
     "sync",
     "tasks",

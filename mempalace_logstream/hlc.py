@@ -14,7 +14,7 @@ from typing import Protocol
 
 MAX_COUNTER = 0xFFFFFF
 MAX_FUTURE_DRIFT_MS = 60_000
-_HLC_RE = re.compile(r"^(\d{13})-([0-9a-f]{6})-(\S+)$")
+HLC_RE = re.compile(r"^(\d{13})-([0-9a-f]{6})-(\S+)$")
 
 
 class Clock(Protocol):
@@ -40,7 +40,7 @@ def parse(value: str) -> Stamp | None:
     """Parse an HLC string; None if it is malformed."""
     if not isinstance(value, str):
         return None
-    m = _HLC_RE.match(value)
+    m = HLC_RE.match(value)
     if not m:
         return None
     return Stamp(int(m.group(1)), int(m.group(2), 16), m.group(3))

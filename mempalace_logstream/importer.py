@@ -25,14 +25,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from mempalace_logstream import errors
+from mempalace_logstream.backends.queries import imports
 from mempalace_logstream.models import Event
-from mempalace_logstream.schema import (
-    artifact_blobs,
-    artifact_redactions,
-    artifacts,
-    event_artifacts,
-    events,
-)
+from mempalace_logstream.schema import artifacts, events
 from mempalace_logstream.store import LogStore, Transaction, blobs
 from mempalace_logstream.store.append import Imported
 
@@ -105,8 +100,8 @@ def import_log(
     report = ImportReport(source=_name(source), target=_name(target))
     # The event bound first: any artifact an event up to it references was committed before
     # it, so the artifact bound read next covers it (sources may be written to while we copy).
-    top_event = _max(source, events.c.seq)
-    top_artifact = _max(source, artifacts.c.seq)
+    top_event = _max(source, events)
+    top_artifact = _max(source, artifacts)
     art_done = check_prefix(source, target, artifacts, top_artifact)
     ev_done = check_prefix(source, target, events, top_event)
     report.artifacts_total = _count(source, artifacts, top_artifact)
@@ -128,7 +123,7 @@ def import_log(
 def check_prefix(source: LogStore, target: LogStore, table: sa.Table, source_top: int) -> int:
     """The highest seq already imported (0 for an empty target), after proving that the target
     rows of `table` are exactly the source rows up to it: same seq, same id, same order."""
-    target_top = _max(target, table.c.seq)
+    target_top = _max(target, table)
     if target_top == 0:
         return 0
     if target_top > source_top:
@@ -138,14 +133,8 @@ def check_prefix(source: LogStore, target: LogStore, table: sa.Table, source_top
     with source.engine.connect() as src, target.engine.connect() as dst:
         lo = 0
         while lo < target_top:
-            q = (
-                sa.select(table.c.seq, table.c.id)
-                .where(table.c.seq > lo, table.c.seq <= target_top)
-                .order_by(table.c.seq)
-                .limit(PREFIX_PAGE)
-            )
-            theirs = [tuple(r) for r in dst.execute(q)]
-            ours = [tuple(r) for r in src.execute(q)]
+            theirs = imports.seq_ids(dst, table, lo, target_top, PREFIX_PAGE)
+            ours = imports.seq_ids(src, table, lo, target_top, PREFIX_PAGE)
             if theirs != ours:
                 pairs = itertools.zip_longest(theirs, ours)
                 first = next(t for t, o in pairs if t != o)
@@ -182,7 +171,7 @@ def _copy_artifacts(
         def write(tx: Transaction, rows: list[dict[str, Any]] = rows, expect: int = expect) -> None:
             st = tx.state
             _require_tip(st.next_artifact_seq - 1, expect, artifacts)
-            tx.ex.insert("import-artifacts", artifacts, rows)  # verbatim, seq included
+            imports.insert_artifacts(tx.ex, rows)  # verbatim, seq included
             st.next_artifact_seq = max(st.next_artifact_seq, int(rows[-1]["seq"]) + 1)
 
         target.transaction(write)
@@ -198,22 +187,13 @@ def _copy_artifacts(
 def _copy_blobs(source: LogStore, target: LogStore, shas: set[str], report: ImportReport) -> None:
     """Copy the blobs the target lacks, verifying each sha256, holding ≤ BLOB_BATCH_BYTES."""
     with target.engine.connect() as dst:
-        have = set(
-            dst.execute(
-                sa.select(artifact_blobs.c.sha256).where(artifact_blobs.c.sha256.in_(shas))
-            ).scalars()
-        )
+        have = imports.held_blobs(dst, shas)
     missing = sorted(shas - have)
     chunk: list[dict[str, Any]] = []
     size = 0
     with source.engine.connect() as src:
         for sha in missing:
-            content, size_bytes = src.execute(
-                sa.select(artifact_blobs.c.content, artifact_blobs.c.size_bytes).where(
-                    artifact_blobs.c.sha256 == sha
-                )
-            ).one()
-            content = bytes(content)
+            content, size_bytes = imports.blob(src, sha)
             if hashlib.sha256(content).hexdigest() != sha and not _emptied(src, sha, content):
                 raise errors.StorageError(
                     f"source artifact blob {sha} does not match its sha256; the source is "
@@ -231,8 +211,7 @@ def _copy_blobs(source: LogStore, target: LogStore, shas: set[str], report: Impo
 def _emptied(src: sa.Connection, sha: str, content: bytes) -> bool:
     """Whether a blob that does not hash to its sha256 was emptied by a redaction (RFC 0008):
     copied empty, under its size; the imported redaction marks its artifact redacted."""
-    named = sa.select(artifact_redactions.c.sha256).where(artifact_redactions.c.sha256 == sha)
-    return not content and src.execute(named.limit(1)).first() is not None
+    return not content and imports.redaction_names_blob(src, sha)
 
 
 def _write_blobs(target: LogStore, chunk: list[dict[str, Any]], report: ImportReport) -> None:
@@ -274,13 +253,8 @@ def _append(batch: list[Event], origin: Imported, tx: Transaction) -> None:
 
 
 def _links(source: LogStore, lo: int, hi: int) -> list[dict[str, Any]]:
-    q = (
-        sa.select(event_artifacts)
-        .join(events, events.c.id == event_artifacts.c.event_id)
-        .where(events.c.seq > lo, events.c.seq <= hi)
-        .order_by(events.c.seq, event_artifacts.c.position)
-    )
-    return _fetch(source, q)
+    with source.connect() as conn:
+        return imports.links_between(conn, lo, hi)
 
 
 def _as_events(rows: list[dict[str, Any]], links: list[dict[str, Any]]) -> list[Event]:
@@ -313,42 +287,22 @@ def _pages(
 ) -> Iterator[list[dict[str, Any]]]:
     """Rows of `table` with lo < seq ≤ hi in seq order, `size` at a time (bounded memory)."""
     while lo < hi:
-        q = (
-            sa.select(table)
-            .where(table.c.seq > lo, table.c.seq <= hi)
-            .order_by(table.c.seq)
-            .limit(size)
-        )
-        rows = _fetch(store, q)
+        with store.connect() as conn:
+            rows = imports.rows_between(conn, table, lo, hi, size)
         if not rows:
             return
         yield rows
         lo = int(rows[-1]["seq"])
 
 
-def _fetch(store: LogStore, query: sa.Select[Any]) -> list[dict[str, Any]]:
-    """Run a read on the driver cursor: SQLAlchemy Row objects cost more than the copy itself
-    at 100k rows. Only integer bounds are inlined (literal_binds), never user text."""
+def _max(store: LogStore, table: sa.Table) -> int:
     with store.connect() as conn:
-        sql = str(query.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
-        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-        try:
-            cursor.execute(sql)
-            names = [d[0] for d in cursor.description]
-            return [dict(zip(names, r, strict=True)) for r in cursor.fetchall()]
-        finally:
-            cursor.close()
-
-
-def _max(store: LogStore, col: sa.ColumnElement[Any]) -> int:
-    with store.connect() as conn:
-        return int(conn.execute(sa.select(sa.func.max(col))).scalar() or 0)
+        return imports.top_seq(conn, table)
 
 
 def _count(store: LogStore, table: sa.Table, upto: int) -> int:
     with store.connect() as conn:
-        q = sa.select(sa.func.count()).select_from(table).where(table.c.seq <= upto)
-        return int(conn.execute(q).scalar() or 0)
+        return imports.count_upto(conn, table, upto)
 
 
 def _name(store: LogStore) -> str:

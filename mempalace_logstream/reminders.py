@@ -180,9 +180,11 @@ class ReminderLoop:
         presence: Registry | None = None,
         interval_s: float = DEFAULT_INTERVAL_S,
         on_pass: Callable[[list[Written]], None] | None = None,
+        leads: Callable[[], bool] | None = None,
     ) -> None:
         self.store, self.presence, self.interval_s = store, presence, float(interval_s)
         self.on_pass = on_pass
+        self.leads = leads  # with several hubs on one log, only the leading one reminds
         self.passes = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -207,7 +209,8 @@ class ReminderLoop:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                written = remind_once(self.store, self.presence)
+                leading = self.leads is None or self.leads()
+                written = remind_once(self.store, self.presence) if leading else []
             except errors.LogstreamError as exc:  # a closed or unreachable store: next pass
                 log.warning("reminder pass failed: %s", exc.message)
                 written = []

@@ -68,7 +68,8 @@ def fail(field: str, message: str, limit: object = None) -> ValidationError:
     return ValidationError(f"{field} {message}", field=field, limit=limit)
 
 
-def _check_text(field: str, value: str) -> None:
+def check_text(field: str, value: str) -> None:
+    """Refuse text a column cannot hold: a NUL character or a lone surrogate."""
     if "\x00" in value:
         raise fail(field, "contains a NUL character; NUL is not allowed")
     try:
@@ -105,7 +106,7 @@ def routing(field: str, value: Any, *, required: bool = False) -> str | None:
         return None
     if not isinstance(value, str):
         raise fail(field, f"must be a string, not {type(value).__name__}")
-    _check_text(field, value)
+    check_text(field, value)
     # Control characters are refused before stripping: str.strip() would silently remove a
     # trailing newline or tab, and S-4 says bad characters are rejected, never stripped.
     if _CONTROL_RE.search(value):
@@ -155,7 +156,7 @@ def body(value: Any, max_bytes: int = DEFAULT_MAX_BODY_BYTES, field: str = "body
         return ""
     if not isinstance(value, str):
         raise fail(field, f"must be a string, not {type(value).__name__}")
-    _check_text(field, value)
+    check_text(field, value)
     size = len(value.encode("utf-8"))
     if size > max_bytes:
         raise fail(field, f"is {size} bytes; the limit is {max_bytes} bytes", max_bytes)
@@ -188,7 +189,7 @@ def metadata(value: Any, field: str = "metadata") -> str:
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:
         raise fail(field, f"is not JSON-serializable ({exc})") from exc
-    _check_text(field, text)
+    check_text(field, text)
     _check_json_strings(field, value)
     size = len(text.encode("utf-8"))
     if size > MAX_METADATA_BYTES:
@@ -273,7 +274,7 @@ def artifact_content(
                 raise fail(field, "is not valid base64") from exc
             kind = "base64"
         else:
-            _check_text(field, value)
+            check_text(field, value)
             raw, kind = value.encode("utf-8"), "utf-8"
     else:
         raise fail(field, f"must be a string or bytes, not {type(value).__name__}")

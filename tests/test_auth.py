@@ -146,7 +146,7 @@ def test_serve_prints_its_url_and_never_the_token(tmp_path: Path) -> None:
         env=env,
     )
     try:
-        line = _read_line(proc, timeout=60)
+        line = read_line(proc, timeout=60)
         assert line.startswith("logstream hub listening on http://127.0.0.1:")
         url = line.split()[4]
         ok = httpx.get(url + "/v1/stats", headers={"Authorization": f"Bearer {TOKEN}"})
@@ -158,7 +158,7 @@ def test_serve_prints_its_url_and_never_the_token(tmp_path: Path) -> None:
     assert TOKEN.encode() not in out + err + line.encode()
 
 
-def _read_line(proc: subprocess.Popen[bytes], timeout: float) -> str:
+def read_line(proc: subprocess.Popen[bytes], timeout: float) -> str:
     assert proc.stdout is not None
     deadline = time.monotonic() + timeout
     buf = b""

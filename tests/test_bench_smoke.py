@@ -28,7 +28,7 @@ BENCH_DIR = REPO / "bench"
 NUMBER = r"-?\d[\d,]*\.\d+"
 MS = rf"{NUMBER} ms"
 # Benches that reach PostgreSQL: their smoke run gets the test session's database.
-PG_BENCHES = {"pg", "wake", "tasks", "task_late"}
+PG_BENCHES = {"pg", "wake", "tasks", "task_late", "hubs"}
 
 
 def _target(bench: str, what: str, unit: str = "ms") -> str:
@@ -68,6 +68,7 @@ EXPECTED: dict[str, list[str]] = {
         for q in ("p50", "p95")
     ],
     "channel": [_target("channel", "channel notification p50 after commit")],
+    "hubs": [_ratio("hubs", "appends/s 2 hubs / 1 hub"), _ratio("hubs", "SSE p95 1 hub / 2 hubs")],
     "codex": [_target("codex", "codex queue invocation p50 after commit")],
     "hub": [
         _target("hub", "SSE delivery p95, 3 subscribers"),

@@ -37,7 +37,7 @@ from tests.codexkit import (
 from tests.conftest import REPO, run_cli
 from tests.hubkit import LiveHub
 from tests.hubkit import append as hub_append
-from tests.test_inbox_hook import START, _stdin, context, send
+from tests.test_inbox_hook import START, context, send, stdin_payload
 
 THREAD = "019a7247-ac9d-71f3-89e2-a823dbd8fd14"
 
@@ -81,7 +81,7 @@ def test_codex_session_start_records_the_thread_per_log_and_agent(
 
     def run(agent: str, doc: dict, db: str = db_url, kind: str = "codex"):
         args = ["inbox", "--agent", agent, "--db", db, "--hook", kind]
-        return run_cli(*args, input=_stdin(doc), env=env)
+        return run_cli(*args, input=stdin_payload(doc), env=env)
 
     assert run("bob", start_doc).returncode == 0
     palace = str(tmp_path / "palace")
@@ -112,7 +112,7 @@ def test_the_codex_session_start_hook_stays_lean(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "mempalace_logstream", "inbox"]
         + ["--agent", "bob", "--db", db, "--hook", "codex", "--palace", str(tmp_path)],
-        input=_stdin({**START, "session_id": THREAD}),
+        input=stdin_payload({**START, "session_id": THREAD}),
         capture_output=True,
         env={**__import__("os").environ, "PYTHONPATH": str(REPO)},
         timeout=60,
@@ -206,7 +206,10 @@ def test_watch_exec_codex_runs_the_same_deliverer(log: LogStore, db_url: str, tm
     args = ["watch", "--agent", "bob", "--exec-codex", "--db", db_url, "--state-file", str(state)]
     codex = {"CODEX_BIN": str(fake.path), "MEMPALACE_PALACE_PATH": str(tmp_path / "palace")}
     hook = ["inbox", "--agent", "bob", "--db", db_url, "--hook", "codex"]
-    assert run_cli(*hook, input=_stdin({**START, "session_id": THREAD}), env=codex).returncode == 0
+    assert (
+        run_cli(*hook, input=stdin_payload({**START, "session_id": THREAD}), env=codex).returncode
+        == 0
+    )
     proc = Deliverer(tmp_path, None, *args, "--no-presence", **codex)
     try:
         wait_for(state.exists, "the first checkpoint")
@@ -235,7 +238,7 @@ def test_the_hook_recorded_thread_and_the_default_cursor_are_used(
         first = send(log, "alice", "bob", "before any Codex session")
         wait_for(lambda: proc.lines("no Codex thread recorded for bob yet"), "the wait line")
         hook = ["inbox", "--agent", "bob", "--db", db_url, "--hook", "codex"]
-        started = run_cli(*hook, input=_stdin({**START, "session_id": THREAD}), env=env)
+        started = run_cli(*hook, input=stdin_payload({**START, "session_id": THREAD}), env=env)
         assert started.returncode == 0  # (its own first run: starts at the tip, says nothing)
         wait_for(lambda: fake.accepted(), "the queued message")
         wait_for(lambda: json.loads(cursor.read_text())["cursor"] == first, "the checkpoint")

@@ -19,7 +19,7 @@ import pytest
 from mempalace_logstream import LogStore, agents, inbox
 from mempalace_logstream.identity.keyring import KEY_ADD
 from tests.conftest import REPO
-from tests.test_inbox_hook import PROMPT, _stdin, context, hook, inbox_args, send, typer_cli
+from tests.test_inbox_hook import PROMPT, context, hook, inbox_args, send, stdin_payload, typer_cli
 
 
 @pytest.fixture
@@ -91,7 +91,7 @@ def test_the_lean_path_and_the_store_gate_and_mark_alike(tmp_path: Path) -> None
                     state.write_text((tmp_path / "typer.json").read_text())
                 args = (*flags, *extra)
                 lean = hook(db, lean_state, *args, kind=None)
-                full = typer_cli(*inbox_args(db, full_state, *args), stdin=_stdin(PROMPT))
+                full = typer_cli(*inbox_args(db, full_state, *args), stdin=stdin_payload(PROMPT))
                 assert lean.returncode == full.returncode == 0, full.stderr
                 assert lean.stdout == full.stdout and lean.stdout, args
 
@@ -115,7 +115,7 @@ def test_the_hook_reads_a_keyed_log_without_sqlalchemy_or_the_ed25519_library(
     argv = inbox_args(db, tmp_path / "open.json", "--hook", "claude", "--allow-unverified")
     proc = subprocess.run(
         [sys.executable, "-c", code, *argv],
-        input=_stdin(PROMPT),
+        input=stdin_payload(PROMPT),
         capture_output=True,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         timeout=60,

@@ -31,7 +31,7 @@ TYPER = "import sys; from mempalace_logstream.cli import main; sys.argv[0] = 'lo
 Proc = subprocess.CompletedProcess[bytes]
 
 
-def _stdin(doc: dict[str, Any] | None) -> bytes:
+def stdin_payload(doc: dict[str, Any] | None) -> bytes:
     return b"" if doc is None else json.dumps(doc).encode()
 
 
@@ -48,7 +48,7 @@ def hook(
 ) -> Proc:
     """The command a client's hook entry runs, through `python -m` (the lean path)."""
     flags = ["--hook", kind] if kind else []
-    return run_cli(*inbox_args(db, state, *flags, *extra), input=_stdin(stdin))
+    return run_cli(*inbox_args(db, state, *flags, *extra), input=stdin_payload(stdin))
 
 
 def typer_cli(*args: str, stdin: bytes = b"", env: dict[str, str] | None = None) -> Proc:
@@ -145,7 +145,7 @@ def test_an_event_that_cannot_add_context_is_refused_and_nothing_is_consumed(
     hook(db, state)
     before = cursor_of(state)
     send(store, "alice", "bob")
-    for stdin in (_stdin(STOP), b"not json"):
+    for stdin in (stdin_payload(STOP), b"not json"):
         proc = run_cli(*inbox_args(db, state, "--hook", "claude"), input=stdin)
         assert proc.returncode == 1 and proc.stdout == b""
         assert proc.stderr.startswith(b"error: hook claude: "), proc.stderr
@@ -201,7 +201,9 @@ def test_a_crash_between_print_and_checkpoint_replays(
     sent = send(store, "alice", "bob", "do not lose me")
     args = inbox_args(db, state, "--hook", "claude")
     # The test seam lives in the typer command (the lean path shares its core, deliver()).
-    crashed = typer_cli(*args, stdin=_stdin(PROMPT), env={"LOGSTREAM_TEST_KILL_AT": "print:1"})
+    crashed = typer_cli(
+        *args, stdin=stdin_payload(PROMPT), env={"LOGSTREAM_TEST_KILL_AT": "print:1"}
+    )
     assert crashed.returncode == -signal.SIGKILL
     assert sent in context(subprocess.CompletedProcess([], 0, crashed.stdout, b""))
     assert cursor_of(state) == before  # killed before the checkpoint
@@ -244,7 +246,7 @@ def test_the_lean_path_does_not_import_the_cli_framework(
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "mempalace_logstream"]
         + inbox_args(db, tmp_path / "s.json", "--hook", "claude"),
-        input=_stdin(PROMPT),
+        input=stdin_payload(PROMPT),
         capture_output=True,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         timeout=60,
@@ -270,11 +272,11 @@ def test_inbox_against_a_live_hub(tmp_path: Path) -> None:
     with live_hub(tmp_path) as hub, httpx.Client(base_url=hub.url) as http:
         state = tmp_path / "s.json"
         args = ["inbox", "--agent", "bob", "--hub", hub.url, "--state-file", str(state)]
-        first = run_cli(*args, "--hook", "claude", input=_stdin(PROMPT))
+        first = run_cli(*args, "--hook", "claude", input=stdin_payload(PROMPT))
         assert (first.returncode, first.stdout) == (0, b""), first.stderr
         sent = hub_append(http, from_agent="alice", to_agent="bob", body="via the hub")["id"]
         hub_append(http, from_agent="bob", to_agent="*", body="mine")
-        text = context(run_cli(*args, "--hook", "claude", input=_stdin(PROMPT)))
+        text = context(run_cli(*args, "--hook", "claude", input=stdin_payload(PROMPT)))
         assert sent in text and "via the hub" in text and "mine" not in text
 
 

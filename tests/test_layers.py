@@ -375,30 +375,12 @@ def test_only_the_backends_name_a_dialect(module):
 # --------------------------------------------------------------------------- private names
 # No module touches another module's private names, nor a library's: an attribute access
 # `x._name` (x neither `self` nor `cls`) is refused unless `_name` is defined in the accessing
-# file, and `from m import _name` is refused outright. Each allowance names its reason; what
-# remains is inside replication/, whose split (issue 21) removes it.
-PRIVATE_ALLOWED: dict[tuple[str, str], str] = {
-    ("checks.py", "_check_text"): "validation.py's text check, not yet public (other slice)",
-    ("checks.py", "_HLC_RE"): "hlc.py's stamp pattern, matched in the sync hot loop; hlc.py "
-    "is another slice's file",
-}
-# replication/ file -> the private names it still imports from its sibling modules.
-PRIVATE_IMPORTS_ALLOWED: dict[str, frozenset[str]] = {
-    "replication/__init__.py": frozenset(
-        {
-            *("_apply_artifacts_tx", "_clock_anomaly", "_held_artifacts"),
-            *("_held_events", "_held_positions", "_CHECKS", "_HLC_MATCH", "_created_at"),
-            *("_position", "_fp_add", "_fp_aggregates", "_fp_of"),
-            *("_fp_row", "_refused_positions", "_refused_union"),
-            *("_raw_ident", "_raw_position"),
-            *("_ART_AT", "_BODY_AT", "_CREATED_AT_RE", "_META_AT"),
-            *("_READ_CHUNK", "_SHA_RE", "_chunks", "_metadata_object"),
-            *("_ops_args", "_row_dict"),
-        }
-    ),
-    "replication/checks.py": frozenset({"_CREATED_AT_RE", "_SHA_RE", "_row_dict"}),
-    "replication/reports.py": frozenset({"_row_dict"}),
-}
+# file, and `from m import _name` is refused outright. An allowance would name its reason;
+# none is left (the last ones were inside replication/, issue 21).
+# (file name, private name) -> why that file may read it.
+PRIVATE_ALLOWED: dict[tuple[str, str], str] = {}
+# file -> the private names it may import from its sibling modules.
+PRIVATE_IMPORTS_ALLOWED: dict[str, frozenset[str]] = {}
 
 
 def _private_definitions(path: Path) -> set[str]:

@@ -33,12 +33,12 @@ from mempalace_logstream.store import lean, marks
 from tests.conftest import REPO, run_cli
 from tests.test_inbox_hook import (
     PROMPT,
-    _stdin,
     context,
     cursor_of,
     hook,
     inbox_args,
     send,
+    stdin_payload,
     typer_cli,
 )
 
@@ -110,18 +110,18 @@ def test_the_lean_path_imports_no_sqlalchemy_typer_fastapi_or_mcp(
     db, store = sqlite_log
     state = tmp_path / "s.json"
     argv = inbox_args(db, state, "--hook", "claude")
-    first, out = _modules_after(argv, _stdin(PROMPT))  # first run: the tip
+    first, out = _modules_after(argv, stdin_payload(PROMPT))  # first run: the tip
     assert first == {"rc": 0, "heavy": []} and out == b""
     sent = send(store, "alice", "bob", "for the lean path")
-    new, out = _modules_after(argv, _stdin(PROMPT))  # a message: printed, checkpointed
+    new, out = _modules_after(argv, stdin_payload(PROMPT))  # a message: printed, checkpointed
     assert new == {"rc": 0, "heavy": []}
     assert sent in context(subprocess.CompletedProcess([], 0, out, b""))
     assert cursor_of(state) == sent
-    empty, out = _modules_after(argv, _stdin(PROMPT))  # nothing new
+    empty, out = _modules_after(argv, stdin_payload(PROMPT))  # nothing new
     assert empty == {"rc": 0, "heavy": []} and out == b""
     stale = tmp_path / "stale.json"
     stale.write_text(json.dumps({"cursor": "evt_gone", "agent": "bob"}))
-    replay, out = _modules_after(inbox_args(db, stale, "--hook", "claude"), _stdin(PROMPT))
+    replay, out = _modules_after(inbox_args(db, stale, "--hook", "claude"), stdin_payload(PROMPT))
     assert replay == {"rc": 0, "heavy": []} and sent.encode() in out
 
 
@@ -330,7 +330,7 @@ def _foreign_files(tmp_path: Path) -> dict[str, Path]:
 def test_missing_foreign_and_newer_logs_get_the_stores_errors(tmp_path: Path) -> None:
     """The lean path (`python -m`) and the store path (the typer command) refuse alike, with
     the same exit code and text, plain and --json; nothing is printed on stdout."""
-    cases = ((("--hook", "claude"), _stdin(PROMPT)), (("--json",), b""))
+    cases = ((("--hook", "claude"), stdin_payload(PROMPT)), (("--json",), b""))
     for what, path in _foreign_files(tmp_path).items():
         state = tmp_path / f"{path.name}.json"
         for extra, stdin in cases:

@@ -25,7 +25,7 @@ from conftest import run_cli
 from mempalace_logstream import engine as engine_mod
 from mempalace_logstream import errors
 from mempalace_logstream.schema import SCHEMA_HEAD
-from mempalace_logstream.store import LogStore, _TxState
+from mempalace_logstream.store import LogStore, TxState
 
 pytestmark = pytest.mark.pg
 
@@ -41,11 +41,11 @@ class SlowCommitStore(LogStore):
     """The real store, but every append holds its transaction open a random short time after
     inserting: this widens any window in which commits could become visible out of seq order."""
 
-    def _run_item(self, conn: sa.Connection, state: _TxState, item: Any, savepoint: bool):
+    def _run_item(self, conn: sa.Connection, state: TxState, item: Any, savepoint: bool):
         super()._run_item(conn, state, item, savepoint)
         time.sleep(random.uniform(0, HOLD_MAX_S))
 
-    def _run_raw_item(self, db: Any, state: _TxState, item: Any, savepoint: bool) -> None:
+    def _run_raw_item(self, db: Any, state: TxState, item: Any, savepoint: bool) -> None:
         super()._run_raw_item(db, state, item, savepoint)  # the psycopg fast path
         time.sleep(random.uniform(0, HOLD_MAX_S))
 
@@ -61,9 +61,9 @@ class UnserializedStore(SlowCommitStore):
     def _lock_writes(self, conn: sa.Connection) -> None:
         return None
 
-    def _begin_state(self, conn: sa.Connection) -> _TxState:
+    def _begin_state(self, conn: sa.Connection) -> TxState:
         first = int(conn.execute(sa.text(f"SELECT nextval('{RACE_SEQUENCE}')")).scalar_one())
-        return _TxState(next_seq=first, next_artifact_seq=first)
+        return TxState(next_seq=first, next_artifact_seq=first)
 
 
 STORES = {"serialized": SlowCommitStore, "unserialized": UnserializedStore}

@@ -428,7 +428,7 @@ def test_compact_pages_are_bounded_by_bytes_but_never_empty(sqlite_store: LogSto
     assert replication.ops_rows(sqlite_store, rid, 0, 5000, max_bytes=1)["count"] == 1
     # The SQLite JSON path stops at the first chunk that reaches the budget.
     _, _, n = replication.ops_rows_json(sqlite_store, rid, 0, 5000, max_bytes=1000)
-    assert 1 <= n <= replication._READ_CHUNK
+    assert 1 <= n <= replication.READ_CHUNK
     assert replication.ops_rows_json(sqlite_store, rid, 0, 5000)[2] == 1200
     assert replication.ops_rows(sqlite_store, rid, 0, 10**6)["count"] == 1200  # clamped
 
@@ -523,7 +523,7 @@ def _oracle(store: LogStore, raw: Any) -> Any:
     if not isinstance(stamp, str) or hlc.parse(stamp) is None or len(stamp) > 200:
         raise v.fail("hlc", "bad")
     ident = v.remote_id("id", raw.get("id"))
-    created = replication._created_at(raw.get("created_at"))
+    created = replication.check_created_at(raw.get("created_at"))
     fields = {
         k: getattr(draft, k)
         for k in (

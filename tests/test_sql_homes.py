@@ -37,13 +37,7 @@ CALLS = (
 STILL_BUILDING_SQL: frozenset[str] = frozenset(
     {
         "engine.py",
-        "importer.py",
         "migrate.py",
-        "replication/apply.py",
-        "replication/positions.py",
-        "replication/reports.py",
-        "replication/verify.py",
-        "replication/wire.py",
         "store/append.py",
         "store/blobs.py",
         "store/core.py",

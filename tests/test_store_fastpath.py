@@ -240,10 +240,10 @@ def test_fast_reads_equal_sqlalchemy_reads_for_every_filter_shape(filled, req) -
 def test_fast_event_get_and_tip_equal_the_core_hydration(filled) -> None:
     store, ids = filled
     from mempalace_logstream.schema import events
-    from mempalace_logstream.store import _EVENT_COLS
+    from mempalace_logstream.store import EVENT_COLS
 
     with store.engine.connect() as conn:
-        rows = conn.execute(sa.select(*_EVENT_COLS).order_by(events.c.seq)).all()
+        rows = conn.execute(sa.select(*EVENT_COLS).order_by(events.c.seq)).all()
         core = store._hydrate(conn, rows)
     assert [store.event_get(i) for i in ids] == core[-len(ids) :]
     assert [e.artifact_ids for e in core[-6:]] != [()] * 6  # links really exist

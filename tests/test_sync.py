@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from mempalace_logstream import LogStore, errors, migrate, operations, replication, sync
+from mempalace_logstream import LogStore, errors, migrate, operations, replication, schema, sync
 from mempalace_logstream import engine as engine_mod
 from tests.conftest import run_cli
 
@@ -102,7 +102,7 @@ def snapshot(store: LogStore) -> tuple[list[tuple], set[tuple]]:
     evs = store.event_list(limit=500, order="asc").events
     keyed = sorted((e.hlc, e.content_key()) for e in evs)
     with store.engine.connect() as conn:
-        arts = {(r[0], r[1]) for r in conn.execute(replication.artifacts.select())}
+        arts = {(r[0], r[1]) for r in conn.execute(schema.artifacts.select())}
     return keyed, arts
 
 

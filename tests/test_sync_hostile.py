@@ -193,7 +193,7 @@ def _vmhwm_mb(pid: int) -> float:
 def test_a_hub_loop_with_the_200_mb_peer_in_peers_json_stays_bounded(
     make, tmp_path, capsys
 ) -> None:
-    from tests.test_auth import _read_line
+    from tests.test_auth import read_line
 
     honest = make("honest")
     sent = note(honest, "from the honest peer")
@@ -222,7 +222,7 @@ def test_a_hub_loop_with_the_200_mb_peer_in_peers_json_stays_bounded(
             env=env,
         )
         try:
-            hub = _read_line(proc, timeout=60).split()[4]
+            hub = read_line(proc, timeout=60).split()[4]
             deadline = time.monotonic() + 120
             while True:  # wait on the condition: three refused rounds with the hostile peer
                 est = get(hub, "/sync/peers", token="hub-token").json()

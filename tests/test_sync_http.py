@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from mempalace_logstream import LogStore, migrate, replication, sync
+from mempalace_logstream import LogStore, errors, migrate, replication, sync
 from mempalace_logstream import engine as engine_mod
 from mempalace_logstream.http import HubSettings, create_app
 from tests.conftest import run_cli
@@ -255,7 +255,7 @@ def test_serve_runs_background_rounds_with_the_peers_of_its_palace(make, tmp_pat
     import subprocess
     import sys
 
-    from tests.test_auth import _read_line
+    from tests.test_auth import read_line
 
     a = make("a")
     sent = note(a, "pulled by the hub loop")
@@ -286,7 +286,7 @@ def test_serve_runs_background_rounds_with_the_peers_of_its_palace(make, tmp_pat
             env=env,
         )
         try:
-            url_b = _read_line(proc, timeout=60).split()[4]
+            url_b = read_line(proc, timeout=60).split()[4]
             deadline, got = time.monotonic() + 30, []
             while not got:  # wait on the condition: the loop's round has pulled the event
                 assert time.monotonic() < deadline, "the hub loop never pulled the event"
@@ -511,7 +511,7 @@ def test_tampered_compact_pages_are_refused_and_the_rest_applies(make) -> None:
         ("tampered", "sha256"),
     ]
     assert result["pulled_events"] == 6 and result["pulled_artifacts"] == 3
-    with pytest.raises(replication.errors.NotFoundError):
+    with pytest.raises(errors.NotFoundError):
         b.artifact_get(victim["art"])
     # An honest round applies the deferred event with its artifact (refused positions below it
     # stay holes until `--repair-holes`, as with reference pages).

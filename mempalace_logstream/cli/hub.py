@@ -159,7 +159,10 @@ def serve(
     palace: PalaceOpt = None,
 ) -> None:
     """Run the hub: HTTP API under /v1, SSE at /v1/stream, MCP at /mcp, docs at /docs."""
+    import socket
+
     from mempalace_logstream import sync as sync_mod
+    from mempalace_logstream.backends import leader as leader_mod
     from mempalace_logstream.http import HubSettings
 
     _check_serve_flags(host, token, sync_interval, sync_deadline_s, sync_max_response_bytes)
@@ -176,6 +179,10 @@ def serve(
             pair_budget=pair_budget,
             pair_window_ms=pair_window_ms,
             humans=tuple(human or ()),
+        )
+        # One hub per SQLite file; on PostgreSQL, the lead of the background loops.
+        lead, held = leader_mod.for_engine(
+            store.engine, f"{socket.gethostname()} pid {os.getpid()}"
         )
     except errors.LogstreamError as exc:
         raise fail(exc.message) from None
@@ -202,11 +209,18 @@ def serve(
         push=sync_push,
         deadline_s=sync_deadline_s,
         max_response_bytes=sync_max_response_bytes,
+        leader=lead,
     )
     application = _hub_app(store, settings, loop, mcp_read_only, remind_interval)
     sock = _bind(host, port)
+    lead.name = f"{socket.gethostname()}:{sock.getsockname()[1]} pid {os.getpid()}"
     _banner(host, sock, store, loop, interval, palace_path)
-    _run(application, sock, store)
+    try:
+        _run(application, sock, store)
+    finally:
+        lead.release()
+        if held is not None:
+            held.close()
 
 
 def _run(application: Any, sock: socket.socket, store: LogStore) -> None:
@@ -277,7 +291,10 @@ def _hub_app(
         store, read_only=mcp_read_only, presence=presence
     )
     mount = ExtraMount("/mcp", mcp_app, mcp_lifespan, drain=mcp_app.drain)
-    reminders = ReminderLoop(store, presence, interval_s=remind_interval)
+    lead = loop.leader
+    reminders = ReminderLoop(
+        store, presence, interval_s=remind_interval, leads=lead.hold if lead else None
+    )
     return create_app(
         store, settings, mounts=(mount,), sync_loop=loop, presence=presence, reminders=reminders
     )

@@ -77,6 +77,7 @@ def create_app(
     app.state.stopping = False  # set by `stop_serving`: SSE streams end, waits answer 503
     app.state.mounts = mounts
     app.state.integrity = None  # the integrity check run at startup (`/healthz` shows it)
+    app.state.sync_loop = sync_loop  # `/healthz` says whether this hub leads its rounds
     for exc_class, handler in EXCEPTION_HANDLERS.items():
         app.add_exception_handler(exc_class, handler)
     app.get("/healthz", tags=["hub"])(healthz)
@@ -188,7 +189,9 @@ async def healthz(request: Request) -> Any:
         return JSONResponse(body, status_code=503)
     thread = getattr(request.app.state, "integrity_thread", None)
     checked = "ok" if report is not None else "checking" if thread else "unchecked"
-    return {"ok": True, "replica_id": store.replica_id, "integrity": checked}
+    loop: sync.SyncLoop | None = request.app.state.sync_loop
+    leads = loop is not None and loop.enabled and loop.leading
+    return {"ok": True, "replica_id": store.replica_id, "integrity": checked, "sync_leader": leads}
 
 
 # --------------------------------------------------------------------------- error handlers

@@ -14,50 +14,37 @@ otherwise (PostgreSQL, or an engine with statement listeners).
 
 Modules: wire.py (the two page formats, op listing, artifact fetches), checks.py (validation
 of remote input), apply.py (one transaction per page), reports.py (refusals and the peer
-estate), positions.py (pull positions, fingerprints, version vector holes).
+estate), positions.py (pull positions, fingerprints, version vector holes), verify.py
+(signatures on apply, what doctor lists). They build no SQL: their statements are the
+functions of `backends/queries/sync.py`.
 """
 
 from __future__ import annotations
 
-# What the single module imported, for code that reached it through `replication.`.
-from mempalace_logstream import errors, hlc  # noqa: F401
-from mempalace_logstream.replication.apply import (  # noqa: F401
-    _apply_artifacts_tx,
-    _clock_anomaly,
-    _held_artifacts,
-    _held_events,
-    _held_positions,
+from mempalace_logstream.replication.apply import (
     apply_remote_artifact,
     apply_remote_artifacts,
     apply_remote_batch,
     apply_remote_event,
     apply_remote_events,
 )
-from mempalace_logstream.replication.checks import (  # noqa: F401
-    _CHECKS,
-    _HLC_MATCH,
+from mempalace_logstream.replication.checks import (
     EventChecker,
     ParsedEvents,
-    _created_at,
-    _position,
+    check_created_at,
     parse_events,
     parse_remote_artifact,
     parse_remote_event,
 )
-from mempalace_logstream.replication.positions import (  # noqa: F401
+from mempalace_logstream.replication.positions import (
     FP_P1,
     FP_P2,
     NO_POSITIONS,
     Fingerprint,
-    _fp_add,
-    _fp_aggregates,
-    _fp_of,
-    _fp_row,
-    _refused_positions,
-    _refused_union,
     count_upto,
     fingerprint_upto,
     fp_between,
+    fp_of,
     fp_sum,
     held_above,
     held_fingerprint,
@@ -66,9 +53,7 @@ from mempalace_logstream.replication.positions import (  # noqa: F401
     origin_top,
     pull_after,
 )
-from mempalace_logstream.replication.reports import (  # noqa: F401
-    _raw_ident,
-    _raw_position,
+from mempalace_logstream.replication.reports import (
     counts,
     estate_rows,
     list_clock_anomalies,
@@ -78,26 +63,17 @@ from mempalace_logstream.replication.reports import (  # noqa: F401
     record_estate,
     record_sequence_anomalies,
 )
-from mempalace_logstream.replication.wire import (  # noqa: F401
-    _ART_AT,
-    _BODY_AT,
-    _CREATED_AT_RE,
-    _META_AT,
-    _READ_CHUNK,
-    _SHA_RE,
+from mempalace_logstream.replication.wire import (
     MAX_OPS_LIMIT,
     MAX_RETRIES,
     MAX_ROWS_LIMIT,
     MAX_SEQ,
+    READ_CHUNK,
     REPORT_CAP,
     ROW_COLUMNS,
     ROWS_FORMAT,
     ROWS_MAX_BYTES,
     ApplyResult,
-    _chunks,
-    _metadata_object,
-    _ops_args,
-    _row_dict,
     get_artifacts,
     list_ops,
     missing_artifacts,
@@ -106,17 +82,6 @@ from mempalace_logstream.replication.wire import (  # noqa: F401
     ops_rows_json,
     seq_int,
 )
-from mempalace_logstream.schema import (  # noqa: F401
-    artifact_blobs,
-    artifacts,
-    event_artifacts,
-    events,
-    sync_clock_anomalies,
-    sync_conflicts,
-    sync_peers,
-    sync_rejections,
-)
-from mempalace_logstream.store import LogStore  # noqa: F401
 
 __all__ = [
     "ApplyResult",
@@ -124,65 +89,34 @@ __all__ = [
     "FP_P1",
     "FP_P2",
     "Fingerprint",
-    "LogStore",
     "MAX_OPS_LIMIT",
     "MAX_RETRIES",
     "MAX_ROWS_LIMIT",
     "MAX_SEQ",
     "NO_POSITIONS",
     "ParsedEvents",
+    "READ_CHUNK",
     "REPORT_CAP",
     "ROWS_FORMAT",
     "ROWS_MAX_BYTES",
     "ROW_COLUMNS",
-    "_ART_AT",
-    "_BODY_AT",
-    "_CHECKS",
-    "_CREATED_AT_RE",
-    "_HLC_MATCH",
-    "_META_AT",
-    "_READ_CHUNK",
-    "_SHA_RE",
-    "_apply_artifacts_tx",
-    "_chunks",
-    "_clock_anomaly",
-    "_created_at",
-    "_fp_add",
-    "_fp_aggregates",
-    "_fp_of",
-    "_fp_row",
-    "_held_artifacts",
-    "_held_events",
-    "_held_positions",
-    "_metadata_object",
-    "_ops_args",
-    "_position",
-    "_raw_ident",
-    "_raw_position",
-    "_refused_positions",
-    "_refused_union",
-    "_row_dict",
     "apply_remote_artifact",
     "apply_remote_artifacts",
     "apply_remote_batch",
     "apply_remote_event",
     "apply_remote_events",
-    "artifact_blobs",
-    "artifacts",
+    "check_created_at",
     "count_upto",
     "counts",
-    "errors",
     "estate_rows",
-    "event_artifacts",
-    "events",
     "fingerprint_upto",
     "fp_between",
+    "fp_of",
     "fp_sum",
     "get_artifacts",
     "held_above",
     "held_fingerprint",
     "highest_held",
-    "hlc",
     "list_clock_anomalies",
     "list_conflicts",
     "list_ops",
@@ -201,8 +135,4 @@ __all__ = [
     "record_estate",
     "record_sequence_anomalies",
     "seq_int",
-    "sync_clock_anomalies",
-    "sync_conflicts",
-    "sync_peers",
-    "sync_rejections",
 ]

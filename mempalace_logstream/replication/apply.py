@@ -7,10 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import sqlalchemy as sa
-
 from mempalace_logstream import errors, hlc
-from mempalace_logstream.backends.base import Executor, binds, in_lists
+from mempalace_logstream.backends.base import Executor
+from mempalace_logstream.backends.queries import sync
 from mempalace_logstream.models import Artifact, Event
 from mempalace_logstream.replication import verify
 from mempalace_logstream.replication.checks import ParsedEvents, parse_events, parse_remote_artifact
@@ -23,11 +22,6 @@ from mempalace_logstream.replication.reports import (
     resolve,
 )
 from mempalace_logstream.replication.wire import ApplyResult
-from mempalace_logstream.schema import (
-    artifacts,
-    events,
-    sync_clock_anomalies,
-)
 from mempalace_logstream.store import (
     LogStore,
     Transaction,
@@ -114,7 +108,7 @@ def apply_remote_batch(
 
     def work(tx: Transaction) -> None:
         ex = tx.ex
-        art_ids = _apply_artifacts_tx(tx, good, res, peer) if good else []
+        art_ids = _apply_artifacts(tx, good, res, peer) if good else []
         if parsed.items:
             # The one write path: judged here, numbered, inserted and projected by the store
             # (tasks follow a peer's moves, never refuse them; a redaction that may not take
@@ -130,11 +124,11 @@ def apply_remote_batch(
     return res
 
 
-def _apply_artifacts_tx(
+def _apply_artifacts(
     tx: Transaction, good: list[Artifact], res: ApplyResult, peer: str
 ) -> list[str]:
     ex = tx.ex
-    held = _held_artifacts(ex, [a.id for a in good])
+    held = sync.held_artifact_shas(ex, [a.id for a in good])
     applied: list[str] = []
     for art in good:
         prior = held.get(art.id)
@@ -179,7 +173,7 @@ class _Page:
         self.store, self.ex, self.peer = store, ex, peer
         self.by_id = _held_events(store, ex, [e.id for e, _ in items])
         self.by_pos = _held_positions(ex, items)
-        self.arts = _held_artifacts(ex, [a for e, _ in items for a in e.artifact_ids])
+        self.arts = sync.held_artifact_shas(ex, [a for e, _ in items for a in e.artifact_ids])
         now_ms = store.clock.wall_clock.now_ms()
         self.now = now_text(now_ms)
         self.far = now_ms + hlc.MAX_FUTURE_DRIFT_MS
@@ -282,81 +276,24 @@ class Peer:
 
 
 def _clock_anomaly(ex: Executor, event: Event, res: ApplyResult, peer: str, now: str) -> None:
+    """Report and record (once) an event stamped too far ahead to adopt its HLC."""
     res.clock_anomalies.append({"event_id": event.id, "hlc": event.hlc})
-
-    def build() -> sa.Executable:
-        col = sync_clock_anomalies.c.event_id
-        return sa.select(col).where(col == sa.bindparam("event_id"))
-
-    if not ex.rows("sync-anomaly-held", build, {"event_id": event.id}):
-        ex.insert(
-            "sync-ins-anomaly",
-            sync_clock_anomalies,
-            [
-                {
-                    "event_id": event.id,
-                    "origin_replica": event.origin_replica,
-                    "hlc": event.hlc,
-                    "peer": peer,
-                    "observed_at": now,
-                }
-            ],
-        )
+    row = {"event_id": event.id, "origin_replica": event.origin_replica, "hlc": event.hlc}
+    sync.record_clock_anomaly(ex, {**row, "peer": peer, "observed_at": now})
 
 
 def _held_events(store: LogStore, ex: Executor, ids: list[str]) -> dict[str, Event]:
-    """The held events among `ids`: a cheap id probe first, then only those read back."""
-    out: dict[str, Event] = {}
-    held = ex.held_ids(list(dict.fromkeys(ids)))
-    for n, params in in_lists([i for i in dict.fromkeys(ids) if i in held]):
-        build = lambda n=n: store.event_select(events.c.id.in_(binds(n)))  # noqa: E731
-        for e in events_from_rows(ex.rows(("sync-held-events", n), build, params)):
-            out[e.id] = e
-    return out
+    """The held events among `ids`, by id."""
+    return {e.id: e for e in events_from_rows(sync.held_events(ex, store.event_select, ids))}
 
 
 def _held_positions(ex: Executor, items: list[_Item]) -> dict[tuple[str, int], str]:
-    """(origin, origin_seq) -> id of the held events at the batch's origin positions: one
-    range read per origin when the batch is dense (a page), IN lists when it is sparse."""
+    """(origin, origin_seq) -> id of the held events at the batch's origin positions."""
     by_origin: dict[str, list[int]] = {}
     for e, _ in items:
         by_origin.setdefault(e.origin_replica, []).append(e.origin_seq)
     out: dict[tuple[str, int], str] = {}
     for origin, seqs in by_origin.items():
-        lo, hi = min(seqs), max(seqs)
-        if hi - lo < 2 * len(seqs) + 16:
-
-            def build() -> sa.Executable:
-                c = events.c
-                return sa.select(c.origin_seq, c.id).where(
-                    c.origin_replica == sa.bindparam("origin"),
-                    c.origin_seq >= sa.bindparam("lo"),
-                    c.origin_seq <= sa.bindparam("hi"),
-                )
-
-            found = ex.rows("sync-held-range", build, {"origin": origin, "lo": lo, "hi": hi})
-        else:
-            found = []
-            for n, params in in_lists(sorted(set(seqs))):
-
-                def build_in(n: int = n) -> sa.Executable:
-                    c = events.c
-                    return sa.select(c.origin_seq, c.id).where(
-                        c.origin_replica == sa.bindparam("origin"), c.origin_seq.in_(binds(n))
-                    )
-
-                found += ex.rows(("sync-held-pos", n), build_in, {**params, "origin": origin})
-        for n_seq, ident in found:
-            out[(origin, int(n_seq))] = ident
-    return out
-
-
-def _held_artifacts(ex: Executor, ids: list[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for n, params in in_lists(list(dict.fromkeys(ids))):
-
-        def build(n: int = n) -> sa.Executable:
-            return sa.select(artifacts.c.id, artifacts.c.sha256).where(artifacts.c.id.in_(binds(n)))
-
-        out.update({i: s for i, s in ex.rows(("sync-held-arts", n), build, params)})
+        for n_seq, ident in sync.held_positions(ex, origin, seqs):
+            out[(origin, n_seq)] = ident
     return out

@@ -17,12 +17,12 @@ from mempalace_logstream import validation as v
 from mempalace_logstream.models import CHECKED_FIELDS, Artifact, Event
 from mempalace_logstream.replication.reports import reject_report
 from mempalace_logstream.replication.wire import (
-    _CREATED_AT_RE,
-    _SHA_RE,
+    CREATED_AT_RE,
     MAX_SEQ,
     ROW_COLUMNS,
     ROWS_FORMAT,
-    _row_dict,
+    SHA_RE,
+    row_dict,
 )
 from mempalace_logstream.store import (
     LogStore,
@@ -123,7 +123,7 @@ class EventChecker:
             "origin_replica": origin,
             "origin_seq": seq,
             "hlc": stamp,
-            "created_at": _created_at(raw["created_at"]),
+            "created_at": check_created_at(raw["created_at"]),
             "sig": _optional_text("sig", raw["sig"], SIG_MAX_CHARS),
             "key_id": _optional_text("key_id", raw["key_id"], KEY_ID_MAX_CHARS),
         }
@@ -142,7 +142,7 @@ def _optional_text(name: str, value: Any, limit: int) -> str | None:
 
 
 # hlc.parse's own format rule; parse() returns None exactly when this does not match.
-_HLC_MATCH = hlc._HLC_RE.match
+_HLC_MATCH = hlc.HLC_RE.match
 
 
 # The rule of each checked event field (models.FieldSpec.check): draft_event's validators.
@@ -202,7 +202,7 @@ def parse_events(
         try:
             event = parse(raw)
         except errors.ValidationError as exc:
-            rejected.append(reject_report("event", _row_dict(raw) if rows else raw, exc, peer))
+            rejected.append(reject_report("event", row_dict(raw) if rows else raw, exc, peer))
             continue
         items.append((event, raw))
     items.sort(key=_position)
@@ -215,8 +215,8 @@ def _position(item: tuple[Event, Any]) -> tuple[str, int]:
     return item[0].origin_replica, item[0].origin_seq
 
 
-def _created_at(value: Any) -> str:
-    if not isinstance(value, str) or not _CREATED_AT_RE.match(value):
+def check_created_at(value: Any) -> str:
+    if not isinstance(value, str) or not CREATED_AT_RE.match(value):
         raise v.fail(
             "created_at", f"{value!r} is not YYYY-MM-DDTHH:MM:SSZ or YYYY-MM-DDTHH:MM:SS.sssZ"
         )
@@ -229,7 +229,7 @@ def _artifact_bytes(content: Any, enc: str, limit: int) -> bytes:
     if content is None:
         raise v.fail("content", "is required")
     if isinstance(content, str) and enc == "utf-8":
-        v._check_text("content", content)
+        v.check_text("content", content)
         data = content.encode("utf-8")
     elif isinstance(content, str):
         try:
@@ -260,12 +260,12 @@ def parse_remote_artifact(store: LogStore, raw: Any) -> Artifact:
     digest = hashlib.sha256(data).hexdigest()
     size = raw.get("size_bytes")
     redacted = not data and isinstance(raw.get("redacted"), Mapping)
-    if redacted and isinstance(claimed, str) and _SHA_RE.match(claimed):
+    if redacted and isinstance(claimed, str) and SHA_RE.match(claimed):
         # A blob a redaction emptied (RFC 0008): kept empty under its original sha256 and
         # size (doctor flags an empty blob that no redaction held here names).
         digest = claimed
         size_bytes = v.strict_int("size_bytes", size)
-    elif not isinstance(claimed, str) or not _SHA_RE.match(claimed) or claimed != digest:
+    elif not isinstance(claimed, str) or not SHA_RE.match(claimed) or claimed != digest:
         raise v.fail(
             "sha256",
             f"failed verification for artifact {ident}: claimed {str(claimed)[:16]}…, "
@@ -282,7 +282,7 @@ def parse_remote_artifact(store: LogStore, raw: Any) -> Artifact:
         size_bytes=size_bytes,
         encoding=enc,
         created_by=v.required_routing("created_by", raw.get("created_by")),
-        created_at=_created_at(raw.get("created_at")),
+        created_at=check_created_at(raw.get("created_at")),
         origin_replica=v.replica_id(raw.get("origin_replica"), "origin_replica"),
         metadata_json=v.metadata(raw.get("metadata")),
         content=data,

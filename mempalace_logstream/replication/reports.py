@@ -15,21 +15,10 @@ import sqlalchemy as sa
 from mempalace_logstream import errors
 from mempalace_logstream.backends.base import CoreExecutor as _Core
 from mempalace_logstream.backends.base import Executor as _Ex
-from mempalace_logstream.backends.base import binds as _binds
-from mempalace_logstream.backends.base import in_lists as _in_lists
+from mempalace_logstream.backends.queries import sync
 from mempalace_logstream.models import Artifact, Event
-from mempalace_logstream.replication.wire import MAX_RETRIES, MAX_SEQ, _row_dict
-from mempalace_logstream.schema import (
-    events,
-    sync_clock_anomalies,
-    sync_conflicts,
-    sync_peers,
-    sync_rejections,
-)
-from mempalace_logstream.store import (
-    LogStore,
-    now_text,
-)
+from mempalace_logstream.replication.wire import MAX_RETRIES, MAX_SEQ, row_dict
+from mempalace_logstream.store import LogStore, now_text
 
 # Rejections retried until they resolve (the verdict `unknown_key`, and the keyring refusals
 # of a key event that a later key event may cure: see replication/verify.py).
@@ -114,37 +103,27 @@ def conflict(
     now: str,
 ) -> dict[str, Any]:
     remote_json = json.dumps(
-        _row_dict(raw) if isinstance(raw, list) else raw,
+        row_dict(raw) if isinstance(raw, list) else raw,
         ensure_ascii=False,
         default=str,
         sort_keys=True,
     )
     digest = hashlib.sha256(remote_json.encode("utf-8", "surrogatepass")).hexdigest()
 
-    def build() -> sa.Executable:
-        c = sync_conflicts.c
-        return sa.select(c.event_id).where(
-            c.event_id == sa.bindparam("event_id"), c.remote_sha256 == sa.bindparam("sha")
-        )
-
-    if not ex.rows("sync-conflict-held", build, {"event_id": event.id, "sha": digest}):
-        ex.insert(
-            "sync-ins-conflict",
-            sync_conflicts,
-            [
-                {
-                    "event_id": event.id,
-                    "remote_sha256": digest,
-                    "origin_replica": event.origin_replica,
-                    "origin_seq": event.origin_seq,
-                    "local_event_id": local_id,
-                    "peer": peer,
-                    "reason": reason,
-                    "remote_json": remote_json,
-                    "first_seen_at": now,
-                }
-            ],
-        )
+    sync.record_conflict(
+        ex,
+        {
+            "event_id": event.id,
+            "remote_sha256": digest,
+            "origin_replica": event.origin_replica,
+            "origin_seq": event.origin_seq,
+            "local_event_id": local_id,
+            "peer": peer,
+            "reason": reason,
+            "remote_json": remote_json,
+            "first_seen_at": now,
+        },
+    )
     what = "id" if reason == "different_content" else "origin position"
     return {
         "event_id": event.id,
@@ -161,61 +140,25 @@ def record_rejections(store: LogStore, ex: _Ex, reports: list[dict[str, Any]]) -
     if not reports:
         return
     now = now_text(store.clock.wall_clock.now_ms())
-    c = sync_rejections.c
-
-    def key(prefix: str) -> list[sa.ColumnElement[bool]]:
-        # An UPDATE reserves the column names as bind names: the key binds are prefixed.
-        return [c.kind == sa.bindparam(f"{prefix}kind"), c.ident == sa.bindparam(f"{prefix}ident")]
-
-    def build_prior() -> sa.Executable:
-        return sa.select(c.attempts).where(*key(""))
-
-    def build_update() -> sa.Executable:
-        names = ("attempts", "last_seen_at", "message", "reason", "peer", "retryable")
-        return (
-            sa.update(sync_rejections)
-            .where(*key("key_"))
-            .values({n: sa.bindparam(f"new_{n}") for n in names})
-        )
-
     for r in reports:
-        ident = {"kind": r["kind"], "ident": r["ident"]}
-        prior = ex.rows("sync-rejection-prior", build_prior, ident)
-        if not prior:
-            ex.insert(
-                "sync-ins-rejection",
-                sync_rejections,
-                [
-                    {
-                        **ident,
-                        "origin_replica": r["origin_replica"],
-                        "origin_seq": r["origin_seq"],
-                        "peer": r["peer"],
-                        "reason": r["reason"],
-                        "message": r["message"],
-                        "retryable": r["retryable"],
-                        "attempts": 1,
-                        "first_seen_at": now,
-                        "last_seen_at": now,
-                    }
-                ],
+        prior = sync.rejection_attempts(ex, r["kind"], r["ident"])
+        if prior is None:
+            row = {k: r[k] for k in _REJECTION_FIELDS}
+            sync.insert_rejection(
+                ex, {**row, "attempts": 1, "first_seen_at": now, "last_seen_at": now}
             )
             continue
-        attempts = int(prior[0][0]) + 1
-        ex.run(
-            "sync-rejection-update",
-            build_update,
-            {
-                "key_kind": r["kind"],
-                "key_ident": r["ident"],
-                "new_attempts": attempts,
-                "new_last_seen_at": now,
-                "new_message": r["message"],
-                "new_reason": r["reason"],
-                "new_peer": r["peer"],
-                "new_retryable": _still_retryable(r, attempts),
-            },
-        )
+        attempts = prior + 1
+        values = {k: r[k] for k in ("message", "reason", "peer")}
+        values.update(attempts=attempts, last_seen_at=now, retryable=_still_retryable(r, attempts))
+        sync.update_rejection(ex, r["kind"], r["ident"], values)
+
+
+# What a rejection row takes from its report (then attempts and when it was seen).
+_REJECTION_FIELDS = (
+    *("kind", "ident", "origin_replica", "origin_seq"),
+    *("peer", "reason", "message", "retryable"),
+)
 
 
 def _still_retryable(report: Mapping[str, Any], attempts: int) -> bool:
@@ -229,20 +172,8 @@ def _still_retryable(report: Mapping[str, Any], attempts: int) -> bool:
 
 def resolve(store: LogStore, ex: _Ex, kind: str, ids: list[str]) -> None:
     """Forget the refusals of items now applied (skipped when none of `kind` is outstanding)."""
-    if not ids:
-        return
-    c = sync_rejections.c
-    build_any = lambda: sa.select(c.ident).where(c.kind == sa.bindparam("kind")).limit(1)  # noqa: E731
-    if not ex.rows("sync-rejection-any", build_any, {"kind": kind}):
-        return
-    for n, params in _in_lists(ids):
-
-        def build(n: int = n) -> sa.Executable:
-            return sa.delete(sync_rejections).where(
-                c.kind == sa.bindparam("kind"), c.ident.in_(_binds(n))
-            )
-
-        ex.run(("sync-resolve", n), build, {**params, "kind": kind})
+    if ids:
+        sync.resolve_rejections(ex, kind, ids)
 
 
 def record_sequence_anomalies(store: LogStore, reports: list[dict[str, Any]]) -> None:
@@ -255,37 +186,28 @@ def record_sequence_anomalies(store: LogStore, reports: list[dict[str, Any]]) ->
 def list_conflicts(store: LogStore, limit: int = 100) -> list[dict[str, Any]]:
     """Recorded same-id/different-content events, newest first."""
     with store.connect() as conn:
-        rows = conn.execute(
-            sa.select(sync_conflicts).order_by(sync_conflicts.c.first_seen_at.desc()).limit(limit)
-        ).mappings()
-        return [{**dict(r), "remote": json.loads(r["remote_json"])} for r in rows]
+        rows = sync.conflicts(conn, limit)
+    return [{**r, "remote": json.loads(r["remote_json"])} for r in rows]
 
 
 def list_rejections(store: LogStore, limit: int = 100) -> list[dict[str, Any]]:
     """Refused and deferred remote items still outstanding, newest first."""
     with store.connect() as conn:
-        rows = conn.execute(
-            sa.select(sync_rejections).order_by(sync_rejections.c.last_seen_at.desc()).limit(limit)
-        ).mappings()
-        return [{**dict(r), "retryable": bool(r["retryable"])} for r in rows]
+        rows = sync.rejections(conn, limit)
+    return [{**r, "retryable": bool(r["retryable"])} for r in rows]
 
 
 def list_clock_anomalies(store: LogStore, limit: int = 100) -> list[dict[str, Any]]:
     with store.connect() as conn:
-        rows = conn.execute(sa.select(sync_clock_anomalies).limit(limit)).mappings()
-        return [dict(r) for r in rows]
+        return sync.clock_anomalies(conn, limit)
 
 
 def origin_summary(store: LogStore) -> dict[str, dict[str, int]]:
     """{origin: {max, count}}: two replicas with equal `max` but different `count` for an
     origin have a hole the version vector cannot show."""
     with store.connect() as conn:
-        rows = conn.execute(
-            sa.select(
-                events.c.origin_replica, sa.func.max(events.c.origin_seq), sa.func.count()
-            ).group_by(events.c.origin_replica)
-        ).all()
-    return {r[0]: {"max": int(r[1]), "count": int(r[2])} for r in rows}
+        rows = sync.origin_counts(conn)
+    return {origin: {"max": top, "count": n} for origin, top, n in rows}
 
 
 def record_estate(
@@ -295,11 +217,10 @@ def record_estate(
     now = now_text(store.clock.wall_clock.now_ms())
 
     def write(conn: sa.Connection, st: Any) -> None:
-        key = sync_peers.c.name == name
-        prior = conn.execute(sa.select(sync_peers).where(key)).mappings().first()
+        prior = sync.peer(conn, name)
         row: dict[str, Any] = (
             dict(prior)
-            if prior
+            if prior is not None
             else {
                 "name": name,
                 "replica_id": None,
@@ -330,17 +251,14 @@ def record_estate(
             )
         else:
             row.update(reachable=False, last_error=error, last_error_at=now)
-        if prior is None:
-            conn.execute(sa.insert(sync_peers).values(**row))
-        else:
-            conn.execute(sa.update(sync_peers).where(key).values(**row))
+        sync.put_peer(conn, row, exists=prior is not None)
 
     store.core_transaction(write)
 
 
 def estate_rows(store: LogStore) -> list[dict[str, Any]]:
     with store.connect() as conn:
-        rows = conn.execute(sa.select(sync_peers).order_by(sync_peers.c.name)).mappings().all()
+        rows = sync.peers(conn)
     out = []
     for r in rows:
         d = dict(r)
@@ -373,34 +291,4 @@ def counts(store: LogStore) -> dict[str, int]:
     for their signing key (`held_for_key`), those held as backdating suspects
     (`held_backdated`) and those refused by their verdict (`refused_signatures`, RFC 0008)."""
     with store.connect() as conn:
-
-        def n(q: Any) -> int:
-            return int(conn.execute(q).scalar() or 0)
-
-        rejections = sa.select(sa.func.count()).select_from(sync_rejections)
-        anomaly = sync_rejections.c.kind == "sequence"
-        reason = sync_rejections.c.reason
-        return {
-            "held_for_key": n(
-                rejections.where(reason.in_(sorted(HELD_REASONS)), sync_rejections.c.retryable)
-            ),
-            "held_backdated": n(
-                rejections.where(
-                    reason.in_(sorted(HELD_SUSPECT_REASONS)), sync_rejections.c.retryable
-                )
-            ),
-            "refused_signatures": n(
-                rejections.where(
-                    reason.in_(sorted(SIGNATURE_REASONS)), sync_rejections.c.kind == "event"
-                )
-            ),
-            "conflicts": n(sa.select(sa.func.count()).select_from(sync_conflicts)),
-            "rejections": n(rejections.where(~anomaly)),
-            "sequence_anomalies": n(rejections.where(anomaly)),
-            "deferred": n(
-                sa.select(sa.func.count())
-                .select_from(sync_rejections)
-                .where(sync_rejections.c.retryable.is_(True))
-            ),
-            "clock_anomalies": n(sa.select(sa.func.count()).select_from(sync_clock_anomalies)),
-        }
+        return sync.refusal_counts(conn, HELD_REASONS, HELD_SUSPECT_REASONS, SIGNATURE_REASONS)

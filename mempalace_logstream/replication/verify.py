@@ -17,13 +17,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import sqlalchemy as sa
-
 from mempalace_logstream import hlc
 from mempalace_logstream.backends.base import CoreExecutor
 from mempalace_logstream.backends.base import Executor as _Ex
-from mempalace_logstream.backends.base import binds as _binds
-from mempalace_logstream.backends.base import in_lists as _in_lists
+from mempalace_logstream.backends.queries import sync
 from mempalace_logstream.identity.keyring import (
     KEY_ADD,
     KEY_EVENT_TYPES,
@@ -34,7 +31,6 @@ from mempalace_logstream.identity.keyring import (
 from mempalace_logstream.identity.verdict import verdict
 from mempalace_logstream.models import Event
 from mempalace_logstream.replication.reports import HELD_REASONS, HELD_SUSPECT_REASONS
-from mempalace_logstream.schema import events, sync_rejections
 from mempalace_logstream.store import LogStore, events_from_rows
 from mempalace_logstream.store.identity import signed
 
@@ -220,13 +216,7 @@ def _revoked_keys_events(store: LogStore) -> tuple[Keyring, dict[str, KeyRecord]
         ex = CoreExecutor(conn)
         ring = store.identity.keyring(ex, store.event_select)
         revoked = {r.key_id: r for r in ring.records() if r.revoked_hlc is not None}
-        found: list[Event] = []
-        for n, params in _in_lists(sorted(revoked)):
-
-            def build(n: int = n) -> sa.Executable:
-                return store.event_select(events.c.key_id.in_(_binds(n))).order_by(events.c.seq)
-
-            found += events_from_rows(ex.rows(("late-revoked", n), build, params))
+        found = events_from_rows(sync.events_signed_by(ex, store.event_select, sorted(revoked)))
     return ring, revoked, sorted(found, key=lambda e: e.seq)
 
 
@@ -309,14 +299,8 @@ def backdating_suspects(store: LogStore, window_ms: int | None = None) -> list[B
 
 def held_backdated(store: LogStore) -> list[str]:
     """The ids of the events held as backdating suspects (sync rejections `backdated`)."""
-    r = sync_rejections.c
     with store.connect() as conn:
-        rows = conn.execute(
-            sa.select(r.ident)
-            .where(r.kind == "event", r.reason.in_(sorted(HELD_SUSPECT_REASONS)))
-            .order_by(r.first_seen_at, r.ident)
-        ).all()
-    return [str(row[0]) for row in rows]
+        return sync.rejection_idents(conn, HELD_SUSPECT_REASONS)
 
 
 @dataclass(frozen=True)
@@ -370,14 +354,7 @@ def unsigned_signing_names(store: LogStore) -> list[UnsignedUnderKey]:
         ex = CoreExecutor(conn)
         ring = store.identity.keyring(ex, store.event_select)
         names = sorted({r.agent for r in ring.records()})
-        found: list[Event] = []
-        for n, params in _in_lists(names):
-
-            def build(n: int = n) -> sa.Executable:
-                c = events.c
-                return store.event_select(c.from_agent.in_(_binds(n)), c.sig.is_(None))
-
-            found += events_from_rows(ex.rows(("late-unsigned", n), build, params))
+        found = events_from_rows(sync.unsigned_events_of(ex, store.event_select, names))
     arrived: dict[str, int] = {}  # name -> seq of its first key event stored here
     for record in ring.records():
         added = ring.key_event(record.added_by)

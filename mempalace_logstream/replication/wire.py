@@ -5,24 +5,17 @@ artifact fetches, all read from one store snapshot.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import sqlalchemy as sa
-
 from mempalace_logstream import errors
 from mempalace_logstream import validation as v
-from mempalace_logstream.backends.base import binds as _binds
-from mempalace_logstream.backends.base import in_lists as _in_lists
+from mempalace_logstream.backends.queries import sync
 from mempalace_logstream.models import ROW_FIELDS, Artifact, Event, read_metadata
-from mempalace_logstream.schema import (
-    artifact_blobs,
-    artifacts,
-    events,
-)
 from mempalace_logstream.store import (
     ARTIFACT_COLS,
     LogStore,
@@ -50,10 +43,10 @@ MAX_RETRIES = 5  # a deferred event pins its origin's pull position for this man
 REPORT_CAP = 100  # conflicts/rejections listed per round result (counts are exact)
 
 
-_CREATED_AT_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z$")
+CREATED_AT_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z$")
 
 
-_SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
 # The compact page (`GET /sync/ops_rows`, our hubs only): one positional row per event in this
@@ -72,7 +65,7 @@ MAX_ROWS_LIMIT = 5000
 ROWS_MAX_BYTES = 8 * 1024 * 1024  # body + metadata characters per compact page (>= 1 row)
 
 
-_READ_CHUNK = 500  # rows per read statement: the same memory bound as a reference page
+READ_CHUNK = 500  # rows per read statement: the same memory bound as a reference page
 
 
 _ART_AT = ROW_COLUMNS.index("artifact_ids")
@@ -145,17 +138,8 @@ def _ops_args(origin: Any, after_seq: Any, limit: Any, cap: int) -> tuple[str, i
 def list_ops(store: LogStore, origin: Any, after_seq: Any = 0, limit: Any = None) -> list[Event]:
     """Events authored by `origin` with origin_seq > after_seq, in origin_seq order (≤500)."""
     clean_origin, after, n = _ops_args(origin, after_seq, limit, MAX_OPS_LIMIT)
-
-    def build() -> sa.Executable:
-        q = store.event_select(
-            events.c.origin_replica == sa.bindparam("origin"),
-            events.c.origin_seq > sa.bindparam("after"),
-        )
-        return q.order_by(events.c.origin_seq).limit(sa.bindparam("lim"))
-
     with store.snapshot() as ex:
-        params = {"origin": clean_origin, "after": after, "lim": n}
-        return events_from_rows(ex.rows("sync-list-ops", build, params))
+        return events_from_rows(sync.ops_events(ex, store.event_select, clean_origin, after, n))
 
 
 def ops_page(store: LogStore, origin: Any, after_seq: Any = 0, limit: Any = None) -> dict[str, Any]:
@@ -182,24 +166,13 @@ def ops_rows(
     `ROW_COLUMNS` values as `/sync/ops` has them (artifact_ids sorted, metadata an object).
     Raises ValidationError."""
     clean_origin, after, n = _ops_args(origin, after_seq, limit, MAX_ROWS_LIMIT)
-    backend = store.backend
-
-    def build() -> sa.Executable:
-        named = {"artifact_ids": links_column(backend), "metadata": events.c.metadata_json}
-        cols = [named[c] if c in named else events.c[c] for c in ROW_COLUMNS]
-        q = sa.select(*cols).where(
-            events.c.origin_replica == sa.bindparam("origin"),
-            events.c.origin_seq > sa.bindparam("after"),
-        )
-        return q.order_by(events.c.origin_seq).limit(sa.bindparam("lim"))
-
+    links = functools.partial(links_column, store.backend)
     out: list[list[Any]] = []
     size = 0
     with store.snapshot() as ex:
         while len(out) < n and size < max_bytes:
-            want = min(_READ_CHUNK, n - len(out))
-            params = {"origin": clean_origin, "after": after, "lim": want}
-            chunk = ex.rows("sync-ops-rows", build, params)
+            want = min(READ_CHUNK, n - len(out))
+            chunk = sync.ops_rows(ex, links, clean_origin, after, want)
             for row in chunk:
                 item = list(row)
                 if not _PLAIN(map(type, row)) or type(row[_OSEQ_AT]) is not int:
@@ -259,9 +232,8 @@ def _rows_json(
     count = size = 0
     with store.snapshot() as ex:
         while count < n and size < max_bytes:
-            want = min(_READ_CHUNK, n - count)
-            params = {"origin": origin, "after": after, "lim": want}
-            text, got, last, chars = ex.query(rows_sql, params)[0]
+            want = min(READ_CHUNK, n - count)
+            text, got, last, chars = sync.ops_rows_json(ex, rows_sql, origin, after, want)
             if not got:
                 break
             try:
@@ -288,13 +260,8 @@ def get_artifacts(
     found: dict[str, Artifact] = {}
     with store.connect() as conn:
         for chunk in _chunks(clean, 200):
-            q = (
-                sa.select(*ARTIFACT_COLS, artifact_blobs.c.content)
-                .join(artifact_blobs, artifact_blobs.c.sha256 == artifacts.c.sha256)
-                .where(artifacts.c.id.in_(chunk))
-            )
             redacted = redactions_of_artifacts(conn, chunk)
-            for row in conn.execute(q):
+            for row in sync.artifacts_with_content(conn, ARTIFACT_COLS, chunk):
                 held = artifact_from_row(row, bytes(row[-1]))
                 mine = redacted.get(row[0])
                 if mine is not None:
@@ -325,16 +292,12 @@ def missing_artifacts(store: LogStore, ids: Iterable[str]) -> list[str]:
     wanted = list(dict.fromkeys(ids))
     if not wanted:
         return []
-    have: set[str] = set()
     with store.snapshot() as ex:
-        for n, params in _in_lists(wanted):
-            key = ("sync-have-arts", n)
-            build = lambda n=n: sa.select(artifacts.c.id).where(artifacts.c.id.in_(_binds(n)))  # noqa: E731
-            have.update(r[0] for r in ex.rows(key, build, params))
+        have = sync.held_artifact_ids(ex, wanted)
     return [i for i in wanted if i not in have]
 
 
-def _row_dict(raw: Any) -> Any:
+def row_dict(raw: Any) -> Any:
     """A row as the event object it stands for (reports and recorded conflicts)."""
     if not isinstance(raw, list) or len(raw) != len(ROW_COLUMNS):
         return raw

@@ -38,14 +38,11 @@ if _typing.TYPE_CHECKING:
     )
     from mempalace_logstream.store.writes import Transaction, same_as_prior
 
-# name -> (module, attribute) of everything loaded on first access (`_EVENT_COLS` and
-# `_TxState`: the old private names, for code and tests written against store.py).
+# name -> (module, attribute) of everything loaded on first access.
 _LAZY: dict[str, tuple[str, str]] = {
     "EVENT_COLS": ("mempalace_logstream.backends.base", "EVENT_COLS"),
-    "_EVENT_COLS": ("mempalace_logstream.backends.base", "EVENT_COLS"),
     "LogStore": ("mempalace_logstream.store.core", "LogStore"),
     "TxState": ("mempalace_logstream.store.pipeline", "TxState"),
-    "_TxState": ("mempalace_logstream.store.pipeline", "TxState"),
     "Transaction": ("mempalace_logstream.store.writes", "Transaction"),
     "same_as_prior": ("mempalace_logstream.store.writes", "same_as_prior"),
     **{

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from mempalace_logstream import errors
+from mempalace_logstream.backends.leader import LeaderLock
 from mempalace_logstream.store import LogStore
 from mempalace_logstream.sync.limits import (
     DEFAULT_DEADLINE_S,
@@ -75,8 +76,11 @@ class SyncLoop:
         push: bool = False,
         deadline_s: float | None = DEFAULT_DEADLINE_S,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
+        leader: LeaderLock | None = None,
     ) -> None:
         self.store = store
+        self.leader = leader
+        self.leading = leader is None  # set by each pass when hubs share the log
         self.palace = Path(palace).expanduser()
         self.interval_s = float(interval_s)
         self.push = push
@@ -122,7 +126,17 @@ class SyncLoop:
 
     def supervise(self) -> None:
         """One pass over peers.json: a thread for each new or changed peer, none for a removed
-        one (its round in flight is cancelled)."""
+        one (its round in flight is cancelled). With several hubs on one log, only the
+        leading hub runs rounds: the others retire their peers' threads and try to take the
+        lead on every pass, so a dead leader is replaced within one interval."""
+        if self.leader is not None:
+            self.leading = self.leader.hold()
+            if not self.leading:
+                self._retire_all()
+                with self.round_done:
+                    self.rounds += 1
+                    self.round_done.notify_all()
+                return
         try:
             specs, error = load_peers(self.palace), None
         except errors.LogstreamError as exc:
@@ -142,6 +156,11 @@ class SyncLoop:
         with self.round_done:
             self.rounds += 1
             self.round_done.notify_all()
+
+    def _retire_all(self) -> None:
+        for w in self._workers.values():
+            w.retire()
+        self._workers = {}
 
     def _spawn(self, spec: dict[str, Any]) -> _Worker:
         w = _Worker(spec)
@@ -205,4 +224,6 @@ class SyncLoop:
         out = estate(self.store, self.palace, self.interval_s if self.enabled else 0)
         alive = self._thread is not None
         out["estate_source"] = {"in_process": True, "published_at": None, "writer_alive": alive}
+        if self.leader is not None:
+            out["sync_leader"] = {"hub": self.leader.holder(), "this_hub": self.leading}
         return out

@@ -24,7 +24,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from mempalace_logstream import LogStore, errors, migrate, replication, sync, workflows
+from mempalace_logstream import LogStore, errors, migrate, replication, schema, sync, workflows
 from mempalace_logstream import engine as engine_mod
 
 _TEMPLATE: Path | None = None
@@ -122,7 +122,7 @@ def snapshot(store: LogStore, skip: set[str] = frozenset()) -> tuple[list[tuple]
             break
         cursor = page.cursor
     with store.engine.connect() as conn:
-        arts = sorted((r.id, r.sha256) for r in conn.execute(replication.artifacts.select()))
+        arts = sorted((r.id, r.sha256) for r in conn.execute(schema.artifacts.select()))
     kept = sorted((e for e in evs if e.id not in skip), key=lambda e: e.hlc)
     return [(e.hlc, e.content_key()) for e in kept], arts
 
@@ -239,8 +239,6 @@ class SyncMachine(RuleBasedStateMachine):
     @invariant()
     def seq_is_dense_and_nothing_is_refused(self) -> None:
         import sqlalchemy as sa
-
-        from mempalace_logstream import schema
 
         refusals = [schema.sync_conflicts, schema.sync_rejections, schema.sync_clock_anomalies]
         for s in self.stores:

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mempalace_logstream import LogStore, errors, replication, sync
+from mempalace_logstream import LogStore, errors, replication, schema, sync
 from mempalace_logstream.http.sync_routes import int_param
 
 JSON = st.recursive(
@@ -100,13 +100,13 @@ POSITIONS = st.sets(st.integers(1, 2**63 - 1) | st.integers(1, 200), max_size=30
 
 @given(POSITIONS, POSITIONS)
 def test_position_fingerprints_tell_sets_apart_and_subtract_by_range(a, b) -> None:
-    assert (replication._fp_of(a) == replication._fp_of(b)) == (a == b)
+    assert (replication.fp_of(a) == replication.fp_of(b)) == (a == b)
     cut = sorted(a)[len(a) // 2] if a else 0
-    low = replication._fp_of(p for p in a if p <= cut)
-    assert replication.fp_between(low, replication._fp_of(a)) == replication._fp_of(
+    low = replication.fp_of(p for p in a if p <= cut)
+    assert replication.fp_between(low, replication.fp_of(a)) == replication.fp_of(
         p for p in a if p > cut
     )
-    wire = list(replication._fp_of(a))
+    wire = list(replication.fp_of(a))
     assert sync.fingerprint(wire) == tuple(wire)
 
 
@@ -174,10 +174,10 @@ def test_the_store_fingerprints_exactly_the_positions_it_holds(store, hexid, pos
     ]
     replication.apply_remote_events(store, wires)
     with store.engine.connect() as conn:
-        c = replication.events.c
+        c = schema.events.c
         query = sa.select(c.origin_seq).where(c.origin_replica == origin)
         held = {r[0] for r in conn.execute(query)}
-    assert replication.fingerprint_upto(store, origin, upto) == replication._fp_of(
+    assert replication.fingerprint_upto(store, origin, upto) == replication.fp_of(
         p for p in held if p <= upto
     )
 
