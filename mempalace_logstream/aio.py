@@ -21,7 +21,7 @@ from typing import Any, TypeVar, cast
 
 import anyio.to_thread
 
-from mempalace_logstream import deliveries, errors, notify, operations, presence, waits
+from mempalace_logstream import delivery_hook, errors, notify, operations, presence, waits
 from mempalace_logstream import validation as v
 from mempalace_logstream.models import Event, Page
 from mempalace_logstream.store import LogStore, ReadRequest
@@ -72,7 +72,7 @@ async def call(store: LogStore, name: str, args: dict[str, Any]) -> dict[str, An
         result = await event_wait(store, clean)
     else:
         result = await run(operations.OPERATIONS[name].handler, store, **clean)
-    deliveries.after_call(store, name, clean, result)  # the delivery ledger's marks (queued)
+    delivery_hook.after_call(store, name, clean, result)  # the delivery ledger's marks (queued)
     return result
 
 

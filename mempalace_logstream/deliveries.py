@@ -8,8 +8,8 @@ write. Hub-local like presence: never replicated.
 
 Per agent it also keeps, in memory, the last push and the first sign of life after it (a
 read, an ack or any write): with the live delivery paths presence knows, that makes
-`wakeable` (`yes` / `unverified` / `no`). The surfaces call `after_call` once an operation
-returns (aio.py, operations.py): it decides what the call marks; statements live in
+`wakeable` (`yes` / `unverified` / `no`). The surfaces call `delivery_hook.after_call` once an
+operation returns (aio.py, operations.py): it decides what the call marks; statements live in
 backends/queries/ledger.py.
 """
 
@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 
 from mempalace_logstream import errors
 from mempalace_logstream.backends.queries import ledger as sql
-from mempalace_logstream.identity import actor
 from mempalace_logstream.store.ids import now_text
 
 if TYPE_CHECKING:
@@ -45,6 +44,7 @@ DELIVERY_HEADER = "X-Logstream-Delivery"
 OBSERVER = "none"  # a read that delivers to nobody (the dashboard, `X-Logstream-Delivery: none`)
 READS = frozenset({"event_list", "event_wait", "event_get"})
 WAKEABLE = ("yes", "unverified", "no")
+MAX_PAGES = 4_096  # pages remembered as sorted out (per agent and column)
 MAX_KNOWN = 200_000  # marks remembered as recorded (a re-read then writes nothing)
 MAX_AGENTS = 10_000  # per-agent push/life entries kept in memory (oldest dropped past it)
 
@@ -112,6 +112,8 @@ class Ledger:
         # (event, recipient, column) -> the time queued or written: a later mark is a no-op
         # (the earliest wins), so a re-read costs no write. Bounded, oldest forgotten first.
         self._known: dict[tuple[str, str, str], str] = {}
+        # (column, agent, the ids of a page) sorted out already: a re-read of it is skipped.
+        self._pages: dict[tuple[str, str, tuple[str, ...]], int] = {}
         self._life: dict[str, Life] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -152,8 +154,18 @@ class Ledger:
         is earlier than any queued or written (a re-read writes nothing)."""
         with self._lock:
             raw, self._raw = self._raw, []
-        known = self._known
+        known, pages = self._known, self._pages
         for column, agent, ms, path, events in raw:
+            if column != "acked_at":
+                # The same page read again by the same agent, no earlier, changes nothing.
+                ids = tuple(e["id"] if isinstance(e, dict) else e.id for e in events)
+                page = (column, agent, ids)
+                held_ms = pages.get(page)
+                if held_ms is not None and held_ms <= ms:
+                    continue
+                if held_ms is None and len(pages) >= MAX_PAGES:
+                    pages.pop(next(iter(pages)))
+                pages[page] = ms
             at = now_text(ms)
             with self._lock:
                 for e in events:
@@ -370,111 +382,14 @@ def disable(store: LogStore) -> None:
         found.close()
 
 
-# ----------------------------------------------------------------------------- the hook
-def reader(args: dict[str, Any]) -> str | None:
-    """Who reads: the agent a token proves, else the read's `from_agent`, else its single
-    `to_agent` (an inbox read; not the admin's, who reads anyone's inbox)."""
-    who = actor.current()
-    if who is not None and who.agent is not None:
-        return who.agent
-    named = args.get("from_agent")
-    if isinstance(named, str):
-        return named
-    if who is not None and who.admin:
-        return None
-    to = args.get("to_agent")
-    if isinstance(to, str) and to != "*":
-        return to
-    if isinstance(to, list) and len(to) == 1 and to[0] != "*":
-        return str(to[0])
-    return None
+def current_path() -> str | None:
+    """The delivery path of the running call (`delivering`), or None."""
+    return _PATH.get()
 
 
-def after_call(store: LogStore, name: str, args: dict[str, Any], result: dict[str, Any]) -> None:
-    """What operation `name` marks once it returned `result` (the surfaces' common hook)."""
-    ledger = _LEDGERS.get(store)
-    if ledger is None or _PATH.get() == OBSERVER:
-        return
-    if name in READS:
-        agent = reader(args)
-        if agent is None:
-            return
-        events = result.get("events")
-        if events is None:
-            event = result.get("event")
-            events = [] if event is None else [event]
-        path = _PATH.get()
-        if path is not None:
-            ledger.pushed(events, agent, path)
-        else:
-            ledger.seen(events, agent)
-    elif name == "event_ack":
-        event = result.get("event") or {}
-        if isinstance(event.get("from_agent"), str):
-            ledger.acked(str(args["event_id"]), event["from_agent"])
-    elif name in WRITES:
-        writer = args.get(WRITES[name]) or _writer_of(result)
-        if isinstance(writer, str):
-            ledger.alive(writer)
-        if name in WARNED:
-            _warn(ledger, args.get("to_agent"), result)
-
-
-WARNED = ("event_append", "task_create")
-
-
-def _warn(ledger: Ledger, to: Any, result: dict[str, Any]) -> None:
-    """The sender's warning (issue 20 item 2): the addressee announced delivery paths here
-    and none that pushes is live now, so it sees the message at its next prompt only."""
-    registry = ledger.registry
-    if registry is None or not isinstance(to, str) or to == "*" or not registry.announced(to):
-        return
-    if wakeable(registry.paths(to), None, 0, 0) == "no":
-        result["warning"] = no_path_warning(to)
-
-
-def no_path_warning(agent: str) -> str:
-    return f"{agent} has no live delivery path; it will see this at its next prompt"
-
-
-def presence_fields(registry: Registry, agent: str) -> dict[str, Any]:
-    """What presence_list adds per agent: its live paths (since when), `wakeable`, the last
-    push (and path) and the last sign of life this hub saw."""
-    from mempalace_logstream.presence import iso
-
-    ledger = _BY_REGISTRY.get(registry)
-    paths = registry.paths(agent)
-    life = ledger.life(agent) if ledger is not None else Life()
-    window = ledger.window_s if ledger is not None else DEFAULT_WAKEABLE_WINDOW_S
-    now = ledger.clock() if ledger is not None else registry.now_ms()
-    return {
-        "paths": [
-            {"path": p, "since": iso(since), "expires_at": iso(until)}
-            for p, (since, until) in sorted(paths.items())
-        ],
-        "wakeable": wakeable(paths, life.reacted_ms, now, window),
-        "last_push_at": None if life.pushed_ms is None else iso(life.pushed_ms),
-        "last_push_path": life.pushed_path,
-        "last_life_at": None if life.life_ms is None else iso(life.life_ms),
-    }
-
-
-# The operations that write, and the parameter naming their writer.
-WRITES = {
-    "event_append": "from_agent",
-    "event_redact": "from_agent",
-    "artifact_put": "created_by",
-    "patch_submit": "from_agent",
-    "task_create": "from_agent",
-    "task_update": "from_agent",
-}
-
-
-def _writer_of(result: dict[str, Any]) -> str | None:
-    event = result.get("event")
-    if isinstance(event, dict) and isinstance(event.get("from_agent"), str):
-        return str(event["from_agent"])
-    return None
+def for_registry(registry: Registry) -> Ledger | None:
+    """The ledger a hub gave this presence table (wakeable's push and life memory)."""
+    return _BY_REGISTRY.get(registry)
 
 
 def status_of(store: LogStore, event_id: Any) -> dict[str, Any]:

@@ -213,11 +213,11 @@ def _checked(name: str, table: dict[str, bool] | None, args: dict[str, Any]) -> 
 
 def call(store: LogStore, name: str, args: dict[str, Any]) -> dict[str, Any]:
     """Run operation `name` with raw `args` (None values mean "not given")."""
-    from mempalace_logstream import deliveries
+    from mempalace_logstream import delivery_hook
 
     clean = check_args(name, args)
     result = OPERATIONS[name].handler(store, **clean)
-    deliveries.after_call(store, name, clean, result)
+    delivery_hook.after_call(store, name, clean, result)
     return result
 
 
@@ -255,7 +255,7 @@ def presence_leave(registry: Registry, *, agent: str) -> dict[str, Any]:
 
 
 def presence_list(registry: Registry) -> dict[str, Any]:
-    from mempalace_logstream.deliveries import presence_fields
+    from mempalace_logstream.delivery_hook import presence_fields
 
     entries = registry.present()
     agents = [{**entry.to_dict(), **presence_fields(registry, entry.agent)} for entry in entries]

@@ -64,6 +64,7 @@ RULES: dict[str, tuple[str, ...]] = {
     # Reminders for unclaimed tasks (issue 20): the store's public API, no SQL, no surface.
     # The delivery ledger and wakeable presence (issue 20): its SQL in backends/queries.
     "deliveries": ("sqlalchemy", "engine", "schema", "sync", *SURFACE_LIBS),
+    "delivery_hook": ("sqlalchemy", "backends", "engine", "schema", "sync", *SURFACE_LIBS),
     "reminders": ("sqlalchemy", "backends", "engine", "schema", "sync", *SURFACE_LIBS),
     "hub_client": ("fastapi", "mcp", "typer"),
     "http_errors": ("fastapi", "mcp", "typer", "sse_starlette", "store", "engine", "sync"),

@@ -25,7 +25,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from mempalace_logstream import aio, deliveries, errors
+from mempalace_logstream import aio, deliveries, delivery_hook, errors
 from mempalace_logstream import validation as v
 from mempalace_logstream.http.params import query_args, query_docs
 from mempalace_logstream.http.responses import error_response
@@ -135,7 +135,7 @@ async def _open_stream(
     args = query_args(request, SSE_PARAMS, v.FILTER_FIELDS)
     with_presence = v.boolean("presence", args.pop("presence", None))
     path = deliveries.check_path(request.headers.get(deliveries.DELIVERY_HEADER)) or "sse"
-    request.state.delivery = (deliveries.reader(args), path)
+    request.state.delivery = (delivery_hook.reader(args), path)
     header = _last_event_id(request)
     if header is not None:
         args["since_event_id"] = header
