@@ -165,3 +165,36 @@ def test_a_bad_delivery_header_is_refused_and_an_observer_marks_nothing(tmp_path
         assert resp.json()["field"] == deliveries.DELIVERY_HEADER
     finally:
         hub.close()
+
+
+def test_task_stalled_names_what_the_ledger_knows_of_the_request(db_url: str, clock: Any) -> None:
+    from mempalace_logstream import reminders, workflows
+    from mempalace_logstream.tasks import guards as g
+
+    store = LogStore.open(db_url, clock=clock)
+    try:
+        ledger = deliveries.enable(store)
+        assert ledger is not None
+        out = workflows.task_create(
+            store,
+            project="p",
+            from_agent="claude",
+            to_agent="codex",
+            goal="fix the bug",
+            branch="main",
+            base_commit="abc1234",
+            done="tests pass",
+            max_reminders=0,
+        )
+        request = out["task"].to_dict()
+        ledger.pushed([request], "codex", "codex")  # the Codex queue delivered it, no claim
+        clock.advance(10 * 60_000)
+        assert [x.kind for x in reminders.remind_once(store)] == ["stalled"]
+        page = store.event_list(type=g.STALLED_TYPE, order="asc", limit=10)
+        rows = page.events[0].metadata["delivery"]
+        assert [(r["recipient"], r["pushed_path"], r["seen_at"]) for r in rows] == [
+            ("codex", "codex", None)
+        ]
+    finally:
+        deliveries.disable(store)
+        store.close()
