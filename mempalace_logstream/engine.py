@@ -111,14 +111,11 @@ def create_engine(
 def _pg_engine(url: sa.URL, durability: str) -> sa.Engine:
     engine = sa.create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
     if durability != "full":
+        from mempalace_logstream.backends import postgres  # psycopg: loaded for PostgreSQL only
 
         @sa.event.listens_for(engine, "connect")
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-            # PostgreSQL's analogue of SQLite NORMAL: a commit returns before its WAL flush, so
-            # a server crash may lose the last few commits, never corrupt the database.
-            with dbapi_conn.cursor() as cur:
-                cur.execute("SET synchronous_commit = off")
-            dbapi_conn.commit()
+            postgres.relax_durability(dbapi_conn)
 
     return engine
 
@@ -159,22 +156,14 @@ def _listen_sqlite(
         # Own the transaction boundaries ourselves (pysqlite's implicit BEGIN is deferred and
         # skips DDL), so writers can take the lock up front with BEGIN IMMEDIATE.
         dbapi_conn.isolation_level = None
-        cur = dbapi_conn.cursor()
-        cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
-        if writable:  # a read-only connection reads in whatever mode the file is in
-            mode = cur.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise errors.StorageError(f"could not switch {database} to WAL (got {mode})")
-        cur.execute(f"PRAGMA synchronous={sync}")
-        cur.execute("PRAGMA foreign_keys=ON")
-        cur.close()
+        sqlite_file.configure(dbapi_conn, database, sync, busy_timeout_ms, writable)
         # The blob guard's SHA-256 (schema.blob_guard_ddl): SQLite has none of its own.
         dbapi_conn.create_function(SQLITE_SHA256_FUNCTION, 1, _sha256_hex, deterministic=True)
 
     @sa.event.listens_for(engine, "begin")
     def _on_begin(conn: sa.Connection) -> None:
         write = conn.get_execution_options().get(WRITE_OPTION, False)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+        sqlite_file.begin(conn, write)
 
 
 def _sha256_hex(data: Any) -> str | None:
@@ -210,8 +199,7 @@ def _create_log_file(path: str) -> bool:
     try:
         db = sqlite3.connect(tmp, isolation_level=None)
         try:
-            db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            db.execute("PRAGMA journal_mode = WAL")
+            sqlite_file.mark_new_file(db)
         finally:
             db.close()  # the last connection: checkpointed, no -wal left behind
         _fsync(tmp)

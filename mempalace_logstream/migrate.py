@@ -15,6 +15,7 @@ import sqlalchemy as sa
 
 from mempalace_logstream import backends, errors
 from mempalace_logstream import engine as engine_mod
+from mempalace_logstream.backends.queries import meta as meta_rows
 from mempalace_logstream.schema import SCHEMA_HEAD
 
 if TYPE_CHECKING:
@@ -49,9 +50,7 @@ def alembic_config(connection: sa.Connection | None = None, url: str | None = No
 
 
 def current_revision(conn: sa.Connection) -> str | None:
-    if not sa.inspect(conn).has_table("alembic_version"):
-        return None
-    return conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
+    return meta_rows.schema_revision(conn)
 
 
 @contextlib.contextmanager

@@ -62,9 +62,11 @@ class RoundRobinProxy:
         async def stop() -> None:
             assert self._server is not None
             self._server.close()
-            for task in asyncio.all_tasks():
-                if task is not asyncio.current_task():
-                    task.cancel()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self._server.wait_closed()
 
         asyncio.run_coroutine_threadsafe(stop(), self._loop).result(30)
         self._loop.call_soon_threadsafe(self._loop.stop)

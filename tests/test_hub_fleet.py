@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from mempalace_logstream import LogStore
+from mempalace_logstream.http import session
 from tests.outagekit import CliProcess, HubProcess, cli_env, until
 from tests.proxykit import RoundRobinProxy, SseFollower
 
@@ -240,6 +241,14 @@ def test_a_dashboard_login_through_one_hub_works_on_the_others_and_a_logout_ends
         assert out.status_code == 303
         for hub in hubs:
             until(lambda h=hub: httpx.get(h.url + "/v1/events", cookies=jar).status_code == 401, 30)
+        # Failed logins count on every hub: five wrong tokens spread over the hubs lock this
+        # address out of all of them.
+        for i in range(session.MAX_LOGIN_FAILURES):
+            wrong = httpx.post(hubs[i % 3].url + "/dashboard/login", data={"token": "nope"})
+            assert wrong.status_code == 401, wrong.text
+        for hub in hubs:
+            locked = httpx.post(hub.url + "/dashboard/login", data={"token": TOKEN})
+            assert locked.status_code == 429 and int(locked.headers["retry-after"]) >= 1
     finally:
         if proxy is not None:
             proxy.close()

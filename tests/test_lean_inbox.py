@@ -27,6 +27,8 @@ from mempalace_logstream import engine as engine_mod
 from mempalace_logstream import hook as hook_mod
 from mempalace_logstream import inbox as inbox_mod
 from mempalace_logstream.backends import sqlite_inbox_sql
+from mempalace_logstream.backends.queries import identity as id_queries
+from mempalace_logstream.backends.queries import log as log_queries
 from mempalace_logstream.migrate import KNOWN_REVISIONS
 from mempalace_logstream.operations import LocalClient
 from mempalace_logstream.store import lean, marks
@@ -73,10 +75,14 @@ def test_the_generated_sql_is_the_stores_own() -> None:
     assert fresh == kept, "run `python -m mempalace_logstream.store.lean` and ruff format"
     # every page shape the inbox asks for: the tip, one agent (two legs), "*" (one value),
     # and the "agents have keys" probe of sender gating (one key_add)
-    pages = {key for key in fresh["STATEMENTS"] if key[0] == "page"}
+    pages = {key for key in fresh["STATEMENTS"] if key[0] == log_queries.PAGE}
     assert len(pages) == 4
     # and the keyring's two reads, for the read marks (store/marks.py)
     assert {marks.MARKS_SQL, marks.KEY_EVENTS_SQL} <= set(fresh["STATEMENTS"])
+    # under the keys of the statements' home (backends/queries), which lean.py names again
+    assert (marks.MARKS_SQL, marks.KEY_EVENTS_SQL) == (id_queries.MARKS, id_queries.KEY_EVENTS)
+    cursors = {log_queries.SEQ_OF, log_queries.ID_AT, (log_queries.TOP, True)}
+    assert cursors <= set(fresh["STATEMENTS"])
 
 
 # ----------------------------------------------------------------------------- imports

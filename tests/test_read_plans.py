@@ -1,7 +1,7 @@
 """Inbox reads on SQLite: one index-ordered leg per to_agent value, merged by UNION ALL.
 
 `to_agent=X` matches X and '*'. As one `IN (X, '*')` list SQLite collects every match and sorts
-it (a temp B-tree: ~100k rows for one inbox on a 1M-event log); `LogStore._page_query` reads
+it (a temp B-tree: ~100k rows for one inbox on a 1M-event log); `LogStore._page_plan` reads
 one (to_agent, seq) index range per value instead. These tests prove the two shapes return the
 same pages on random data and that the inbox plan has no sort step.
 """

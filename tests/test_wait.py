@@ -259,7 +259,7 @@ def test_a_blocked_wait_has_its_page_statement_compiled_already(sqlite_store: Lo
     while sqlite_store.notifier.waiters == 0 and time.monotonic() < deadline:
         time.sleep(0.001)
     assert sqlite_store.notifier.waiters == 1
-    assert any(isinstance(k, tuple) and k[0] == "page" for k in sqlite_store._sql_cache)
+    assert any(isinstance(k, tuple) and k[0] == "log.page" for k in sqlite_store._sql_cache)
     _append(sqlite_store, to_agent="bob")
     waiter.join(30)
     assert len(result[0].events) == 1  # type: ignore[attr-defined]

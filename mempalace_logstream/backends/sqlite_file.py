@@ -59,6 +59,35 @@ def _text_or_bytes(raw: bytes) -> str | bytes:
         return raw
 
 
+def configure(db: Any, database: str, sync: str, busy_timeout_ms: int, writable: bool) -> None:
+    """Set up a new DBAPI connection to the log `database` (engine.py's connect listener): the
+    busy timeout, WAL (a writable connection; a read-only one reads in whatever mode the file
+    is in), the synchronous level `sync` (`DURABILITY`'s), foreign keys."""
+    cur = db.cursor()
+    try:
+        cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        if writable:
+            mode = cur.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise errors.StorageError(f"could not switch {database} to WAL (got {mode})")
+        cur.execute(f"PRAGMA synchronous={sync}")
+        cur.execute("PRAGMA foreign_keys=ON")
+    finally:
+        cur.close()
+
+
+def begin(conn: Any, write: bool) -> None:
+    """Open the transaction of a SQLAlchemy connection whose DBAPI connection owns its
+    transaction boundaries (isolation_level None): a writer takes the write lock up front."""
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def mark_new_file(db: sqlite3.Connection) -> None:
+    """Make the empty database of `db` a log file: our application id, WAL mode."""
+    db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    db.execute("PRAGMA journal_mode = WAL")
+
+
 def missing_log(database: str) -> errors.NotFoundError:
     """What a reader (`create=False`) gets for a log file that does not exist."""
     return errors.NotFoundError(

@@ -9,11 +9,7 @@ from typing import Any
 SCHEMA_HEAD = "0008"
 SPLIT_INBOX = True
 STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
-    "id-at": (
-        ("SELECT events.id \nFROM events \nWHERE events.seq = :seq"),
-        {},
-    ),
-    "identity-key-events": (
+    "identity.key-events": (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
             "events.hlc, events.type, events.stream, events.room, events.topic, "
@@ -28,7 +24,7 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ),
         {"key_type_0": "identity.key_add", "key_type_1": "identity.key_revoke"},
     ),
-    "identity-marks": (
+    "identity.marks": (
         (
             "SELECT (SELECT events.id \nFROM events \nWHERE events.seq = (SELECT "
             "max(events.seq) AS max_1 \nFROM events \nWHERE events.type IN "
@@ -44,11 +40,15 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "key_1": "identity.pin.",
         },
     ),
-    "seq-of": (
+    "log.id-at": (
+        ("SELECT events.id \nFROM events \nWHERE events.seq = :seq"),
+        {},
+    ),
+    "log.seq-of": (
         ("SELECT events.seq \nFROM events \nWHERE events.id = :id"),
         {},
     ),
-    ("page", (("exclude_writer", 1),), 1, False, False, "asc"): (
+    ("log.page", (("exclude_writer", 1),), 1, False, False, "asc"): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
             "events.hlc, events.type, events.stream, events.room, events.topic, "
@@ -64,7 +64,7 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ),
         {"param_1": 0},
     ),
-    ("page", (("exclude_writer", 1),), 2, True, False, "asc"): (
+    ("log.page", (("exclude_writer", 1),), 2, True, False, "asc"): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
             "events.hlc, events.type, events.stream, events.room, events.topic, "
@@ -90,7 +90,7 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ),
         {"param_1": 0},
     ),
-    ("page", (("type", 1),), 0, False, False, "desc"): (
+    ("log.page", (("type", 1),), 0, False, False, "desc"): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
             "events.hlc, events.type, events.stream, events.room, events.topic, "
@@ -106,7 +106,7 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ),
         {"param_1": 0},
     ),
-    ("page", (), 0, False, False, "desc"): (
+    ("log.page", (), 0, False, False, "desc"): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
             "events.hlc, events.type, events.stream, events.room, events.topic, "
@@ -121,7 +121,7 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ),
         {"param_1": 0},
     ),
-    ("top", True): (
+    ("log.top", True): (
         (
             "SELECT events.seq, events.id \nFROM events ORDER BY events.seq DESC\n "
             "LIMIT :param_1 OFFSET :param_2"

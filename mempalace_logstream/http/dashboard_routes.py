@@ -36,7 +36,7 @@ def add_dashboard(app: FastAPI) -> None:
     """The dashboard's routes, and on `app.state` its failed-login counter and the sessions
     ended by a logout (the guard refuses those)."""
     app.state.sessions = session.EndedSessions(app.state.store)
-    app.state.login_throttle = session.LoginThrottle()
+    app.state.login_throttle = session.throttle_for(app.state.store)
     app.get("/", include_in_schema=False)(index)
     app.get("/dashboard/session", include_in_schema=False)(session_info)
     app.post("/dashboard/login", include_in_schema=False)(login)
@@ -85,16 +85,16 @@ async def login(request: Request) -> Response:
         return RedirectResponse("/", status_code=303)
     throttle: session.LoginThrottle = request.app.state.login_throttle
     client = request.client.host if request.client else "unknown"
-    wait = throttle.retry_after(client)
+    wait = await throttle.retry_after(client)
     if wait is not None:
         note = f"Too many failed logins from this address; try again in {wait} s."
         return HTMLResponse(login_page(note), status_code=429, headers={"Retry-After": str(wait)})
     fields = _form(await request.body(), request.headers.get("content-type", ""))
     token = fields.get("token", "")
     if not hmac.compare_digest(token.encode(), settings.token.encode()):
-        _log_failure(throttle, client)
+        await _log_failure(throttle, client)
         return HTMLResponse(login_page("That is not this hub's token."), status_code=401)
-    throttle.succeeded(client)
+    await throttle.succeeded(client)
     operator = fields.get("operator", "").strip() or None
     if operator is not None:
         try:
@@ -108,9 +108,9 @@ async def login(request: Request) -> Response:
     return resp
 
 
-def _log_failure(throttle: session.LoginThrottle, client: str) -> None:
+async def _log_failure(throttle: session.LoginThrottle, client: str) -> None:
     """Count and log a failed login (the address and the count, never what was presented)."""
-    n = throttle.failed(client)
+    n = await throttle.failed(client)
     locked = f"; locked for {throttle.window_s:g} s" if n >= throttle.limit else ""
     log.warning(
         "failed dashboard login from %s (%d in the last %g s%s)",

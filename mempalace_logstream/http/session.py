@@ -12,8 +12,9 @@ A session is read-only unless the login named an operator: then it may also appe
 room) and update tasks (cancel), as that operator only. A cookie-authenticated POST must carry
 `X-Logstream-Dashboard: 1` (a header a cross-site form cannot send) and, when it has an Origin,
 one naming this hub (CSRF, on top of SameSite=Strict). Failed logins are counted per client
-address (`LoginThrottle`): past `MAX_LOGIN_FAILURES` in `LOGIN_WINDOW_S`, that address is
-refused (429) until the window passes.
+address (`LoginThrottle`, kept in the database so that every hub of it counts the same):
+past `MAX_LOGIN_FAILURES` in `LOGIN_WINDOW_S`, that address is refused (429) until the window
+passes.
 """
 
 from __future__ import annotations
@@ -23,12 +24,19 @@ import hashlib
 import hmac
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote, urlsplit
 
 from mempalace_logstream import aio
-from mempalace_logstream.store.sessions import end_session, ended_sessions
+from mempalace_logstream.store.sessions import (
+    end_session,
+    ended_sessions,
+    login_failed,
+    login_failures,
+    login_succeeded,
+)
 
 if TYPE_CHECKING:
     from mempalace_logstream.store import LogStore
@@ -92,7 +100,9 @@ def session_of(token: str, cookie_header: str, now_s: float | None = None) -> Se
 
 
 class LoginThrottle:
-    """Failed logins per client address in a sliding window; bounded memory."""
+    """Failed logins per client address in a sliding window; bounded memory. This one
+    counts in the hub's memory (a log it may not write); `SharedLoginThrottle` counts in the
+    database, for every hub of it."""
 
     def __init__(self, limit: int = MAX_LOGIN_FAILURES, window_s: float = LOGIN_WINDOW_S) -> None:
         self.limit, self.window_s = limit, window_s
@@ -106,17 +116,19 @@ class LoginThrottle:
             times.popleft()
         return times
 
-    def retry_after(self, client: str, now: float | None = None) -> int | None:
-        """Seconds until `client` may try again, or None when it may now."""
-        at = time.monotonic() if now is None else now
-        times = self._recent(client, at)
+    def _wait(self, times: Sequence[float], now: float) -> int | None:
         if len(times) < self.limit:
             return None
-        return max(1, int(times[0] + self.window_s - at + 0.999))
+        return max(1, int(times[-self.limit] + self.window_s - now + 0.999))
 
-    def failed(self, client: str, now: float | None = None) -> int:
+    async def retry_after(self, client: str, now: float | None = None) -> int | None:
+        """Seconds until `client` may try again, or None when it may now."""
+        at = time.time() if now is None else now
+        return self._wait(self._recent(client, at), at)
+
+    async def failed(self, client: str, now: float | None = None) -> int:
         """Count a failed login of `client`; returns its failures in the window."""
-        at = time.monotonic() if now is None else now
+        at = time.time() if now is None else now
         times = self._recent(client, at)
         times.append(at)
         self._failures[client] = times
@@ -125,8 +137,38 @@ class LoginThrottle:
             self._failures.popitem(last=False)
         return len(times)
 
-    def succeeded(self, client: str) -> None:
+    async def succeeded(self, client: str) -> None:
         self._failures.pop(client, None)
+
+
+class SharedLoginThrottle(LoginThrottle):
+    """The failed logins kept in the database (`store/sessions.py`), so the limit holds
+    across every hub behind a load balancer and across restarts."""
+
+    def __init__(
+        self, store: LogStore, limit: int = MAX_LOGIN_FAILURES, window_s: float = LOGIN_WINDOW_S
+    ) -> None:
+        super().__init__(limit, window_s)
+        self.store = store
+
+    async def retry_after(self, client: str, now: float | None = None) -> int | None:
+        at = time.time() if now is None else now
+        times = await aio.run(login_failures, self.store, client, at - self.window_s)
+        return self._wait(times, at)
+
+    async def failed(self, client: str, now: float | None = None) -> int:
+        at = time.time() if now is None else now
+        return await aio.run(login_failed, self.store, client, at, self.window_s)
+
+    async def succeeded(self, client: str) -> None:
+        await aio.run(login_succeeded, self.store, client)
+
+
+def throttle_for(store: LogStore | None) -> LoginThrottle:
+    """The shared throttle on a log this hub may write, else one in memory."""
+    if store is None or store.read_only:
+        return LoginThrottle()
+    return SharedLoginThrottle(store)
 
 
 def same_origin(origin: str, host: str) -> bool:

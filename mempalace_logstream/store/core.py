@@ -18,7 +18,9 @@ import sqlalchemy as sa
 from mempalace_logstream import backends, config, errors, hlc, migrate, notify
 from mempalace_logstream import engine as engine_mod
 from mempalace_logstream import validation as v
-from mempalace_logstream.schema import SCHEMA_HEAD, events, meta
+from mempalace_logstream.backends.queries import log as log_rows
+from mempalace_logstream.backends.queries import meta as meta_rows
+from mempalace_logstream.schema import SCHEMA_HEAD
 from mempalace_logstream.store import tasks as task_rows
 from mempalace_logstream.store.identity import Identity, keys_dir_for
 from mempalace_logstream.store.ids import mint_replica_id
@@ -30,6 +32,8 @@ from mempalace_logstream.store.task_cache import FoldCache
 from mempalace_logstream.store.task_reads import TaskReads
 from mempalace_logstream.store.writes import Writes
 from mempalace_logstream.tasks import TaskSettings
+
+REPLICA_ID_KEY = "replica_id"  # the meta row holding this database's replica id
 
 
 class LogStore(Writes, Reads, Stats, TaskReads):
@@ -148,29 +152,27 @@ class LogStore(Writes, Reads, Stats, TaskReads):
     def _load_replica_id(self) -> str:
         # A plain read first: every open (each CLI call) would otherwise queue for the write
         # lock behind busy writers just to read a value that is minted once.
-        query = sa.select(meta.c.value).where(meta.c.key == "replica_id")
         with self.engine.connect() as conn:
-            row = conn.execute(query).first()
-        if row:
-            return str(row[0])
+            held = meta_rows.value(conn, REPLICA_ID_KEY)
+        if held is not None:
+            return held
         if self.read_only:
             return ""  # minted by the first writer; a reader does not need one
         with self._writer.begin() as conn:
             self._lock_writes(conn)
-            row = conn.execute(query).first()
-            if row:
-                return str(row[0])
+            held = meta_rows.value(conn, REPLICA_ID_KEY)
+            if held is not None:
+                return held
             rid = mint_replica_id()
-            conn.execute(sa.insert(meta).values(key="replica_id", value=rid))
+            meta_rows.insert(conn, REPLICA_ID_KEY, rid)
             return rid
 
     def _projection_is_stale(self, before: str | None) -> bool:
-        query = sa.select(meta.c.value).where(meta.c.key == task_rows.FOLD_VERSION_KEY)
         with self._storage_errors(), self.engine.connect() as conn:
-            version = conn.execute(query).scalar()
+            version = meta_rows.value(conn, task_rows.FOLD_VERSION_KEY)
             if version == task_rows.FOLD_VERSION and before == SCHEMA_HEAD:
                 return False
-            empty = conn.execute(sa.select(events.c.seq).limit(1)).first() is None
+            empty = log_rows.is_empty(conn)
         if version is None and empty:  # a new log: nothing to fold, record the version
             self.transaction(task_rows.mark_fold_version)
             return False

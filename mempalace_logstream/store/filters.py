@@ -17,7 +17,7 @@ FROM_AGENT_NOTE = (
 )
 # The read filters, described once: field -> (the events column it tests, how). "in": the
 # column is one of the values; "not_in": none of them; "inbox": one of them or "*" (broadcast).
-# The SQL of a page (`LogStore._page_statement`) and `Filters.matches` both derive from it.
+# The SQL of a page (`backends/queries/log.py`) and `Filters.matches` both derive from it.
 FILTER_RULES: dict[str, tuple[str, str]] = {
     "stream": ("stream", "in"),
     "room": ("room", "in"),

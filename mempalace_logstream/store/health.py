@@ -14,20 +14,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-
 from mempalace_logstream import errors
+from mempalace_logstream.backends.queries import artifacts as artifact_rows
+from mempalace_logstream.backends.queries import log as log_rows
 from mempalace_logstream.identity.keyring import Keyring
 from mempalace_logstream.identity.verdict import verdict
 from mempalace_logstream.models import TOMBSTONE_PREFIX, Event, parse_tombstone
-from mempalace_logstream.schema import (
-    artifact_blobs,
-    artifact_redactions,
-    artifacts,
-    events,
-    redactions,
-)
-from mempalace_logstream.schema import tasks as tasks_table
 from mempalace_logstream.store import blobs as blob_rows
 from mempalace_logstream.store import tasks as task_rows
 from mempalace_logstream.store.identity import artifact_sha256s
@@ -72,12 +64,7 @@ def blobs(store: LogStore) -> BlobReport:
     after = ""
     while True:
         with store.connect() as conn:
-            rows = conn.execute(
-                sa.select(artifact_blobs.c.sha256, artifact_blobs.c.content)
-                .where(artifact_blobs.c.sha256 > after)
-                .order_by(artifact_blobs.c.sha256)
-                .limit(BLOB_CHUNK)
-            ).all()
+            rows = artifact_rows.blob_chunk(conn, after, BLOB_CHUNK)
         if not rows:
             return out
         emptied: list[str] = []
@@ -99,14 +86,7 @@ def _sort_emptied(store: LogStore, emptied: list[str], named: set[str], out: Blo
         return
     with store.connect() as conn:
         bare = blob_rows.unredacted_on_empty_blobs(conn, emptied)
-        shas = (
-            {
-                str(r[0])
-                for r in conn.execute(sa.select(artifacts.c.sha256).where(artifacts.c.id.in_(bare)))
-            }
-            if bare
-            else set()
-        )
+        shas = artifact_rows.sha256s_of(conn, bare) if bare else set()
     out.emptied_but_named += bare
     for sha in emptied:
         if sha in shas:
@@ -134,25 +114,9 @@ def projection(store: LogStore) -> ProjectionReport:
 
     def work(tx: Transaction) -> ProjectionReport:
         out = ProjectionReport()
-        stored = {
-            str(r[0]): r
-            for r in tx.rows(
-                "doctor-task-rows",
-                lambda: sa.select(tasks_table.c.task_id, tasks_table.c.doc_json, *_cols()),
-                {},
-            )
-        }
-        ids = tx.rows(
-            "doctor-task-ids",
-            lambda: (
-                sa.select(events.c.correlation_id)
-                .where(events.c.type == REQUEST_TYPE, events.c.correlation_id.is_not(None))
-                .distinct()
-            ),
-            {},
-        )
+        stored = {str(r[0]): r for r in log_rows.task_rows(tx.ex, _COMPARED)}
         folded: set[str] = set()
-        for (task_id,) in ids:
+        for task_id in log_rows.requested_tasks(tx.ex, REQUEST_TYPE):
             task, _seq = task_rows.refold(tx, task_id)
             if task is None:
                 continue
@@ -171,10 +135,6 @@ def projection(store: LogStore) -> ProjectionReport:
 
     result: ProjectionReport = store.transaction(work)
     return result
-
-
-def _cols() -> list[sa.Column[Any]]:
-    return [tasks_table.c[c] for c in _COMPARED]
 
 
 @dataclass
@@ -196,15 +156,7 @@ def chunks(store: LogStore) -> Iterator[list[Event]]:
     after = 0
     while True:
         with store.snapshot() as ex:
-            rows = ex.rows(
-                "doctor-chunk",
-                lambda: (
-                    store.event_select(events.c.seq > sa.bindparam("after"))
-                    .order_by(events.c.seq)
-                    .limit(sa.bindparam("n"))
-                ),
-                {"after": after, "n": CHUNK},
-            )
+            rows = log_rows.chunk(ex, store.event_select, after, CHUNK)
         if not rows:
             return
         batch = events_from_rows(rows)
@@ -258,12 +210,7 @@ def _check_tombstones(store: LogStore, tombs: list[Event], out: SignatureReport)
     if not tombs:
         return
     with store.connect() as conn:
-        rows = conn.execute(
-            sa.select(redactions.c.target_id, redactions.c.tombstone).where(
-                redactions.c.target_id.in_([e.id for e in tombs]), redactions.c.part == BODY
-            )
-        ).all()
-    named = {(str(r[0]), r[1]) for r in rows}
+        named = log_rows.body_tombstones(conn, [e.id for e in tombs], BODY)
     for event in tombs:
         if parse_tombstone(event.body) is None:
             continue
@@ -295,7 +242,5 @@ def _artifacts_redacted(store: LogStore, redaction_id: str, parts: Any) -> bool:
     wanted = {p.part for p in parts if p.part != BODY}
     if not wanted:
         return True
-    t = artifact_redactions.c
     with store.connect() as conn:
-        rows = conn.execute(sa.select(t.artifact_id).where(t.redaction_id == redaction_id))
-        return wanted <= {str(r[0]) for r in rows}
+        return wanted <= artifact_rows.redacted_by(conn, redaction_id)

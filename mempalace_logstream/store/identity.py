@@ -14,17 +14,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-
 from mempalace_logstream import errors
 from mempalace_logstream import validation as v
+from mempalace_logstream.backends.queries import identity as queries
 from mempalace_logstream.identity import keys, signing
 from mempalace_logstream.identity.actor import ADMIN_NAME, Actor
 from mempalace_logstream.identity.keyring import KEY_EVENT_TYPES, KEY_REVOKE, Keyring, SignedEvent
 from mempalace_logstream.identity.verdict import Verdict, own_verdict, verdict
 from mempalace_logstream.models import Event
-from mempalace_logstream.schema import artifacts, events, meta
-from mempalace_logstream.store.marks import KEY_EVENTS_SQL, MARKS_SQL, PIN_PREFIX, pins_of
+from mempalace_logstream.store.marks import PIN_PREFIX, pins_of
 from mempalace_logstream.store.rows import events_from_rows
 
 if TYPE_CHECKING:
@@ -47,41 +45,12 @@ def keys_dir_for(url: str, palace: str | Path | None = None) -> Path | None:
     return Path(palace).expanduser() / KEYS_DIRNAME if palace else None
 
 
-def _is_key_event() -> sa.ColumnElement[bool]:
-    # Named binds with values, not an expanding IN: statements here are compiled once.
-    kinds: list[sa.BindParameter[str]] = [
-        sa.bindparam(f"key_type_{i}", t) for i, t in enumerate(KEY_EVENT_TYPES)
-    ]
-    return events.c.type.in_(kinds)
-
-
-def _marks(agg: Any) -> sa.Select[Any]:
-    """One row: the newest key event's id, and the pin rows' keys joined by "," (`agg` is
-    the backend's string aggregate): what the cached keyring was built from. An id, not a
-    seq: a key event rolled back never comes back under its id, while its seq is reused."""
-    pinned = meta.c.key.startswith(PIN_PREFIX, autoescape=True)
-    # max(seq) over the (type, seq) index, then the row by its key: an ORDER BY over the IN
-    # would sort the key events in a temporary B-tree on every read that probes.
-    top = sa.select(sa.func.max(events.c.seq)).where(_is_key_event()).scalar_subquery()
-    newest = sa.select(events.c.id).where(events.c.seq == top)
-    return sa.select(
-        newest.scalar_subquery(),
-        sa.select(agg(meta.c.key, sa.literal(","))).where(pinned).scalar_subquery(),
-    )
-
-
-def _artifact_sha256s(n: int) -> sa.Select[Any]:
-    return sa.select(artifacts.c.id, artifacts.c.sha256).where(
-        artifacts.c.id.in_([sa.bindparam(f"a{i}") for i in range(n)])
-    )
-
-
 class Identity:
     """The keys a store holds and the keyring it judges events with (one per store)."""
 
     def __init__(self, keys_dir: Path | None, aggregate: Any) -> None:
         self.keys_dir = keys_dir
-        self._aggregate = aggregate  # the backend's string aggregate (see `_marks`)
+        self._aggregate = aggregate  # the backend's string aggregate (`queries.marks`)
         self._lock = threading.Lock()
         self._pairs: dict[str, keys.KeyPair] | None = None
         self._pairs_stamp: int | None = None  # the keys directory's mtime when loaded
@@ -119,12 +88,12 @@ class Identity:
     def keyring(self, ex: Executor, select: Any) -> Keyring:
         """The keyring of the log as `ex` sees it, rebuilt only when a key event or a pin
         changed since the last build. `select(*where)` gives the event read statement."""
-        top, joined = ex.rows(MARKS_SQL, lambda: _marks(self._aggregate), {})[0]
+        top, joined = queries.marks(ex, KEY_EVENT_TYPES, PIN_PREFIX, self._aggregate)
         pins = pins_of(joined)
         with self._lock:
             if self._ring is not None and self._ring_at == (top, pins):
                 return self._ring
-        rows = ex.rows(KEY_EVENTS_SQL, lambda: select(_is_key_event()).order_by(events.c.seq), {})
+        rows = queries.key_events(ex, KEY_EVENT_TYPES, select)
         ring = Keyring.build((signed(e) for e in events_from_rows(rows)), pins)
         with self._lock:
             self._ring, self._ring_at = ring, (top, pins)
@@ -132,12 +101,7 @@ class Identity:
 
     def any_key_event(self, ex: Executor) -> bool:
         """Whether the log holds any key event (identity is in use here)."""
-        rows = ex.rows(
-            "identity-any-key-event",
-            lambda: sa.select(events.c.id).where(_is_key_event()).limit(1),
-            {},
-        )
-        return bool(rows)
+        return queries.any_key_event(ex, KEY_EVENT_TYPES)
 
     def begin_transaction(self) -> int:
         """The number of a write transaction this store begins (the pipeline calls it)."""
@@ -320,11 +284,7 @@ def artifact_sha256s(ex: Executor, ids: Sequence[str]) -> dict[str, str]:
     unique = sorted(set(ids))
     if not unique:
         return {}
-    params = {f"a{i}": aid for i, aid in enumerate(unique)}
-    rows = ex.rows(
-        ("identity-art-sha", len(unique)), lambda: _artifact_sha256s(len(unique)), params
-    )
-    return {str(r[0]): str(r[1]) for r in rows}
+    return queries.artifact_sha256s(ex, unique)
 
 
 def _with_signature(event: Event, sig: str, key_id: str) -> Event:

@@ -89,17 +89,17 @@ class _Statements:
         return self.query(sql, {**defaults, **params})
 
     def seq_of(self, ident: str, field: str) -> int:
-        rows = self._rows("seq-of", {"id": ident})
+        rows = self._rows("log.seq-of", {"id": ident})
         if not rows:
             raise plan.unknown_event(field, ident)
         return int(rows[0][0])
 
     def top(self, hi: int | None) -> Sequence[Any] | None:
-        rows = self._rows(("top", hi is None), {} if hi is None else {"hi": hi})
+        rows = self._rows(("log.top", hi is None), {} if hi is None else {"hi": hi})
         return rows[0] if rows else None
 
     def id_at(self, seq: int) -> str | None:
-        rows = self._rows("id-at", {"seq": seq})
+        rows = self._rows("log.id-at", {"seq": seq})
         return str(rows[0][0]) if rows else None
 
     def mark(self, events: Sequence[Event]) -> tuple[Event, ...]:

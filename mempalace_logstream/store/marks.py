@@ -1,7 +1,7 @@
 """Read marks (RFC 0008 "Verdicts"): what makes a stored event read `verified: false`, applied
 the same way by the store's reads and by the hook's lean inbox reader (store/lean.py).
 
-A read probes the keyring once per page that holds events (the `identity-marks` statement:
+A read probes the keyring once per page that holds events (the `identity.marks` statement:
 the newest key event and the pins, on which the store caches its keyring); a log without key
 events stops there. The rule itself is the keyring's (`Keyring.read_mark`).
 Must not import sqlalchemy or the store's other modules, nor `identity` at import time (the
@@ -20,8 +20,9 @@ if TYPE_CHECKING:
 
 PIN_PREFIX = "identity.pin."  # meta rows `identity.pin.<key id>`: the pinned admin keys
 # The statement keys (`LogStore._sql`) of the keyring's two reads, shared with the lean reader.
-MARKS_SQL = "identity-marks"
-KEY_EVENTS_SQL = "identity-key-events"
+# (backends/queries/identity.py's MARKS and KEY_EVENTS: tests/test_lean_inbox.py checks both.)
+MARKS_SQL = "identity.marks"
+KEY_EVENTS_SQL = "identity.key-events"
 
 
 def pins_of(joined: str | None) -> frozenset[str]:

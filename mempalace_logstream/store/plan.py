@@ -146,7 +146,7 @@ def page_query(
         params["since_created_at"] = req.since_created_at
     split = split_inbox and 1 < len(to_values) <= split_max
     shape: PageShape = (tuple(fields), len(to_values), split, bool(req.since_created_at), order)
-    return ("page", *shape), shape, params
+    return ("log.page", *shape), shape, params
 
 
 def unknown_event(field: str, ident: str) -> errors.NotFoundError:

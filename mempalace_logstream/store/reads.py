@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -17,14 +17,14 @@ from mempalace_logstream import notify
 from mempalace_logstream import validation as v
 from mempalace_logstream.backends import CoreExecutor, QueryExecutor
 from mempalace_logstream.backends.base import Query
+from mempalace_logstream.backends.queries import log as log_rows
 from mempalace_logstream.models import Event, Page
-from mempalace_logstream.schema import events
 from mempalace_logstream.store import marks, plan
 from mempalace_logstream.store.filters import FILTER_RULES, ReadRequest, read_request
 from mempalace_logstream.store.pipeline import CommitPipeline
 
 # An inbox read with up to this many to_agent values runs one index-ordered leg per value
-# (see LogStore._page_query); more values fall back to one IN list. Tests lower it here.
+# (see `LogStore._page_plan`); more values fall back to one IN list. Tests lower it here.
 _SPLIT_TO_AGENT_MAX = plan.SPLIT_TO_AGENT_MAX
 
 
@@ -56,7 +56,7 @@ class Reads(CommitPipeline):
         fast = self.backend.fast_path()
         if fast is None:
             with self._storage_errors(), self.engine.connect() as conn:
-                yield lambda sql, params: conn.exec_driver_sql(sql, dict(params)).all()
+                yield log_rows.driver_query(conn)
             return
         with fast.reading() as query:
             yield query
@@ -66,34 +66,11 @@ class Reads(CommitPipeline):
         ex = CoreExecutor(conn)
         return [self.event_by_id(ex, row.id, field="event_id") for row in rows]
 
-    def _seq_of(self, query: Query, ident: str, field: str) -> int:
-        sql, params = self._sql(
-            "seq-of",
-            lambda: sa.select(events.c.seq).where(events.c.id == sa.bindparam("id")),
-            {"id": ident},
-        )
-        rows = query(sql, params)
-        if not rows:
-            raise plan.unknown_event(field, ident)
-        return int(rows[0][0])
-
     def tip(self) -> tuple[int, str | None]:
         """(seq, id) of the newest event, or (0, None) on an empty log."""
         with self._reading() as query:
-            row = self._top(query, None)
+            row = log_rows.top(QueryExecutor(query, self._sql), None)
         return (int(row[0]), row[1]) if row else (0, None)
-
-    def _top(self, query: Query, hi: int | None) -> Sequence[Any] | None:
-        """(seq, id) of the newest event below `hi` (all events when None)."""
-
-        def build() -> sa.Select[Any]:
-            q = sa.select(events.c.seq, events.c.id).order_by(events.c.seq.desc())
-            q = q.limit(1)
-            return q if hi is None else q.where(events.c.seq < sa.bindparam("hi"))
-
-        sql, params = self._sql(("top", hi is None), build, {} if hi is None else {"hi": hi})
-        rows = query(sql, params)
-        return rows[0] if rows else None
 
     def event_list(
         self,
@@ -139,8 +116,9 @@ class Reads(CommitPipeline):
             return self._read(query, req, after_seq=after_seq)
 
     def _read(self, query: Query, req: ReadRequest, after_seq: int | None = None) -> Page:
-        page = plan.read_page(_Statements(self, query), req, after_seq)
-        marked = self._judge_revocations(QueryExecutor(query, self._sql), page.events)
+        ex = QueryExecutor(query, self._sql)
+        page = plan.read_page(_Statements(self, ex), req, after_seq)
+        marked = self._judge_revocations(ex, page.events)
         return marks.with_events(page, marked)
 
     def _judge_revocations(self, ex: QueryExecutor, events: Sequence[Event]) -> tuple[Event, ...]:
@@ -154,69 +132,16 @@ class Reads(CommitPipeline):
             return tuple(events)
         return marks.mark_reads(self.identity.keyring(ex, self.event_select), events)
 
-    def _page_query(
+    def _page_plan(
         self, req: ReadRequest, lo: int, top_seq: int, order: str
-    ) -> tuple[str, Mapping[str, Any]]:
-        """The page: matches in (lo, top_seq], in seq order, limit + 1 rows, as (SQL, params).
-
-        An inbox filter is `to_agent IN (X, '*')`; SQLite cannot read an IN list in the order
-        of the (to_agent, seq) index, so it would collect every match and sort it (a temp
-        B-tree: ~100k rows for one inbox on a 1M-event log). One leg per value instead, each an
-        index range already in seq order, merged by UNION ALL (MERGE, no sort) and stopped at
-        the limit. The values are distinct, so the legs are disjoint: the same rows.
-
-        The SQL is compiled once per filter shape (`plan.page_query`: which fields, how many
-        values each) with named parameters, so a read costs no statement building or cache-key
-        generation.
-        """
+    ) -> tuple[Any, log_rows.PageShape, dict[str, Any]]:
+        """The page: matches in (lo, top_seq], in seq order, limit + 1 rows, as (cache key,
+        shape, params) (`plan.page_query`). The statement is compiled once per shape (which
+        fields, how many values each) with named parameters, so a read costs no statement
+        building or cache-key generation; an inbox read on a backend that splits it runs one
+        index-ordered leg per `to_agent` value (`log_rows.page_builder`)."""
         split = self.backend.split_inbox
-        key, shape, params = plan.page_query(req, lo, top_seq, order, split, _SPLIT_TO_AGENT_MAX)
-        return self._sql(key, lambda: self._page_statement(*shape), params)
-
-    def _page_statement(
-        self,
-        shape: tuple[tuple[str, int], ...],
-        n_to: int,
-        split: bool,
-        since_created: bool,
-        order: str,
-    ) -> sa.Executable:
-        where: list[sa.ColumnElement[bool]] = [
-            events.c.seq > sa.bindparam("lo"),
-            events.c.seq <= sa.bindparam("top"),
-        ]
-        if since_created:
-            where.append(events.c.created_at >= sa.bindparam("since_created_at"))
-        for name, n in shape:
-            column, how = FILTER_RULES[name]
-            col = events.c[column]
-            binds: list[sa.BindParameter[Any]] = [sa.bindparam(f"{name}_{i}") for i in range(n)]
-            if how == "not_in":
-                where.append(col.not_in(binds))
-            else:
-                where.append(col == binds[0] if n == 1 else col.in_(binds))
-        to_binds: list[sa.BindParameter[Any]] = [sa.bindparam(f"to_{i}") for i in range(n_to)]
-        limit: sa.BindParameter[int] = sa.bindparam("lim")
-        if not split:
-            if to_binds:
-                where.append(events.c.to_agent.in_(to_binds))
-            q = self.event_select(*where)
-            q = q.order_by(events.c.seq.asc() if order == "asc" else events.c.seq.desc())
-            return q.limit(limit)
-        legs = [self.event_select(*where, events.c.to_agent == b) for b in to_binds]
-        merged = sa.union_all(*legs)
-        seq = merged.selected_columns.seq
-        return merged.order_by(seq.asc() if order == "asc" else seq.desc()).limit(limit)
-
-    def _id_at(self, query: Query, seq: int) -> str | None:
-        """The id of the event at `seq`."""
-        sql, params = self._sql(
-            "id-at",
-            lambda: sa.select(events.c.id).where(events.c.seq == sa.bindparam("seq")),
-            {"seq": seq},
-        )
-        rows = query(sql, params)
-        return rows[0][0] if rows else None
+        return plan.page_query(req, lo, top_seq, order, split, _SPLIT_TO_AGENT_MAX)
 
     def event_wait(self, *, timeout_ms: Any = None, **read_args: Any) -> Page:
         """Return matches after the cursor at once, else block until one arrives (S-5.4).
@@ -234,7 +159,8 @@ class Reads(CommitPipeline):
         seen = self.notifier.version
         page = self.read(req)
         if not page.events:  # compile the page statement now, not after the wake-up
-            self._page_query(req, 0, 0, req.order or "asc")
+            key, shape, params = self._page_plan(req, 0, 0, req.order or "asc")
+            self._sql(key, log_rows.page_builder(self.event_select, FILTER_RULES, shape), params)
         while not page.events:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -249,17 +175,21 @@ class Reads(CommitPipeline):
 class _Statements:
     """`plan.PageStatements` on one read snapshot of the store: its SQL compiled once."""
 
-    def __init__(self, reads: Reads, query: Query) -> None:
-        self.reads, self.query = reads, query
+    def __init__(self, reads: Reads, ex: QueryExecutor) -> None:
+        self.reads, self.ex = reads, ex
 
     def seq_of(self, ident: str, field: str) -> int:
-        return self.reads._seq_of(self.query, ident, field)
+        seq = log_rows.seq_of(self.ex, ident)
+        if seq is None:
+            raise plan.unknown_event(field, ident)
+        return seq
 
     def top(self, hi: int | None) -> Sequence[Any] | None:
-        return self.reads._top(self.query, hi)
+        return log_rows.top(self.ex, hi)
 
     def id_at(self, seq: int) -> str | None:
-        return self.reads._id_at(self.query, seq)
+        return log_rows.id_at(self.ex, seq)
 
     def page(self, req: ReadRequest, lo: int, top_seq: int, order: str) -> Sequence[Any]:
-        return self.query(*self.reads._page_query(req, lo, top_seq, order))
+        key, shape, params = self.reads._page_plan(req, lo, top_seq, order)
+        return log_rows.page(self.ex, self.reads.event_select, FILTER_RULES, key, shape, params)

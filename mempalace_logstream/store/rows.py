@@ -10,8 +10,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from mempalace_logstream.backends import Backend
+from mempalace_logstream.backends.queries import log as log_rows
 from mempalace_logstream.models import Artifact
-from mempalace_logstream.schema import artifacts, event_artifacts, events
+from mempalace_logstream.schema import artifacts
 from mempalace_logstream.store.plan import (
     EVENT_FIELDS,
     ID_AT,
@@ -54,23 +55,11 @@ ARTIFACT_COLS = [
 def links_column(backend: Backend) -> sa.Label[Any]:
     """An event's artifact links as one column ("position<RS>id<US>…"), built with the
     backend's string aggregate."""
-    ea = event_artifacts.alias("ea")
-    char, agg = backend.links_functions()
-    item = sa.cast(ea.c.position, sa.Text) + char(sa.literal_column("30")) + ea.c.artifact_id
-    link_sep = char(sa.literal_column("31"))
-    return (
-        sa.select(agg(item, link_sep))
-        .where(ea.c.event_id == events.c.id)
-        .scalar_subquery()
-        .label("artifact_links")
-    )
+    return log_rows.links_column(backend.links_functions())
 
 
 def read_columns(backend: Backend) -> list[sa.ColumnElement[Any]]:
-    cols: list[sa.ColumnElement[Any]] = []
-    for name in EVENT_FIELDS:
-        cols.append(links_column(backend) if name == "artifact_ids" else events.c[name])
-    return cols
+    return log_rows.read_columns(backend.links_functions(), EVENT_FIELDS)
 
 
 def artifact_from_row(row: Sequence[Any], content: bytes | None) -> Artifact:

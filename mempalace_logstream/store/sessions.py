@@ -6,20 +6,18 @@ database and after a restart. Local to this database, never replicated. The cook
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-
-from mempalace_logstream.schema import meta
+from mempalace_logstream.backends.queries import meta as meta_rows
 
 if TYPE_CHECKING:
+    import sqlalchemy as sa
+
     from mempalace_logstream.store.core import LogStore
 
 PREFIX = "dashboard.ended."  # meta rows `dashboard.ended.<session id>` = its expiry (unix s)
-
-
-def _rows() -> sa.Select[Any]:
-    return sa.select(meta.c.key, meta.c.value).where(meta.c.key.startswith(PREFIX, autoescape=True))
 
 
 def end_session(store: LogStore, session_id: str, expires_s: int, now_s: int) -> None:
@@ -28,12 +26,12 @@ def end_session(store: LogStore, session_id: str, expires_s: int, now_s: int) ->
     name = PREFIX + session_id
 
     def work(conn: sa.Connection, _state: Any) -> None:
-        rows = conn.execute(_rows()).all()
+        rows = meta_rows.with_prefix(conn, PREFIX)
         stale = [k for k, val in rows if not val.isdigit() or int(val) <= now_s]
         if stale:
-            conn.execute(sa.delete(meta).where(meta.c.key.in_(stale)))
+            meta_rows.delete(conn, stale)
         if not any(k == name for k, _ in rows):
-            conn.execute(sa.insert(meta).values(key=name, value=str(expires_s)))
+            meta_rows.insert(conn, name, str(expires_s))
 
     store.core_transaction(work)
 
@@ -41,5 +39,62 @@ def end_session(store: LogStore, session_id: str, expires_s: int, now_s: int) ->
 def ended_sessions(store: LogStore) -> dict[str, int]:
     """session id -> expiry (unix s) of the sessions ended by a logout."""
     with store.connect() as conn:
-        rows = conn.execute(_rows()).all()
-    return {str(k)[len(PREFIX) :]: int(val) for k, val in rows if val.isdigit()}
+        rows = meta_rows.with_prefix(conn, PREFIX)
+    return {k[len(PREFIX) :]: int(val) for k, val in rows if val.isdigit()}
+
+
+# Failed dashboard logins, counted per client address by every hub of the database: one
+# meta row per failure, `dashboard.failed.<address digest>.<nonce>` = its unix time, so that
+# hubs never overwrite each other's counts. Rows older than the window go at the next
+# failure; at most MAX_FAILURE_ROWS are kept (the oldest go first).
+FAILED = "dashboard.failed."
+MAX_FAILURE_ROWS = 10_000
+
+
+def _client_prefix(client: str) -> str:
+    return FAILED + hashlib.sha256(client.encode()).hexdigest()[:24] + "."
+
+
+def _at(val: str) -> float:
+    try:
+        return float(val)
+    except ValueError:
+        return 0.0
+
+
+def login_failures(store: LogStore, client: str, since_s: float) -> list[float]:
+    """The unix times of `client`'s failed logins after `since_s`, oldest first."""
+    with store.connect() as conn:
+        rows = meta_rows.with_prefix(conn, _client_prefix(client))
+    return sorted(t for _k, val in rows if (t := _at(val)) > since_s)
+
+
+def login_failed(store: LogStore, client: str, now_s: float, window_s: float) -> int:
+    """Record a failed login of `client` at `now_s`; its failures within the window."""
+    mine = _client_prefix(client)
+
+    def work(conn: sa.Connection, _state: Any) -> int:
+        rows = sorted(meta_rows.with_prefix(conn, FAILED), key=lambda r: _at(r[1]))
+        live = [(k, _at(val)) for k, val in rows if _at(val) > now_s - window_s]
+        drop = [k for k, val in rows if _at(val) <= now_s - window_s]
+        excess = len(live) + 1 - MAX_FAILURE_ROWS
+        if excess > 0:
+            drop += [k for k, _t in live[:excess]]
+            live = live[excess:]
+        if drop:
+            meta_rows.delete(conn, drop)
+        meta_rows.insert(conn, mine + secrets.token_hex(8), repr(now_s))
+        return 1 + sum(1 for k, _t in live if k.startswith(mine))
+
+    return store.core_transaction(work)
+
+
+def login_succeeded(store: LogStore, client: str) -> None:
+    """Forget `client`'s failed logins."""
+
+    def work(conn: sa.Connection, _state: Any) -> None:
+        keys = [k for k, _v in meta_rows.with_prefix(conn, _client_prefix(client))]
+        if keys:
+            meta_rows.delete(conn, keys)
+
+    store.core_transaction(work)

@@ -1,0 +1,77 @@
+"""The keyring's reads (RFC 0008): the marks the store caches its keyring on, the key events,
+and the content SHA-256 of the artifacts a signature covers. The marks and the key events are
+read by the hook path's lean reader too, under the same keys (store/marks.py names them, and
+backends/sqlite_inbox_sql.py holds their SQLite text)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from mempalace_logstream.backends.base import Executor
+from mempalace_logstream.schema import artifacts, events, meta
+
+MARKS = "identity.marks"
+KEY_EVENTS = "identity.key-events"
+# The key event types (`identity.keyring.KEY_EVENT_TYPES`), given by the caller: named binds
+# with their values, not an expanding IN (statements here are compiled once).
+KeyTypes = Sequence[str]
+
+
+def _is_key_event(key_types: KeyTypes) -> sa.ColumnElement[bool]:
+    kinds: list[sa.BindParameter[str]] = [
+        sa.bindparam(f"key_type_{i}", t) for i, t in enumerate(key_types)
+    ]
+    return events.c.type.in_(kinds)
+
+
+def marks(ex: Executor, key_types: KeyTypes, pin_prefix: str, agg: Any) -> tuple[Any, Any]:
+    """(the newest key event's id, the keys of the meta rows under `pin_prefix` joined by
+    ","; `agg` is the backend's string aggregate): what a cached keyring was built from. An
+    id, not a seq: a key event rolled back never comes back under its id, while its seq is
+    reused."""
+
+    def build() -> sa.Select[Any]:
+        pinned = meta.c.key.startswith(pin_prefix, autoescape=True)
+        # max(seq) over the (type, seq) index, then the row by its key: an ORDER BY over the
+        # IN would sort the key events in a temporary B-tree on every read that probes.
+        top = sa.select(sa.func.max(events.c.seq)).where(_is_key_event(key_types))
+        newest = sa.select(events.c.id).where(events.c.seq == top.scalar_subquery())
+        return sa.select(
+            newest.scalar_subquery(),
+            sa.select(agg(meta.c.key, sa.literal(","))).where(pinned).scalar_subquery(),
+        )
+
+    row = ex.rows(MARKS, build, {})[0]
+    return row[0], row[1]
+
+
+def key_events(
+    ex: Executor, key_types: KeyTypes, select: Callable[..., sa.Select[Any]]
+) -> Sequence[Any]:
+    """The rows (`select`: the store's event read columns) of the key events, in seq order."""
+    return ex.rows(KEY_EVENTS, lambda: select(_is_key_event(key_types)).order_by(events.c.seq), {})
+
+
+def any_key_event(ex: Executor, key_types: KeyTypes) -> bool:
+    """Whether the log holds any key event."""
+
+    def build() -> sa.Select[Any]:
+        return sa.select(events.c.id).where(_is_key_event(key_types)).limit(1)
+
+    return bool(ex.rows("identity.any-key-event", build, {}))
+
+
+def artifact_sha256s(ex: Executor, ids: Sequence[str]) -> dict[str, str]:
+    """artifact id -> its content SHA-256, for the distinct `ids` held here."""
+    n = len(ids)
+    params = {f"a{i}": aid for i, aid in enumerate(ids)}
+
+    def build() -> sa.Select[Any]:
+        binds: list[sa.BindParameter[Any]] = [sa.bindparam(f"a{i}") for i in range(n)]
+        return sa.select(artifacts.c.id, artifacts.c.sha256).where(artifacts.c.id.in_(binds))
+
+    rows = ex.rows(("identity.artifact-sha256", n), build, params)
+    return {str(r[0]): str(r[1]) for r in rows}

@@ -1,0 +1,237 @@
+"""The log's reads: the event read columns, the page and its three cursor statements (the
+read fast path: each compiled once per store and run as precompiled text), the doctor's scans,
+the version vector and the counts of `stats`.
+
+`select` (an `EventSelect`) is the store's `event_select`: the event read columns of the rows
+matching its arguments (`read_columns`, built once per store with the backend's links
+functions), the columns `events_from_rows` reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from mempalace_logstream.backends.base import Build, Executor, LinksFunctions, Query
+from mempalace_logstream.schema import (
+    artifact_blobs,
+    artifacts,
+    event_artifacts,
+    events,
+    redactions,
+)
+from mempalace_logstream.schema import tasks as tasks_table
+
+# The store's `event_select(*where)`: the event read columns of the rows matching `where`.
+EventSelect = Callable[..., sa.Select[Any]]
+# A page's shape (`plan.page_query`): ((filter, n values)...), inbox values, split,
+# since_created_at, order.
+PageShape = tuple[tuple[tuple[str, int], ...], int, bool, bool, str]
+# filter name -> (the events column it tests, "in" | "not_in" | "inbox") (`FILTER_RULES`).
+FilterRules = Mapping[str, tuple[str, str]]
+
+SEQ_OF = "log.seq-of"
+ID_AT = "log.id-at"
+TOP = "log.top"  # (TOP, below nothing)
+PAGE = "log.page"  # (PAGE, *shape): the key `plan.page_query` gives
+
+
+# ----------------------------------------------------------------------------- columns
+
+
+def links_column(links: LinksFunctions) -> sa.Label[Any]:
+    """An event's artifact links as one column ("position<RS>id<US>…"), built with the
+    backend's functions (char, string aggregate)."""
+    ea = event_artifacts.alias("ea")
+    char, agg = links
+    item = sa.cast(ea.c.position, sa.Text) + char(sa.literal_column("30")) + ea.c.artifact_id
+    link_sep = char(sa.literal_column("31"))
+    return (
+        sa.select(agg(item, link_sep))
+        .where(ea.c.event_id == events.c.id)
+        .scalar_subquery()
+        .label("artifact_links")
+    )
+
+
+def read_columns(links: LinksFunctions, fields: Sequence[str]) -> list[sa.ColumnElement[Any]]:
+    """The columns of `fields` (an Event's, in order), `artifact_ids` as the links column."""
+    return [links_column(links) if name == "artifact_ids" else events.c[name] for name in fields]
+
+
+# ----------------------------------------------------------------------------- a page
+
+
+def driver_query(conn: sa.Connection) -> Query:
+    """Precompiled text through SQLAlchemy's `exec_driver_sql` on `conn` (the reads off the
+    fast path: engine listeners see every statement)."""
+    return lambda sql, params: conn.exec_driver_sql(sql, dict(params)).all()
+
+
+def _seq_of() -> sa.Select[Any]:
+    return sa.select(events.c.seq).where(events.c.id == sa.bindparam("id"))
+
+
+def seq_of(ex: Executor, ident: str) -> int | None:
+    """The seq of the event `ident`, None if not held."""
+    rows = ex.rows(SEQ_OF, _seq_of, {"id": ident})
+    return int(rows[0][0]) if rows else None
+
+
+def _id_at() -> sa.Select[Any]:
+    return sa.select(events.c.id).where(events.c.seq == sa.bindparam("seq"))
+
+
+def id_at(ex: Executor, seq: int) -> str | None:
+    """The id of the event at `seq`."""
+    rows = ex.rows(ID_AT, _id_at, {"seq": seq})
+    return rows[0][0] if rows else None
+
+
+def _top_all() -> sa.Select[Any]:
+    return sa.select(events.c.seq, events.c.id).order_by(events.c.seq.desc()).limit(1)
+
+
+def _top_below() -> sa.Select[Any]:
+    return _top_all().where(events.c.seq < sa.bindparam("hi"))
+
+
+def top(ex: Executor, hi: int | None) -> Sequence[Any] | None:
+    """(seq, id) of the newest event below `hi` (all events when None)."""
+    if hi is None:
+        rows = ex.rows((TOP, True), _top_all, {})
+    else:
+        rows = ex.rows((TOP, False), _top_below, {"hi": hi})
+    return rows[0] if rows else None
+
+
+def page(
+    ex: Executor,
+    select: EventSelect,
+    rules: FilterRules,
+    key: Any,
+    shape: PageShape,
+    params: Mapping[str, Any],
+) -> Sequence[Any]:
+    """The rows of a page: `key`, `shape` and `params` as `plan.page_query` gives them."""
+    return ex.rows(key, page_builder(select, rules, shape), params)
+
+
+def page_builder(select: EventSelect, rules: FilterRules, shape: PageShape) -> Build:
+    """Makes the page statement of `shape`: matches in (lo, top], in seq order, `lim` rows.
+
+    An inbox filter is `to_agent IN (X, '*')`; SQLite cannot read an IN list in the order of
+    the (to_agent, seq) index, so it would collect every match and sort it (a temp B-tree:
+    ~100k rows for one inbox on a 1M-event log). Split, one leg per value instead, each an
+    index range already in seq order, merged by UNION ALL (MERGE, no sort) and stopped at the
+    limit. The values are distinct, so the legs are disjoint: the same rows."""
+    return lambda: _page_statement(select, rules, *shape)
+
+
+def _page_statement(
+    select: EventSelect,
+    rules: FilterRules,
+    shape: tuple[tuple[str, int], ...],
+    n_to: int,
+    split: bool,
+    since_created: bool,
+    order: str,
+) -> sa.Executable:
+    where: list[sa.ColumnElement[bool]] = [
+        events.c.seq > sa.bindparam("lo"),
+        events.c.seq <= sa.bindparam("top"),
+    ]
+    if since_created:
+        where.append(events.c.created_at >= sa.bindparam("since_created_at"))
+    for name, n in shape:
+        column, how = rules[name]
+        col = events.c[column]
+        binds: list[sa.BindParameter[Any]] = [sa.bindparam(f"{name}_{i}") for i in range(n)]
+        if how == "not_in":
+            where.append(col.not_in(binds))
+        else:
+            where.append(col == binds[0] if n == 1 else col.in_(binds))
+    to_binds: list[sa.BindParameter[Any]] = [sa.bindparam(f"to_{i}") for i in range(n_to)]
+    limit: sa.BindParameter[int] = sa.bindparam("lim")
+    if not split:
+        if to_binds:
+            where.append(events.c.to_agent.in_(to_binds))
+        q = select(*where)
+        q = q.order_by(events.c.seq.asc() if order == "asc" else events.c.seq.desc())
+        return q.limit(limit)
+    legs = [select(*where, events.c.to_agent == b) for b in to_binds]
+    merged = sa.union_all(*legs)
+    seq = merged.selected_columns.seq
+    return merged.order_by(seq.asc() if order == "asc" else seq.desc()).limit(limit)
+
+
+# ----------------------------------------------------------------------------- scans
+
+
+def chunk(ex: Executor, select: EventSelect, after: int, n: int) -> Sequence[Any]:
+    """The event rows after seq `after`, in seq order, at most `n` (the doctor's walk)."""
+
+    def build() -> sa.Select[Any]:
+        q = select(events.c.seq > sa.bindparam("after"))
+        return q.order_by(events.c.seq).limit(sa.bindparam("n"))
+
+    return ex.rows("log.chunk", build, {"after": after, "n": n})
+
+
+def is_empty(conn: sa.Connection) -> bool:
+    """Whether the log holds no event."""
+    return conn.execute(sa.select(events.c.seq).limit(1)).first() is None
+
+
+def version_vector(conn: sa.Connection) -> dict[str, int]:
+    """{origin_replica: max origin_seq} over every event held here."""
+    q = sa.select(events.c.origin_replica, sa.func.max(events.c.origin_seq))
+    rows = conn.execute(q.group_by(events.c.origin_replica)).all()
+    return {r[0]: int(r[1]) for r in rows}
+
+
+def totals(conn: sa.Connection) -> tuple[int, int, int, int]:
+    """(events, artifacts, blobs, blob bytes) held here."""
+    total = conn.execute(sa.select(sa.func.count()).select_from(events)).scalar() or 0
+    arts = conn.execute(sa.select(sa.func.count()).select_from(artifacts)).scalar() or 0
+    blobs = conn.execute(
+        sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(artifact_blobs.c.size_bytes), 0))
+    ).first()
+    n_blobs, size = (int(blobs[0]), int(blobs[1])) if blobs else (0, 0)
+    return int(total), int(arts), n_blobs, size
+
+
+def most_common(conn: sa.Connection, column: str, limit: int = 100) -> dict[str, int]:
+    """value -> count of the events column `column`, the `limit` most common values."""
+    col = events.c[column]
+    q = sa.select(col, sa.func.count()).group_by(col).order_by(sa.func.count().desc())
+    return {str(k): int(n) for k, n in conn.execute(q.limit(limit))}
+
+
+def task_rows(ex: Executor, columns: Sequence[str]) -> Sequence[Any]:
+    """Every task row: (task_id, doc_json, *columns) (the doctor's projection check)."""
+    cols = [tasks_table.c[c] for c in columns]
+    key = ("log.task-rows", tuple(columns))
+    return ex.rows(key, lambda: sa.select(tasks_table.c.task_id, tasks_table.c.doc_json, *cols), {})
+
+
+def requested_tasks(ex: Executor, request_type: str) -> list[str]:
+    """The distinct correlation ids of the events of type `request_type` (the task ids)."""
+
+    def build() -> sa.Select[Any]:
+        c = events.c
+        where = (c.type == sa.bindparam("request_type"), c.correlation_id.is_not(None))
+        return sa.select(c.correlation_id).where(*where).distinct()
+
+    return [
+        str(r[0]) for r in ex.rows("log.requested-tasks", build, {"request_type": request_type})
+    ]
+
+
+def body_tombstones(conn: sa.Connection, ids: Sequence[str], body: str) -> set[tuple[str, Any]]:
+    """(event id, tombstone) of the body redactions (`part` is `body`) of the events `ids`."""
+    r = redactions.c
+    q = sa.select(r.target_id, r.tombstone).where(r.target_id.in_(list(ids)), r.part == body)
+    return {(str(row[0]), row[1]) for row in conn.execute(q).all()}
