@@ -123,15 +123,18 @@ class Ledger:
     # A mark costs the read O(1): the read's events are kept as they are (a reference) and
     # sorted out (addressed to whom, already recorded?) by the flusher, off the read path.
     def pushed(self, events: Sequence[Any], agent: str, path: str) -> None:
-        """`events` (public dicts or Events) were pushed to `agent` through `path`."""
+        """`events` (public dicts or Events) were handed to `agent`'s delivery path `path`: a
+        push when any is addressed to it (a wait that timed out, or others' mail, is none)."""
+        ids = addressed(events, agent)
+        if not ids:
+            return
         now = self.clock()
         with self._lock:
             life = self._life_of(agent)
             life.pushed_ms, life.pushed_path = now, path
             if life.pending_ms is None:
                 life.pending_ms = now
-            if events:
-                self._raw.append(("pushed_at", agent, now, path, events))
+            self._raw.append(("pushed_at", agent, now, path, events))
         self._started()
 
     def seen(self, events: Sequence[Any], agent: str) -> None:

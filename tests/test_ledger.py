@@ -198,3 +198,32 @@ def test_task_stalled_names_what_the_ledger_knows_of_the_request(db_url: str, cl
     finally:
         deliveries.disable(store)
         store.close()
+
+
+def test_only_mail_to_the_agent_is_a_push_and_a_reaction_makes_it_wakeable(
+    tmp_path: Path,
+) -> None:
+    store = LogStore.open(str(tmp_path / "log.sqlite3"))
+    now = [1_780_000_000_000]
+    try:
+        ledger = deliveries.Ledger(store, flush_s=3600, clock=lambda: now[0], window_s=60)
+        other = store.event_append(**NOTE, from_agent="lead", to_agent="w2").to_dict()
+        mine = store.event_append(**NOTE, from_agent="lead", to_agent="w1").to_dict()
+        ledger.pushed([], "w1", "channel")  # a wait that timed out
+        ledger.pushed([other], "w1", "channel")  # others' mail
+        assert ledger.life("w1").pushed_ms is None
+        assert ledger.wakeable("w1", ["channel"]) == "unverified"
+        ledger.pushed([mine], "w1", "channel")
+        assert ledger.life("w1").pending_ms == now[0]
+        now[0] += 1_000
+        ledger.seen([], "w1")  # any read after the push is a reaction
+        assert ledger.wakeable("w1", ["channel"]) == "yes"
+        assert ledger.wakeable("w1", ["hook"]) == "no"  # no live push path
+        now[0] += 61_000  # past the window, no reaction since
+        assert ledger.wakeable("w1", ["channel"]) == "unverified"
+        ledger.close()
+        rows = deliveries.status(store, mine["id"])["recipients"]
+        assert [(r["recipient"], r["pushed_path"]) for r in rows] == [("w1", "channel")]
+        assert deliveries.status(store, other["id"])["recipients"] == []
+    finally:
+        store.close()
