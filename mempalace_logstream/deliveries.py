@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FLUSH_S = 0.25
+CLOSE_WAIT_S = 5.0
 DEFAULT_WAKEABLE_WINDOW_S = 1_800
 # Every delivery path an agent may announce; all but `hook` push to the agent.
 PATHS = ("watch", "channel", "codex", "monitor", "sse", "hook")
@@ -256,7 +257,7 @@ class Ledger:
         self._stop.set()
         thread = self._thread
         if thread is not None:
-            thread.join()
+            thread.join(CLOSE_WAIT_S)  # a flush stuck on a dead database never hangs an exit
         self.flush()
 
     # ------------------------------------------------------------------ reading

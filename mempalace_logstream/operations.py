@@ -224,14 +224,22 @@ def call(store: LogStore, name: str, args: dict[str, Any]) -> dict[str, Any]:
 class LocalClient:
     """Runs operations against a LogStore in this process (the CLI's default)."""
 
-    def __init__(self, store: LogStore) -> None:
+    def __init__(self, store: LogStore, delivery: str | None = None) -> None:
         from mempalace_logstream import deliveries
 
         self.store = store
-        deliveries.enable(store)  # this process's reads and acks reach the delivery ledger
+        # This process's reads, pushes and acks reach the delivery ledger; with `delivery`
+        # (watch, channel, codex, monitor), its reads are pushes through that path.
+        self.delivery = deliveries.check_path(delivery)
+        deliveries.enable(store)
 
     def call(self, name: str, /, **args: Any) -> dict[str, Any]:
-        return call(self.store, name, args)
+        if self.delivery is None:
+            return call(self.store, name, args)
+        from mempalace_logstream import deliveries
+
+        with deliveries.delivering(self.delivery):
+            return call(self.store, name, args)
 
     def close(self) -> None:
         from mempalace_logstream import deliveries

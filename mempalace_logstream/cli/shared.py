@@ -76,7 +76,7 @@ def open_client(
         return HubClient(hub, token=token, timeout=settings.hub_timeout_s, delivery=delivery)
     from mempalace_logstream.operations import LocalClient
 
-    return LocalClient(open_store(db, palace, create=create))
+    return LocalClient(open_store(db, palace, create=create), delivery=delivery)
 
 
 def open_reader(
