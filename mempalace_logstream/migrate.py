@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from mempalace_logstream import backends, errors
-from mempalace_logstream import engine as engine_mod
+from mempalace_logstream.backends import engine as engine_mod
 from mempalace_logstream.backends.queries import meta as meta_rows
 from mempalace_logstream.schema import SCHEMA_HEAD
 

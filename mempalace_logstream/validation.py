@@ -12,7 +12,7 @@ import binascii
 import json
 import re
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -483,3 +483,13 @@ def check_lookalike(field: str, name: str, registered: frozenset[str]) -> None:
         f"{name!r} looks like {other!r}, an agent with a key here{where}; names that look "
         "alike cannot coexist",
     )
+
+
+# The rule of each checked event field (`models.FieldSpec.check`), by name: one table for a
+# local draft (`LogStore.draft_event`) and a remote event (`replication.checks`).
+FIELD_RULES: dict[str, Callable[[str, Any], Any]] = {
+    "type": lambda field, value: event_type(value, field),
+    "required": required_routing,
+    "routing": routing,
+    "status": lambda field, value: status(value, field),
+}

@@ -15,7 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from mempalace_logstream import LogStore, agents, migrate
-from mempalace_logstream import engine as engine_mod
+from mempalace_logstream.backends import engine as engine_mod
 from mempalace_logstream.identity import keys, signing
 from mempalace_logstream.identity.keyring import Keyring
 from mempalace_logstream.identity.verdict import verdict

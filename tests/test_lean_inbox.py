@@ -23,9 +23,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mempalace_logstream import LogStore, agents, errors, migrate
-from mempalace_logstream import engine as engine_mod
 from mempalace_logstream import hook as hook_mod
 from mempalace_logstream import inbox as inbox_mod
+from mempalace_logstream.backends import engine as engine_mod
 from mempalace_logstream.backends import sqlite_inbox_sql
 from mempalace_logstream.backends.queries import identity as id_queries
 from mempalace_logstream.backends.queries import log as log_queries

@@ -18,8 +18,9 @@ from alembic.script import ScriptDirectory
 from typer.testing import CliRunner
 
 from mempalace_logstream import LogStore, cli, errors, migrate
-from mempalace_logstream import engine as engine_mod
-from mempalace_logstream.schema import APPEND_ONLY_TABLES, SCHEMA_HEAD, metadata
+from mempalace_logstream.backends import engine as engine_mod
+from mempalace_logstream.backends.ddl import APPEND_ONLY_TABLES
+from mempalace_logstream.schema import SCHEMA_HEAD, metadata
 
 try:
     from tests import refpkg

@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 from watchkit import inotify_fds
 
 from mempalace_logstream import LogStore, cli, errors
-from mempalace_logstream import engine as engine_mod
+from mempalace_logstream.backends import engine as engine_mod
 
 APPEND = ["append", "--type", "note", "--stream", "s", "--room", "r", "--from-agent", "a"]
 

@@ -22,8 +22,8 @@ import pytest
 import sqlalchemy as sa
 from conftest import run_cli
 
-from mempalace_logstream import engine as engine_mod
 from mempalace_logstream import errors
+from mempalace_logstream.backends import engine as engine_mod
 from mempalace_logstream.schema import SCHEMA_HEAD
 from mempalace_logstream.store import LogStore, TxState
 

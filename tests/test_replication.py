@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from mempalace_logstream import LogStore, errors, migrate, replication
-from mempalace_logstream import engine as engine_mod
+from mempalace_logstream.backends import engine as engine_mod
 
 
 def _note(store: LogStore, body: str = "hi", **kw: Any):

@@ -18,7 +18,7 @@ import pytest
 import sqlalchemy as sa
 
 from mempalace_logstream import LogStore, errors, workflows
-from mempalace_logstream import engine as engine_mod
+from mempalace_logstream.backends import engine as engine_mod
 from mempalace_logstream.schema import artifact_blobs, events
 from tests.conftest import batched
 

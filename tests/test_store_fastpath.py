@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from conftest import REPO, ManualClock, batched
 
 from mempalace_logstream import LogStore, errors, workflows
-from mempalace_logstream import engine as engine_mod
+from mempalace_logstream.backends import engine as engine_mod
 from mempalace_logstream.schema import meta
 
 pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")

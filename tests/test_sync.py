@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from mempalace_logstream import LogStore, errors, migrate, operations, replication, schema, sync
-from mempalace_logstream import engine as engine_mod
+from mempalace_logstream.backends import engine as engine_mod
 from tests.conftest import run_cli
 
 

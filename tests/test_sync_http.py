@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from mempalace_logstream import LogStore, errors, migrate, replication, sync
-from mempalace_logstream import engine as engine_mod
+from mempalace_logstream.backends import engine as engine_mod
 from mempalace_logstream.http import HubSettings, create_app
 from tests.conftest import run_cli
 

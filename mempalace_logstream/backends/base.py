@@ -60,7 +60,7 @@ class Backend(Protocol):
         """Asked when the database holds no log at the schema head: refuse a target where a
         log cannot be (PostgreSQL: a search_path naming no schema that exists), and, for a
         reader (`create` False), a database that holds no log at all (nothing is created).
-        SQLite decides both at the file, before any engine (engine.py)."""
+        SQLite decides both at the file, before any engine (backends/engine.py)."""
 
     def lock_writes(self, conn: sa.Connection) -> None:
         """Take the write lock that makes seq order commit order (held to commit)."""

@@ -19,9 +19,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 
-from mempalace_logstream import engine as engine_mod
 from mempalace_logstream import notify
 from mempalace_logstream.backends import base, sqlite_file
+from mempalace_logstream.backends import engine as engine_mod
 from mempalace_logstream.backends.sqlite_signal import SqliteSignal
 from mempalace_logstream.models import EVENT_SPEC
 from mempalace_logstream.schema import event_artifacts, events

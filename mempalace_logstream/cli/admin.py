@@ -19,8 +19,8 @@ from mempalace_logstream.cli.shared import STATE, console, emit, fail, run
 @app.command()
 def migrate(db: DbOpt = None, palace: PalaceOpt = None, as_json: JsonOpt = False) -> None:
     """Create or upgrade the schema (also adopts a reference mempalace logstream file)."""
-    from mempalace_logstream import engine as engine_mod
     from mempalace_logstream import migrate as migrate_mod
+    from mempalace_logstream.backends import engine as engine_mod
     from mempalace_logstream.schema import SCHEMA_HEAD
 
     settings = config.Settings.from_env()

@@ -145,16 +145,9 @@ def _optional_text(name: str, value: Any, limit: int) -> str | None:
 _HLC_MATCH = hlc.HLC_RE.match
 
 
-# The rule of each checked event field (models.FieldSpec.check): draft_event's validators.
-_RULES: dict[str, Callable[[str, Any], Any]] = {
-    "type": lambda field, value: v.event_type(value, field),
-    "required": v.required_routing,
-    "routing": v.routing,
-    "status": lambda field, value: v.status(value, field),
-}
 # The validator of each remembered field, and the origin's replica id rule.
 _CHECKS: dict[str, Callable[[Any], Any]] = {
-    **{name: partial(_RULES[rule], name) for name, rule in CHECKED_FIELDS},
+    **{name: partial(v.FIELD_RULES[rule], name) for name, rule in CHECKED_FIELDS},
     "origin_replica": lambda value: v.replica_id(value, "origin_replica"),
 }
 

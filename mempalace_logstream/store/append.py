@@ -21,15 +21,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Protocol
-
-import sqlalchemy as sa
+from typing import TYPE_CHECKING, Protocol
 
 from mempalace_logstream import errors
 from mempalace_logstream.backends.base import EVENT_COL_NAMES
+from mempalace_logstream.backends.queries import appends as sql
 from mempalace_logstream.identity.keyring import KEY_EVENT_TYPES
 from mempalace_logstream.models import Event
-from mempalace_logstream.schema import artifacts, event_artifacts
 from mempalace_logstream.store import projections
 from mempalace_logstream.store.identity import check_names
 from mempalace_logstream.store.projections import Refusal
@@ -78,7 +76,7 @@ def append(tx: Transaction, events: Sequence[Event], origin: Origin) -> Appended
         for i, a in enumerate(e.artifact_ids)
     ]
     if links:
-        tx.ex.insert("insert-link", event_artifacts, links)
+        sql.insert_links(tx.ex, links)
     tx.state.appended.extend(stored)
     if any(e.type in KEY_EVENT_TYPES for e in stored):  # from any origin
         tx.store.identity.moved()  # the keyring changes with them
@@ -152,7 +150,7 @@ class Local:
     def _sealed(self, tx: Transaction, event: Event) -> Event:
         check_names(tx.keyring(), from_agent=event.from_agent, to_agent=event.to_agent)
         for aid in event.artifact_ids:
-            if not tx.ex.rows("artifact-exists", _artifact_exists, {"id": aid}):
+            if not sql.artifact_exists(tx.ex, aid):
                 raise errors.NotFoundError(
                     f"artifact_ids references unknown artifact {aid!r}; put it first",
                     field="artifact_ids",
@@ -166,7 +164,3 @@ class Local:
 
     def idempotency_key(self, event: Event) -> str | None:
         return self.key
-
-
-def _artifact_exists() -> sa.Select[Any]:
-    return sa.select(artifacts.c.id).where(artifacts.c.id == sa.bindparam("id"))

@@ -16,8 +16,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from mempalace_logstream import backends, config, errors, hlc, migrate, notify
-from mempalace_logstream import engine as engine_mod
 from mempalace_logstream import validation as v
+from mempalace_logstream.backends import engine as engine_mod
 from mempalace_logstream.backends.queries import log as log_rows
 from mempalace_logstream.backends.queries import meta as meta_rows
 from mempalace_logstream.schema import SCHEMA_HEAD
@@ -118,7 +118,7 @@ class LogStore(Writes, Reads, Stats, TaskReads):
         `create=False` (readers) refuses a missing SQLite file, or a PostgreSQL database
         (schema) without a log, instead of making an empty log;
         a file that is not a logstream database is refused either way; a file this process
-        may not write opens read-only (see engine.py). Errors name the database."""
+        may not write opens read-only (see backends/engine.py). Errors name the database."""
         engine = engine_mod.create_engine(url, durability=durability, create=create)
         kwargs.setdefault("keys_dir", keys_dir_for(url))
         try:

@@ -13,12 +13,10 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-
 from mempalace_logstream import errors, tasks
+from mempalace_logstream.backends.queries import guards as sql
 from mempalace_logstream.identity import actor as actor_mod
 from mempalace_logstream.models import Event
-from mempalace_logstream.schema import events
 from mempalace_logstream.store.ids import now_text
 from mempalace_logstream.tasks import guards as g
 from mempalace_logstream.tasks.model import ACTIONS, REQUEST_TYPE, Task
@@ -29,7 +27,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FIRST_PAGE, MAX_PAGE = 16, 1024
-_COLS = ("seq", "id", "type", "from_agent", "to_agent", "created_at", "metadata_json")
+# A guard's rows are `sql.GUARD_COLS`: seq, id, type, from_agent, to_agent, created_at,
+# metadata_json (row[0] .. row[6]).
 
 
 def check_local(tx: Transaction, event: Event) -> None:
@@ -68,24 +67,7 @@ def _changes_state(event: Event, task: Task | None) -> bool:
 
 
 # Exempt rows never matter to a thread's count but its anchors do: filtered in SQL.
-_SKIPPED = sorted(g.EXEMPT_TYPES - {REQUEST_TYPE, g.RAISE_TYPE})
-
-
-def _page(tx: Transaction, thread: str, before: int, size: int) -> list[Any]:
-    def build() -> sa.Select[Any]:
-        c = events.c
-        return (
-            sa.select(*(getattr(c, name) for name in _COLS))
-            .where(
-                c.correlation_id == sa.bindparam("v"),
-                c.seq < sa.bindparam("before"),
-                *(c.type != kind for kind in _SKIPPED),  # not NOT IN: compiled once
-            )
-            .order_by(c.seq.desc())
-            .limit(size)
-        )
-
-    return list(tx.rows(("guard-thread", size), build, {"v": thread, "before": before}))
+_SKIPPED = tuple(sorted(g.EXEMPT_TYPES - {REQUEST_TYPE, g.RAISE_TYPE}))
 
 
 def _before(tx: Transaction, event: Event) -> int:
@@ -99,7 +81,7 @@ def _thread_rows(tx: Transaction, thread: str, before: int) -> Any:
     time (16 rows, then growing), as long as the caller asks."""
     size = FIRST_PAGE
     while True:
-        page = _page(tx, thread, before, size)
+        page = sql.thread_page(tx.ex, thread, before, size, _SKIPPED)
         yield from page
         if len(page) < size:
             return
@@ -130,7 +112,7 @@ def _check_thread(tx: Transaction, event: Event, task: Task | None) -> None:
         return
     if anchor is None:  # more than the budget since an anchor the scan did not reach
         since = "its last person's event or its " + ("request" if task else "start")
-    requester = requester or _first_writer(tx, thread)
+    requester = requester or sql.first_writer(tx.ex, thread)
     message = g.thread_refusal(
         thread=thread, used=used, limit=limit, since=since, requester=requester
     )
@@ -173,36 +155,12 @@ def _raised(tx: Transaction, thread: str, requester: str | None) -> int | None:
     """The budget of the newest raise on the thread (by its requester), if any."""
     if requester is None:
         return None
-
-    def build() -> sa.Select[Any]:
-        c = events.c
-        return (
-            sa.select(*(getattr(c, name) for name in _COLS))
-            .where(
-                c.correlation_id == sa.bindparam("v"),
-                c.type == g.RAISE_TYPE,
-                c.from_agent == sa.bindparam("r"),
-            )
-            .order_by(c.seq.desc())
-            .limit(1)
-        )
-
-    rows = tx.rows("guard-raise", build, {"v": thread, "r": requester})
-    return g.meta_int(_meta(rows[0]), "thread_budget", 0) or None if rows else None
+    row = sql.newest_of_type(tx.ex, thread, g.RAISE_TYPE, requester)
+    return g.meta_int(_meta(row), "thread_budget", 0) or None if row is not None else None
 
 
 def _since(kind: str, writer: str, ident: str) -> str:
     return "the task request" if kind == REQUEST_TYPE else f"{writer}'s event {ident}"
-
-
-def _first_writer(tx: Transaction, thread: str) -> str | None:
-    def build() -> sa.Select[Any]:
-        c = events.c
-        where = c.correlation_id == sa.bindparam("v")
-        return sa.select(c.from_agent).where(where).order_by(c.seq).limit(1)
-
-    rows = tx.rows("guard-first-writer", build, {"v": thread})
-    return str(rows[0][0]) if rows else None
 
 
 # ----------------------------------------------------------------------------- pair
@@ -216,11 +174,15 @@ def _check_pair(tx: Transaction, event: Event, peer: str, task: Task | None) -> 
     n = settings.pair_budget
     # The newest n+1 messages (or moves) each way in the window: the newest n of both ways
     # together are among them. The database filters; Python reads at most 2n+2 rows.
-    floor = _window_floor(tx, cutoff)
+    # The pair's reads walk the writers' `(from_agent, seq)` index over the window only.
+    floor = sql.window_floor(tx.ex, cutoff)
     if floor is None:
         return  # nothing written in the window
     span = (floor, _before(tx, event))
-    recent = [*_pair_rows(tx, a, b, span, n + 1), *_pair_rows(tx, b, a, span, n + 1)]
+    recent = [
+        *sql.pair_rows(tx.ex, a, b, span, n + 1, _NOT_PAIRED),
+        *sql.pair_rows(tx.ex, b, a, span, n + 1, _NOT_PAIRED),
+    ]
     recent.sort(key=lambda r: -int(r[0]))
     used, oldest, writers = 0, None, set()
     for row in recent[:n]:
@@ -236,7 +198,7 @@ def _check_pair(tx: Transaction, event: Event, peer: str, task: Task | None) -> 
         a=x, b=y, used=used, limit=settings.pair_budget, window_ms=settings.pair_window_ms
     )
     to = (task.requester if task is not None else None) or (
-        _first_writer(tx, event.correlation_id) if event.correlation_id else None
+        sql.first_writer(tx.ex, event.correlation_id) if event.correlation_id else None
     )
     notice = _notice(event, to or peer, message, f"pair:{x}|{y}:{oldest}")
     notice["metadata"] = {"budget": "pair", "limit": settings.pair_budget, "agents": [x, y]}
@@ -244,43 +206,8 @@ def _check_pair(tx: Transaction, event: Event, peer: str, task: Task | None) -> 
 
 
 _MOVES = g.EXEMPT_TYPES - {"event.ack", g.RAISE_TYPE}
-
-
-def _window_floor(tx: Transaction, cutoff: str) -> int | None:
-    """The seq of the first event written at or after `cutoff` (the `created_at` index), so
-    the pair's reads walk the writers' `(from_agent, seq)` index over the window only."""
-
-    def build() -> sa.Select[Any]:
-        c = events.c
-        where = c.created_at >= sa.bindparam("cutoff")
-        return sa.select(c.seq).where(where).order_by(c.created_at).limit(1)
-
-    rows = tx.rows("guard-window", build, {"cutoff": cutoff})
-    return int(rows[0][0]) if rows else None
-
-
-def _pair_rows(tx: Transaction, writer: str, to: str, span: tuple[int, int], n: int) -> list[Any]:
-    """`writer`'s newest `n` events to `to` with floor <= seq < before (`span`), acks and
-    raises left out."""
-
-    def build() -> sa.Select[Any]:
-        c = events.c
-        return (
-            sa.select(*(getattr(c, name) for name in _COLS))
-            .where(
-                c.from_agent == sa.bindparam("a"),
-                c.to_agent == sa.bindparam("b"),
-                c.seq >= sa.bindparam("floor"),
-                c.seq < sa.bindparam("before"),
-                c.type != "event.ack",
-                c.type != g.RAISE_TYPE,
-            )
-            .order_by(c.seq.desc())
-            .limit(n)
-        )
-
-    params = {"a": writer, "b": to, "floor": span[0], "before": span[1]}
-    return list(tx.rows(("guard-pair", n), build, params))
+# Acks and raises are no exchange between a pair: left out of its rows.
+_NOT_PAIRED = ("event.ack", g.RAISE_TYPE)
 
 
 # ----------------------------------------------------------------------------- notice

@@ -18,25 +18,11 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 
 from mempalace_logstream import backends, errors, hlc, notify
-from mempalace_logstream.backends import Backend, CoreExecutor, Executor
+from mempalace_logstream.backends import Backend, CoreExecutor, Executor, QueryExecutor
+from mempalace_logstream.backends.queries import appends as sql
 from mempalace_logstream.models import Event
-from mempalace_logstream.schema import artifacts, events
 from mempalace_logstream.store.identity import Identity
 from mempalace_logstream.store.rows import events_from_rows
-
-# The newest seq, artifact seq and HLC stamp, read at the start of every write transaction.
-_TX_STATE_QUERY = sa.select(
-    sa.select(sa.func.max(events.c.seq)).scalar_subquery(),
-    sa.select(sa.func.max(artifacts.c.seq)).scalar_subquery(),
-    sa.select(sa.func.max(events.c.hlc)).scalar_subquery(),
-    # Our own newest stamp (the origin index finds it): adopted even when it is more than 60 s
-    # ahead of the wall clock, so the HLC never goes backwards across restarts.
-    sa.select(events.c.hlc)
-    .where(events.c.origin_replica == sa.bindparam("own_replica"))
-    .order_by(events.c.origin_seq.desc())
-    .limit(1)
-    .scalar_subquery(),
-)
 
 
 @dataclass
@@ -262,11 +248,11 @@ class CommitPipeline:
         file; the state query is skipped."""
         if known is not None:
             return TxState(next_seq=known[0], next_artifact_seq=known[1], unchanged=True)
-        own = {"own_replica": self.replica_id}
-        sql, params = self._sql("tx-state", lambda: _TX_STATE_QUERY, own)
         fast = self.backend.fast_path()
         assert fast is not None
-        return self._state_from(*fast.query(db)(sql, params)[0])
+        return self._state_from(
+            *sql.tx_state(QueryExecutor(fast.query(db), self._sql), self.replica_id)
+        )
 
     def _state_from(self, max_seq: Any, max_art: Any, top: Any, own: Any) -> TxState:
         max_seq, max_art = max_seq or 0, max_art or 0
@@ -278,10 +264,8 @@ class CommitPipeline:
 
     def _begin_state(self, conn: sa.Connection) -> TxState:
         self._lock_writes(conn)
-        # One prebuilt statement, not three: this runs once per (group) commit, and each
-        # separate SQLAlchemy execute cost ~0.2 ms of CPU, a third of a one-row append.
-        row = conn.execute(_TX_STATE_QUERY, {"own_replica": self.replica_id}).one()
-        return self._state_from(*row)
+        # One prebuilt statement, not three: it runs once per (group) commit.
+        return self._state_from(*sql.tx_state(CoreExecutor(conn), self.replica_id))
 
     def _write(
         self,
@@ -302,15 +286,11 @@ class CommitPipeline:
 
     def event_select(self, *where: sa.ColumnElement[bool]) -> sa.Select[Any]:
         """The Event columns (`events_from_rows` reads them) of the rows matching `where`."""
-        return sa.select(*self._read_cols).where(*where)
+        return sql.select_events(self._read_cols, *where)
 
     def event_by_id(self, ex: Executor, ident: str, *, field: str) -> Event:
         """The event `ident` read through `ex`; NotFoundError naming `field` if unknown."""
-
-        def build() -> sa.Select[Any]:
-            return self.event_select(events.c.id == sa.bindparam("id"))
-
-        rows = ex.rows("event-by-id", build, {"id": ident})
+        rows = sql.event_by_id(ex, self.event_select, ident)
         if not rows:
             raise errors.NotFoundError(f"{field} {ident!r} not found", field=field, ident=ident)
         return events_from_rows(rows)[0]

@@ -19,15 +19,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-
 from mempalace_logstream import errors
 from mempalace_logstream import validation as v
-from mempalace_logstream.backends.base import binds, in_lists
+from mempalace_logstream.backends.queries import redactions as sql
 from mempalace_logstream.identity.actor import ADMIN_NAME, Actor
 from mempalace_logstream.identity.keyring import Keyring
 from mempalace_logstream.models import Event, body_digest, parse_tombstone, tombstone
-from mempalace_logstream.schema import artifacts, events, redactions
 from mempalace_logstream.store import blobs
 from mempalace_logstream.store import tasks as task_rows
 from mempalace_logstream.store.blobs import BODY, EMPTY_SHA256
@@ -158,8 +155,8 @@ def apply(tx: Transaction, redaction: Event, ring: Keyring) -> list[str]:
         }
         for p in spec.parts
     ]
-    if not tx.rows("redaction-held", _select_held, {"id": redaction.id}):
-        tx.ex.insert("redaction-insert", redactions, rows)
+    if not sql.is_held(tx.ex, redaction.id):
+        sql.insert(tx.ex, rows)
     if target is None:
         return []  # applied when the target arrives (`on_applied_events`)
     return _execute(tx, target, rows)
@@ -169,12 +166,11 @@ def _execute(tx: Transaction, target: Event, rows: list[dict[str, Any]]) -> list
     done: list[str] = []
     pragma = tx.store.backend.before_redaction()
     if pragma is not None:  # e.g. SQLite zeroes freed pages: no removed bytes linger
-        tx.ex.run("redaction-before", lambda: sa.text(pragma), {})
+        sql.before(tx.ex, pragma)
     for row in rows:
         if row["part"] == BODY:
             if parse_tombstone(target.body) is None:
-                params = {"target": target.id, "tomb": row["tombstone"]}
-                tx.ex.run("redaction-body", _update_body, params)
+                sql.set_body(tx.ex, target.id, row["tombstone"])
                 done.append(BODY)
             continue
         # The artifact reads redacted from now on; its blob is emptied only when no other
@@ -195,9 +191,7 @@ def _check_parts(tx: Transaction, spec: Spec, target: Event, writer: str | None)
             held = body_digest(target.body)
             what = f"the body of {target.id}"
         elif part.part in target.artifact_ids:
-            rows = tx.rows("redaction-art-sha", _select_art_sha, {"id": part.part})
-            held = str(rows[0][0]) if rows else ""
-            creator = str(rows[0][1]) if rows else ""
+            held, creator = sql.artifact_sha(tx.ex, part.part) or ("", "")
             what = f"artifact {part.part}"
             if writer is not None and creator != writer:
                 raise Refused(
@@ -271,14 +265,7 @@ def on_applied_events(tx: Transaction, applied: Sequence[Event]) -> list[tuple[E
 
 def _pending_for(tx: Transaction, target_ids: list[str]) -> list[str]:
     """The redaction ids held here that name one of `target_ids`."""
-    out: list[str] = []
-    for n, params in in_lists(list(dict.fromkeys(target_ids))):
-
-        def build(n: int = n) -> sa.Select[Any]:
-            return sa.select(redactions.c.redaction_id).where(redactions.c.target_id.in_(binds(n)))
-
-        out += [str(r[0]) for r in tx.rows(("redaction-pending", n), build, params)]
-    return list(dict.fromkeys(out))
+    return list(dict.fromkeys(sql.pending_for(tx.ex, list(dict.fromkeys(target_ids)))))
 
 
 def _held(tx: Transaction, ident: str) -> Event | None:
@@ -383,8 +370,10 @@ def _local_parts(
     for aid in arts:
         if aid not in target.artifact_ids:
             raise v.fail("artifact_ids", f"{aid!r} is not an artifact of {target.id}")
-        rows = tx.rows("redaction-art-sha", _select_art_sha, {"id": aid})
-        parts.append(Part(aid, str(rows[0][0])))
+        found = sql.artifact_sha(tx.ex, aid)
+        if found is None:  # the target's links name it: held, unless the log is damaged
+            raise errors.NotFoundError(f"artifact {aid!r} not found", field="artifact_ids")
+        parts.append(Part(aid, found[0]))
     return parts
 
 
@@ -398,21 +387,3 @@ def _sha(field: str, value: Any) -> str:
     if not isinstance(value, str) or len(value) != 64 or value.strip("0123456789abcdef"):
         raise v.fail(field, "must be 64 lowercase hex characters")
     return value
-
-
-def _select_held() -> sa.Select[Any]:
-    return sa.select(redactions.c.part).where(redactions.c.redaction_id == sa.bindparam("id"))
-
-
-def _select_art_sha() -> sa.Select[Any]:
-    return sa.select(artifacts.c.sha256, artifacts.c.created_by).where(
-        artifacts.c.id == sa.bindparam("id")
-    )
-
-
-def _update_body() -> sa.Update:
-    return (
-        sa.update(events)
-        .where(events.c.id == sa.bindparam("target"))
-        .values(body=sa.bindparam("tomb"))
-    )

@@ -10,11 +10,8 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-
 from mempalace_logstream import hlc
-from mempalace_logstream.schema import events
-from mempalace_logstream.schema import tasks as tasks_table
+from mempalace_logstream.backends.queries import tasks as sql
 from mempalace_logstream.store.tasks import from_doc
 from mempalace_logstream.tasks import Task
 from mempalace_logstream.tasks import guards as g
@@ -43,28 +40,16 @@ class Sent:
 
 def unclaimed(store: LogStore, limit: int = MAX_TASKS_PER_PASS) -> list[Task]:
     """Open tasks never claimed (attempt 0), oldest activity first."""
-    t = tasks_table.c
-    query = sa.select(t.doc_json).where(t.state == "open").order_by(t.updated_seq).limit(limit)
     with store.connect() as conn:
-        rows = conn.execute(query).all()
-    found = [from_doc(r[0]) for r in rows]
+        docs = sql.docs_in_state(conn, "open", limit)
+    found = [from_doc(doc) for doc in docs]
     return [task for task in found if task.attempt == 0]
 
 
 def sent(store: LogStore, task_id: str) -> Sent:
     """The hub's reminders and stall on the thread of `task_id`, from the log."""
-    c = events.c
-    query = (
-        sa.select(c.id, c.type, c.hlc, c.metadata_json)
-        .where(
-            c.correlation_id == task_id,
-            c.from_agent == g.HUB_WRITER,
-            sa.or_(c.type == g.REMINDER_TYPE, c.type == g.STALLED_TYPE),
-        )
-        .order_by(c.seq)
-    )
     with store.connect() as conn:
-        rows = conn.execute(query).all()
+        rows = sql.notes_of(conn, task_id, g.HUB_WRITER, (g.REMINDER_TYPE, g.STALLED_TYPE))
     reminders: list[tuple[int, str, int]] = []
     stalled = False
     for ident, kind, stamp, meta_json in rows:

@@ -15,13 +15,11 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-import sqlalchemy as sa
+from typing import TYPE_CHECKING
 
 from mempalace_logstream import tasks
+from mempalace_logstream.backends.queries import tasks as sql
 from mempalace_logstream.models import Event
-from mempalace_logstream.schema import events
 from mempalace_logstream.store.rows import events_from_rows
 from mempalace_logstream.tasks import FoldState, Task, TaskSettings
 
@@ -88,8 +86,7 @@ class FoldCache:
         point = self._points.get(task_id)
         if point is None:
             return None
-        params = {"cid": task_id, "h": point.hlc, "id": point.event_id}
-        if int(tx.rows("task-fold-count", _count_upto, params)[0][0]) != point.count:
+        if sql.fold_count(tx.ex, task_id, point.hlc, point.event_id) != point.count:
             self.forget(task_id)
             return None
         self._points.move_to_end(task_id)
@@ -112,31 +109,10 @@ class FoldCache:
             self._points.popitem(last=False)
 
 
-def _upto() -> sa.ColumnElement[bool]:
-    h: sa.BindParameter[str] = sa.bindparam("h")
-    ident: sa.BindParameter[str] = sa.bindparam("id")
-    return sa.or_(events.c.hlc < h, sa.and_(events.c.hlc == h, events.c.id <= ident))
-
-
-def _count_upto() -> sa.Select[Any]:
-    return (
-        sa.select(sa.func.count())
-        .select_from(events)
-        .where(events.c.correlation_id == sa.bindparam("cid"), _upto())
-    )
-
-
 def _after(tx: Transaction, task_id: str, point: Checkpoint) -> list[Event]:
-    def build() -> sa.Select[Any]:
-        where = events.c.correlation_id == sa.bindparam("cid")
-        return tx.store.event_select(where, sa.not_(_upto()))
-
-    params = {"cid": task_id, "h": point.hlc, "id": point.event_id}
-    return events_from_rows(tx.rows("task-fold-after", build, params))
+    rows = sql.fold_after(tx.ex, tx.store.event_select, task_id, point.hlc, point.event_id)
+    return events_from_rows(rows)
 
 
 def _thread(tx: Transaction, task_id: str) -> list[Event]:
-    def build() -> sa.Select[Any]:
-        return tx.store.event_select(events.c.correlation_id == sa.bindparam("cid"))
-
-    return events_from_rows(tx.rows("task-fold-thread", build, {"cid": task_id}))
+    return events_from_rows(sql.fold_thread(tx.ex, tx.store.event_select, task_id))

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import sqlalchemy as sa
-
-from mempalace_logstream.schema import tasks as tasks_table
+from mempalace_logstream.backends.queries import tasks as sql
 from mempalace_logstream.store.tasks import from_doc
 from mempalace_logstream.tasks.model import NON_TERMINAL
 
@@ -39,7 +37,7 @@ def task_rules(store: LogStore) -> TaskRuleReport:
     after = ""
     while True:
         with store.connect() as conn:
-            rows = conn.execute(_chunk(), {"after": after, "n": CHUNK}).all()
+            rows = sql.chunk(conn, after=after, n=CHUNK)
         if not rows:
             break
         for task_id, parent, state, doc in rows:
@@ -57,13 +55,3 @@ def task_rules(store: LogStore) -> TaskRuleReport:
         after = rows[-1][0]
     out.crowded = sorted(p for p, n in open_children.items() if n > settings.max_children)
     return out
-
-
-def _chunk() -> sa.Select[Any]:
-    t = tasks_table.c
-    return (
-        sa.select(t.task_id, t.parent_task_id, t.state, t.doc_json)
-        .where(t.task_id > sa.bindparam("after"))
-        .order_by(t.task_id)
-        .limit(sa.bindparam("n"))
-    )

@@ -7,19 +7,15 @@ this store enforces, checked against history a peer brought (listed under `anoma
 
 from __future__ import annotations
 
-import functools
 from datetime import UTC, datetime
 from typing import Any
 
-import sqlalchemy as sa
-
 from mempalace_logstream import errors, tasks
 from mempalace_logstream import validation as v
+from mempalace_logstream.backends.queries import tasks as sql
 from mempalace_logstream.models import TOMBSTONE_PREFIX
-from mempalace_logstream.schema import event_artifacts, events
-from mempalace_logstream.schema import tasks as tasks_table
 from mempalace_logstream.store.pipeline import CommitPipeline
-from mempalace_logstream.store.tasks import from_doc, rebuild, select_doc
+from mempalace_logstream.store.tasks import from_doc, rebuild
 from mempalace_logstream.tasks import Task, TaskSettings
 from mempalace_logstream.tasks.model import HELD
 
@@ -145,27 +141,8 @@ def _create_anomaly(task: Task, reason: str, code: str) -> dict[str, Any]:
 def texts_of(query: Any, task: Task, *, cap: int | None) -> dict[str, str]:
     """The bodies (the first `cap` characters, `MORE` marking a cut) of a task's request and
     question events, read in `query`'s snapshot."""
-    params: dict[str, Any] = {"r": task.request_event_id, "q": task.question_event_id or ""}
-    if cap:
-        params["cap"] = cap
-    build = _texts_capped if cap else _texts_whole
-    rows = query.rows(("task-texts", bool(cap)), build, params)
+    rows = sql.texts(query, task.request_event_id, task.question_event_id or "", cap)
     return {str(i): _cut(str(b), cap) for i, b in rows}
-
-
-def _texts_whole() -> sa.Select[Any]:
-    where = sa.or_(events.c.id == sa.bindparam("r"), events.c.id == sa.bindparam("q"))
-    return sa.select(events.c.id, events.c.body).where(where)
-
-
-def _texts_capped() -> sa.Select[Any]:
-    where = sa.or_(events.c.id == sa.bindparam("r"), events.c.id == sa.bindparam("q"))
-    return sa.select(events.c.id, _prefix()).where(where)
-
-
-def _prefix() -> sa.ColumnElement[Any]:
-    # One character past the cap, so that a cut can be told from a body of exactly `cap`.
-    return sa.func.substr(events.c.body, 1, sa.bindparam("cap") + 1)
 
 
 def _cut(text: str, cap: int | None) -> str:
@@ -178,24 +155,7 @@ LIST_TEXT_CAP = 1_000  # characters of a request's body a task_list summary read
 def thread_ids(query: Any, task_id: str) -> tuple[list[str], list[str]]:
     """(event ids of the thread, artifact ids its events reference), in HLC order: the fold's
     order, the same on every replica."""
-
-    def build_events() -> sa.Select[Any]:
-        return (
-            sa.select(events.c.id)
-            .where(events.c.correlation_id == sa.bindparam("cid"))
-            .order_by(events.c.hlc, events.c.id)
-        )
-
-    def build_artifacts() -> sa.Select[Any]:
-        return (
-            sa.select(event_artifacts.c.artifact_id)
-            .join(events, events.c.id == event_artifacts.c.event_id)
-            .where(events.c.correlation_id == sa.bindparam("cid"))
-            .order_by(events.c.hlc, events.c.id, event_artifacts.c.position)
-        )
-
-    ids = [r[0] for r in query.rows("task-thread-ids", build_events, {"cid": task_id})]
-    arts = [r[0] for r in query.rows("task-thread-arts", build_artifacts, {"cid": task_id})]
+    ids, arts = sql.thread_ids(query, task_id)
     return ids, list(dict.fromkeys(arts))
 
 
@@ -221,13 +181,13 @@ class TaskReads(CommitPipeline):
         ident = v.required_routing("task_id", task_id)
         store: Any = self
         with store.snapshot() as snap:
-            rows = snap.rows("task-doc", select_doc, {"id": ident})
-            if not rows:
+            doc = sql.doc(snap, ident)
+            if doc is None:
                 raise errors.NotFoundError(f"task {ident} not found", field="task_id", ident=ident)
-            task = from_doc(rows[0][0])
+            task = from_doc(doc)
             texts = texts_of(snap, task, cap=None)
             if whole:
-                children = snap.rows("task-children", _select_children, {"pid": ident})
+                children = sql.children(snap, ident)
                 event_ids, artifact_ids = thread_ids(snap, ident)
         now = store.clock.wall_clock.now_ms()
         out = summary(task, now, self.task_settings, texts)
@@ -264,11 +224,9 @@ class TaskReads(CommitPipeline):
         before = _cursor(cursor)
         store: Any = self
         now = store.clock.wall_clock.now_ms()
-        given = tuple(k for k, val in args.items() if val is not None)
-        params: dict[str, Any] = {k: val for k, val in args.items() if val is not None}
-        params |= {"now": now, "before": before, "n": n + 1}
+        given = {k: val for k, val in args.items() if val is not None}
         with store.snapshot() as snap:
-            rows = snap.rows(("task-list", state, given), lambda: _list_query(state, given), params)
+            rows = sql.listing(snap, state, given, now_ms=now, before=before, n=n + 1)
             page = [from_doc(doc) for _seq, doc in rows[:n]]
             texts = _page_texts(snap, page)
         found = [summary(task, now, self.task_settings, texts) for task in page]
@@ -294,24 +252,8 @@ def _page_texts(snap: Any, page: list[Task]) -> dict[str, str]:
     ]
     if not ids:
         return {}
-    params: dict[str, Any] = {f"i{k}": ident for k, ident in enumerate(ids)}
-    params["cap"] = LIST_TEXT_CAP
-    rows = snap.rows(("task-page-texts", len(ids)), lambda: _page_texts_query(len(ids)), params)
+    rows = sql.page_texts(snap, ids, LIST_TEXT_CAP)
     return {str(i): _cut(str(b), LIST_TEXT_CAP) for i, b in rows}
-
-
-def _page_texts_query(n: int) -> sa.Select[Any]:
-    binds: list[sa.BindParameter[str]] = [sa.bindparam(f"i{k}") for k in range(n)]
-    return sa.select(events.c.id, _prefix()).where(events.c.id.in_(binds))
-
-
-def _select_children() -> sa.Select[Any]:
-    t = tasks_table.c
-    return (
-        sa.select(t.task_id, t.doc_json)
-        .where(t.parent_task_id == sa.bindparam("pid"))
-        .order_by(t.updated_seq)
-    )
 
 
 def _cursor(raw: Any) -> int:
@@ -320,43 +262,3 @@ def _cursor(raw: Any) -> int:
     if isinstance(raw, str) and raw.isdigit() and len(raw) <= 18:
         return int(raw)
     raise v.fail("cursor", "must be the `cursor` a previous task_list returned")
-
-
-@functools.lru_cache(maxsize=256)
-def _list_query(state: str | None, given: tuple[str, ...]) -> sa.Select[Any]:
-    """Newest activity first. `state=open` also holds claimed/working tasks whose lease has
-    passed: one index-ordered leg per stored state (state, updated_seq), each cut at the page,
-    merged (an OR would sort every live task)."""
-    t = tasks_table.c
-    given_filters = [t[name] == sa.bindparam(name) for name in given]
-    passed = sa.and_(t.lease_expires_ms.is_not(None), t.lease_expires_ms <= sa.bindparam("now"))
-
-    def leg(*where: sa.ColumnElement[bool], by_lease: bool = False) -> sa.Select[Any]:
-        # `by_lease`: the few held tasks whose lease passed are found through (state,
-        # lease_expires_ms); `updated_seq + 0` keeps a planner without statistics from walking
-        # every held task in (state, updated_seq) order instead.
-        seq = t.updated_seq + 0 if by_lease else t.updated_seq
-        return (
-            sa.select(t.updated_seq, t.doc_json)
-            .where(seq < sa.bindparam("before"), *given_filters, *where)
-            .order_by(seq.desc())
-            .limit(sa.bindparam("n"))
-        )
-
-    if state == "open":
-        legs = [leg(t.state == "open")]
-        legs += [leg(t.state == held, passed, by_lease=True) for held in LEASED]
-        merged = sa.union_all(*(x.subquery().select() for x in legs)).subquery()
-        return (
-            sa.select(merged.c.updated_seq, merged.c.doc_json)
-            .order_by(merged.c.updated_seq.desc())
-            .limit(sa.bindparam("n"))
-        )
-    if state in LEASED:
-        return leg(t.state == state, sa.not_(passed))
-    if state is not None:
-        return leg(t.state == state)
-    return leg()
-
-
-LEASED = ("claimed", "working")  # the states whose lease runs: past it they read as open

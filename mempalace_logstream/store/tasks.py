@@ -15,12 +15,9 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-
 from mempalace_logstream import errors, tasks
+from mempalace_logstream.backends.queries import tasks as sql
 from mempalace_logstream.models import Event
-from mempalace_logstream.schema import events, meta
-from mempalace_logstream.schema import tasks as tasks_table
 from mempalace_logstream.store import guards
 from mempalace_logstream.store.projections import Refusal
 from mempalace_logstream.store.rows import events_from_rows
@@ -59,42 +56,22 @@ def from_doc(doc_json: str) -> Task:
     return Task(**{k: doc[k] for k in DOC_FIELDS if k in doc})
 
 
-def select_doc() -> sa.Select[Any]:
-    return sa.select(tasks_table.c.doc_json).where(tasks_table.c.task_id == sa.bindparam("id"))
-
-
-def _update() -> sa.Update:
-    t = tasks_table.c
-    values: dict[str, Any] = {c: sa.bindparam(f"new_{c}") for c in to_row_keys() if c != "task_id"}
-    return tasks_table.update().where(t.task_id == sa.bindparam("id")).values(**values)
-
-
-def to_row_keys() -> tuple[str, ...]:
-    return tuple(c.name for c in tasks_table.c)
-
-
 def load(tx: Transaction, task_id: str) -> Task | None:
-    rows = tx.rows("task-doc", select_doc, {"id": task_id})
-    return from_doc(rows[0][0]) if rows else None
+    doc = sql.doc(tx.ex, task_id)
+    return from_doc(doc) if doc is not None else None
 
 
 def save(tx: Transaction, task: Task, seq: int, *, existed: bool) -> None:
     row = to_row(task, seq)
-    if not existed:
-        tx.ex.insert("task-insert", tasks_table, [row])
-        return
-    params = {f"new_{k}": val for k, val in row.items() if k != "task_id"}
-    tx.ex.run("task-update", _update, {"id": task.task_id, **params})
+    if existed:
+        sql.update(tx.ex, row)
+    else:
+        sql.insert(tx.ex, row)
 
 
 def thread(tx: Transaction, task_id: str) -> list[Event]:
     """Every event of a task's thread (its correlation id), in log order."""
-
-    def build() -> sa.Select[Any]:
-        where = events.c.correlation_id == sa.bindparam("cid")
-        return tx.store.event_select(where).order_by(events.c.seq)
-
-    return events_from_rows(tx.rows("task-thread", build, {"cid": task_id}))
+    return events_from_rows(sql.thread(tx.ex, tx.store.event_select, task_id))
 
 
 # ----------------------------------------------------------------------------- writes
@@ -195,17 +172,10 @@ def _depth(tx: Transaction, task: Task) -> Task:
 
 
 def _open_children(tx: Transaction, parent_id: str) -> int:
-    def build() -> sa.Select[Any]:
-        t = tasks_table.c
-        # OR of equalities, not IN: the statement is compiled once, with no expanding list.
-        still_open = sa.or_(*(t.state == state for state in sorted(NON_TERMINAL)))
-        return (
-            sa.select(sa.func.count())
-            .select_from(tasks_table)
-            .where(t.parent_task_id == sa.bindparam("pid"), still_open)
-        )
+    return sql.open_children(tx.ex, parent_id, _OPEN_STATES)
 
-    return int(tx.rows("task-open-children", build, {"pid": parent_id})[0][0])
+
+_OPEN_STATES = tuple(sorted(NON_TERMINAL))
 
 
 class TaskProjection:
@@ -272,30 +242,18 @@ FOLD_VERSION = "3"  # 3: rows carry the request's HLC
 
 
 def mark_fold_version(tx: Transaction) -> None:
-    tx.ex.run("fold-version-clear", _clear_fold_version, {})
-    tx.ex.insert("fold-version", meta, [{"key": FOLD_VERSION_KEY, "value": FOLD_VERSION}])
-
-
-def _clear_fold_version() -> sa.Delete:
-    return meta.delete().where(meta.c.key == FOLD_VERSION_KEY)
+    sql.set_meta(tx.ex, FOLD_VERSION_KEY, FOLD_VERSION)
 
 
 def rebuild(tx: Transaction, settings: TaskSettings) -> int:
     """Recompute every task row from the log alone (and record the fold's version); returns
     the number of tasks."""
-
-    def ids() -> sa.Select[Any]:
-        return (
-            sa.select(events.c.correlation_id)
-            .where(events.c.type == REQUEST_TYPE, events.c.correlation_id.is_not(None))
-            .order_by(events.c.hlc, events.c.id)  # parents before children: depth follows
-        )
-
-    tx.ex.run("task-clear", lambda: tasks_table.delete(), {})
+    sql.clear(tx.ex)
     tx.store.task_folds.forget()
     count = 0
     seen: set[str] = set()
-    for (task_id,) in tx.rows("task-request-ids", ids, {}):
+    # In HLC order: parents before children, so that depth follows.
+    for task_id in sql.request_ids(tx.ex, REQUEST_TYPE):
         if task_id in seen:
             continue
         seen.add(task_id)

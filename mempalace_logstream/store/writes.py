@@ -13,8 +13,10 @@ import sqlalchemy as sa
 
 from mempalace_logstream import errors
 from mempalace_logstream import validation as v
-from mempalace_logstream.backends import Executor
+from mempalace_logstream.backends import CoreExecutor, Executor
 from mempalace_logstream.backends.base import Build
+from mempalace_logstream.backends.queries import appends as sql
+from mempalace_logstream.backends.queries import meta as meta_rows
 from mempalace_logstream.identity import actor as actor_mod
 from mempalace_logstream.identity import keys
 from mempalace_logstream.identity.actor import Actor
@@ -27,13 +29,6 @@ from mempalace_logstream.models import (
     Event,
     EventDraft,
     parse_tombstone,
-)
-from mempalace_logstream.schema import (
-    agent_tokens,
-    artifact_blobs,
-    artifacts,
-    events,
-    meta,
 )
 from mempalace_logstream.store import blobs, guards
 from mempalace_logstream.store.append import Appended, Local, Origin
@@ -76,15 +71,8 @@ class Transaction:
 
     def find_idempotent(self, draft: EventDraft) -> Event | None:
         """The event stored earlier under the draft's (from_agent, idempotency_key)."""
-
-        def build() -> sa.Select[Any]:
-            return self.store.event_select(
-                events.c.from_agent == sa.bindparam("from_agent"),
-                events.c.idempotency_key == sa.bindparam("idempotency_key"),
-            )
-
-        params = {"from_agent": draft.from_agent, "idempotency_key": draft.idempotency_key}
-        rows = self.ex.rows("idempotent", build, params)
+        select = self.store.event_select
+        rows = sql.idempotent(self.ex, select, draft.from_agent, draft.idempotency_key)
         return events_from_rows(rows)[0] if rows else None
 
     def insert_event(self, draft: EventDraft) -> Event:
@@ -111,11 +99,8 @@ class Transaction:
     def set_agent_token(self, agent: str, token_hash: str | None) -> None:
         """Store (or, with None, drop) the hash of `agent`'s token in this transaction, so a
         key event and its token commit together (`logstream agent rotate`, RFC 0008)."""
-        self.ex.run("agent-token-drop", _drop_token, {"agent": agent})
-        if token_hash is not None:
-            at = now_text(self.store.clock.wall_clock.now_ms())
-            row = {"agent": agent, "token_hash": token_hash, "created_at": at}
-            self.ex.insert("agent-token-insert", agent_tokens, [row])
+        at = now_text(self.store.clock.wall_clock.now_ms())
+        sql.set_agent_token(self.ex, agent, token_hash, at)
 
     def _new_event(self, draft: EventDraft) -> Event:
         clock = self.store.clock
@@ -170,16 +155,12 @@ class Transaction:
             "origin_replica": art.origin_replica,
             "metadata_json": art.metadata_json,
         }
-        self.ex.insert("insert-artifact", artifacts, [row])
+        sql.insert_artifact(self.ex, row)
         self.state.next_artifact_seq += 1
 
     def artifact_meta(self, ident: str) -> Artifact:
         """The artifact `ident` without its content; NotFoundError if unknown."""
-
-        def build() -> sa.Select[Any]:
-            return sa.select(*ARTIFACT_COLS).where(artifacts.c.id == sa.bindparam("id"))
-
-        rows = self.ex.rows("artifact-meta", build, {"id": ident})
+        rows = sql.artifact_meta(self.ex, ARTIFACT_COLS, ident)
         if not rows:
             raise errors.NotFoundError(f"artifact {ident!r} not found", field="artifact_id")
         return artifact_from_row(rows[0], None)
@@ -214,29 +195,23 @@ class Writes(CommitPipeline):
     def pinned_admins(self) -> list[str]:
         """The admin key ids this replica trusts as roots (RFC 0008 "Admin key")."""
         with self.connect() as conn:
-            rows = conn.execute(
-                sa.select(meta.c.key).where(meta.c.key.startswith(PIN_PREFIX, autoescape=True))
-            ).all()
-        return sorted(str(r[0])[len(PIN_PREFIX) :] for r in rows)
+            held = meta_rows.with_prefix(conn, PIN_PREFIX)
+        return sorted(k[len(PIN_PREFIX) :] for k, _value in held)
 
     def set_agent_token(self, agent: str, token_hash: str | None) -> None:
         """Store (or, with None, drop) the hash of `agent`'s bearer token. Local to this
         hub, never replicated (RFC 0008)."""
 
         def work(conn: sa.Connection, _state: TxState) -> None:
-            conn.execute(sa.delete(agent_tokens).where(agent_tokens.c.agent == agent))
-            if token_hash is not None:
-                at = now_text(self.clock.wall_clock.now_ms())
-                row = {"agent": agent, "token_hash": token_hash, "created_at": at}
-                conn.execute(sa.insert(agent_tokens).values(**row))
+            at = now_text(self.clock.wall_clock.now_ms())
+            sql.set_agent_token(CoreExecutor(conn), agent, token_hash, at)
 
         self.core_transaction(work)
 
     def agent_token_hashes(self) -> dict[str, str]:
         """agent -> the stored hash of its token."""
         with self.connect() as conn:
-            rows = conn.execute(sa.select(agent_tokens.c.agent, agent_tokens.c.token_hash)).all()
-        return {str(r[0]): str(r[1]) for r in rows}
+            return sql.agent_token_hashes(conn)
 
     def pin_admin(self, key_id: Any, *, pinned: bool = True) -> bool:
         """Trust (or, with `pinned=False`, stop trusting) an admin key id as a root; returns
@@ -246,12 +221,12 @@ class Writes(CommitPipeline):
         name = PIN_PREFIX + key_id
 
         def work(conn: sa.Connection, _state: TxState) -> bool:
-            held = conn.execute(sa.select(meta.c.key).where(meta.c.key == name)).first()
-            if pinned and held is None:
-                conn.execute(sa.insert(meta).values(key=name, value="admin"))
+            held = meta_rows.value(conn, name) is not None
+            if pinned and not held:
+                meta_rows.insert(conn, name, "admin")
                 return True
-            if not pinned and held is not None:
-                conn.execute(sa.delete(meta).where(meta.c.key == name))
+            if not pinned and held:
+                meta_rows.delete(conn, [name])
                 return True
             return False
 
@@ -339,11 +314,7 @@ class Writes(CommitPipeline):
         """The artifact with its exact content; NotFoundError if unknown."""
         ident = v.required_routing("artifact_id", artifact_id)
         with self._storage_errors(), self.engine.connect() as conn:
-            row = conn.execute(
-                sa.select(*ARTIFACT_COLS, artifact_blobs.c.content)
-                .join(artifact_blobs, artifact_blobs.c.sha256 == artifacts.c.sha256)
-                .where(artifacts.c.id == ident)
-            ).first()
+            row = sql.artifact_with_content(conn, ARTIFACT_COLS, ident)
             mine = blobs.redactions_of_artifacts(conn, [ident]).get(ident) if row else None
         if row is None:
             raise errors.NotFoundError(
@@ -390,7 +361,3 @@ def _not_tombstone(body: str) -> str:
     if parse_tombstone(body) is not None:
         raise v.fail("body", "is a redaction tombstone; only `logstream redact` writes one")
     return body
-
-
-def _drop_token() -> sa.Delete:
-    return sa.delete(agent_tokens).where(agent_tokens.c.agent == sa.bindparam("agent"))

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from mempalace_logstream import errors
-from mempalace_logstream.schema import append_only_ddl, drop_append_only_ddl
+from mempalace_logstream.backends.ddl import append_only_ddl, drop_append_only_ddl
 
 # The tables this revision made append-only (0003 adds artifact_blobs).
 TABLES_0001 = ("events", "event_artifacts", "artifacts")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from alembic import op
 
-from mempalace_logstream.schema import append_only_ddl, drop_append_only_ddl
+from mempalace_logstream.backends.ddl import append_only_ddl, drop_append_only_ddl
 
 revision = "0003"
 down_revision = "0002"

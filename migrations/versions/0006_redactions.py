@@ -15,7 +15,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from mempalace_logstream.schema import (
+from mempalace_logstream.backends.ddl import (
     append_only_ddl,
     drop_append_only_ddl,
     drop_redaction_guard_ddl,

@@ -24,7 +24,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from mempalace_logstream.schema import (
+from mempalace_logstream.backends.ddl import (
     append_only_ddl,
     blob_guard_ddl,
     drop_append_only_ddl,

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from mempalace_logstream import LogStore, errors, migrate, replication, schema, sync, workflows
-from mempalace_logstream import engine as engine_mod
+from mempalace_logstream.backends import engine as engine_mod
 
 _TEMPLATE: Path | None = None
 

@@ -135,8 +135,8 @@ def test_integer_query_parameters_fit_64_bits_or_are_400s_naming_them(raw: str) 
 
 @pytest.fixture(scope="module")
 def store():
-    from mempalace_logstream import engine as engine_mod
     from mempalace_logstream import migrate
+    from mempalace_logstream.backends import engine as engine_mod
 
     d = Path(tempfile.mkdtemp(prefix="wire-"))
     eng = engine_mod.create_engine(f"sqlite:///{d / 'x.sqlite3'}")

@@ -35,6 +35,7 @@ from sqlalchemy.engine import make_url
 
 from mempalace_logstream import errors
 from mempalace_logstream.backends import sqlite_file
+from mempalace_logstream.backends.ddl import SQLITE_SHA256_FUNCTION
 from mempalace_logstream.backends.sqlite_file import (
     APPLICATION_ID,
     DURABILITY,
@@ -44,7 +45,6 @@ from mempalace_logstream.backends.sqlite_file import (
     read_only_mode,
     sqlite_uri,
 )
-from mempalace_logstream.schema import SQLITE_SHA256_FUNCTION
 
 __all__ = [
     "APPLICATION_ID",

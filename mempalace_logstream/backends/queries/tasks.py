@@ -1,0 +1,324 @@
+"""The statements of the task projection (RFC 0007): its rows (store/tasks.py), the fold's
+checkpoints (task_cache.py), the reads of `task_status` / `task_list` (task_reads.py), what
+`doctor` checks (task_health.py) and what the reminder loop reads (reminders.py).
+
+The lifecycle's names (event types, states) are the caller's: they come in as values.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from mempalace_logstream.backends.base import Executor
+from mempalace_logstream.backends.queries.log import EventSelect
+from mempalace_logstream.schema import event_artifacts, events, meta
+from mempalace_logstream.schema import tasks as tasks_table
+
+LEASED = ("claimed", "working")  # the states whose lease runs: past it they read as open
+
+# ----------------------------------------------------------------------------- the rows
+
+
+def doc(ex: Executor, task_id: str) -> str | None:
+    """The stored task document (`doc_json`) of `task_id`, or None."""
+    rows = ex.rows("tasks.doc", _select_doc, {"id": task_id})
+    return str(rows[0][0]) if rows else None
+
+
+def _select_doc() -> sa.Select[Any]:
+    return sa.select(tasks_table.c.doc_json).where(tasks_table.c.task_id == sa.bindparam("id"))
+
+
+def columns() -> tuple[str, ...]:
+    """The task row's columns, in the table's order."""
+    return tuple(c.name for c in tasks_table.c)
+
+
+def insert(ex: Executor, row: dict[str, Any]) -> None:
+    ex.insert("tasks.insert", tasks_table, [row])
+
+
+def update(ex: Executor, row: dict[str, Any]) -> None:
+    """Every column of the row `row["task_id"]` set to `row`'s values."""
+    params = {f"new_{k}": val for k, val in row.items() if k != "task_id"}
+    ex.run("tasks.update", _update, {"id": row["task_id"], **params})
+
+
+def _update() -> sa.Update:
+    t = tasks_table.c
+    values: dict[str, Any] = {c: sa.bindparam(f"new_{c}") for c in columns() if c != "task_id"}
+    return tasks_table.update().where(t.task_id == sa.bindparam("id")).values(**values)
+
+
+def clear(ex: Executor) -> None:
+    """Delete every task row (a rebuild)."""
+    ex.run("tasks.clear", lambda: tasks_table.delete(), {})
+
+
+def open_children(ex: Executor, parent_id: str, open_states: Sequence[str]) -> int:
+    """How many tasks under `parent_id` are in one of `open_states`."""
+    n = len(open_states)
+
+    def build() -> sa.Select[Any]:
+        t = tasks_table.c
+        # OR of equalities, not IN: the statement is compiled once, with no expanding list.
+        still_open = sa.or_(*(t.state == sa.bindparam(f"s{i}") for i in range(n)))
+        return (
+            sa.select(sa.func.count())
+            .select_from(tasks_table)
+            .where(t.parent_task_id == sa.bindparam("pid"), still_open)
+        )
+
+    params = {"pid": parent_id, **{f"s{i}": s for i, s in enumerate(open_states)}}
+    return int(ex.rows(("tasks.open-children", n), build, params)[0][0])
+
+
+def set_meta(ex: Executor, key: str, value: str) -> None:
+    """The `logstream_meta` row `key` set to `value` (the fold's version)."""
+    ex.run("tasks.meta-clear", _clear_meta, {"key": key})
+    ex.insert("tasks.meta-insert", meta, [{"key": key, "value": value}])
+
+
+def _clear_meta() -> sa.Delete:
+    return meta.delete().where(meta.c.key == sa.bindparam("key"))
+
+
+# ----------------------------------------------------------------------------- threads
+
+
+def thread(ex: Executor, select: EventSelect, task_id: str) -> Sequence[Any]:
+    """The read rows of every event of a task's thread (its correlation id), in log order."""
+
+    def build() -> sa.Select[Any]:
+        return select(events.c.correlation_id == sa.bindparam("cid")).order_by(events.c.seq)
+
+    return ex.rows("tasks.thread", build, {"cid": task_id})
+
+
+def request_ids(ex: Executor, request_type: str) -> list[str]:
+    """The correlation ids of every request event, in HLC order (parents before children)."""
+
+    def build() -> sa.Select[Any]:
+        return (
+            sa.select(events.c.correlation_id)
+            .where(events.c.type == sa.bindparam("type"), events.c.correlation_id.is_not(None))
+            .order_by(events.c.hlc, events.c.id)
+        )
+
+    return [str(r[0]) for r in ex.rows("tasks.request-ids", build, {"type": request_type})]
+
+
+def _upto() -> sa.ColumnElement[bool]:
+    h: sa.BindParameter[str] = sa.bindparam("h")
+    ident: sa.BindParameter[str] = sa.bindparam("id")
+    return sa.or_(events.c.hlc < h, sa.and_(events.c.hlc == h, events.c.id <= ident))
+
+
+def fold_count(ex: Executor, task_id: str, hlc: str, event_id: str) -> int:
+    """How many events of the thread sort at or before (hlc, event_id)."""
+
+    def build() -> sa.Select[Any]:
+        return (
+            sa.select(sa.func.count())
+            .select_from(events)
+            .where(events.c.correlation_id == sa.bindparam("cid"), _upto())
+        )
+
+    params = {"cid": task_id, "h": hlc, "id": event_id}
+    return int(ex.rows("tasks.fold-count", build, params)[0][0])
+
+
+def fold_after(
+    ex: Executor, select: EventSelect, task_id: str, hlc: str, event_id: str
+) -> Sequence[Any]:
+    """The read rows of the thread's events that sort after (hlc, event_id), unordered."""
+
+    def build() -> sa.Select[Any]:
+        return select(events.c.correlation_id == sa.bindparam("cid"), sa.not_(_upto()))
+
+    params = {"cid": task_id, "h": hlc, "id": event_id}
+    return ex.rows("tasks.fold-after", build, params)
+
+
+def fold_thread(ex: Executor, select: EventSelect, task_id: str) -> Sequence[Any]:
+    """The read rows of the thread's events, unordered (the fold sorts them)."""
+
+    def build() -> sa.Select[Any]:
+        return select(events.c.correlation_id == sa.bindparam("cid"))
+
+    return ex.rows("tasks.fold-thread", build, {"cid": task_id})
+
+
+def thread_ids(ex: Executor, task_id: str) -> tuple[list[str], list[str]]:
+    """(event ids of the thread, artifact ids its events reference, with repeats), in HLC
+    order."""
+
+    def build_events() -> sa.Select[Any]:
+        return (
+            sa.select(events.c.id)
+            .where(events.c.correlation_id == sa.bindparam("cid"))
+            .order_by(events.c.hlc, events.c.id)
+        )
+
+    def build_artifacts() -> sa.Select[Any]:
+        return (
+            sa.select(event_artifacts.c.artifact_id)
+            .join(events, events.c.id == event_artifacts.c.event_id)
+            .where(events.c.correlation_id == sa.bindparam("cid"))
+            .order_by(events.c.hlc, events.c.id, event_artifacts.c.position)
+        )
+
+    ids = [r[0] for r in ex.rows("tasks.thread-ids", build_events, {"cid": task_id})]
+    arts = [r[0] for r in ex.rows("tasks.thread-arts", build_artifacts, {"cid": task_id})]
+    return ids, arts
+
+
+# ----------------------------------------------------------------------------- reads
+
+
+def texts(ex: Executor, request_id: str, question_id: str, cap: int | None) -> Sequence[Any]:
+    """(id, body) of the two events, each body cut to `cap` + 1 characters when `cap`."""
+    params: dict[str, Any] = {"r": request_id, "q": question_id}
+    if cap:
+        params["cap"] = cap
+    build = _texts_capped if cap else _texts_whole
+    return ex.rows(("tasks.texts", bool(cap)), build, params)
+
+
+def _texts_whole() -> sa.Select[Any]:
+    where = sa.or_(events.c.id == sa.bindparam("r"), events.c.id == sa.bindparam("q"))
+    return sa.select(events.c.id, events.c.body).where(where)
+
+
+def _texts_capped() -> sa.Select[Any]:
+    where = sa.or_(events.c.id == sa.bindparam("r"), events.c.id == sa.bindparam("q"))
+    return sa.select(events.c.id, _prefix()).where(where)
+
+
+def _prefix() -> sa.ColumnElement[Any]:
+    # One character past the cap, so that a cut can be told from a body of exactly `cap`.
+    return sa.func.substr(events.c.body, 1, sa.bindparam("cap") + 1)
+
+
+def page_texts(ex: Executor, ids: list[str], cap: int) -> Sequence[Any]:
+    """(id, body cut to `cap` + 1 characters) of the events `ids`, in one read (one
+    statement shape per number of ids, compiled once)."""
+    n = len(ids)
+
+    def build() -> sa.Select[Any]:
+        binds: list[sa.BindParameter[str]] = [sa.bindparam(f"i{k}") for k in range(n)]
+        return sa.select(events.c.id, _prefix()).where(events.c.id.in_(binds))
+
+    params: dict[str, Any] = {f"i{k}": ident for k, ident in enumerate(ids)}
+    params["cap"] = cap
+    return ex.rows(("tasks.page-texts", n), build, params)
+
+
+def children(ex: Executor, parent_id: str) -> Sequence[Any]:
+    """(task_id, doc_json) of the tasks under `parent_id`, oldest move first."""
+
+    def build() -> sa.Select[Any]:
+        t = tasks_table.c
+        return (
+            sa.select(t.task_id, t.doc_json)
+            .where(t.parent_task_id == sa.bindparam("pid"))
+            .order_by(t.updated_seq)
+        )
+
+    return ex.rows("tasks.children", build, {"pid": parent_id})
+
+
+def listing(
+    ex: Executor,
+    state: str | None,
+    filters: dict[str, str],
+    *,
+    now_ms: int,
+    before: int,
+    n: int,
+) -> Sequence[Any]:
+    """(updated_seq, doc_json) of up to `n` tasks moved before `before`, newest first, with
+    `filters` (column -> value) and `state` (`open` includes held tasks whose lease passed at
+    `now_ms`)."""
+    given = tuple(filters)
+    params: dict[str, Any] = {**filters, "now": now_ms, "before": before, "n": n}
+    return ex.rows(("tasks.list", state, given), lambda: _list_query(state, given), params)
+
+
+@functools.lru_cache(maxsize=256)
+def _list_query(state: str | None, given: tuple[str, ...]) -> sa.Select[Any]:
+    """Newest activity first. `state=open` also holds claimed/working tasks whose lease has
+    passed: one index-ordered leg per stored state (state, updated_seq), each cut at the page,
+    merged (an OR would sort every live task)."""
+    t = tasks_table.c
+    given_filters = [t[name] == sa.bindparam(name) for name in given]
+    passed = sa.and_(t.lease_expires_ms.is_not(None), t.lease_expires_ms <= sa.bindparam("now"))
+
+    def leg(*where: sa.ColumnElement[bool], by_lease: bool = False) -> sa.Select[Any]:
+        # `by_lease`: the few held tasks whose lease passed are found through (state,
+        # lease_expires_ms); `updated_seq + 0` keeps a planner without statistics from walking
+        # every held task in (state, updated_seq) order instead.
+        seq = t.updated_seq + 0 if by_lease else t.updated_seq
+        return (
+            sa.select(t.updated_seq, t.doc_json)
+            .where(seq < sa.bindparam("before"), *given_filters, *where)
+            .order_by(seq.desc())
+            .limit(sa.bindparam("n"))
+        )
+
+    if state == "open":
+        legs = [leg(t.state == "open")]
+        legs += [leg(t.state == held, passed, by_lease=True) for held in LEASED]
+        merged = sa.union_all(*(x.subquery().select() for x in legs)).subquery()
+        return (
+            sa.select(merged.c.updated_seq, merged.c.doc_json)
+            .order_by(merged.c.updated_seq.desc())
+            .limit(sa.bindparam("n"))
+        )
+    if state in LEASED:
+        return leg(t.state == state, sa.not_(passed))
+    if state is not None:
+        return leg(t.state == state)
+    return leg()
+
+
+def chunk(conn: sa.Connection, *, after: str, n: int) -> Sequence[Any]:
+    """(task_id, parent_task_id, state, doc_json) of up to `n` tasks after `after`, by id."""
+    t = tasks_table.c
+    query = (
+        sa.select(t.task_id, t.parent_task_id, t.state, t.doc_json)
+        .where(t.task_id > sa.bindparam("after"))
+        .order_by(t.task_id)
+        .limit(sa.bindparam("n"))
+    )
+    return conn.execute(query, {"after": after, "n": n}).all()
+
+
+# ----------------------------------------------------------------------------- reminders
+
+
+def docs_in_state(conn: sa.Connection, state: str, limit: int) -> list[str]:
+    """The documents of up to `limit` tasks in `state`, oldest activity first."""
+    t = tasks_table.c
+    query = sa.select(t.doc_json).where(t.state == state).order_by(t.updated_seq).limit(limit)
+    return [str(r[0]) for r in conn.execute(query).all()]
+
+
+def notes_of(conn: sa.Connection, task_id: str, writer: str, types: Sequence[str]) -> Sequence[Any]:
+    """(id, type, hlc, metadata_json) of `writer`'s events of `types` on the thread of
+    `task_id`, in log order."""
+    c = events.c
+    query = (
+        sa.select(c.id, c.type, c.hlc, c.metadata_json)
+        .where(
+            c.correlation_id == task_id,
+            c.from_agent == writer,
+            sa.or_(*(c.type == kind for kind in types)),
+        )
+        .order_by(c.seq)
+    )
+    return conn.execute(query).all()
