@@ -51,6 +51,7 @@ BENCHES = (
     "doctor",
     "hook",
     "dashboard",
+    "ledger",
 )
 TAGS = ("[ratio]", "[target]")
 SMOKE_JOBS = 2

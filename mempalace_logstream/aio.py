@@ -21,7 +21,7 @@ from typing import Any, TypeVar, cast
 
 import anyio.to_thread
 
-from mempalace_logstream import errors, notify, operations, presence, waits
+from mempalace_logstream import delivery_hook, errors, notify, operations, presence, waits
 from mempalace_logstream import validation as v
 from mempalace_logstream.models import Event, Page
 from mempalace_logstream.store import LogStore, ReadRequest
@@ -69,8 +69,10 @@ async def call(store: LogStore, name: str, args: dict[str, Any]) -> dict[str, An
     """`operations.call` for async servers; `event_wait` sleeps on the notifier, not a thread."""
     clean = operations.check_args(name, args)
     if name == "event_wait":
-        return await event_wait(store, clean)
-    result: dict[str, Any] = await run(operations.OPERATIONS[name].handler, store, **clean)
+        result = await event_wait(store, clean)
+    else:
+        result = await run(operations.OPERATIONS[name].handler, store, **clean)
+    delivery_hook.after_call(store, name, clean, result)  # the delivery ledger's marks (queued)
     return result
 
 

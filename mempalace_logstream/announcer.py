@@ -53,6 +53,7 @@ class Announcer:
         hub: str,
         ttl_s: Any = None,
         state: str = "watching",
+        path: str | None = None,
         quiet: Callable[[Exception], bool] | None = None,
     ) -> None:
         name = v.routing("agent", agent, required=True)
@@ -61,6 +62,7 @@ class Announcer:
         self.ttl_s = check_ttl(ttl_s)
         self.state = state
         self.what = what  # the entry's note: which process this is ("logstream watch")
+        self.path = path  # the delivery path this process is (presence.PATHS), if it pushes
         self.hub = hub
         self.announced = 0  # successful announcements (tests and the leave decision)
         self._connect = connect
@@ -129,6 +131,7 @@ class Announcer:
                     state=self.state,
                     note=self.what,
                     ttl_s=self.ttl_s,
+                    **({"path": self.path} if self.path else {}),
                 )
                 self.announced += 1
             else:

@@ -39,6 +39,7 @@ class HubClient:
         *,
         timeout: float = DEFAULT_TIMEOUT_S,
         max_bytes: int = MAX_ANSWER_BYTES,
+        delivery: str | None = None,
     ) -> None:
         if not timeout > 0:
             raise errors.ValidationError(
@@ -50,6 +51,8 @@ class HubClient:
         self.max_bytes = max_bytes
         v.token(token)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
+        if delivery:  # this client's reads push to its agent (the hub's delivery ledger)
+            headers["X-Logstream-Delivery"] = delivery
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=self.timeout)
 
     def call(self, op: str, /, **args: Any) -> dict[str, Any]:

@@ -390,6 +390,23 @@ class PresenceAnnounce(Params):
     ttl_s: Annotated[
         int | None, described("Seconds until you vanish unless you announce again (60).")
     ] = None
+    path: Annotated[
+        str | None,
+        described(
+            "The delivery path this announcement keeps live, for as long as ttl_s: watch, "
+            "channel (MCP channel push), codex (Codex queue), monitor, sse, or hook (hooks "
+            "only: nothing pushes to you)."
+        ),
+    ] = None
+
+
+class DeliveryStatus(Params):
+    """Who an event reached, from this hub's delivery ledger: {event_id, recipients:
+    [{recipient, pushed_at, pushed_path, seen_at, acked_at}], count}. pushed_at: a delivery
+    path (watch, channel, codex, monitor, sse) pushed it; seen_at: the recipient first read it;
+    acked_at: it acked it. Hub-local: another replica knows its own deliveries."""
+
+    event_id: Annotated[str, described("The event id.")]
 
 
 class PresenceLeave(Params):
@@ -400,5 +417,9 @@ class PresenceLeave(Params):
 
 
 class PresenceList(Params):
-    """Who is home now: {agents: [{agent, state, task_id, note, expires_at}], count}. Use it
+    """Who is home now: {agents: [{agent, state, task_id, note, expires_at, paths, wakeable,
+    last_push_at, last_push_path, last_life_at}], count}. wakeable: yes (a live push path and
+    it reacted to a push lately), unverified (a live push path, no reaction seen yet), no
+    (hooks only: it sees messages at its next prompt); unreachable: the agents whose delivery
+    paths all lapsed (a reaped watcher), wakeable no. Use it
     to pick a free worker before delegating, or to see whether the agent you wait on is up."""

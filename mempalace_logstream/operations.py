@@ -114,7 +114,21 @@ def task_update(store: LogStore, **args: Any) -> dict[str, Any]:
 
 
 def task_status(store: LogStore, *, task_id: Any) -> dict[str, Any]:
-    return store.task_status(task_id)
+    from mempalace_logstream import deliveries
+
+    out = store.task_status(task_id)
+    request = out["task"]["events"][:1]
+    # The delivery ledger of the task's request (issue 20): who it reached, and when.
+    out["task"]["delivery"] = (
+        deliveries.status_of(store, request[0])["recipients"] if request else []
+    )
+    return out
+
+
+def delivery_status(store: LogStore, *, event_id: Any) -> dict[str, Any]:
+    from mempalace_logstream import deliveries
+
+    return deliveries.status_of(store, event_id)
 
 
 def task_list(store: LogStore, **args: Any) -> dict[str, Any]:
@@ -149,6 +163,7 @@ OPERATIONS: dict[str, Operation] = {
     "task_update": Operation(p.TaskUpdate, task_update, mutating=True),
     "task_status": Operation(p.TaskStatus, task_status),
     "task_list": Operation(p.TaskList, task_list),
+    "delivery_status": Operation(p.DeliveryStatus, delivery_status),
     "version_vector": Operation(p.VersionVector, version_vector),
     "stats": Operation(p.Stats, stats),
 }
@@ -198,20 +213,38 @@ def _checked(name: str, table: dict[str, bool] | None, args: dict[str, Any]) -> 
 
 def call(store: LogStore, name: str, args: dict[str, Any]) -> dict[str, Any]:
     """Run operation `name` with raw `args` (None values mean "not given")."""
+    from mempalace_logstream import delivery_hook
+
     clean = check_args(name, args)
-    return OPERATIONS[name].handler(store, **clean)
+    result = OPERATIONS[name].handler(store, **clean)
+    delivery_hook.after_call(store, name, clean, result)
+    return result
 
 
 class LocalClient:
     """Runs operations against a LogStore in this process (the CLI's default)."""
 
-    def __init__(self, store: LogStore) -> None:
+    def __init__(self, store: LogStore, delivery: str | None = None) -> None:
+        from mempalace_logstream import deliveries
+
         self.store = store
+        # This process's reads, pushes and acks reach the delivery ledger; with `delivery`
+        # (watch, channel, codex, monitor), its reads are pushes through that path.
+        self.delivery = deliveries.check_path(delivery)
+        deliveries.enable(store)
 
     def call(self, name: str, /, **args: Any) -> dict[str, Any]:
-        return call(self.store, name, args)
+        if self.delivery is None:
+            return call(self.store, name, args)
+        from mempalace_logstream import deliveries
+
+        with deliveries.delivering(self.delivery):
+            return call(self.store, name, args)
 
     def close(self) -> None:
+        from mempalace_logstream import deliveries
+
+        deliveries.disable(self.store)
         self.store.close()
 
 
@@ -230,8 +263,18 @@ def presence_leave(registry: Registry, *, agent: str) -> dict[str, Any]:
 
 
 def presence_list(registry: Registry) -> dict[str, Any]:
-    agents = [entry.to_dict() for entry in registry.present()]
-    return {"agents": agents, "count": len(agents)}
+    from mempalace_logstream.delivery_hook import presence_fields
+
+    entries = registry.present()
+    agents = [{**entry.to_dict(), **presence_fields(registry, entry.agent)} for entry in entries]
+    # Agents this hub could push to once and no longer can (a reaped watcher): wakeable no.
+    home = {entry.agent for entry in entries}
+    unreachable = [
+        {"agent": name, **presence_fields(registry, name)}
+        for name in registry.path_agents()
+        if name not in home
+    ]
+    return {"agents": agents, "count": len(agents), "unreachable": unreachable}
 
 
 PRESENCE: dict[str, Operation] = {

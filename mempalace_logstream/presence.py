@@ -25,6 +25,8 @@ from mempalace_logstream import errors
 from mempalace_logstream import validation as v
 
 STATES = ("watching", "working", "idle")
+# The delivery paths an announcement may name (issue 20, RFC 0009); all but `hook` push.
+PATHS = ("watch", "channel", "codex", "monitor", "sse", "hook")
 GONE = "gone"  # the state a frame carries when an entry is left or expires
 DEFAULT_TTL_S = 60
 MAX_TTL_S = 3_600
@@ -53,16 +55,16 @@ class Presence:
             "state": self.state,
             "task_id": self.task_id,
             "note": self.note,
-            "announced_at": _iso(self.announced_ms),
-            "expires_at": _iso(self.expires_ms),
+            "announced_at": iso(self.announced_ms),
+            "expires_at": iso(self.expires_ms),
         }
 
     def gone(self, at_ms: int) -> dict[str, Any]:
         """The public fields once it is left or expired: state `gone`, `expires_at` = when."""
-        return {**self.to_dict(), "state": GONE, "expires_at": _iso(min(at_ms, self.expires_ms))}
+        return {**self.to_dict(), "state": GONE, "expires_at": iso(min(at_ms, self.expires_ms))}
 
 
-def _iso(ms: int) -> str:
+def iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
@@ -82,6 +84,8 @@ class Registry:
         self._entries: dict[str, Presence] = {}
         self._expiry: list[tuple[int, str]] = []  # (expires_ms, agent), lazily cleaned
         self._listeners: list[Listener] = []
+        # agent -> {delivery path: (since_ms, expires_ms)}: each path lives for its own TTL.
+        self._paths: dict[str, dict[str, tuple[int, int]]] = {}
 
     def announce(
         self,
@@ -91,12 +95,16 @@ class Registry:
         task_id: Any = None,
         note: Any = None,
         ttl_s: Any = None,
+        path: Any = None,
     ) -> Presence:
-        """Announce or refresh an agent; raises ValidationError naming the field."""
+        """Announce or refresh an agent (and the delivery `path` it is reached by, if named);
+        raises ValidationError naming the field."""
         name = v.routing("agent", agent, required=True)
         assert name is not None
         if state not in STATES:
             raise v.fail("state", f"{state!r} is not one of {', '.join(STATES)}")
+        if path is not None and path not in PATHS:
+            raise v.fail("path", f"{path!r} is not one of {', '.join(PATHS)}")
         ttl = DEFAULT_TTL_S if ttl_s is None else v.strict_int("ttl_s", ttl_s)
         if not 1 <= ttl <= MAX_TTL_S:
             raise v.fail("ttl_s", f"is {ttl}; it must be between 1 and {MAX_TTL_S}", MAX_TTL_S)
@@ -122,6 +130,8 @@ class Registry:
                 )
             self._entries[name] = entry
             heapq.heappush(self._expiry, (entry.expires_ms, name))
+            if path is not None:
+                self._announce_path(name, path, now, entry.expires_ms)
             self._tell([{"event": "announce", **entry.to_dict()}])
         return entry
 
@@ -132,6 +142,7 @@ class Registry:
             now = self._clock()
             gone = self._expire(now)
             entry = self._entries.pop(str(name), None)
+            self._paths.pop(str(name), None)
             self._tell(gone + ([{"event": "leave", **entry.gone(now)}] if entry else []))
         return entry is not None
 
@@ -162,6 +173,33 @@ class Registry:
                     self._listeners.remove(listener)
 
         return unsubscribe
+
+    def paths(self, agent: str) -> dict[str, tuple[int, int]]:
+        """`agent`'s live delivery paths: {path: (since_ms, expires_ms)}."""
+        now = self._clock()
+        with self._lock:
+            held = self._paths.get(agent, {})
+            return {p: span for p, span in held.items() if span[1] > now}
+
+    def path_agents(self) -> list[str]:
+        """Every agent that announced a delivery path here (live or lapsed), by name."""
+        with self._lock:
+            return sorted(self._paths)
+
+    def announced(self, agent: str) -> bool:
+        """Whether `agent` announced a delivery path here, live or lapsed (a reaped watcher,
+        a hook-only agent are known here; an agent never announced is not)."""
+        with self._lock:
+            return agent in self._paths
+
+    def _announce_path(self, agent: str, path: str, now: int, expires_ms: int) -> None:
+        held = self._paths.get(agent)
+        if held is None:
+            if len(self._paths) >= self._max * 2:  # lapsed agents are forgotten, oldest first
+                self._paths.pop(next(iter(self._paths)))
+            held = self._paths[agent] = {}
+        since, until = held.get(path, (now, now))
+        held[path] = (since if until > now else now, expires_ms)
 
     def now_ms(self) -> int:
         """The table's clock (a sweeper computes its sleeps on it)."""

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mempalace_logstream import errors
+from mempalace_logstream import deliveries, errors
 from mempalace_logstream.identity import actor as actor_mod
 from mempalace_logstream.store import reminders as reads
 from mempalace_logstream.store.ids import now_text
@@ -137,8 +137,7 @@ def stalled_details(
 ) -> dict[str, Any]:
     """What `task.stalled` tells the requester (its metadata): the task, the reminders sent
     and what is known of delivery to the assignee now (the hub's presence entries; `known`
-    false without a hub). The one place to add more (the delivery ledger's status of the
-    request, `delivery_status(task.request_event_id)`)."""
+    false without a hub), and the delivery ledger's rows of the request."""
     return {
         "task_id": task.task_id,
         "goal": store.task_brief(task.task_id).get("goal"),
@@ -151,6 +150,8 @@ def stalled_details(
             {"n": n, "event_id": ident, "at": now_text(ms)} for n, ident, ms in already.reminders
         ],
         "presence": _presence(task.to_agent, presence),
+        # The delivery ledger of the request (issue 20 item 3): pushed, seen, acked by whom.
+        "delivery": deliveries.status_of(store, task.request_event_id)["recipients"],
     }
 
 

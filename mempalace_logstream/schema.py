@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from mempalace_logstream.backends.ddl import KEY_TYPE, SEQ_TYPE
 from mempalace_logstream.models import EVENT_SPEC
 
-SCHEMA_HEAD = "0007"
+SCHEMA_HEAD = "0008"
 
 metadata = sa.MetaData(
     naming_convention={
@@ -241,4 +241,19 @@ artifact_redactions = sa.Table(
     sa.Column("sha256", Key, nullable=False),
     sa.PrimaryKeyConstraint("artifact_id", "redaction_id"),
     sa.Index(None, "sha256"),
+)
+
+# ---- deliveries (0008, RFC 0009 "Delivery ledger"): per event and recipient, when a delivery
+# path pushed it (and which), when the recipient first read it, when it acked it. Hub-local
+# state like presence and agent tokens: never replicated; the earliest time wins per column.
+deliveries = sa.Table(
+    "deliveries",
+    metadata,
+    sa.Column("event_id", Key, nullable=False),
+    sa.Column("recipient", Key, nullable=False),
+    sa.Column("pushed_at", sa.Text),
+    sa.Column("pushed_path", sa.Text),
+    sa.Column("seen_at", sa.Text),
+    sa.Column("acked_at", sa.Text),
+    sa.PrimaryKeyConstraint("event_id", "recipient"),
 )

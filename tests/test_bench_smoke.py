@@ -83,6 +83,10 @@ EXPECTED: dict[str, list[str]] = {
     "tasks": [*_tasks_lines("SQLite"), r"\(a\) pays nothing for the lifecycle"],
     "task_late": [_ratio("task_late", "late/in order, 100 events, batch 20, SQLite")],
     "presence": [_target("presence", "expiry told late, max")],
+    "ledger": [
+        _ratio("ledger", f"read p50 with / without recording ({w}, 50 events)")
+        for w in ("fresh pages", "re-reads")
+    ],
     "waits": [_ratio("waits", f"append p50 5 {w} waits / none") for w in ("open", "abandoned")],
     "monitor": [
         _target("monitor", f"Monitor line p50 after commit ({where})")

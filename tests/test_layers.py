@@ -72,6 +72,9 @@ RULES: dict[str, tuple[str, ...]] = {
     "reconnect": ("fastapi", "mcp", "typer", "httpx", "sse_starlette", "store", "sqlalchemy"),
     "waits": ("fastapi", "mcp", "typer", "httpx", "sse_starlette"),
     # Reminders for unclaimed tasks (issue 20): the store's public API, no SQL, no surface.
+    # The delivery ledger and wakeable presence (issue 20): its SQL in backends/queries.
+    "deliveries": ("sqlalchemy", "engine", "schema", "sync", *SURFACE_LIBS),
+    "delivery_hook": ("sqlalchemy", "backends", "engine", "schema", "sync", *SURFACE_LIBS),
     "reminders": ("sqlalchemy", "backends", "schema", "sync", *SURFACE_LIBS),
     "hub_client": ("fastapi", "mcp", "typer"),
     "http_errors": ("fastapi", "mcp", "typer", "sse_starlette", "store", "backends", "sync"),
@@ -221,10 +224,12 @@ CLI_RULES: dict[str, tuple[str, ...]] = {
     "admin": CLI_BASE,
     "tail": CLI_BASE,
     "agent": CLI_BASE,
+    "delivery": CLI_BASE,
     "inbox": (*CLI_BASE, "testhooks"),
     "__init__": (
         *("root", "shared", "events", "waiting", "artifacts", "hub", "mcp_stdio", "sync"),
         *("admin", "tasks", "tail", "inbox", "deliver", "presence", "agent"),
+        "delivery",
     ),
 }
 

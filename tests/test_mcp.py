@@ -40,6 +40,7 @@ READ_TOOLS = {
     "mempalace_version_vector",
     "mempalace_stats",
     "mempalace_presence_list",
+    "mempalace_delivery_status",
 }
 WRITE_TOOLS = {
     "mempalace_event_append",

@@ -139,6 +139,7 @@ COMMANDS: dict[str, tuple[str, dict[str, str]]] = {
     **{f"task {action}": ("task_update", TASK_MOVE) for action in tasks.ACTIONS},
     "task status": ("task_status", {}),
     "task list": ("task_list", {"parent": "parent_task_id"}),
+    "delivery": ("delivery_status", {}),
     "presence announce": ("presence_announce", {}),
     "presence leave": ("presence_leave", {}),
     "presence list": ("presence_list", {}),

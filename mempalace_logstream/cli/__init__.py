@@ -25,6 +25,7 @@ from mempalace_logstream.cli import inbox as inbox
 from mempalace_logstream.cli import deliver as deliver
 from mempalace_logstream.cli import presence as presence
 from mempalace_logstream.cli import agent as agent
+from mempalace_logstream.cli import delivery as delivery
 
 # isort: on
 

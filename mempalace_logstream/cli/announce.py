@@ -49,10 +49,12 @@ def announcer(
     ttl_s: int | None,
     what: str,
     hub_told: bool = False,
+    path: str | None = None,
 ) -> Announcer | None:
     """The announcer for this command, not started; None when nothing is to be announced.
     `hub_told`: the command says itself when the hub is lost or refuses the token (channel
-    mode), so the announcer keeps quiet about those.
+    mode), so the announcer keeps quiet about those. `path`: the delivery path this command
+    is (watch, channel, codex: presence's wakeable, issue 20).
 
     Raises ValidationError (a bad agent name or TTL) before anything runs."""
     from mempalace_logstream import backoff
@@ -70,7 +72,9 @@ def announcer(
         return backoff.is_transient(exc) or backoff.is_refusal(exc)
 
     quiet = told if hub_told else None
-    return Announcer(connect, agent, note=_note, what=what, hub=hub, ttl_s=ttl_s, quiet=quiet)
+    return Announcer(
+        connect, agent, note=_note, what=what, hub=hub, ttl_s=ttl_s, quiet=quiet, path=path
+    )
 
 
 @contextlib.contextmanager

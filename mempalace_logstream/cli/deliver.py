@@ -149,6 +149,7 @@ def run_codex(
             enabled=not no_presence,
             ttl_s=presence_ttl_s,
             what="logstream deliver --codex",
+            path="codex",
         )
     except errors.LogstreamError as exc:
         raise fail(exc.message) from None
@@ -162,7 +163,7 @@ def _deliver(
     from mempalace_logstream.deliver import CodexDeliverer
 
     try:
-        client = open_client(db, palace, hub, token)
+        client = open_client(db, palace, hub, token, delivery="codex")
         try:
             # HubClient names call()'s first parameter `op`, watch.Client `name`; both are
             # only ever passed it positionally.

@@ -33,7 +33,7 @@ from mempalace_logstream.cli.options import (
     TopicOpt,
 )
 from mempalace_logstream.cli.root import app
-from mempalace_logstream.cli.shared import emit, event_line, given_args, run
+from mempalace_logstream.cli.shared import emit, event_line, given_args, run, warn
 
 TypeOpt = Annotated[str, typer.Option("--type", help="Event type, e.g. task.reply.")]
 StreamOpt = Annotated[str, typer.Option("--stream", help="Stream, e.g. project/x.")]
@@ -87,6 +87,7 @@ def append(
     }
     out = run(db, palace, "event_append", hub, token, **fields)
     emit(out, as_json, "Appended: " + event_line(out["event"]))
+    warn(out)
 
 
 LIST_SINCE_HELP = "Only events after this id (oldest first); 'tip' = none yet."

@@ -119,6 +119,13 @@ PairWindowOpt = Annotated[
     int | None,
     typer.Option("--pair-window-ms", help="The pair budget's window (10 min).", show_default=False),
 ]
+WakeableWindowOpt = Annotated[
+    int,
+    typer.Option(
+        "--wakeable-window",
+        help="Seconds: an agent that reacted to a push this recently is wakeable: yes.",
+    ),
+]
 HumanOpt = Annotated[
     Multi,
     typer.Option("--human", help="A name that counts as a person for the loop guards (repeat)."),
@@ -147,6 +154,7 @@ def serve(
     pair_budget: PairBudgetOpt = None,
     pair_window_ms: PairWindowOpt = None,
     human: HumanOpt = None,
+    wakeable_window: WakeableWindowOpt = 1_800,
     db: DbOpt = None,
     palace: PalaceOpt = None,
 ) -> None:
@@ -179,17 +187,21 @@ def serve(
     except errors.LogstreamError as exc:
         raise fail(exc.message) from None
     palace_path = config.palace_dir(palace or config.Settings.from_env().palace)
-    settings = HubSettings(
-        host=host,
-        port=port,
-        token=token,
-        sse_max_clients=sse_max_clients,
-        wait_max_clients=wait_max_clients,
-        ping_interval_s=ping_interval,
-        max_request_bytes=max_request_bytes,
-        allowed_hosts=tuple(allow_host or ()),
-        palace=str(palace_path),
-    )
+    try:
+        settings = HubSettings(
+            host=host,
+            port=port,
+            token=token,
+            sse_max_clients=sse_max_clients,
+            wait_max_clients=wait_max_clients,
+            ping_interval_s=ping_interval,
+            max_request_bytes=max_request_bytes,
+            allowed_hosts=tuple(allow_host or ()),
+            palace=str(palace_path),
+            wakeable_window_s=wakeable_window,
+        )
+    except errors.LogstreamError as exc:
+        raise fail(exc.message) from None
     loop = sync_mod.SyncLoop(
         store,
         palace_path,

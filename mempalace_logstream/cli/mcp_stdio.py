@@ -124,7 +124,10 @@ def mcp_cmd(
         what = "logstream mcp --channel" if channel else "logstream mcp"
         # channel mode says itself when the hub is lost or refuses the token: not twice
         ttl, on = presence_ttl_s, not no_presence
-        who = announcer(agent, hub, token, enabled=on, ttl_s=ttl, what=what, hub_told=channel)
+        path = "channel" if channel else None
+        who = announcer(
+            agent, hub, token, enabled=on, ttl_s=ttl, what=what, hub_told=channel, path=path
+        )
         with announced(who):
             if channel:
                 _run_channel(agent, filters, given, read_only, db, palace, hub, token)
@@ -186,6 +189,9 @@ def _run_channel(
         agent=agent, target=target, palace=palace or settings.palace, **filters, **given
     )
     client = open_client(db, palace, hub, token, create=True)
+    # The channel's own reads push to the agent (the hub's delivery ledger); its tool calls
+    # are the agent's reads, its signs of life.
+    pusher = open_client(db, palace, hub, token, delivery="channel") if hub else client
     try:
         backend = _backend(client)
         hook = watch_crash_hook()
@@ -200,10 +206,13 @@ def _run_channel(
                 crash_hook=hook,
                 actor=actor,
                 source=source,
+                push=_backend(pusher) if pusher is not client else None,
             )
         )
     finally:
         client.close()
+        if pusher is not client:
+            pusher.close()
 
 
 def _actor(agent: str | None, hub: str | None) -> Any:

@@ -18,6 +18,14 @@ AgentOpt = Annotated[str, typer.Option("--agent", help="Your agent id.")]
 StateOpt = Annotated[str, typer.Option("--state", help="watching, working or idle.")]
 TaskOpt = Annotated[str | None, typer.Option("--task-id", help="The task you are on.")]
 NoteOpt = Annotated[str | None, typer.Option("--note", help="A short note (max 500 chars).")]
+PathOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--path",
+        help="The delivery path you are reached by while this lives: watch, channel, codex, "
+        "monitor, sse, or hook (hooks only: nothing pushes to you).",
+    ),
+]
 TtlOpt = Annotated[
     int | None, typer.Option("--ttl-s", help="Seconds until the entry vanishes (default 60).")
 ]
@@ -34,7 +42,13 @@ def _hub_call(hub: str | None, token: str | None, op: str, **args: Any) -> dict[
 def _line(entry: dict[str, Any]) -> str:
     task = f" on {entry['task_id']}" if entry.get("task_id") else ""
     note = f" ({entry['note']})" if entry.get("note") else ""
-    return f"{entry['agent']}: {entry['state']}{task}{note}, until {entry['expires_at']}"
+    line = f"{entry['agent']}: {entry['state']}{task}{note}, until {entry['expires_at']}"
+    if "wakeable" not in entry:  # an announcement's answer
+        return line
+    paths = ", ".join(f"{p['path']} since {p['since']}" for p in entry["paths"]) or "none"
+    push = entry.get("last_push_at")
+    pushed = f"; last push {push} ({entry['last_push_path']})" if push else ""
+    return f"{line}; wakeable: {entry['wakeable']} (paths: {paths}{pushed})"
 
 
 @presence_app.command("announce")
@@ -44,12 +58,13 @@ def announce(
     task_id: TaskOpt = None,
     note: NoteOpt = None,
     ttl_s: TtlOpt = None,
+    path: PathOpt = None,
     hub: HubOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Announce (or refresh) yourself; the entry vanishes after --ttl-s unless refreshed."""
-    args = given_args(agent=agent, state=state, task_id=task_id, note=note, ttl_s=ttl_s)
+    args = given_args(agent=agent, state=state, task_id=task_id, note=note, ttl_s=ttl_s, path=path)
     out = _hub_call(hub, token, "presence_announce", **args)
     emit(out, as_json, _line(out["presence"]))
 
@@ -68,4 +83,5 @@ def list_(hub: HubOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) 
     """Who is home now."""
     out = _hub_call(hub, token, "presence_list")
     lines = [_line(e) for e in out["agents"]] or ["Nobody is announced."]
+    lines += [f"{e['agent']}: no live delivery path (wakeable: no)" for e in out["unreachable"]]
     emit(out, as_json, "\n".join(lines))

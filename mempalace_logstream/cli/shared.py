@@ -65,16 +65,18 @@ def open_client(
     token: str | None = None,
     *,
     create: bool = False,
+    delivery: str | None = None,
 ) -> LocalClient | HubClient:
-    """A client with `.call(op, **args)`: the local store, or a remote hub with --hub."""
+    """A client with `.call(op, **args)`: the local store, or a remote hub with --hub, whose
+    reads are pushes through `delivery` (watch, channel, codex) when given."""
     settings = config.Settings.from_env()
     if hub:
         from mempalace_logstream.hub_client import HubClient
 
-        return HubClient(hub, token=token, timeout=settings.hub_timeout_s)
+        return HubClient(hub, token=token, timeout=settings.hub_timeout_s, delivery=delivery)
     from mempalace_logstream.operations import LocalClient
 
-    return LocalClient(open_store(db, palace, create=create))
+    return LocalClient(open_store(db, palace, create=create), delivery=delivery)
 
 
 def open_reader(
@@ -83,12 +85,13 @@ def open_reader(
     hub: str | None,
     token: str | None,
     give_up_after: float | None,
+    delivery: str | None = None,
 ) -> tuple[LocalClient | HubClient, reconnect.Reconnect | None]:
     """(client, policy) for the commands that follow the log (`watch`, `tail`, `wait`): with
     --hub, the policy (reconnect.py) makes calls ride through an outage, told in one stderr
     line when the hub is lost and one when it is back; None for a local store. `riding`
     gives the client whose every call goes through it."""
-    client = open_client(db, palace, hub, token)
+    client = open_client(db, palace, hub, token, delivery=delivery)
     if not hub:
         return client, None
     policy = reconnect.Reconnect(
@@ -187,6 +190,12 @@ def emit(data: dict[str, Any], as_json: bool, human: str | None = None) -> None:
         typer.echo(display.json_text(data, indent=2))
     else:
         typer.echo(display.terminal(human))
+
+
+def warn(out: dict[str, Any]) -> None:
+    """An answer's `warning` (the addressee has no live delivery path), on stderr."""
+    if out.get("warning"):
+        typer.echo(display.terminal(f"warning: {out['warning']}"), err=True)
 
 
 def console(**options: Any) -> Console:

@@ -192,7 +192,7 @@ def _run_monitor(
         opts = monitor.MonitorOptions.parse(
             target=key, palace=palace, hub=named_hub, **mon, **filters
         )
-        client, policy = open_reader(db, palace, hub, token, give_up_after)
+        client, policy = open_reader(db, palace, hub, token, give_up_after, delivery="monitor")
         try:
             reader = cast("Client", riding(client, policy))
             running = monitor.Monitor(reader, opts, write=_line_out, note=_note)

@@ -25,7 +25,7 @@ from mempalace_logstream.cli.options import (
     TokenOpt,
 )
 from mempalace_logstream.cli.root import app, new_typer
-from mempalace_logstream.cli.shared import emit, fail, given_args, run
+from mempalace_logstream.cli.shared import emit, fail, given_args, run, warn
 
 task_app = new_typer(help="Delegate work as tasks and move them through their lifecycle.")
 app.add_typer(task_app, name="task")
@@ -124,6 +124,7 @@ def task_create(
         out["handoff"],
     )
     emit(out, as_json, "\n".join(lines))
+    warn(out)
 
 
 # ----------------------------------------------------------------------------- moves
@@ -310,7 +311,16 @@ def task_status(
     lines += [f"conflict: {c['agent']} lost to {c['lost_to']}" for c in t["conflicts"]]
     lines += [f"anomaly: {a['action']} by {a['agent']}: {a['reason']}" for a in t["anomalies"]]
     lines.append(f"{len(t['events'])} event(s), {len(t['artifacts'])} artifact(s)")
+    lines += [_delivery_line(row) for row in t.get("delivery", [])]
     emit(out, as_json, "\n".join(lines))
+
+
+def _delivery_line(row: dict[str, Any]) -> str:
+    """The request's delivery to one recipient (the delivery ledger, `logstream delivery`)."""
+    parts = [f"pushed {row['pushed_at']} ({row['pushed_path']})"] if row["pushed_at"] else []
+    parts += [f"seen {row['seen_at']}"] if row["seen_at"] else ["not seen"]
+    parts += [f"acked {row['acked_at']}"] if row["acked_at"] else []
+    return f"delivery to {row['recipient']}: " + ", ".join(parts)
 
 
 def _text_lines(label: str, text: str | None) -> list[str]:

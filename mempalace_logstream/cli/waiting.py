@@ -226,7 +226,9 @@ def watch(
     try:
         opts = _watch_options(ctx.params, filters)
         on, ttl = not no_presence, presence_ttl_s
-        who = announcer(opts.agent, hub, token, enabled=on, ttl_s=ttl, what="logstream watch")
+        who = announcer(
+            opts.agent, hub, token, enabled=on, ttl_s=ttl, what="logstream watch", path="watch"
+        )
     except errors.LogstreamError as exc:
         raise fail(exc.message) from None
     with announced(who):
@@ -295,7 +297,7 @@ def _run_watcher(
 
     printer = _WatchPrinter(as_json, follow)
     try:
-        client, policy = open_reader(*target, give_up_after)
+        client, policy = open_reader(*target, give_up_after, delivery="watch")
         try:
             hook = watch_crash_hook()
             # HubClient names call()'s first parameter `op`, watch.Client `name`; both are

@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
-from mempalace_logstream import aio, doctor, errors, sync, waits
+from mempalace_logstream import aio, deliveries, doctor, errors, sync, waits
 from mempalace_logstream.http import (
     dashboard_routes,
     ops,
@@ -68,6 +68,8 @@ def create_app(
     )
     app.state.store = store
     app.state.settings = settings
+    # The delivery ledger (issue 20): reads, pushes and acks through this hub are recorded.
+    deliveries.enable(store, registry=presence, window_s=settings.wakeable_window_s)
     app.state.feed = aio.Feed(store)
     # The cap of blocked event_waits is the store's: the MCP endpoint at /mcp shares it.
     waits.of(store).max_waits = settings.wait_max_clients
@@ -103,6 +105,8 @@ def _lifespan(
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
+            # Last out: the ledger's queued marks are written before the store closes.
+            stack.push_async_callback(anyio.to_thread.run_sync, _close_ledger, _app)
             sweeper = asyncio.ensure_future(aio.sweep_presence(presence))
             stack.push_async_callback(_cancel, sweeper)
             # The database's own integrity check, once per start, in the background (about a
@@ -149,6 +153,10 @@ async def drain_mounts(app: FastAPI, timeout_s: float) -> None:
             async with asyncio.timeout(timeout_s):
                 for drain in drains:
                     await drain()
+
+
+def _close_ledger(app: FastAPI) -> None:
+    deliveries.disable(app.state.store)
 
 
 async def _cancel(task: asyncio.Future[None]) -> None:

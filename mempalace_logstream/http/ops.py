@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from mempalace_logstream import aio, operations, waits
+from mempalace_logstream import aio, deliveries, operations, waits
 from mempalace_logstream import validation as v
 from mempalace_logstream.http.params import query_args, query_docs, request_model
 from mempalace_logstream.store import LogStore
@@ -113,15 +113,25 @@ CLIENT_GONE = 499
 
 async def _call(request: Request, op: str, args: dict[str, Any]) -> dict[str, Any]:
     """`aio.call`; an `event_wait` is cancelled as soon as its client disconnects, so an
-    abandoned wait holds no slot and costs no read (issue 18)."""
-    if op != "event_wait":
-        return await aio.call(_store(request), op, args)
-    answered, result = await waits.unless_gone(
-        lambda: aio.call(_store(request), op, args), lambda: _disconnected(request)
-    )
+    abandoned wait holds no slot and costs no read (issue 18). A read sent with the header
+    `X-Logstream-Delivery: <path>` pushes what it returns to its agent (the delivery ledger)."""
+    with deliveries.delivering(_delivery(request)):
+        if op != "event_wait":
+            return await aio.call(_store(request), op, args)
+        answered, result = await waits.unless_gone(
+            lambda: aio.call(_store(request), op, args), lambda: _disconnected(request)
+        )
     if not answered or result is None:
         raise HTTPException(CLIENT_GONE, "the client went away before its wait ended")
     return result
+
+
+def _delivery(request: Request) -> str | None:
+    """The delivery path a read names (`X-Logstream-Delivery`); the dashboard's reads are an
+    observer's (`deliveries.OBSERVER`): the operator looking is no agent reading."""
+    if request.headers.get("x-logstream-dashboard"):
+        return deliveries.OBSERVER
+    return deliveries.check_path(request.headers.get(deliveries.DELIVERY_HEADER))
 
 
 async def _disconnected(request: Request) -> None:
@@ -149,12 +159,12 @@ def add_get_aliases(app: FastAPI) -> None:
 async def list_events(request: Request) -> dict[str, Any]:
     """event_list with query parameters (repeat a filter for OR)."""
     args = query_args(request, operations.READ_PARAMS, v.FILTER_FIELDS)
-    return await aio.call(_store(request), "event_list", args)
+    return await _call(request, "event_list", args)
 
 
 async def get_event(event_id: str, request: Request) -> dict[str, Any]:
     """event_get."""
-    return await aio.call(_store(request), "event_get", {"event_id": event_id})
+    return await _call(request, "event_get", {"event_id": event_id})
 
 
 async def get_artifact(artifact_id: str, request: Request) -> dict[str, Any]:

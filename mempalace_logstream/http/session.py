@@ -178,7 +178,13 @@ def same_origin(origin: str, host: str) -> bool:
 
 
 # What a read-only session may POST (reads that have no GET alias, and logging out).
-READ_POSTS = ("/v1/task_list", "/v1/event_list", "/v1/presence_list", "/dashboard/logout")
+READ_POSTS = (
+    "/v1/task_list",
+    "/v1/event_list",
+    "/v1/presence_list",
+    "/v1/delivery_status",
+    "/dashboard/logout",
+)
 # Reachable with no credentials on a hub with a token: the login itself and the page's code.
 PUBLIC_PATHS = ("/dashboard/login",)
 PUBLIC_PREFIX = "/dashboard/assets/"

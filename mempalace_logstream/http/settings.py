@@ -16,6 +16,7 @@ from starlette.types import ASGIApp
 
 from mempalace_logstream import validation as v
 
+MAX_WAKEABLE_WINDOW_S = 7 * 24 * 3600
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 
 
@@ -37,11 +38,20 @@ class HubSettings:
     resume_wait_s: float = 10.0
     max_request_bytes: int = 16 * 1024 * 1024
     allowed_hosts: tuple[str, ...] = ()
+    # How recently an agent must have reacted to a push to be `wakeable: yes` (issue 20).
+    wakeable_window_s: int = 1_800
     # Where `peers.json` lives (the background sync loop and the `/sync/peers` estate).
     palace: str | None = None
 
     def __post_init__(self) -> None:
         check_token(self.token)
+        if not 1 <= self.wakeable_window_s <= MAX_WAKEABLE_WINDOW_S:
+            raise v.fail(
+                "wakeable_window_s",
+                f"is {self.wakeable_window_s}; it must be between 1 and "
+                f"{MAX_WAKEABLE_WINDOW_S} seconds",
+                MAX_WAKEABLE_WINDOW_S,
+            )
 
     @property
     def is_loopback(self) -> bool:

@@ -25,7 +25,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from mempalace_logstream import aio, errors
+from mempalace_logstream import aio, deliveries, delivery_hook, errors
 from mempalace_logstream import validation as v
 from mempalace_logstream.http.params import query_args, query_docs
 from mempalace_logstream.http.responses import error_response
@@ -107,7 +107,7 @@ async def stream(request: Request) -> Any:
         release()
         raise
     return _SlotResponse(
-        _frames(store, state, req, first, with_presence),
+        _frames(store, state, req, first, with_presence, _pusher(store, request)),
         release=release,
         ping=settings.ping_interval_s,
         ping_message_factory=lambda: ServerSentEvent(comment="ping", sep="\n"),
@@ -134,6 +134,8 @@ async def _open_stream(
     """
     args = query_args(request, SSE_PARAMS, v.FILTER_FIELDS)
     with_presence = v.boolean("presence", args.pop("presence", None))
+    path = deliveries.check_path(request.headers.get(deliveries.DELIVERY_HEADER)) or "sse"
+    request.state.delivery = (delivery_hook.reader(args), path)
     header = _last_event_id(request)
     if header is not None:
         args["since_event_id"] = header
@@ -159,16 +161,36 @@ async def _open_stream(
     return req, first, with_presence
 
 
+Pushed = Callable[[list[Event]], None]
+
+
+def _pusher(store: LogStore, request: Request) -> Pushed:
+    """What marks the events a stream sent as pushed to its agent (the delivery ledger),
+    when the stream names one (from_agent, a single to_agent, an agent token)."""
+    agent, path = request.state.delivery
+    ledger = deliveries.of(store)
+    if agent is None or ledger is None or path == deliveries.OBSERVER:
+        return lambda _events: None
+    return lambda events: ledger.pushed(events, agent, path) if events else None
+
+
 async def _frames(
-    store: LogStore, state: Any, req: ReadRequest, first: Page, with_presence: bool
+    store: LogStore,
+    state: Any,
+    req: ReadRequest,
+    first: Page,
+    with_presence: bool,
+    pushed: Pushed,
 ) -> AsyncIterator[ServerSentEvent]:
     settings: HubSettings = state.settings
     yield ServerSentEvent(comment="connected", retry=settings.retry_ms, sep="\n")
     batches = aio.follow(store, state.feed, req, first.scanned_seq, lambda: state.stopping)
     if not with_presence:
+        pushed(list(first.events))  # marked as the frames are handed out
         for event in first.events:
             yield _frame(event, req)
         async for batch in batches:
+            pushed(batch)
             for event in batch:
                 yield _frame(event, req)
         yield _STOPPING  # the hub stops: a clean end of stream (the client reconnects)
@@ -180,11 +202,13 @@ async def _frames(
     try:
         for data in queue.take():
             yield _presence_frame(data)
+        pushed(list(first.events))
         for event in first.events:
             yield _frame(event, req)
         async for events, frames in aio.with_presence(batches, queue):
             for data in frames:
                 yield _presence_frame(data)
+            pushed(events)
             for event in events:
                 yield _frame(event, req)
         yield _STOPPING

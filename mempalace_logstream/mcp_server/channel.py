@@ -396,9 +396,12 @@ async def serve(
     crash_hook: Callable[[str, int], None] | None = None,
     actor: Actor | None = None,
     source: str = "the log",
+    push: Backend | None = None,
 ) -> None:
     """Serve the tools over stdio with the channel capability, delivering once initialized;
-    tool calls run as `actor`. `source` names the log in the lines about it ("hub URL")."""
+    tool calls run as `actor`. `source` names the log in the lines about it ("hub URL").
+    `push`, when given, is what the channel reads through (a hub client whose reads are marked
+    as pushes in the delivery ledger), the tools keep `backend`."""
     server = build_server(backend, read_only=read_only, instructions=INSTRUCTIONS, actor=actor)
     speak_on_stderr(server, source)
     lowlevel = server.protocol  # the SDK's low-level server (protocol.py)
@@ -412,7 +415,7 @@ async def serve(
     )
     init = lowlevel.create_initialization_options(experimental_capabilities={CAPABILITY: {}})
     with claimed_stdout() as wire:
-        channel = Channel(backend, starter, opts, wire, outage(source), crash_hook)
+        channel = Channel(push or backend, starter, opts, wire, outage(source), crash_hook)
         async with _stdio(wire) as (read, write), anyio.create_task_group() as tg:
 
             async def deliver() -> None:

@@ -39,7 +39,7 @@ from mcp.types import (
     UnsubscribeRequestParams,
 )
 
-from mempalace_logstream import backoff, display, errors
+from mempalace_logstream import backoff, deliveries, display, errors
 from mempalace_logstream import validation as v
 from mempalace_logstream.models import Event
 from mempalace_logstream.store import Filters
@@ -235,7 +235,9 @@ class Subscriptions:
             try:
                 await self._arm()
                 args = {"since_event_id": self.cursor, "timeout_ms": POLL_TIMEOUT_MS, "limit": 500}
-                out = await self.server.backend.call("event_wait", args)
+                # The follower reads for the subscribers, not as any agent: no ledger marks.
+                with deliveries.delivering(deliveries.OBSERVER):
+                    out = await self.server.backend.call("event_wait", args)
             except errors.LogstreamError as exc:
                 self._failed(exc)
                 await anyio.sleep(pause.delay())

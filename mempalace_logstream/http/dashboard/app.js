@@ -23,6 +23,7 @@ const S = {
   tasks: new Map(),
   staleTasks: new Set(),
   presence: new Map(),
+  wakeable: new Map(),       // agent -> {wakeable, paths, ...} from /v1/presence (issue 20)
   presenceFrames: false,
   inbox: new Map(),
   thread: null,
@@ -219,13 +220,13 @@ function setConn(text, ok) {
 }
 
 async function pollPresence() {
-  if (!S.presenceFrames) {
-    try {
-      const data = await api("/v1/presence");
-      S.presence = new Map(data.agents.map((a) => [a.agent, a]));
-      mark("agents");
-    } catch (e) { /* the next poll tries again */ }
-  }
+  try {
+    // Presence frames carry the entries; the list also says who can be woken, and by what.
+    const data = await api("/v1/presence");
+    if (!S.presenceFrames) S.presence = new Map(data.agents.map((a) => [a.agent, a]));
+    S.wakeable = new Map(data.agents.concat(data.unreachable || []).map((a) => [a.agent, a]));
+    mark("agents");
+  } catch (e) { /* the next poll tries again */ }
   setTimeout(pollPresence, PRESENCE_POLL_MS);
 }
 
@@ -287,7 +288,7 @@ function eventRow(ev, i) {
 // ------------------------------------------------------------------ agents view
 
 function agentNames() {
-  const names = new Set(S.presence.keys());
+  const names = new Set([...S.presence.keys(), ...S.wakeable.keys()]);
   for (const ev of S.recent.concat(S.events.slice(0, 500))) {
     names.add(ev.from_agent);
     if (ev.to_agent) names.add(ev.to_agent);
@@ -305,9 +306,14 @@ function renderAgents() {
     const live = p && Date.parse(p.expires_at) > Date.now() ? p : null;
     const ev = lastEventOf(name);
     const inbox = S.inbox.get(name);
+    const w = S.wakeable.get(name);
+    const paths = w && w.paths ? w.paths.map((p) => `${p.path} since ${time(p.since)}`).join(", ") : "";
     return h("tr", { "data-agent": name },
       h("td", null, name),
       h("td", { class: live ? `state-${live.state}` : "muted" }, live ? live.state : "away"),
+      h("td", { class: w ? `wakeable-${w.wakeable}` : "muted", "data-wakeable": w ? w.wakeable : "" },
+        w ? w.wakeable : ""),
+      h("td", null, paths, w && w.last_push_at ? h("span", { class: "muted" }, ` (last push ${ago(w.last_push_at)} by ${w.last_push_path})`) : ""),
       h("td", null, live ? [live.task_id || "", live.note ? ` ${live.note}` : ""] : ""),
       h("td", null, live ? left(live.expires_at) : ""),
       h("td", null, ev ? `${ev.type}, ${ago(ev.created_at)}` : ""),
@@ -458,9 +464,11 @@ async function loadThread(id) {
   for (const ev of events.events) for (const a of ev.artifact_ids || []) ids.add(a);
   await Promise.all([...ids].map(async (a) => artifacts.set(a, (await api(`/v1/artifacts/${encodeURIComponent(a)}`)).artifact)));
   const shown = new Set();
+  const ledger = await deliveriesOf(events.events, status);
   const items = events.events.map((ev) => h("div", { class: "ev", "data-id": ev.id },
     h("div", null, h("strong", null, ev.type), ` ${ev.from_agent}`, ev.to_agent ? ` → ${ev.to_agent}` : "",
       h("span", { class: "muted" }, `  ${ev.created_at}`)),
+    ledger.has(ev.id) ? deliveryView(ledger.get(ev.id)) : null,
     ev.body ? h("pre", null, ev.body) : null,
     (ev.artifact_ids || []).map((a) => { shown.add(a); return artifacts.has(a) ? artifactView(artifacts.get(a)) : null; })));
   const rest = [...artifacts.values()].filter((a) => !shown.has(a.id)).map(artifactView);
@@ -469,6 +477,27 @@ async function loadThread(id) {
     t.progress !== null ? `, progress ${t.progress} %` : "",
     t.children && t.children.length ? `, children: ${t.children.map((c) => `${c.task_id} (${c.state})`).join(", ")}` : "") : h("p", null, h("strong", null, id));
   $("thread").replaceChildren(h("div", { class: "thread" }, head, items, rest));
+}
+
+async function deliveriesOf(events, status) {
+  // The delivery ledger (issue 20) of the thread's addressed events: the request's comes with
+  // the task's status, the others are asked for (the first 50).
+  const out = new Map();
+  if (status && status.task.events.length) out.set(status.task.events[0], status.task.delivery || []);
+  const asked = events.filter((ev) => ev.to_agent && !out.has(ev.id)).slice(0, 50);
+  await Promise.all(asked.map(async (ev) => {
+    try { out.set(ev.id, (await api("/v1/delivery_status", { event_id: ev.id })).recipients); } catch (e) { /* an older hub */ }
+  }));
+  return out;
+}
+
+function deliveryView(rows) {
+  if (!rows.length) return h("div", { class: "delivery muted" }, "delivery: nothing recorded yet");
+  return h("div", { class: "delivery" }, rows.map((r) => h("div", { "data-recipient": r.recipient },
+    `${r.recipient}: `,
+    r.pushed_at ? `pushed ${time(r.pushed_at)} (${r.pushed_path}), ` : "not pushed, ",
+    r.seen_at ? `seen ${time(r.seen_at)}` : "not seen",
+    r.acked_at ? `, acked ${time(r.acked_at)}` : "")));
 }
 
 function artifactView(a) {
