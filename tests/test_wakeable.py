@@ -117,6 +117,31 @@ def test_a_live_watcher_that_never_reacts_is_unverified(tmp_path: Path, hub: Liv
         proc.wait()
 
 
+def test_monitor_mode_announces_its_path_and_its_reads_are_pushes(
+    tmp_path: Path, hub: LiveHub
+) -> None:
+    out = (tmp_path / "monitor.out").open("wb")
+    args = ["tail", "--agent", "m1", "--monitor", "--hub", hub.url, "--state-file", ""]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mempalace_logstream", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env=env_for(tmp_path),
+    )
+    out.close()
+    try:
+        wait_for(lambda: "m1" in _listed(hub), 30, "Monitor mode's announcement")
+        assert [p["path"] for p in _listed(hub)["m1"]["paths"]] == ["monitor"]
+        out_ = _post(hub, "event_append", **NOTE, from_agent="lead", to_agent="m1", body="wake")
+        assert "warning" not in out_  # a live path: no warning
+        wait_for(lambda: _listed(hub)["m1"]["last_push_path"] == "monitor", 30, "the push")
+        assert _listed(hub)["m1"]["wakeable"] == "unverified"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_a_hook_only_agent_is_not_wakeable(hub: LiveHub) -> None:
     _announce(hub, "w3", "hook")
     entry = _listed(hub)["w3"]

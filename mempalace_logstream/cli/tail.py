@@ -182,6 +182,7 @@ def _run_monitor(
     """Monitor mode (monitor.py) to its exit code: 0 at --max-runtime, 130 on Ctrl-C, 0 when
     the reader closed stdout, 3 when the hub stayed lost past --give-up-after, 1 on errors."""
     from mempalace_logstream import config, cursors, monitor
+    from mempalace_logstream.cli.announce import announced, announcer
 
     db, palace, hub, token = target
     settings = config.Settings.from_env()
@@ -193,10 +194,16 @@ def _run_monitor(
             target=key, palace=palace, hub=named_hub, **mon, **filters
         )
         client, policy = open_reader(db, palace, hub, token, give_up_after, delivery="monitor")
+        # With a hub, the agent is announced with the monitor path while this runs, so that
+        # presence knows it can be woken (issue 20: wakeable).
+        who = announcer(
+            mon["agent"], hub, token, enabled=True, ttl_s=None, what="Monitor mode", path="monitor"
+        )
         try:
             reader = cast("Client", riding(client, policy))
             running = monitor.Monitor(reader, opts, write=_line_out, note=_note)
-            return running.run()
+            with announced(who):
+                return running.run()
         finally:
             client.close()
     except KeyboardInterrupt:
