@@ -106,7 +106,9 @@ class Ledger:
     ) -> None:
         self.store, self.flush_s, self.clock = store, flush_s, clock
         self.registry, self.window_s = registry, window_s
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the read path's: the raw marks and the agents' lives
+        # The flusher's (or a close's) sorting and writing: never held by a read.
+        self._flush_lock = threading.Lock()
         self._queue: dict[tuple[str, str], sql.Mark] = {}
         # (column, agent, ms, path, events or [event id]) as the calls left them
         self._raw: list[tuple[str, str, int, str | None, Sequence[Any]]] = []
@@ -155,7 +157,8 @@ class Ledger:
 
     def _sort_out(self) -> None:
         """The raw marks into the queue: per (event, recipient, column), a mark only when it
-        is earlier than any queued or written (a re-read writes nothing)."""
+        is earlier than any queued or written (a re-read writes nothing). Under the flush lock
+        only: a read waits for nothing but the swap of the raw list."""
         with self._lock:
             raw, self._raw = self._raw, []
         known, pages = self._known, self._pages
@@ -171,18 +174,17 @@ class Ledger:
                     pages.pop(next(iter(pages)))
                 pages[page] = ms
             at = now_text(ms)
-            with self._lock:
-                for e in events:
-                    if column == "acked_at":
-                        ident = e
-                    else:
-                        row = e if isinstance(e, dict) else _routing(e)
-                        ident = row["id"]
-                        held = known.get((ident, agent, column))
-                        if (held is not None and held <= at) or not _to(row, agent):
-                            continue
-                    if self._fresh((ident, agent, column), at):
-                        self._merge(_mark(ident, agent, column, at, path))
+            for e in events:
+                if column == "acked_at":
+                    ident = e
+                else:
+                    row = e if isinstance(e, dict) else _routing(e)
+                    ident = row["id"]
+                    held = known.get((ident, agent, column))
+                    if (held is not None and held <= at) or not _to(row, agent):
+                        continue
+                if self._fresh((ident, agent, column), at):
+                    self._merge(_mark(ident, agent, column, at, path))
 
     def alive(self, agent: str) -> int:
         """A sign of life of `agent` now (a read, an ack, a write); returns the time."""
@@ -204,7 +206,7 @@ class Ledger:
 
     def _fresh(self, known: tuple[str, str, str], at: str) -> bool:
         """Whether a mark at `at` can change the ledger: none as early is queued or written
-        (the earliest wins; a re-read writes nothing). Remembers it; the caller holds the lock."""
+        (the earliest wins; a re-read writes nothing). Remembers it; under the flush lock."""
         held_at = self._known.get(known)
         if held_at is not None and held_at <= at:
             return False
@@ -214,7 +216,8 @@ class Ledger:
         return True
 
     def _merge(self, mark: sql.Mark) -> None:
-        """Queue `mark`, merged with what is queued for its (event, recipient): earliest wins."""
+        """Queue `mark`, merged with what is queued for its (event, recipient): earliest wins
+        (under the flush lock)."""
         key = (mark.event_id, mark.recipient)
         held = self._queue.get(key)
         self._queue[key] = mark if held is None else earliest(held, mark)
@@ -235,18 +238,18 @@ class Ledger:
 
     def flush(self) -> int:
         """Write what is queued in one transaction; returns how many marks went."""
-        self._sort_out()
-        with self._lock:
+        with self._flush_lock:
+            self._sort_out()
             marks, self._queue = list(self._queue.values()), {}
-        if not marks:
-            return 0
-        try:
-            self.store.transaction(lambda tx: sql.merge(tx.ex, marks))
-        except errors.LogstreamError as exc:  # the store closed or failed: the marks are lost
-            log.warning("delivery ledger: %d mark(s) not recorded: %s", len(marks), exc)
-            return 0
-        self.flushes += 1
-        return len(marks)
+            if not marks:
+                return 0
+            try:
+                self.store.transaction(lambda tx: sql.merge(tx.ex, marks))
+            except errors.LogstreamError as exc:  # the store closed or failed: marks are lost
+                log.warning("delivery ledger: %d mark(s) not recorded: %s", len(marks), exc)
+                return 0
+            self.flushes += 1
+            return len(marks)
 
     @property
     def closed(self) -> bool:
