@@ -92,8 +92,14 @@ def _stop_during_long_polls(hub: HubProcess, sig: int) -> tuple[list[Any], list[
     threads.append(threading.Thread(target=_sse, args=(hub.url, sse_out, opened)))
     for t in threads:
         t.start()
-    assert opened.wait(30)
-    until(lambda: at_wait_cap(hub.url))
+    assert opened.wait(60)
+
+    def blocked() -> bool:
+        ended = [o for o in (*http_out, *mcp_out) if o is not None]
+        assert ended == [], f"a wait ended before the stop: {ended}"  # never the cap, then
+        return at_wait_cap(hub.url)
+
+    until(blocked, timeout=90)  # a loaded machine opens 24 long polls slowly
     hub.stop(sig)
     for t in threads:
         t.join(30)

@@ -222,7 +222,7 @@ CLI_RULES: dict[str, tuple[str, ...]] = {
     "presence": CLI_BASE,
     "sync": CLI_BASE,
     "admin": CLI_BASE,
-    "tail": CLI_BASE,
+    "tail": (*CLI_BASE, "announce"),
     "agent": CLI_BASE,
     "delivery": CLI_BASE,
     "inbox": (*CLI_BASE, "testhooks"),
