@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import sqlalchemy as sa
 
 from mempalace_logstream import errors
+from mempalace_logstream.backends.queries import meta as meta_rows
 from mempalace_logstream.schema import meta
 
 log = logging.getLogger(__name__)
@@ -65,8 +66,9 @@ class PgLeaderLock:
         self.engine, self.name = engine, name
         self._conn: Any = None  # a psycopg connection while this hub leads
         self._lock = threading.Lock()  # the sync loop and the reminders both ask
-        cargs, cparams = engine.dialect.create_connect_args(engine.url)
-        self._connect_args = (cargs, {**cparams, "autocommit": True})
+        from mempalace_logstream.backends.postgres import autocommit_connector
+
+        self._connect = autocommit_connector(engine)
 
     def hold(self) -> bool:
         with self._lock:
@@ -85,10 +87,9 @@ class PgLeaderLock:
     def _take(self) -> bool:
         import psycopg
 
-        cargs, cparams = self._connect_args
         conn = None
         try:
-            conn = psycopg.connect(*cargs, **cparams)
+            conn = self._connect()
             got = conn.execute(
                 "SELECT pg_try_advisory_lock(%s, 'events'::regclass::oid::int)",
                 (PG_LEADER_LOCK,),
@@ -122,8 +123,7 @@ class PgLeaderLock:
             with self.engine.connect() as conn:
                 if not conn.execute(held, {"k": PG_LEADER_LOCK}).scalar():
                     return None
-                name = conn.execute(sa.select(meta.c.value).where(meta.c.key == LEADER_KEY))
-                return name.scalar()
+                return meta_rows.value(conn, LEADER_KEY)
         except sa.exc.SQLAlchemyError:
             return None
 

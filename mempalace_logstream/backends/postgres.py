@@ -109,13 +109,7 @@ class PostgresBackend:
         with base.wrap_exceptions(), self.engine.connect() as conn:
             oid = conn.execute(sa.text("SELECT 'events'::regclass::oid::bigint")).scalar()
         channel = self.notify_channel = f"logstream_{oid}"
-        cargs, cparams = self.engine.dialect.create_connect_args(self.engine.url)
-
-        def connect() -> Any:
-            import psycopg
-
-            return psycopg.connect(*cargs, **{**cparams, "autocommit": True})
-
+        connect = autocommit_connector(self.engine)
         return lambda: PgListenSignal(connect, channel)
 
     def fast_path(self) -> PgFastPath | None:
@@ -384,3 +378,14 @@ def relax_durability(db: Any) -> None:
     with db.cursor() as cur:
         cur.execute("SET synchronous_commit = off")
     db.commit()
+
+
+def autocommit_connector(engine: sa.Engine) -> Callable[[], Any]:
+    """A function that opens a new autocommit psycopg connection to `engine`'s database, outside
+    its pool: a LISTEN's, or the hubs' leader lock's (a session lock lives as long as it)."""
+    cargs, cparams = engine.dialect.create_connect_args(engine.url)
+
+    def connect() -> Any:
+        return psycopg.connect(*cargs, **{**cparams, "autocommit": True})
+
+    return connect

@@ -9,14 +9,13 @@ pair window's start: bounded by the budgets, never by the thread or the log.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import TYPE_CHECKING, Any
 
 from mempalace_logstream import errors, tasks
 from mempalace_logstream.backends.queries import guards as sql
 from mempalace_logstream.identity import actor as actor_mod
-from mempalace_logstream.models import Event
+from mempalace_logstream.models import Event, read_metadata
 from mempalace_logstream.store.ids import now_text
 from mempalace_logstream.tasks import guards as g
 from mempalace_logstream.tasks.model import ACTIONS, REQUEST_TYPE, Task
@@ -89,11 +88,8 @@ def _thread_rows(tx: Transaction, thread: str, before: int) -> Any:
 
 
 def _meta(row: Any) -> dict[str, Any]:
-    try:
-        doc = json.loads(row[6] or "{}")
-    except ValueError:
-        return {}
-    return doc if isinstance(doc, dict) else {}
+    """A guard row's metadata object (`{}` when unreadable)."""
+    return read_metadata(row[6] or "{}")[0]
 
 
 # ----------------------------------------------------------------------------- thread

@@ -6,12 +6,12 @@ exactly what the stopped one did.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mempalace_logstream import hlc
 from mempalace_logstream.backends.queries import tasks as sql
+from mempalace_logstream.models import read_metadata
 from mempalace_logstream.store.tasks import from_doc
 from mempalace_logstream.tasks import Task
 from mempalace_logstream.tasks import guards as g
@@ -64,8 +64,5 @@ def sent(store: LogStore, task_id: str) -> Sent:
 
 
 def _meta(text: str | None) -> dict[str, Any]:
-    try:
-        doc = json.loads(text or "{}")
-    except ValueError:
-        return {}
-    return doc if isinstance(doc, dict) else {}
+    """A request's metadata object (`{}` when unreadable)."""
+    return read_metadata(text or "{}")[0]

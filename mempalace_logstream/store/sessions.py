@@ -62,6 +62,10 @@ def _at(val: str) -> float:
         return 0.0
 
 
+def _time(row: tuple[str, float]) -> float:
+    return row[1]
+
+
 def login_failures(store: LogStore, client: str, since_s: float) -> list[float]:
     """The unix times of `client`'s failed logins after `since_s`, oldest first."""
     with store.connect() as conn:
@@ -74,9 +78,9 @@ def login_failed(store: LogStore, client: str, now_s: float, window_s: float) ->
     mine = _client_prefix(client)
 
     def work(conn: sa.Connection, _state: Any) -> int:
-        rows = sorted(meta_rows.with_prefix(conn, FAILED), key=lambda r: _at(r[1]))
-        live = [(k, _at(val)) for k, val in rows if _at(val) > now_s - window_s]
-        drop = [k for k, val in rows if _at(val) <= now_s - window_s]
+        rows = sorted(((k, _at(val)) for k, val in meta_rows.with_prefix(conn, FAILED)), key=_time)
+        drop = [k for k, t in rows if t <= now_s - window_s]
+        live = rows[len(drop) :]  # sorted by time: the stale ones come first
         excess = len(live) + 1 - MAX_FAILURE_ROWS
         if excess > 0:
             drop += [k for k, _t in live[:excess]]

@@ -133,9 +133,7 @@ class SyncLoop:
             self.leading = self.leader.hold()
             if not self.leading:
                 self._retire_all()
-                with self.round_done:
-                    self.rounds += 1
-                    self.round_done.notify_all()
+                self._passed()
                 return
         try:
             specs, error = load_peers(self.palace), None
@@ -153,6 +151,10 @@ class SyncLoop:
             for name, spec in wanted.items():
                 if name not in self._workers and not self._stop.is_set():
                     self._workers[name] = self._spawn(spec)
+        self._passed()
+
+    def _passed(self) -> None:
+        """Count a pass of the supervisor (`wait_rounds`)."""
         with self.round_done:
             self.rounds += 1
             self.round_done.notify_all()
