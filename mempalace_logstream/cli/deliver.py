@@ -22,7 +22,7 @@ from mempalace_logstream.cli.announce import (
 )
 from mempalace_logstream.cli.options import DbOpt, HubOpt, PalaceOpt, TokenOpt, take_global
 from mempalace_logstream.cli.root import app
-from mempalace_logstream.cli.shared import STATE, fail, open_client
+from mempalace_logstream.cli.shared import STATE, close_after, fail, open_client
 from mempalace_logstream.cli.testhooks import watch_crash_hook
 
 if TYPE_CHECKING:
@@ -176,7 +176,7 @@ def _deliver(
             )
             return deliverer.run()
         finally:
-            client.close()
+            close_after(client)
     except KeyboardInterrupt:
         _note("stopped")
         return EXIT_INTERRUPTED

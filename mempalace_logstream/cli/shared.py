@@ -7,6 +7,7 @@ plain `list` must stay cheap. Must not import the command modules or the root ap
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import sys
@@ -247,3 +248,14 @@ def guard_settings(
     if humans:
         changes["humans"] = tuple(dict.fromkeys((*base.humans, *humans)))
     return dataclasses.replace(base, **changes)
+
+
+def close_after(client: Any) -> None:
+    """Close a reader's client in the `finally` of its command. When the command is ending by
+    an exception (Ctrl-C in the middle of a query can leave a database connection unusable), a
+    failing close never replaces that first error: the command still exits as for it."""
+    if sys.exc_info()[0] is None:
+        client.close()
+        return
+    with contextlib.suppress(errors.LogstreamError):
+        client.close()

@@ -31,7 +31,7 @@ from mempalace_logstream.cli.options import (
     take_global,
 )
 from mempalace_logstream.cli.root import app
-from mempalace_logstream.cli.shared import STATE, fail, open_reader, riding
+from mempalace_logstream.cli.shared import STATE, close_after, fail, open_reader, riding
 
 if TYPE_CHECKING:
     from mempalace_logstream.watch import Client
@@ -205,7 +205,7 @@ def _run_monitor(
             with announced(who):
                 return running.run()
         finally:
-            client.close()
+            close_after(client)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
@@ -280,7 +280,7 @@ def _run(
             for events in _events(reader, filters, start, since_created_at, follow):
                 write(events)
         finally:
-            client.close()
+            close_after(client)
     except KeyboardInterrupt:
         return 130
     except reconnect.GaveUpError:

@@ -38,6 +38,7 @@ from mempalace_logstream.cli.options import (
 from mempalace_logstream.cli.root import app
 from mempalace_logstream.cli.shared import (
     STATE,
+    close_after,
     emit,
     event_line,
     fail,
@@ -88,7 +89,7 @@ def wait(
                 out = _wait_riding(cast("Client", client), policy, {**filters, **args})
             _print_wait(out, as_json)  # the answer first: closing the store comes after
         finally:
-            client.close()
+            close_after(client)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     except reconnect.GaveUpError:
@@ -306,7 +307,7 @@ def _run_watcher(
             watcher = watch_mod.Watcher(reader, opts, printer, crash_hook=hook, human=not as_json)
             code = watcher.run()
         finally:
-            client.close()
+            close_after(client)
     except KeyboardInterrupt:
         code = watch_mod.EXIT_INTERRUPTED
     except reconnect.GaveUpError:
