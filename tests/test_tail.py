@@ -153,7 +153,7 @@ def test_follow_wakes_on_appends_and_ctrl_c_exits_130_quietly(log: LogStore, db_
         assert got == [sent[0], sent[2]]  # bob's event is filtered out
     finally:
         code, err = tail.interrupt()
-    assert (code, err) == (130, b"")
+    assert (code, err) == (130, b""), err.decode()
 
 
 def test_follow_against_a_live_hub(tmp_path: Path) -> None:

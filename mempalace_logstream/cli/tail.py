@@ -31,7 +31,14 @@ from mempalace_logstream.cli.options import (
     take_global,
 )
 from mempalace_logstream.cli.root import app
-from mempalace_logstream.cli.shared import STATE, close_after, fail, open_reader, riding
+from mempalace_logstream.cli.shared import (
+    STATE,
+    close_after,
+    fail,
+    interrupted,
+    open_reader,
+    riding,
+)
 
 if TYPE_CHECKING:
     from mempalace_logstream.watch import Client
@@ -289,6 +296,8 @@ def _run(
         _silence_stdout()
         return 0
     except errors.LogstreamError as exc:
+        if interrupted(exc):
+            return 130
         if STATE.debug:
             raise
         raise fail(_name_option(exc)) from None
