@@ -429,10 +429,10 @@ def test_threads_and_a_second_process_lose_and_reorder_nothing(tmp_path: Path) -
 
 
 def test_skipped_state_query_never_reuses_a_seq_taken_by_another_writer(tmp_path: Path) -> None:
-    """The fast path skips its seq/HLC state query while `PRAGMA data_version` says no other
-    connection committed. Interleave every kind of other writer: a second store on the file
-    (another connection, as another process would be), this store's own SQLAlchemy path
-    (artifact_put, patch_submit) and a raw sqlite3 reader; seq stays gapless and unique."""
+    """A write transaction skips its seq/HLC state query while `PRAGMA data_version` says no
+    other connection committed. Interleave every kind of writer: a second store on the file
+    (another connection, as another process would be), this store's artifact puts and patch
+    submissions, and a raw sqlite3 reader; seq stays gapless and unique."""
     path = tmp_path / "shared.sqlite3"
     with LogStore.open(str(path)) as a, LogStore.open(str(path)) as b:
         writers: list[Callable[[int], Any]] = [

@@ -228,8 +228,8 @@ class PostgresBackend:
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[base.Query]:
-        """A pooled connection in one transaction, at the engine's isolation level (what the
-        SQLAlchemy path reads at)."""
+        """A pooled connection in one transaction, at the engine's isolation level (what a
+        SQLAlchemy connection of the store reads at)."""
         with base.wrap_exceptions(self.driver_errors):
             proxy = self.engine.raw_connection()
             try:

@@ -186,7 +186,7 @@ class Writes:
     ) -> T:
         """Run `work(tx)` in a group-committed write transaction and return its result.
 
-        Every write of the store goes through here. `on_bulk` is called on the fast path when
+        Every write of the store goes through here. `on_bulk` is called when
         the rest of the transaction is long work that releases the GIL (a big sync page).
         Raises what `work` raises (nothing is written then), or StorageError.
         """

@@ -1,5 +1,5 @@
-"""The log's reads: the event read columns, the page and its three cursor statements (the
-read fast path: each compiled once per store and run as precompiled text), the doctor's scans,
+"""The log's reads: the event read columns, the page and its three cursor statements (each
+compiled once per store and run as precompiled text on a read snapshot), the doctor's scans,
 the version vector and the counts of `stats`.
 
 `select` (an `EventSelect`) is the store's `event_select`: the event read columns of the rows
