@@ -248,11 +248,26 @@ class Ledger:
                 return 0
             try:
                 self.store.transaction(lambda tx: sql.merge(tx.ex, marks))
-            except errors.LogstreamError as exc:  # the store closed or failed: marks are lost
-                log.warning("delivery ledger: %d mark(s) not recorded: %s", len(marks), exc)
+            except errors.LogstreamError as exc:
+                self._requeue(marks, exc)
                 return 0
             self.flushes += 1
             return len(marks)
+
+    def _requeue(self, marks: list[dict[str, Any]], exc: BaseException) -> None:
+        """A flush failed (a full disk, a lost connection): its marks wait for the next one,
+        up to MAX_KNOWN of them; once the ledger or the store is closed they are lost."""
+        if self.closed or self.store.pipeline.closed:
+            log.warning("delivery ledger: %d mark(s) not recorded: %s", len(marks), exc)
+            return
+        kept = marks[-MAX_KNOWN:]
+        log.warning(
+            "delivery ledger: flush failed (%s); %d mark(s) kept for the next one, %d dropped",
+            exc,
+            len(kept),
+            len(marks) - len(kept),
+        )
+        self._queue = {(m["event_id"], m["recipient"]): m for m in kept}
 
     @property
     def closed(self) -> bool:

@@ -293,3 +293,35 @@ def ledger_store(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
     store = LogStore.open(url)
     yield store
     store.close()
+
+
+def test_a_failed_flush_keeps_its_marks_for_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flush that fails (a disk that refuses one write) loses nothing: its marks go with
+    the next flush, merged with the marks made meanwhile."""
+    from mempalace_logstream import errors
+
+    store = LogStore.open(f"sqlite:///{tmp_path / 'l.sqlite3'}")
+    try:
+        ledger = deliveries.Ledger(store, flush_s=3600)
+        sent = [
+            store.event_append(**NOTE, from_agent="lead", to_agent="w1", body=str(i)).to_dict()
+            for i in range(3)
+        ]
+        ledger.seen(sent[:2], "w1")
+        real = store.transaction
+
+        def full_disk(work: Any) -> Any:
+            raise errors.StorageError("database or disk is full")
+
+        monkeypatch.setattr(store, "transaction", full_disk)
+        assert ledger.flush() == 0
+        monkeypatch.setattr(store, "transaction", real)
+        ledger.seen(sent[2:], "w1")
+        assert ledger.flush() == 3
+        for e in sent:
+            (row,) = deliveries.status(store, e["id"])["recipients"]
+            assert row["recipient"] == "w1" and row["seen_at"] is not None
+    finally:
+        store.close()
