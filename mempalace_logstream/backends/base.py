@@ -201,6 +201,11 @@ class Executor(abc.ABC):
     @abc.abstractmethod
     def run(self, key: Any, build: Build, params: Mapping[str, Any]) -> None: ...
 
+    def run_many(self, key: Any, build: Build, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Run one statement shape once per parameter dict of `rows` (a batch)."""
+        for params in rows:
+            self.run(key, build, params)
+
     @abc.abstractmethod
     def insert(self, key: Any, table: sa.Table, rows: list[dict[str, Any]]) -> None:
         """INSERT rows giving every column of `table`."""
@@ -241,6 +246,17 @@ class DbapiExecutor(Executor):
         if self.hooks:
             observe(self.hooks, sql, bound)
         self.db.execute(sql, bound)
+
+    def run_many(self, key: Any, build: Build, rows: Sequence[Mapping[str, Any]]) -> None:
+        if not rows:
+            return
+        sql, defaults = self.compile(key, build, rows[0])
+        extra = {k: v for k, v in defaults.items() if k not in rows[0]}
+        bound = [{**extra, **r} for r in rows] if extra else rows
+        if self.hooks:
+            observe(self.hooks, sql, bound)
+        with contextlib.closing(self.db.cursor()) as cur:
+            cur.executemany(sql, bound)
 
     def insert(self, key: Any, table: sa.Table, rows: list[dict[str, Any]]) -> None:
         sql, _ = self.compile(key, lambda: sa.insert(table), {})
