@@ -161,12 +161,8 @@ def run(
     **args: Any,
 ) -> dict[str, Any]:
     """Open, call one operation, close; domain errors become one stderr line and exit 1."""
-    from mempalace_logstream import operations
-
-    # Only the commands that write (and serve, mcp, migrate, sync's own log, import's target)
-    # create a missing log; every other command refuses a mistyped path.
     try:
-        client = open_client(db, palace, hub, token, create=op in operations.MUTATING)
+        client = open_client(db, palace, hub, token, create=not hub and _writes(op))
         try:
             return client.call(op, **args)
         finally:
@@ -175,6 +171,16 @@ def run(
         if STATE.debug:
             raise
         raise fail(exc.message) from None
+
+
+def _writes(op: str) -> bool:
+    """Whether `op` writes: only the commands that write (and serve, mcp, migrate, sync's own
+    log, import's target) create a missing log; every other command refuses a mistyped path.
+    Asked for a local log only: the operation table (pydantic models) is not imported for a
+    call to a hub."""
+    from mempalace_logstream import operations
+
+    return op in operations.MUTATING
 
 
 def given_args(**kw: Any) -> dict[str, Any]:
