@@ -1,9 +1,10 @@
 """The lean entry point for `logstream inbox` (the context hooks run it on every prompt).
 
-`python -m mempalace_logstream` and the `logstream-hook` console script call `fast_path(argv)`
-first: a command line it fully understands (`[global options] inbox [its options]`) runs here
-without importing typer, rich, click or the servers; anything else (`--help`, a typo, a bad
-value, another command) returns None and goes to the typer app, which prints the usage errors.
+The `logstream` and `logstream-hook` console scripts and `python -m mempalace_logstream` call
+`fast_path(argv)` first: a command line it fully understands (`[global options] inbox [its
+options]`) runs here without importing typer, rich, click or the servers; anything else
+(`--help`, a typo, a bad value, another command) returns None and goes to the typer app, which
+prints the usage errors.
 `run_inbox` is the one implementation: the typer command `inbox` calls it too, so behaviour and
 error texts are the same on both paths.
 A local SQLite log is read by the lean reader (store/lean.py), without SQLAlchemy.
@@ -262,11 +263,12 @@ def _note(text: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """The `logstream-hook` console script: `logstream` with the lean inbox path first."""
+    """`logstream` (and the `logstream-hook` console script): the lean inbox path first, else
+    the typer app (cli/root.py)."""
     args = list(sys.argv[1:] if argv is None else argv)
     code = fast_path(args)
     if code is None:
-        from mempalace_logstream.cli import main as cli_main
+        from mempalace_logstream.cli.root import main as cli_main
 
         sys.argv[1:] = args
         cli_main()

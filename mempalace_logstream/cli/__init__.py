@@ -1,9 +1,10 @@
 """The `logstream` command line (typer): parse, open the store, make one core call, print.
 
-`root` holds the app and `main()` (the console script `mempalace_logstream.cli:main`); every
-other module is one command group that registers its commands on `app` when imported. `main()`
-imports only the module of the command it runs (root.COMMANDS); `cli.app` is the whole app,
-every module imported (PEP 562 `__getattr__`), for whoever walks or invokes it in-process.
+`main()` is the console script: a command line the lean path understands (`inbox`, hook.py)
+runs without typer; any other goes to the typer app of `root`, which imports only the module
+of the command it runs (root.COMMANDS). Every other module is one command group that registers
+its commands on `app` when imported; `cli.app` is the whole app, every module imported, and
+`cli.STATE` the run's state (PEP 562 `__getattr__`: importing this package loads no typer).
 The package is the only typer importer; servers and the store are imported inside commands.
 """
 
@@ -11,18 +12,29 @@ from __future__ import annotations
 
 import typing as _typing
 
-from mempalace_logstream.cli.root import main
-from mempalace_logstream.cli.shared import STATE
-
 if _typing.TYPE_CHECKING:
     import typer
 
+    from mempalace_logstream.cli.shared import State
+
     app: typer.Typer
+    STATE: State
 
 __all__ = ["STATE", "app", "main"]
 
 
+def main() -> None:
+    """The `logstream` console script: the lean `inbox` first, else the typer app."""
+    from mempalace_logstream import hook
+
+    hook.main()
+
+
 def __getattr__(name: str) -> object:
+    if name == "STATE":
+        from mempalace_logstream.cli import shared
+
+        return shared.STATE
     if name != "app":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from mempalace_logstream.cli import root

@@ -207,7 +207,8 @@ def _root(
 
 
 def main() -> None:
-    """The console script: run the app; any error is one line on stderr unless --debug."""
+    """The typer app (the console script's, after the lean path, hook.py): run it; any error
+    is one line on stderr unless --debug."""
     try:
         app()
     except errors.LogstreamError as exc:  # a domain error outside run(): same one-line form
