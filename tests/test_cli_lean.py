@@ -1,8 +1,10 @@
 """What a `logstream` call imports (issue 25): the console script's lean paths load no
 SQLAlchemy, FastAPI or MCP. Importing the CLI package loads no typer; `--help` builds the app
 without the store; a command builds only its own module; the reads through `--hub` (list, get,
-inbox) need httpx, not the store; a local `inbox` runs before typer (hook.py). Each call runs
-in a fresh interpreter (`sys.modules` is the record) against real logs and a real hub."""
+inbox) need httpx, not the store; a local `inbox` runs before typer (hook.py); a local `list`
+is read by the lean reader (store/lean.py) and answers as the store does, unless it names its
+reader (the delivery ledger records that one) or fails (the store says why). Each call runs in
+a fresh interpreter (`sys.modules` is the record) against real logs and a real hub."""
 
 from __future__ import annotations
 
@@ -134,3 +136,47 @@ def test_the_command_table_names_every_command_in_the_order_help_lists_them() ->
 
     built = typer.main.get_command(cli.app)
     assert list(built.commands) == list(root.COMMANDS)  # type: ignore[attr-defined]
+
+
+def test_a_local_list_reads_with_the_lean_reader_and_answers_as_the_store(tmp_path: Path) -> None:
+    db = str(tmp_path / "log.sqlite3")
+    with LogStore.open(db) as store:
+        for i in range(7):
+            to = "bob" if i % 2 else "*"
+            store.event_append(type="note", stream="s", room="r", from_agent="al", to_agent=to)
+        want = store.event_list(limit=5).to_dict()
+        want_typed = store.event_list(type=["note"], order="asc", limit=3).to_dict()
+    done, out = console(tmp_path, "list", "--limit", "5", "--json", "--db", db)
+    assert json.loads(out) == want
+    assert heavy(done["modules"]) == []
+    # Another shape: the lean reader's if it has the statements, else the store's; one answer.
+    argv = ("list", "--type", "note", "--order", "asc", "--limit", "3", "--json", "--db", db)
+    done, out = console(tmp_path, *argv)
+    assert json.loads(out) == want_typed
+
+
+def test_a_list_that_names_its_reader_goes_to_the_store_which_records_it(tmp_path: Path) -> None:
+    """The delivery ledger marks what a named reader was shown: that read stays the store's."""
+    db = str(tmp_path / "log.sqlite3")
+    with LogStore.open(db) as store:
+        store.event_append(type="note", stream="s", room="r", from_agent="al", to_agent="bob")
+    done, out = console(tmp_path, "list", "--to-agent", "bob", "--json", "--db", db)
+    assert json.loads(out)["count"] == 1
+    assert "sqlalchemy" in heavy(done["modules"])
+
+
+def test_a_bad_list_is_refused_in_the_store_s_words(tmp_path: Path) -> None:
+    db = str(tmp_path / "log.sqlite3")
+    LogStore.open(db).close()
+    report = tmp_path / "report.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "LEAN_REPORT": str(report)}
+    proc = subprocess.run(
+        [sys.executable, "-c", CODE, "list", "--limit", "0", "--db", db],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert json.loads(report.read_text())["code"] == 1
+    assert proc.stderr.strip() == "error: limit is 0; it must be between 1 and 500"

@@ -162,6 +162,9 @@ def run(
 ) -> dict[str, Any]:
     """Open, call one operation, close; domain errors become one stderr line and exit 1."""
     try:
+        answer = None if hub else lean_read(db, palace, op, args)
+        if answer is not None:
+            return answer
         client = open_client(db, palace, hub, token, create=not hub and _writes(op))
         try:
             return client.call(op, **args)
@@ -171,6 +174,36 @@ def run(
         if STATE.debug:
             raise
         raise fail(exc.message) from None
+
+
+def lean_read(
+    db: str | None, palace: str | None, op: str, args: dict[str, Any]
+) -> dict[str, Any] | None:
+    """A `list` of a local SQLite log through the lean reader (store/lean.py: the store's page
+    rule, validation and SQL text on the stdlib `sqlite3`, no SQLAlchemy), or None for the
+    store to answer: another operation, a read the delivery ledger records (one that names
+    its reader, identity/actor.py), a log or a read shape the lean reader leaves to the store,
+    or an error (the store then says it, in its words)."""
+    from mempalace_logstream.identity import actor
+
+    if op != "event_list" or actor.reader(args) is not None:
+        return None
+    from mempalace_logstream.store import lean
+
+    settings = config.Settings.from_env()
+    try:
+        target = config.resolve_db(db or settings.db, palace or settings.palace)
+        reader = lean.open_lean(target, STATE.durability)
+    except errors.LogstreamError:
+        return None
+    if reader is None:
+        return None
+    try:
+        return reader.call(op, **args)
+    except (lean.Unplanned, errors.LogstreamError):
+        return None
+    finally:
+        reader.close()
 
 
 def _writes(op: str) -> bool:
