@@ -8,13 +8,13 @@ assigned under the write lock, so seq order is commit order on every backend (S-
 (identity.py: keys and the keyring), `writes` (writes.py: drafts, `transaction`),
 `reads` (reads.py), `task_reads` (task_reads.py) and `counts` (stats.py); every public method
 is a short call into one of them. What differs between databases is behind `backend`
-(backends/); the projections every append runs are registered in projections.py.
+(backends/); the projections every append runs are the store's `projections` (projections.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar, Unpack
 
@@ -33,6 +33,7 @@ from mempalace_logstream.store.filters import ReadArgs, ReadRequest, read_reques
 from mempalace_logstream.store.identity import Identity, keys_dir_for
 from mempalace_logstream.store.ids import mint_replica_id
 from mempalace_logstream.store.pipeline import CommitPipeline, TxState
+from mempalace_logstream.store.projections import Projection, Projections
 from mempalace_logstream.store.reads import Reads
 from mempalace_logstream.store.signatures import takes_args_of
 from mempalace_logstream.store.stats import Stats
@@ -69,6 +70,7 @@ class LogStore:
         keys_dir: Path | None = None,
         backdate_window_ms: int = config.DEFAULT_BACKDATE_WINDOW_MS,
         create: bool = True,
+        projections: Iterable[Projection] | None = None,
     ) -> None:
         _check_backdate_window(backdate_window_ms)
         # Sync apply holds an event signed by a key revoked here before it arrived, stamped
@@ -77,6 +79,9 @@ class LogStore:
         self.engine = engine
         self.task_settings = task_settings or TaskSettings()
         self.task_folds = FoldCache()  # checkpoints for tasks whose events arrive late
+        # What every append runs, in order, whatever its origin (`projections.defaults()`:
+        # tasks, then redactions, unless given); `store.projections.register(p)` adds one.
+        self.projections = Projections(projections)
         self.backend = backend = backends.for_engine(engine)
         self.dialect = backend.name
         # The private keys this process signs with and the keyring it judges with (RFC 0008).
