@@ -18,11 +18,8 @@ from typing import Any
 
 from mempalace_logstream import confusables
 from mempalace_logstream.errors import ValidationError
-from mempalace_logstream.models import (
-    DRAFT_SPEC,
-    MAX_METADATA_DEPTH,
-    json_depth,
-)
+from mempalace_logstream.models import DRAFT_SPEC
+from mempalace_logstream.payload import MAX_METADATA_DEPTH, json_depth
 
 MAX_ROUTING_CHARS = 256
 MAX_TYPE_CHARS = 64

@@ -29,8 +29,8 @@ from mempalace_logstream.models import (
     Event,
     EventArgs,
     EventDraft,
-    parse_tombstone,
 )
+from mempalace_logstream.payload import parse_tombstone
 from mempalace_logstream.store import blobs, guards
 from mempalace_logstream.store.append import Appended, Local, Origin
 from mempalace_logstream.store.append import append as append_events
