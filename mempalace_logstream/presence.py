@@ -1,4 +1,4 @@
-"""Presence (S-8.4): who is home, held in the hub's memory and never written to the log.
+"""Presence (S-8.4): who is home, held by the hub and never written to the log.
 
 An agent announces `watching`, `working` or `idle` with a TTL; the entry vanishes when the TTL
 passes unless it is announced again; `leave` removes it at once. Listeners (the SSE feed) get

@@ -1,5 +1,6 @@
-"""The `presence` command group (S-8.4): announce, leave and list who is home. Presence lives in
-a hub's memory, so every command needs `--hub` (or LOGSTREAM_HUB); without one it says so."""
+"""The `presence` command group (S-8.4): announce, leave and list who is home. Presence lives at
+a hub (shared by the hubs of a PostgreSQL log), so every command needs `--hub` (or
+LOGSTREAM_HUB); without one it says so."""
 
 from __future__ import annotations
 
