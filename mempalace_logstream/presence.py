@@ -90,12 +90,17 @@ def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def draft(*, agent: Any, state: Any, task_id: Any, note: Any, ttl_s: Any, now: int) -> Presence:
-    """The entry an announcement at `now` makes, or ValidationError naming the field."""
+def draft(
+    *, agent: Any, state: Any, task_id: Any, note: Any, ttl_s: Any, path: Any, now: int
+) -> Presence:
+    """The entry an announcement at `now` makes (its `path` checked), or ValidationError
+    naming the field."""
     name = v.routing("agent", agent, required=True)
     assert name is not None
     if state not in STATES:
         raise v.fail("state", f"{state!r} is not one of {', '.join(STATES)}")
+    if path is not None and path not in PATHS:
+        raise v.fail("path", f"{path!r} is not one of {', '.join(PATHS)}")
     ttl = DEFAULT_TTL_S if ttl_s is None else v.strict_int("ttl_s", ttl_s)
     if not 1 <= ttl <= MAX_TTL_S:
         raise v.fail("ttl_s", f"is {ttl}; it must be between 1 and {MAX_TTL_S}", MAX_TTL_S)
@@ -164,11 +169,10 @@ class Registry:
     ) -> Presence:
         """Announce or refresh an agent (and the delivery `path` it is reached by, if named);
         raises ValidationError naming the field."""
+        now = self._clock()
         entry = draft(
-            agent=agent, state=state, task_id=task_id, note=note, ttl_s=ttl_s, now=self._clock()
+            agent=agent, state=state, task_id=task_id, note=note, ttl_s=ttl_s, path=path, now=now
         )
-        if path is not None and path not in PATHS:
-            raise v.fail("path", f"{path!r} is not one of {', '.join(PATHS)}")
         if self._backing is not None:
             rev, paths = self._backing.announce(entry, path, self._max)
             self.apply(rev, entry, paths)

@@ -263,3 +263,22 @@ def test_a_feed_that_lost_its_connection_catches_up(
     until(lambda: feed.resyncs >= 2 and _names(b) == ["late"], WITHIN_S + 10)
     assert heard[0] == ("announce", "early") and ("leave", "early") in heard
     assert heard[-1] == ("announce", "late")
+
+
+def test_lapsed_rows_are_kept_for_their_paths_up_to_twice_the_bound(pg_url: str) -> None:
+    now = [1_000_000_000]
+    with LogStore.open(_db(pg_url)) as store:
+        table = pg_presence.for_engine(store.engine)
+        assert table is not None
+        reg = Registry(backing=table, max_agents=2, clock=lambda: now[0])
+        for n in range(6):  # two at a time, each pair lapsed before the next
+            reg.announce(agent=f"a{n}", state="idle", ttl_s=1, path="watch")
+            if n % 2:
+                now[0] += 2_000
+        reg.announce(agent="live", state="idle", ttl_s=60)
+        _rev, rows = table.snapshot()
+        # 4 rows at most (twice the bound): the live one and the latest lapsed ones.
+        assert [entry.agent for _r, entry, _p in rows] == ["a3", "a4", "a5", "live"]
+        assert rows[0][2]["watch"][1] < now[0]  # a lapsed path is remembered as lapsed
+        assert reg.announced("a5") and reg.paths("a5") == {}  # known, its path lapsed
+        assert not reg.announced("a0")  # forgotten here too (the same bound in memory)

@@ -8,7 +8,8 @@ dedicated autocommit connection (`postgres.autocommit_connector`, as the store's
 signal's); after (re)connecting, a hub reads the whole table (`snapshot`) under the same lock,
 so no change falls between the snapshot and the notifications. Expiry needs no write: every
 hub expires an entry on its own clock when `expires_ms` passes. Rows that lapsed more than a
-day ago are forgotten on the next change.
+day ago, and past twice the agent bound the ones that lapsed first, are forgotten on the next
+announcement.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from mempalace_logstream.backends.queries import presence as rows
 
 PG_PRESENCE_LOCK = 0x70726573  # "pres": with the events table's oid, one lock per log
 FORGET_MS = 24 * 3_600_000  # a lapsed row's paths are remembered this long
+KEEP_FACTOR = 2  # rows kept past the live ones: lapsed agents' paths (as a hub's memory keeps)
 MAX_PAYLOAD = 7_900  # NOTIFY's limit is 8,000 bytes; a larger change says "reload"
 
 
@@ -81,6 +83,7 @@ class PgPresenceTable:
             if path is not None:
                 paths = presence.merge_path(paths, path, now, entry.expires_ms)
             rows.put(conn, rev, entry, paths)
+            rows.trim(conn, KEEP_FACTOR * max_agents, now)
             self._notify(conn, announce_change(rev, entry, paths))
         return rev, paths
 

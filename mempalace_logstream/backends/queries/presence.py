@@ -90,6 +90,20 @@ def forget(conn: sa.Connection, lapsed_before_ms: int) -> None:
     conn.execute(sa.delete(presence).where(presence.c.expires_ms < lapsed_before_ms))
 
 
+def trim(conn: sa.Connection, keep: int, now_ms: int) -> None:
+    """Past `keep` rows, drop the ones that lapsed first (live rows are never dropped)."""
+    total = int(conn.execute(sa.select(sa.func.count()).select_from(presence)).scalar() or 0)
+    if total <= keep:
+        return
+    oldest = (
+        sa.select(presence.c.agent)
+        .where(presence.c.expires_ms <= now_ms)
+        .order_by(presence.c.expires_ms)
+        .limit(total - keep)
+    )
+    conn.execute(sa.delete(presence).where(presence.c.agent.in_(oldest.scalar_subquery())))
+
+
 def current_rev(conn: sa.Connection) -> int:
     """The last change number taken (0 before the first)."""
     got = conn.execute(sa.select(meta.c.value).where(meta.c.key == REV_KEY)).scalar()
