@@ -177,7 +177,7 @@ class Registry:
             rev, paths = self._backing.announce(entry, path, self._max)
             self.apply(rev, entry, paths)
             return entry
-        name, now = entry.agent, entry.announced_ms
+        name = entry.agent
         with self._lock:
             self._tell(self._expire(now))
             if name not in self._entries and len(self._entries) >= self._max:
@@ -313,6 +313,11 @@ class Registry:
         """Whether change `rev` to `agent` is newer than what is held (and now held)."""
         if rev <= self._floor or rev <= self._revs.get(agent, 0):
             return False
+        if agent not in self._revs and len(self._revs) >= self._max * 4:
+            # Bounded: forget the leaves heard (changes come in order: only a change this hub
+            # made and applies late could be older than a leave forgotten, and it lapses).
+            for a in [a for a in self._revs if a not in self._paths]:
+                del self._revs[a]
         self._revs[agent] = rev
         return True
 
