@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import itertools
 import logging
+import operator
 import threading
 import time
 import weakref
@@ -109,9 +111,10 @@ class Ledger:
         self._lock = threading.Lock()  # the read path's: the raw marks and the agents' lives
         # The flusher's (or a close's) sorting and writing: never held by a read.
         self._flush_lock = threading.Lock()
-        self._queue: dict[tuple[str, str], sql.Mark] = {}
-        # (column, agent, ms, path, events or [event id]) as the calls left them
-        self._raw: list[tuple[str, str, int, str | None, Sequence[Any]]] = []
+        # (event, recipient) -> the mark to merge (`sql.ROW` keys), earliest per column
+        self._queue: dict[tuple[str, str], dict[str, Any]] = {}
+        # (column, agent, ms, path, routing of the events) as the calls left them
+        self._raw: list[tuple[str, str, int, str | None, Routing]] = []
         # (event, recipient, column) -> the time queued or written: a later mark is a no-op
         # (the earliest wins), so a re-read costs no write. Bounded, oldest forgotten first.
         self._known: dict[tuple[str, str, str], str] = {}
@@ -123,13 +126,14 @@ class Ledger:
         self.flushes = 0  # transactions written (tests and the bench read it)
 
     # ------------------------------------------------------------------ marks
-    # A mark costs the read O(1): the read's events are kept as they are (a reference) and
+    # A mark costs the read little: the routing of its events is kept (`_routing_of`) and
     # sorted out (addressed to whom, already recorded?) by the flusher, off the read path.
     def pushed(self, events: Sequence[Any], agent: str, path: str) -> None:
         """`events` (public dicts or Events) were handed to `agent`'s delivery path `path`: a
         push when any is addressed to it (a wait that timed out, or others' mail, is none)."""
-        ids = addressed(events, agent)
-        if not ids:
+        routing = _routing_of(events)
+        _, tos, senders = routing
+        if not any(_to(to, sender, agent) for to, sender in zip(tos, senders, strict=True)):
             return
         now = self.clock()
         with self._lock:
@@ -137,35 +141,39 @@ class Ledger:
             life.pushed_ms, life.pushed_path = now, path
             if life.pending_ms is None:
                 life.pending_ms = now
-            self._raw.append(("pushed_at", agent, now, path, events))
+            self._raw.append(("pushed_at", agent, now, path, routing))
         self._started()
 
     def seen(self, events: Sequence[Any], agent: str) -> None:
         """`agent` read `events` (a sign of life)."""
         now = self.alive(agent)
         if events:
+            routing = _routing_of(events)
             with self._lock:
-                self._raw.append(("seen_at", agent, now, None, events))
+                self._raw.append(("seen_at", agent, now, None, routing))
             self._started()
 
     def acked(self, event_id: str, agent: str) -> None:
         """`agent` acked `event_id` (a sign of life)."""
         now = self.alive(agent)
         with self._lock:
-            self._raw.append(("acked_at", agent, now, None, [event_id]))
+            self._raw.append(("acked_at", agent, now, None, ((event_id,), (), ())))
         self._started()
 
     def _sort_out(self) -> None:
         """The raw marks into the queue: per (event, recipient, column), a mark only when it
         is earlier than any queued or written (a re-read writes nothing). Under the flush lock
-        only: a read waits for nothing but the swap of the raw list."""
+        only: a read waits for nothing but the swap of the raw list. Runs beside the reads
+        (the GIL is shared), so it is kept to a few dict operations per event."""
         with self._lock:
             raw, self._raw = self._raw, []
-        known, pages = self._known, self._pages
-        for column, agent, ms, path, events in raw:
-            if column != "acked_at":
+        known, pages, queue = self._known, self._pages, self._queue
+        for column, agent, ms, path, (ids, tos, senders) in raw:
+            at = now_text(ms)
+            if column == "acked_at":
+                rows: Iterable[tuple[str, Any, Any]] = ((ids[0], agent, None),)
+            else:
                 # The same page read again by the same agent, no earlier, changes nothing.
-                ids = tuple(e["id"] if isinstance(e, dict) else e.id for e in events)
                 page = (column, agent, ids)
                 held_ms = pages.get(page)
                 if held_ms is not None and held_ms <= ms:
@@ -173,18 +181,31 @@ class Ledger:
                 if held_ms is None and len(pages) >= MAX_PAGES:
                     pages.pop(next(iter(pages)))
                 pages[page] = ms
-            at = now_text(ms)
-            for e in events:
-                if column == "acked_at":
-                    ident = e
-                else:
-                    row = e if isinstance(e, dict) else _routing(e)
-                    ident = row["id"]
-                    held = known.get((ident, agent, column))
-                    if (held is not None and held <= at) or not _to(row, agent):
-                        continue
-                if self._fresh((ident, agent, column), at):
-                    self._merge(_mark(ident, agent, column, at, path))
+                rows = zip(ids, tos, senders, strict=True)
+            for ident, to, sender in rows:
+                if column != "acked_at" and not _to(to, sender, agent):
+                    continue
+                key = (ident, agent, column)
+                held = known.get(key)
+                if held is not None and held <= at:
+                    continue
+                if held is None and len(known) >= MAX_KNOWN:
+                    known.pop(next(iter(known)))
+                known[key] = at
+                row = queue.get((ident, agent))
+                if row is None:
+                    row = queue[(ident, agent)] = {
+                        "event_id": ident,
+                        "recipient": agent,
+                        "pushed_at": None,
+                        "pushed_path": None,
+                        "seen_at": None,
+                        "acked_at": None,
+                    }
+                if row[column] is None or at < row[column]:
+                    row[column] = at
+                    if column == "pushed_at":
+                        row["pushed_path"] = path
 
     def alive(self, agent: str) -> int:
         """A sign of life of `agent` now (a read, an ack, a write); returns the time."""
@@ -203,24 +224,6 @@ class Ledger:
                 self._life.pop(next(iter(self._life)))
             life = self._life[agent] = Life()
         return life
-
-    def _fresh(self, known: tuple[str, str, str], at: str) -> bool:
-        """Whether a mark at `at` can change the ledger: none as early is queued or written
-        (the earliest wins; a re-read writes nothing). Remembers it; under the flush lock."""
-        held_at = self._known.get(known)
-        if held_at is not None and held_at <= at:
-            return False
-        if held_at is None and len(self._known) >= MAX_KNOWN:
-            self._known.pop(next(iter(self._known)))
-        self._known[known] = at
-        return True
-
-    def _merge(self, mark: sql.Mark) -> None:
-        """Queue `mark`, merged with what is queued for its (event, recipient): earliest wins
-        (under the flush lock)."""
-        key = (mark.event_id, mark.recipient)
-        held = self._queue.get(key)
-        self._queue[key] = mark if held is None else earliest(held, mark)
 
     # ------------------------------------------------------------------ flushing
     def _started(self) -> None:
@@ -245,11 +248,26 @@ class Ledger:
                 return 0
             try:
                 self.store.transaction(lambda tx: sql.merge(tx.ex, marks))
-            except errors.LogstreamError as exc:  # the store closed or failed: marks are lost
-                log.warning("delivery ledger: %d mark(s) not recorded: %s", len(marks), exc)
+            except errors.LogstreamError as exc:
+                self._requeue(marks, exc)
                 return 0
             self.flushes += 1
             return len(marks)
+
+    def _requeue(self, marks: list[dict[str, Any]], exc: BaseException) -> None:
+        """A flush failed (a full disk, a lost connection): its marks wait for the next one,
+        up to MAX_KNOWN of them; once the ledger or the store is closed they are lost."""
+        if self.closed or self.store.pipeline.closed:
+            log.warning("delivery ledger: %d mark(s) not recorded: %s", len(marks), exc)
+            return
+        kept = marks[-MAX_KNOWN:]
+        log.warning(
+            "delivery ledger: flush failed (%s); %d mark(s) kept for the next one, %d dropped",
+            exc,
+            len(kept),
+            len(marks) - len(kept),
+        )
+        self._queue = {(m["event_id"], m["recipient"]): m for m in kept}
 
     @property
     def closed(self) -> bool:
@@ -288,47 +306,34 @@ def wakeable(paths: Iterable[str], reacted_ms: int | None, now_ms: int, window_s
     return "unverified"
 
 
-def _mark(ident: str, agent: str, column: str, at: str, path: str | None) -> sql.Mark:
-    if column == "pushed_at":
-        return sql.Mark(ident, agent, pushed_at=at, pushed_path=path)
-    if column == "seen_at":
-        return sql.Mark(ident, agent, seen_at=at)
-    return sql.Mark(ident, agent, acked_at=at)
+# The ids, to_agent and from_agent values of a read's events, as tuples of strings: what a
+# mark keeps of a read until the flusher sorts it out. Not the events themselves: holding a
+# page of dicts until the flush makes the garbage collector run more often on the read path.
+Routing = tuple[tuple[str, ...], tuple[Any, ...], tuple[Any, ...]]
+_ID, _FROM, _TO = (operator.itemgetter(k) for k in ("id", "from_agent", "to_agent"))
 
 
-def earliest(a: sql.Mark, b: sql.Mark) -> sql.Mark:
-    """The merge of two marks of one (event, recipient): the earliest time per column."""
-    pushed, path = a.pushed_at, a.pushed_path
-    if b.pushed_at is not None and (pushed is None or b.pushed_at < pushed):
-        pushed, path = b.pushed_at, b.pushed_path
-    return sql.Mark(
-        a.event_id,
-        a.recipient,
-        pushed_at=pushed,
-        pushed_path=path,
-        seen_at=_min(a.seen_at, b.seen_at),
-        acked_at=_min(a.acked_at, b.acked_at),
+def _routing_of(events: Sequence[Any]) -> Routing:
+    """The routing of `events` (public dicts, possibly slim, or Events), in C-level loops."""
+    if events and type(events[0]) is dict:
+        tos = tuple(map(dict.get, events, itertools.repeat("to_agent")))
+        return tuple(map(_ID, events)), tos, tuple(map(_FROM, events))
+    return (
+        tuple(e.id for e in events),
+        tuple(e.to_agent for e in events),
+        tuple(e.from_agent for e in events),
     )
 
 
-def _min(a: str | None, b: str | None) -> str | None:
-    return b if a is None else a if b is None else min(a, b)
-
-
-def addressed(events: Iterable[Any], agent: str) -> list[str]:
+def addressed(events: Sequence[Any], agent: str) -> list[str]:
     """The ids of `events` (public dicts or Events) delivered to `agent`."""
-    rows = [e if isinstance(e, dict) else _routing(e) for e in events]
-    return [r["id"] for r in rows if _to(r, agent)]
+    ids, tos, senders = _routing_of(events)
+    return [i for i, to, sender in zip(ids, tos, senders, strict=True) if _to(to, sender, agent)]
 
 
-def _to(row: dict[str, Any], agent: str) -> bool:
+def _to(to: Any, sender: Any, agent: str) -> bool:
     """Whether an event reaches `agent`: addressed to it, or to '*' and not its own."""
-    to = row.get("to_agent")
-    return to == agent or (to == "*" and row["from_agent"] != agent)
-
-
-def _routing(event: Any) -> dict[str, Any]:
-    return {"id": event.id, "to_agent": event.to_agent, "from_agent": event.from_agent}
+    return bool(to == agent or (to == "*" and sender != agent))
 
 
 def status(store: LogStore, event_id: str) -> dict[str, Any]:

@@ -105,6 +105,11 @@ def pg_database() -> Iterator[str]:
 @pytest.fixture
 def pg_url(pg_database: str) -> str:
     """A fresh schema in the session database, as a URL whose search_path points at it."""
+    return new_pg_schema(pg_database)
+
+
+def new_pg_schema(pg_database: str) -> str:
+    """A URL whose search_path points at a new schema of `pg_database`."""
     import sqlalchemy as sa
 
     schema = f"t_{secrets.token_hex(6)}"

@@ -123,6 +123,45 @@ def test_a_second_hub_on_one_sqlite_file_is_refused_and_the_file_is_free_once_th
         again.stop()
 
 
+@pytest.mark.parametrize("trusted", [True, False], ids=["balancer-trusted", "untrusted"])
+def test_forwarded_allow_ips_decides_whose_address_a_login_lockout_counts(
+    tmp_path: Path, trusted: bool
+) -> None:
+    """Behind a load balancer every client arrives from the balancer's address. With the
+    balancer trusted (`--forwarded-allow-ips`, here the test's own 127.0.0.1), five wrong
+    tokens lock out only the address X-Forwarded-For names; untrusted, the header is ignored
+    and the lockout falls on the balancer's address, so every client behind it is locked out."""
+    db = tmp_path / "log.sqlite3"
+    LogStore.open(str(db)).close()
+    allow = "127.0.0.1" if trusted else "192.0.2.1"
+    extra = ("--host", "0.0.0.0", "--token", "s3cret", "--forwarded-allow-ips", allow)
+    hub = HubProcess(db, tmp_path, extra=extra)
+    hub.start()
+    try:
+        login = hub.url + "/dashboard/login"
+        for _ in range(5):
+            wrong = httpx.post(
+                login, data={"token": "nope"}, headers={"X-Forwarded-For": "203.0.113.5"}
+            )
+            assert wrong.status_code == 401, wrong.text
+        attacker = httpx.post(
+            login, data={"token": "s3cret"}, headers={"X-Forwarded-For": "203.0.113.5"}
+        )
+        assert attacker.status_code == 429
+        other = httpx.post(
+            login,
+            data={"token": "s3cret"},
+            headers={"X-Forwarded-For": "203.0.113.9"},
+            follow_redirects=False,
+        )
+        if trusted:
+            assert other.status_code in (200, 303), other.text  # logged in
+        else:
+            assert other.status_code == 429
+    finally:
+        hub.stop()
+
+
 # --------------------------------------------------------------------------- PostgreSQL
 
 

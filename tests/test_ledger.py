@@ -10,10 +10,13 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from mempalace_logstream import deliveries, operations
+from mempalace_logstream.backends.queries import ledger as ledger_sql
 from mempalace_logstream.store import LogStore
-from tests.conftest import run_cli
+from tests.conftest import new_pg_schema, run_cli
 from tests.hubproc import HubProcess, env_for, wait_for
 
 NOTE = {"type": "note", "stream": "s", "room": "r"}
@@ -225,5 +228,100 @@ def test_only_mail_to_the_agent_is_a_push_and_a_reaction_makes_it_wakeable(
         rows = deliveries.status(store, mine["id"])["recipients"]
         assert [(r["recipient"], r["pushed_path"]) for r in rows] == [("w1", "channel")]
         assert deliveries.status(store, other["id"])["recipients"] == []
+    finally:
+        store.close()
+
+
+MARK_TIMES = st.none() | st.integers(0, 50).map(lambda s: f"2026-12-04T10:00:{s:02d}.000Z")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    batches=st.lists(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["w1", "w2"]),
+                MARK_TIMES,
+                st.sampled_from(["watch", "sse"]),
+                MARK_TIMES,
+                MARK_TIMES,
+            ),
+            max_size=6,
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_merge_keeps_the_earliest_time_per_column(
+    ledger_store: LogStore, batches: list[list[tuple[Any, ...]]]
+) -> None:
+    """Marks merged by separate flushes (as separate hub lives would: no memory of what was
+    written) leave, per (event, recipient), the earliest time of each column, and the path of
+    the earliest push."""
+    event = ledger_store.event_append(**NOTE, from_agent="lead", to_agent="*", body="x")
+    expect: dict[str, dict[str, Any]] = {}
+    for batch in batches:
+        rows: dict[str, dict[str, Any]] = {}  # one mark per key in a flush, as the ledger's
+        for who, pushed, path, seen, acked in batch:
+            row = {"event_id": event.id, "recipient": who, "pushed_at": pushed}
+            rows[who] = {**row, "pushed_path": path if pushed else None}
+            rows[who].update(seen_at=seen, acked_at=acked)
+        marks = list(rows.values())
+        ledger_store.transaction(lambda tx, r=marks: ledger_sql.merge(tx.ex, r))
+        for who, row in rows.items():
+            held = expect.setdefault(who, dict.fromkeys(ledger_sql.ROW[2:]))
+            for column in ("pushed_at", "seen_at", "acked_at"):
+                new = row[column]
+                if new is not None and (held[column] is None or new < held[column]):
+                    held[column] = new
+                    if column == "pushed_at":
+                        held["pushed_path"] = row["pushed_path"]
+    got = {
+        r["recipient"]: {k: r[k] for k in ledger_sql.ROW[2:]}
+        for r in deliveries.status(ledger_store, event.id)["recipients"]
+    }
+    assert got == expect
+
+
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.pg)])
+def ledger_store(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """One store per backend for every example (a fresh event each)."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('ledger') / 'l.sqlite3'}"
+    else:
+        url = new_pg_schema(request.getfixturevalue("pg_database"))
+    store = LogStore.open(url)
+    yield store
+    store.close()
+
+
+def test_a_failed_flush_keeps_its_marks_for_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flush that fails (a disk that refuses one write) loses nothing: its marks go with
+    the next flush, merged with the marks made meanwhile."""
+    from mempalace_logstream import errors
+
+    store = LogStore.open(f"sqlite:///{tmp_path / 'l.sqlite3'}")
+    try:
+        ledger = deliveries.Ledger(store, flush_s=3600)
+        sent = [
+            store.event_append(**NOTE, from_agent="lead", to_agent="w1", body=str(i)).to_dict()
+            for i in range(3)
+        ]
+        ledger.seen(sent[:2], "w1")
+        real = store.transaction
+
+        def full_disk(work: Any) -> Any:
+            raise errors.StorageError("database or disk is full")
+
+        monkeypatch.setattr(store, "transaction", full_disk)
+        assert ledger.flush() == 0
+        monkeypatch.setattr(store, "transaction", real)
+        ledger.seen(sent[2:], "w1")
+        assert ledger.flush() == 3
+        for e in sent:
+            (row,) = deliveries.status(store, e["id"])["recipients"]
+            assert row["recipient"] == "w1" and row["seen_at"] is not None
     finally:
         store.close()

@@ -253,3 +253,27 @@ def test_colour_only_on_a_terminal_and_never_with_no_color(sqlite_store: LogStor
     assert b"\x1b[" not in plain and b"colourful" in plain
     piped = run_cli(*args)
     assert b"\x1b[" not in piped.stdout and b"[note] s/r alice->-" in piped.stdout
+
+
+def test_an_error_raised_while_a_ctrl_c_is_handled_counts_as_the_ctrl_c() -> None:
+    """What every follower (tail, Monitor mode, wait, watch, deliver) ends by as for Ctrl-C:
+    a storage error raised by the clean-up of a query the Ctrl-C cut short; any other error
+    is reported as itself."""
+    from mempalace_logstream import errors
+    from mempalace_logstream.cli.shared import interrupted
+
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise errors.StorageError("can't change 'autocommit' now") from None
+    except errors.StorageError as exc:
+        assert interrupted(exc)  # `from None` hides the cause, not the context
+    try:
+        try:
+            raise ValueError("a bad row")
+        except ValueError as inner:
+            raise errors.StorageError("database error") from inner
+    except errors.StorageError as exc:
+        assert not interrupted(exc)
+    assert not interrupted(errors.StorageError("plain"))

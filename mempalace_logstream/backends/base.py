@@ -171,6 +171,11 @@ class Executor(abc.ABC):
     @abc.abstractmethod
     def run(self, key: Any, build: Build, params: Mapping[str, Any]) -> None: ...
 
+    def run_many(self, key: Any, build: Build, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Run one statement shape once per parameter dict of `rows` (a batch)."""
+        for params in rows:
+            self.run(key, build, params)
+
     @abc.abstractmethod
     def insert(self, key: Any, table: sa.Table, rows: list[dict[str, Any]]) -> None:
         """INSERT rows giving every column of `table`."""
@@ -205,6 +210,14 @@ class DbapiExecutor(Executor):
     def run(self, key: Any, build: Build, params: Mapping[str, Any]) -> None:
         self.db.execute(*self.compile(key, build, params))
 
+    def run_many(self, key: Any, build: Build, rows: Sequence[Mapping[str, Any]]) -> None:
+        if not rows:
+            return
+        sql, defaults = self.compile(key, build, rows[0])
+        extra = {k: v for k, v in defaults.items() if k not in rows[0]}
+        with contextlib.closing(self.db.cursor()) as cur:
+            cur.executemany(sql, [{**extra, **r} for r in rows] if extra else rows)
+
     def insert(self, key: Any, table: sa.Table, rows: list[dict[str, Any]]) -> None:
         sql, _ = self.compile(key, lambda: sa.insert(table), {})
         if len(rows) == 1:
@@ -225,6 +238,10 @@ class CoreExecutor(Executor):
 
     def run(self, key: Any, build: Build, params: Mapping[str, Any]) -> None:
         self.conn.execute(build(), dict(params))
+
+    def run_many(self, key: Any, build: Build, rows: Sequence[Mapping[str, Any]]) -> None:
+        if rows:
+            self.conn.execute(build(), [dict(r) for r in rows])
 
     def insert(self, key: Any, table: sa.Table, rows: list[dict[str, Any]]) -> None:
         self.conn.execute(sa.insert(table), rows[0] if len(rows) == 1 else rows)

@@ -22,7 +22,7 @@ from mempalace_logstream.cli.announce import (
 )
 from mempalace_logstream.cli.options import DbOpt, HubOpt, PalaceOpt, TokenOpt, take_global
 from mempalace_logstream.cli.root import app
-from mempalace_logstream.cli.shared import STATE, close_after, fail, open_client
+from mempalace_logstream.cli.shared import STATE, close_after, fail, interrupted, open_client
 from mempalace_logstream.cli.testhooks import watch_crash_hook
 
 if TYPE_CHECKING:
@@ -181,6 +181,9 @@ def _deliver(
         _note("stopped")
         return EXIT_INTERRUPTED
     except errors.LogstreamError as exc:
+        if interrupted(exc):
+            _note("stopped")
+            return EXIT_INTERRUPTED
         if STATE.debug:
             raise
         raise fail(exc.message) from None

@@ -126,6 +126,15 @@ WakeableWindowOpt = Annotated[
         help="Seconds: an agent that reacted to a push this recently is wakeable: yes.",
     ),
 ]
+ForwardedOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--forwarded-allow-ips",
+        help="Comma-separated addresses (or *) of load balancers whose X-Forwarded-For is "
+        "trusted as the client's address (login lockouts count per address). "
+        "Default: 127.0.0.1, or $FORWARDED_ALLOW_IPS.",
+    ),
+]
 HumanOpt = Annotated[
     Multi,
     typer.Option("--human", help="A name that counts as a person for the loop guards (repeat)."),
@@ -155,6 +164,7 @@ def serve(
     pair_window_ms: PairWindowOpt = None,
     human: HumanOpt = None,
     wakeable_window: WakeableWindowOpt = 1_800,
+    forwarded_allow_ips: ForwardedOpt = None,
     db: DbOpt = None,
     palace: PalaceOpt = None,
 ) -> None:
@@ -216,21 +226,28 @@ def serve(
     lead.name = f"{socket.gethostname()}:{sock.getsockname()[1]} pid {os.getpid()}"
     _banner(host, sock, store, loop, interval, palace_path)
     try:
-        _run(application, sock, store)
+        _run(application, sock, store, forwarded_allow_ips)
     finally:
         lead.release()
         if held is not None:
             held.close()
 
 
-def _run(application: Any, sock: socket.socket, store: LogStore) -> None:
+def _run(
+    application: Any, sock: socket.socket, store: LogStore, forwarded_allow_ips: str | None
+) -> None:
     """uvicorn until a signal stops it cleanly (http/server.py: the open waits answered, the
     streams ended, one line on stderr, the hub's log), then the store closed."""
     import uvicorn
 
     from mempalace_logstream.http.server import HubServer
 
-    config_ = uvicorn.Config(application, log_level="warning", timeout_graceful_shutdown=3)
+    config_ = uvicorn.Config(
+        application,
+        log_level="warning",
+        timeout_graceful_shutdown=3,
+        forwarded_allow_ips=forwarded_allow_ips,
+    )
     server = HubServer(config_, application, say=_say, owns_process=True)
     try:
         server.run(sockets=[sock])

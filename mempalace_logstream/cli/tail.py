@@ -221,6 +221,8 @@ def _run_monitor(
     except reconnect.GaveUpError:
         return reconnect.EXIT_GAVE_UP
     except errors.LogstreamError as exc:
+        if interrupted(exc):
+            return 130
         if STATE.debug:
             raise
         raise fail(_name_option(exc)) from None

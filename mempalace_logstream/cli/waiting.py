@@ -43,6 +43,7 @@ from mempalace_logstream.cli.shared import (
     event_line,
     fail,
     given_args,
+    interrupted,
     open_reader,
     riding,
 )
@@ -95,6 +96,8 @@ def wait(
     except reconnect.GaveUpError:
         raise typer.Exit(reconnect.EXIT_GAVE_UP) from None
     except errors.LogstreamError as exc:
+        if interrupted(exc):
+            raise typer.Exit(130) from None
         if STATE.debug:
             raise
         raise fail(exc.message) from None
@@ -313,9 +316,11 @@ def _run_watcher(
     except reconnect.GaveUpError:
         code = reconnect.EXIT_GAVE_UP
     except errors.LogstreamError as exc:
-        if STATE.debug:
-            raise
-        raise fail(exc.message) from None
+        if not interrupted(exc):
+            if STATE.debug:
+                raise
+            raise fail(exc.message) from None
+        code = watch_mod.EXIT_INTERRUPTED
     except BrokenPipeError:
         raise typer.Exit(1) from None
     if code == watch_mod.EXIT_INTERRUPTED and not as_json:

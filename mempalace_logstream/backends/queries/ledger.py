@@ -1,22 +1,22 @@
 """The delivery ledger's statements (issue 20, RFC 0009): the `deliveries` table, one row per
 event and recipient. Marks merge into it with the earliest time winning per column; both
-dialects run the same portable statements (the rows held looked up, the new ones inserted in
-bulk, a held row's columns moved only earlier), in the one flush transaction, under the write
-lock.
+dialects run the same portable upsert (a new row inserted, a held row's columns moved only
+earlier), batched in the one flush transaction, under the write lock.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 
-from mempalace_logstream.backends.base import Executor, binds, in_lists
+from mempalace_logstream.backends.base import Executor
 from mempalace_logstream.schema import deliveries
 
 COLUMNS = ("pushed_at", "seen_at", "acked_at")
+# A mark as `merge` takes it: these keys, each time None when not known.
+ROW = ("event_id", "recipient", "pushed_at", "pushed_path", "seen_at", "acked_at")
 
 
 @dataclass(frozen=True)
@@ -31,66 +31,38 @@ class Mark:
     acked_at: str | None = None
 
 
-def _held(n: int) -> sa.Executable:
-    """The (event_id, recipient) rows held for n event ids."""
-    c = deliveries.c
-    return sa.select(c.event_id, c.recipient).where(c.event_id.in_(binds(n)))
-
-
-def held(ex: Executor, event_ids: list[str]) -> set[tuple[str, str]]:
-    """The (event_id, recipient) keys the ledger holds among `event_ids`."""
-    out: set[tuple[str, str]] = set()
-    for n, params in in_lists(sorted(set(event_ids))):
-        rows = ex.rows(("ledger.held", n), functools.partial(_held, n), params)
-        out.update((str(r[0]), str(r[1])) for r in rows)
-    return out
-
-
-def _earlier(column: str) -> sa.Executable:
-    """Set `column` (and the push's path with pushed_at) unless it holds an earlier time."""
-    col = deliveries.c[column]
-    values: dict[str, Any] = {column: sa.bindparam("at")}
-    if column == "pushed_at":
-        values["pushed_path"] = sa.bindparam("path")
-    later = sa.or_(col.is_(None), col > sa.bindparam("at"))
-    key = sa.and_(
-        deliveries.c.event_id == sa.bindparam("event_id"),
-        deliveries.c.recipient == sa.bindparam("recipient"),
+def _later(column: str) -> str:
+    """`column` := the incoming value when it is set and earlier than the held one."""
+    return (
+        f"CASE WHEN excluded.{column} IS NOT NULL AND (deliveries.{column} IS NULL"
+        f" OR excluded.{column} < deliveries.{column}) THEN excluded.{column}"
+        f" ELSE deliveries.{column} END"
     )
-    return sa.update(deliveries).where(key, later).values(**values)
 
 
-def merge(ex: Executor, marks: list[Mark]) -> None:
-    """Merge `marks` (one per key) into the ledger, the earliest time winning per column; the
-    caller holds a write transaction (nobody else adds rows meanwhile). New rows go in one
-    bulk insert; a row held already moves only its columns that get earlier."""
-    known = held(ex, [m.event_id for m in marks])
-    new = [m for m in marks if (m.event_id, m.recipient) not in known]
-    if new:
-        ex.insert("ledger.insert", deliveries, [_row(m) for m in new])
-    for mark in marks:
-        if (mark.event_id, mark.recipient) not in known:
-            continue
-        key = {"event_id": mark.event_id, "recipient": mark.recipient}
-        for column in COLUMNS:
-            at = getattr(mark, column)
-            if at is None:
-                continue
-            params = {**key, "at": at}
-            if column == "pushed_at":
-                params["path"] = mark.pushed_path
-            ex.run(("ledger.earlier", column), functools.partial(_earlier, column), params)
+def _upsert() -> sa.Executable:
+    """Insert one mark, or move a held row's columns that get earlier (the push's path with
+    its time). The same text on SQLite (3.24+) and PostgreSQL: `excluded` is the new row, and
+    every SET expression reads the row as it was."""
+    sets = [f"{c} = {_later(c)}" for c in COLUMNS]
+    sets.append(
+        "pushed_path = CASE WHEN excluded.pushed_at IS NOT NULL AND (deliveries.pushed_at IS"
+        " NULL OR excluded.pushed_at < deliveries.pushed_at) THEN excluded.pushed_path"
+        " ELSE deliveries.pushed_path END"
+    )
+    names = ", ".join(ROW)
+    values = ", ".join(f":{n}" for n in ROW)
+    return sa.text(
+        f"INSERT INTO deliveries ({names}) VALUES ({values})"
+        f" ON CONFLICT (event_id, recipient) DO UPDATE SET {', '.join(sets)}"
+    )
 
 
-def _row(m: Mark) -> dict[str, Any]:
-    return {
-        "event_id": m.event_id,
-        "recipient": m.recipient,
-        "pushed_at": m.pushed_at,
-        "pushed_path": m.pushed_path,
-        "seen_at": m.seen_at,
-        "acked_at": m.acked_at,
-    }
+def merge(ex: Executor, rows: list[dict[str, Any]]) -> None:
+    """Merge marks (`ROW` dicts, one per key) into the ledger, the earliest time winning per
+    column, in one batch of upserts."""
+    if rows:
+        ex.run_many("ledger.upsert", _upsert, rows)
 
 
 def _of_event() -> sa.Executable:
