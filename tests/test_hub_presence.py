@@ -99,6 +99,7 @@ def listed(url: str) -> dict[str, dict[str, Any]]:
     return {a["agent"]: a for a in resp.json()["agents"]}
 
 
+@pytest.mark.slow  # three `logstream serve` processes
 def test_presence_through_the_proxy_is_listed_streamed_and_expires_on_every_hub(
     fleet: list[HubProcess],
 ) -> None:
@@ -149,6 +150,7 @@ def test_presence_through_the_proxy_is_listed_streamed_and_expires_on_every_hub(
         proxy.close()
 
 
+@pytest.mark.slow  # three `logstream serve` processes
 def test_a_delivery_path_announced_through_one_hub_is_known_to_the_others(
     fleet: list[HubProcess],
 ) -> None:
