@@ -665,20 +665,19 @@ def _latency(wall: list[float], cpu: list[float]) -> dict[str, float]:
 
 
 def capture_plans(store: Any, kwargs: dict[str, Any]) -> list[tuple[str, list[str]]]:
-    """EXPLAIN QUERY PLAN of every SELECT that one `event_list(**kwargs)` issues."""
-    import sqlalchemy as sa
-
+    """EXPLAIN QUERY PLAN of every SELECT that one `event_list(**kwargs)` issues (seen by
+    the backend's statement hooks)."""
     seen: list[tuple[str, Any]] = []
 
-    def grab(conn, cursor, statement, params, context, executemany):  # noqa: ANN001
+    def grab(statement: str, params: Any) -> None:
         if statement.lstrip().upper().startswith(("SELECT", "WITH")):
             seen.append((statement, params))
 
-    sa.event.listen(store.engine, "before_cursor_execute", grab)
+    store.backend.statement_hooks.append(grab)
     try:
         store.event_list(**kwargs)
     finally:
-        sa.event.remove(store.engine, "before_cursor_execute", grab)
+        store.backend.statement_hooks.remove(grab)
     raw = sqlite3.connect(f"file:{store.engine.url.database}?mode=ro", uri=True)
     try:
         return [(" ".join(s.split()), _plan(raw, s, p)) for s, p in seen]

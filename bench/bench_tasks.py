@@ -245,26 +245,24 @@ def bench_status(store: Any, label: str, sizes: Sizes) -> None:
 
 
 @contextlib.contextmanager
-def recording(engine: Any) -> Iterator[list[tuple[str, Any]]]:
-    """The (SQL, DBAPI parameters) the engine sends meanwhile. A listener also turns SQLite's
-    DBAPI fast path off: the same SQL then runs through SQLAlchemy, so it is counted."""
-    import sqlalchemy as sa
-
+def recording(store: Any) -> Iterator[list[tuple[str, Any]]]:
+    """The (SQL, DBAPI parameters) of the statements the store runs meanwhile (its backend's
+    statement hooks; BEGIN and COMMIT are not among them)."""
     seen: list[tuple[str, Any]] = []
 
-    def grab(_c: Any, _cur: Any, statement: str, params: Any, *_rest: Any) -> None:
+    def grab(statement: str, params: Any) -> None:
         seen.append((statement, params))
 
-    sa.event.listen(engine, "before_cursor_execute", grab)
+    store.backend.statement_hooks.append(grab)
     try:
         yield seen
     finally:
-        sa.event.remove(engine, "before_cursor_execute", grab)
+        store.backend.statement_hooks.remove(grab)
 
 
 def page_statement(store: Any, kwargs: dict[str, Any]) -> tuple[str, Any]:
     """The SQL (and DBAPI parameters) `task_list(**kwargs)` sends for its page."""
-    with recording(store.engine) as seen:
+    with recording(store) as seen:
         store.task_list(**kwargs)
     return seen[-1]
 
@@ -393,7 +391,7 @@ def bench_append(store: Any, label: str, sizes: Sizes) -> None:
         getattr(app, method)()
     statements = {}
     for what, method in KINDS:
-        with recording(store.engine) as seen:
+        with recording(store) as seen:
             getattr(app, method)()
         statements[what] = len(seen)
     samples: dict[str, list[float]] = {what: [] for what, _ in KINDS}

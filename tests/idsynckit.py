@@ -112,10 +112,8 @@ def rewrite(store: LogStore, event_id: str, **values: Any) -> Event:
 
 
 def resign(store: LogStore, event: Event, pair: keys.KeyPair) -> Event:
-    with store.connect() as conn:
-        from mempalace_logstream.backends.base import CoreExecutor
-
-        shas = artifact_sha256s(CoreExecutor(conn), event.artifact_ids)
+    with store.snapshot() as ex:
+        shas = artifact_sha256s(ex, event.artifact_ids)
     return rewrite(store, event.id, sig=signing.sign_event(pair, event, shas), key_id=pair.key_id)
 
 
@@ -190,10 +188,7 @@ def stored_signed_verify(team: Team, store: LogStore) -> list[str]:
         if e.key_id is not None and (k := own.key(e.key_id)) is not None and k.revoked_hlc is None
     }
     problems = []
-    with store.connect() as conn:
-        from mempalace_logstream.backends.base import CoreExecutor
-
-        ex = CoreExecutor(conn)
+    with store.snapshot() as ex:
         for e in held(store):
             if e.sig is None:
                 continue

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from conftest import run_cli
 
 from mempalace_logstream import errors, importer
+from mempalace_logstream.backends import engine as engine_mod
 from mempalace_logstream.schema import artifact_blobs, artifacts, event_artifacts, events
 from mempalace_logstream.store import LogStore
 
@@ -71,7 +72,8 @@ def build_source(path: Path, n_events: int, n_artifacts: int = 12) -> str:
             if arts and seq % 97 == 0:
                 pick = [arts[seq % len(arts)].id, arts[(seq * 7 + 1) % len(arts)].id]
                 links += [(eid, aid, pos) for pos, aid in enumerate(dict.fromkeys(pick))]
-        with store.pipeline.writer.begin() as conn:  # raw executemany in one transaction
+        # raw executemany in one transaction
+        with engine_mod.writer(store.engine).begin() as conn:
             raw = conn.connection.dbapi_connection
             raw.execute("PRAGMA cache_size = -262144")  # 256 MB: no spilling mid-transaction
             # Secondary indexes are rebuilt once after the load (sorted), not row by row.

@@ -8,14 +8,17 @@ a PostgreSQL SEQUENCE, no advisory lock) to prove it detects out-of-order visibi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -43,28 +46,31 @@ class SlowCommitPipeline(CommitPipeline):
     after inserting: this widens any window in which commits could become visible out of seq
     order."""
 
-    def _run_item(self, conn: sa.Connection, state: TxState, item: Any, savepoint: bool):
-        super()._run_item(conn, state, item, savepoint)
-        time.sleep(random.uniform(0, HOLD_MAX_S))
-
-    def _run_raw_item(self, db: Any, state: TxState, item: Any, savepoint: bool) -> None:
-        super()._run_raw_item(db, state, item, savepoint)  # the psycopg fast path
+    def _run_item(self, db: Any, state: TxState, item: Any, savepoint: bool) -> None:
+        super()._run_item(db, state, item, savepoint)
         time.sleep(random.uniform(0, HOLD_MAX_S))
 
 
 class UnserializedPipeline(SlowCommitPipeline):
     """BROKEN on purpose: seq comes from a PostgreSQL SEQUENCE and no lock is taken, the way a
     naive port would do it. Each batch reserves a block of 1000 values (INCREMENT BY 1000).
-    It breaks the SQLAlchemy path's lock and state hooks, so it stays on that path."""
+    Its transactions run on a pooled psycopg connection: BEGIN without the append lock."""
 
-    def _fast_path(self) -> bool:
-        return False
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[Any]:
+        proxy = self.engine.raw_connection()
+        db = proxy.driver_connection
+        try:
+            yield SimpleNamespace(db=db, known=None, counters=None, appended=False)
+            db.commit()
+        except BaseException:
+            db.rollback()
+            raise
+        finally:
+            proxy.close()
 
-    def lock_writes(self, conn: sa.Connection) -> None:
-        return None
-
-    def _begin_state(self, conn: sa.Connection) -> TxState:
-        first = int(conn.execute(sa.text(f"SELECT nextval('{RACE_SEQUENCE}')")).scalar_one())
+    def _start(self, tx: Any) -> TxState:
+        first = int(tx.db.execute(f"SELECT nextval('{RACE_SEQUENCE}')").fetchone()[0])
         return TxState(next_seq=first, next_artifact_seq=first)
 
 
@@ -363,10 +369,6 @@ class GatedPipeline(CommitPipeline):
         self._gate(batch)
         super()._run_batch(batch)
 
-    def _run_raw_batch(self, batch: list[Any]) -> None:  # the psycopg fast path
-        self._gate(batch)
-        super()._run_raw_batch(batch)
-
 
 class GatedStore(LogStore):
     pipeline_class = GatedPipeline
@@ -444,7 +446,9 @@ def test_a_database_error_inside_a_batch_fails_only_its_own_item_on_postgresql(p
         return lambda: store.event_append(type="x", stream="s", room="r", from_agent="a", body=body)
 
     def broken() -> Any:
-        return store.pipeline.submit(lambda conn, st: conn.execute(sa.text("SELECT 1/0")))
+        return store.pipeline.write(
+            lambda ex, st: ex.run("test.div", lambda: sa.text("SELECT 1/0"), {})
+        )
 
     jobs = [("first", append("first"))]
     jobs += [("ok1", append("ok1")), ("bad", broken), ("ok2", append("ok2"))]
@@ -478,8 +482,7 @@ def test_two_schemas_in_one_database_do_not_share_the_append_lock(pg_database, p
     eng.dispose()
     holder = LogStore.open(first_url)
     try:
-        with holder.pipeline.writer.begin() as conn:
-            holder.pipeline.lock_writes(conn)
+        with holder.backend.transaction():  # holds this log's append lock
             done = threading.Event()
             t = threading.Thread(
                 target=lambda: (
@@ -499,8 +502,7 @@ def test_the_append_lock_blocks_writers_of_the_same_log(pg_url):
     a, b = LogStore.open(pg_url), LogStore.open(pg_url)
     try:
         done = threading.Event()
-        with a.pipeline.writer.begin() as conn:
-            a.pipeline.lock_writes(conn)
+        with a.backend.transaction():  # holds the append lock
             t = threading.Thread(
                 target=lambda: (
                     b.event_append(type="x", stream="s", room="r", from_agent="b"),
@@ -586,21 +588,20 @@ def test_cli_migrate_reports_an_unreachable_postgresql_as_one_line():
     assert "Traceback" not in out.stderr.decode()
 
 
-def test_an_interrupt_on_the_fast_path_propagates_and_leaves_usable_connections(pg_url):
+def test_an_interrupt_in_a_read_or_write_propagates_and_leaves_usable_connections(pg_url):
     """Ctrl-C inside a psycopg read or write (a command may still be in progress) reaches the
     caller as KeyboardInterrupt, never as a StorageError from the rollback after it, and the
     store keeps working: the interrupted connection is dropped, not reused."""
     store = LogStore.open(pg_url)
     try:
-        fast = store.backend.fast_path()
-        assert fast is not None
+        backend = store.backend
         for _ in range(3):
             with pytest.raises(KeyboardInterrupt):
-                with fast.reading() as query:
+                with backend.reading() as query:
                     query("SELECT 1", {})
                     raise KeyboardInterrupt
             with pytest.raises(KeyboardInterrupt):
-                with fast.transaction() as tx:
+                with backend.transaction() as tx:
                     tx.db.execute("SELECT 1")
                     raise KeyboardInterrupt
         event = store.event_append(type="x", stream="s", room="r", from_agent="a")

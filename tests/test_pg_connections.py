@@ -1,5 +1,5 @@
 """A PostgreSQL store whose connections the server ended (issue 18, item 17): the first append
-and read afterwards succeed, on the fast path and the SQLAlchemy path and through the hub; a
+and read afterwards succeed, on the store and through the hub; a
 write whose connection is lost after it began is never retried (its COMMIT may have happened).
 
 The store's connections carry an `application_name` of their own, so the test ends exactly
@@ -11,8 +11,6 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -52,30 +50,13 @@ def _note(**kw: Any) -> dict[str, Any]:
     return {"type": "note", "stream": "s", "room": "r", "from_agent": "a", **kw}
 
 
-@contextmanager
-def _store(url: str, *, sqlalchemy_path: bool = False) -> Iterator[LogStore]:
-    store = LogStore.open(url)
-
-    def listener(*_args: Any) -> None:  # any statement listener keeps the SQLAlchemy path
-        pass
-
-    if sqlalchemy_path:
-        sa.event.listen(store.engine, "before_cursor_execute", listener)
-    try:
-        yield store
-    finally:
-        store.close()
-
-
-@pytest.mark.parametrize("sqlalchemy_path", [False, True], ids=["fast path", "sqlalchemy"])
 def test_the_first_append_and_read_after_the_server_ended_the_connections_succeed(
-    pg_url: str, sqlalchemy_path: bool
+    pg_url: str,
 ) -> None:
     url, name = _named(pg_url)
     admin = _admin(pg_url)
     try:
-        with _store(url, sqlalchemy_path=sqlalchemy_path) as store:
-            assert (store.backend.fast_path() is None) == sqlalchemy_path
+        with LogStore.open(url) as store:
             first = store.event_append(**_note(body="first"))
             assert [e.id for e in store.event_list().events] == [first.id]
             for round_ in range(2):  # and again: the replaced connections are fine too
@@ -122,7 +103,7 @@ def test_a_write_whose_connection_is_lost_inside_its_transaction_is_not_retried(
     holder = sa.create_engine(pg_url, poolclass=sa.pool.NullPool)
     outcome: list[BaseException | str] = []
     try:
-        with _store(url) as store:
+        with LogStore.open(url) as store:
             store.event_append(**_note())
             with holder.connect() as conn:
                 conn.execute(

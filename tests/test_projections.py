@@ -4,8 +4,11 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -109,9 +112,57 @@ def test_a_key_event_a_peer_brings_is_in_force_for_the_next_local_write(tmp_path
         idsynckit.note(b, "carol")  # b's own write: its keyring is cached
         agents.add(a, "alice")
         sync.sync_with_peer(b, sync.LocalPeer(a))  # alice's key arrives at b
-        assert b.uses_fast_path()
         with pytest.raises(errors.ForbiddenError):
             idsynckit.note(b, "alice", "unsigned under a name that signs")
+    finally:
+        a.close()
+        b.close()
+
+
+def _one_batch_in_order(store: LogStore, calls: list[Any]) -> list[Any]:
+    """Run `calls` in threads queued in this order, all in ONE group commit."""
+    results: list[Any] = [None] * len(calls)
+
+    def run(i: int) -> None:
+        try:
+            results[i] = calls[i]()
+        except Exception as exc:
+            results[i] = exc
+
+    threads = []
+    with store.pipeline._commit_lock:  # hold the leader seat until every caller has queued
+        for i in range(len(calls)):
+            threads.append(threading.Thread(target=run, args=(i,)))
+            threads[-1].start()
+            deadline = time.monotonic() + 10
+            while len(store.pipeline._queue) <= i:
+                assert time.monotonic() < deadline, "a caller did not queue"
+                time.sleep(0.001)
+    for t in threads:
+        t.join(10)
+    return results
+
+
+def test_an_unpin_is_in_force_for_the_next_write_even_after_a_shared_commit(
+    tmp_path: Path,
+) -> None:
+    """A pin change moves the keyring the write transactions reuse: a batch whose first item
+    read the keyring (pin held) and whose second unpins the admin must not leave that keyring
+    for the next write, which, nobody else having committed, would reuse it."""
+    a, b = idsynckit.replica(tmp_path, "a"), idsynckit.replica(tmp_path, "b")
+    try:
+        admin = agents.ensure_admin(a)
+        agents.add(a, "alice")
+        agents.trust(b, admin)
+        sync.sync_with_peer(b, sync.LocalPeer(a))
+        with pytest.raises(errors.ForbiddenError):
+            idsynckit.note(b, "alice", "unsigned under a name that signs")
+        first, unpinned = _one_batch_in_order(
+            b, [lambda: idsynckit.note(b, "w"), lambda: b.pin_admin(admin, pinned=False)]
+        )
+        assert unpinned is True and first.from_agent == "w"
+        # alice's key no longer roots in a trusted admin: her unsigned write is taken
+        assert idsynckit.note(b, "alice", "unsigned, admin unpinned").from_agent == "alice"
     finally:
         a.close()
         b.close()

@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -126,15 +125,15 @@ def _plans(store: LogStore, **req: Any) -> list[tuple[str, list[str]]]:
     """EXPLAIN QUERY PLAN of every SELECT one event_list call issues."""
     seen: list[tuple[str, Any]] = []
 
-    def grab(conn, cursor, statement, params, context, executemany):  # noqa: ANN001
+    def grab(statement: str, params: Any) -> None:
         if statement.lstrip().upper().startswith("SELECT"):
             seen.append((statement, params))
 
-    sa.event.listen(store.engine, "before_cursor_execute", grab)
+    store.backend.statement_hooks.append(grab)
     try:
         store.event_list(**req)
     finally:
-        sa.event.remove(store.engine, "before_cursor_execute", grab)
+        store.backend.statement_hooks.remove(grab)
     raw = sqlite3.connect(str(store.engine.url.database))
     try:
         return [

@@ -133,6 +133,33 @@ def test_database_errors_are_storage_errors_with_their_cause(store: LogStore) ->
     assert add(store).seq == 1  # the writer is usable again
 
 
+def test_statement_hooks_see_every_statement_of_writes_and_reads(store: LogStore) -> None:
+    """`backend.statement_hooks` is the documented way to observe the store's statements:
+    the insert of an append (one row, and a page of rows), a local row, a page read, and
+    nothing once the hook is removed."""
+    seen: list[tuple[str, Any]] = []
+
+    def hook(sql: str, params: Any) -> None:
+        seen.append((" ".join(sql.split()).upper(), params))
+
+    store.backend.statement_hooks.append(hook)
+    try:
+        event = add(store, body="seen")
+        store.set_agent_token("alice", "hash-1")
+        page = store.event_list(limit=5)
+    finally:
+        store.backend.statement_hooks.remove(hook)
+    inserts = [p for sql, p in seen if sql.startswith("INSERT INTO EVENTS")]
+    assert len(inserts) == 1 and event.id in inserts[0]
+    assert any(sql.startswith("INSERT INTO AGENT_TOKENS") for sql, _ in seen), seen
+    reads = [p for sql, p in seen if sql.startswith(("SELECT", "WITH")) and "lim" in p]
+    assert page.events[0].id == event.id and reads, seen
+    count = len(seen)
+    add(store, body="unseen")
+    store.event_list(limit=5)
+    assert len(seen) == count
+
+
 def test_the_tables_are_append_only(store: LogStore) -> None:
     add(store)
     for sql in ("UPDATE events SET body = 'x'", "DELETE FROM events"):

@@ -336,11 +336,8 @@ def test_a_failing_item_does_not_poison_its_group_commit(store, stream):
     add(store, stream, from_agent="idem", idempotency_key="used", body="original")
 
     def bad_sql():
-        return store.pipeline.submit(
-            lambda conn, st: conn.execute(
-                sa.text("INSERT INTO logstream_meta (key, value) VALUES ('replica_id', 'dup')")
-            )
-        )
+        dup = "INSERT INTO logstream_meta (key, value) VALUES ('replica_id', 'dup')"
+        return store.pipeline.write(lambda ex, st: ex.run("test.dup", lambda: sa.text(dup), {}))
 
     calls = [
         lambda: add(store, stream, body="ok-1"),

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
@@ -174,11 +173,11 @@ def _page_reads(store: LogStore) -> tuple[list[str], Any]:
     """Every page statement (the read that binds a `lim`) run on `store` from now on."""
     seen: list[str] = []
 
-    def grab(conn: Any, cursor: Any, statement: str, params: Any, context: Any, many: Any):
+    def grab(statement: str, params: Any) -> None:
         if isinstance(params, dict) and "lim" in params:
             seen.append(statement)
 
-    sa.event.listen(store.engine, "before_cursor_execute", grab)
+    store.backend.statement_hooks.append(grab)
     return seen, grab
 
 
@@ -208,7 +207,7 @@ def test_one_read_per_wake_up_serves_every_blocked_wait(store: LogStore) -> None
             )
             answers = await asyncio.wait_for(asyncio.gather(*calls), 20)
         finally:
-            sa.event.remove(store.engine, "before_cursor_execute", grab)
+            store.backend.statement_hooks.remove(grab)
         assert all([e["id"] for e in a["events"]] == [event.id] for a in answers)
         # One page read served all 30 (before: each wait read for itself, 30 or more). The
         # room reads once per wake-up: the append's bump, and on PostgreSQL its NOTIFY too

@@ -22,20 +22,20 @@ if _typing.TYPE_CHECKING:
 
     from mempalace_logstream.backends.base import (
         Backend,
-        CoreExecutor,
+        Compiler,
         Executor,
-        FastPath,
         QueryExecutor,
+        StatementHook,
         storage_error,
         wrap_exceptions,
     )
 
 __all__ = [
     "Backend",
-    "CoreExecutor",
+    "Compiler",
     "Executor",
-    "FastPath",
     "QueryExecutor",
+    "StatementHook",
     "for_engine",
     "storage_error",
     "wrap_exceptions",

@@ -1,10 +1,11 @@
 """The storage seam: what differs between the SQLite and the PostgreSQL backend.
 
 `Backend` is the protocol the store talks to; `sqlite.py` and `postgres.py` implement it, and
-no other module names a dialect. `Executor` runs the statements of one transaction (compiled
-once per store, see `CommitPipeline.sql`); `CoreExecutor` runs them through SQLAlchemy on any
-backend, a backend's fast path may run them on its own DBAPI connection. `storage_error` is
-the one mapping of database errors to `StorageError`.
+no other module names a dialect. Every write transaction and read snapshot of the store runs
+on the backend's own DBAPI connections (`transaction`, `savepoint`, `reading`); an `Executor`
+runs the statements of one of them by statement shape (compiled once per store, see
+`Compiler`). `statement_hooks` observe the statements the store runs. `storage_error` is the
+one mapping of database errors to `StorageError`.
 """
 
 from __future__ import annotations
@@ -22,10 +23,13 @@ from mempalace_logstream.schema import events
 
 # Build a statement (called once per shape and store).
 Build = Callable[[], Any]
-# (SQL text, parameters) of a statement shape: `CommitPipeline.sql`.
+# (SQL text, parameters) of a statement shape: a `Compiler`.
 Compile = Callable[[Any, Build, Mapping[str, Any]], tuple[str, Mapping[str, Any]]]
 # Run one precompiled SQL text with a parameter dict, return all rows as tuples.
 Query = Callable[[str, Mapping[str, Any]], Sequence[Sequence[Any]]]
+# Told of each statement the store runs: (SQL text, what the driver binds: a mapping or a
+# sequence, or a list of those when the statement runs once per row).
+StatementHook = Callable[[str, Any], None]
 # The SQL functions of the artifact links column: (char(code), string aggregate(item, sep)).
 LinksFunctions = tuple[Callable[..., Any], Callable[..., Any]]
 
@@ -37,18 +41,26 @@ EVENT_INSERT_COL_NAMES = (*EVENT_COL_NAMES, "idempotency_key")
 
 
 class Backend(Protocol):
-    """What the store asks of the database behind one engine (one instance per store)."""
+    """What the store asks of the database behind one engine (one instance per store).
+
+    Operations: a write transaction under the write lock (`transaction`), a savepoint in it,
+    a read snapshot (`reading`), and the executor of either; the rest describes the database.
+    """
 
     name: str  # the SQLAlchemy dialect name, reported by `stats`
-    driver_errors: tuple[type[BaseException], ...]  # DBAPI errors raised on the fast path
+    driver_errors: tuple[type[BaseException], ...]  # what the DBAPI driver raises
     notify_channel: str | None  # where appends announce themselves, if anywhere
     split_inbox: bool  # an inbox read runs one index-ordered leg per to_agent value
-    # One chunk of a compact sync page (`/sync/ops_rows`) serialized by the database on the
-    # fast path, or None: (rows as UTF-8 JSON, count, last origin_seq, body+metadata chars).
+    # One chunk of a compact sync page (`/sync/ops_rows`) serialized by the database, or
+    # None: (rows as UTF-8 JSON, count, last origin_seq, body+metadata chars).
     rows_json_sql: str | None
+    # Called with every statement the store runs on the backend's connections (reads and
+    # writes; not BEGIN, COMMIT or SAVEPOINT): tracing, query-plan tests, benchmarks. Add and
+    # remove a hook with the list's `append` and `remove`; with none, nothing is called.
+    statement_hooks: list[StatementHook]
 
     def sql_dialect(self) -> sa.Dialect:
-        """The dialect the store compiles its hot statements with."""
+        """The dialect the store compiles its statements with."""
 
     def links_functions(self) -> LinksFunctions:
         """The SQL functions that aggregate an event's artifact links into one column."""
@@ -62,14 +74,8 @@ class Backend(Protocol):
         reader (`create` False), a database that holds no log at all (nothing is created).
         SQLite decides both at the file, before any engine (backends/engine.py)."""
 
-    def lock_writes(self, conn: sa.Connection) -> None:
-        """Take the write lock that makes seq order commit order (held to commit)."""
-
     def lock_migrations(self, conn: sa.Connection, key: int) -> None:
         """Serialize schema migrations of concurrent openers (held to commit)."""
-
-    def after_appends(self, conn: sa.Connection) -> None:
-        """Run in a write transaction that appended events, just before its commit."""
 
     def change_signal(self) -> Callable[[], notify.ChangeSignal] | None:
         """The cross-process change signal's factory, or None when nothing can signal."""
@@ -81,19 +87,36 @@ class Backend(Protocol):
     def before_redaction(self) -> str | None:
         """SQL run in a redaction's transaction before it overwrites content, or None."""
 
-    def fast_path(self) -> FastPath | None:
-        """The backend's own DBAPI path for reads and writes, when usable right now."""
+    def transaction(self) -> contextlib.AbstractContextManager[WriteTx]:
+        """A write transaction on the writer's connection, under the write lock that makes
+        seq order commit order, committed when the block ends (rolled back if it raises);
+        appends are announced with the commit (`WriteTx.appended`)."""
+
+    def savepoint(self, db: Any) -> contextlib.AbstractContextManager[None]:
+        """A savepoint in `db`'s transaction, rolled back alone if the block raises."""
+
+    def reading(self) -> contextlib.AbstractContextManager[Query]:
+        """One read snapshot on a pooled connection."""
+
+    def executor(
+        self, db: Any, compile: Compile, on_bulk: Callable[[], Any] | None = None
+    ) -> Executor:
+        """The statements of one write transaction on `db`; `on_bulk` is called when the
+        rest of the transaction is long work that releases the GIL (a big sync page)."""
+
+    def query(self, db: Any) -> Query:
+        """Precompiled text on `db`."""
 
     def db_size(self) -> int | None:
         """The log's size in bytes."""
 
     def close(self) -> None:
-        """Release what the backend holds (the fast path's connection)."""
+        """Release what the backend holds (the writer's connection)."""
 
 
-class FastTx(Protocol):
-    """One write transaction on a fast path: its DBAPI connection, and the counters of the
-    previous one if nobody committed since (`known`); the caller sets `counters` at the end."""
+class WriteTx(Protocol):
+    """One write transaction: its DBAPI connection, and the counters of the previous one if
+    nobody committed since (`known`); the caller sets `counters` at the end."""
 
     db: Any
     known: tuple[int, int] | None
@@ -101,25 +124,32 @@ class FastTx(Protocol):
     appended: bool  # events were appended: announce them with the commit (PostgreSQL NOTIFY)
 
 
-class FastPath(Protocol):
-    """Writes and reads on the backend's own DBAPI connections, with the store's semantics."""
+def observe(hooks: Sequence[StatementHook], sql: str, params: Any) -> None:
+    """Tell every statement hook of `sql` (callers test `if hooks:` first: no call at all
+    while nobody observes)."""
+    for hook in tuple(hooks):
+        hook(sql, params)
 
-    def transaction(self) -> contextlib.AbstractContextManager[FastTx]:
-        """A write transaction under the write lock, committed when the block ends."""
 
-    def savepoint(self, db: Any) -> contextlib.AbstractContextManager[None]:
-        """A savepoint that is rolled back alone if the block raises."""
+class Compiler:
+    """(SQL text, parameters) of each statement shape, compiled once with one dialect (one
+    per store: `CommitPipeline.sql`): `params` plus the values of the statement's own
+    literals (a LIMIT 1 is a bound parameter too)."""
 
-    def reading(self) -> contextlib.AbstractContextManager[Query]:
-        """One read snapshot."""
+    def __init__(self, dialect: sa.Dialect) -> None:
+        self.dialect = dialect
+        self.cache: dict[Any, tuple[str, dict[str, Any]]] = {}
 
-    def executor(
-        self, db: Any, compile: Compile, on_bulk: Callable[[], Any] | None = None
-    ) -> Executor:
-        """The statements of one transaction on `db`."""
-
-    def query(self, db: Any) -> Query:
-        """Precompiled text on `db`."""
+    def __call__(
+        self, key: Any, build: Build, params: Mapping[str, Any]
+    ) -> tuple[str, Mapping[str, Any]]:
+        hit = self.cache.get(key)
+        if hit is None:
+            compiled = build().compile(dialect=self.dialect)
+            defaults = {k: v for k, v in compiled.params.items() if v is not None}
+            hit = self.cache[key] = (str(compiled), defaults)
+        sql, defaults = hit
+        return sql, ({**defaults, **params} if defaults else params)
 
 
 def storage_error(
@@ -197,58 +227,46 @@ class Executor(abc.ABC):
 
 
 class DbapiExecutor(Executor):
-    """Precompiled statements on a fast path's own DBAPI connection (its `execute` returns a
-    cursor); a backend adds how it inserts events in bulk."""
+    """Precompiled statements on a backend's own DBAPI connection (its `execute` returns a
+    cursor), each told to the backend's statement hooks; a backend adds how it inserts
+    events in bulk."""
 
-    def __init__(self, db: Any, compile: Compile) -> None:
-        self.db, self.compile = db, compile
+    def __init__(self, db: Any, compile: Compile, hooks: Sequence[StatementHook] = ()) -> None:
+        self.db, self.compile, self.hooks = db, compile, hooks
 
     def rows(self, key: Any, build: Build, params: Mapping[str, Any]) -> Sequence[Any]:
-        rows: Sequence[Any] = self.db.execute(*self.compile(key, build, params)).fetchall()
+        sql, bound = self.compile(key, build, params)
+        if self.hooks:
+            observe(self.hooks, sql, bound)
+        rows: Sequence[Any] = self.db.execute(sql, bound).fetchall()
         return rows
 
     def run(self, key: Any, build: Build, params: Mapping[str, Any]) -> None:
-        self.db.execute(*self.compile(key, build, params))
+        sql, bound = self.compile(key, build, params)
+        if self.hooks:
+            observe(self.hooks, sql, bound)
+        self.db.execute(sql, bound)
 
     def run_many(self, key: Any, build: Build, rows: Sequence[Mapping[str, Any]]) -> None:
         if not rows:
             return
         sql, defaults = self.compile(key, build, rows[0])
         extra = {k: v for k, v in defaults.items() if k not in rows[0]}
+        bound = [{**extra, **r} for r in rows] if extra else rows
+        if self.hooks:
+            observe(self.hooks, sql, bound)
         with contextlib.closing(self.db.cursor()) as cur:
-            cur.executemany(sql, [{**extra, **r} for r in rows] if extra else rows)
+            cur.executemany(sql, bound)
 
     def insert(self, key: Any, table: sa.Table, rows: list[dict[str, Any]]) -> None:
         sql, _ = self.compile(key, lambda: sa.insert(table), {})
+        if self.hooks:
+            observe(self.hooks, sql, rows[0] if len(rows) == 1 else rows)
         if len(rows) == 1:
             self.db.execute(sql, rows[0])
         else:
             with contextlib.closing(self.db.cursor()) as cur:
                 cur.executemany(sql, rows)
-
-
-class CoreExecutor(Executor):
-    """Statements through SQLAlchemy Core on one connection: every backend, every listener."""
-
-    def __init__(self, conn: sa.Connection) -> None:
-        self.conn = conn
-
-    def rows(self, key: Any, build: Build, params: Mapping[str, Any]) -> Sequence[Any]:
-        return self.conn.execute(build(), dict(params)).all()
-
-    def run(self, key: Any, build: Build, params: Mapping[str, Any]) -> None:
-        self.conn.execute(build(), dict(params))
-
-    def run_many(self, key: Any, build: Build, rows: Sequence[Mapping[str, Any]]) -> None:
-        if rows:
-            self.conn.execute(build(), [dict(r) for r in rows])
-
-    def insert(self, key: Any, table: sa.Table, rows: list[dict[str, Any]]) -> None:
-        self.conn.execute(sa.insert(table), rows[0] if len(rows) == 1 else rows)
-
-    def insert_events(self, rows: list[tuple[Any, ...]]) -> None:
-        names = EVENT_INSERT_COL_NAMES
-        self.conn.execute(sa.insert(events), [dict(zip(names, r, strict=True)) for r in rows])
 
 
 class QueryExecutor(Executor):

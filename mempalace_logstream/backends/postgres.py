@@ -1,8 +1,8 @@
 """The PostgreSQL backend (psycopg 3): an advisory lock serializes seq assignment, appends
 `pg_notify` in their transaction and a dedicated connection LISTENs for them.
 
-The fast path runs the store's precompiled SQL on psycopg connections directly: the writer
-holds one autocommit connection and sends `BEGIN` with the lock, and the NOTIFY with the
+The store's precompiled SQL runs on psycopg connections directly: the writer holds one
+autocommit connection and sends `BEGIN` with the lock, and the NOTIFY with the
 `COMMIT`, as one simple-protocol message each (no pre-ping, no SQLAlchemy per statement).
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import select
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +53,11 @@ class PostgresBackend:
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
         self.notify_channel: str | None = None
-        self._fast = PgFastPath(self)
+        self.statement_hooks: list[base.StatementHook] = []
+        # The writer: one psycopg connection held by the store (autocommit; transactions are
+        # explicit), used only under the store's commit lock; reads take pooled connections.
+        self._proxy: Any = None
+        self._lock_sql: str | None = None
 
     def sql_dialect(self) -> sa.Dialect:
         return self.engine.dialect
@@ -86,22 +90,8 @@ class PostgresBackend:
             ident=self.describe(),
         )
 
-    def lock_writes(self, conn: sa.Connection) -> None:
-        # Keyed by the events table's oid (resolved through search_path like every query),
-        # so logs in different schemas of one database do not serialize each other. Held
-        # to commit, and released only after the commit is visible: seq order = commit order.
-        conn.execute(
-            sa.text("SELECT pg_advisory_xact_lock(:k, 'events'::regclass::oid::int)"),
-            {"k": PG_APPEND_LOCK},
-        )
-
     def lock_migrations(self, conn: sa.Connection, key: int) -> None:
         conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
-
-    def after_appends(self, conn: sa.Connection) -> None:
-        if self.notify_channel is not None:
-            # Delivered by PostgreSQL at commit, never before: a hint for LISTENers.
-            conn.execute(sa.select(sa.func.pg_notify(self.notify_channel, "")))
 
     def change_signal(self) -> Callable[[], notify.ChangeSignal] | None:
         # One channel per log: NOTIFY is per database, and logs in other schemas of the same
@@ -111,14 +101,6 @@ class PostgresBackend:
         channel = self.notify_channel = f"logstream_{oid}"
         connect = autocommit_connector(self.engine)
         return lambda: PgListenSignal(connect, channel)
-
-    def fast_path(self) -> PgFastPath | None:
-        """The psycopg path, unless someone listens to this engine's statements (tracing,
-        tests that force the SQLAlchemy path): those keep SQLAlchemy, same SQL text."""
-        dispatch = self.engine.dispatch
-        if dispatch.before_cursor_execute or dispatch.after_cursor_execute:
-            return None
-        return self._fast
 
     def integrity_problems(self, conn: sa.Connection) -> tuple[str, list[str]]:
         """Every table of the schema read through (a damaged page fails the read), and, when
@@ -154,35 +136,17 @@ class PostgresBackend:
         with self.engine.connect() as conn:
             return int(conn.execute(sa.text(_SIZE_SQL)).scalar() or 0)
 
-    def close(self) -> None:
-        self._fast.close()
-
-
-@dataclass
-class _Tx:
-    db: psycopg.Connection[Any]
-    known: tuple[int, int] | None = None  # PostgreSQL has no data_version: always re-read
-    counters: tuple[int, int] | None = None
-    appended: bool = False
-
-
-class PgFastPath:
-    """Writes on one psycopg connection held by the store (autocommit; transactions are
-    explicit), used only under the store's commit lock; reads on pooled connections."""
-
-    def __init__(self, backend: PostgresBackend) -> None:
-        self.backend = backend
-        self._proxy: Any = None
-        self._lock_sql: str | None = None
-
     def _writer(self) -> psycopg.Connection[Any]:
         if self._proxy is None:
-            proxy = self.backend.engine.raw_connection()
+            proxy = self.engine.raw_connection()
             db: psycopg.Connection[Any] = proxy.driver_connection  # type: ignore[assignment]
             if db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 db.rollback()
             db.autocommit = True
-            # The events table's oid keys the lock (as `lock_writes`), resolved once.
+            # Keyed by the events table's oid (resolved through search_path like every query,
+            # once), so logs in different schemas of one database do not serialize each other.
+            # Held to commit, and released only after the commit is visible: seq order =
+            # commit order.
             oid = db.execute("SELECT 'events'::regclass::oid::int").fetchone()[0]  # type: ignore[index]
             self._lock_sql = f"BEGIN; SELECT pg_advisory_xact_lock({PG_APPEND_LOCK}, {int(oid)})"
             self._proxy = proxy
@@ -215,7 +179,7 @@ class PgFastPath:
         tx = _Tx(db)
         try:
             yield tx
-            channel = self.backend.notify_channel
+            channel = self.notify_channel
             if tx.appended and channel is not None:
                 # Delivered by PostgreSQL at commit, never before: a hint for LISTENers.
                 db.execute(f"SELECT pg_notify('{channel}', ''); COMMIT")
@@ -264,10 +228,10 @@ class PgFastPath:
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[base.Query]:
-        """A pooled connection in one transaction, at the engine's isolation level (what the
-        SQLAlchemy path reads at)."""
-        with base.wrap_exceptions(self.backend.driver_errors):
-            proxy = self.backend.engine.raw_connection()
+        """A pooled connection in one transaction, at the engine's isolation level (what a
+        SQLAlchemy connection of the store reads at)."""
+        with base.wrap_exceptions(self.driver_errors):
+            proxy = self.engine.raw_connection()
             try:
                 db: psycopg.Connection[Any] = proxy.driver_connection  # type: ignore[assignment]
                 if db.autocommit:
@@ -282,7 +246,14 @@ class PgFastPath:
                 proxy.close()
 
     def query(self, db: psycopg.Connection[Any]) -> base.Query:
-        return lambda sql, params: db.execute(sql, params).fetchall()
+        hooks = self.statement_hooks
+
+        def run(sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+            if hooks:
+                base.observe(hooks, sql, params)
+            return db.execute(sql, params).fetchall()
+
+        return run
 
     def executor(
         self,
@@ -290,7 +261,15 @@ class PgFastPath:
         compile: base.Compile,
         on_bulk: Callable[[], Any] | None = None,
     ) -> PgExecutor:
-        return PgExecutor(db, compile)
+        return PgExecutor(db, compile, self.statement_hooks)
+
+
+@dataclass
+class _Tx:
+    db: psycopg.Connection[Any]
+    known: tuple[int, int] | None = None  # PostgreSQL has no data_version: always re-read
+    counters: tuple[int, int] | None = None
+    appended: bool = False
 
 
 def _end_read(proxy: Any, db: psycopg.Connection[Any], exc: BaseException) -> None:
@@ -312,12 +291,18 @@ class PgExecutor(base.DbapiExecutor):
 
     def insert_events(self, rows: list[tuple[Any, ...]]) -> None:
         if len(rows) == 1:  # a local append
+            if self.hooks:
+                base.observe(self.hooks, _INSERT_EVENTS, rows[0])
             self.db.execute(_INSERT_EVENTS, rows[0])
             return
         with self.db.cursor() as cur:
             if len(rows) < _COPY_MIN_ROWS:
+                if self.hooks:
+                    base.observe(self.hooks, _INSERT_EVENTS, rows)
                 cur.executemany(_INSERT_EVENTS, rows)
                 return
+            if self.hooks:
+                base.observe(self.hooks, _COPY_EVENTS, rows)
             with cur.copy(_COPY_EVENTS) as copy:  # a sync page: several times faster
                 for row in rows:
                     copy.write_row(row)

@@ -1,8 +1,8 @@
 """The SQLite backend: a file in WAL mode, one writer at a time.
 
 The write lock is `BEGIN IMMEDIATE` (engine.py sets it for SQLAlchemy connections); the change
-signal is `PRAGMA data_version` (see `sqlite_signal.py`). The fast path runs the store's
-precompiled SQL on the writer's own DBAPI connection, with no SQLAlchemy per statement, and
+signal is `PRAGMA data_version` (see `sqlite_signal.py`). The store's precompiled SQL runs on
+the writer's own DBAPI connection, with no SQLAlchemy per statement, and a write transaction
 skips the transaction-state query while nobody else committed.
 """
 
@@ -12,7 +12,7 @@ import contextlib
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,7 +79,14 @@ class SqliteBackend:
 
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
-        self._fast = SqliteFastPath(engine)
+        self.statement_hooks: list[base.StatementHook] = []
+        # The writer's pooled DBAPI connection (engine.py's connect listener set WAL, the
+        # synchronous level, busy_timeout, foreign_keys and isolation_level=None on it),
+        # opened on first use and used only under the store's commit lock; reads take their own.
+        self._proxy: Any = None
+        self._busy_timeout_s = 30.0
+        # (data_version, next seq, next artifact seq) after the writer's last commit.
+        self._counters: tuple[int, int, int] | None = None
 
     def sql_dialect(self) -> sa.Dialect:
         return _NAMED
@@ -95,14 +102,8 @@ class SqliteBackend:
         not ours; a file of ours without tables yet is a log being made (a writer finishing
         it, or one that crashed before it could): the store completes it."""
 
-    def lock_writes(self, conn: sa.Connection) -> None:
-        """Nothing to do: engine.py begins every write transaction IMMEDIATE."""
-
     def lock_migrations(self, conn: sa.Connection, key: int) -> None:
         """Nothing to do: the migration's transaction is IMMEDIATE."""
-
-    def after_appends(self, conn: sa.Connection) -> None:
-        """Nothing to do: other processes see `data_version` change."""
 
     def change_signal(self) -> Callable[[], notify.ChangeSignal] | None:
         path = str(self.engine.url.database)
@@ -111,15 +112,6 @@ class SqliteBackend:
             return None  # opened as a snapshot: nothing it could signal
         uri = engine_mod.sqlite_uri(path) if kind else None
         return lambda: SqliteSignal(path, uri=uri)
-
-    def fast_path(self) -> SqliteFastPath | None:
-        """The DBAPI path, unless someone listens to this engine's statements (tracing,
-        query-plan tests, the benchmark's plan capture): those keep the SQLAlchemy path,
-        which runs the very same SQL text for reads."""
-        dispatch = self.engine.dispatch
-        if dispatch.before_cursor_execute or dispatch.after_cursor_execute:
-            return None
-        return self._fast
 
     def integrity_problems(self, conn: sa.Connection) -> tuple[str, list[str]]:
         found = [str(r[0]) for r in conn.exec_driver_sql("PRAGMA integrity_check").all()]
@@ -133,30 +125,6 @@ class SqliteBackend:
         path = self.engine.url.database or ""
         return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
 
-    def close(self) -> None:
-        self._fast.close()
-
-
-@dataclass
-class _Tx:
-    db: sqlite3.Connection
-    known: tuple[int, int] | None
-    counters: tuple[int, int] | None = None
-    appended: bool = False  # nothing to announce: other processes see data_version change
-
-
-class SqliteFastPath:
-    """The writer's pooled DBAPI connection (engine.py's connect listener set WAL, the
-    synchronous level, busy_timeout, foreign_keys and isolation_level=None on it), opened on
-    first use and used only under the store's commit lock; reads take their own."""
-
-    def __init__(self, engine: sa.Engine) -> None:
-        self.engine = engine
-        self._proxy: Any = None
-        self._busy_timeout_s = 30.0
-        # (data_version, next seq, next artifact seq) after the writer's last commit.
-        self._counters: tuple[int, int, int] | None = None
-
     def _writer(self) -> sqlite3.Connection:
         if self._proxy is None:
             with base.wrap_exceptions():
@@ -166,11 +134,6 @@ class SqliteFastPath:
             self._proxy = proxy
         conn: sqlite3.Connection = self._proxy.driver_connection
         return conn
-
-    def close(self) -> None:
-        if self._proxy is not None:
-            self._proxy.close()  # back to the pool, which dispose() closes
-            self._proxy = None
 
     def _begin(self, db: sqlite3.Connection) -> None:
         """BEGIN IMMEDIATE. SQLite already waits up to busy_timeout for the lock; a SQLITE_BUSY
@@ -195,8 +158,9 @@ class SqliteFastPath:
         """BEGIN IMMEDIATE … COMMIT (ROLLBACK if the block raises).
 
         `PRAGMA data_version` changes when any other connection commits (another process, or
-        the store's own SQLAlchemy writer) and never for this connection's own commits. While
-        it is unchanged since our last commit, the counters we left are exact: `known`.
+        a migration on the store's SQLAlchemy engine) and never for this connection's own
+        commits. While it is unchanged since our last commit, the counters we left are exact:
+        `known`.
         """
         db = self._writer()
         self._begin(db)
@@ -243,7 +207,14 @@ class SqliteFastPath:
             proxy.close()
 
     def query(self, db: sqlite3.Connection) -> base.Query:
-        return lambda sql, params: sqlite_file.fetch_all(db, sql, params)
+        hooks = self.statement_hooks
+
+        def run(sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+            if hooks:
+                base.observe(hooks, sql, params)
+            return sqlite_file.fetch_all(db, sql, params)
+
+        return run
 
     def executor(
         self,
@@ -251,7 +222,20 @@ class SqliteFastPath:
         compile: base.Compile,
         on_bulk: Callable[[], Any] | None = None,
     ) -> SqliteExecutor:
-        return SqliteExecutor(db, compile, on_bulk)
+        return SqliteExecutor(db, compile, self.statement_hooks, on_bulk)
+
+    def close(self) -> None:
+        if self._proxy is not None:
+            self._proxy.close()  # back to the pool, which dispose() closes
+            self._proxy = None
+
+
+@dataclass
+class _Tx:
+    db: sqlite3.Connection
+    known: tuple[int, int] | None
+    counters: tuple[int, int] | None = None
+    appended: bool = False  # nothing to announce: other processes see data_version change
 
 
 class SqliteExecutor(base.DbapiExecutor):
@@ -261,10 +245,22 @@ class SqliteExecutor(base.DbapiExecutor):
         self,
         db: sqlite3.Connection,
         compile: base.Compile,
+        hooks: Sequence[base.StatementHook] = (),
         on_bulk: Callable[[], Any] | None = None,
     ) -> None:
-        super().__init__(db, compile)
+        super().__init__(db, compile, hooks)
         self.on_bulk = on_bulk
+
+    def _execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
+        if self.hooks:
+            base.observe(self.hooks, sql, params)
+        cursor: sqlite3.Cursor = self.db.execute(sql, params)
+        return cursor
+
+    def _executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        if self.hooks:
+            base.observe(self.hooks, sql, rows)
+        self.db.executemany(sql, rows)
 
     def held_ids(self, ids: list[str]) -> set[str]:
         # Positional IN lists of 512 (padded): the probe of a fresh page costs ~1 µs an id.
@@ -277,23 +273,22 @@ class SqliteExecutor(base.DbapiExecutor):
                 sql = _QMARK_HELD_IDS[n] = (
                     f"SELECT id FROM {events.name} WHERE id IN ({', '.join('?' * n)})"
                 )
-            out.update(r[0] for r in self.db.execute(sql, chunk + [chunk[-1]] * (n - len(chunk))))
+            out.update(r[0] for r in self._execute(sql, chunk + [chunk[-1]] * (n - len(chunk))))
         return out
 
     def insert_events(self, rows: list[tuple[Any, ...]]) -> None:
         # Positional binding: by name costs ~5 µs more per 19-column row.
-        db = self.db
         if len(rows) == 1:  # a local append
-            db.execute(_QMARK_INSERT_EVENTS, rows[0])
+            self._execute(_QMARK_INSERT_EVENTS, rows[0])
             return
         if len(rows) < _STAGE_MIN_ROWS:
-            db.executemany(_QMARK_INSERT_EVENTS, rows)
+            self._executemany(_QMARK_INSERT_EVENTS, rows)
             return
-        db.execute(_STAGE_DDL)  # once per connection; part of this transaction
+        self._execute(_STAGE_DDL)  # once per connection; part of this transaction
         try:
-            db.executemany(_STAGE_INSERT, rows)
+            self._executemany(_STAGE_INSERT, rows)
             if self.on_bulk is not None:
                 self.on_bulk()
-            db.execute(_STAGE_MOVE)
+            self._execute(_STAGE_MOVE)
         finally:
-            db.execute(f"DELETE FROM temp.{_STAGE}")
+            self._execute(f"DELETE FROM temp.{_STAGE}")

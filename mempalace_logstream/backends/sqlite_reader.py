@@ -4,7 +4,7 @@ hook's lean inbox reader (store/lean.py) reads through.
 Opening follows engine.py's rule for a reader (`create=False`), through sqlite_file.py: a
 missing file, a directory, a file that is not a log are refused with the store's texts; a file
 this process may not write is opened through the same read-only URI. Snapshots map sqlite3's
-errors as the SQLite fast path does (`storage_message`). `open_reader` is None for whatever the
+errors as the SQLite backend does (`storage_message`). `open_reader` is None for whatever the
 store must open itself: a URL that is not a plain `sqlite:///PATH`, an unknown durability.
 Must not import sqlalchemy or the store.
 """

@@ -8,9 +8,8 @@ and every refusal is recorded: conflicts in `sync_conflicts`, refused or deferre
 Two wire shapes are served: the reference's `/sync/ops` page of event objects (`ops_page`, at
 most 500) and our compact `rows-v2` page (`ops_rows`, up to 5,000 events as positional rows,
 metadata as its stored JSON text) that only our client asks for. Both are parsed by the same
-`EventChecker` and applied by the same transaction code, which runs on the SQLite writer's
-DBAPI connection when the store offers it (`LogStore.uses_fast_path`) and through SQLAlchemy
-otherwise (PostgreSQL, or an engine with statement listeners).
+`EventChecker` and applied by the same transaction code, which runs on the backend's own
+DBAPI connection (`store.transaction`), like every write.
 
 Modules: wire.py (the two page formats, op listing, artifact fetches), checks.py (validation
 of remote input), apply.py (one transaction per page), reports.py (refusals and the peer

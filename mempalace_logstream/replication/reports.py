@@ -10,15 +10,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-import sqlalchemy as sa
-
 from mempalace_logstream import errors
-from mempalace_logstream.backends.base import CoreExecutor as _Core
 from mempalace_logstream.backends.base import Executor as _Ex
 from mempalace_logstream.backends.queries import sync
 from mempalace_logstream.models import Artifact, Event
 from mempalace_logstream.replication.wire import MAX_RETRIES, MAX_SEQ, row_dict
-from mempalace_logstream.store import LogStore, now_text
+from mempalace_logstream.store import LogStore, Transaction, now_text
 
 # Rejections retried until they resolve (the verdict `unknown_key`, and the keyring refusals
 # of a key event that a later key event may cure: see replication/verify.py).
@@ -180,7 +177,7 @@ def record_sequence_anomalies(store: LogStore, reports: list[dict[str, Any]]) ->
     """Remember events that claim an origin position beyond what that origin itself says it
     has written (kind `sequence` in sync_rejections; the events stay, nothing is retried)."""
     if reports:
-        store.core_transaction(lambda conn, st: record_rejections(store, _Core(conn), reports))
+        store.transaction(lambda tx: record_rejections(store, tx.ex, reports))
 
 
 def list_conflicts(store: LogStore, limit: int = 100) -> list[dict[str, Any]]:
@@ -216,8 +213,8 @@ def record_estate(
     """Remember how the last round with a peer went (tokens are never stored)."""
     now = now_text(store.clock.wall_clock.now_ms())
 
-    def write(conn: sa.Connection, st: Any) -> None:
-        prior = sync.peer(conn, name)
+    def write(tx: Transaction) -> None:
+        prior = sync.peer(tx.ex, name)
         row: dict[str, Any] = (
             dict(prior)
             if prior is not None
@@ -251,9 +248,9 @@ def record_estate(
             )
         else:
             row.update(reachable=False, last_error=error, last_error_at=now)
-        sync.put_peer(conn, row, exists=prior is not None)
+        sync.put_peer(tx.ex, row, exists=prior is not None)
 
-    store.core_transaction(write)
+    store.transaction(write)
 
 
 def estate_rows(store: LogStore) -> list[dict[str, Any]]:

@@ -18,7 +18,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from mempalace_logstream import hlc
-from mempalace_logstream.backends.base import CoreExecutor
 from mempalace_logstream.backends.base import Executor as _Ex
 from mempalace_logstream.backends.queries import sync
 from mempalace_logstream.identity.keyring import (
@@ -212,8 +211,7 @@ class LateRevoked:
 
 def _revoked_keys_events(store: LogStore) -> tuple[Keyring, dict[str, KeyRecord], list[Event]]:
     """The keyring, its revoked keys by id, and the stored events they signed (seq order)."""
-    with store.connect() as conn:
-        ex = CoreExecutor(conn)
+    with store.snapshot() as ex:
         ring = store.identity.keyring(ex, store.event_select)
         revoked = {r.key_id: r for r in ring.records() if r.revoked_hlc is not None}
         found = events_from_rows(sync.events_signed_by(ex, store.event_select, sorted(revoked)))
@@ -350,8 +348,7 @@ class UnsignedUnderKey:
 def unsigned_signing_names(store: LogStore) -> list[UnsignedUnderKey]:
     """The stored unsigned events of names that have a key, in seq order. Reads only the
     unsigned events of those names."""
-    with store.connect() as conn:
-        ex = CoreExecutor(conn)
+    with store.snapshot() as ex:
         ring = store.identity.keyring(ex, store.event_select)
         names = sorted({r.agent for r in ring.records()})
         found = events_from_rows(sync.unsigned_events_of(ex, store.event_select, names))

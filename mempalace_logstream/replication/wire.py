@@ -210,7 +210,7 @@ def ops_rows_json(
     `ops_rows` dumped. Raises ValidationError."""
     clean_origin, after, n = _ops_args(origin, after_seq, limit, MAX_ROWS_LIMIT)
     rows_sql = store.backend.rows_json_sql
-    if rows_sql is not None and store.uses_fast_path():
+    if rows_sql is not None:
         try:
             done = _rows_json(store, rows_sql, clean_origin, after, n, max_bytes)
         except errors.StorageError:

@@ -32,7 +32,7 @@ from mempalace_logstream.store import tasks as task_rows
 from mempalace_logstream.store.filters import ReadRequest, read_request
 from mempalace_logstream.store.identity import Identity, keys_dir_for
 from mempalace_logstream.store.ids import mint_replica_id
-from mempalace_logstream.store.pipeline import CommitPipeline, TxState
+from mempalace_logstream.store.pipeline import CommitPipeline
 from mempalace_logstream.store.reads import Reads
 from mempalace_logstream.store.stats import Stats
 from mempalace_logstream.store.task_cache import FoldCache
@@ -83,19 +83,17 @@ class LogStore:
         # A file this process may not write: no migration, only a schema check (and no writes).
         self.read_only = engine_mod.read_only_kind(engine) is not None
         self.created = engine_mod.was_created(engine)  # this open made a new log file
-        writer = engine_mod.writer(engine)
         before: str | None = SCHEMA_HEAD
         with backends.wrap_exceptions(backend.driver_errors):
             if migrate_schema and not self.read_only:
                 before = migrate.ensure_schema(engine, create=create)
             else:
                 migrate.check_schema(engine)
-            self.replica_id = self._load_replica_id(writer)
+            self.replica_id = self._load_replica_id()
         self.clock = hlc.HybridClock(self.replica_id, clock)
         self.notifier = notify.Notifier()
         self.pipeline = self.pipeline_class(
             engine,
-            writer,
             backend,
             identity=self.identity,
             clock=self.clock,
@@ -267,15 +265,6 @@ class LogStore:
         """A SQLAlchemy connection for reads, database errors mapped to StorageError."""
         return self.pipeline.connect()
 
-    def core_transaction(self, work: Callable[[sa.Connection, TxState], T]) -> T:
-        """Run `work(conn, state)` in a group-committed write transaction on a SQLAlchemy
-        connection (bulk work that needs the connection itself: the importer's COPY)."""
-        return self.pipeline.core_transaction(work)
-
-    def uses_fast_path(self) -> bool:
-        """Whether reads and writes run on the backend's own DBAPI path right now."""
-        return self.pipeline.uses_fast_path()
-
     def compiled(
         self, key: Any, build: Callable[[], Any], params: Mapping[str, Any]
     ) -> tuple[str, Mapping[str, Any]]:
@@ -309,7 +298,7 @@ class LogStore:
         """Write transactions committed by this store (one per group commit)."""
         return self.pipeline.commits
 
-    def _load_replica_id(self, writer: sa.Engine) -> str:
+    def _load_replica_id(self) -> str:
         # A plain read first: every open (each CLI call) would otherwise queue for the write
         # lock behind busy writers just to read a value that is minted once.
         with self.engine.connect() as conn:
@@ -318,14 +307,16 @@ class LogStore:
             return held
         if self.read_only:
             return ""  # minted by the first writer; a reader does not need one
-        with writer.begin() as conn:
-            self.backend.lock_writes(conn)
-            held = meta_rows.value(conn, REPLICA_ID_KEY)
-            if held is not None:
-                return held
-            rid = mint_replica_id()
-            meta_rows.insert(conn, REPLICA_ID_KEY, rid)
-            return rid
+        # The backend's write transaction, as the pipeline runs it (which needs the replica
+        # id, for its clock, before it can exist): minted once, under the write lock.
+        backend = self.backend
+        with backend.transaction() as tx:
+            ex = backend.executor(tx.db, backends.Compiler(backend.sql_dialect()))
+            held = meta_rows.get(ex, REPLICA_ID_KEY)
+            if held is None:
+                held = mint_replica_id()
+                meta_rows.insert(ex, REPLICA_ID_KEY, held)
+        return held
 
     def _projection_is_stale(self, before: str | None) -> bool:
         with self.pipeline.connect() as conn:

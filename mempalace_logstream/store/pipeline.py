@@ -2,8 +2,8 @@
 
 Concurrent writers queue their work; one of them (the leader) runs the whole queue in one
 transaction, each item in its own savepoint when several share it. Seq is assigned under the
-backend's write lock, so seq order is commit order on every backend (S-2.4). A batch whose
-items all have a fast-path version runs on the backend's own DBAPI connection.
+backend's write lock, so seq order is commit order on every backend (S-2.4). Every write runs
+here, on the backend's own DBAPI connection (`Backend.transaction`), with an `Executor`.
 """
 
 from __future__ import annotations
@@ -11,27 +11,28 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import sqlalchemy as sa
 
 from mempalace_logstream import backends, errors, hlc, notify
-from mempalace_logstream.backends import Backend, CoreExecutor, Executor, QueryExecutor
+from mempalace_logstream.backends import Backend, Compiler, Executor, QueryExecutor
+from mempalace_logstream.backends.base import WriteTx
 from mempalace_logstream.backends.queries import appends as sql
 from mempalace_logstream.models import Event
 from mempalace_logstream.store.identity import Identity
 from mempalace_logstream.store.rows import events_from_rows, read_columns
 
+# The work of one write: its statements through the executor, the transaction's state.
+Work = Callable[[Executor, "TxState"], Any]
+
 
 @dataclass
 class Pending:
-    fn: Callable[[sa.Connection, TxState], Any]
-    # The same work on the backend's fast-path DBAPI connection (event_append, event_ack,
-    # replication): used when every item of a batch has one; any other item sends the whole
-    # batch down `fn`.
-    raw: Callable[[Any, TxState], Any] | None = None
+    work: Work
+    on_bulk: Callable[[], Any] | None = None  # the rest of the work is long and frees the GIL
     done: bool = False
     result: Any = None
     error: BaseException | None = None
@@ -42,23 +43,18 @@ class TxState:
     next_seq: int
     next_artifact_seq: int
     appended: list[Event] = field(default_factory=list)
-    unchanged: bool = False  # nobody else committed since this store's last write (fast path)
+    unchanged: bool = False  # nobody else committed since this store's last write
     number: int = 0  # of this write transaction, from identity (its keyring cache's key)
-
-
-T = TypeVar("T")
 
 
 class CommitPipeline:
     """The write path shared by every store operation (a part of `LogStore`): the queue and
     leader of group commit, the write transaction's state, the statements compiled once per
-    store, and the connections reads and writes run on (`engine`; `writer`, whose
-    transactions take the write lock at BEGIN on SQLite)."""
+    store (`sql`), and the SQLAlchemy engine for the reads that are not snapshots."""
 
     def __init__(
         self,
         engine: sa.Engine,
-        writer: sa.Engine,
         backend: Backend,
         *,
         identity: Identity,
@@ -66,7 +62,7 @@ class CommitPipeline:
         notifier: notify.Notifier,
         replica_id: str,
     ) -> None:
-        self.engine, self.writer, self.backend = engine, writer, backend
+        self.engine, self.backend = engine, backend
         self.identity, self.clock, self.notifier = identity, clock, notifier
         self.replica_id = replica_id
         # Write transactions committed (one per group commit; read by tests and benches to
@@ -76,9 +72,8 @@ class CommitPipeline:
         self._queue_lock = threading.Lock()
         self._commit_lock = threading.Lock()
         self.closed = False
-        # Precompiled SQL text per statement shape (see `sql`).
-        self._sql_dialect = backend.sql_dialect()
-        self._sql_cache: dict[Any, tuple[str, dict[str, Any]]] = {}
+        # (SQL text, parameters) of a statement shape, compiled once per store.
+        self.sql = Compiler(backend.sql_dialect())
         self._read_cols = read_columns(backend)
 
     def close(self) -> None:
@@ -97,60 +92,52 @@ class CommitPipeline:
         with self.storage_errors(), self.engine.connect() as conn:
             yield conn
 
-    def core_transaction(self, work: Callable[[sa.Connection, TxState], T]) -> T:
-        """Run `work(conn, state)` in a group-committed write transaction on a SQLAlchemy
-        connection (bulk work that needs the connection itself: the importer's COPY)."""
-        result: T = self.submit(work)
-        return result
-
-    def uses_fast_path(self) -> bool:
-        """Whether reads and writes run on the backend's own DBAPI path right now."""
-        return self._fast_path()
-
     def storage_errors(self) -> contextlib.AbstractContextManager[None]:
-        """Database errors (SQLAlchemy's, or the fast path's driver's) become StorageError."""
+        """Database errors (SQLAlchemy's, or the driver's) become StorageError."""
         return backends.wrap_exceptions(self.backend.driver_errors)
 
-    def lock_writes(self, conn: sa.Connection) -> None:
-        """Take the log's write lock in `conn`'s transaction (seq order is commit order)."""
-        self.backend.lock_writes(conn)
+    def compiled_sql(self) -> dict[Any, tuple[str, dict[str, Any]]]:
+        """Every statement shape this store compiled so far: key -> (SQL text, the values of
+        its own literals). store/lean.py keeps the inbox's reads from it for the hook path."""
+        return dict(self.sql.cache)
 
-    def submit(
-        self,
-        fn: Callable[[sa.Connection, TxState], Any],
-        raw: Callable[[Any, TxState], Any] | None = None,
-    ) -> Any:
-        """Run `fn` in a write transaction, group-committed with concurrent callers.
-
-        `raw`, when given, is the same work on the backend's fast-path DBAPI connection; the
-        batch takes that path when every item has one (see `_fast_path`).
-        """
+    def write(self, work: Work, on_bulk: Callable[[], Any] | None = None) -> Any:
+        """Run `work(ex, state)` in a write transaction, group-committed with concurrent
+        callers, and return its result: the one runner of every write. `on_bulk` is called
+        when the rest of the transaction is long work that releases the GIL (a sync page).
+        Raises what `work` raises (its savepoint rolled back), or StorageError."""
         if self.closed:
             raise errors.StorageError("the store is closed")
-        item = Pending(fn, raw)
+        item = Pending(work, on_bulk)
         with self._queue_lock:
             self._queue.append(item)
         with self._commit_lock:
             if not item.done:
                 with self._queue_lock:
                     batch, self._queue = self._queue, []
-                if self._fast_path() and all(i.raw is not None for i in batch):
-                    self._run_raw_batch(batch)
-                else:
-                    self._run_batch(batch)
+                self._run_batch(batch)
         if item.error is not None:
             raise item.error
         return item.result
 
+    # ----------------------------------------------------------------- the runner
+
+    def _transaction(self) -> contextlib.AbstractContextManager[WriteTx]:
+        """The backend's write transaction (a test may run another)."""
+        return self.backend.transaction()
+
     def _run_batch(self, batch: list[Pending]) -> None:
+        """One transaction for the whole batch: the write lock, the state query, one
+        SAVEPOINT per item when several share the commit, COMMIT; driver errors become
+        StorageError."""
         with self._settling(batch) as appended:
-            with self.storage_errors(), self.writer.begin() as conn:
-                state = self._begin_state(conn)
+            with self.storage_errors(), self._transaction() as tx:
+                state = self._start(tx)
                 state.number = self.identity.begin_transaction()
                 for item in batch:
-                    self._run_item(conn, state, item, savepoint=len(batch) > 1)
-                if state.appended:
-                    self.backend.after_appends(conn)
+                    self._run_item(tx.db, state, item, savepoint=len(batch) > 1)
+                tx.counters = (state.next_seq, state.next_artifact_seq)
+                tx.appended = bool(state.appended)
             self.commits += 1
             appended += state.appended
 
@@ -173,18 +160,11 @@ class CommitPipeline:
         if appended:
             self.notifier.bump()
 
-    def _run_item(
-        self, conn: sa.Connection, state: TxState, item: Pending, savepoint: bool
-    ) -> None:
-        nested = conn.begin_nested if savepoint else None
-        self._isolated(state, item, lambda: item.fn(conn, state), nested)
-
-    def _run_raw_item(self, db: Any, state: TxState, item: Pending, savepoint: bool) -> None:
-        fast = self.backend.fast_path()
-        assert fast is not None and item.raw is not None
-        raw = item.raw
-        nested = functools.partial(fast.savepoint, db) if savepoint else None
-        self._isolated(state, item, lambda: raw(db, state), nested)
+    def _run_item(self, db: Any, state: TxState, item: Pending, savepoint: bool) -> None:
+        ex = self.backend.executor(db, self.sql, item.on_bulk)
+        work = item.work
+        nested = functools.partial(self.backend.savepoint, db) if savepoint else None
+        self._isolated(state, item, lambda: work(ex, state), nested)
 
     def _isolated(
         self,
@@ -217,86 +197,19 @@ class CommitPipeline:
             # the write transactions reuse without marks is read again.
             self.identity.moved()
 
-    def _fast_path(self) -> bool:
-        """Whether the backend's own DBAPI path is usable now (see its `fast_path`)."""
-        return self.backend.fast_path() is not None
-
-    def sql(
-        self, key: Any, build: Callable[[], sa.Executable], params: Mapping[str, Any]
-    ) -> tuple[str, Mapping[str, Any]]:
-        """(SQL text, parameters) of a statement shape compiled once per store; `params` plus
-        the values of the statement's own literals (a LIMIT 1 is a bound parameter too)."""
-        hit = self._sql_cache.get(key)
-        if hit is None:
-            compiled = build().compile(dialect=self._sql_dialect)  # type: ignore[attr-defined]
-            defaults = {k: v for k, v in compiled.params.items() if v is not None}
-            hit = self._sql_cache[key] = (str(compiled), defaults)
-        sql, defaults = hit
-        return sql, ({**defaults, **params} if defaults else params)
-
-    def compiled_sql(self) -> dict[Any, tuple[str, dict[str, Any]]]:
-        """Every statement shape this store compiled so far: key -> (SQL text, the values of
-        its own literals). store/lean.py keeps the inbox's reads from it for the hook path."""
-        return dict(self._sql_cache)
-
-    def _run_raw_batch(self, batch: list[Pending]) -> None:
-        """`_run_batch` on the fast path's DBAPI connection, with the same semantics: the
-        write lock, the state query, one SAVEPOINT per item when several share the commit,
-        COMMIT; driver errors become StorageError with the same texts."""
-        fast = self.backend.fast_path()
-        assert fast is not None
-        with self._settling(batch) as appended:
-            with self.storage_errors(), fast.transaction() as tx:
-                state = self._fast_state(tx.db, tx.known)
-                state.number = self.identity.begin_transaction()
-                for item in batch:
-                    self._run_raw_item(tx.db, state, item, savepoint=len(batch) > 1)
-                tx.counters = (state.next_seq, state.next_artifact_seq)
-                tx.appended = bool(state.appended)
-            self.commits += 1
-            appended += state.appended
-
-    def _fast_state(self, db: Any, known: tuple[int, int] | None) -> TxState:
-        """The transaction's starting counters. `known`: nobody committed since our last
+    def _start(self, tx: WriteTx) -> TxState:
+        """The transaction's starting counters. `tx.known`: nobody committed since our last
         commit, so our counters are exact and the clock is already past every stamp in the
         file; the state query is skipped."""
-        if known is not None:
-            return TxState(next_seq=known[0], next_artifact_seq=known[1], unchanged=True)
-        fast = self.backend.fast_path()
-        assert fast is not None
-        return self._state_from(
-            *sql.tx_state(QueryExecutor(fast.query(db), self.sql), self.replica_id)
-        )
-
-    def _state_from(self, max_seq: Any, max_art: Any, top: Any, own: Any) -> TxState:
-        max_seq, max_art = max_seq or 0, max_art or 0
+        if tx.known is not None:
+            return TxState(next_seq=tx.known[0], next_artifact_seq=tx.known[1], unchanged=True)
+        ex = QueryExecutor(self.backend.query(tx.db), self.sql)
+        max_seq, max_art, top, own = sql.tx_state(ex, self.replica_id)
         # Other processes append too: never tick below the newest stamp in the file.
         self.clock.seed(own)
         if top:
             self.clock.observe(top)
-        return TxState(next_seq=max_seq + 1, next_artifact_seq=max_art + 1)
-
-    def _begin_state(self, conn: sa.Connection) -> TxState:
-        self.lock_writes(conn)
-        # One prebuilt statement, not three: it runs once per (group) commit.
-        return self._state_from(*sql.tx_state(CoreExecutor(conn), self.replica_id))
-
-    def write(
-        self,
-        work: Callable[[Executor, TxState], Any],
-        on_bulk: Callable[[], Any] | None = None,
-    ) -> Any:
-        """Run `work` with the statements of a group-committed write transaction: on the
-        backend's fast path when it has one, else through SQLAlchemy. `on_bulk` is called by
-        the fast path when the rest of the transaction is long work that releases the GIL."""
-        fast = self.backend.fast_path()
-        raw: Callable[[Any, TxState], Any] | None = None
-        if fast is not None:
-
-            def raw(db: Any, st: TxState) -> Any:
-                return work(fast.executor(db, self.sql, on_bulk), st)
-
-        return self.submit(lambda conn, st: work(CoreExecutor(conn), st), raw)
+        return TxState(next_seq=(max_seq or 0) + 1, next_artifact_seq=(max_art or 0) + 1)
 
     def event_select(self, *where: sa.ColumnElement[bool]) -> sa.Select[Any]:
         """The Event columns (`events_from_rows` reads them) of the rows matching `where`."""

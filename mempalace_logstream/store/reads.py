@@ -11,11 +11,9 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import sqlalchemy as sa
-
 from mempalace_logstream import notify
 from mempalace_logstream import validation as v
-from mempalace_logstream.backends import CoreExecutor, QueryExecutor
+from mempalace_logstream.backends import QueryExecutor
 from mempalace_logstream.backends.base import Query
 from mempalace_logstream.backends.queries import log as log_rows
 from mempalace_logstream.models import Event, Page
@@ -30,8 +28,8 @@ _SPLIT_TO_AGENT_MAX = plan.SPLIT_TO_AGENT_MAX
 
 
 class Reads:
-    """Reads and waits (a part of `LogStore`): snapshots on the pipeline's connections (its
-    backend's fast path when it has one) running the pipeline's compiled statements, marks
+    """Reads and waits (a part of `LogStore`): snapshots on the backend's connections running
+    the pipeline's compiled statements, marks
     judged with `identity`'s keyring, waits woken by `notifier`."""
 
     def __init__(
@@ -57,26 +55,10 @@ class Reads:
         with self._reading() as query:
             yield QueryExecutor(query, self._sql)
 
-    @contextlib.contextmanager
-    def _reading(self) -> Iterator[Query]:
-        """One read snapshot that runs precompiled SQL text and returns plain rows.
-
-        On the backend's fast path: its own DBAPI connection, no SQLAlchemy per statement.
-        Otherwise (PostgreSQL, or an engine with cursor listeners): the same text through
-        `exec_driver_sql`, so listeners see every statement.
-        """
-        fast = self.backend.fast_path()
-        if fast is None:
-            with self.pipeline.storage_errors(), self.engine.connect() as conn:
-                yield log_rows.driver_query(conn)
-            return
-        with fast.reading() as query:
-            yield query
-
-    def _hydrate(self, conn: sa.Connection, rows: Sequence[sa.Row[Any]]) -> list[Event]:
-        """The Events of rows that carry an `id`, read again through SQLAlchemy."""
-        ex = CoreExecutor(conn)
-        return [self.pipeline.event_by_id(ex, row.id, field="event_id") for row in rows]
+    def _reading(self) -> contextlib.AbstractContextManager[Query]:
+        """One read snapshot on the backend's own DBAPI connection that runs precompiled SQL
+        text and returns plain rows (no SQLAlchemy per statement)."""
+        return self.backend.reading()
 
     def tip(self) -> tuple[int, str | None]:
         """(seq, id) of the newest event, or (0, None) on an empty log."""

@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Any
 from mempalace_logstream.backends.queries import meta as meta_rows
 
 if TYPE_CHECKING:
-    import sqlalchemy as sa
-
+    from mempalace_logstream.backends import Executor
     from mempalace_logstream.store.core import LogStore
 
 PREFIX = "dashboard.ended."  # meta rows `dashboard.ended.<session id>` = its expiry (unix s)
@@ -25,21 +24,21 @@ def end_session(store: LogStore, session_id: str, expires_s: int, now_s: int) ->
     have expired by `now_s` (one write transaction)."""
     name = PREFIX + session_id
 
-    def work(conn: sa.Connection, _state: Any) -> None:
-        rows = meta_rows.with_prefix(conn, PREFIX)
+    def work(ex: Executor, _state: Any) -> None:
+        rows = meta_rows.with_prefix(ex, PREFIX)
         stale = [k for k, val in rows if not val.isdigit() or int(val) <= now_s]
         if stale:
-            meta_rows.delete(conn, stale)
+            meta_rows.delete(ex, stale)
         if not any(k == name for k, _ in rows):
-            meta_rows.insert(conn, name, str(expires_s))
+            meta_rows.insert(ex, name, str(expires_s))
 
-    store.core_transaction(work)
+    store.pipeline.write(work)
 
 
 def ended_sessions(store: LogStore) -> dict[str, int]:
     """session id -> expiry (unix s) of the sessions ended by a logout."""
-    with store.connect() as conn:
-        rows = meta_rows.with_prefix(conn, PREFIX)
+    with store.snapshot() as ex:
+        rows = meta_rows.with_prefix(ex, PREFIX)
     return {k[len(PREFIX) :]: int(val) for k, val in rows if val.isdigit()}
 
 
@@ -68,8 +67,8 @@ def _time(row: tuple[str, float]) -> float:
 
 def login_failures(store: LogStore, client: str, since_s: float) -> list[float]:
     """The unix times of `client`'s failed logins after `since_s`, oldest first."""
-    with store.connect() as conn:
-        rows = meta_rows.with_prefix(conn, _client_prefix(client))
+    with store.snapshot() as ex:
+        rows = meta_rows.with_prefix(ex, _client_prefix(client))
     return sorted(t for _k, val in rows if (t := _at(val)) > since_s)
 
 
@@ -77,8 +76,8 @@ def login_failed(store: LogStore, client: str, now_s: float, window_s: float) ->
     """Record a failed login of `client` at `now_s`; its failures within the window."""
     mine = _client_prefix(client)
 
-    def work(conn: sa.Connection, _state: Any) -> int:
-        rows = sorted(((k, _at(val)) for k, val in meta_rows.with_prefix(conn, FAILED)), key=_time)
+    def work(ex: Executor, _state: Any) -> int:
+        rows = sorted(((k, _at(val)) for k, val in meta_rows.with_prefix(ex, FAILED)), key=_time)
         drop = [k for k, t in rows if t <= now_s - window_s]
         live = rows[len(drop) :]  # sorted by time: the stale ones come first
         excess = len(live) + 1 - MAX_FAILURE_ROWS
@@ -86,19 +85,20 @@ def login_failed(store: LogStore, client: str, now_s: float, window_s: float) ->
             drop += [k for k, _t in live[:excess]]
             live = live[excess:]
         if drop:
-            meta_rows.delete(conn, drop)
-        meta_rows.insert(conn, mine + secrets.token_hex(8), repr(now_s))
+            meta_rows.delete(ex, drop)
+        meta_rows.insert(ex, mine + secrets.token_hex(8), repr(now_s))
         return 1 + sum(1 for k, _t in live if k.startswith(mine))
 
-    return store.core_transaction(work)
+    failures: int = store.pipeline.write(work)
+    return failures
 
 
 def login_succeeded(store: LogStore, client: str) -> None:
     """Forget `client`'s failed logins."""
 
-    def work(conn: sa.Connection, _state: Any) -> None:
-        keys = [k for k, _v in meta_rows.with_prefix(conn, _client_prefix(client))]
+    def work(ex: Executor, _state: Any) -> None:
+        keys = [k for k, _v in meta_rows.with_prefix(ex, _client_prefix(client))]
         if keys:
-            meta_rows.delete(conn, keys)
+            meta_rows.delete(ex, keys)
 
-    store.core_transaction(work)
+    store.pipeline.write(work)

@@ -9,11 +9,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import sqlalchemy as sa
-
 from mempalace_logstream import errors
 from mempalace_logstream import validation as v
-from mempalace_logstream.backends import CoreExecutor, Executor
+from mempalace_logstream.backends import Executor
 from mempalace_logstream.backends.base import Build
 from mempalace_logstream.backends.queries import appends as sql
 from mempalace_logstream.backends.queries import meta as meta_rows
@@ -188,7 +186,7 @@ class Writes:
     ) -> T:
         """Run `work(tx)` in a group-committed write transaction and return its result.
 
-        Every write of the store goes through here. `on_bulk` is called on the fast path when
+        Every write of the store goes through here. `on_bulk` is called when
         the rest of the transaction is long work that releases the GIL (a big sync page).
         Raises what `work` raises (nothing is written then), or StorageError.
         """
@@ -205,19 +203,19 @@ class Writes:
 
     def pinned_admins(self) -> list[str]:
         """The admin key ids this replica trusts as roots (RFC 0008 "Admin key")."""
-        with self.pipeline.connect() as conn:
-            held = meta_rows.with_prefix(conn, PIN_PREFIX)
+        with self.store.snapshot() as ex:
+            held = meta_rows.with_prefix(ex, PIN_PREFIX)
         return sorted(k[len(PIN_PREFIX) :] for k, _value in held)
 
     def set_agent_token(self, agent: str, token_hash: str | None) -> None:
         """Store (or, with None, drop) the hash of `agent`'s bearer token. Local to this
         hub, never replicated (RFC 0008)."""
 
-        def work(conn: sa.Connection, _state: TxState) -> None:
+        def work(ex: Executor, _state: TxState) -> None:
             at = now_text(self.pipeline.clock.wall_clock.now_ms())
-            sql.set_agent_token(CoreExecutor(conn), agent, token_hash, at)
+            sql.set_agent_token(ex, agent, token_hash, at)
 
-        self.pipeline.core_transaction(work)
+        self.pipeline.write(work)
 
     def agent_token_hashes(self) -> dict[str, str]:
         """agent -> the stored hash of its token."""
@@ -230,18 +228,22 @@ class Writes:
         if not keys.is_key_id(key_id):
             raise v.fail("key_id", f"{key_id!r} is not ed25519:<32 hex>")
         name = PIN_PREFIX + key_id
+        identity = self.pipeline.identity
 
-        def work(conn: sa.Connection, _state: TxState) -> bool:
-            held = meta_rows.value(conn, name) is not None
-            if pinned and not held:
-                meta_rows.insert(conn, name, "admin")
-                return True
-            if not pinned and held:
-                meta_rows.delete(conn, [name])
-                return True
-            return False
+        def work(ex: Executor, _state: TxState) -> bool:
+            held = meta_rows.get(ex, name) is not None
+            if pinned == held:
+                return False
+            if pinned:
+                meta_rows.insert(ex, name, "admin")
+            else:
+                meta_rows.delete(ex, [name])
+            # The keyring changed: a write transaction must not reuse the one it (or the one
+            # before it, while nobody else committed) read without this pin.
+            identity.moved()
+            return True
 
-        changed: bool = self.pipeline.core_transaction(work)
+        changed: bool = self.pipeline.write(work)
         return changed
 
     def draft_event(

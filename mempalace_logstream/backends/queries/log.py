@@ -1,5 +1,5 @@
-"""The log's reads: the event read columns, the page and its three cursor statements (the
-read fast path: each compiled once per store and run as precompiled text), the doctor's scans,
+"""The log's reads: the event read columns, the page and its three cursor statements (each
+compiled once per store and run as precompiled text on a read snapshot), the doctor's scans,
 the version vector and the counts of `stats`.
 
 `select` (an `EventSelect`) is the store's `event_select`: the event read columns of the rows
@@ -14,7 +14,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from mempalace_logstream.backends.base import Build, Executor, LinksFunctions, Query
+from mempalace_logstream.backends.base import Build, Executor, LinksFunctions
 from mempalace_logstream.schema import (
     artifact_blobs,
     artifacts,
@@ -62,12 +62,6 @@ def read_columns(links: LinksFunctions, fields: Sequence[str]) -> list[sa.Column
 
 
 # ----------------------------------------------------------------------------- a page
-
-
-def driver_query(conn: sa.Connection) -> Query:
-    """Precompiled text through SQLAlchemy's `exec_driver_sql` on `conn` (the reads off the
-    fast path: engine listeners see every statement)."""
-    return lambda sql, params: conn.exec_driver_sql(sql, dict(params)).all()
 
 
 def _seq_of() -> sa.Select[Any]:

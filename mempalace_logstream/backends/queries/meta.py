@@ -1,6 +1,8 @@
 """The `logstream_meta` rows: local settings and marks of this database (its replica id, the
 task fold's version, the pins, the ended dashboard sessions), never replicated; and the schema
-revision Alembic records. Each function takes a `sa.Connection`."""
+revision Alembic records. `value` and `schema_revision` read through a `sa.Connection` (a
+read outside the store's snapshots: opening a store, the hubs' leader lock); the others take
+the `Executor` of a write transaction or a read snapshot."""
 
 from __future__ import annotations
 
@@ -8,7 +10,10 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 
+from mempalace_logstream.backends.base import Executor, binds, in_lists
 from mempalace_logstream.schema import meta
+
+_ESCAPE = "/"  # LIKE's escape character for a literal prefix (what `autoescape` uses)
 
 
 def value(conn: sa.Connection, key: str) -> str | None:
@@ -17,20 +22,41 @@ def value(conn: sa.Connection, key: str) -> str | None:
     return None if got is None else str(got)
 
 
-def insert(conn: sa.Connection, key: str, val: str) -> None:
+def _get() -> sa.Select[tuple[str]]:
+    return sa.select(meta.c.value).where(meta.c.key == sa.bindparam("key"))
+
+
+def get(ex: Executor, key: str) -> str | None:
+    """The value of the meta row `key` as `ex` sees it, None if there is none."""
+    rows = ex.rows("meta.get", _get, {"key": key})
+    return None if not rows or rows[0][0] is None else str(rows[0][0])
+
+
+def insert(ex: Executor, key: str, val: str) -> None:
     """Add the meta row `key` (it must not exist)."""
-    conn.execute(sa.insert(meta).values(key=key, value=val))
+    ex.insert("meta.insert", meta, [{"key": key, "value": val}])
 
 
-def with_prefix(conn: sa.Connection, prefix: str) -> list[tuple[str, str]]:
+def _with_prefix() -> sa.Select[tuple[str, str]]:
+    pattern: sa.BindParameter[str] = sa.bindparam("pattern")
+    return sa.select(meta.c.key, meta.c.value).where(meta.c.key.like(pattern, escape=_ESCAPE))
+
+
+def with_prefix(ex: Executor, prefix: str) -> list[tuple[str, str]]:
     """(key, value) of every meta row whose key starts with `prefix` (taken literally)."""
-    q = sa.select(meta.c.key, meta.c.value).where(meta.c.key.startswith(prefix, autoescape=True))
-    return [(str(k), str(val)) for k, val in conn.execute(q).all()]
+    literal = "".join(_ESCAPE + ch if ch in "%_" + _ESCAPE else ch for ch in prefix)
+    rows = ex.rows("meta.with-prefix", _with_prefix, {"pattern": literal + "%"})
+    return [(str(k), str(val)) for k, val in rows]
 
 
-def delete(conn: sa.Connection, keys: Sequence[str]) -> None:
+def delete(ex: Executor, keys: Sequence[str]) -> None:
     """Remove the meta rows `keys`."""
-    conn.execute(sa.delete(meta).where(meta.c.key.in_(list(keys))))
+    for n, params in in_lists(list(keys)):
+
+        def build(n: int = n) -> sa.Delete:
+            return sa.delete(meta).where(meta.c.key.in_(binds(n)))
+
+        ex.run(("meta.delete", n), build, params)
 
 
 def schema_revision(conn: sa.Connection) -> str | None:

@@ -292,19 +292,30 @@ def refusal_counts(
 # --------------------------------------------------------------------------- the peer estate
 
 
-def peer(conn: sa.Connection, name: str) -> dict[str, Any] | None:
+def _peer() -> sa.Select[Any]:
+    return sa.select(sync_peers).where(sync_peers.c.name == sa.bindparam("name"))
+
+
+def peer(ex: Executor, name: str) -> dict[str, Any] | None:
     """The sync_peers row of `name`, or None."""
-    found = conn.execute(sa.select(sync_peers).where(sync_peers.c.name == name)).mappings().first()
-    return None if found is None else dict(found)
+    rows = ex.rows("sync.peer", _peer, {"name": name})
+    return None if not rows else dict(zip(sync_peers.c.keys(), rows[0], strict=True))
 
 
-def put_peer(conn: sa.Connection, row: Mapping[str, Any], *, exists: bool) -> None:
-    """Write the sync_peers row `row` (update it when `exists`, else insert it)."""
-    if exists:
-        q = sa.update(sync_peers).where(sync_peers.c.name == row["name"]).values(**row)
-        conn.execute(q)
-    else:
-        conn.execute(sa.insert(sync_peers).values(**row))
+def _update_peer() -> sa.Update:
+    sets: dict[str, Any] = {
+        c.name: sa.bindparam(f"set_{c.name}") for c in sync_peers.c if c.name != "name"
+    }
+    return sa.update(sync_peers).where(sync_peers.c.name == sa.bindparam("name")).values(sets)
+
+
+def put_peer(ex: Executor, row: Mapping[str, Any], *, exists: bool) -> None:
+    """Write the sync_peers row `row`, every column (update it when `exists`, else insert)."""
+    if not exists:
+        ex.insert("sync.peer-insert", sync_peers, [dict(row)])
+        return
+    params = {f"set_{k}": v for k, v in row.items() if k != "name"}
+    ex.run("sync.peer-update", _update_peer, {**params, "name": row["name"]})
 
 
 def peers(conn: sa.Connection) -> list[dict[str, Any]]:

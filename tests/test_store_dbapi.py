@@ -1,10 +1,9 @@
-"""The SQLite fast paths of LogStore give exactly what the SQLAlchemy paths give.
-
-On SQLite, `event_append`/`event_ack` batches run on the store's own DBAPI writer connection and
-reads run precompiled SQL on a pooled DBAPI connection; any other batch item, PostgreSQL, or an
-engine with cursor listeners takes the SQLAlchemy path. These tests write and read the same data
-both ways and compare, check savepoint isolation and error mapping in batches that take the fast
-path, batches that mix in a Core item, and many writers (threads and a second process).
+"""The store on SQLite's own DBAPI connections: every write transaction runs on the writer's
+connection (`Backend.transaction`) and every read on a pooled one (`Backend.reading`), with
+precompiled SQL. These tests check what a script of writes stores (each value's storage type)
+and returns, every filter shape's page against the page rule evaluated in Python, savepoint
+isolation and error mapping in group-committed batches (writes of any kind in one batch), the
+busy lock, and many writers (threads and a second process).
 """
 
 from __future__ import annotations
@@ -12,13 +11,11 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import re
 import sqlite3
 import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,27 +30,12 @@ from mempalace_logstream.schema import meta
 pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
 
 
-def _noop_listener(*_args: Any) -> None:
-    pass
-
-
-@contextmanager
-def sqlalchemy_path(store: LogStore) -> Iterator[None]:
-    """Force the SQLAlchemy paths: a cursor listener on the engine turns the fast paths off."""
-    sa.event.listen(store.engine, "before_cursor_execute", _noop_listener)
-    try:
-        assert not store.uses_fast_path()
-        yield
-    finally:
-        sa.event.remove(store.engine, "before_cursor_execute", _noop_listener)
-
-
 def _open(path: Path, clock: ManualClock | None = None) -> LogStore:
     return LogStore.open(str(path), durability="off", clock=clock)
 
 
 def _script(store: LogStore) -> list[Any]:
-    """One fixed sequence of writes touching every fast-path branch; returns what came back."""
+    """One fixed sequence of writes touching every write branch; returns what came back."""
     a1 = store.artifact_put(kind="note", content="one", created_by="w")
     a2 = store.artifact_put(kind="note", content="two", created_by="w")
     a3 = store.artifact_put(kind="note", content="three", created_by="w")
@@ -112,62 +94,33 @@ def _script(store: LogStore) -> list[Any]:
     return out
 
 
-def _normalized(value: Any) -> str:
-    """A JSON dump with every generated id replaced by its order of first appearance."""
-
-    def plain(v: Any) -> Any:
-        if hasattr(v, "to_dict"):
-            return v.to_dict()
-        if isinstance(v, dict):
-            return {k: plain(x) for k, x in v.items()}
-        if isinstance(v, (list, tuple)):
-            return [plain(x) for x in v]
-        return v
-
-    text = json.dumps(plain(value), sort_keys=True, ensure_ascii=False)
-    seen: dict[str, str] = {}
-    text = re.sub(
-        r"\b(?:evt|art)_\d{8}T\d{6}_[0-9a-f]{20}\b",
-        lambda m: seen.setdefault(m.group(0), f"<id{len(seen)}>"),
-        text,
-    )
-    return re.sub(r"rep_[0-9a-f]{32}", "<replica>", text)
+# The storage types a column may hold (SQLite stores what the driver binds, whatever the
+# declared type): an integer bound as a float or text bound as a BLOB would show here.
+_STORED = {"INTEGER": {"integer"}, "BIGINT": {"integer"}, "TEXT": {"text"}, "BLOB": {"blob"}}
 
 
-def _table_dump(path: Path) -> list[Any]:
-    """Every row of the event tables with each value's SQLite storage type."""
-    conn = sqlite3.connect(path)
-    try:
-        out = []
-        for table, order in (("events", "seq"), ("event_artifacts", "rowid"), ("artifacts", "seq")):
-            cols = [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
-            select = ", ".join(f"{c}, typeof({c})" for c in cols)
-            out.append(
-                [list(r) for r in conn.execute(f"SELECT {select} FROM {table} ORDER BY {order}")]
-            )
-        return out
-    finally:
-        conn.close()
-
-
-def test_fast_and_sqlalchemy_writes_store_identical_rows_and_results(tmp_path: Path) -> None:
-    fast_clock, slow_clock = ManualClock(), ManualClock()
-    with _open(tmp_path / "fast.sqlite3", fast_clock) as fast:
-        assert fast.uses_fast_path()
-        fast_out = _script(fast)
-    with _open(tmp_path / "slow.sqlite3", slow_clock) as slow, sqlalchemy_path(slow):
-        slow_out = _script(slow)
-    assert _normalized(fast_out) == _normalized(slow_out)
-    assert _normalized(_table_dump(tmp_path / "fast.sqlite3")) == _normalized(
-        _table_dump(tmp_path / "slow.sqlite3")
-    )
-    assert [x[0] for x in fast_out if isinstance(x, tuple)] == [
+def test_writes_store_typed_rows_and_return_what_they_stored(tmp_path: Path) -> None:
+    with _open(tmp_path / "w.sqlite3", ManualClock()) as store:
+        out = _script(store)
+        events = [x for x in out if hasattr(x, "seq") and hasattr(x, "body")]
+        assert [store.event_get(e.id) for e in events] == events
+        listed = {e.id: e for e in store.event_list(order="asc", limit=100).events}
+        assert all(listed[e.id] == e for e in events)
+    assert [x[0] for x in out if isinstance(x, tuple)] == [
         "ConflictError",
         "NotFoundError",
         "NotFoundError",
     ]
-    assert fast_out[4].artifact_ids == (fast_out[2].id, fast_out[0].id, fast_out[1].id)
-    assert fast_out[5] == fast_out[4]  # the idempotent retry returned the stored event
+    assert out[4].artifact_ids == (out[2].id, out[0].id, out[1].id)
+    assert out[5] == out[4]  # the idempotent retry returned the stored event
+    conn = sqlite3.connect(tmp_path / "w.sqlite3")
+    try:
+        for table in ("events", "event_artifacts", "artifacts"):
+            for _, col, decl, *_rest in conn.execute(f"PRAGMA table_info({table})"):
+                kinds = {r[0] for r in conn.execute(f"SELECT DISTINCT typeof({col}) FROM {table}")}
+                assert kinds - {"null"} <= _STORED[decl.upper()], (table, col, kinds)
+    finally:
+        conn.close()
 
 
 READS: list[dict[str, Any]] = [
@@ -216,9 +169,34 @@ def _page_key(page: Any) -> tuple:
     return (page.events, page.cursor, page.has_more, page.scanned_seq, page.note)
 
 
+def _expected(everything: list[Any], req: Any, after_seq: int | None = None) -> tuple:
+    """(ids, has_more) of a page by the page rule (`store/plan.py` `read_page`) in Python:
+    the filters by `Filters.matches`, the cursors by seq, the order and the limit."""
+    seq_of = {e.id: e.seq for e in everything}
+    hi = seq_of[req.before_event_id] if req.before_event_id else None
+    below = [e for e in everything if hi is None or e.seq < hi]
+    lo = after_seq or 0
+    if after_seq is None and req.since_event_id == "tip":
+        lo = below[-1].seq if below else 0
+    elif after_seq is None and req.since_event_id is not None:
+        lo = seq_of[req.since_event_id]
+    since = req.since_created_at
+    picked = [
+        e
+        for e in below
+        if e.seq > lo and req.filters.matches(e) and (since is None or e.created_at >= since)
+    ]
+    has_cursor = req.since_event_id is not None or after_seq is not None
+    if (req.order or ("asc" if has_cursor else "desc")) == "desc":
+        picked.reverse()
+    return [e.id for e in picked[: req.limit]], len(picked) > req.limit
+
+
 @pytest.mark.parametrize("req", READS, ids=[json.dumps(r)[:40] for r in READS])
-def test_fast_reads_equal_sqlalchemy_reads_for_every_filter_shape(filled, req) -> None:
+def test_every_filter_shape_reads_the_page_rule(filled, req) -> None:
     store, ids = filled
+    everything = list(store.event_list(order="asc", limit=500).events)
+    assert len(everything) == len(ids)
     for cursor in (
         {},
         {"since_event_id": ids[20]},
@@ -227,30 +205,21 @@ def test_fast_reads_equal_sqlalchemy_reads_for_every_filter_shape(filled, req) -
         {"since_event_id": "tip"},
     ):
         args = {**req, **cursor}
-        fast = store.event_list(**args)
-        with sqlalchemy_path(store):
-            slow = store.event_list(**args)
-        assert _page_key(fast) == _page_key(slow), args
-        resumed = store.read(store.read_request(**args), after_seq=fast.scanned_seq - 5)
-        with sqlalchemy_path(store):
-            again = store.read(store.read_request(**args), after_seq=fast.scanned_seq - 5)
-        assert _page_key(resumed) == _page_key(again)
+        request = store.read_request(**args)
+        page = store.event_list(**args)
+        assert ([e.id for e in page.events], page.has_more) == _expected(everything, request)
+        after = page.scanned_seq - 5
+        resumed = store.read(request, after_seq=after)
+        got = ([e.id for e in resumed.events], resumed.has_more)
+        assert got == _expected(everything, request, after), args
 
 
-def test_fast_event_get_and_tip_equal_the_core_hydration(filled) -> None:
+def test_event_get_tip_and_pages_read_the_same_events(filled) -> None:
     store, ids = filled
-    from mempalace_logstream.schema import events
-    from mempalace_logstream.store import EVENT_COLS
-
-    with store.engine.connect() as conn:
-        rows = conn.execute(sa.select(*EVENT_COLS).order_by(events.c.seq)).all()
-        core = store.reads._hydrate(conn, rows)
-    assert [store.event_get(i) for i in ids] == core[-len(ids) :]
-    assert [e.artifact_ids for e in core[-6:]] != [()] * 6  # links really exist
-    with sqlalchemy_path(store):
-        assert [store.event_get(i) for i in ids[:5]] == core[-len(ids) :][:5]
-        slow_tip = store.tip()
-    assert store.tip() == slow_tip == (core[-1].seq, core[-1].id)
+    listed = list(store.event_list(order="asc", limit=500).events)
+    assert [store.event_get(i) for i in ids] == listed
+    assert [e.artifact_ids for e in listed[-6:]] != [()] * 6  # links really exist
+    assert store.tip() == (listed[-1].seq, listed[-1].id)
     # every field, types included, is what a normally constructed Event holds
     for got in (store.event_get(ids[-1]), store.event_list(limit=1).events[0]):
         assert vars(got) == vars(type(got)(**vars(got)))
@@ -261,32 +230,33 @@ def test_fast_event_get_and_tip_equal_the_core_hydration(filled) -> None:
         store.event_list(since_event_id="evt_nope")
 
 
-def test_an_empty_log_reads_the_same_on_both_paths(tmp_path: Path) -> None:
+def test_an_empty_log_reads_as_empty(tmp_path: Path) -> None:
     with _open(tmp_path / "empty.sqlite3") as store:
-        fast = (_page_key(store.event_list()), store.tip())
-        with sqlalchemy_path(store):
-            assert (_page_key(store.event_list()), store.tip()) == fast
-        assert fast == (((), None, False, 0, None), (0, None))
+        got = (_page_key(store.event_list()), store.tip())
+        assert got == (((), None, False, 0, None), (0, None))
 
 
 # ----------------------------------------------------------------------- group commit
 
 
+def _run_sql(store: LogStore, sql: str) -> Any:
+    """Run the SQL text `sql` as one write of the store."""
+    return store.pipeline.write(lambda ex, st: ex.run("test.sql", lambda: sa.text(sql), {}))
+
+
 def _raw_sql_item(store: LogStore, sql: str) -> Callable[[], Any]:
-    """A batch item with a DBAPI version (so the batch stays on the fast path)."""
-    return lambda: store.pipeline.submit(
-        lambda conn, st: conn.exec_driver_sql(sql), lambda db, st: db.execute(sql)
-    )
+    """A batch item that runs raw SQL text."""
+    return lambda: _run_sql(store, sql)
 
 
-def test_savepoints_isolate_failing_items_in_a_fast_batch(tmp_path: Path) -> None:
+def test_savepoints_isolate_failing_items_in_a_batch(tmp_path: Path) -> None:
     with _open(tmp_path / "batch.sqlite3") as store:
         add = store.event_append
         add(type="x", stream="s", room="r", from_agent="idem", idempotency_key="k", body="orig")
         target = add(type="x", stream="s", room="r", from_agent="lead", body="target")
         batches: list[str] = []
-        real_raw = store.pipeline._run_raw_batch
-        store.pipeline._run_raw_batch = lambda b: (batches.append("raw"), real_raw(b))[1]  # type: ignore
+        real = store.pipeline._run_batch
+        store.pipeline._run_batch = lambda b: (batches.append("one"), real(b))[1]  # type: ignore
         dup = "INSERT INTO logstream_meta (key, value) VALUES ('replica_id', 'dup')"
         calls = [
             lambda: add(type="x", stream="s", room="r", from_agent="w", body="ok-1"),
@@ -305,7 +275,7 @@ def test_savepoints_isolate_failing_items_in_a_fast_batch(tmp_path: Path) -> Non
             lambda: add(type="x", stream="s", room="r", from_agent="w", body="ok-2"),
         ]
         results = batched(store, calls)
-        assert batches == ["raw"]
+        assert batches == ["one"]
         assert isinstance(results[1], errors.NotFoundError)
         assert isinstance(results[3], errors.ConflictError)
         assert isinstance(results[4], errors.StorageError)
@@ -321,17 +291,18 @@ def test_savepoints_isolate_failing_items_in_a_fast_batch(tmp_path: Path) -> Non
         assert all(a.hlc < b.hlc for a, b in itertools.pairwise(listed))
 
 
-def test_a_batch_with_a_core_item_runs_every_item_on_the_sqlalchemy_path(tmp_path: Path):
+def test_a_batch_mixing_appends_and_other_writes_commits_them_in_one_transaction(
+    tmp_path: Path,
+) -> None:
     with _open(tmp_path / "mixed.sqlite3") as store:
         add = store.event_append
         batches: list[str] = []
         real = store.pipeline._run_batch
-        store.pipeline._run_batch = lambda b: (batches.append("core"), real(b))[1]  # type: ignore
+        store.pipeline._run_batch = lambda b: (batches.append("one"), real(b))[1]  # type: ignore
 
         def core_item() -> Any:
-            return store.pipeline.submit(
-                lambda conn, st: conn.execute(sa.insert(meta).values(key="note", value="v"))
-            )
+            row = {"key": "note", "value": "v"}
+            return store.pipeline.write(lambda ex, st: ex.insert("test.meta", meta, [row]))
 
         calls = [
             lambda: add(type="x", stream="s", room="r", from_agent="w", body="a"),
@@ -340,25 +311,20 @@ def test_a_batch_with_a_core_item_runs_every_item_on_the_sqlalchemy_path(tmp_pat
             lambda: add(type="x", stream="s", room="r", from_agent="w", body="b"),
         ]
         results = batched(store, calls)
-        assert batches == ["core"]
+        assert batches == ["one"]
         assert isinstance(results[2], errors.NotFoundError)
         assert sorted(e.body for e in store.event_list().events) == ["a", "b"]
         with store.engine.connect() as conn:
             assert conn.execute(sa.select(meta.c.value).where(meta.c.key == "note")).scalar() == "v"
 
 
-def test_sqlite_errors_on_the_fast_path_read_like_the_sqlalchemy_path(tmp_path: Path) -> None:
+def test_sqlite_errors_read_as_storage_errors_with_the_driver_text(tmp_path: Path) -> None:
     with _open(tmp_path / "err.sqlite3") as store:
         bad = "INSERT INTO no_such_table VALUES (1)"
-        with pytest.raises(errors.StorageError) as fast:
-            store.pipeline.submit(
-                lambda conn, st: conn.exec_driver_sql(bad), lambda db, st: db.execute(bad)
-            )
-        with sqlalchemy_path(store), pytest.raises(errors.StorageError) as slow:
-            store.pipeline.submit(
-                lambda conn, st: conn.exec_driver_sql(bad), lambda db, st: db.execute(bad)
-            )
-        assert str(fast.value) == str(slow.value) == "database error: no such table: no_such_table"
+        with pytest.raises(errors.StorageError) as got:
+            _run_sql(store, bad)
+        assert str(got.value) == "database error: no such table: no_such_table"
+        assert isinstance(got.value.__cause__, sqlite3.OperationalError)
         # the writer connection is usable again: nothing was left open
         assert store.event_append(type="x", stream="s", room="r", from_agent="w").seq == 1
 
@@ -463,10 +429,10 @@ def test_threads_and_a_second_process_lose_and_reorder_nothing(tmp_path: Path) -
 
 
 def test_skipped_state_query_never_reuses_a_seq_taken_by_another_writer(tmp_path: Path) -> None:
-    """The fast path skips its seq/HLC state query while `PRAGMA data_version` says no other
-    connection committed. Interleave every kind of other writer: a second store on the file
-    (another connection, as another process would be), this store's own SQLAlchemy path
-    (artifact_put, patch_submit) and a raw sqlite3 reader; seq stays gapless and unique."""
+    """A write transaction skips its seq/HLC state query while `PRAGMA data_version` says no
+    other connection committed. Interleave every kind of writer: a second store on the file
+    (another connection, as another process would be), this store's artifact puts and patch
+    submissions, and a raw sqlite3 reader; seq stays gapless and unique."""
     path = tmp_path / "shared.sqlite3"
     with LogStore.open(str(path)) as a, LogStore.open(str(path)) as b:
         writers: list[Callable[[int], Any]] = [
