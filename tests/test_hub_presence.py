@@ -284,3 +284,18 @@ def test_lapsed_rows_are_kept_for_their_paths_up_to_twice_the_bound(pg_url: str)
         assert rows[0][2]["watch"][1] < now[0]  # a lapsed path is remembered as lapsed
         assert reg.announced("a5") and reg.paths("a5") == {}  # known, its path lapsed
         assert not reg.announced("a0")  # forgotten here too (the same bound in memory)
+
+
+def test_a_hub_started_later_reads_who_is_home_from_the_table(
+    pg_url: str, two_hubs: tuple[Registry, Registry]
+) -> None:
+    a, _b = two_hubs
+    a.announce(agent="here", state="working", ttl_s=60, path="channel")
+    with LogStore.open(_db(pg_url)) as store:  # a hub (re)started after the announcement
+        late = shared_presence.registry_for(store)
+        assert late.present() == []
+        shared_presence.start(late)  # returns once the table was read
+        try:
+            assert _names(late) == ["here"] and list(late.paths("here")) == ["channel"]
+        finally:
+            shared_presence.stop(late)
