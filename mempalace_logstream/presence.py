@@ -38,7 +38,7 @@ MAX_TTL_S = 3_600
 MAX_NOTE_CHARS = 500
 MAX_AGENTS = 1_000
 NEEDS_A_HUB = (
-    "presence lives in a hub's memory: give --hub URL (or LOGSTREAM_HUB), or start one with "
+    "presence is kept by a hub: give --hub URL (or LOGSTREAM_HUB), or start one with "
     "`logstream serve`"
 )
 
