@@ -12,7 +12,9 @@ from mempalace_logstream.cli.options import HubOpt, JsonOpt, TokenOpt
 from mempalace_logstream.cli.root import app, new_typer
 from mempalace_logstream.cli.shared import emit, fail, given_args, run
 
-presence_app = new_typer(help="Who is home: presence kept by a hub, never in the log (needs --hub).")
+presence_app = new_typer(
+    help="Who is home: presence kept by a hub, never in the log (needs --hub)."
+)
 app.add_typer(presence_app, name="presence")
 
 AgentOpt = Annotated[str, typer.Option("--agent", help="Your agent id.")]
