@@ -34,6 +34,8 @@ RULES: dict[str, tuple[str, ...]] = {
     # The operations' parameters (issue 21): pure descriptions, read by every surface.
     "op_params": ("sqlalchemy", "store", "schema", "backends", *SURFACE_LIBS),
     "presence": ("sqlalchemy", "store", "backends", "schema", "notify", "sync", *SURFACE_LIBS),
+    # Presence shared by the hubs of a PostgreSQL log (issue 23): its SQL in backends/.
+    "shared_presence": ("sqlalchemy", "schema", "sync", "store", *SURFACE_LIBS),
     "tasks": ("sqlalchemy", "store", "backends", "schema", "notify", "sync", *SURFACE_LIBS),
     "identity": ("sqlalchemy", "store", "backends", "schema", "notify", "sync", *SURFACE_LIBS),
     "notify": ("fastapi", "typer", "mcp", "store"),
