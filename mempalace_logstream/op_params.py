@@ -388,8 +388,9 @@ class Stats(Params):
 
 
 class PresenceAnnounce(Params):
-    """Tell the hub you are home: {presence}. Held in the hub's memory, never in the log; it
-    vanishes after ttl_s unless announced again. Needs a hub (the /mcp endpoint, or --hub)."""
+    """Tell the hub you are home: {presence}. Kept by the hub (shared by every hub of a
+    PostgreSQL log), never in the log; it vanishes after ttl_s unless announced again. Needs a
+    hub (the /mcp endpoint, or --hub)."""
 
     agent: Agent
     state: Annotated[str, described("watching, working or idle.")]
