@@ -1,7 +1,7 @@
 """Presence on the SSE feed (issue 14): how fast a change reaches a `presence=1` subscriber, how
 late an expiry is told, and what a subscriber that stops reading costs the hub.
 
-    python bench/bench_presence.py [--quick | --smoke] [--samples N] [--churn N]
+    python bench/bench_presence.py [--quick | --smoke] [--samples N] [--churn N] [--pg]
 
 The hub is `logstream serve` in a subprocess; the subscriber reads `/v1/stream?presence=1` in
 this process with httpx. Announce latency: `POST /v1/presence_announce` sent -> its frame
@@ -9,7 +9,10 @@ read (CLOCK_MONOTONIC, one process). Expiry lateness: an entry's `expires_at` ->
 frame read (wall clock, same machine), agents with ttl_s=1 announced 50 ms apart, nobody
 listing. Stalled subscriber: a raw socket that never reads, with `--churn` agents announced
 (with a 500-character note) and left; the hub's VmRSS before and after, and after the
-subscriber disconnects. Never a test.
+subscriber disconnects. With `--pg`, also presence shared by two hubs on one PostgreSQL log
+(issue 23; a fresh schema on `$LOGSTREAM_BENCH_PG`, else the local server): announce through
+hub A -> its frame read from hub A and from hub B, and the announce request itself. Never a
+test.
 """
 
 from __future__ import annotations
@@ -41,15 +44,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     common.add_smoke(p)
     p.add_argument("--samples", type=int, default=None, help="latency samples (default 200)")
     p.add_argument("--churn", type=int, default=None, help="agents churned (default 8000)")
+    p.add_argument("--pg", action="store_true", help="also two hubs on one PostgreSQL log")
     return p.parse_args(argv)
 
 
 class Hub:
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, db: str | None = None) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("LOGSTREAM_")}
+        tmp.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "mempalace_logstream", "serve", "--port", "0"]
-            + ["--db", str(tmp / "hub.sqlite3"), "--sync-interval", "0"],
+            + ["--db", db or str(tmp / "hub.sqlite3"), "--sync-interval", "0"]
+            + ["--palace", str(tmp / "palace")],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             env={**env, "PYTHONPATH": str(common.REPO)},
@@ -122,6 +128,37 @@ def announce_samples(http: Any, reader: Reader, n: int) -> list[float]:
     return out
 
 
+def shared_samples(n: int) -> dict[str, list[float]]:
+    """Two hubs on one PostgreSQL log: announce through A; the request, and the frame read
+    from A and from B (seconds, from the request sent)."""
+    import httpx
+
+    from bench.bench_hubs import pg_schema
+    from mempalace_logstream import LogStore
+
+    out: dict[str, list[float]] = {"its answer": [], "frame on hub A": [], "frame on hub B": []}
+    with pg_schema() as db, common.temp_dir() as tmp:
+        LogStore.open(db).close()
+        hubs = [Hub(tmp / "a", db), Hub(tmp / "b", db)]
+        try:
+            readers = [Reader(h.url) for h in hubs]
+            with httpx.Client(base_url=hubs[0].url, timeout=30) as http:
+                for i in range(n):
+                    agent = f"shared-{i}"
+                    sent = time.monotonic()
+                    http.post("/v1/presence_announce", json={"agent": agent, "state": "working"})
+                    out["its answer"].append(time.monotonic() - sent)
+                    for key, reader in zip(
+                        ("frame on hub A", "frame on hub B"), readers, strict=True
+                    ):
+                        out[key].append(reader.wait((agent, "working"))[0] - sent)
+                    http.post("/v1/presence_leave", json={"agent": agent})
+        finally:
+            for hub in hubs:
+                hub.close()
+    return out
+
+
 def expiry_samples(http: Any, reader: Reader, n: int) -> list[float]:
     due: dict[str, float] = {}
     for i in range(n):
@@ -191,6 +228,18 @@ def main(argv: list[str] | None = None) -> int:
         ["before", "during", "after it left"],
         [[before, during, after]],
     )
+    if args.pg:
+        shared = shared_samples(n)
+        rows = []
+        for label, values in shared.items():
+            s = common.summarize(values)
+            row = [common.fmt_ms(s[k]) for k in ("p50", "p95", "max")]
+            rows.append([label, *row, len(values)])
+        common.print_table(
+            "presence on two hubs of one PostgreSQL log: announce through hub A (ms)",
+            ["from the request sent to", "p50", "p95", "max", "n"],
+            rows,
+        )
     common.target_line(BENCH, "expiry told late, max", max(late) * 1e3, "ms", "<=", 1_500)
     return 0
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from mempalace_logstream import tasks
 from mempalace_logstream import validation as v
+from mempalace_logstream.models import DRAFT_SPEC, EVENT_SPEC
 
 
 class Params(BaseModel):
@@ -52,36 +53,43 @@ Encoding = Annotated[
 TaskId = Annotated[str, described("The task (its correlation_id).")]
 
 
-class EventAppend(Params):
-    """Append one event to the shared log and return it ({event}) with its id.
+# The type and default of an event field a writer gives, by its rule (`models.FieldSpec.check`).
+_BY_RULE: dict[str, tuple[Any, Any]] = {
+    "type": (str, ...),
+    "required": (str, ...),
+    "routing": (str | None, None),
+    "status": (str | None, None),
+    "artifact_ids": (list[str] | None, None),
+    "body": (str, ""),
+    "metadata": (dict[str, Any] | str | None, None),
+}
+_NOTES = {"status": f" One of {', '.join(v.STATUSES)}."}  # what a rule allows, spelled out
+
+
+def _event_params() -> dict[str, Any]:
+    """The append operation's event parameters, derived from the event spec (`DRAFT_SPEC`):
+    each field a writer gives, by its wire name, typed by its rule, described by its `param`."""
+    out: dict[str, Any] = {}
+    for name, wire, rule in DRAFT_SPEC:
+        kind, default = _BY_RULE[rule]
+        text = dict(EVENT_SPEC)[name].param + _NOTES.get(rule, "")
+        out[wire] = (kind, Field(default, description=text))
+    return out
+
+
+EventAppend: type[Params] = create_model(
+    "EventAppend",
+    __base__=Params,
+    __module__=__name__,
+    __doc__="""Append one event to the shared log and return it ({event}) with its id.
 
     Use it to post a status, a reply on a task (set correlation_id), a claim (status=claimed)
     or a note to another agent (to_agent). Events are immutable: to change a status, append a
     new event. Invalid input is an error naming the field; nothing is written.
-    """
-
-    type: Annotated[
-        str,
-        described(
-            "Event type, e.g. 'task.reply', 'note', 'status' ('identity.*' is reserved for "
-            "the admin's key events)."
-        ),
-    ]
-    stream: Annotated[str, described("Stream, e.g. 'project/myrepo'.")]
-    room: Annotated[str, described("Room within the stream, e.g. 'delegation'.")]
-    from_agent: Agent
-    topic: Topic = None
-    to_agent: Annotated[str | None, described("Addressee agent id, or '*'.")] = None
-    correlation_id: Annotated[str | None, described("Thread/task id to reply on.")] = None
-    branch: Branch = None
-    base_commit: BaseCommit = None
-    status: Annotated[str | None, described(f"One of {', '.join(v.STATUSES)}.")] = None
-    body: Body = ""
-    metadata: Metadata = None
-    artifact_ids: Annotated[
-        list[str] | None, described("Artifacts this event refers to (they must exist).")
-    ] = None
-    idempotency_key: IdemKey = None
+    """,
+    **_event_params(),
+    idempotency_key=(IdemKey, None),
+)
 
 
 class Reading(Params):
@@ -380,8 +388,9 @@ class Stats(Params):
 
 
 class PresenceAnnounce(Params):
-    """Tell the hub you are home: {presence}. Held in the hub's memory, never in the log; it
-    vanishes after ttl_s unless announced again. Needs a hub (the /mcp endpoint, or --hub)."""
+    """Tell the hub you are home: {presence}. Kept by the hub (shared by every hub of a
+    PostgreSQL log), never in the log; it vanishes after ttl_s unless announced again. Needs a
+    hub (the /mcp endpoint, or --hub)."""
 
     agent: Agent
     state: Annotated[str, described("watching, working or idle.")]

@@ -249,9 +249,10 @@ class LocalClient:
 
 
 # ----------------------------------------------------------------------------- presence
-# Presence (S-8.4) lives in a hub's memory, not in the store: these handlers take the hub's
-# `presence.Registry`. Same names and refusals on every surface; without a hub, the CLI says
-# that presence needs one (`presence.NEEDS_A_HUB`).
+# Presence (S-8.4) lives at a hub (its memory, or the table every hub of a PostgreSQL log
+# shares, issue 23), not in the log: these handlers take the hub's `presence.Registry`. Same
+# names and refusals on every surface; without a hub, the CLI says that presence needs one
+# (`presence.NEEDS_A_HUB`).
 
 
 def presence_announce(registry: Registry, **args: Any) -> dict[str, Any]:

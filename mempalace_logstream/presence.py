@@ -1,4 +1,4 @@
-"""Presence (S-8.4): who is home, held in the hub's memory and never written to the log.
+"""Presence (S-8.4): who is home, held by the hub and never written to the log.
 
 An agent announces `watching`, `working` or `idle` with a TTL; the entry vanishes when the TTL
 passes unless it is announced again; `leave` removes it at once. Listeners (the SSE feed) get
@@ -9,6 +9,11 @@ snapshot atomically with the subscription, so a subscriber misses nothing and se
 twice out of order. Something must call `sweep()` when `next_expiry_ms()` passes for expiries to
 be told without a read (the hub runs a sweeper task). Bounded: at most `max_agents` entries; an
 announcement past that is refused. Pure: a clock is injected, no I/O, no framework.
+
+Shared (issue 23): given a `Backing` (the `presence` table of a PostgreSQL log), the registry
+is every hub's cache of that table: an announcement or a leave is written there first, then
+applied here; the changes other hubs write arrive through `apply` / `apply_leave` (in the
+order of their change number `rev`, a stale one ignored) and a reconnect's `resync`.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from mempalace_logstream import errors
 from mempalace_logstream import validation as v
@@ -33,11 +38,24 @@ MAX_TTL_S = 3_600
 MAX_NOTE_CHARS = 500
 MAX_AGENTS = 1_000
 NEEDS_A_HUB = (
-    "presence lives in a hub's memory: give --hub URL (or LOGSTREAM_HUB), or start one with "
+    "presence is kept by a hub: give --hub URL (or LOGSTREAM_HUB), or start one with "
     "`logstream serve`"
 )
 
 Listener = Callable[[dict[str, Any]], None]
+Paths = dict[str, tuple[int, int]]  # delivery path -> (since_ms, expires_ms)
+
+
+class Backing(Protocol):
+    """Where a shared registry writes its changes first (the `presence` table): each returns
+    the change number it took, later changes having larger ones."""
+
+    def announce(self, entry: Presence, path: str | None, max_agents: int) -> tuple[int, Paths]:
+        """Store `entry` (and `path` among its delivery paths); its paths after. Raises the
+        `full` ValidationError when `max_agents` live entries are held and it is not one."""
+
+    def leave(self, agent: str, now_ms: int) -> tuple[int, bool]:
+        """Remove `agent`; whether it was live at `now_ms`."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,11 +90,58 @@ def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def draft(
+    *, agent: Any, state: Any, task_id: Any, note: Any, ttl_s: Any, path: Any, now: int
+) -> Presence:
+    """The entry an announcement at `now` makes (its `path` checked), or ValidationError
+    naming the field."""
+    name = v.routing("agent", agent, required=True)
+    assert name is not None
+    if state not in STATES:
+        raise v.fail("state", f"{state!r} is not one of {', '.join(STATES)}")
+    if path is not None and path not in PATHS:
+        raise v.fail("path", f"{path!r} is not one of {', '.join(PATHS)}")
+    ttl = DEFAULT_TTL_S if ttl_s is None else v.strict_int("ttl_s", ttl_s)
+    if not 1 <= ttl <= MAX_TTL_S:
+        raise v.fail("ttl_s", f"is {ttl}; it must be between 1 and {MAX_TTL_S}", MAX_TTL_S)
+    text = None if note is None else v.body(note, field="note")
+    if text is not None and len(text) > MAX_NOTE_CHARS:
+        raise v.fail("note", f"is {len(text)} characters; the limit is 500", 500)
+    return Presence(
+        agent=name,
+        state=state,
+        task_id=v.routing("task_id", task_id),
+        note=text or None,
+        announced_ms=now,
+        expires_ms=now + ttl * 1000,
+    )
+
+
+def merge_path(held: Paths, path: str, now: int, expires_ms: int) -> Paths:
+    """`held` with `path` announced at `now` until `expires_ms`: a live path keeps its
+    since-when, a lapsed or new one starts now."""
+    since, until = held.get(path, (now, now))
+    return {**held, path: (since if until > now else now, expires_ms)}
+
+
+def full(max_agents: int) -> errors.ValidationError:
+    """The refusal of an announcement past `max_agents` live entries."""
+    return errors.ValidationError(
+        f"this hub tracks at most {max_agents:,} agents; presence refused",
+        field="agent",
+        limit=max_agents,
+    )
+
+
 class Registry:
     """The hub's presence table; thread-safe (HTTP handlers run in worker threads)."""
 
     def __init__(
-        self, *, clock: Callable[[], int] = _wall_ms, max_agents: int = MAX_AGENTS
+        self,
+        *,
+        clock: Callable[[], int] = _wall_ms,
+        max_agents: int = MAX_AGENTS,
+        backing: Backing | None = None,
     ) -> None:
         self._clock = clock
         self._max = max_agents
@@ -85,7 +150,12 @@ class Registry:
         self._expiry: list[tuple[int, str]] = []  # (expires_ms, agent), lazily cleaned
         self._listeners: list[Listener] = []
         # agent -> {delivery path: (since_ms, expires_ms)}: each path lives for its own TTL.
-        self._paths: dict[str, dict[str, tuple[int, int]]] = {}
+        self._paths: dict[str, Paths] = {}
+        self._backing = backing
+        # Shared: the change number applied last per agent (a leave's too), and the one a
+        # resync read the whole table at; a change not newer than both is stale.
+        self._revs: dict[str, int] = {}
+        self._floor = 0
 
     def announce(
         self,
@@ -99,50 +169,42 @@ class Registry:
     ) -> Presence:
         """Announce or refresh an agent (and the delivery `path` it is reached by, if named);
         raises ValidationError naming the field."""
-        name = v.routing("agent", agent, required=True)
-        assert name is not None
-        if state not in STATES:
-            raise v.fail("state", f"{state!r} is not one of {', '.join(STATES)}")
-        if path is not None and path not in PATHS:
-            raise v.fail("path", f"{path!r} is not one of {', '.join(PATHS)}")
-        ttl = DEFAULT_TTL_S if ttl_s is None else v.strict_int("ttl_s", ttl_s)
-        if not 1 <= ttl <= MAX_TTL_S:
-            raise v.fail("ttl_s", f"is {ttl}; it must be between 1 and {MAX_TTL_S}", MAX_TTL_S)
-        text = None if note is None else v.body(note, field="note")
-        if text is not None and len(text) > MAX_NOTE_CHARS:
-            raise v.fail("note", f"is {len(text)} characters; the limit is 500", 500)
         now = self._clock()
-        entry = Presence(
-            agent=name,
-            state=state,
-            task_id=v.routing("task_id", task_id),
-            note=text or None,
-            announced_ms=now,
-            expires_ms=now + ttl * 1000,
+        entry = draft(
+            agent=agent, state=state, task_id=task_id, note=note, ttl_s=ttl_s, path=path, now=now
         )
+        if self._backing is not None:
+            rev, paths = self._backing.announce(entry, path, self._max)
+            self.apply(rev, entry, paths)
+            return entry
+        name = entry.agent
         with self._lock:
             self._tell(self._expire(now))
             if name not in self._entries and len(self._entries) >= self._max:
-                raise errors.ValidationError(
-                    f"this hub tracks at most {self._max:,} agents; presence refused",
-                    field="agent",
-                    limit=self._max,
-                )
+                raise full(self._max)
             self._entries[name] = entry
             heapq.heappush(self._expiry, (entry.expires_ms, name))
             if path is not None:
-                self._announce_path(name, path, now, entry.expires_ms)
+                held = self._paths_of(name)
+                held.update(merge_path(held, path, now, entry.expires_ms))
             self._tell([{"event": "announce", **entry.to_dict()}])
         return entry
 
     def leave(self, agent: Any) -> bool:
         """Remove an agent at once (a watcher that stops); True if it was present."""
-        name = v.routing("agent", agent, required=True)
+        name = str(v.routing("agent", agent, required=True))
+        if self._backing is not None:
+            rev, was = self._backing.leave(name, self._clock())
+            self.apply_leave(rev, name)
+            return was
+        return self._remove(name)
+
+    def _remove(self, name: str) -> bool:
         with self._lock:
             now = self._clock()
             gone = self._expire(now)
-            entry = self._entries.pop(str(name), None)
-            self._paths.pop(str(name), None)
+            entry = self._entries.pop(name, None)
+            self._paths.pop(name, None)
             self._tell(gone + ([{"event": "leave", **entry.gone(now)}] if entry else []))
         return entry is not None
 
@@ -192,14 +254,72 @@ class Registry:
         with self._lock:
             return agent in self._paths
 
-    def _announce_path(self, agent: str, path: str, now: int, expires_ms: int) -> None:
+    def _paths_of(self, agent: str) -> Paths:
         held = self._paths.get(agent)
         if held is None:
             if len(self._paths) >= self._max * 2:  # lapsed agents are forgotten, oldest first
-                self._paths.pop(next(iter(self._paths)))
+                forgotten = next(iter(self._paths))
+                self._paths.pop(forgotten)
+                self._revs.pop(forgotten, None)
             held = self._paths[agent] = {}
-        since, until = held.get(path, (now, now))
-        held[path] = (since if until > now else now, expires_ms)
+        return held
+
+    # ------------------------------------------------------------------ shared (issue 23)
+    def apply(self, rev: int, entry: Presence, paths: Paths) -> None:
+        """A change written to the shared table (here or by another hub): `entry` and its
+        agent's `paths` as of change `rev`; a change older than what is held is ignored."""
+        with self._lock:
+            if self._newer(entry.agent, rev):
+                self._put(entry, paths)
+
+    def _put(self, entry: Presence, paths: Paths) -> None:
+        now = self._clock()
+        frames = self._expire(now)
+        held = self._paths_of(entry.agent)
+        held.clear()
+        held.update(paths)
+        old = self._entries.pop(entry.agent, None)
+        if entry.expires_ms > now:
+            self._entries[entry.agent] = entry
+            heapq.heappush(self._expiry, (entry.expires_ms, entry.agent))
+            frames.append({"event": "announce", **entry.to_dict()})
+        elif old is not None:  # heard of after it lapsed: it went when it lapsed
+            frames.append({"event": "expire", **entry.gone(entry.expires_ms)})
+        self._tell(frames)
+
+    def apply_leave(self, rev: int, agent: str) -> None:
+        """A leave written to the shared table as change `rev` (ignored when stale)."""
+        with self._lock:
+            if self._newer(agent, rev):
+                self._remove(agent)
+
+    def resync(self, rev: int, rows: list[tuple[int, Presence, Paths]]) -> None:
+        """The whole shared table as read at change `rev` (a start, a lost feed): each row's
+        change, entry and paths. Listeners hear what differs from what was held; changes up
+        to `rev` are stale from now on."""
+        with self._lock:
+            held = {entry.agent for _r, entry, _p in rows}
+            for agent in sorted((set(self._paths) | set(self._entries)) - held):
+                self._remove(agent)
+                self._revs.pop(agent, None)
+            for row_rev, entry, paths in rows:
+                same = self._entries.get(entry.agent) == entry
+                if not (same and self._paths.get(entry.agent) == paths):
+                    self._put(entry, paths)
+                self._revs[entry.agent] = row_rev
+            self._floor = max(self._floor, rev)
+
+    def _newer(self, agent: str, rev: int) -> bool:
+        """Whether change `rev` to `agent` is newer than what is held (and now held)."""
+        if rev <= self._floor or rev <= self._revs.get(agent, 0):
+            return False
+        if agent not in self._revs and len(self._revs) >= self._max * 4:
+            # Bounded: forget the leaves heard (changes come in order: only a change this hub
+            # made and applies late could be older than a leave forgotten, and it lapses).
+            for a in [a for a in self._revs if a not in self._paths]:
+                del self._revs[a]
+        self._revs[agent] = rev
+        return True
 
     def now_ms(self) -> int:
         """The table's clock (a sweeper computes its sleeps on it)."""

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from mempalace_logstream.backends.ddl import KEY_TYPE, SEQ_TYPE
 from mempalace_logstream.models import EVENT_SPEC
 
-SCHEMA_HEAD = "0008"
+SCHEMA_HEAD = "0009"
 
 metadata = sa.MetaData(
     naming_convention={
@@ -256,4 +256,22 @@ deliveries = sa.Table(
     sa.Column("seen_at", sa.Text),
     sa.Column("acked_at", sa.Text),
     sa.PrimaryKeyConstraint("event_id", "recipient"),
+)
+
+# ---- presence (0009, issue 23): who is home, shared by every hub on one PostgreSQL log (a
+# SQLite hub keeps it in memory). One row per agent: its latest announcement, its delivery
+# paths ({path: [since_ms, expires_ms]} as JSON) and `rev`, the change that wrote it (hubs
+# apply changes in rev order). Hub-local like the ledger: never in the log, never replicated.
+presence = sa.Table(
+    "presence",
+    metadata,
+    sa.Column("agent", Key, nullable=False),
+    sa.Column("state", sa.Text, nullable=False),
+    sa.Column("task_id", sa.Text),
+    sa.Column("note", sa.Text),
+    sa.Column("paths_json", sa.Text, nullable=False),
+    sa.Column("announced_ms", sa.BigInteger, nullable=False),
+    sa.Column("expires_ms", sa.BigInteger, nullable=False),
+    sa.Column("rev", sa.BigInteger, nullable=False),
+    sa.PrimaryKeyConstraint("agent"),
 )

@@ -23,6 +23,10 @@ RULES: dict[str, tuple[str, ...]] = {
     "models": ("sqlalchemy", "pydantic", "store", "backends", *SURFACE_LIBS),
     "validation": ("sqlalchemy", "store", "backends", "schema", *SURFACE_LIBS),
     "confusables": ("sqlalchemy", "<package>", *SURFACE_LIBS),
+    # The names of agents with a key and their look-alikes: validation and confusables only.
+    "names": ("sqlalchemy", "store", "backends", "schema", *SURFACE_LIBS),
+    # An event's metadata read back and redaction tombstones: pure, the standard library.
+    "payload": ("sqlalchemy", "<package>", *SURFACE_LIBS),
     # The tables; the dialect column types come from backends/ddl.py.
     "schema": ("store", "alembic", "migrate", *SURFACE_LIBS),
     "store": SURFACE_LIBS,
@@ -32,6 +36,8 @@ RULES: dict[str, tuple[str, ...]] = {
     # The operations' parameters (issue 21): pure descriptions, read by every surface.
     "op_params": ("sqlalchemy", "store", "schema", "backends", *SURFACE_LIBS),
     "presence": ("sqlalchemy", "store", "backends", "schema", "notify", "sync", *SURFACE_LIBS),
+    # Presence shared by the hubs of a PostgreSQL log (issue 23): its SQL in backends/.
+    "shared_presence": ("sqlalchemy", "schema", "sync", "store", *SURFACE_LIBS),
     "tasks": ("sqlalchemy", "store", "backends", "schema", "notify", "sync", *SURFACE_LIBS),
     "identity": ("sqlalchemy", "store", "backends", "schema", "notify", "sync", *SURFACE_LIBS),
     "notify": ("fastapi", "typer", "mcp", "store"),

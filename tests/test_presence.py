@@ -275,3 +275,59 @@ def test_a_subscriber_queue_coalesces_per_agent_and_is_bounded() -> None:
     queue = asyncio.run(scenario())
     assert queue.high_water == 3 and queue.dropped == 8  # "first" (snapshot) and a0..a6
     assert reg._listeners == []
+
+
+def _entry(agent: str, at_ms: int, note: str | None = None, ttl_ms: int = 60_000) -> Any:
+    from mempalace_logstream.presence import Presence
+
+    return Presence(
+        agent=agent,
+        state="idle",
+        task_id=None,
+        note=note,
+        announced_ms=at_ms,
+        expires_ms=at_ms + ttl_ms,
+    )
+
+
+def test_a_shared_cache_applies_changes_in_change_order_and_ignores_stale_ones(
+    reg: Registry, clock: Clock
+) -> None:
+    """Issue 23: a hub's cache of the shared table hears a change once, newest wins."""
+    frames: list[tuple[str, str, str]] = []
+    reg.subscribe(lambda f: frames.append((f["event"], f["agent"], f["state"])))
+    now = clock.ms
+    reg.apply(2, _entry("x", now, "two"), {"watch": (now, now + 60_000)})
+    reg.apply(1, _entry("x", now - 5, "one"), {})  # older: ignored
+    reg.apply(2, _entry("x", now, "two"), {})  # the same change again (its own NOTIFY)
+    assert [e.note for e in reg.present()] == ["two"] and "watch" in reg.paths("x")
+    reg.apply_leave(3, "x")
+    reg.apply(2, _entry("x", now, "two"), {})  # a late announce after the leave: ignored
+    assert reg.present() == [] and not reg.announced("x")
+    assert frames == [("announce", "x", "idle"), ("leave", "x", "gone")]
+    # A change heard after its entry lapsed announces nothing.
+    reg.apply(4, _entry("late", now - 120_000), {})
+    assert reg.present() == [] and frames[-1] == ("leave", "x", "gone")
+
+
+def test_a_resync_tells_what_differs_and_makes_older_changes_stale(
+    reg: Registry, clock: Clock
+) -> None:
+    frames: list[tuple[str, str, str | None]] = []
+    now = clock.ms
+    reg.apply(1, _entry("kept", now), {})
+    reg.apply(2, _entry("dropped", now), {})
+    reg.apply(3, _entry("moved", now, "old"), {})
+    reg.subscribe(lambda f: frames.append((f["event"], f["agent"], f["note"])))
+    rows = [(1, _entry("kept", now), {}), (9, _entry("moved", now, "new"), {})]
+    rows.append((8, _entry("fresh", now), {}))
+    reg.resync(10, rows)
+    assert sorted(frames) == [
+        ("announce", "fresh", None),
+        ("announce", "moved", "new"),
+        ("leave", "dropped", None),
+    ]
+    reg.apply(10, _entry("other", now), {})  # not newer than the table read: stale
+    assert len(frames) == 3 and "other" not in [e.agent for e in reg.present()]
+    reg.apply(11, _entry("other", now), {})
+    assert [e.agent for e in reg.present()] == ["fresh", "kept", "moved", "other"]

@@ -79,7 +79,7 @@ def test_without_a_hub_the_cli_says_presence_needs_one(tmp_path: Path) -> None:
     out = run_cli("presence", "list", "--json", env={"LOGSTREAM_HUB": ""})
     assert out.returncode == 1
     assert json.loads(out.stderr) == {
-        "error": "presence lives in a hub's memory: give --hub URL (or LOGSTREAM_HUB), or start "
+        "error": "presence is kept by a hub: give --hub URL (or LOGSTREAM_HUB), or start "
         "one with `logstream serve`",
         "field": "hub",
     }
@@ -120,4 +120,4 @@ def test_mcp_tools_share_the_hubs_table_and_need_a_hub_elsewhere(tmp_path: Path)
         asyncio.run(over_the_hub(hub.url))
         listed = httpx.get(hub.url + "/v1/presence", timeout=30).json()
         assert [(a["agent"], a["state"]) for a in listed["agents"]] == [("codex", "idle")]
-    assert asyncio.run(without_a_hub()).startswith("presence lives in a hub's memory")
+    assert asyncio.run(without_a_hub()).startswith("presence is kept by a hub")

@@ -300,10 +300,11 @@ def _hub_app(
     """The hub's ASGI app with the MCP endpoint mounted at /mcp and the reminder loop."""
     from mempalace_logstream import mcp_server
     from mempalace_logstream.http import ExtraMount, create_app
-    from mempalace_logstream.presence import Registry
     from mempalace_logstream.reminders import ReminderLoop
+    from mempalace_logstream.shared_presence import registry_for
 
-    presence = Registry()  # one table for the HTTP routes and the MCP tools
+    # One table for the HTTP routes and the MCP tools; every hub's on a PostgreSQL log.
+    presence = registry_for(store)
     mcp_app, mcp_lifespan = mcp_server.http_endpoint(
         store, read_only=mcp_read_only, presence=presence
     )

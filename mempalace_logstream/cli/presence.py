@@ -1,5 +1,6 @@
-"""The `presence` command group (S-8.4): announce, leave and list who is home. Presence lives in
-a hub's memory, so every command needs `--hub` (or LOGSTREAM_HUB); without one it says so."""
+"""The `presence` command group (S-8.4): announce, leave and list who is home. Presence lives at
+a hub (shared by the hubs of a PostgreSQL log), so every command needs `--hub` (or
+LOGSTREAM_HUB); without one it says so."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from mempalace_logstream.cli.options import HubOpt, JsonOpt, TokenOpt
 from mempalace_logstream.cli.root import app, new_typer
 from mempalace_logstream.cli.shared import emit, fail, given_args, run
 
-presence_app = new_typer(help="Who is home: presence held in a hub's memory (needs --hub).")
+presence_app = new_typer(
+    help="Who is home: presence kept by a hub, never in the log (needs --hub)."
+)
 app.add_typer(presence_app, name="presence")
 
 AgentOpt = Annotated[str, typer.Option("--agent", help="Your agent id.")]

@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
-from mempalace_logstream import aio, deliveries, doctor, errors, sync, waits
+from mempalace_logstream import aio, deliveries, doctor, errors, shared_presence, sync, waits
 from mempalace_logstream.http import (
     dashboard_routes,
     ops,
@@ -53,11 +53,12 @@ def create_app(
 
     `sync_loop`, when given, runs its background rounds for the app's lifetime and is the
     source of the `/sync/peers` estate. `presence` is the hub's presence table (shared with
-    its MCP endpoint); a new one when not given. `reminders`, when given, runs the reminders
+    its MCP endpoint); when not given, `shared_presence.registry_for(store)` (shared by every
+    hub on a PostgreSQL log, in memory on SQLite). `reminders`, when given, runs the reminders
     for unclaimed tasks for the app's lifetime (issue 20).
     """
     settings = settings or HubSettings()
-    presence = presence or Registry()
+    presence = presence or shared_presence.registry_for(store)
     app = FastAPI(
         title="mempalace-logstream hub",
         version=version(),
@@ -107,6 +108,9 @@ def _lifespan(
         async with AsyncExitStack() as stack:
             # Last out: the ledger's queued marks are written before the store closes.
             stack.push_async_callback(anyio.to_thread.run_sync, _close_ledger, _app)
+            # A shared presence table is read, and followed, before the hub serves.
+            await anyio.to_thread.run_sync(shared_presence.start, presence)
+            stack.push_async_callback(anyio.to_thread.run_sync, shared_presence.stop, presence)
             sweeper = asyncio.ensure_future(aio.sweep_presence(presence))
             stack.push_async_callback(_cancel, sweeper)
             # The database's own integrity check, once per start, in the background (about a

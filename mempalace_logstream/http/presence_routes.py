@@ -1,6 +1,7 @@
 """Presence at the hub (S-8.4): `POST /v1/presence_announce|presence_leave|presence_list` and
-`GET /v1/presence`, on the app's in-memory `presence.Registry` (never the database). The rules
-and the refusals are `operations.presence_call`'s, the same on every surface.
+`GET /v1/presence`, on the app's `presence.Registry` (in memory, or the cache of the table the
+hubs of a PostgreSQL log share: shared_presence.py; never the log). The rules and the
+refusals are `operations.presence_call`'s, the same on every surface.
 """
 
 from __future__ import annotations
