@@ -20,10 +20,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from mempalace_logstream import codex_thread, config, cursors, display, errors
-from mempalace_logstream import inbox as inbox_mod
+from mempalace_logstream import config, display, errors
 
 if TYPE_CHECKING:
+    from mempalace_logstream import inbox as inbox_mod
     from mempalace_logstream.watch import Client
 
 # Options before the command (as the root app takes them), then the command's own.
@@ -141,6 +141,10 @@ def run_inbox(
     SQL on the stdlib `sqlite3`, no SQLAlchemy); the store reads whatever it leaves (a hub,
     PostgreSQL, a log to migrate). The typer command passes False: it reads through the store,
     the reference the lean path is tested against."""
+    # Imported here: `logstream` runs every command line through fast_path (cli.main).
+    from mempalace_logstream import cursors
+    from mempalace_logstream import inbox as inbox_mod
+
     try:
         settings = config.Settings.from_env()
         palace = palace or settings.palace
@@ -178,11 +182,15 @@ def run_inbox(
 def _hook_event(opts: inbox_mod.InboxOptions, target: str, palace: str | None) -> str | None:
     """The hook event the client runs (its JSON on stdin); on Codex's SessionStart, the
     session's thread is recorded for `logstream deliver --codex` (codex_thread.py)."""
+    from mempalace_logstream import inbox as inbox_mod
+
     if not opts.hook:
         return None
     stdin_text = _stdin()
     event = inbox_mod.hook_event_name(opts.hook, stdin_text)
     if opts.hook == "codex":
+        from mempalace_logstream import codex_thread
+
         codex_thread.record_from_hook(stdin_text, opts.agent, target, palace, _note)
     return event
 
@@ -207,6 +215,7 @@ def _deliver_lean(
     """`deliver` through the lean reader; None when the store must read this log (it then
     raises the errors of a log it cannot read, with its own texts). `Unplanned` comes from a
     read, before anything is printed or checkpointed."""
+    from mempalace_logstream import inbox as inbox_mod
     from mempalace_logstream.store import lean
 
     reader = lean.open_lean(target, durability)
