@@ -2,9 +2,9 @@
 SQLAlchemy, FastAPI or MCP. Importing the CLI package loads no typer; `--help` builds the app
 without the store; a command builds only its own module; the reads through `--hub` (list, get,
 inbox) need httpx, not the store; a local `inbox` runs before typer (hook.py); a local `list`
-is read by the lean reader (store/lean.py) and answers as the store does, unless it names its
-reader (the delivery ledger records that one) or fails (the store says why). Each call runs in
-a fresh interpreter (`sys.modules` is the record) against real logs and a real hub."""
+or `get` is read by the lean reader (store/lean.py) and answers as the store does, unless it
+names its reader (the delivery ledger records that one) or fails (the store says why). Each
+call runs in a fresh interpreter (`sys.modules` is the record) against real logs and a hub."""
 
 from __future__ import annotations
 
@@ -155,6 +155,17 @@ def test_a_local_list_reads_with_the_lean_reader_and_answers_as_the_store(tmp_pa
     assert json.loads(out) == want_typed
 
 
+def test_a_local_get_reads_with_the_lean_reader_and_answers_as_the_store(tmp_path: Path) -> None:
+    db = str(tmp_path / "log.sqlite3")
+    with LogStore.open(db) as store:
+        event = store.event_append(type="note", stream="s", room="r", from_agent="al", body="x")
+        want = {"event": store.event_get(event.id).to_dict()}
+    done, out = console(tmp_path, "get", event.id, "--json", "--db", db)
+    assert json.loads(out) == want
+    assert heavy(done["modules"]) == []
+    assert "mempalace_logstream.store.lean" in done["modules"]
+
+
 def test_a_list_that_names_its_reader_goes_to_the_store_which_records_it(tmp_path: Path) -> None:
     """The delivery ledger marks what a named reader was shown: that read stays the store's."""
     db = str(tmp_path / "log.sqlite3")
@@ -165,7 +176,7 @@ def test_a_list_that_names_its_reader_goes_to_the_store_which_records_it(tmp_pat
     assert "sqlalchemy" in heavy(done["modules"])
 
 
-def test_a_bad_list_is_refused_in_the_store_s_words(tmp_path: Path) -> None:
+def test_a_bad_list_or_an_unknown_get_is_refused_in_the_store_s_words(tmp_path: Path) -> None:
     db = str(tmp_path / "log.sqlite3")
     LogStore.open(db).close()
     report = tmp_path / "report.json"
@@ -180,3 +191,14 @@ def test_a_bad_list_is_refused_in_the_store_s_words(tmp_path: Path) -> None:
     )
     assert json.loads(report.read_text())["code"] == 1
     assert proc.stderr.strip() == "error: limit is 0; it must be between 1 and 500"
+    unknown = "evt_20260101T000000_00000000000000000000"
+    proc = subprocess.run(
+        [sys.executable, "-c", CODE, "get", unknown, "--db", db],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert json.loads(report.read_text())["code"] == 1
+    assert proc.stderr.strip() == f"error: event_id {unknown!r} not found"

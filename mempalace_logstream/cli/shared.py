@@ -179,14 +179,14 @@ def run(
 def lean_read(
     db: str | None, palace: str | None, op: str, args: dict[str, Any]
 ) -> dict[str, Any] | None:
-    """A `list` of a local SQLite log through the lean reader (store/lean.py: the store's page
-    rule, validation and SQL text on the stdlib `sqlite3`, no SQLAlchemy), or None for the
-    store to answer: another operation, a read the delivery ledger records (one that names
-    its reader, identity/actor.py), a log or a read shape the lean reader leaves to the store,
-    or an error (the store then says it, in its words)."""
+    """A `list` or `get` of a local SQLite log through the lean reader (store/lean.py: the
+    store's page rule, validation and SQL text on the stdlib `sqlite3`, no SQLAlchemy), or
+    None for the store to answer: another operation, a read the delivery ledger records (one
+    that names its reader, identity/actor.py), a log or a read shape the lean reader leaves to
+    the store, or an error (the store then says it, in its words)."""
     from mempalace_logstream.identity import actor
 
-    if op != "event_list" or actor.reader(args) is not None:
+    if op not in ("event_list", "event_get") or actor.reader(args) is not None:
         return None
     from mempalace_logstream.store import lean
 
