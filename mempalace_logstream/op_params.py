@@ -9,9 +9,12 @@ surface refuses bad input with the same text. Pure: pydantic and the core's cons
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import core_schema
 
 from mempalace_logstream import tasks
 from mempalace_logstream import validation as v
@@ -21,6 +24,47 @@ class Params(BaseModel):
     """The parameters of one operation (the docstring of a subclass describes the operation)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @classmethod
+    def tool_schema(cls) -> dict[str, Any]:
+        """The JSON schema of these parameters as an agent reads it (an MCP tool's input
+        schema): names, types, descriptions, bounds and the required ones, nothing else."""
+        return _tool_schema(cls)
+
+
+class ToolSchema(GenerateJsonSchema):
+    """The schema agents pay for in context, every session: no titles (the names say it), an
+    optional parameter is its type (None means "not given", never a value to send), no null
+    defaults, and no model docstring (it is the tool's description already)."""
+
+    def field_title_should_be_set(self, schema: Any) -> bool:
+        return False
+
+    def nullable_schema(self, schema: core_schema.NullableSchema) -> JsonSchemaValue:
+        return self.generate_inner(schema["schema"])
+
+    def default_schema(self, schema: core_schema.WithDefaultSchema) -> JsonSchemaValue:
+        out = super().default_schema(schema)
+        if "default" in out and out["default"] is None:
+            del out["default"]
+        return out
+
+    def dict_schema(self, schema: core_schema.DictSchema) -> JsonSchemaValue:
+        out = super().dict_schema(schema)
+        if out.get("additionalProperties") is True:  # any values: JSON Schema's default
+            del out["additionalProperties"]
+        return out
+
+    def model_schema(self, schema: core_schema.ModelSchema) -> JsonSchemaValue:
+        out = super().model_schema(schema)
+        out.pop("title", None)
+        out.pop("description", None)
+        return out
+
+
+@functools.cache
+def _tool_schema(params: type[Params]) -> dict[str, Any]:
+    return params.model_json_schema(schema_generator=ToolSchema)
 
 
 def described(text: str, **schema: Any) -> Any:
