@@ -7,11 +7,16 @@ Must not import sqlalchemy, pydantic or any surface.
 from __future__ import annotations
 
 import base64
-import hashlib
-import json
-import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Any, Required, TypedDict
+
+from mempalace_logstream.payload import (
+    TOMBSTONE_PREFIX,
+    body_digest,
+    parse_tombstone,
+    read_metadata,
+)
 
 PREVIEW_CHARS = 200
 _SLIM_DROP = (
@@ -23,62 +28,6 @@ _SLIM_DROP = (
     "metadata_error",
     "sig",
 )
-# Objects and arrays nest at most this deep in metadata (the top object is level 1). Far
-# inside what every serializer on every surface handles (FastAPI's encoder fails near 250,
-# Python's json near 1000), so no stored event can make a read fail (S-8.10).
-MAX_METADATA_DEPTH = 64
-
-
-def json_depth(value: Any) -> int:
-    """How deeply objects and arrays nest in a parsed JSON value (iterative: no recursion)."""
-    deepest = 0
-    stack = [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, (list, tuple)):
-            children = item
-        else:
-            continue
-        deepest = max(deepest, level)
-        stack.extend((child, level + 1) for child in children)
-    return deepest
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if value in (float("inf"), float("-inf")):
-        raise ValueError(f"{text} is out of range")
-    return value
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def read_metadata(text: str) -> tuple[dict[str, Any], str | None]:
-    """Stored metadata text as an object that every surface can serialize, plus a problem.
-
-    Writes are validated, but a row may come from an older version, a legacy file or a hand
-    edit: anything unreadable (not JSON, not an object, NaN/Infinity, nested deeper than
-    MAX_METADATA_DEPTH) reads as `{}` with the reason, never as an error.
-    """
-    if text == "{}":
-        return {}, None
-    try:
-        value = json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
-    except (ValueError, RecursionError) as exc:
-        return {}, f"stored metadata is not readable JSON ({exc})"
-    if not isinstance(value, dict):
-        return {}, "stored metadata is not a JSON object"
-    # str.count runs in C: only text with many brackets can be deep enough to need the walk.
-    if text.count("{") + text.count("[") > MAX_METADATA_DEPTH:
-        if json_depth(value) > MAX_METADATA_DEPTH:
-            return {}, f"stored metadata nests deeper than {MAX_METADATA_DEPTH} levels"
-    return value, None
-
-
 # Set on a read Event (not a field, not compared) that reads `verified: false` although it was
 # stored: the code says why (`Keyring.read_mark`: `revoked_key`, `unsigned_name_signs`).
 VERIFIED_REASON = "verified_reason"
@@ -90,59 +39,22 @@ VERIFIED_REASON = "verified_reason"
 ROW_ERROR = "row_error"
 
 
-# A redacted body (RFC 0008 "Redaction"): this prefix, then the canonical JSON of who redacted
-# it, when, why, by which `event.redact`, and the SHA-256 of the body it replaced (which the
-# signature covers, so the event still verifies).
-TOMBSTONE_PREFIX = "[redacted] "
-TOMBSTONE_KEYS = ("at", "body_sha256", "by", "event_id", "reason")
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
-
-
-def tombstone(*, body_sha256: str, event_id: str, by: str, at: str, reason: str) -> str:
-    """The body that replaces a redacted one."""
-    doc = {"at": at, "body_sha256": body_sha256, "by": by, "event_id": event_id, "reason": reason}
-    text = json.dumps(doc, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return TOMBSTONE_PREFIX + text
-
-
-def parse_tombstone(body: str) -> dict[str, str] | None:
-    """The redaction a tombstone body records, or None when `body` is not one."""
-    if not body.startswith(TOMBSTONE_PREFIX):
-        return None
-    try:
-        doc = json.loads(body[len(TOMBSTONE_PREFIX) :])
-    except ValueError:
-        return None
-    if not isinstance(doc, dict) or tuple(sorted(doc)) != TOMBSTONE_KEYS:
-        return None
-    if not all(isinstance(doc[k], str) for k in TOMBSTONE_KEYS):
-        return None
-    return doc if _HEX64.match(doc["body_sha256"]) else None
-
-
-def body_digest(body: str) -> str:
-    """The SHA-256 a body stands for: the original's for a tombstone, else its own (UTF-8).
-    Raises UnicodeEncodeError for a lone surrogate."""
-    doc = parse_tombstone(body)
-    if doc is not None:
-        return doc["body_sha256"]
-    return hashlib.sha256(body.encode("utf-8")).hexdigest()
-
-
 @dataclass(frozen=True)
 class FieldSpec:
     """One field of an event, declared once on `Event` (RFC 0006 "One event spec"): the schema's
-    columns, the content fields, the sync rows, the signed fields, `to_dict` and the checks of a
-    draft or a remote event all derive from these."""
+    columns, the content fields, the sync rows, the signed fields, `to_dict`, the draft (the
+    fields a writer gives, `draft_event`, the append operation's parameters) and the checks of
+    a draft or a remote event all derive from these."""
 
     kind: str  # the column: "key", "seq", "int", "text"; "links" lives in event_artifacts
     doc: str
     nullable: bool = False
     content: bool = True  # immutable and replicated: content_key, sync rows, the signature
-    check: str | None = None  # a draft's and a remote event's rule: "type", "required",
-    # "routing" (optional), "status"; None: checked by its own rule (body, metadata, ...)
+    check: str | None = None  # a writer gives it, checked by this rule of
+    # `validation.FIELD_RULES` (a draft's and a remote event's); None: the store sets it
     indexed: bool = False  # a (column, seq) index: the read filters test it
     wire: str = ""  # its name in to_dict and on the wire, when not the attribute's
+    param: str = ""  # what a writer is told of it (the append operation's description)
 
 
 def _spec(kind: str, doc: str, **options: Any) -> dict[str, FieldSpec]:
@@ -156,31 +68,122 @@ class Event:
     origin_replica: str = field(metadata=_spec("key", "the replica that wrote it"))
     origin_seq: int = field(metadata=_spec("int", "its position at its origin"))
     hlc: str = field(metadata=_spec("key", "hybrid logical clock stamp"))
-    type: str = field(metadata=_spec("text", "event type", check="type", indexed=True))
-    stream: str = field(metadata=_spec("text", "stream", check="required", indexed=True))
-    room: str = field(metadata=_spec("text", "room", check="required", indexed=True))
-    topic: str | None = field(
-        metadata=_spec("text", "topic", nullable=True, check="routing", indexed=True)
+    type: str = field(
+        metadata=_spec(
+            "text",
+            "event type",
+            check="type",
+            indexed=True,
+            param="e.g. task.reply, note, status (identity.* is the admin's).",
+        )
     )
-    from_agent: str = field(metadata=_spec("text", "the writer", check="required", indexed=True))
+    stream: str = field(
+        metadata=_spec(
+            "text", "stream", check="required", indexed=True, param="e.g. project/myrepo."
+        )
+    )
+    room: str = field(
+        metadata=_spec(
+            "text",
+            "room",
+            check="required",
+            indexed=True,
+            param="Room within the stream, e.g. delegation.",
+        )
+    )
+    topic: str | None = field(
+        metadata=_spec(
+            "text",
+            "topic",
+            nullable=True,
+            check="routing",
+            indexed=True,
+            param="Topic within the room.",
+        )
+    )
+    from_agent: str = field(
+        metadata=_spec(
+            "text",
+            "the writer",
+            check="required",
+            indexed=True,
+            param="Your agent id, e.g. 'claude-1'.",
+        )
+    )
     to_agent: str | None = field(
-        metadata=_spec("text", "recipient or *", nullable=True, check="routing", indexed=True)
+        metadata=_spec(
+            "text",
+            "recipient or *",
+            nullable=True,
+            check="routing",
+            indexed=True,
+            param="Addressee, or * for all.",
+        )
     )
     correlation_id: str | None = field(
-        metadata=_spec("text", "thread (task id)", nullable=True, check="routing", indexed=True)
+        metadata=_spec(
+            "text",
+            "thread (task id)",
+            nullable=True,
+            check="routing",
+            indexed=True,
+            param="Thread/task id to reply on.",
+        )
     )
-    branch: str | None = field(metadata=_spec("text", "Git branch", nullable=True, check="routing"))
+    branch: str | None = field(
+        metadata=_spec(
+            "text",
+            "Git branch",
+            nullable=True,
+            check="routing",
+            param="Git branch.",
+        )
+    )
     base_commit: str | None = field(
-        metadata=_spec("text", "Git commit", nullable=True, check="routing")
+        metadata=_spec(
+            "text",
+            "Git commit",
+            nullable=True,
+            check="routing",
+            param="Commit hash the work is based on.",
+        )
     )
     status: str | None = field(
-        metadata=_spec("text", "status word", nullable=True, check="status", indexed=True)
+        metadata=_spec(
+            "text",
+            "status word",
+            nullable=True,
+            check="status",
+            indexed=True,
+            param="Status.",  # the operation lists the words (validation.STATUSES)
+        )
     )
-    artifact_ids: tuple[str, ...] = field(metadata=_spec("links", "artifacts it names"))
-    body: str = field(metadata=_spec("text", "the text (signed through its SHA-256)"))
+    artifact_ids: tuple[str, ...] = field(
+        metadata=_spec(
+            "links",
+            "artifacts it names",
+            check="artifact_ids",
+            param="Stored artifacts it refers to.",
+        )
+    )
+    body: str = field(
+        metadata=_spec(
+            "text",
+            "the text (signed through its SHA-256)",
+            check="body",
+            param="Text, max 256 KiB.",
+        )
+    )
     created_at: str = field(metadata=_spec("text", "wall-clock time at its origin (UTC)"))
     metadata_json: str = field(
-        default="{}", metadata=_spec("text", "a JSON object", wire="metadata")
+        default="{}",
+        metadata=_spec(
+            "text",
+            "a JSON object",
+            wire="metadata",
+            check="metadata",
+            param="A JSON object, max 64 KiB.",
+        ),
     )
     # The Ed25519 signature (base64url) and its key id (RFC 0008); both None when unsigned. A
     # stored signature was verified when the event was stored (nothing forged is stored).
@@ -292,8 +295,19 @@ CONTENT_FIELDS = tuple(spec.wire or name for name, spec in EVENT_SPEC if spec.co
 ROW_FIELDS = tuple(wire for name, wire in _WIRE_NAMES if name != "seq")
 # The fields that may be None (the nullable columns).
 NULLABLE_FIELDS = frozenset(name for name, spec in EVENT_SPEC if spec.nullable)
-# A draft's routing fields and the rule that checks each (`LogStore.draft_event`, a remote event).
+# The fields a writer gives, each with the rule that checks it (`validation.FIELD_RULES`), in
+# `Event`'s order: a local draft (`LogStore.draft_event`) and a remote event both run them.
 CHECKED_FIELDS = tuple((name, spec.check) for name, spec in EVENT_SPEC if spec.check)
+# The fields of a draft (`EventDraft.values`): a stored event takes them as they are; the store
+# adds the ids, positions, stamps and signature.
+DRAFT_FIELDS = tuple(name for name, _rule in CHECKED_FIELDS)
+# Each draft field as (attribute, its name where a writer gives it and on the wire, its rule):
+# `EventArgs`, the append operation's parameters and the checks of a draft or a remote event.
+DRAFT_SPEC = tuple(
+    (name, spec.wire or name, spec.check) for name, spec in EVENT_SPEC if spec.check is not None
+)
+# The rules that refuse a missing value: the draft fields they check are required.
+REQUIRED_RULES = frozenset({"type", "required"})
 
 
 def _digest_or_body(body: str) -> str:
@@ -387,24 +401,51 @@ class Page:
         return {"timed_out": self.timed_out, **self.to_dict()}
 
 
+class EventArgs(TypedDict, total=False):
+    """The raw fields a writer gives `LogStore.draft_event` and `event_append`, by their wire
+    names, plus the idempotency key: any values (the spec's rules check them). The one place
+    besides `Event` that names them, so that mypy checks callers' keyword names;
+    tests/test_event_spec.py holds it to `DRAFT_SPEC` (names, order, which are required)."""
+
+    type: Required[Any]
+    stream: Required[Any]
+    room: Required[Any]
+    topic: Any
+    from_agent: Required[Any]
+    to_agent: Any
+    correlation_id: Any
+    branch: Any
+    base_commit: Any
+    status: Any
+    artifact_ids: Any
+    body: Any
+    metadata: Any
+    idempotency_key: Any
+
+
 @dataclass(frozen=True, kw_only=True)
 class EventDraft:
-    """A validated event, not yet stored."""
+    """A validated event, not yet stored (`LogStore.draft_event` makes it): a checked value for
+    each field a writer gives (`values`, by attribute name: `DRAFT_FIELDS`) and the
+    idempotency key."""
 
-    type: str
-    stream: str
-    room: str
-    from_agent: str
-    topic: str | None = None
-    to_agent: str | None = None
-    correlation_id: str | None = None
-    branch: str | None = None
-    base_commit: str | None = None
-    status: str | None = None
-    body: str = ""
-    metadata_json: str = "{}"
-    artifact_ids: tuple[str, ...] = ()
+    values: Mapping[str, Any]
     idempotency_key: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.values.keys() != _DRAFT_NAMES:
+            odd = sorted(self.values.keys() ^ _DRAFT_NAMES)
+            raise ValueError(f"an EventDraft holds exactly {DRAFT_FIELDS}; {odd} differ")
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    def replace(self, **values: Any) -> EventDraft:
+        """This draft with some values changed (already checked ones: a workflow's)."""
+        return EventDraft(values={**self.values, **values}, idempotency_key=self.idempotency_key)
+
+
+_DRAFT_NAMES = frozenset(DRAFT_FIELDS)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -415,9 +456,3 @@ class ArtifactDraft:
     created_by: str
     metadata_json: str = "{}"
     warnings: tuple[str, ...] = field(default=())
-
-
-# The fields a writer gives (`EventDraft`'s, but for the idempotency key): a stored event takes
-# them as they are; the store adds the ids, positions and stamps.
-DRAFT_FIELDS = tuple(f.name for f in fields(EventDraft) if f.name != "idempotency_key")
-assert set(DRAFT_FIELDS) <= {name for name, _ in EVENT_SPEC}, "EventDraft names a non-field"

@@ -12,13 +12,14 @@ import binascii
 import json
 import re
 import unicodedata
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from mempalace_logstream import confusables
 from mempalace_logstream.errors import ValidationError
-from mempalace_logstream.models import MAX_METADATA_DEPTH, json_depth
+from mempalace_logstream.models import DRAFT_SPEC
+from mempalace_logstream.payload import MAX_METADATA_DEPTH, json_depth
 
 MAX_ROUTING_CHARS = 256
 MAX_TYPE_CHARS = 64
@@ -485,11 +486,35 @@ def check_lookalike(field: str, name: str, registered: frozenset[str]) -> None:
     )
 
 
-# The rule of each checked event field (`models.FieldSpec.check`), by name: one table for a
-# local draft (`LogStore.draft_event`) and a remote event (`replication.checks`).
+# The rule of each field a writer gives (`models.FieldSpec.check`), by name: one table for a
+# local draft (`LogStore.draft_event`) and a remote event (`replication.checks`). Called with
+# the field's wire name (errors name it) and the raw value; a missing value is None.
 FIELD_RULES: dict[str, Callable[[str, Any], Any]] = {
     "type": lambda field, value: event_type(value, field),
     "required": required_routing,
     "routing": routing,
     "status": lambda field, value: status(value, field),
+    "artifact_ids": lambda field, value: artifact_ids(value, field),
+    "body": lambda field, value: body(value, DEFAULT_MAX_BODY_BYTES, field),
+    "metadata": lambda field, value: metadata(value, field),
 }
+# The rules whose clean value is a short string that depends on the value alone (a remote
+# checker remembers them: routing values repeat from event to event).
+TEXT_RULES = frozenset({"type", "required", "routing", "status"})
+
+
+def event_fields(
+    raw: Mapping[str, Any], max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+) -> dict[str, Any]:
+    """The fields a writer gives (`models.DRAFT_SPEC`), read from `raw` by their wire names and
+    each checked by its rule, in `Event`'s order: {attribute: clean value}. A name in `raw`
+    that is no such field is the caller's to refuse. Raises ValidationError naming the first
+    bad field and its limit."""
+    out: dict[str, Any] = {}
+    for name, wire, rule in DRAFT_SPEC:
+        value = raw.get(wire)
+        if rule == "body":  # the store's own limit
+            out[name] = body(value, max_body_bytes, wire)
+        else:
+            out[name] = FIELD_RULES[rule](wire, value)
+    return out

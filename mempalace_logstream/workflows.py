@@ -58,18 +58,13 @@ def ack_draft(base: EventDraft, extra: str, target: Event) -> EventDraft:
     conversation, with `ack_of` first in the metadata (then the caller's `extra` object)."""
     meta_json = '{"ack_of":' + json_str(target.id)
     meta_json += ("," + extra[1:]) if extra != "{}" else "}"
-    return EventDraft(
-        type="event.ack",
+    return base.replace(
         stream=target.stream,
         room=target.room,
-        from_agent=base.from_agent,
-        topic=base.topic if base.topic is not None else target.topic,
+        topic=base["topic"] if base["topic"] is not None else target.topic,
         to_agent=target.from_agent,
         correlation_id=target.correlation_id or target.id,
-        status=base.status,
-        body=base.body,
         metadata_json=meta_json,
-        idempotency_key=base.idempotency_key,
     )
 
 
@@ -123,7 +118,7 @@ def patch_submit(
         if prior is not None:
             return prior
         art = tx.insert_artifact(art_draft)
-        draft = EventDraft(**{**ev_draft.__dict__, "artifact_ids": (art.id,)})
+        draft = ev_draft.replace(artifact_ids=(art.id,))
         return art, tx.insert_event(draft)
 
     art, event = store.transaction(write)
@@ -162,7 +157,7 @@ def _find_idempotent_patch(tx: Transaction, draft: EventDraft) -> tuple[Artifact
             field="idempotency_key",
             ident=prior.id,
         )
-    full = EventDraft(**{**draft.__dict__, "artifact_ids": prior.artifact_ids})
+    full = draft.replace(artifact_ids=prior.artifact_ids)
     same_as_prior(prior, full)
     return tx.artifact_meta(prior.artifact_ids[0]), prior
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from mcp import Client
 
 from mempalace_logstream import LogStore, mcp_server, operations, tasks, workflows
 from mempalace_logstream import validation as v
+from mempalace_logstream.models import EventArgs
 from mempalace_logstream.presence import Registry
 from mempalace_logstream.store import redaction
 from mempalace_logstream.store.filters import ReadRequest
@@ -29,7 +31,11 @@ EVERY = operations.every_operation()
 
 
 def _signature(fn: Any, drop: tuple[str, ...] = ()) -> dict[str, bool]:
-    """{keyword parameter: required} of a core function (its store argument left out)."""
+    """{keyword parameter: required} of a core function (its store argument left out), or of
+    the TypedDict its `**args` unpack (`models.EventArgs`)."""
+    if typing.is_typeddict(fn):
+        hints = typing.get_type_hints(fn, include_extras=True)
+        return {k: typing.get_origin(h) is typing.Required for k, h in hints.items()}
     out = {}
     for name, param in inspect.signature(fn).parameters.items():
         if param.kind is param.KEYWORD_ONLY and name not in drop:
@@ -48,7 +54,7 @@ def test_every_operation_describes_itself_and_each_parameter(name: str) -> None:
 
 # The core function that takes each operation's keyword arguments, and what it takes besides.
 CORE: dict[str, tuple[Any, tuple[str, ...]]] = {
-    "event_append": (Writes.draft_event, ()),
+    "event_append": (EventArgs, ()),  # what Writes.draft_event and event_append unpack
     "event_ack": (workflows.event_ack, ()),
     "event_redact": (redaction.event_redact, ()),
     "artifact_put": (Writes.draft_artifact, ("content_field",)),

@@ -1,6 +1,7 @@
 """One write path (issue 21): a local write, the peer apply and the importer all append through
-`Transaction.append`, which runs every registered projection. A projection registered once
-(store/projections.py) is fed by all three, on SQLite and PostgreSQL."""
+`Transaction.append`, which runs every projection registered on the store
+(`store.projections`). A projection registered once is fed by all three, on SQLite and
+PostgreSQL; each store has its own registry."""
 
 from __future__ import annotations
 
@@ -40,21 +41,18 @@ class Recorder:
 
 
 @pytest.fixture
-def recorder() -> Iterator[Recorder]:
+def recorder(store: LogStore) -> Iterator[Recorder]:
     rec = Recorder()
-    projections.register(rec)
-    try:
-        yield rec
-    finally:
-        projections.unregister(rec.name)
-    assert all(p.name != rec.name for p in projections.registered())
+    store.projections.register(rec)
+    yield rec
+    store.projections.unregister(rec.name)
+    assert store.projections.names() == ["tasks", "redactions"]
 
 
 def test_a_registered_projection_is_fed_by_local_writes_the_peer_apply_and_the_importer(
     store: LogStore, tmp_path: Path, recorder: Recorder
 ) -> None:
-    names = [p.name for p in projections.registered()]
-    assert names == ["tasks", "redactions", "test-recorder"]
+    assert store.projections.names() == ["tasks", "redactions", "test-recorder"]
     # Local: each write once, in seq order, after the built-in projections.
     local = [
         store.event_append(type="note", stream="s", room="r", from_agent="a", body=f"n{i}")
@@ -78,8 +76,10 @@ def test_a_registered_projection_is_fed_by_local_writes_the_peer_apply_and_the_i
         )
     assert store.tip()[0] == 4 and len(recorder.fed(store, "local")) == 4
 
-    # Peer: the same events applied on a second replica, with fresh local seqs there.
-    peer = LogStore.open(f"sqlite:///{tmp_path / 'peer.sqlite3'}")
+    # Peer: the same events applied on a second replica, with fresh local seqs there (this
+    # store is given its projections when it opens: the defaults and the recorder).
+    given = [*projections.defaults(), recorder]
+    peer = LogStore.open(f"sqlite:///{tmp_path / 'peer.sqlite3'}", projections=given)
     try:
         sync.sync_with_peer(peer, sync.LocalPeer(store))
         assert recorder.fed(peer, "peer") == [e.id for e in local]
@@ -95,11 +95,37 @@ def test_a_registered_projection_is_fed_by_local_writes_the_peer_apply_and_the_i
     # Import: the whole log copied into a third store, seq kept.
     copy_url = f"sqlite:///{tmp_path / 'copy.sqlite3'}"
     with LogStore.open(copy_url) as copy:
+        copy.projections.register(recorder)
         importer.import_log(store, copy, batch_size=2)
         assert recorder.fed(copy, "import") == [e.id for e in local]
         seqs = [q for s, o, _, q in recorder.seen if s == copy.replica_id]
         assert seqs == [e.seq for e in local]
         assert copy.task_status(task_id="t-proj-1")["task"]["state"] == "open"
+
+
+def test_each_store_runs_its_own_projections(store: LogStore, tmp_path: Path) -> None:
+    """A projection registered on one store is fed by that store's appends only; names are
+    unique per store; a store given its own list runs exactly that list."""
+    rec, other_rec = Recorder(), Recorder()
+    store.projections.register(rec)
+    with pytest.raises(ValueError, match="test-recorder"):
+        store.projections.register(other_rec)
+    other = LogStore.open(f"sqlite:///{tmp_path / 'other.sqlite3'}")
+    try:
+        assert other.projections.names() == ["tasks", "redactions"]
+        mine = store.event_append(type="note", stream="s", room="r", from_agent="a")
+        other.event_append(type="note", stream="s", room="r", from_agent="a")
+        assert [i for _s, _o, i, _q in rec.seen] == [mine.id]
+    finally:
+        other.close()
+    store.projections.unregister(rec.name)
+    store.event_append(type="note", stream="s", room="r", from_agent="a")
+    assert len(rec.seen) == 1
+    bare_url = f"sqlite:///{tmp_path / 'bare.sqlite3'}"
+    with LogStore.open(bare_url, projections=[other_rec]) as bare:
+        assert bare.projections.names() == ["test-recorder"]
+        event = bare.event_append(type="note", stream="s", room="r", from_agent="a")
+        assert other_rec.seen == [(bare.replica_id, "local", event.id, event.seq)]
 
 
 def test_a_key_event_a_peer_brings_is_in_force_for_the_next_local_write(tmp_path: Path) -> None:

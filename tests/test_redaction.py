@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from mempalace_logstream import agents, doctor, errors, replication, sync, workflows
 from mempalace_logstream.identity.actor import Actor, acting_as
-from mempalace_logstream.models import parse_tombstone
+from mempalace_logstream.payload import parse_tombstone
 from mempalace_logstream.store import LogStore, redaction
 from tests.hubkit import live_hub
 

@@ -513,7 +513,7 @@ def _oracle(store: LogStore, raw: Any) -> Any:
         metadata=raw.get("metadata"),
         artifact_ids=raw.get("artifact_ids"),
     )
-    for i, aid in enumerate(draft.artifact_ids):
+    for i, aid in enumerate(draft["artifact_ids"]):
         v.remote_id(f"artifact_ids[{i}]", aid)
     origin = v.replica_id(raw.get("origin_replica"), "origin_replica")
     origin_seq = v.strict_int("origin_seq", raw.get("origin_seq"))
@@ -525,7 +525,7 @@ def _oracle(store: LogStore, raw: Any) -> Any:
     ident = v.remote_id("id", raw.get("id"))
     created = replication.check_created_at(raw.get("created_at"))
     fields = {
-        k: getattr(draft, k)
+        k: draft[k]
         for k in (
             "type",
             "stream",

@@ -13,7 +13,8 @@ from typing import Any, Literal
 
 from mempalace_logstream import hlc as hlc_mod
 from mempalace_logstream.identity import keys, signing
-from mempalace_logstream.models import Event, parse_tombstone
+from mempalace_logstream.models import Event
+from mempalace_logstream.payload import parse_tombstone
 
 KEY_ADD = "identity.key_add"
 KEY_REVOKE = "identity.key_revoke"

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from mempalace_logstream.identity import canonical, keys
-from mempalace_logstream.models import CONTENT_FIELDS, EVENT_SPEC, Event, read_metadata
+from mempalace_logstream.models import CONTENT_FIELDS, EVENT_SPEC, Event
+from mempalace_logstream.payload import read_metadata
 
 DOMAIN = "mempalace-logstream/event-signature/v1"
 # Event.content_key() order; body and artifact_ids are signed through their SHA-256.

@@ -400,9 +400,10 @@ async def serve(
     push: Backend | None = None,
 ) -> None:
     """Serve the tools (the `tools` profile) over stdio with the channel capability,
-    delivering once initialized; tool calls run as `actor`. `source` names the log in the lines about it ("hub URL").
-    `push`, when given, is what the channel reads through (a hub client whose reads are marked
-    as pushes in the delivery ledger), the tools keep `backend`."""
+    delivering once initialized; tool calls run as `actor`. `source` names the log in the
+    lines about it ("hub URL"). `push`, when given, is what the channel reads through (a hub
+    client whose reads are marked as pushes in the delivery ledger), the tools keep
+    `backend`."""
     server = build_server(
         backend, read_only=read_only, tools=tools, instructions=INSTRUCTIONS, actor=actor
     )

@@ -23,8 +23,8 @@ from mcp.server.stdio import stdio_server
 from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
 
 from mempalace_logstream import aio, errors, operations, waits
-from mempalace_logstream.mcp_server import toolsets
 from mempalace_logstream.identity.actor import ACTOR_SCOPE_KEY, Actor, acting_as
+from mempalace_logstream.mcp_server import toolsets
 from mempalace_logstream.presence import NEEDS_A_HUB, Registry
 from mempalace_logstream.store import LogStore
 

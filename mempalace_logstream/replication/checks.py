@@ -14,7 +14,7 @@ from typing import Any
 
 from mempalace_logstream import errors, hlc
 from mempalace_logstream import validation as v
-from mempalace_logstream.models import CHECKED_FIELDS, Artifact, Event
+from mempalace_logstream.models import DRAFT_SPEC, Artifact, Event
 from mempalace_logstream.replication.reports import reject_report
 from mempalace_logstream.replication.wire import (
     CREATED_AT_RE,
@@ -96,10 +96,12 @@ class EventChecker:
         """LogStore.draft_event's rules, field by field as `Event` declares them (the
         idempotency_key is never sent)."""
         same = self._same
-        out = {name: same(name, raw[name]) for name, _ in CHECKED_FIELDS}
-        out["body"] = v.body(raw["body"], self.max_body_bytes)
-        out["metadata_json"] = v.metadata(raw["metadata"])
-        out["artifact_ids"] = v.artifact_ids(raw["artifact_ids"])
+        out = {name: same(name, raw[wire]) for name, wire in _TEXT_FIELDS}
+        for name, wire, rule in _OTHER_FIELDS:  # body, metadata, artifact_ids
+            if rule == "body":  # the store's own limit
+                out[name] = v.body(raw[wire], self.max_body_bytes, wire)
+            else:
+                out[name] = v.FIELD_RULES[rule](wire, raw[wire])
         return out
 
     def _replication(self, raw: Mapping[str, Any], artifact_ids: Sequence[str]) -> dict[str, Any]:
@@ -145,9 +147,17 @@ def _optional_text(name: str, value: Any, limit: int) -> str | None:
 _HLC_MATCH = hlc.HLC_RE.match
 
 
+# The draft fields a checker remembers (their rule's clean value is a short string), and the
+# others, checked every time (with their wire names: the remote shape is the wire's).
+_TEXT_FIELDS = tuple((name, wire) for name, wire, rule in DRAFT_SPEC if rule in v.TEXT_RULES)
+_OTHER_FIELDS = tuple(item for item in DRAFT_SPEC if item[2] not in v.TEXT_RULES)
 # The validator of each remembered field, and the origin's replica id rule.
 _CHECKS: dict[str, Callable[[Any], Any]] = {
-    **{name: partial(v.FIELD_RULES[rule], name) for name, rule in CHECKED_FIELDS},
+    **{
+        name: partial(v.FIELD_RULES[rule], wire)
+        for name, wire, rule in DRAFT_SPEC
+        if rule in v.TEXT_RULES
+    },
     "origin_replica": lambda value: v.replica_id(value, "origin_replica"),
 }
 

@@ -15,7 +15,8 @@ from typing import Any
 from mempalace_logstream import errors
 from mempalace_logstream import validation as v
 from mempalace_logstream.backends.queries import sync
-from mempalace_logstream.models import ROW_FIELDS, Artifact, Event, read_metadata
+from mempalace_logstream.models import ROW_FIELDS, Artifact, Event
+from mempalace_logstream.payload import read_metadata
 from mempalace_logstream.store import (
     ARTIFACT_COLS,
     LogStore,

@@ -4,11 +4,13 @@ core.py      `LogStore`: constructs its parts and holds them; each public method
 pipeline.py  group commit and the write transaction's state (`store.pipeline`)
 writes.py    drafts, the one insert of an artifact, `Transaction` (`store.writes`)
 append.py    the one write path of events: `Transaction.append(events, origin)`
-projections.py  the registry of projections (tasks, redactions) every append runs
+projections.py  `Projections`, the registry each store holds (`store.projections`; by
+             default tasks, redactions): what every append runs
 reads.py     snapshots, the page planner, waits (`store.reads`)
 task_reads.py  task_status and task_list (`store.task_reads`)
 plan.py      the page rule (cursor, filters, order, limit) and row -> Event, without SQLAlchemy
-filters.py   `FILTER_RULES`, `Filters`, `ReadRequest`
+filters.py   `FILTER_RULES`, `Filters`, `ReadRequest`, `ReadArgs` (a read's raw arguments)
+signatures.py  `takes_args_of`: a facade takes the parameters of the method it calls
 rows.py      read columns, artifact rows, the links column
 ids.py       ids, timestamps, slugs
 stats.py     version vector and stats (`store.counts`)

@@ -10,10 +10,11 @@ import (`Imported`, the importer). One call:
 2. assigns `seq` under the write lock (an import keeps the source's, which must continue the
    log);
 3. inserts the rows and the artifact links (with the idempotency keys the origin carries);
-4. runs every registered projection (store/projections.py) on the stored events, for every
-   origin, and returns what they refused to take effect.
+4. runs every projection registered on the store (`store.projections`, store/projections.py)
+   on the stored events, for every origin, and returns what they refused to take effect.
 
-A new projection is registered once (store/projections.py) and sees every path.
+A new projection is registered once (a default in store/projections.py, or on one store) and
+sees every path.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from mempalace_logstream.backends.base import EVENT_COL_NAMES
 from mempalace_logstream.backends.queries import appends as sql
 from mempalace_logstream.identity.keyring import KEY_EVENT_TYPES
 from mempalace_logstream.models import Event
-from mempalace_logstream.store import projections
 from mempalace_logstream.store.identity import check_names
 from mempalace_logstream.store.projections import Refusal
 
@@ -81,7 +81,7 @@ def append(tx: Transaction, events: Sequence[Event], origin: Origin) -> Appended
     if any(e.type in KEY_EVENT_TYPES for e in stored):  # from any origin
         tx.store.identity.moved()  # the keyring changes with them
     out = Appended(stored)
-    for projection in projections.registered():
+    for projection in tx.store.projections:
         out.refused += projection.apply(tx, stored, origin.name)
     return out
 

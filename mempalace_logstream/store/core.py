@@ -8,15 +8,15 @@ assigned under the write lock, so seq order is commit order on every backend (S-
 (identity.py: keys and the keyring), `writes` (writes.py: drafts, `transaction`),
 `reads` (reads.py), `task_reads` (task_reads.py) and `counts` (stats.py); every public method
 is a short call into one of them. What differs between databases is behind `backend`
-(backends/); the projections every append runs are registered in projections.py.
+(backends/); the projections every append runs are the store's `projections` (projections.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import sqlalchemy as sa
 
@@ -26,14 +26,16 @@ from mempalace_logstream.backends import Executor, QueryExecutor
 from mempalace_logstream.backends import engine as engine_mod
 from mempalace_logstream.backends.queries import log as log_rows
 from mempalace_logstream.backends.queries import meta as meta_rows
-from mempalace_logstream.models import Artifact, ArtifactDraft, Event, EventDraft, Page
+from mempalace_logstream.models import Artifact, ArtifactDraft, Event, EventArgs, EventDraft, Page
 from mempalace_logstream.schema import SCHEMA_HEAD
 from mempalace_logstream.store import tasks as task_rows
-from mempalace_logstream.store.filters import ReadRequest, read_request
+from mempalace_logstream.store.filters import ReadArgs, ReadRequest, read_request
 from mempalace_logstream.store.identity import Identity, keys_dir_for
 from mempalace_logstream.store.ids import mint_replica_id
 from mempalace_logstream.store.pipeline import CommitPipeline
+from mempalace_logstream.store.projections import Projection, Projections
 from mempalace_logstream.store.reads import Reads
+from mempalace_logstream.store.signatures import takes_args_of
 from mempalace_logstream.store.stats import Stats
 from mempalace_logstream.store.task_cache import FoldCache
 from mempalace_logstream.store.task_reads import TaskReads
@@ -68,6 +70,7 @@ class LogStore:
         keys_dir: Path | None = None,
         backdate_window_ms: int = config.DEFAULT_BACKDATE_WINDOW_MS,
         create: bool = True,
+        projections: Iterable[Projection] | None = None,
     ) -> None:
         _check_backdate_window(backdate_window_ms)
         # Sync apply holds an event signed by a key revoked here before it arrived, stamped
@@ -76,6 +79,9 @@ class LogStore:
         self.engine = engine
         self.task_settings = task_settings or TaskSettings()
         self.task_folds = FoldCache()  # checkpoints for tasks whose events arrive late
+        # What every append runs, in order, whatever its origin (`projections.defaults()`:
+        # tasks, then redactions, unless given); `store.projections.register(p)` adds one.
+        self.projections = Projections(projections)
         self.backend = backend = backends.for_engine(engine)
         self.dialect = backend.name
         # The private keys this process signs with and the keyring it judges with (RFC 0008).
@@ -170,11 +176,11 @@ class LogStore:
         """(seq, id) of the newest event, or (0, None) on an empty log."""
         return self.reads.tip()
 
-    def event_list(self, **args: Any) -> Page:
-        """Read events (S-5.1–S-5.3; `Reads.event_list` names the arguments)."""
+    def event_list(self, **args: Unpack[ReadArgs]) -> Page:
+        """Read events (S-5.1–S-5.3; `filters.ReadArgs` names the arguments)."""
         return self.reads.event_list(**args)
 
-    def read_request(self, **raw: Any) -> ReadRequest:
+    def read_request(self, **raw: Unpack[ReadArgs]) -> ReadRequest:
         """Validate the raw read arguments shared by list, wait, watch and SSE."""
         return read_request(**raw)
 
@@ -182,10 +188,10 @@ class LogStore:
         """One read of a validated request; `after_seq` (a Page's `scanned_seq`) resumes it."""
         return self.reads.read(req, after_seq)
 
-    def event_wait(self, **args: Any) -> Page:
+    def event_wait(self, *, timeout_ms: Any = None, **args: Unpack[ReadArgs]) -> Page:
         """Matches after the cursor at once, else block until one arrives (S-5.4;
         `Reads.event_wait`)."""
-        return self.reads.event_wait(**args)
+        return self.reads.event_wait(timeout_ms=timeout_ms, **args)
 
     # ----------------------------------------------------------------- counts, tasks
 
@@ -205,6 +211,7 @@ class LogStore:
         """The derived state alone (no children, no thread): what a move needs and returns."""
         return self.task_reads.task_brief(task_id)
 
+    @takes_args_of(TaskReads.task_list)
     def task_list(self, **args: Any) -> dict[str, Any]:
         """Tasks, most recently moved first (`TaskReads.task_list` names the arguments)."""
         return self.task_reads.task_list(**args)
@@ -222,18 +229,20 @@ class LogStore:
         (`Writes.transaction`): every write of the store goes through here."""
         return self.writes.transaction(work, on_bulk)
 
-    def draft_event(self, **fields: Any) -> EventDraft:
-        """Validate raw event fields (S-4) into a draft (`Writes.draft_event` names them)."""
+    def draft_event(self, **fields: Unpack[EventArgs]) -> EventDraft:
+        """Validate raw event fields (S-4; `models.EventArgs` names them) into a draft."""
         return self.writes.draft_event(**fields)
 
-    def event_append(self, **fields: Any) -> Event:
+    def event_append(self, **fields: Unpack[EventArgs]) -> Event:
         """Append one event, idempotent per (from_agent, idempotency_key) (`Writes`)."""
         return self.writes.event_append(**fields)
 
+    @takes_args_of(Writes.draft_artifact)
     def draft_artifact(self, **fields: Any) -> ArtifactDraft:
         """Validate raw artifact fields into a draft (`Writes.draft_artifact` names them)."""
         return self.writes.draft_artifact(**fields)
 
+    @takes_args_of(Writes.draft_artifact)
     def artifact_put(self, **fields: Any) -> Artifact:
         """Store an artifact byte-exact; content is kept once per sha256. Returns no content."""
         return self.writes.artifact_put(**fields)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from mempalace_logstream import validation as v
 from mempalace_logstream.models import Event
@@ -86,6 +86,30 @@ class ReadRequest:
 
     def replace(self, **changes: Any) -> ReadRequest:
         return dataclasses.replace(self, **changes)
+
+
+class ReadArgs(TypedDict, total=False):
+    """The raw arguments of a read (`LogStore.event_list`, `event_wait`, `read_request`), any
+    values: `read_request` checks them. Listed for mypy, which checks callers' keyword names;
+    tests/test_event_spec.py holds it to `ReadRequest` and `validation.FILTER_FIELDS`."""
+
+    stream: Any
+    room: Any
+    topic: Any
+    type: Any
+    to_agent: Any
+    writer: Any
+    exclude_writer: Any
+    correlation_id: Any
+    status: Any
+    from_agent: Any
+    since_event_id: Any
+    before_event_id: Any
+    since_created_at: Any
+    limit: Any
+    order: Any
+    preview: Any
+    slim: Any
 
 
 def read_request(**raw: Any) -> ReadRequest:

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 from mempalace_logstream import errors, tasks
 from mempalace_logstream.backends.queries import guards as sql
 from mempalace_logstream.identity import actor as actor_mod
-from mempalace_logstream.models import Event, read_metadata
+from mempalace_logstream.models import Event
+from mempalace_logstream.payload import read_metadata
 from mempalace_logstream.store.ids import now_text
 from mempalace_logstream.tasks import guards as g
 from mempalace_logstream.tasks.model import ACTIONS, REQUEST_TYPE, Task

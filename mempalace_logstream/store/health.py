@@ -19,7 +19,8 @@ from mempalace_logstream.backends.queries import artifacts as artifact_rows
 from mempalace_logstream.backends.queries import log as log_rows
 from mempalace_logstream.identity.keyring import Keyring
 from mempalace_logstream.identity.verdict import verdict
-from mempalace_logstream.models import TOMBSTONE_PREFIX, Event, parse_tombstone
+from mempalace_logstream.models import Event
+from mempalace_logstream.payload import TOMBSTONE_PREFIX, parse_tombstone
 from mempalace_logstream.store import blobs as blob_rows
 from mempalace_logstream.store import tasks as task_rows
 from mempalace_logstream.store.identity import artifact_sha256s

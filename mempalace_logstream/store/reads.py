@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from mempalace_logstream import notify
 from mempalace_logstream import validation as v
@@ -18,7 +18,7 @@ from mempalace_logstream.backends.base import Query
 from mempalace_logstream.backends.queries import log as log_rows
 from mempalace_logstream.models import Event, Page
 from mempalace_logstream.store import marks, plan
-from mempalace_logstream.store.filters import FILTER_RULES, ReadRequest, read_request
+from mempalace_logstream.store.filters import FILTER_RULES, ReadArgs, ReadRequest, read_request
 from mempalace_logstream.store.identity import Identity
 from mempalace_logstream.store.pipeline import CommitPipeline
 
@@ -66,33 +66,13 @@ class Reads:
             row = log_rows.top(QueryExecutor(query, self._sql), None)
         return (int(row[0]), row[1]) if row else (0, None)
 
-    def event_list(
-        self,
-        *,
-        since_event_id: Any = None,
-        before_event_id: Any = None,
-        since_created_at: Any = None,
-        limit: Any = None,
-        order: Any = None,
-        preview: Any = False,
-        from_agent: Any = None,
-        **filters: Any,
-    ) -> Page:
+    def event_list(self, **args: Unpack[ReadArgs]) -> Page:
         """Read events (S-5.1–S-5.3). `cursor` is the newest event examined, filtered or not.
 
         Order: explicit `order` wins; else asc with a cursor, desc without. Raises
         ValidationError, NotFoundError for an unknown cursor.
         """
-        req = self.read_request(
-            since_event_id=since_event_id,
-            before_event_id=before_event_id,
-            since_created_at=since_created_at,
-            limit=limit,
-            order=order,
-            preview=preview,
-            from_agent=from_agent,
-            **filters,
-        )
+        req = self.read_request(**args)
         with self._reading() as query:
             return self._read(query, req)
 
@@ -137,7 +117,7 @@ class Reads:
         split = self.backend.split_inbox
         return plan.page_query(req, lo, top_seq, order, split, _SPLIT_TO_AGENT_MAX)
 
-    def event_wait(self, *, timeout_ms: Any = None, **read_args: Any) -> Page:
+    def event_wait(self, *, timeout_ms: Any = None, **read_args: Unpack[ReadArgs]) -> Page:
         """Return matches after the cursor at once, else block until one arrives (S-5.4).
 
         Without `since_event_id`, existing matches are returned at once; `"tip"` waits only for

@@ -24,7 +24,8 @@ from mempalace_logstream import validation as v
 from mempalace_logstream.backends.queries import redactions as sql
 from mempalace_logstream.identity.actor import ADMIN_NAME, Actor
 from mempalace_logstream.identity.keyring import Keyring
-from mempalace_logstream.models import Event, body_digest, parse_tombstone, tombstone
+from mempalace_logstream.models import Event
+from mempalace_logstream.payload import body_digest, parse_tombstone, tombstone
 from mempalace_logstream.store import blobs
 from mempalace_logstream.store import tasks as task_rows
 from mempalace_logstream.store.blobs import BODY, EMPTY_SHA256

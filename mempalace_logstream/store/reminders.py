@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from mempalace_logstream import hlc
 from mempalace_logstream.backends.queries import tasks as sql
-from mempalace_logstream.models import read_metadata
+from mempalace_logstream.payload import read_metadata
 from mempalace_logstream.store.tasks import from_doc
 from mempalace_logstream.tasks import Task
 from mempalace_logstream.tasks import guards as g

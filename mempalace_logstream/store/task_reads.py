@@ -13,7 +13,7 @@ from typing import Any
 from mempalace_logstream import errors, hlc, tasks
 from mempalace_logstream import validation as v
 from mempalace_logstream.backends.queries import tasks as sql
-from mempalace_logstream.models import TOMBSTONE_PREFIX
+from mempalace_logstream.payload import TOMBSTONE_PREFIX
 from mempalace_logstream.store.reads import Reads
 from mempalace_logstream.store.tasks import from_doc
 from mempalace_logstream.tasks import Task, TaskSettings

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 from mempalace_logstream import errors
 from mempalace_logstream import validation as v
@@ -21,13 +21,14 @@ from mempalace_logstream.identity.actor import Actor
 from mempalace_logstream.identity.keyring import Keyring
 from mempalace_logstream.identity.verdict import Verdict
 from mempalace_logstream.models import (
-    DRAFT_FIELDS,
+    DRAFT_SPEC,
     Artifact,
     ArtifactDraft,
     Event,
+    EventArgs,
     EventDraft,
-    parse_tombstone,
 )
+from mempalace_logstream.payload import parse_tombstone
 from mempalace_logstream.store import blobs, guards
 from mempalace_logstream.store.append import Appended, Local, Origin
 from mempalace_logstream.store.append import append as append_events
@@ -37,6 +38,7 @@ from mempalace_logstream.store.marks import PIN_PREFIX
 from mempalace_logstream.store.pipeline import CommitPipeline, TxState
 from mempalace_logstream.store.redaction import REDACT_TYPE
 from mempalace_logstream.store.rows import ARTIFACT_COLS, artifact_from_row, events_from_rows
+from mempalace_logstream.store.signatures import takes_args_of
 from mempalace_logstream.tasks.guards import BudgetExhausted
 
 if TYPE_CHECKING:
@@ -71,7 +73,7 @@ class Transaction:
     def find_idempotent(self, draft: EventDraft) -> Event | None:
         """The event stored earlier under the draft's (from_agent, idempotency_key)."""
         select = self.store.event_select
-        rows = sql.idempotent(self.ex, select, draft.from_agent, draft.idempotency_key)
+        rows = sql.idempotent(self.ex, select, draft["from_agent"], draft.idempotency_key)
         return events_from_rows(rows)[0] if rows else None
 
     def insert_event(self, draft: EventDraft) -> Event:
@@ -112,7 +114,7 @@ class Transaction:
             origin_seq=seq,
             hlc=clock.now(),
             created_at=now_text(ms),
-            **{name: getattr(draft, name) for name in DRAFT_FIELDS},
+            **draft.values,
         )
 
     def insert_artifact(self, draft: ArtifactDraft) -> Artifact:
@@ -246,44 +248,20 @@ class Writes:
         changed: bool = self.pipeline.write(work)
         return changed
 
-    def draft_event(
-        self,
-        *,
-        type: Any,
-        stream: Any,
-        room: Any,
-        from_agent: Any,
-        topic: Any = None,
-        to_agent: Any = None,
-        correlation_id: Any = None,
-        branch: Any = None,
-        base_commit: Any = None,
-        status: Any = None,
-        body: Any = "",
-        metadata: Any = None,
-        artifact_ids: Any = None,
-        idempotency_key: Any = None,
-    ) -> EventDraft:
-        """Validate raw event fields (S-4) into a draft, in `Event`'s field order (a remote
-        event's checks run in the same order); raises ValidationError."""
-        return EventDraft(
-            type=v.event_type(type),
-            stream=v.required_routing("stream", stream),
-            room=v.required_routing("room", room),
-            topic=v.routing("topic", topic),
-            from_agent=v.required_routing("from_agent", from_agent),
-            to_agent=v.routing("to_agent", to_agent),
-            correlation_id=v.routing("correlation_id", correlation_id),
-            branch=v.routing("branch", branch),
-            base_commit=v.routing("base_commit", base_commit),
-            status=v.status(status),
-            body=_not_tombstone(v.body(body, self.max_body_bytes)),
-            metadata_json=v.metadata(metadata),
-            artifact_ids=v.artifact_ids(artifact_ids),
-            idempotency_key=v.idempotency_key(idempotency_key),
-        )
+    def draft_event(self, **fields: Unpack[EventArgs]) -> EventDraft:
+        """Validate raw event fields (S-4; `models.EventArgs` names them) into a draft: each
+        by its rule of the spec, in `Event`'s field order (a remote event's checks run the
+        same rules), then the idempotency key. Raises ValidationError naming the field."""
+        raw: dict[str, Any] = {**fields}
+        unknown = raw.keys() - _ARG_NAMES
+        if unknown:
+            raise v.fail(min(unknown), "is not a known parameter")
+        values = v.event_fields(raw, self.max_body_bytes)
+        _not_tombstone(values["body"])
+        key = v.idempotency_key(raw.get("idempotency_key"))
+        return EventDraft(values=values, idempotency_key=key)
 
-    def event_append(self, **fields: Any) -> Event:
+    def event_append(self, **fields: Unpack[EventArgs]) -> Event:
         """Append one event. Idempotent per (from_agent, idempotency_key).
 
         Referenced artifacts must exist. Durable at the configured level when it returns.
@@ -291,7 +269,7 @@ class Writes:
         idempotency key with different content).
         """
         draft = self.draft_event(**fields)
-        if draft.type == REDACT_TYPE:  # it must be applied where it is written, too
+        if draft["type"] == REDACT_TYPE:  # it must be applied where it is written, too
             raise v.fail("type", f"{REDACT_TYPE} is written by event_redact (`logstream redact`)")
         return self.transaction(lambda tx: tx.insert_event(draft))
 
@@ -318,6 +296,7 @@ class Writes:
             warnings=v.patch_warnings(raw) if clean_kind == "patch" else (),
         )
 
+    @takes_args_of(draft_artifact)
     def artifact_put(self, **fields: Any) -> Artifact:
         """Store an artifact byte-exact; content is kept once per sha256. Returns no content."""
         draft = self.draft_artifact(**fields)
@@ -358,19 +337,22 @@ class Writes:
 
 def same_as_prior(prior: Event, draft: EventDraft) -> Event:
     """The earlier event of an idempotency key, or ConflictError if its content differs."""
-    same = all(getattr(prior, name) == getattr(draft, name) for name in DRAFT_FIELDS)
+    same = all(getattr(prior, name) == value for name, value in draft.values.items())
     if not same:
         raise errors.ConflictError(
             f"idempotency_key {draft.idempotency_key!r} was already used by "
-            f"{draft.from_agent!r} for a different event ({prior.id}); use a new key",
+            f"{draft['from_agent']!r} for a different event ({prior.id}); use a new key",
             field="idempotency_key",
             ident=prior.id,
         )
     return prior
 
 
-def _not_tombstone(body: str) -> str:
+# What `draft_event` takes: the draft fields by their wire names, and the idempotency key.
+_ARG_NAMES = frozenset([wire for _name, wire, _rule in DRAFT_SPEC] + ["idempotency_key"])
+
+
+def _not_tombstone(body: str) -> None:
     """Only a redaction writes a tombstone (it stands for another body's SHA-256)."""
     if parse_tombstone(body) is not None:
         raise v.fail("body", "is a redaction tombstone; only `logstream redact` writes one")
-    return body
