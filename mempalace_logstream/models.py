@@ -88,7 +88,7 @@ class Event:
             "room",
             check="required",
             indexed=True,
-            param="Room within the stream, e.g. delegation.",
+            param="e.g. delegation.",
         )
     )
     topic: str | None = field(
@@ -107,7 +107,7 @@ class Event:
             "the writer",
             check="required",
             indexed=True,
-            param="Your agent id, e.g. 'claude-1'.",
+            param="Your agent id.",
         )
     )
     to_agent: str | None = field(

@@ -36,7 +36,8 @@ class Params(BaseModel):
 class ToolSchema(GenerateJsonSchema):
     """The schema agents pay for in context, every session: no titles (the names say it), an
     optional parameter is its type (None means "not given", never a value to send), no null
-    defaults, and no model docstring (it is the tool's description already)."""
+    defaults, no model docstring (it is the tool's description already), and no
+    `additionalProperties` (the core refuses an unknown name with a message naming it)."""
 
     def field_title_should_be_set(self, schema: Any) -> bool:
         return False
@@ -58,8 +59,8 @@ class ToolSchema(GenerateJsonSchema):
 
     def model_schema(self, schema: core_schema.ModelSchema) -> JsonSchemaValue:
         out = super().model_schema(schema)
-        out.pop("title", None)
-        out.pop("description", None)
+        for key in ("title", "description", "additionalProperties"):
+            out.pop(key, None)
         return out
 
 
@@ -74,20 +75,20 @@ def described(text: str, **schema: Any) -> Any:
 
 
 # Types shared by several operations.
-Agent = Annotated[str, described("Your agent id, e.g. 'claude-1'.")]
-Filter = Annotated[str | list[str] | None, described("Filter (a list: any of them).")]
+Agent = Annotated[str, described("Your agent id.")]
+Filter = Annotated[str | list[str] | None, described("Filter.")]
 Metadata = Annotated[dict[str, Any] | str | None, described("A JSON object, max 64 KiB.")]
-IdemKey = Annotated[str | None, described("Retry-safe: the same key returns the stored result.")]
+IdemKey = Annotated[str | None, described("Retry-safe: same key, same result.")]
 Limit = Annotated[int | None, described(f"1-{v.MAX_LIST_LIMIT} (default 50).")]
 Topic = Annotated[str | None, described("Topic within the room.")]
 Branch = Annotated[str | None, described("Git branch.")]
 BaseCommit = Annotated[str | None, described("Commit hash the work is based on.")]
 Body = Annotated[str, described("Text, max 256 KiB.")]
-Encoding = Annotated[str | None, described("utf-8 (default) or base64 for binary.")]
+Encoding = Annotated[str | None, described("utf-8 (default) or base64.")]
 TaskId = Annotated[str, described("The task (its correlation_id).")]
 Since = Annotated[str | None, described("Time window start: YYYY-MM-DD[THH:MM:SSZ].")]
 Preview = Annotated[bool | None, described("Cut bodies to 200 chars.")]
-Slim = Annotated[bool | None, described("Drop replication fields and empty values.")]
+Slim = Annotated[bool | None, described("Drop empty and replication fields.")]
 
 
 # The type and default of an event field a writer gives, by its rule (`models.FieldSpec.check`).
@@ -118,9 +119,9 @@ EventAppend: type[Params] = create_model(
     "EventAppend",
     __base__=Params,
     __module__=__name__,
-    __doc__="""Append an event to the shared log; returns {event} with its id. Post a status, a
-    reply on a thread (correlation_id), a claim (status=claimed) or a note to an agent
-    (to_agent). Events are immutable: to change a status, append a new one.""",
+    __doc__="""Append an event; returns {event} with its id. Post a status, a reply on a
+    thread (correlation_id), a claim (status=claimed) or a note to an agent (to_agent).
+    Events are immutable: to change a status, append a new one.""",
     **_event_params(),
     idempotency_key=(IdemKey, None),
 )
@@ -133,12 +134,12 @@ class Reading(Params):
     room: Filter = None
     topic: Filter = None
     type: Filter = None
-    to_agent: Annotated[
-        str | list[str] | None, described("Inbox: events to this agent (or to *).")
-    ] = None
+    to_agent: Annotated[str | list[str] | None, described("Inbox: events to this agent or *.")] = (
+        None
+    )
     writer: Annotated[str | list[str] | None, described("Filter by author.")] = None
     exclude_writer: Annotated[
-        str | list[str] | None, described("Leave out these authors (e.g. you).")
+        str | list[str] | None, described("Not by these authors (e.g. you).")
     ] = None
     correlation_id: Filter = None
     status: Filter = None
@@ -152,7 +153,8 @@ class Reading(Params):
 class EventList(Reading):
     """Read events now: {events, count, cursor, has_more}. Newest first without a cursor,
     oldest first after since_event_id. Pass the returned `cursor` as since_event_id next time
-    to get only newer events. To block until something arrives, use mempalace_event_wait."""
+    to get only newer events. To block until something arrives, use mempalace_event_wait.
+    A filter takes a value or a list (any of them); filters AND together."""
 
     before_event_id: Annotated[str | None, described("Only events before this id.")] = None
     since_created_at: Since = None
@@ -165,7 +167,7 @@ class EventList(Reading):
 class EventWait(Reading):
     """Block until an event matches after since_event_id: {timed_out, events, count, cursor,
     has_more}. Returns at once if matches exist. A timeout is normal (timed_out=true): call
-    again with the returned cursor. Wake-up is push-based; other calls go on meanwhile."""
+    again with the returned cursor. Filters as in event_list."""
 
     since_created_at: Since = None
     limit: Limit = None
@@ -177,7 +179,7 @@ class EventWait(Reading):
 
 
 class EventGet(Params):
-    """Fetch one event by id: {event}. An id unknown on this log is an error that says so."""
+    """Fetch one event by id: {event}. An unknown id is an error that says so."""
 
     event_id: Annotated[str, described("The event id.")]
 
@@ -273,9 +275,9 @@ class TaskCreate(Params):
 
 class TaskUpdate(Params):
     """Move a task; returns {event, task}. States: open -> claimed -> working -> ready ->
-    completed, or blocked, failed, declined, cancelled. The worker claims, reports progress
-    (renews its lease), blocks with a question, completes or fails; the requester unblocks,
-    accepts, rejects, cancels or reopens. A refused move writes nothing and says why."""
+    completed, or blocked, failed, declined, cancelled. Progress renews the worker's lease;
+    block asks the requester (body: the question). A refused move writes nothing and says
+    why."""
 
     task_id: TaskId
     action: Annotated[
@@ -342,23 +344,19 @@ class Stats(Params):
 
 
 class PresenceAnnounce(Params):
-    """Tell the hub you are home: {presence}. Kept by the hub (shared by every hub of a
-    PostgreSQL log), never in the log; it vanishes after ttl_s unless announced again. Needs a
-    hub (the /mcp endpoint, or --hub)."""
+    """Tell the hub you are home: {presence}. Kept by the hub, never in the log; it vanishes
+    after ttl_s unless announced again. Needs a hub (its /mcp, or --hub)."""
 
     agent: Agent
     state: Annotated[str, described("watching, working or idle.")]
     task_id: Annotated[str | None, described("The task you are on.")] = None
-    note: Annotated[str | None, described("A short note, max 500 chars.")] = None
-    ttl_s: Annotated[
-        int | None, described("Seconds until you vanish unless you announce again (60).")
-    ] = None
+    note: Annotated[str | None, described("Max 500 chars.")] = None
+    ttl_s: Annotated[int | None, described("Seconds until you vanish (60).")] = None
     path: Annotated[
         str | None,
         described(
-            "The delivery path this announcement keeps live, for as long as ttl_s: watch, "
-            "channel (MCP channel push), codex (Codex queue), monitor, sse, or hook (hooks "
-            "only: nothing pushes to you)."
+            "The delivery path it keeps live: watch, channel, codex, monitor, sse, or hook "
+            "(nothing pushes to you)."
         ),
     ] = None
 
@@ -381,8 +379,6 @@ class PresenceLeave(Params):
 
 class PresenceList(Params):
     """Who is home now: {agents: [{agent, state, task_id, note, expires_at, paths, wakeable,
-    last_push_at, last_push_path, last_life_at}], count}. wakeable: yes (a live push path and
-    it reacted to a push lately), unverified (a live push path, no reaction seen yet), no
-    (hooks only: it sees messages at its next prompt); unreachable: the agents whose delivery
-    paths all lapsed (a reaped watcher), wakeable no. Use it
-    to pick a free worker before delegating, or to see whether the agent you wait on is up."""
+    ...}], count, unreachable}. wakeable: yes (it reacted to a push lately), unverified (a push
+    path, no reaction yet), no (hooks only: it reads at its next prompt). Use it to pick a free
+    worker before delegating, or to see whether the agent you wait on is up."""

@@ -214,10 +214,12 @@ def spec_tool(name: str, op: operations.Operation) -> Tool:
     """The tool of operation `name`: the operation's description (one line) and its parameters
     as agents read them (`Params.tool_schema`: names, types, descriptions, required ones).
     Text results only (no output schema): the result is returned once, as compact JSON text.
-    Hints: read-only, or a write that destroys nothing (all but event_redact)."""
-    hints = ToolAnnotations(read_only_hint=not op.mutating)
-    if op.mutating and not op.destructive:
-        hints = hints.model_copy(update={"destructive_hint": False})
+    Hints: read-only, or a write that destroys nothing (all but event_redact); MCP's defaults
+    (not read-only, destructive) are left unsaid: each byte is the agent's context."""
+    if not op.mutating:
+        hints = ToolAnnotations(read_only_hint=True)
+    else:
+        hints = ToolAnnotations(destructive_hint=False if not op.destructive else None)
     return Tool(
         name=TOOL_PREFIX + name,
         description=op.description,
