@@ -16,6 +16,7 @@ import httpx
 import pytest
 import typer
 from mcp import Client
+from mcp.types import ToolAnnotations
 
 from mempalace_logstream import LogStore, mcp_server, operations, tasks, workflows
 from mempalace_logstream import validation as v
@@ -101,9 +102,10 @@ def test_mcp_tools_are_the_spec_names_types_descriptions_and_required(tmp_path: 
             p for p, needed in op.required().items() if needed
         }, name
         assert tool.description == op.description, name
-        assert bool(tool.annotations.read_only_hint) is (not op.mutating), name
+        hints = tool.annotations or ToolAnnotations()  # none: MCP's defaults (a destructive write)
+        assert bool(hints.read_only_hint) is (not op.mutating), name
         appends = op.mutating and not op.destructive  # a write that destroys nothing says so
-        assert tool.annotations.destructive_hint is (False if appends else None), name
+        assert hints.destructive_hint is (False if appends else None), name
 
 
 def test_http_routes_take_the_spec_parameters_with_their_descriptions(tmp_path: Path) -> None:

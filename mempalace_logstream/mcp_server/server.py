@@ -216,10 +216,11 @@ def spec_tool(name: str, op: operations.Operation) -> Tool:
     Text results only (no output schema): the result is returned once, as compact JSON text.
     Hints: read-only, or a write that destroys nothing (all but event_redact); MCP's defaults
     (not read-only, destructive) are left unsaid: each byte is the agent's context."""
+    hints = None  # a write that destroys (event_redact): MCP's defaults say it all
     if not op.mutating:
         hints = ToolAnnotations(read_only_hint=True)
-    else:
-        hints = ToolAnnotations(destructive_hint=False if not op.destructive else None)
+    elif not op.destructive:
+        hints = ToolAnnotations(destructive_hint=False)
     return Tool(
         name=TOOL_PREFIX + name,
         description=op.description,
