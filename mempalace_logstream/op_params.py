@@ -35,8 +35,8 @@ class Params(BaseModel):
 
 class ToolSchema(GenerateJsonSchema):
     """The schema agents pay for in context, every session: no titles (the names say it), an
-    optional parameter is its type (None means "not given", never a value to send), no null
-    defaults, no model docstring (it is the tool's description already), and no
+    optional parameter is its type (None means "not given", never a value to send), no
+    defaults that mean "not given" (None, ""), no model docstring (it is the tool's description already), and no
     `additionalProperties` (the core refuses an unknown name with a message naming it)."""
 
     def field_title_should_be_set(self, schema: Any) -> bool:
@@ -47,7 +47,7 @@ class ToolSchema(GenerateJsonSchema):
 
     def default_schema(self, schema: core_schema.WithDefaultSchema) -> JsonSchemaValue:
         out = super().default_schema(schema)
-        if "default" in out and out["default"] is None:
+        if "default" in out and out["default"] in (None, ""):
             del out["default"]
         return out
 
@@ -216,7 +216,8 @@ class EventRedact(Params):
 
 class ArtifactPut(Params):
     """Store exact content (max 4 MiB): {artifact} with id and sha256. Put the id in an
-    event's artifact_ids; others read it with mempalace_artifact_get."""
+    event's artifact_ids; others read it with mempalace_artifact_get. A patch for review:
+    mempalace_patch_submit does both."""
 
     kind: Annotated[str, described(", ".join(v.ARTIFACT_KINDS))]
     content: Annotated[str, described("Exact text, or base64.")]

@@ -149,7 +149,7 @@ NEXT_STEP = {
     "event_list": ("`cursor` as since_event_id", "mempalace_event_wait", "Newest first"),
     "event_wait": ("timed_out=true", "call again with the returned cursor"),
     "event_ack": ("status=claimed", "status=applied"),
-    "artifact_put": ("artifact_ids", "mempalace_artifact_get"),
+    "artifact_put": ("artifact_ids", "mempalace_artifact_get", "mempalace_patch_submit"),
     "artifact_get": ("sha256", "base64"),
     "patch_submit": ("patch.ready", "warnings are advice"),
     "task_create": ("handoff", "mempalace_task_status", "mempalace_task_update"),
