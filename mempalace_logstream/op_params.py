@@ -36,8 +36,9 @@ class Params(BaseModel):
 class ToolSchema(GenerateJsonSchema):
     """The schema agents pay for in context, every session: no titles (the names say it), an
     optional parameter is its type (None means "not given", never a value to send), no
-    defaults that mean "not given" (None, ""), no model docstring (it is the tool's description already), and no
-    `additionalProperties` (the core refuses an unknown name with a message naming it)."""
+    defaults that mean "not given" (None, ""), no model docstring (it is the tool's
+    description already), and no `additionalProperties` (the core refuses an unknown name
+    with a message naming it)."""
 
     def field_title_should_be_set(self, schema: Any) -> bool:
         return False
