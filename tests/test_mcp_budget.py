@@ -89,6 +89,9 @@ def test_tools_all_offers_the_operator_tools_which_the_default_refuses(tmp_path:
         "mempalace_stats",
     }
     assert set(_listed("--db", db, "--tools", "coord,stats")) == COORD | {"mempalace_stats"}
+    channel = ("--agent", "a", "--channel", "--state-file", "")  # channel mode serves the same
+    assert set(_listed("--db", db, *channel)) == COORD
+    assert set(_listed("--db", db, *channel, "--tools", "all")) == COORD | OPERATOR
 
     async def calls() -> tuple[str, str]:
         with LogStore.open(db) as store:
