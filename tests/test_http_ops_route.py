@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from mempalace_logstream import operations
 from mempalace_logstream.http import ops
 from tests.hubkit import LiveHub, live_hub
 
@@ -131,3 +132,14 @@ def test_a_plain_request_takes_the_short_path(
     assert client.post("/v1/event_append", json=EVENT).status_code == 200
     assert client.post("/v1/event_append", json={"type": "note"}).status_code == 422
     assert taken == [True, False]
+
+
+def test_the_operation_routes_are_matched_first(hub: LiveHub, client: httpx.Client) -> None:
+    """The router tries its routes in order: `POST /v1/<op>` (most of a hub's traffic) comes
+    before the pages and the dashboard's routes, and they still answer."""
+    routes = hub.app.router.routes
+    first = [getattr(r, "path", None) for r in routes[: len(operations.OPERATIONS)]]
+    assert first == [f"/v1/{name}" for name in operations.OPERATIONS]
+    assert client.get("/healthz").status_code == 200
+    assert client.get("/v1/stats").status_code == 200
+    assert client.post("/v1/event_append", json=EVENT).status_code == 200
