@@ -149,6 +149,17 @@ def stats(store: LogStore) -> dict[str, Any]:
     return out
 
 
+def _lease_op(name: str) -> Handler:
+    def handler(store: LogStore, **args: Any) -> dict[str, Any]:
+        from mempalace_logstream.store import lease_ops
+
+        out: dict[str, Any] = getattr(lease_ops, name)(store, **args)
+        return out
+
+    handler.__name__ = name
+    return handler
+
+
 OPERATIONS: dict[str, Operation] = {
     "event_append": Operation(p.EventAppend, event_append, mutating=True),
     "event_get": Operation(p.EventGet, event_get),
@@ -164,6 +175,11 @@ OPERATIONS: dict[str, Operation] = {
     "task_status": Operation(p.TaskStatus, task_status),
     "task_list": Operation(p.TaskList, task_list),
     "delivery_status": Operation(p.DeliveryStatus, delivery_status),
+    "lease_acquire": Operation(p.LeaseAcquire, _lease_op("lease_acquire"), mutating=True),
+    "lease_renew": Operation(p.LeaseRenew, _lease_op("lease_renew"), mutating=True),
+    "lease_release": Operation(p.LeaseRelease, _lease_op("lease_release"), mutating=True),
+    "lease_list": Operation(p.LeaseList, _lease_op("lease_list")),
+    "lease_check": Operation(p.LeaseCheck, _lease_op("lease_check")),
     "version_vector": Operation(p.VersionVector, version_vector),
     "stats": Operation(p.Stats, stats),
 }

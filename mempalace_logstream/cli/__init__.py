@@ -20,6 +20,7 @@ from mempalace_logstream.cli import sync as sync
 from mempalace_logstream.cli import waiting as waiting
 from mempalace_logstream.cli import artifacts as artifacts
 from mempalace_logstream.cli import tasks as tasks
+from mempalace_logstream.cli import lease as lease
 from mempalace_logstream.cli import tail as tail
 from mempalace_logstream.cli import inbox as inbox
 from mempalace_logstream.cli import deliver as deliver
