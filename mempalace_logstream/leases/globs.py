@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-MAX_GLOB_CHARS = 512
+MAX_GLOB_CHARS = 256  # a routing value's limit: a glob is one
 STAR = "**"  # the segment token for "any number of segments"
 
 
@@ -125,7 +125,7 @@ def _char_class(part: str, start: int) -> tuple[CharClass, int]:
             ranges.append((ord(lo), ord(lo)))
             i += 1
     if i >= len(part):
-        raise GlobError(f"has an unclosed character class at position {start + 1}")
+        raise GlobError(f"has an unclosed character class ('[') in segment {part!r}")
     return CharClass(tuple(ranges), negated), i + 1
 
 
@@ -139,8 +139,9 @@ def overlaps(a: str, b: str) -> bool:
 
 
 def matches(glob: str, path: str) -> bool:
-    """Whether `glob` names `path` (or a directory above it)."""
-    return overlaps(glob, literal(path))
+    """Whether `glob` names `path` or a directory above it (not a path below `path`: that is
+    `overlaps(glob, literal(path))`)."""
+    return _overlap(segments(glob), segments(literal(path))[:-1])
 
 
 def _overlap(p: tuple[object, ...], q: tuple[object, ...]) -> bool:

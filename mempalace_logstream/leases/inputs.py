@@ -26,15 +26,15 @@ def paths(value: Any, field: str = "paths") -> tuple[str, ...]:
         raise v.fail(field, f"has {len(items)} globs; the limit is {MAX_GLOBS}", MAX_GLOBS)
     out: list[str] = []
     for item in items:
-        text = v.routing(field, item, required=True) if isinstance(item, str) else None
-        if text is None:
+        if not isinstance(item, str):
             raise v.fail(field, f"must hold strings (globs), not {type(item).__name__}")
-        if len(text) > MAX_GLOB_CHARS:
+        if len(item.strip()) > MAX_GLOB_CHARS:
             raise v.fail(
                 field,
-                f"has a glob of {len(text)} characters; the limit is {MAX_GLOB_CHARS}",
+                f"has a glob of {len(item.strip())} characters; the limit is {MAX_GLOB_CHARS}",
                 MAX_GLOB_CHARS,
             )
+        text = v.required_routing(field, item)
         try:
             norm = globs.normalize(text)
             globs.segments(norm)
