@@ -215,6 +215,39 @@ CASES += [
         (*TASK_CLI, "--thread-budget", "0"),
     ),
 ]
+# File leases (issue 22): the globs, the ttl, the project.
+LEASE = {"agent": "claude", "paths": ["src/**"], "project": "demo"}
+LEASE_CLI = ("lease", "acquire", "--agent", "claude", "--project", "demo")
+CASES += [
+    Case(
+        "lease_acquire",
+        {**LEASE, "ttl_s": 0},
+        "ttl_s",
+        "ttl_s is 0; it must be between 1 and 604800 seconds",
+        (*LEASE_CLI, "--ttl", "0", "src/**"),
+    ),
+    Case(
+        "lease_acquire",
+        {**LEASE, "paths": ["../etc"]},
+        "paths",
+        "paths glob '../etc' must stay inside the project root ('..' is not allowed)",
+        (*LEASE_CLI, "../etc"),
+    ),
+    Case(
+        "lease_acquire",
+        {**LEASE, "paths": [f"f{i}" for i in range(33)]},
+        "paths",
+        "paths has 33 globs; the limit is 32",
+        (*LEASE_CLI, *(f"f{i}" for i in range(33))),
+    ),
+    Case(
+        "lease_acquire",
+        {"agent": "claude", "paths": ["src/**"]},
+        "project",
+        "project is required (or task_id: the task's project)",
+        ("lease", "acquire", "--agent", "claude", "src/**"),
+    ),
+]
 IDS = [f"{c.op}-{c.field}-{i}" for i, c in enumerate(CASES)]
 
 
