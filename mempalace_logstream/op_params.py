@@ -484,9 +484,9 @@ class LeaseRenew(Params):
 
     lease_id: LeaseId
     agent: Agent
-    ttl_s: Annotated[
-        int | None, described("Seconds from now (default: the lease's own ttl).")
-    ] = None
+    ttl_s: Annotated[int | None, described("Seconds from now (default: the lease's own ttl).")] = (
+        None
+    )
 
 
 class LeaseRelease(Params):

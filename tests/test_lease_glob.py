@@ -52,9 +52,16 @@ def test_a_path_is_matched_literally_with_its_metacharacters_escaped() -> None:
         ([], "paths must be a non-empty list of globs", None),
         (["a"] * 33, "paths has 33 globs; the limit is 32", 32),
         (["x" * 257], "paths has a glob of 257 characters; the limit is 256", 256),
-        (["src/[ab"], "paths glob 'src/[ab' has an unclosed character class ('[') in segment '[ab'", None),
-        (["../etc"], "paths glob '../etc' must stay inside the project root ('..' is not "
-         "allowed)", None),
+        (
+            ["src/[ab"],
+            "paths glob 'src/[ab' has an unclosed character class ('[') in segment '[ab'",
+            None,
+        ),
+        (
+            ["../etc"],
+            "paths glob '../etc' must stay inside the project root ('..' is not allowed)",
+            None,
+        ),
         (["//"], "paths glob '//' names no path (it is empty or only slashes)", None),
         ([3], "paths must hold strings (globs), not int", None),
     ],
@@ -94,9 +101,9 @@ segment = st.one_of(
     st.just("**"),
     st.lists(st.sampled_from(TOKENS), min_size=1, max_size=2).map("".join),
 )
-glob = st.tuples(
-    st.booleans(), st.lists(segment, min_size=1, max_size=2).map("/".join)
-).map(lambda t: ("/" if t[0] else "") + t[1])
+glob = st.tuples(st.booleans(), st.lists(segment, min_size=1, max_size=2).map("/".join)).map(
+    lambda t: ("/" if t[0] else "") + t[1]
+)
 
 
 def reference(pattern: str) -> re.Pattern[str]:

@@ -76,8 +76,7 @@ def test_expiry_is_derived_from_the_clock_and_renew_extends_it(
     with pytest.raises(errors.ConflictError) as info:
         ops.lease_renew(store, lease_id=held["lease_id"], agent="claude")
     assert str(info.value) == (
-        f"lease {held['lease_id']} expired at {renewed['expires_at']}; renew refused; "
-        "acquire again"
+        f"lease {held['lease_id']} expired at {renewed['expires_at']}; renew refused; acquire again"
     )
     assert acquire(store, "codex", "src/a.py")["agent"] == "codex"
 
@@ -185,8 +184,20 @@ def test_list_filters_by_agent_path_and_project(store: LogStore) -> None:
 def test_the_cli_acquires_checks_lists_and_releases(tmp_path: Path) -> None:
     db = str(tmp_path / "log.sqlite3")
     base = ("--db", db)
-    got = run_cli("lease", "acquire", "src/**", "--agent", "claude", "--project", "demo",
-                  "--reason", "refactor", "--ttl", "600", *base)
+    got = run_cli(
+        "lease",
+        "acquire",
+        "src/**",
+        "--agent",
+        "claude",
+        "--project",
+        "demo",
+        "--reason",
+        "refactor",
+        "--ttl",
+        "600",
+        *base,
+    )
     assert got.returncode == 0, got.stderr
     lease_id = got.stdout.decode().strip()
     assert lease_id.startswith("evt_")

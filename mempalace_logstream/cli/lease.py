@@ -15,9 +15,7 @@ from mempalace_logstream.cli.shared import emit, given_args, run
 lease_app = new_typer(help="Lease paths of a project so that other agents keep off them.")
 app.add_typer(lease_app, name="lease")
 
-AgentOpt = Annotated[
-    str, typer.Option("--agent", envvar="LOGSTREAM_AGENT", help="Your agent id.")
-]
+AgentOpt = Annotated[str, typer.Option("--agent", envvar="LOGSTREAM_AGENT", help="Your agent id.")]
 ListAgentOpt = Annotated[str | None, typer.Option("--agent", help="Leases of this agent.")]
 ProjectOpt = Annotated[
     str | None,

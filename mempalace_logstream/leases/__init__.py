@@ -4,6 +4,7 @@ their overlap (`globs`), the moves and the rules deciding one winner (`rules`), 
 
 from __future__ import annotations
 
+from mempalace_logstream.leases.globs import matches, normalize, overlaps
 from mempalace_logstream.leases.rules import (
     ACQUIRE,
     RELEASE,
@@ -15,7 +16,6 @@ from mempalace_logstream.leases.rules import (
     classify,
     fold,
 )
-from mempalace_logstream.leases.globs import matches, normalize, overlaps
 
 __all__ = [
     "ACQUIRE",

@@ -6,12 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from mempalace_logstream import validation as v
-from mempalace_logstream.leases import globs
+from mempalace_logstream.leases import globs, rules
 
 MAX_GLOBS = 32  # per lease
 MAX_GLOB_CHARS = globs.MAX_GLOB_CHARS
-MIN_TTL_S = 1
-MAX_TTL_S = 7 * 24 * 3600  # a week, as task leases
+MIN_TTL_S = rules.MIN_TTL_MS // 1000
+MAX_TTL_S = rules.MAX_TTL_MS // 1000  # a week, as task leases
 DEFAULT_TTL_S = 30 * 60
 MAX_REASON_CHARS = 1000
 

@@ -26,6 +26,8 @@ ADMIN_NAME = "admin"  # identity's admin actor writes as this name (identity.act
 # A lease of a task ends with the task's end (the task's row says when: its last move).
 ENDING_TASK_STATES = frozenset({"completed", "cancelled"})
 
+MIN_TTL_MS, MAX_TTL_MS = 1000, 7 * 24 * 3600 * 1000  # leases.inputs' ttl_s bounds, in ms
+
 TaskEnd = Callable[[str], str | None]  # task id -> HLC of the move that ended it, or None
 
 
@@ -119,24 +121,38 @@ def classify(
     parsed = hlc.parse(stamp)
     if parsed is None:
         return None
-    base = {"event_id": event_id, "agent": agent, "project": stream, "stamp": stamp}
-    base["wall_ms"] = parsed.wall_ms
+    ttl = meta.get("ttl_ms")
+    if type != RELEASE and not (isinstance(ttl, int) and MIN_TTL_MS <= ttl <= MAX_TTL_MS):
+        return None  # the bounds of leases.inputs, also for a raw event or a peer's
+    if type == ACQUIRE and not (isinstance(meta.get("paths"), list) and meta["paths"]):
+        return None
     try:
         if type == ACQUIRE:
-            paths = tuple(globs.normalize(str(p)) for p in meta["paths"])
             return Move(
                 kind="acquire",
+                event_id=event_id,
+                agent=agent,
+                project=stream,
+                stamp=stamp,
+                wall_ms=parsed.wall_ms,
                 target=event_id,
-                paths=paths,
+                paths=tuple(globs.normalize(str(p)) for p in meta["paths"]),
                 exclusive=bool(meta.get("exclusive", True)),
                 ttl_ms=int(meta["ttl_ms"]),
                 reason=str(meta.get("reason") or ""),
-                task_id=meta.get("task_id") or None,
-                **base,
+                task_id=str(meta["task_id"]) if meta.get("task_id") else None,
             )
         kind = "renew" if type == RENEW else "release"
-        ttl = int(meta["ttl_ms"]) if kind == "renew" else 0
-        return Move(kind=kind, target=str(meta["lease_id"]), ttl_ms=ttl, **base)
+        return Move(
+            kind=kind,
+            event_id=event_id,
+            agent=agent,
+            project=stream,
+            stamp=stamp,
+            wall_ms=parsed.wall_ms,
+            target=str(meta["lease_id"]),
+            ttl_ms=int(meta["ttl_ms"]) if kind == "renew" else 0,
+        )
     except (KeyError, TypeError, ValueError, globs.GlobError):
         return None
 

@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Any
 from mempalace_logstream import errors, leases
 from mempalace_logstream import validation as v
 from mempalace_logstream.backends.queries import leases as sql
-from mempalace_logstream.leases import rules
-from mempalace_logstream.leases import globs
+from mempalace_logstream.leases import globs, rules
 from mempalace_logstream.leases import inputs as check
 from mempalace_logstream.store.ids import slug
 from mempalace_logstream.store.leases import from_row, task_ends
@@ -150,7 +149,9 @@ def lease_list(
         end = task_ends(snap)
         found = [from_row(r) for r in rows]
         if only_active:
-            found = [x for x in found if x.state(now, end(x.task_id) if x.task_id else None) == "active"]
+            found = [
+                x for x in found if x.state(now, end(x.task_id) if x.task_id else None) == "active"
+            ]
         if where is not None:
             found = [x for x in found if any(globs.matches(g, where) for g in x.paths)]
         out = [x.to_dict(now, end) for x in found[:n]]
