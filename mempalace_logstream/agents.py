@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mempalace_logstream import errors
+from mempalace_logstream import errors, names
 from mempalace_logstream import validation as v
 from mempalace_logstream.identity import key_events, keys, tokens
 from mempalace_logstream.identity.actor import ADMIN, ADMIN_NAME, acting_as
@@ -48,10 +48,10 @@ class Minted:
 
 
 def agent_name(value: Any, *, allow_unicode: bool = True) -> str:
-    """A name that can be an agent's key file (`validation.agent_name`); ValidationError
+    """A name that can be an agent's key file (`names.agent_name`); ValidationError
     naming `agent` otherwise. `allow_unicode`: managing an existing agent takes any name
     `agent add --allow-unicode` could have made."""
-    name = v.agent_name(value, allow_unicode=allow_unicode)
+    name = names.agent_name(value, allow_unicode=allow_unicode)
     if name == ADMIN_NAME:
         raise v.fail("agent", f"{ADMIN_NAME!r} names the palace's admin key; pick another name")
     return name
@@ -93,7 +93,7 @@ def add(
     unless `allow_unicode`, and never a look-alike of another agent with a key."""
     name = agent_name(agent, allow_unicode=allow_unicode)
     admin_id = ensure_admin(store)
-    v.check_lookalike("agent", name, registered_names(keyring(store)))
+    names.check_lookalike("agent", name, registered_names(keyring(store)))
     settle_key_files(store, name)
     if _live_keys(keyring(store), name):
         raise errors.ConflictError(

@@ -25,6 +25,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from mempalace_logstream import errors
@@ -287,6 +288,19 @@ class Ledger:
         self.flush()
         return status(self.store, event_id)
 
+    def recall(self) -> int:
+        """Learn from the ledger's table each agent's last push and last read or ack, where
+        this process knows less (a hub restarted, or pushes through another hub of a
+        PostgreSQL log): `wakeable` then survives a restart. Memory wins when it is newer; the
+        path of a recalled push is not kept. Returns how many agents it told something."""
+        with self.store.snapshot() as ex:
+            rows = sql.last_marks(ex)
+        told = 0
+        with self._lock:
+            for agent, pushed_at, life_at in rows:
+                told += _recall(self._life_of(agent), _ms(pushed_at), _ms(life_at))
+        return told
+
     def life(self, agent: str) -> Life:
         with self._lock:
             return replace(self._life.get(agent) or Life())
@@ -294,6 +308,34 @@ class Ledger:
     def wakeable(self, agent: str, paths: Iterable[str]) -> str:
         """`yes`, `unverified` or `no` for `agent` whose live delivery paths are `paths`."""
         return wakeable(paths, self.life(agent).reacted_ms, self.clock(), self.window_s)
+
+
+def _recall(life: Life, pushed: int | None, seen: int | None) -> int:
+    """Merge a recalled last push and last sign of life into `life`: 1 if it changed."""
+    before = (life.pushed_ms, life.life_ms, life.reacted_ms, life.pending_ms)
+    if pushed is not None and (life.pushed_ms is None or pushed > life.pushed_ms):
+        life.pushed_ms, life.pushed_path = pushed, None
+    if seen is not None and (life.life_ms is None or seen > life.life_ms):
+        life.life_ms = seen
+    if pushed is not None and seen is not None and seen >= pushed:
+        if life.reacted_ms is None or seen > life.reacted_ms:
+            life.reacted_ms = seen
+        if life.pending_ms is not None and life.pending_ms <= seen:
+            life.pending_ms = None
+    elif pushed is not None and life.pending_ms is None and (life.life_ms or 0) < pushed:
+        life.pending_ms = pushed
+    return int(before != (life.pushed_ms, life.life_ms, life.reacted_ms, life.pending_ms))
+
+
+def _ms(at: str | None) -> int | None:
+    """Milliseconds of a ledger time (`now_text`), None for None or a text it cannot read."""
+    if at is None:
+        return None
+    try:
+        stamp = datetime.strptime(at, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+    return int(stamp.timestamp() * 1000)
 
 
 def wakeable(paths: Iterable[str], reacted_ms: int | None, now_ms: int, window_s: int) -> str:
@@ -377,8 +419,18 @@ def enable(store: LogStore, **kwargs: Any) -> Ledger | None:
             for key, value in kwargs.items():
                 setattr(found, key, value)
         if found.registry is not None:
+            if _BY_REGISTRY.get(found.registry) is not found:  # a hub's ledger, new here
+                threading.Thread(target=_recall_quietly, args=(found,), daemon=True).start()
             _BY_REGISTRY[found.registry] = found
         return found
+
+
+def _recall_quietly(ledger: Ledger) -> None:
+    """`Ledger.recall` off the hub's start-up path; a failure costs only the recall."""
+    try:
+        ledger.recall()
+    except errors.LogstreamError as exc:
+        log.warning("delivery ledger: last pushes not recalled: %s", exc)
 
 
 def of(store: LogStore) -> Ledger | None:

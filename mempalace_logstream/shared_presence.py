@@ -18,6 +18,7 @@ from mempalace_logstream.backends import pg_presence
 from mempalace_logstream.presence import Registry
 
 if TYPE_CHECKING:
+    from mempalace_logstream.backends.postgres import PgListener
     from mempalace_logstream.store import LogStore
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,7 @@ class PresenceFeed:
         self.resyncs = 0
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._listener: pg_presence.PresenceListener | None = None
+        self._listener: PgListener | None = None
         self._thread: threading.Thread | None = None
 
     def start(self, wait_s: float = START_WAIT_S) -> None:
@@ -66,7 +67,7 @@ class PresenceFeed:
                 self._resync()
                 delay = RETRY_MIN_S
                 while not self._stop.is_set():
-                    for payload in listener.wait(WAIT_S):
+                    for payload in listener.payloads(WAIT_S):
                         self._apply(payload)
             except Exception as exc:  # the database went away: read it all again once back
                 if not self._stop.is_set():

@@ -219,6 +219,25 @@ def running_hub(db: str, home: Path, *extra: str) -> Iterator[HubProcess]:
         hub.kill()
 
 
+@contextmanager
+def hub_fleet(pg_url: str, home: Path, n: int = 3, *extra: str) -> Iterator[list[HubProcess]]:
+    """`n` real hubs on the PostgreSQL log at `pg_url` (made if new), each with its own home
+    under `home` and SSE pings every second; all killed at the end."""
+    from mempalace_logstream import LogStore
+
+    db = pg_url.replace("postgresql://", "postgresql+psycopg://", 1)
+    LogStore.open(db).close()
+    hubs = [HubProcess(db, home / f"h{i}", "--ping-interval", "1", *extra) for i in range(n)]
+    try:
+        for hub in hubs:
+            hub.home.mkdir(parents=True)
+            hub.start()
+        yield hubs
+    finally:
+        for hub in hubs:
+            hub.kill()
+
+
 class Appender:
     """Appends numbered notes from `writer` to `to_agent`, one every `every_s`, in a thread:
     through the hub while it answers, straight into the log (`db`) while it does not. The

@@ -17,8 +17,7 @@ from hypothesis import strategies as st
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from mempalace_logstream import agents, confusables, errors, sync
-from mempalace_logstream import validation as v
+from mempalace_logstream import agents, confusables, errors, names, sync
 from mempalace_logstream.store import LogStore
 from tests.conftest import run_cli
 from tests.hubkit import live_hub
@@ -49,30 +48,30 @@ def _note(store: LogStore, **fields: object) -> dict:
 
 def test_an_agent_name_is_nfkc_and_ascii_by_default() -> None:
     with pytest.raises(errors.ValidationError) as info:
-        v.agent_name(CYRILLIC)
+        names.agent_name(CYRILLIC)
     assert info.value.field == "agent"
     assert "U+0430 (CYRILLIC SMALL LETTER A)" in info.value.message
     assert "--allow-unicode" in info.value.message
     with pytest.raises(errors.ValidationError) as info:
-        v.agent_name(FULLWIDTH)
+        names.agent_name(FULLWIDTH)
     assert "is not in Unicode NFKC form (it reads as 'bob')" in info.value.message
     with pytest.raises(errors.ValidationError) as info:
-        v.agent_name(COMBINING)
+        names.agent_name(COMBINING)
     assert "U+0301 (COMBINING ACUTE ACCENT)" in info.value.message
-    assert v.agent_name("claude-laptop") == "claude-laptop"
+    assert names.agent_name("claude-laptop") == "claude-laptop"
 
 
 def test_unicode_names_when_allowed_are_nfkc_and_one_script() -> None:
-    assert v.agent_name("\u0431\u043e\u0431", allow_unicode=True) == "боб"  # Cyrillic only
-    assert v.agent_name("東京-agent", allow_unicode=True) == "東京-agent"  # Han with Latin
+    assert names.agent_name("\u0431\u043e\u0431", allow_unicode=True) == "боб"  # Cyrillic only
+    assert names.agent_name("東京-agent", allow_unicode=True) == "東京-agent"  # Han with Latin
     with pytest.raises(errors.ValidationError) as info:
-        v.agent_name(CYRILLIC, allow_unicode=True)
+        names.agent_name(CYRILLIC, allow_unicode=True)
     assert "mixes scripts (CYRILLIC, LATIN)" in info.value.message
     with pytest.raises(errors.ValidationError) as info:
-        v.agent_name(FULLWIDTH, allow_unicode=True)
+        names.agent_name(FULLWIDTH, allow_unicode=True)
     assert "NFKC" in info.value.message
     with pytest.raises(errors.ValidationError):
-        v.agent_name("\u0301bob", allow_unicode=True)  # a mark cannot start a name
+        names.agent_name("\u0301bob", allow_unicode=True)  # a mark cannot start a name
 
 
 @pytest.mark.parametrize(
@@ -90,7 +89,7 @@ def test_unicode_names_when_allowed_are_nfkc_and_one_script() -> None:
 )
 def test_look_alikes_of_a_registered_name_are_found(other: str) -> None:
     with pytest.raises(errors.ValidationError) as info:
-        v.check_lookalike("to_agent", other, frozenset({"claude-laptop", "bob"}))
+        names.check_lookalike("to_agent", other, frozenset({"claude-laptop", "bob"}))
     assert info.value.field == "to_agent"
     assert "looks like 'claude-laptop', an agent with a key here" in info.value.message
 
@@ -98,12 +97,12 @@ def test_look_alikes_of_a_registered_name_are_found(other: str) -> None:
 def test_distinct_names_and_the_name_itself_pass() -> None:
     registered = frozenset({"claude-laptop", "bob"})
     for name in ("claude-laptop", "claude-desktop", "bobby", "alice", "*"):
-        v.check_lookalike("to_agent", name, registered)
+        names.check_lookalike("to_agent", name, registered)
 
 
 @given(st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-._", min_size=1, max_size=20))
 def test_a_name_never_looks_like_itself_and_the_skeleton_is_stable(name: str) -> None:
-    v.check_lookalike("from_agent", name, frozenset({name}))
+    names.check_lookalike("from_agent", name, frozenset({name}))
     assert confusables.skeleton(confusables.skeleton(name)) == confusables.skeleton(name)
 
 

@@ -21,7 +21,7 @@ import pytest
 
 from mempalace_logstream import LogStore
 from mempalace_logstream.http import session
-from tests.outagekit import CliProcess, HubProcess, cli_env, until
+from tests.outagekit import CliProcess, HubProcess, cli_env, hub_fleet, until
 from tests.proxykit import RoundRobinProxy, SseFollower
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
@@ -32,17 +32,8 @@ TASK = {"branch": "main", "base_commit": "abc1234", "done": "tests pass", "proje
 
 @pytest.fixture
 def fleet(pg_url: str, tmp_path: Path) -> Iterator[list[HubProcess]]:
-    db = pg_url.replace("postgresql://", "postgresql+psycopg://", 1)
-    LogStore.open(db).close()
-    hubs = [HubProcess(db, tmp_path / f"h{i}", "--ping-interval", "1") for i in range(3)]
-    try:
-        for hub in hubs:
-            hub.home.mkdir(parents=True)
-            hub.start()
+    with hub_fleet(pg_url, tmp_path) as hubs:
         yield hubs
-    finally:
-        for hub in hubs:
-            hub.kill()
 
 
 class Writer(threading.Thread):

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from mempalace_logstream import LogStore, errors, shared_presence
 from mempalace_logstream.backends import pg_presence
 from mempalace_logstream.presence import Registry
-from tests.outagekit import HubProcess, until
+from tests.outagekit import HubProcess, hub_fleet, until
 from tests.proxykit import RoundRobinProxy
 
 pytestmark = [pytest.mark.pg]
@@ -37,17 +37,8 @@ def _db(pg_url: str) -> str:
 
 @pytest.fixture
 def fleet(pg_url: str, tmp_path: Path) -> Iterator[list[HubProcess]]:
-    db = _db(pg_url)
-    LogStore.open(db).close()
-    hubs = [HubProcess(db, tmp_path / f"h{i}", "--ping-interval", "1") for i in range(3)]
-    try:
-        for hub in hubs:
-            hub.home.mkdir(parents=True)
-            hub.start()
+    with hub_fleet(pg_url, tmp_path) as hubs:
         yield hubs
-    finally:
-        for hub in hubs:
-            hub.kill()
 
 
 class PresenceStream:

@@ -23,6 +23,8 @@ RULES: dict[str, tuple[str, ...]] = {
     "models": ("sqlalchemy", "pydantic", "store", "backends", *SURFACE_LIBS),
     "validation": ("sqlalchemy", "store", "backends", "schema", *SURFACE_LIBS),
     "confusables": ("sqlalchemy", "<package>", *SURFACE_LIBS),
+    # The names of agents with a key and their look-alikes: validation and confusables only.
+    "names": ("sqlalchemy", "store", "backends", "schema", *SURFACE_LIBS),
     # An event's metadata read back and redaction tombstones: pure, the standard library.
     "payload": ("sqlalchemy", "<package>", *SURFACE_LIBS),
     # The tables; the dialect column types come from backends/ddl.py.

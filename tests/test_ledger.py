@@ -35,6 +35,11 @@ def _rows(url: str, event_id: str) -> dict[str, dict[str, Any]]:
     return {row["recipient"]: row for row in out["recipients"]}
 
 
+def _wakeable(url: str, agent: str) -> str | None:
+    listed = _post(url, "presence_list", {})
+    return next((a["wakeable"] for a in listed["agents"] if a["agent"] == agent), None)
+
+
 def _sse_until(url: str, agent: str, since: str, event_id: str) -> None:
     """Follow the hub's SSE stream as `agent` until the frame of `event_id` arrives."""
     params = {"from_agent": agent, "since_event_id": since}
@@ -76,6 +81,10 @@ def test_three_recipients_by_path_across_a_hub_restart(db_url: str, tmp_path: Pa
         hub.stop()
         hub.start()
         after = _rows(url, eid)
+        # w1 reacted to its push before the restart: the hub recalls it from the ledger.
+        w1_path = {"agent": "w1", "state": "watching", "path": "sse", "ttl_s": 60}
+        _post(url, "presence_announce", w1_path)
+        wait_for(lambda: _wakeable(url, "w1") == "yes", 10, "w1 recalled as wakeable")
         cli = run_cli("delivery", eid, "--hub", url, "--json", env=env_for(tmp_path))
         assert cli.returncode == 0, cli.stderr
         assert {r["recipient"]: r for r in json.loads(cli.stdout)["recipients"]} == after
@@ -325,3 +334,32 @@ def test_a_failed_flush_keeps_its_marks_for_the_next(
             assert row["recipient"] == "w1" and row["seen_at"] is not None
     finally:
         store.close()
+
+
+def test_a_new_ledger_recalls_who_reacted_to_a_push_from_the_table(db_url: str) -> None:
+    """`wakeable` survives a hub restart, and on PostgreSQL crosses hubs: a new ledger (a
+    restarted hub, or another hub's store on the same database) learns each agent's last push
+    and last read from the table, so an agent that reacted is `yes` at once, and one that was
+    pushed to and never reacted stays `unverified`."""
+    first, second = LogStore.open(db_url), LogStore.open(db_url)
+    try:
+        ledger = deliveries.Ledger(first, flush_s=3600)
+        mail = [
+            first.event_append(**NOTE, from_agent="lead", to_agent=to, body="x").to_dict()
+            for to in ("w1", "w2")
+        ]
+        ledger.pushed(mail[:1], "w1", "watch")
+        ledger.seen(mail[:1], "w1")  # w1 read it after the push: a reaction
+        ledger.pushed(mail[1:], "w2", "channel")  # w2 never reacted
+        ledger.close()
+        again = deliveries.Ledger(second, flush_s=3600)
+        assert again.wakeable("w1", ["watch"]) == "unverified"  # nothing recalled yet
+        assert again.recall() == 2
+        assert again.wakeable("w1", ["watch"]) == "yes"
+        assert again.wakeable("w2", ["channel"]) == "unverified"
+        assert again.life("w2").pushed_ms is not None and again.life("w2").life_ms is None
+        assert again.recall() == 0  # nothing new to learn
+        again.close()
+    finally:
+        first.close()
+        second.close()

@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-import select
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import sqlalchemy as sa
 
-from mempalace_logstream import notify, presence
+from mempalace_logstream import presence
 from mempalace_logstream.backends import base
-from mempalace_logstream.backends.postgres import autocommit_connector
+from mempalace_logstream.backends.postgres import PgListener, autocommit_connector
 from mempalace_logstream.backends.queries import presence as rows
 
 PG_PRESENCE_LOCK = 0x70726573  # "pres": with the events table's oid, one lock per log
@@ -100,8 +99,8 @@ class PgPresenceTable:
             self._lock(conn)
             return rows.current_rev(conn), rows.every(conn)
 
-    def listener(self) -> PresenceListener:
-        return PresenceListener(self._connect, self.channel)
+    def listener(self) -> PgListener:
+        return PgListener(self._connect, self.channel)
 
 
 def announce_change(rev: int, entry: presence.Presence, paths: presence.Paths) -> dict[str, Any]:
@@ -116,45 +115,6 @@ def announce_change(rev: int, entry: presence.Presence, paths: presence.Paths) -
         "expires_ms": entry.expires_ms,
         "paths": {p: list(span) for p, span in paths.items()},
     }
-
-
-class PresenceListener:
-    """LISTEN for presence changes on a dedicated autocommit connection; `wait` gives the
-    payloads that arrived, in order."""
-
-    def __init__(self, connect: Callable[[], Any], channel: str) -> None:
-        self._connect, self._channel = connect, channel
-        self._conn: Any = None
-        self._waker = notify.Waker()
-
-    def open(self) -> None:
-        self._conn = self._connect()
-        self._conn.execute(f'LISTEN "{self._channel}"')
-
-    def wait(self, timeout: float) -> list[str]:
-        """The payloads that arrived within `timeout` seconds ([] on a timeout or a cancel);
-        ConnectionError when the connection was lost (notifications may be missing)."""
-        got = [n.payload for n in self._conn.notifies(timeout=0)]
-        if got:
-            return got
-        ready, _, _ = select.select([self._conn.fileno(), self._waker.fd], [], [], timeout)
-        if self._waker.fd in ready:
-            return []
-        if ready:
-            got = [n.payload for n in self._conn.notifies(timeout=0)]
-        if not got and (self._conn.closed or self._conn.broken):
-            raise ConnectionError("the presence LISTEN connection was lost")
-        return got
-
-    def cancel(self) -> None:
-        self._waker.set()
-
-    def close(self) -> None:
-        if self._conn is not None:
-            with contextlib.suppress(Exception):
-                self._conn.close()
-            self._conn = None
-        self._waker.close()
 
 
 def read_change(payload: str) -> tuple[str, int, str, presence.Presence | None, presence.Paths]:

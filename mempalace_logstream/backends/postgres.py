@@ -315,9 +315,10 @@ _COPY_EVENTS = f"COPY {events.name} ({_COLS}) FROM STDIN"
 _COPY_MIN_ROWS = 64
 
 
-class PgListenSignal:
-    """LISTEN on a dedicated autocommit psycopg connection; appends `pg_notify` in their
-    transaction, so the notification is delivered exactly when the commit is visible."""
+class PgListener:
+    """LISTEN on `channel` over a dedicated autocommit psycopg connection; a writer's
+    `pg_notify` runs in its transaction, so a notification arrives exactly when the commit is
+    visible. The store's change signal and the hubs' shared presence each hold one."""
 
     def __init__(self, connect: Callable[[], Any], channel: str) -> None:
         self._connect = connect
@@ -329,21 +330,24 @@ class PgListenSignal:
         self._conn = self._connect()
         self._conn.execute(f'LISTEN "{self._channel}"')
 
-    def wait(self, timeout: float) -> bool:
-        # Block on the socket and the wake-up pipe together, then let psycopg consume what
-        # arrived without blocking again; a cancel returns at once. Notifications psycopg
-        # already buffered (its backlog) are taken first, without blocking.
-        for _ in self._conn.notifies(timeout=0, stop_after=1):
-            return True
+    def payloads(self, timeout: float, stop_after: int | None = None) -> list[str]:
+        """The payloads that arrived within `timeout` seconds, in order (at most `stop_after`);
+        [] on a timeout or a cancel; ConnectionError when the connection was lost
+        (notifications may be missing: read the state again)."""
+        # Notifications psycopg already buffered are taken first, without blocking; then block
+        # on the socket and the wake-up pipe together, and let psycopg consume what arrived
+        # without blocking again. A cancel returns at once.
+        got = [n.payload for n in self._conn.notifies(timeout=0, stop_after=stop_after)]
+        if got:
+            return got
         ready, _, _ = select.select([self._conn.fileno(), self._waker.fd], [], [], timeout)
         if self._waker.fd in ready:
-            return False
+            return []
         if ready:
-            for _ in self._conn.notifies(timeout=0, stop_after=1):
-                return True
-        if self._conn.closed or self._conn.broken:
-            raise ConnectionError("the LISTEN connection was lost")
-        return False
+            got = [n.payload for n in self._conn.notifies(timeout=0, stop_after=stop_after)]
+        if not got and (self._conn.closed or self._conn.broken):
+            raise ConnectionError(f"the LISTEN connection on {self._channel} was lost")
+        return got
 
     def cancel(self) -> None:
         self._waker.set()
@@ -354,6 +358,13 @@ class PgListenSignal:
                 self._conn.close()
             self._conn = None
         self._waker.close()
+
+
+class PgListenSignal(PgListener):
+    """The store's cross-process change signal: appends announce themselves on the channel."""
+
+    def wait(self, timeout: float) -> bool:
+        return bool(self.payloads(timeout, stop_after=1))
 
 
 def relax_durability(db: Any) -> None:

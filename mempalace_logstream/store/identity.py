@@ -14,8 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mempalace_logstream import errors
-from mempalace_logstream import validation as v
+from mempalace_logstream import errors, names
 from mempalace_logstream.backends.queries import identity as queries
 from mempalace_logstream.identity import keys, signing
 from mempalace_logstream.identity.actor import ADMIN_NAME, Actor
@@ -32,7 +31,7 @@ KEYS_DIRNAME = "keys"
 KEY_SUFFIX = ".key"
 KEY_TYPE_PREFIX = "identity."  # every type under it is reserved for key events
 # An agent name that can be a key file's name (the agent commands refuse others).
-KEY_NAME_RE = v.UNICODE_AGENT_NAME_RE
+KEY_NAME_RE = names.UNICODE_AGENT_NAME_RE
 
 
 def keys_dir_for(url: str, palace: str | Path | None = None) -> Path | None:
@@ -253,14 +252,14 @@ def registered_names(ring: Keyring) -> frozenset[str]:
     return frozenset(r.agent for r in ring.records())
 
 
-def check_names(ring: Keyring, **names: str | None) -> None:
+def check_names(ring: Keyring, **written: str | None) -> None:
     """No name written (`from_agent=…`, `to_agent=…`, `created_by=…`) is a look-alike of an
     agent with a key (issue 18 item 13); ValidationError naming the field otherwise."""
     registered = registered_names(ring)
     if registered:
-        for field, name in names.items():
+        for field, name in written.items():
             if name is not None:
-                v.check_lookalike(field, name, registered)
+                names.check_lookalike(field, name, registered)
 
 
 def check_writer(actor: Actor | None, field: str, name: str) -> None:
