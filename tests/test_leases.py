@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -215,3 +216,45 @@ def test_the_cli_acquires_checks_lists_and_releases(tmp_path: Path) -> None:
     assert gone.returncode == 0 and b"released" in gone.stdout
     free = run_cli("lease", "check", "src/a.py", "--agent", "codex", *base)
     assert free.returncode == 0
+
+
+def test_the_mcp_tools_acquire_refuse_and_check_as_the_core(tmp_path: Path) -> None:
+    import asyncio
+
+    from mcp import Client
+
+    from mempalace_logstream import mcp_server
+
+    def data(result: Any) -> dict[str, Any]:
+        if result.structured_content is not None:
+            return dict(result.structured_content)
+        return dict(json.loads(result.content[0].text))
+
+    async def scenario() -> None:
+        with LogStore.open(str(tmp_path / "mcp.sqlite3")) as store:
+            server = mcp_server.build_server(store)
+            async with Client(server.protocol) as client:
+                args = {"agent": "claude", "paths": ["src/**"], "project": "demo"}
+                held = data(await client.call_tool("mempalace_lease_acquire", args))["lease"]
+                other = {**args, "agent": "codex", "paths": ["src/a.py"]}
+                refused = await client.call_tool("mempalace_lease_acquire", other)
+                assert refused.is_error is True
+                assert f"leased exclusively to claude until {held['expires_at']}" in (
+                    refused.content[0].text
+                )
+                check = {"agent": "codex", "path": "src/a.py", "project": "demo"}
+                out = data(await client.call_tool("mempalace_lease_check", check))
+                assert out["allowed"] is False and out["held_by"][0]["lease_id"] == held["lease_id"]
+                release = {"lease_id": held["lease_id"], "agent": "claude"}
+                gone = data(await client.call_tool("mempalace_lease_release", release))
+                assert gone["lease"]["state"] == "released"
+                listed = data(await client.call_tool("mempalace_lease_list", {}))
+                assert listed == {"leases": [], "count": 0}
+
+    asyncio.run(scenario())
+
+
+def test_the_admin_name_of_the_lease_rules_is_identitys() -> None:
+    from mempalace_logstream.leases import rules
+
+    assert rules.ADMIN_NAME == actor.ADMIN_NAME
