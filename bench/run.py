@@ -52,6 +52,7 @@ BENCHES = (
     "hook",
     "dashboard",
     "ledger",
+    "mcp_tools",
 )
 TAGS = ("[ratio]", "[target]")
 SMOKE_JOBS = 2

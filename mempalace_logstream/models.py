@@ -74,13 +74,12 @@ class Event:
             "event type",
             check="type",
             indexed=True,
-            param="Event type, e.g. 'task.reply', 'note', 'status' ('identity.*' is reserved "
-            "for the admin's key events).",
+            param="e.g. task.reply, note, status (identity.* is the admin's).",
         )
     )
     stream: str = field(
         metadata=_spec(
-            "text", "stream", check="required", indexed=True, param="Stream, e.g. 'project/myrepo'."
+            "text", "stream", check="required", indexed=True, param="e.g. project/myrepo."
         )
     )
     room: str = field(
@@ -89,7 +88,7 @@ class Event:
             "room",
             check="required",
             indexed=True,
-            param="Room within the stream, e.g. 'delegation'.",
+            param="e.g. delegation.",
         )
     )
     topic: str | None = field(
@@ -99,7 +98,7 @@ class Event:
             nullable=True,
             check="routing",
             indexed=True,
-            param="Topic within the room, e.g. 'review'.",
+            param="Topic within the room.",
         )
     )
     from_agent: str = field(
@@ -108,7 +107,7 @@ class Event:
             "the writer",
             check="required",
             indexed=True,
-            param="Your agent id, e.g. 'claude-1'. Max 256 chars.",
+            param="Your agent id.",
         )
     )
     to_agent: str | None = field(
@@ -118,7 +117,7 @@ class Event:
             nullable=True,
             check="routing",
             indexed=True,
-            param="Addressee agent id, or '*'.",
+            param="Addressee, or * for all.",
         )
     )
     correlation_id: str | None = field(
@@ -137,7 +136,7 @@ class Event:
             "Git branch",
             nullable=True,
             check="routing",
-            param="The git branch the event is about.",
+            param="Git branch.",
         )
     )
     base_commit: str | None = field(
@@ -146,7 +145,7 @@ class Event:
             "Git commit",
             nullable=True,
             check="routing",
-            param="The commit (hash) the work is based on.",
+            param="Commit hash the work is based on.",
         )
     )
     status: str | None = field(
@@ -156,7 +155,7 @@ class Event:
             nullable=True,
             check="status",
             indexed=True,
-            param="A status word.",  # the operation lists the words (validation.STATUSES)
+            param="Status.",  # the operation lists the words (validation.STATUSES)
         )
     )
     artifact_ids: tuple[str, ...] = field(
@@ -164,7 +163,7 @@ class Event:
             "links",
             "artifacts it names",
             check="artifact_ids",
-            param="Artifacts this event refers to (they must exist).",
+            param="Stored artifacts it refers to.",
         )
     )
     body: str = field(
@@ -172,7 +171,7 @@ class Event:
             "text",
             "the text (signed through its SHA-256)",
             check="body",
-            param="Text body, max 256 KiB; never truncated.",
+            param="Text, max 256 KiB.",
         )
     )
     created_at: str = field(metadata=_spec("text", "wall-clock time at its origin (UTC)"))
@@ -183,7 +182,7 @@ class Event:
             "a JSON object",
             wire="metadata",
             check="metadata",
-            param="A JSON object (max 64 KiB serialized).",
+            param="A JSON object, max 64 KiB.",
         ),
     )
     # The Ed25519 signature (base64url) and its key id (RFC 0008); both None when unsigned. A

@@ -9,9 +9,12 @@ surface refuses bad input with the same text. Pure: pydantic and the core's cons
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import core_schema
 
 from mempalace_logstream import tasks
 from mempalace_logstream import validation as v
@@ -23,6 +26,49 @@ class Params(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    @classmethod
+    def tool_schema(cls) -> dict[str, Any]:
+        """The JSON schema of these parameters as an agent reads it (an MCP tool's input
+        schema): names, types, descriptions, bounds and the required ones, nothing else."""
+        return _tool_schema(cls)
+
+
+class ToolSchema(GenerateJsonSchema):
+    """The schema agents pay for in context, every session: no titles (the names say it), an
+    optional parameter is its type (None means "not given", never a value to send), no
+    defaults that mean "not given" (None, ""), no model docstring (it is the tool's
+    description already), and no `additionalProperties` (the core refuses an unknown name
+    with a message naming it)."""
+
+    def field_title_should_be_set(self, schema: Any) -> bool:
+        return False
+
+    def nullable_schema(self, schema: core_schema.NullableSchema) -> JsonSchemaValue:
+        return self.generate_inner(schema["schema"])
+
+    def default_schema(self, schema: core_schema.WithDefaultSchema) -> JsonSchemaValue:
+        out = super().default_schema(schema)
+        if "default" in out and out["default"] in (None, ""):
+            del out["default"]
+        return out
+
+    def dict_schema(self, schema: core_schema.DictSchema) -> JsonSchemaValue:
+        out = super().dict_schema(schema)
+        if out.get("additionalProperties") is True:  # any values: JSON Schema's default
+            del out["additionalProperties"]
+        return out
+
+    def model_schema(self, schema: core_schema.ModelSchema) -> JsonSchemaValue:
+        out = super().model_schema(schema)
+        for key in ("title", "description", "additionalProperties"):
+            out.pop(key, None)
+        return out
+
+
+@functools.cache
+def _tool_schema(params: type[Params]) -> dict[str, Any]:
+    return params.model_json_schema(schema_generator=ToolSchema)
+
 
 def described(text: str, **schema: Any) -> Any:
     """A field's description (and any JSON-schema extras, such as bounds)."""
@@ -30,27 +76,20 @@ def described(text: str, **schema: Any) -> Any:
 
 
 # Types shared by several operations.
-Agent = Annotated[str, described("Your agent id, e.g. 'claude-1'. Max 256 chars.")]
-Filter = Annotated[
-    str | list[str] | None,
-    described("Filter; a list means any of these values (OR). Filters AND together."),
-]
-Metadata = Annotated[
-    dict[str, Any] | str | None, described("A JSON object (max 64 KiB serialized).")
-]
-IdemKey = Annotated[
-    str | None,
-    described("Retry-safe key: re-sending the same call returns the stored result."),
-]
-Limit = Annotated[int | None, described(f"Max items to return, 1-{v.MAX_LIST_LIMIT} (default 50).")]
-Topic = Annotated[str | None, described("Topic within the room, e.g. 'review'.")]
-Branch = Annotated[str | None, described("The git branch the event is about.")]
-BaseCommit = Annotated[str | None, described("The commit (hash) the work is based on.")]
-Body = Annotated[str, described("Text body, max 256 KiB; never truncated.")]
-Encoding = Annotated[
-    str | None, described("'utf-8' (default for text) or 'base64' for binary content.")
-]
+Agent = Annotated[str, described("Your agent id.")]
+Filter = Annotated[str | list[str] | None, described("Filter.")]
+Metadata = Annotated[dict[str, Any] | str | None, described("A JSON object, max 64 KiB.")]
+IdemKey = Annotated[str | None, described("Retry-safe: same key, same result.")]
+Limit = Annotated[int | None, described(f"1-{v.MAX_LIST_LIMIT} (default 50).")]
+Topic = Annotated[str | None, described("Topic within the room.")]
+Branch = Annotated[str | None, described("Git branch.")]
+BaseCommit = Annotated[str | None, described("Commit hash the work is based on.")]
+Body = Annotated[str, described("Text, max 256 KiB.")]
+Encoding = Annotated[str | None, described("utf-8 (default) or base64.")]
 TaskId = Annotated[str, described("The task (its correlation_id).")]
+Since = Annotated[str | None, described("Time window start: YYYY-MM-DD[THH:MM:SSZ].")]
+Preview = Annotated[bool | None, described("Cut bodies to 200 chars.")]
+Slim = Annotated[bool | None, described("Drop empty and replication fields.")]
 
 
 # The type and default of an event field a writer gives, by its rule (`models.FieldSpec.check`).
@@ -81,12 +120,9 @@ EventAppend: type[Params] = create_model(
     "EventAppend",
     __base__=Params,
     __module__=__name__,
-    __doc__="""Append one event to the shared log and return it ({event}) with its id.
-
-    Use it to post a status, a reply on a task (set correlation_id), a claim (status=claimed)
-    or a note to another agent (to_agent). Events are immutable: to change a status, append a
-    new event. Invalid input is an error naming the field; nothing is written.
-    """,
+    __doc__="""Append an event; returns {event} with its id. Post a status, a reply on a
+    thread (correlation_id), a claim (status=claimed) or a note to an agent (to_agent).
+    Events are immutable: to change a status, append a new one.""",
     **_event_params(),
     idempotency_key=(IdemKey, None),
 )
@@ -99,89 +135,65 @@ class Reading(Params):
     room: Filter = None
     topic: Filter = None
     type: Filter = None
-    to_agent: Annotated[
-        str | list[str] | None,
-        described("Inbox: events addressed to this agent (or to '*')."),
-    ] = None
-    writer: Annotated[str | list[str] | None, described("Filter by author agent id.")] = None
+    to_agent: Annotated[str | list[str] | None, described("Inbox: events to this agent or *.")] = (
+        None
+    )
+    writer: Annotated[str | list[str] | None, described("Filter by author.")] = None
     exclude_writer: Annotated[
-        str | list[str] | None, described("Leave out events by these authors (e.g. you).")
+        str | list[str] | None, described("Not by these authors (e.g. you).")
     ] = None
     correlation_id: Filter = None
     status: Filter = None
-    from_agent: Annotated[str | None, described("Your identity; NOT a filter (use writer).")] = None
+    from_agent: Annotated[str | None, described("Your id; NOT a filter (use writer).")] = None
     since_event_id: Annotated[
         str | None,
-        described(
-            "Only events strictly after this event id (the `cursor` of your last read); "
-            "'tip' means only events that arrive from now on."
-        ),
+        described("Only events after this id (your last `cursor`); tip: only new ones."),
     ] = None
 
 
 class EventList(Reading):
-    """Read events now, without waiting: {events, count, cursor, has_more[, note]}.
-
-    Newest first without a cursor; oldest first after since_event_id. Pass the returned `cursor`
-    as since_event_id next time to get only newer events (it also skips rows your filters
-    rejected). To block until something arrives, use mempalace_event_wait instead.
-    """
+    """Read events now: {events, count, cursor, has_more}. Newest first without a cursor,
+    oldest first after since_event_id. Pass the returned `cursor` as since_event_id next time
+    to get only newer events. To block until something arrives, use mempalace_event_wait.
+    A filter takes a value or a list (any of them); filters AND together."""
 
     before_event_id: Annotated[str | None, described("Only events before this id.")] = None
-    since_created_at: Annotated[
-        str | None, described("Time window start: YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ.")
-    ] = None
+    since_created_at: Since = None
     limit: Limit = None
-    order: Annotated[
-        str | None, described("'asc' or 'desc'; default asc with a cursor, else desc.")
-    ] = None
-    preview: Annotated[bool | None, described("Cut bodies to 200 characters (body_truncated).")] = (
-        None
-    )
-    slim: Annotated[bool | None, described("Drop replication fields and empty values.")] = None
+    order: Annotated[str | None, described("asc or desc.")] = None
+    preview: Preview = None
+    slim: Slim = None
 
 
 class EventWait(Reading):
-    """Block until a matching event exists after since_event_id, then return it.
+    """Block until an event matches after since_event_id: {timed_out, events, count, cursor,
+    has_more}. Returns at once if matches exist. A timeout is normal (timed_out=true): call
+    again with the returned cursor. Filters as in event_list."""
 
-    Returns {timed_out, events, count, cursor, has_more}. Returns at once if matches already
-    exist after the cursor (or at all, without one; use since_event_id='tip' for only new ones).
-    A timeout is a normal answer (timed_out=true, events=[]): call again with the same cursor.
-    Wake-up is push-based (milliseconds), and a long wait does not block other calls.
-    """
-
-    since_created_at: Annotated[
-        str | None, described("Time window start: YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ.")
-    ] = None
+    since_created_at: Since = None
     limit: Limit = None
-    preview: Annotated[bool | None, described("Cut bodies to 200 characters (body_truncated).")] = (
-        None
-    )
-    slim: Annotated[bool | None, described("Drop replication fields and empty values.")] = None
+    preview: Preview = None
+    slim: Slim = None
     timeout_ms: Annotated[
-        int | None,
-        described(f"How long to block, 0-{v.MAX_WAIT_MS} ms (default {v.DEFAULT_WAIT_MS})."),
+        int | None, described(f"0-{v.MAX_WAIT_MS} (default {v.DEFAULT_WAIT_MS}).")
     ] = None
 
 
 class EventGet(Params):
-    """Fetch one event by id: {event}. Errors if the id is unknown on this log."""
+    """Fetch one event by id: {event}. An unknown id is an error that says so."""
 
     event_id: Annotated[str, described("The event id.")]
 
 
 class EventAck(Params):
-    """Acknowledge an event: appends an `event.ack` addressed to its author on the same thread.
-
-    Returns {event}. The acknowledged event never changes. Use status=claimed to claim a task,
-    status=applied after applying a patch.
-    """
+    """Acknowledge an event: appends an event.ack to its author on its thread; returns
+    {event}. status=claimed claims a task, status=applied after applying a patch."""
 
     event_id: Annotated[str, described("The event you acknowledge.")]
     from_agent: Agent
-    status: Annotated[str | None, described("e.g. claimed, applied, blocked, failed.")] = None
+    status: Annotated[str | None, described("e.g. claimed, applied, blocked.")] = None
     body: Body = ""
-    topic: Annotated[str | None, described("Topic of the ack (default: the event's).")] = None
+    topic: Annotated[str | None, described("Default: the event's.")] = None
     metadata: Metadata = None
     idempotency_key: IdemKey = None
 
@@ -197,54 +209,41 @@ class EventRedact(Params):
         str | None, described("Who redacts: the admin or the event's own writer.")
     ] = None
     artifact_ids: Annotated[
-        list[str] | None,
-        described("Artifacts of the event to redact too (only ones you created)."),
+        list[str] | None, described("Its artifacts to redact too (only ones you created).")
     ] = None
     keep_body: Annotated[bool | None, described("Remove only the artifacts, keep the body.")] = None
-    body_sha256: Annotated[str | None, described("Refuse unless the body held hashes to this.")] = (
-        None
-    )
+    body_sha256: Annotated[str | None, described("Refuse unless the body hashes to this.")] = None
 
 
 class ArtifactPut(Params):
-    """Store content byte-exact (max 4 MiB) and return {artifact} with its id and sha256.
+    """Store exact content (max 4 MiB): {artifact} with id and sha256. Put the id in an
+    event's artifact_ids; others read it with mempalace_artifact_get. A patch for review:
+    mempalace_patch_submit does both."""
 
-    Reference the id from an event (artifact_ids) so others can fetch it with
-    mempalace_artifact_get. For a patch meant for review, mempalace_patch_submit does both steps.
-    """
-
-    kind: Annotated[str, described(f"One of {', '.join(v.ARTIFACT_KINDS)}.")]
-    content: Annotated[
-        str, described("Exact content (UTF-8 text, or base64 with encoding=base64).")
-    ]
+    kind: Annotated[str, described(", ".join(v.ARTIFACT_KINDS))]
+    content: Annotated[str, described("Exact text, or base64.")]
     created_by: Agent
     metadata: Metadata = None
     encoding: Encoding = None
 
 
 class ArtifactGet(Params):
-    """Fetch an artifact with its exact content: {artifact: {id, kind, sha256, content, ...}}.
+    """Fetch an artifact: {artifact} with its exact content (binary: base64) and sha256."""
 
-    Binary content comes base64-encoded (encoding=base64). Check `sha256` against the bytes.
-    """
-
-    artifact_id: Annotated[str, described("The artifact id.")]
+    artifact_id: Annotated[str, described("Its id.")]
 
 
 class PatchSubmit(Params):
-    """Deliver a patch: stores it as an artifact and appends `patch.ready`, in one transaction.
+    """Hand over a patch: stores it as an artifact and appends patch.ready, at once. Returns
+    {artifact, event[, warnings]}; warnings are advice, the content is kept as sent."""
 
-    Returns {artifact, event[, warnings]}. Warnings (e.g. no trailing newline) are advice;
-    the content is stored exactly as sent.
-    """
-
-    content: Annotated[str, described("The unified diff, exact (max 4 MiB).")]
+    content: Annotated[str, described("The unified diff, exact.")]
     from_agent: Agent
-    stream: Annotated[str, described("Stream, e.g. the task's 'project/<slug>'.")]
-    room: Annotated[str, described("Room within the stream.")] = "patches"
+    stream: Annotated[str, described("e.g. project/<slug>.")]
+    room: Annotated[str, described("Room.")] = "patches"
     topic: Topic = None
-    to_agent: Annotated[str | None, described("Who should review/apply it.")] = None
-    correlation_id: Annotated[str | None, described("The task's correlation_id.")] = None
+    to_agent: Annotated[str | None, described("Who reviews/applies it.")] = None
+    correlation_id: Annotated[str | None, described("The task's id.")] = None
     branch: Branch = None
     base_commit: BaseCommit = None
     body: Body = ""
@@ -254,87 +253,51 @@ class PatchSubmit(Params):
 
 
 class TaskCreate(Params):
-    """Delegate work: appends a `task.request` (state open); returns {task_id, task, handoff}.
+    """Delegate work: appends a task.request; returns {task_id, task, handoff}. Give the
+    one-line handoff to the worker; follow with mempalace_task_status; the worker moves it
+    with mempalace_task_update."""
 
-    `task_id` (the request's correlation_id) names the task in the other task tools: the
-    thread for claims, progress and the result; `task` is the request event.
-    Give `handoff` (one line) to the worker so it can find the task. Follow it with
-    mempalace_task_status; the worker moves it with mempalace_task_update.
-    """
-
-    project: Annotated[str, described("Project name; the stream is project/<slug>.")]
+    project: Annotated[str, described("Stream: project/<slug>.")]
     from_agent: Agent
-    to_agent: Annotated[str, described("The agent that should do the work.")]
-    goal: Annotated[str, described("What to do, in plain words.")]
+    to_agent: Annotated[str, described("The worker.")]
+    goal: Annotated[str, described("What to do.")]
     branch: Annotated[str, described("Branch to work on.")]
-    base_commit: Annotated[str, described("Commit hash (7-64 hex), not a branch name.")]
-    done: Annotated[str, described("Definition of done: how to tell it is finished.")]
-    parent_task_id: Annotated[
-        str | None,
-        described("The task this one is delegated from (chains: depth <= 3 by default)."),
-    ] = None
-    parent_correlation_id: Annotated[
-        str | None, described("The reference's name for parent_task_id.")
-    ] = None
-    lease_ms: Annotated[
-        int | None,
-        described("How long a claim holds the task without progress (ms; default 15 min)."),
-    ] = None
+    base_commit: Annotated[str, described("Commit hash, not a branch.")]
+    done: Annotated[str, described("How to tell it is done.")]
+    parent_task_id: Annotated[str | None, described("The task this is delegated from.")] = None
+    parent_correlation_id: Annotated[str | None, described("Alias of parent_task_id.")] = None
+    lease_ms: Annotated[int | None, described("Claim lease (default 15 min).")] = None
     claim_timeout_ms: Annotated[
-        int | None,
-        described("Remind the assignee when unclaimed this long (ms; default 10 min; 0 off)."),
+        int | None, described("Remind when unclaimed this long (10 min; 0 off).")
     ] = None
-    max_reminders: Annotated[
-        int | None, described("Reminders before task.stalled goes to you (default 3).")
-    ] = None
-    thread_budget: Annotated[
-        int | None,
-        described("Agent-written events allowed on the thread between persons (default 60)."),
-    ] = None
+    max_reminders: Annotated[int | None, described("Then task.stalled (3).")] = None
+    thread_budget: Annotated[int | None, described("Agent events per thread (60).")] = None
     idempotency_key: IdemKey = None
 
 
 class TaskUpdate(Params):
-    """Move a task through its lifecycle; returns {event, task} with the task's new state.
-
-    States: open -> claimed -> working -> ready -> completed, plus blocked, failed, declined,
-    cancelled. The worker (the addressee; anyone for to_agent '*') claims, then reports
-    progress in percent, 0-100 (renews its lease), blocks with a question, completes with a
-    result, or fails.
-    The requester answers a block (unblock), accepts or rejects a result, cancels, or reopens
-    a failed/declined task. A refused move writes nothing and says why: the task's state
-    ("task x is cancelled; claim refused"), who may act, a lost lease or a lost race.
-    """
+    """Move a task; returns {event, task}. States: open -> claimed -> working -> ready ->
+    completed, or blocked, failed, declined, cancelled. Progress renews the worker's lease;
+    block asks the requester (body: the question). A refused move writes nothing and says
+    why."""
 
     task_id: TaskId
     action: Annotated[
         str,
         described(
-            "claim | progress | block | complete | fail | decline (the worker); "
-            "unblock | accept | reject | cancel | reopen (the requester).",
+            "Worker: claim, progress, block, complete, fail, decline. Requester: unblock, "
+            "accept, reject, cancel, reopen.",
             enum=list(tasks.ACTIONS),
         ),
     ]
     from_agent: Agent
-    body: Annotated[
-        str,
-        described(
-            "Words for the other side: the question (block), the answer (unblock), what to "
-            "rework (reject), the reason (fail, decline, cancel)."
-        ),
-    ] = ""
+    body: Annotated[str, described("The question, answer or reason.")] = ""
     progress: Annotated[
         float | None,
-        described(
-            "progress: percent done, 0-100, above the last value you reported.",
-            minimum=0,
-            maximum=100,
-        ),
+        described("progress: percent, 0-100, above the last.", minimum=0, maximum=100),
     ] = None
-    lease_ms: Annotated[
-        int | None, described("claim: how long you hold it without progress (ms).")
-    ] = None
-    retryable: Annotated[bool | None, described("fail: may another attempt work?")] = None
+    lease_ms: Annotated[int | None, described("claim: lease length.")] = None
+    retryable: Annotated[bool | None, described("fail: may a retry work?")] = None
     result: Annotated[
         dict[str, Any] | None,
         described(
@@ -343,35 +306,30 @@ class TaskUpdate(Params):
             "artifact_ids."
         ),
     ] = None
-    artifact_ids: Annotated[
-        list[str] | None, described("complete: the artifacts of your result.")
-    ] = None
+    artifact_ids: Annotated[list[str] | None, described("complete: your artifacts.")] = None
     idempotency_key: IdemKey = None
 
 
 class TaskStatus(Params):
-    """Where a task stands: {task: {state, a2a_state, requester, assignee, attempt,
-    lease_expires_at, progress (percent), goal, done, question (while blocked), result,
-    parent_task_id, children, conflicts, anomalies, lost, events, artifacts}}. A lease that
-    passed shows the task open again (lost)."""
+    """Where a task stands: {task: {state, requester, assignee, progress, goal, done,
+    question, result, children, events, artifacts, delivery, ...}}. A lapsed lease shows the
+    task open again (lost)."""
 
     task_id: TaskId
 
 
 class TaskList(Params):
-    """Tasks, most recently moved first: {tasks, count, cursor, has_more}. E.g. your open
-    work: state=open, to_agent=<you>; what you delegated that is ready: state=ready,
+    """Tasks, most recently moved first: {tasks, count, cursor, has_more}. Your open work:
+    state=open, to_agent=<you>; your delegated work that is ready: state=ready,
     from_agent=<you>."""
 
     state: Annotated[str | None, described(f"One of {', '.join(tasks.STATES)}.")] = None
-    to_agent: Annotated[str | None, described("Tasks addressed to this agent.")] = None
-    from_agent: Annotated[str | None, described("Tasks this agent requested.")] = None
-    stream: Annotated[str | None, described("Tasks of this stream ('project/<slug>').")] = None
+    to_agent: Annotated[str | None, described("Addressed to this agent.")] = None
+    from_agent: Annotated[str | None, described("Requested by this agent.")] = None
+    stream: Annotated[str | None, described("project/<slug>.")] = None
     parent_task_id: Annotated[str | None, described("Children of this task.")] = None
     limit: Limit = None
-    cursor: Annotated[
-        str | None, described("The cursor of the previous page, for the next one.")
-    ] = None
+    cursor: Annotated[str | None, described("The previous page's cursor.")] = None
 
 
 class VersionVector(Params):
@@ -388,23 +346,19 @@ class Stats(Params):
 
 
 class PresenceAnnounce(Params):
-    """Tell the hub you are home: {presence}. Kept by the hub (shared by every hub of a
-    PostgreSQL log), never in the log; it vanishes after ttl_s unless announced again. Needs a
-    hub (the /mcp endpoint, or --hub)."""
+    """Tell the hub you are home: {presence}. Kept by the hub, never in the log; it vanishes
+    after ttl_s unless announced again. Needs a hub (its /mcp, or --hub)."""
 
     agent: Agent
     state: Annotated[str, described("watching, working or idle.")]
     task_id: Annotated[str | None, described("The task you are on.")] = None
-    note: Annotated[str | None, described("A short note, max 500 chars.")] = None
-    ttl_s: Annotated[
-        int | None, described("Seconds until you vanish unless you announce again (60).")
-    ] = None
+    note: Annotated[str | None, described("Max 500 chars.")] = None
+    ttl_s: Annotated[int | None, described("Seconds until you vanish (60).")] = None
     path: Annotated[
         str | None,
         described(
-            "The delivery path this announcement keeps live, for as long as ttl_s: watch, "
-            "channel (MCP channel push), codex (Codex queue), monitor, sse, or hook (hooks "
-            "only: nothing pushes to you)."
+            "The delivery path it keeps live: watch, channel, codex, monitor, sse, or hook "
+            "(nothing pushes to you)."
         ),
     ] = None
 
@@ -427,8 +381,6 @@ class PresenceLeave(Params):
 
 class PresenceList(Params):
     """Who is home now: {agents: [{agent, state, task_id, note, expires_at, paths, wakeable,
-    last_push_at, last_push_path, last_life_at}], count}. wakeable: yes (a live push path and
-    it reacted to a push lately), unverified (a live push path, no reaction seen yet), no
-    (hooks only: it sees messages at its next prompt); unreachable: the agents whose delivery
-    paths all lapsed (a reaped watcher), wakeable no. Use it
-    to pick a free worker before delegating, or to see whether the agent you wait on is up."""
+    ...}], count, unreachable}. wakeable: yes (it reacted to a push lately), unverified (a push
+    path, no reaction yet), no (hooks only: it reads at its next prompt). Use it to pick a free
+    worker before delegating, or to see whether the agent you wait on is up."""

@@ -29,11 +29,13 @@ Handler = Callable[..., dict[str, Any]]
 
 @dataclass(frozen=True)
 class Operation:
-    """One operation: its parameters model, its handler, and whether it writes."""
+    """One operation: its parameters model, its handler, whether it writes, and whether a
+    write destroys something (a redaction removes content; every other write appends)."""
 
     params: type[p.Params]
     handler: Handler
     mutating: bool = False
+    destructive: bool = False
 
     @property
     def description(self) -> str:
@@ -167,7 +169,7 @@ OPERATIONS: dict[str, Operation] = {
     "event_list": Operation(p.EventList, event_list),
     "event_wait": Operation(p.EventWait, event_wait),
     "event_ack": Operation(p.EventAck, event_ack, mutating=True),
-    "event_redact": Operation(p.EventRedact, event_redact, mutating=True),
+    "event_redact": Operation(p.EventRedact, event_redact, mutating=True, destructive=True),
     "artifact_put": Operation(p.ArtifactPut, artifact_put, mutating=True),
     "artifact_get": Operation(p.ArtifactGet, artifact_get),
     "patch_submit": Operation(p.PatchSubmit, patch_submit, mutating=True),

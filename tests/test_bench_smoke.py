@@ -107,6 +107,11 @@ EXPECTED: dict[str, list[str]] = {
     ],
     "doctor": [r"^doctor on 1,000 events", r"peak RSS", r"^seconds per check: \{"],
     "hook": [_target("hook", f"lean, {row} p50") for row in ("empty inbox", "one new message")],
+    "mcp_tools": [
+        _target("mcp_tools", f"tools/list bytes, logstream mcp{hub} (default)", "bytes")
+        for hub in ("", " --hub")
+    ]
+    + [_target("mcp_tools", "logstream mcp initialize p50", "s")],
     "dashboard": [
         r"^page load, 500 events in the log$",
         r"^burst: 50 events/s for 0\.5 s from another process$",

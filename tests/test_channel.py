@@ -220,7 +220,7 @@ def test_a_crash_between_notify_and_checkpoint_repeats_and_a_restart_resumes(
                 await _started(db)
                 first.append(note(db, body="one"))
                 await received.until(lambda items: len(items) >= 1)
-                await session.call_tool("mempalace_stats", {})  # the pipe is gone by now
+                await session.call_tool("mempalace_task_list", {})  # the pipe is gone by now
         assert received.ids() == first
 
     async def again() -> None:

@@ -137,7 +137,7 @@ def test_a_dead_hub_is_one_line_the_tools_answer_and_the_channel_resumes_when_it
             assert "Connection refused" in line and "retrying" in line
             tools = await client.list_tools()
             assert any(t.name == "mempalace_event_append" for t in tools.tools)
-            out = await client.call_tool("mempalace_stats", {})
+            out = await client.call_tool("mempalace_task_list", {})
             assert out.is_error and f"cannot reach hub {url}" in text_of(out)
             hubs.append(LiveHub(store, HubSettings(), port=port))
             await anyio.to_thread.run_sync(hubs[0].start)
@@ -196,7 +196,7 @@ def test_a_refused_token_is_said_once_the_tools_answer_with_it_and_nothing_spins
             assert any(t.name == "mempalace_event_list" for t in tools.tools)
             out = await client.call_tool("mempalace_event_list", {"to_agent": AGENT})
             assert out.is_error and "refused the token" in text_of(out)
-            out = await client.call_tool("mempalace_stats", {})
+            out = await client.call_tool("mempalace_task_list", {})
             assert out.is_error and "refused the token" in text_of(out)
 
     try:
@@ -210,7 +210,7 @@ def test_a_refused_token_is_said_once_the_tools_answer_with_it_and_nothing_spins
     assert len(lines(errlog, hub.url)) == 1, errlog.read_text()
     asked = [p for p in counting.paths if p.startswith("/v1/") and "presence" not in p]
     # the channel's one try at the start, then the two tool calls: the channel never retried
-    assert asked == ["/v1/event_list", "/v1/event_list", "/v1/stats"], asked
+    assert asked == ["/v1/event_list", "/v1/event_list", "/v1/task_list"], asked
 
 
 # ----------------------------------------------------------------------------- hub restart

@@ -30,28 +30,31 @@ from mempalace_logstream.validation import DEFAULT_MAX_ARTIFACT_BYTES
 from tests.hubkit import live_hub
 
 REPO = Path(__file__).resolve().parents[1]
-READ_TOOLS = {
+# The default set (`--tools coord`) without a hub, the presence tools a hub adds to it, and
+# the operator tools of `--tools all`.
+COORD_READ = {
     "mempalace_event_list",
     "mempalace_event_wait",
     "mempalace_event_get",
     "mempalace_artifact_get",
     "mempalace_task_status",
     "mempalace_task_list",
-    "mempalace_version_vector",
-    "mempalace_stats",
-    "mempalace_presence_list",
-    "mempalace_delivery_status",
 }
-WRITE_TOOLS = {
+COORD_WRITE = {
     "mempalace_event_append",
     "mempalace_event_ack",
-    "mempalace_event_redact",
     "mempalace_artifact_put",
     "mempalace_patch_submit",
     "mempalace_task_create",
     "mempalace_task_update",
-    "mempalace_presence_announce",
-    "mempalace_presence_leave",
+}
+COORD = COORD_READ | COORD_WRITE
+PRESENCE = {"mempalace_presence_list", "mempalace_presence_announce", "mempalace_presence_leave"}
+OPERATOR = {
+    "mempalace_version_vector",
+    "mempalace_stats",
+    "mempalace_delivery_status",
+    "mempalace_event_redact",
 }
 MODES = ["auto", "legacy"]  # `Client(mode=...)`: 2026-07-28 (discover) or the 2025 handshake
 PATCH = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-print('bug')\n+print('fixed ✓')\n"
@@ -71,12 +74,13 @@ async def _tool_names(session: Session) -> dict[str, Any]:
     return {t.name: t for t in (await session.list_tools()).tools}
 
 
-async def delegation(session: Session) -> None:
+async def delegation(session: Session, offered: set[str] = COORD) -> None:
     """task_create → event_wait woken by a claim → patch_submit → artifact_get → event_ack."""
     tools = await _tool_names(session)
-    assert set(tools) == READ_TOOLS | WRITE_TOOLS
+    assert set(tools) == offered
     assert tools["mempalace_event_wait"].annotations.read_only_hint is True
-    assert tools["mempalace_event_append"].annotations.read_only_hint is False
+    append = tools["mempalace_event_append"].annotations  # MCP's default: not read-only
+    assert not append.read_only_hint and append.destructive_hint is False
     assert "writer" in tools["mempalace_event_list"].input_schema["properties"]
     assert "limit" in tools["mempalace_event_wait"].input_schema["properties"]
 
@@ -207,7 +211,11 @@ def test_read_only_hides_and_refuses_mutating_tools(mcp_store: LogStore, mode: s
     async def scenario() -> None:
         server = mcp_server.build_server(mcp_store, read_only=True)
         async with Client(server.protocol, mode=mode) as client:
-            assert set(await _tool_names(client)) == READ_TOOLS
+            assert set(await _tool_names(client)) == COORD_READ
+        server = mcp_server.build_server(mcp_store, read_only=True, tools="all")
+        async with Client(server.protocol, mode=mode) as client:
+            reads = COORD_READ | OPERATOR - {"mempalace_event_redact"}
+            assert set(await _tool_names(client)) == reads
             refused = await client.call_tool(
                 "mempalace_event_append",
                 {"type": "note", "stream": "s", "room": "r", "from_agent": "a"},
@@ -259,7 +267,7 @@ def test_stdio_servers_run_a_delegation_and_hide_writes_when_read_only(tmp_path:
     async def read_only() -> None:  # the SDK's own `Client`: 2026-07-28 over stdio
         async with Client(_stdio_params(tmp_path / "ro", "--read-only")) as client:
             assert client.protocol_version == "2026-07-28"
-            assert set(await _tool_names(client)) == READ_TOOLS
+            assert set(await _tool_names(client)) == COORD_READ
             refused = await client.call_tool("mempalace_task_create", {})
             assert refused.is_error is True
 
@@ -284,7 +292,7 @@ def test_streamable_http_on_the_hub_runs_a_full_delegation(tmp_path: Path, mode:
             async with httpx2.AsyncClient(headers=headers, timeout=60) as http:
                 transport = streamable_http_client(hub.url + "/mcp", http_client=http)
                 async with Client(transport, mode=mode) as client:
-                    await delegation(client)
+                    await delegation(client, COORD | PRESENCE)  # the hub keeps presence
                     await validation_errors_are_tool_errors(client)
 
         asyncio.run(asyncio.wait_for(scenario(), 90))
@@ -298,7 +306,7 @@ def test_server_info_descriptions_and_results_read_well(mcp_store: LogStore, mod
     import mempalace_logstream
 
     async def scenario() -> None:
-        server = mcp_server.build_server(mcp_store)
+        server = mcp_server.build_server(mcp_store, tools="all")
         async with Client(server.protocol, mode=mode) as client:
             assert client.server_info is not None
             assert client.server_info.version == mempalace_logstream.__version__
@@ -359,7 +367,7 @@ def test_a_client_disconnect_is_one_debug_line_not_a_traceback(
         async with streamable_http_client(f"{url}/mcp") as (read, write):
             async with ClientSession(read, write) as session:
                 await session.initialize()
-                await session.call_tool("mempalace_stats", {})
+                await session.call_tool("mempalace_task_list", {})
         with pytest.raises(BaseException):  # noqa: B017 - the client gives up mid-call
             async with streamable_http_client(f"{url}/mcp") as (read, write):
                 async with ClientSession(read, write) as session:

@@ -16,6 +16,7 @@ import httpx
 import pytest
 import typer
 from mcp import Client
+from mcp.types import ToolAnnotations
 
 from mempalace_logstream import LogStore, mcp_server, operations, tasks, workflows
 from mempalace_logstream import validation as v
@@ -88,20 +89,28 @@ def test_the_reads_take_the_filters_and_the_read_request_fields() -> None:
 def test_mcp_tools_are_the_spec_names_types_descriptions_and_required(tmp_path: Path) -> None:
     async def tools() -> dict[str, Any]:
         with LogStore.open(str(tmp_path / "mcp.sqlite3")) as store:
-            async with Client(mcp_server.build_server(store).protocol) as client:
+            server = mcp_server.build_server(store, tools="all", presence=Registry())
+            async with Client(server.protocol) as client:
                 return {t.name: t for t in (await client.list_tools()).tools}
 
     listed = asyncio.run(asyncio.wait_for(tools(), 60))
     assert set(listed) == {f"mempalace_{name}" for name in EVERY}
     for name, op in EVERY.items():
         tool = listed[f"mempalace_{name}"]
-        schema = op.params.model_json_schema()
-        assert tool.input_schema["properties"] == schema["properties"], name
+        full = op.params.model_json_schema()["properties"]
+        props = tool.input_schema["properties"]
+        assert props == op.params.tool_schema()["properties"], name
+        assert list(props) == list(full), name
+        for param, field in op.params.model_fields.items():
+            assert props[param]["description"] == field.description, (name, param)
         assert set(tool.input_schema.get("required", [])) == {
             p for p, needed in op.required().items() if needed
         }, name
-        assert tool.description == inspect.cleandoc(op.params.__doc__ or ""), name
-        assert tool.annotations.read_only_hint is (not op.mutating), name
+        assert tool.description == op.description, name
+        hints = tool.annotations or ToolAnnotations()  # none: MCP's defaults (a destructive write)
+        assert bool(hints.read_only_hint) is (not op.mutating), name
+        appends = op.mutating and not op.destructive  # a write that destroys nothing says so
+        assert hints.destructive_hint is (False if appends else None), name
 
 
 def test_http_routes_take_the_spec_parameters_with_their_descriptions(tmp_path: Path) -> None:

@@ -109,9 +109,11 @@ def test_mcp_tools_share_the_hubs_table_and_need_a_hub_elsewhere(tmp_path: Path)
             assert bad.is_error
             assert bad.content[0].text == "state 'asleep' is not one of watching, working, idle"  # type: ignore[union-attr]
 
-    async def without_a_hub() -> str:
+    async def without_a_hub() -> str:  # no hub keeps presence: its tools are not offered
         with LogStore.open(str(tmp_path / "local.sqlite3")) as store:
-            async with Client(mcp_server.build_server(store).protocol) as client:
+            async with Client(mcp_server.build_server(store, tools="all").protocol) as client:
+                names = {t.name for t in (await client.list_tools()).tools}
+                assert not {n for n in names if n.startswith("mempalace_presence")}
                 out = await client.call_tool("mempalace_presence_list", {})
                 assert out.is_error
                 return str(out.content[0].text)  # type: ignore[union-attr]
@@ -120,4 +122,4 @@ def test_mcp_tools_share_the_hubs_table_and_need_a_hub_elsewhere(tmp_path: Path)
         asyncio.run(over_the_hub(hub.url))
         listed = httpx.get(hub.url + "/v1/presence", timeout=30).json()
         assert [(a["agent"], a["state"]) for a in listed["agents"]] == [("codex", "idle")]
-    assert asyncio.run(without_a_hub()).startswith("presence is kept by a hub")
+    assert asyncio.run(without_a_hub()) == "unknown tool 'mempalace_presence_list'"

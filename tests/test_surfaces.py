@@ -21,6 +21,7 @@ from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from mempalace_logstream import LogStore, mcp_server, operations
+from mempalace_logstream.presence import Registry
 from tests.conftest import run_cli
 from tests.hubkit import LiveHub, live_hub
 
@@ -329,7 +330,7 @@ def test_the_cli_refuses_with_the_same_texts(tmp_path: Path, case: Case) -> None
 def test_every_tool_documents_exactly_the_operation_parameters(tmp_path: Path) -> None:
     async def scenario() -> dict[str, set[str]]:
         with LogStore.open(str(tmp_path / "schema.sqlite3")) as store:
-            server = mcp_server.build_server(store)
+            server = mcp_server.build_server(store, tools="all", presence=Registry())
             async with Client(server.protocol) as client:
                 tools = (await client.list_tools()).tools
         return {t.name: set(t.input_schema["properties"]) for t in tools}

@@ -26,6 +26,15 @@ from mempalace_logstream.cli.shared import STATE, fail, open_client
 from mempalace_logstream.cli.testhooks import watch_crash_hook
 
 ReadOnlyOpt = Annotated[bool, typer.Option("--read-only", help="Hide the mutating tools.")]
+ToolsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--tools",
+        help="Which tools to offer: coord (default: events, artifacts, patches, tasks, and "
+        "presence with --hub), all (also version_vector, stats, event_redact, "
+        "delivery_status), or a comma list of profiles and tool names.",
+    ),
+]
 AgentOpt = Annotated[
     str | None,
     typer.Option(
@@ -83,6 +92,7 @@ WindowOpt = Annotated[
 @filter_options
 def mcp_cmd(
     read_only: ReadOnlyOpt = False,
+    tools: ToolsOpt = None,
     agent: AgentOpt = None,
     channel: ChannelOpt = False,
     *,
@@ -107,7 +117,7 @@ def mcp_cmd(
     pushed into the session; the cursor is checkpointed after each notification, so a restart
     resumes where it stopped and a crash repeats, never skips. Filters narrow what is pushed.
     With --hub and --agent NAME, NAME is announced in the hub's presence while this runs
-    (--no-presence: not).
+    (--no-presence: not). --tools chooses the tools listed (each costs the agent context).
     """
     given = {
         "allow_from": allow_from,
@@ -121,6 +131,7 @@ def mcp_cmd(
     if not channel:
         _refuse_channel_options(given, filters)
     try:
+        _check_tools(tools, hub)
         what = "logstream mcp --channel" if channel else "logstream mcp"
         # channel mode says itself when the hub is lost or refuses the token: not twice
         ttl, on = presence_ttl_s, not no_presence
@@ -130,9 +141,9 @@ def mcp_cmd(
         )
         with announced(who):
             if channel:
-                _run_channel(agent, filters, given, read_only, db, palace, hub, token)
+                _run_channel(agent, filters, given, (read_only, tools), db, palace, hub, token)
             else:
-                _run_tools(read_only, agent, db, palace, hub, token)
+                _run_tools((read_only, tools), agent, db, palace, hub, token)
     except errors.LogstreamError as exc:
         if STATE.debug:
             raise
@@ -147,8 +158,15 @@ def _refuse_channel_options(given: dict[str, Any], filters: FilterArgs) -> None:
         raise fail(f"{flag} is an option of channel mode: add --channel (and --agent NAME)")
 
 
+def _check_tools(tools: str | None, hub: str | None) -> None:
+    """Refuse a bad --tools before anything is opened (or created)."""
+    from mempalace_logstream.mcp_server import toolsets
+
+    toolsets.resolve(tools, option="--tools", hub=bool(hub))
+
+
 def _run_tools(
-    read_only: bool,
+    offer: tuple[bool, str | None],
     agent: str | None,
     db: str | None,
     palace: str | None,
@@ -161,7 +179,9 @@ def _run_tools(
     client = open_client(db, palace, hub, token, create=True)
     try:
         name = f"hub {hub.rstrip('/')}" if hub else "the log"
-        mcp_server.run_stdio(_backend(client), read_only=read_only, actor=actor, name=name)
+        read_only, tools = offer
+        backend = _backend(client)
+        mcp_server.run_stdio(backend, read_only=read_only, tools=tools, actor=actor, name=name)
     finally:
         client.close()
 
@@ -170,7 +190,7 @@ def _run_channel(
     agent: str | None,
     filters: FilterArgs,
     given: dict[str, Any],
-    read_only: bool,
+    offer: tuple[bool, str | None],
     db: str | None,
     palace: str | None,
     hub: str | None,
@@ -202,7 +222,8 @@ def _run_channel(
                 backend,
                 client,
                 opts,
-                read_only=read_only,
+                read_only=offer[0],
+                tools=offer[1],
                 crash_hook=hook,
                 actor=actor,
                 source=source,

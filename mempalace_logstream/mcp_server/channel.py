@@ -393,16 +393,20 @@ async def serve(
     opts: ChannelOptions,
     *,
     read_only: bool = False,
+    tools: str | None = None,
     crash_hook: Callable[[str, int], None] | None = None,
     actor: Actor | None = None,
     source: str = "the log",
     push: Backend | None = None,
 ) -> None:
-    """Serve the tools over stdio with the channel capability, delivering once initialized;
-    tool calls run as `actor`. `source` names the log in the lines about it ("hub URL").
-    `push`, when given, is what the channel reads through (a hub client whose reads are marked
-    as pushes in the delivery ledger), the tools keep `backend`."""
-    server = build_server(backend, read_only=read_only, instructions=INSTRUCTIONS, actor=actor)
+    """Serve the tools (the `tools` profile) over stdio with the channel capability,
+    delivering once initialized; tool calls run as `actor`. `source` names the log in the
+    lines about it ("hub URL"). `push`, when given, is what the channel reads through (a hub
+    client whose reads are marked as pushes in the delivery ledger), the tools keep
+    `backend`."""
+    server = build_server(
+        backend, read_only=read_only, tools=tools, instructions=INSTRUCTIONS, actor=actor
+    )
     speak_on_stderr(server, source)
     lowlevel = server.protocol  # the SDK's low-level server (protocol.py)
     initialized = anyio.Event()

@@ -1,9 +1,15 @@
-"""The hub's /mcp endpoint: streamable HTTP on the SDK's session manager, behind the hub's guard."""
+"""The hub's /mcp endpoint: streamable HTTP on the SDK's session manager, behind the hub's guard.
+
+It lists the coordination tools (`toolsets.DEFAULT`, with presence); a client that wants others
+says so in its URL, `/mcp?tools=all` (or a comma list), on every request of its session.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
@@ -11,7 +17,14 @@ from typing import Any
 import anyio
 from mcp.server.transport_security import TransportSecuritySettings
 
-from mempalace_logstream.mcp_server.server import GONE_SCOPE_KEY, LogstreamMCP, build_server
+from mempalace_logstream import errors
+from mempalace_logstream.mcp_server import toolsets
+from mempalace_logstream.mcp_server.server import (
+    GONE_SCOPE_KEY,
+    TOOLS_SCOPE_KEY,
+    LogstreamMCP,
+    build_server,
+)
 from mempalace_logstream.presence import Registry
 from mempalace_logstream.store import LogStore
 
@@ -45,6 +58,11 @@ class _Endpoint:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         # Bad JSON, nested past any depth included, is the SDK's JSON-RPC parse error (400).
+        try:
+            _choose_tools(scope)
+        except errors.ValidationError as exc:
+            await _refuse(send, exc)
+            return
         exchange = _Exchange(scope, receive, send)
         if scope.get("method") != "POST":  # a GET stream never ends by itself
             await self.manager.handle_request(scope, exchange.receive, exchange.send)
@@ -63,6 +81,21 @@ class _Endpoint:
         while self._calls:
             self._idle = anyio.Event()
             await self._idle.wait()
+
+
+def _choose_tools(scope: Any) -> None:
+    """The tools this request lists and may call, from `?tools=` (none given: the server's)."""
+    query = urllib.parse.parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    if "tools" in query:
+        scope[TOOLS_SCOPE_KEY] = toolsets.resolve(",".join(query["tools"]), option="tools")
+
+
+async def _refuse(send: Any, exc: errors.ValidationError) -> None:
+    """A 400 with the hub's error body, {error, field}."""
+    body = json.dumps({"error": exc.message, "field": exc.field}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    await send({"type": "http.response.start", "status": 400, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 class _Exchange:

@@ -41,7 +41,8 @@ def protocol_server(app: LogstreamMCP) -> Server[Any]:
     """The low-level server that speaks MCP for `app`."""
 
     async def list_tools(ctx: Any, params: Any) -> ListToolsResult:
-        return ListToolsResult(tools=await app.list_tools())
+        context: Context[Any, Any] = Context(request_context=ctx, mcp_server=app)
+        return ListToolsResult(tools=await app.list_tools(context))
 
     async def call_tool(ctx: Any, params: CallToolRequestParams) -> CallToolResult:
         context: Context[Any, Any] = Context(request_context=ctx, mcp_server=app)

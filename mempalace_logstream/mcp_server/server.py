@@ -5,13 +5,14 @@ The tools are the operation table (`operations`): one `mempalace_<op>` per opera
 description and input schema those of the operation's parameters model (`op_params`), so a tool
 cannot drift from the HTTP route or the CLI. Tool calls skip the SDK's argument model: the raw
 arguments go to the core, which checks names (`operations.check_args`) and values exactly as
-for HTTP and the CLI, so every surface refuses the same input with the same text.
+for HTTP and the CLI, so every surface refuses the same input with the same text. A server
+lists a profile of them (`toolsets`: the coordination set unless told otherwise); a tool it
+does not list is refused as unknown.
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
 import json
 from typing import Any, Protocol
 
@@ -23,13 +24,16 @@ from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
 
 from mempalace_logstream import aio, errors, operations, waits
 from mempalace_logstream.identity.actor import ACTOR_SCOPE_KEY, Actor, acting_as
+from mempalace_logstream.mcp_server import toolsets
 from mempalace_logstream.presence import NEEDS_A_HUB, Registry
 from mempalace_logstream.store import LogStore
 
-TOOL_PREFIX = "mempalace_"
+TOOL_PREFIX = toolsets.TOOL_PREFIX
 # The ASGI scope key of an anyio.Event set when the HTTP client of a request at /mcp
 # disconnects (endpoint.py); a wait of that request is cancelled then.
 GONE_SCOPE_KEY = "logstream.client_gone"
+# The ASGI scope key of the operations a request at /mcp chose (`?tools=`, endpoint.py).
+TOOLS_SCOPE_KEY = "logstream.mcp_tools"
 
 INSTRUCTIONS = (
     "A shared, append-only coordination log for agents. Post what you do as events "
@@ -97,25 +101,33 @@ class LogstreamMCP(MCPServer):
         self.backend = backend
         self.presence = presence  # the hub's table when this server runs inside a hub
         self.actor = actor
-        self.tools: dict[str, Tool] = {}  # what `build_server` offers (read-only: no writes)
+        self.tools: dict[str, Tool] = {}  # what it may offer here (read-only: no writes)
+        self.offered: frozenset[str] = frozenset()  # the tools listed unless a request chooses
         from mempalace_logstream.mcp_server import protocol, resources
 
         self.subscriptions = resources.install(self)
         # What speaks MCP on every transport: the SDK's low-level server, over this one.
         self.protocol = protocol.protocol_server(self)
 
-    async def list_tools(self) -> list[Tool]:
-        return list(self.tools.values())
+    async def list_tools(self, context: Context | None = None) -> list[Tool]:
+        names = self._offered_to(self._scope_of(context))
+        return [tool for name, tool in self.tools.items() if name in names]
+
+    def _offered_to(self, scope: dict[str, Any] | None) -> frozenset[str]:
+        """The tool names listed to a request: its `?tools=` at /mcp, else the server's."""
+        if scope is None or TOOLS_SCOPE_KEY not in scope:
+            return self.offered
+        return frozenset(TOOL_PREFIX + op for op in scope[TOOLS_SCOPE_KEY])
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context | None = None
     ) -> CallToolResult:
         # The SDK turns a ToolError raised here into an isError result whose text is exactly
         # the message (no prefix: the prefix belongs to its own argument model, skipped here).
-        if name not in self.tools:
+        scope = self._scope_of(context)
+        if name not in self.tools or name not in self._offered_to(scope):
             raise ToolError(f"unknown tool {name!r}")
         op, args = name.removeprefix(TOOL_PREFIX), dict(arguments or {})
-        scope = self._scope_of(context)
         gone = scope.get(GONE_SCOPE_KEY) if scope is not None else None
         with acting_as(self._actor_of(scope)):
             if op != "event_wait" or not isinstance(gone, anyio.Event):
@@ -177,32 +189,42 @@ def build_server(
     source: LogStore | Backend,
     *,
     read_only: bool = False,
+    tools: str | None = None,
     presence: Registry | None = None,
     actor: Actor | None = None,
     **kwargs: Any,
 ) -> LogstreamMCP:
-    """An MCP server with the logstream tools; `read_only` leaves the mutating ones out;
-    `actor` is who its tool calls run as when no request says otherwise."""
+    """An MCP server with the logstream tools: the `tools` profile (`toolsets.resolve`: None is
+    the coordination set; ValidationError for an unknown name) of those that can work here
+    (presence needs a hub: `presence`, or a hub client as `source`); `read_only` leaves the
+    mutating ones out; `actor` is who its tool calls run as when no request says otherwise."""
     backend = StoreBackend(source) if isinstance(source, LogStore) else source
+    hub = presence is not None or isinstance(backend, ClientBackend)
+    offered = toolsets.resolve(tools, hub=hub)
     server = LogstreamMCP(backend, log_level="WARNING", presence=presence, actor=actor, **kwargs)
-    for name, op in operations.every_operation().items():
+    for name in toolsets.usable(toolsets.PROFILES["all"], hub=hub):
+        op = operations.every_operation()[name]
         if not (read_only and op.mutating):
-            tool = spec_tool(name, op)
-            server.tools[tool.name] = tool
+            server.tools[TOOL_PREFIX + name] = spec_tool(name, op)
+    server.offered = frozenset(TOOL_PREFIX + name for name in offered)
     return server
 
 
 def spec_tool(name: str, op: operations.Operation) -> Tool:
-    """The tool of operation `name`: the operation's description and parameters model (names,
-    types, descriptions, required ones) as its input schema. Text results only (no output
-    schema): the result is returned once, as compact JSON text."""
-    hints = ToolAnnotations(read_only_hint=not op.mutating, open_world_hint=False)
-    if op.mutating:
-        hints = hints.model_copy(update={"destructive_hint": False})
+    """The tool of operation `name`: the operation's description (one line) and its parameters
+    as agents read them (`Params.tool_schema`: names, types, descriptions, required ones).
+    Text results only (no output schema): the result is returned once, as compact JSON text.
+    Hints: read-only, or a write that destroys nothing (all but event_redact); MCP's defaults
+    (not read-only, destructive) are left unsaid: each byte is the agent's context."""
+    hints = None  # a write that destroys (event_redact): MCP's defaults say it all
+    if not op.mutating:
+        hints = ToolAnnotations(read_only_hint=True)
+    elif not op.destructive:
+        hints = ToolAnnotations(destructive_hint=False)
     return Tool(
         name=TOOL_PREFIX + name,
-        description=inspect.cleandoc(op.params.__doc__ or ""),
-        input_schema=op.params.model_json_schema(),
+        description=op.description,
+        input_schema=op.params.tool_schema(),
         annotations=hints,
     )
 
@@ -211,12 +233,14 @@ def run_stdio(
     source: LogStore | Backend,
     *,
     read_only: bool = False,
+    tools: str | None = None,
     actor: Actor | None = None,
     name: str = "the log",
 ) -> None:
-    """Serve the tools and resources over stdio until the client closes the pipe; every tool
-    call runs as `actor`. `name` names the log in the resource follower's lines ("hub URL")."""
-    server = build_server(source, read_only=read_only, actor=actor)
+    """Serve the tools (the `tools` profile) and resources over stdio until the client closes
+    the pipe; every tool call runs as `actor`. `name` names the log in the resource follower's
+    lines ("hub URL")."""
+    server = build_server(source, read_only=read_only, tools=tools, actor=actor)
     speak_on_stderr(server, name)
     anyio.run(serve_stdio, server)
 
