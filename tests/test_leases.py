@@ -232,7 +232,7 @@ def test_the_mcp_tools_acquire_refuse_and_check_as_the_core(tmp_path: Path) -> N
 
     async def scenario() -> None:
         with LogStore.open(str(tmp_path / "mcp.sqlite3")) as store:
-            server = mcp_server.build_server(store)
+            server = mcp_server.build_server(store, tools="coord,leases")
             async with Client(server.protocol) as client:
                 args = {"agent": "claude", "paths": ["src/**"], "project": "demo"}
                 held = data(await client.call_tool("mempalace_lease_acquire", args))["lease"]

@@ -10,85 +10,67 @@ from typing import Annotated
 from mempalace_logstream.leases import inputs as lease_inputs
 from mempalace_logstream.op_params import Agent, Limit, Params, described
 
-LeaseId = Annotated[str, described("The lease (the id lease_acquire returned).")]
-Project = Annotated[
-    str | None,
-    described("The project whose root the globs are relative to ('myrepo' or 'project/myrepo')."),
-]
+LeaseId = Annotated[str, described("The lease id.")]
+Project = Annotated[str | None, described("Project name, e.g. 'myrepo'.")]
 
 
 class LeaseAcquire(Params):
-    """Lease paths of a project before editing them, so other agents keep off: {lease:
-    {lease_id, fence, expires_at, ...}}. Exclusive leases refuse any overlapping lease of
-    another agent (the refusal names the holder, the overlapping globs and the expiry); shared
-    ones coexist with each other. Renew before it expires; release when done."""
+    """Lease paths before editing them so other agents keep off: {lease: {lease_id, fence,
+    expires_at}}. Refused, naming the holder, when another agent's lease overlaps (shared
+    leases coexist). Renew before expiry; release when done."""
 
     agent: Agent
     paths: Annotated[
         list[str],
         described(
-            f"Up to {lease_inputs.MAX_GLOBS} gitignore-style globs relative to the project root "
-            f"('src/**', '*.py', 'docs/'; a directory means everything under it), each at most "
-            f"{lease_inputs.MAX_GLOB_CHARS} chars."
+            f"Globs relative to the project root ('src/**', '*.py'), max {lease_inputs.MAX_GLOBS}."
         ),
     ]
-    exclusive: Annotated[
-        bool | None, described("False for a shared lease (default true: exclusive).")
-    ] = None
+    exclusive: Annotated[bool | None, described("False: shared (default exclusive).")] = None
     ttl_s: Annotated[
         int | None,
         described(
-            f"Seconds the lease holds unless renewed, {lease_inputs.MIN_TTL_S}-"
-            f"{lease_inputs.MAX_TTL_S} (default {lease_inputs.DEFAULT_TTL_S})."
+            f"Seconds until it expires, {lease_inputs.MIN_TTL_S}-{lease_inputs.MAX_TTL_S} "
+            f"({lease_inputs.DEFAULT_TTL_S})."
         ),
     ] = None
-    reason: Annotated[
-        str | None, described(f"Why, shown to others (max {lease_inputs.MAX_REASON_CHARS} chars).")
-    ] = None
-    task_id: Annotated[
-        str | None, described("The task the edit is for: its project, and released with it.")
-    ] = None
+    reason: Annotated[str | None, described("Why, shown to others.")] = None
+    task_id: Annotated[str | None, described("The task it is for; released with it.")] = None
     project: Project = None
 
 
 class LeaseRenew(Params):
-    """Extend a lease you hold from now: {lease}. Refused once it expired, was released or
-    lost a race across replicas (acquire again then)."""
+    """Extend your lease from now: {lease}. Refused once it expired, was released or lost a
+    race (then acquire again)."""
 
     lease_id: LeaseId
     agent: Agent
-    ttl_s: Annotated[int | None, described("Seconds from now (default: the lease's own ttl).")] = (
-        None
-    )
+    ttl_s: Annotated[int | None, described("Seconds from now (default: its ttl).")] = None
 
 
 class LeaseRelease(Params):
-    """Release a lease you hold, when your edits are done: {lease}. The admin may release any
-    lease (agent 'admin'), recorded as such."""
+    """Release your lease when your edits are done: {lease}. The admin (agent 'admin') may
+    release any."""
 
     lease_id: LeaseId
     agent: Agent
 
 
 class LeaseList(Params):
-    """File leases, newest first: {leases: [{lease_id, agent, paths, exclusive, state,
-    expires_at, fence, reason, task_id, lost_to}], count}. By default only those holding now;
-    filter by agent, project or a path they name."""
+    """File leases holding now, newest first: {leases: [{lease_id, agent, paths, state,
+    expires_at, fence}], count}."""
 
     agent: Annotated[str | None, described("Leases of this agent.")] = None
     path: Annotated[str | None, described("Leases naming this path.")] = None
-    active: Annotated[
-        bool | None, described("False to list released, expired and lost ones too.")
-    ] = None
+    active: Annotated[bool | None, described("False: expired, released, lost too.")] = None
     project: Project = None
     limit: Limit = None
 
 
 class LeaseCheck(Params):
-    """May you edit a path now? {allowed, message, held_by, own, lost}: not allowed while
-    another agent holds an exclusive lease naming it (message names it, until when, why), or
-    while your lease on it lost a race across replicas."""
+    """May you edit a path now? {allowed, message, held_by, lost}: not while another agent's
+    exclusive lease names it, or your lease on it lost a race."""
 
     agent: Agent
-    path: Annotated[str, described("The path relative to the project root, e.g. 'src/a.py'.")]
+    path: Annotated[str, described("Path relative to the project root.")]
     project: Project = None
