@@ -39,7 +39,9 @@ from bench import common
 BENCH = "hook"
 TARGET_MS = 100.0
 STDIN = json.dumps({"hook_event_name": "UserPromptSubmit", "prompt": "next step", "cwd": "/"})
-TYPER = "import sys; from mempalace_logstream.cli import main; sys.argv[0] = 'logstream'; main()"
+TYPER = (
+    "import sys; from mempalace_logstream.cli.root import main; sys.argv[0] = 'logstream'; main()"
+)
 STORE = (
     "import sys; from mempalace_logstream import hook; "
     "sys.exit(hook.run_inbox(**hook.parse_argv(sys.argv[1:]), lean=False))"

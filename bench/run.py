@@ -36,6 +36,7 @@ BENCHES = (
     "store",
     "wake",
     "cli_wait",
+    "cli",
     "channel",
     "codex",
     "hub",

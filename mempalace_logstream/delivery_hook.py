@@ -16,23 +16,9 @@ if TYPE_CHECKING:
     from mempalace_logstream.store import LogStore
 
 
-def reader(args: dict[str, Any]) -> str | None:
-    """Who reads: the agent a token proves, else the read's `from_agent`, else its single
-    `to_agent` (an inbox read; not the admin's, who reads anyone's inbox)."""
-    who = actor.current()
-    if who is not None and who.agent is not None:
-        return who.agent
-    named = args.get("from_agent")
-    if isinstance(named, str):
-        return named
-    if who is not None and who.admin:
-        return None
-    to = args.get("to_agent")
-    if isinstance(to, str) and to != "*":
-        return to
-    if isinstance(to, list) and len(to) == 1 and to[0] != "*":
-        return str(to[0])
-    return None
+# Who reads: in identity/actor.py, where the CLI's lean read (cli/shared.py) asks it without
+# loading the ledger.
+reader = actor.reader
 
 
 def after_call(store: LogStore, name: str, args: dict[str, Any], result: dict[str, Any]) -> None:

@@ -1,9 +1,10 @@
 """The lean entry point for `logstream inbox` (the context hooks run it on every prompt).
 
-`python -m mempalace_logstream` and the `logstream-hook` console script call `fast_path(argv)`
-first: a command line it fully understands (`[global options] inbox [its options]`) runs here
-without importing typer, rich, click or the servers; anything else (`--help`, a typo, a bad
-value, another command) returns None and goes to the typer app, which prints the usage errors.
+The `logstream` and `logstream-hook` console scripts and `python -m mempalace_logstream` call
+`fast_path(argv)` first: a command line it fully understands (`[global options] inbox [its
+options]`) runs here without importing typer, rich, click or the servers; anything else
+(`--help`, a typo, a bad value, another command) returns None and goes to the typer app, which
+prints the usage errors.
 `run_inbox` is the one implementation: the typer command `inbox` calls it too, so behaviour and
 error texts are the same on both paths.
 A local SQLite log is read by the lean reader (store/lean.py), without SQLAlchemy.
@@ -19,10 +20,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from mempalace_logstream import codex_thread, config, cursors, display, errors
-from mempalace_logstream import inbox as inbox_mod
+from mempalace_logstream import config, display, errors
 
 if TYPE_CHECKING:
+    from mempalace_logstream import inbox as inbox_mod
     from mempalace_logstream.watch import Client
 
 # Options before the command (as the root app takes them), then the command's own.
@@ -140,6 +141,10 @@ def run_inbox(
     SQL on the stdlib `sqlite3`, no SQLAlchemy); the store reads whatever it leaves (a hub,
     PostgreSQL, a log to migrate). The typer command passes False: it reads through the store,
     the reference the lean path is tested against."""
+    # Imported here: `logstream` runs every command line through fast_path (cli.main).
+    from mempalace_logstream import cursors
+    from mempalace_logstream import inbox as inbox_mod
+
     try:
         settings = config.Settings.from_env()
         palace = palace or settings.palace
@@ -177,11 +182,15 @@ def run_inbox(
 def _hook_event(opts: inbox_mod.InboxOptions, target: str, palace: str | None) -> str | None:
     """The hook event the client runs (its JSON on stdin); on Codex's SessionStart, the
     session's thread is recorded for `logstream deliver --codex` (codex_thread.py)."""
+    from mempalace_logstream import inbox as inbox_mod
+
     if not opts.hook:
         return None
     stdin_text = _stdin()
     event = inbox_mod.hook_event_name(opts.hook, stdin_text)
     if opts.hook == "codex":
+        from mempalace_logstream import codex_thread
+
         codex_thread.record_from_hook(stdin_text, opts.agent, target, palace, _note)
     return event
 
@@ -206,6 +215,7 @@ def _deliver_lean(
     """`deliver` through the lean reader; None when the store must read this log (it then
     raises the errors of a log it cannot read, with its own texts). `Unplanned` comes from a
     read, before anything is printed or checkpointed."""
+    from mempalace_logstream import inbox as inbox_mod
     from mempalace_logstream.store import lean
 
     reader = lean.open_lean(target, durability)
@@ -262,11 +272,12 @@ def _note(text: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """The `logstream-hook` console script: `logstream` with the lean inbox path first."""
+    """`logstream` (and the `logstream-hook` console script): the lean inbox path first, else
+    the typer app (cli/root.py)."""
     args = list(sys.argv[1:] if argv is None else argv)
     code = fast_path(args)
     if code is None:
-        from mempalace_logstream.cli import main as cli_main
+        from mempalace_logstream.cli.root import main as cli_main
 
         sys.argv[1:] = args
         cli_main()

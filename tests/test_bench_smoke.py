@@ -67,6 +67,12 @@ EXPECTED: dict[str, list[str]] = {
         _target("cli_wait", f"ours CLI wait {q}, append returned -> output line")
         for q in ("p50", "p95")
     ],
+    "cli": [
+        *(_target("cli", f"ours local {cmd} wall p50") for cmd in ("list", "append", "tail")),
+        *(_target("cli", f"ours --hub {cmd} wall p50") for cmd in ("list", "get", "inbox")),
+        _target("cli", "serve until /healthz p50", "s"),
+        _target("cli", "mcp initialize answered p50", "s"),
+    ],
     "channel": [_target("channel", "channel notification p50 after commit")],
     "hubs": [_ratio("hubs", "appends/s 2 hubs / 1 hub"), _ratio("hubs", "SSE p95 1 hub / 2 hubs")],
     "codex": [_target("codex", "codex queue invocation p50 after commit")],

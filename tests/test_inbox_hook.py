@@ -27,7 +27,9 @@ from tests.hubkit import live_hub
 PROMPT = {"session_id": "s1", "hook_event_name": "UserPromptSubmit", "prompt": "go", "cwd": "/"}
 START = {"session_id": "s1", "hook_event_name": "SessionStart", "source": "startup"}
 STOP = {"session_id": "s1", "hook_event_name": "Stop"}
-TYPER = "import sys; from mempalace_logstream.cli import main; sys.argv[0] = 'logstream'; main()"
+TYPER = (
+    "import sys; from mempalace_logstream.cli.root import main; sys.argv[0] = 'logstream'; main()"
+)
 Proc = subprocess.CompletedProcess[bytes]
 
 
@@ -52,7 +54,8 @@ def hook(
 
 
 def typer_cli(*args: str, stdin: bytes = b"", env: dict[str, str] | None = None) -> Proc:
-    """The same command line through the typer app (the `logstream` console script)."""
+    """The same command line through the typer app alone (cli/root.main, after the lean path
+    of the `logstream` console script has passed it on)."""
     full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     return subprocess.run(
         [sys.executable, "-c", TYPER, *args],

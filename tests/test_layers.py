@@ -239,7 +239,6 @@ CLI_RULES: dict[str, tuple[str, ...]] = {
         *("root", "shared", "events", "waiting", "artifacts", "hub", "mcp_stdio", "sync"),
         *("admin", "tasks", "tail", "inbox", "deliver", "presence", "agent"),
         "delivery",
-        "lease",
     ),
 }
 

@@ -9,6 +9,20 @@ from typing import Any
 SCHEMA_HEAD = "0010"
 SPLIT_INBOX = True
 STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
+    "appends.event-by-id": (
+        (
+            "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
+            "events.hlc, events.type, events.stream, events.room, events.topic, "
+            "events.from_agent, events.to_agent, events.correlation_id, "
+            "events.branch, events.base_commit, events.status, (SELECT "
+            "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
+            "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
+            "ea.event_id = events.id) AS artifact_links, events.body, "
+            "events.created_at, events.metadata_json, events.sig, events.key_id \n"
+            "FROM events \nWHERE events.id = :id"
+        ),
+        {},
+    ),
     "identity.key-events": (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "

@@ -1,33 +1,44 @@
 """The `logstream` command line (typer): parse, open the store, make one core call, print.
 
-`root` holds the app and `main()` (the console script `mempalace_logstream.cli:main`); every
-other module is one command group that registers its commands on `app` when imported below.
+`main()` is the console script: a command line the lean path understands (`inbox`, hook.py)
+runs without typer; any other goes to the typer app of `root`, which imports only the module
+of the command it runs (root.COMMANDS). Every other module is one command group that registers
+its commands on `app` when imported; `cli.app` is the whole app, every module imported, and
+`cli.STATE` the run's state (PEP 562 `__getattr__`: importing this package loads no typer).
 The package is the only typer importer; servers and the store are imported inside commands.
 """
 
 from __future__ import annotations
 
-from mempalace_logstream.cli.root import app, main
-from mempalace_logstream.cli.shared import STATE
+import typing as _typing
 
-# Each import registers a group's commands; their order is the order `--help` lists them in.
-# isort: off
-from mempalace_logstream.cli import events as events
-from mempalace_logstream.cli import admin as admin
-from mempalace_logstream.cli import hub as hub
-from mempalace_logstream.cli import mcp_stdio as mcp_stdio
-from mempalace_logstream.cli import sync as sync
-from mempalace_logstream.cli import waiting as waiting
-from mempalace_logstream.cli import artifacts as artifacts
-from mempalace_logstream.cli import tasks as tasks
-from mempalace_logstream.cli import lease as lease
-from mempalace_logstream.cli import tail as tail
-from mempalace_logstream.cli import inbox as inbox
-from mempalace_logstream.cli import deliver as deliver
-from mempalace_logstream.cli import presence as presence
-from mempalace_logstream.cli import agent as agent
-from mempalace_logstream.cli import delivery as delivery
+if _typing.TYPE_CHECKING:
+    import typer
 
-# isort: on
+    from mempalace_logstream.cli.shared import State
+
+    app: typer.Typer
+    STATE: State
 
 __all__ = ["STATE", "app", "main"]
+
+
+def main() -> None:
+    """The `logstream` console script: the lean `inbox` first, else the typer app."""
+    from mempalace_logstream import hook
+
+    hook.main()
+
+
+def __getattr__(name: str) -> object:
+    if name == "STATE":
+        from mempalace_logstream.cli import shared
+
+        return shared.STATE
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from mempalace_logstream.cli import root
+
+    root.load_all()
+    globals()["app"] = root.app  # later lookups are plain attribute reads
+    return root.app

@@ -2,16 +2,20 @@
 --version, --debug, --durability and the ones a command may also take), the group that turns
 usage errors into one JSON object with --json, and `main()`, the console script's edge.
 
-Imports no command module (they import `app` from here and register themselves).
+Imports no command module statically (they import `app` from here and register themselves):
+`COMMANDS` says which module defines each command, and the root group imports it when that
+command is looked up, so `logstream list` builds `list` alone (issue 25).
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Sequence
 from typing import Annotated, Any
 
 import typer
+import typer.main
 from typer.core import TyperGroup
 
 from mempalace_logstream import __version__, errors
@@ -70,6 +74,72 @@ class _Group(TyperGroup):
         return name, cmd, rest
 
 
+# Each command and the module under cli/ that defines it, in the order `--help` lists them.
+COMMANDS = {
+    **dict.fromkeys(("append", "list", "get", "ack", "redact"), "events"),
+    **dict.fromkeys(("migrate", "stats", "doctor"), "admin"),
+    "serve": "hub",
+    "mcp": "mcp_stdio",
+    **dict.fromkeys(("sync", "peers", "import"), "sync"),
+    "deliver": "deliver",
+    **dict.fromkeys(("wait", "watch"), "waiting"),
+    "tail": "tail",
+    "inbox": "inbox",
+    "delivery": "delivery",
+    **dict.fromkeys(("artifact", "patch"), "artifacts"),
+    "task": "tasks",
+    "lease": "lease",
+    "presence": "presence",
+    "agent": "agent",
+}
+
+
+class _Root(_Group):
+    """The root group: a command's module is imported, and its click command built, when the
+    command is looked up. Importing every module and building all ~60 commands cost about
+    0.1 s of each call; `--help` (which lists them all) still loads them all."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return [*COMMANDS, *(name for name in self.commands if name not in COMMANDS)]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        found = super().get_command(ctx, cmd_name)
+        if found is None and cmd_name in COMMANDS:
+            importlib.import_module(f"{__package__}.{COMMANDS[cmd_name]}")
+            found = build_command(cmd_name)
+            if found is not None:
+                self.add_command(found, cmd_name)
+        return found
+
+
+def build_command(name: str) -> Any:
+    """The click command (or group) `name` of the root app, from what its module registered;
+    None when no module registered it."""
+    for info in app.registered_commands:
+        given = info.name or (info.callback and typer.main.get_command_name(info.callback.__name__))
+        if given == name:
+            return typer.main.get_command_from_info(
+                info,
+                pretty_exceptions_short=app.pretty_exceptions_short,
+                rich_markup_mode=app.rich_markup_mode,
+            )
+    for group in app.registered_groups:
+        if group.name == name:
+            return typer.main.get_group_from_info(
+                group,
+                pretty_exceptions_short=app.pretty_exceptions_short,
+                suggest_commands=app.suggest_commands,
+                rich_markup_mode=app.rich_markup_mode,
+            )
+    return None
+
+
+def load_all() -> None:
+    """Import every command module (the whole app registered: tests and docs walk it)."""
+    for module in dict.fromkeys(COMMANDS.values()):
+        importlib.import_module(f"{__package__}.{module}")
+
+
 def _end_of_options(argv: list[str]) -> int:
     return argv.index("--") if "--" in argv else len(argv)
 
@@ -87,13 +157,14 @@ def _show_version(value: bool) -> None:
         raise typer.Exit()
 
 
-def new_typer(**kw: Any) -> typer.Typer:
+def new_typer(cls: type[TyperGroup] = _Group, **kw: Any) -> typer.Typer:
     """A typer app (the root or a group) with the JSON-aware group class and plain help."""
     # Plain help (rich_markup_mode=None): typer's rich help prints flags as `--json <bool>`.
-    return typer.Typer(cls=_Group, rich_markup_mode=None, no_args_is_help=True, **kw)
+    return typer.Typer(cls=cls, rich_markup_mode=None, no_args_is_help=True, **kw)
 
 
 app = new_typer(
+    cls=_Root,
     name="logstream",
     help="A local-first coordination log for AI agents: events, artifacts, tasks, watch, sync.",
     add_completion=False,
@@ -137,7 +208,8 @@ def _root(
 
 
 def main() -> None:
-    """The console script: run the app; any error is one line on stderr unless --debug."""
+    """The typer app (the console script's, after the lean path, hook.py): run it; any error
+    is one line on stderr unless --debug."""
     try:
         app()
     except errors.LogstreamError as exc:  # a domain error outside run(): same one-line form

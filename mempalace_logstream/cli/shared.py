@@ -161,12 +161,11 @@ def run(
     **args: Any,
 ) -> dict[str, Any]:
     """Open, call one operation, close; domain errors become one stderr line and exit 1."""
-    from mempalace_logstream import operations
-
-    # Only the commands that write (and serve, mcp, migrate, sync's own log, import's target)
-    # create a missing log; every other command refuses a mistyped path.
     try:
-        client = open_client(db, palace, hub, token, create=op in operations.MUTATING)
+        answer = None if hub else lean_read(db, palace, op, args)
+        if answer is not None:
+            return answer
+        client = open_client(db, palace, hub, token, create=not hub and _writes(op))
         try:
             return client.call(op, **args)
         finally:
@@ -175,6 +174,46 @@ def run(
         if STATE.debug:
             raise
         raise fail(exc.message) from None
+
+
+def lean_read(
+    db: str | None, palace: str | None, op: str, args: dict[str, Any]
+) -> dict[str, Any] | None:
+    """A `list` or `get` of a local SQLite log through the lean reader (store/lean.py: the
+    store's page rule, validation and SQL text on the stdlib `sqlite3`, no SQLAlchemy), or
+    None for the store to answer: another operation, a read the delivery ledger records (one
+    that names its reader, identity/actor.py), a log or a read shape the lean reader leaves to
+    the store, or an error (the store then says it, in its words)."""
+    from mempalace_logstream.identity import actor
+
+    if op not in ("event_list", "event_get") or actor.reader(args) is not None:
+        return None
+    from mempalace_logstream.store import lean
+
+    settings = config.Settings.from_env()
+    try:
+        target = config.resolve_db(db or settings.db, palace or settings.palace)
+        reader = lean.open_lean(target, STATE.durability)
+    except errors.LogstreamError:
+        return None
+    if reader is None:
+        return None
+    try:
+        return reader.call(op, **args)
+    except (lean.Unplanned, errors.LogstreamError):
+        return None
+    finally:
+        reader.close()
+
+
+def _writes(op: str) -> bool:
+    """Whether `op` writes: only the commands that write (and serve, mcp, migrate, sync's own
+    log, import's target) create a missing log; every other command refuses a mistyped path.
+    Asked for a local log only: the operation table (pydantic models) is not imported for a
+    call to a hub."""
+    from mempalace_logstream import operations
+
+    return op in operations.MUTATING
 
 
 def given_args(**kw: Any) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import contextlib
 import contextvars
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 ADMIN_NAME = "admin"  # the agent name of the palace's admin key (`keys/admin.key`)
 # Where the hub's guard leaves a request's actor in its ASGI scope: the MCP endpoint's tools
@@ -67,3 +68,23 @@ def acting_as(actor: Actor | None) -> Iterator[None]:
         yield
     finally:
         _CURRENT.reset(token)
+
+
+def reader(args: dict[str, Any]) -> str | None:
+    """Who reads (the delivery ledger marks what they were shown, delivery_hook.py): the agent
+    a token proves, else the read's `from_agent`, else its single `to_agent` (an inbox read;
+    not the admin's, who reads anyone's inbox); None: nobody in particular."""
+    who = current()
+    if who is not None and who.agent is not None:
+        return who.agent
+    named = args.get("from_agent")
+    if isinstance(named, str):
+        return named
+    if who is not None and who.admin:
+        return None
+    to = args.get("to_agent")
+    if isinstance(to, str) and to != "*":
+        return to
+    if isinstance(to, list) and len(to) == 1 and to[0] != "*":
+        return str(to[0])
+    return None

@@ -1,5 +1,5 @@
-"""The inbox reader of the hook path (issue 13): a local SQLite log read without SQLAlchemy,
-with the store's rule and the store's SQL.
+"""The inbox reader of the hook path (issue 13), and of a plain `logstream list` or `get`
+(issue 25): a local SQLite log read without SQLAlchemy, with the store's rule and SQL.
 
 One rule, not a copy: the page algorithm is `plan.read_page` and the request validation
 `filters.read_request`, both the store's own; the SQL text is the store's, compiled by
@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from mempalace_logstream import validation as v
 from mempalace_logstream.backends import sqlite_inbox_sql as inbox_sql
 from mempalace_logstream.backends import sqlite_reader
 from mempalace_logstream.backends.sqlite_reader import SnapshotQuery, SqliteReader
@@ -64,6 +65,8 @@ class LeanReader:
         self.reader.close()
 
     def call(self, name: str, /, **args: Any) -> dict[str, Any]:
+        if name == "event_get":
+            return self.event_get(**args)
         if name != "event_list":
             raise Unplanned(name)
         req = read_request(**{k: val for k, val in args.items() if val is not None})
@@ -73,6 +76,17 @@ class LeanReader:
             if page.events:
                 page = marks.with_events(page, st.mark(page.events))
         return page.to_dict()
+
+    def event_get(self, event_id: Any = None) -> dict[str, Any]:
+        """`event_get` as `Reads.event_get` answers it (the event, marked as a page is); an
+        unknown id is left to the store (Unplanned), which refuses it in its words."""
+        ident = v.required_routing("event_id", event_id)
+        with self.reader.snapshot() as query:
+            st = _Statements(query)
+            rows = st.by_id(ident)
+            if not rows:
+                raise Unplanned("event_id not found")
+            return {"event": st.mark(plan.events_from_rows(rows))[0].to_dict()}
 
 
 class _Statements:
@@ -97,6 +111,9 @@ class _Statements:
     def top(self, hi: int | None) -> Sequence[Any] | None:
         rows = self._rows(("log.top", hi is None), {} if hi is None else {"hi": hi})
         return rows[0] if rows else None
+
+    def by_id(self, ident: str) -> Sequence[Any]:
+        return self._rows("appends.event-by-id", {"id": ident})
 
     def id_at(self, seq: int) -> str | None:
         rows = self._rows("log.id-at", {"seq": seq})
@@ -144,7 +161,8 @@ def generate() -> dict[str, Any]:
                 for to in ("b", "*", "b")
             ]
         with LogStore.open(path, create=False) as store:  # a fresh store: only these reads
-            store.event_list(limit=1, order="desc")  # the first run's tip
+            store.event_list(limit=1, order="desc")  # the first run's tip; `logstream list`
+            store.event_get(sent[0].id)  # `logstream get`
             store.event_list(type=[KEY_ADD], limit=1)  # the inbox's "agents have keys" probe
             for agent in ("b", "*"):
                 args = {"to_agent": [agent], "exclude_writer": [agent], "limit": 20}
