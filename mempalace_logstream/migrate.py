@@ -34,7 +34,19 @@ def _migrations_dir() -> Path:
 
 MIGRATIONS_DIR = _migrations_dir()
 PG_MIGRATE_LOCK = 0x6D696772  # "migr"
-KNOWN_REVISIONS = (None, "0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009")
+KNOWN_REVISIONS = (
+    None,
+    "0001",
+    "0002",
+    "0003",
+    "0004",
+    "0005",
+    "0006",
+    "0007",
+    "0008",
+    "0009",
+    "0010",
+)
 
 
 def alembic_config(connection: sa.Connection | None = None, url: str | None = None) -> Config:

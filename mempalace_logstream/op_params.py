@@ -75,16 +75,21 @@ def described(text: str, **schema: Any) -> Any:
     return Field(description=text, json_schema_extra=schema or None)
 
 
-# Types shared by several operations.
-Agent = Annotated[str, described("Your agent id.")]
+def _param(name: str) -> str:
+    """What a writer reads of the event field `name` (`models.FieldSpec.param`)."""
+    return dict(EVENT_SPEC)[name].param
+
+
+# Types shared by several operations (an event field's text is the event spec's).
+Agent = Annotated[str, described(_param("from_agent"))]
 Filter = Annotated[str | list[str] | None, described("Filter.")]
-Metadata = Annotated[dict[str, Any] | str | None, described("A JSON object, max 64 KiB.")]
+Metadata = Annotated[dict[str, Any] | str | None, described(_param("metadata_json"))]
 IdemKey = Annotated[str | None, described("Retry-safe: same key, same result.")]
 Limit = Annotated[int | None, described(f"1-{v.MAX_LIST_LIMIT} (default 50).")]
-Topic = Annotated[str | None, described("Topic within the room.")]
-Branch = Annotated[str | None, described("Git branch.")]
-BaseCommit = Annotated[str | None, described("Commit hash the work is based on.")]
-Body = Annotated[str, described("Text, max 256 KiB.")]
+Topic = Annotated[str | None, described(_param("topic"))]
+Branch = Annotated[str | None, described(_param("branch"))]
+BaseCommit = Annotated[str | None, described(_param("base_commit"))]
+Body = Annotated[str, described(_param("body"))]
 Encoding = Annotated[str | None, described("utf-8 (default) or base64.")]
 TaskId = Annotated[str, described("The task (its correlation_id).")]
 Since = Annotated[str | None, described("Time window start: YYYY-MM-DD[THH:MM:SSZ].")]
@@ -111,7 +116,7 @@ def _event_params() -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, wire, rule in DRAFT_SPEC:
         kind, default = _BY_RULE[rule]
-        text = dict(EVENT_SPEC)[name].param + _NOTES.get(rule, "")
+        text = _param(name) + _NOTES.get(rule, "")
         out[wire] = (kind, Field(default, description=text))
     return out
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from mempalace_logstream import errors
 from mempalace_logstream import op_params as p
 from mempalace_logstream.identity import actor
+from mempalace_logstream.leases import params as lp
 
 if TYPE_CHECKING:
     from mempalace_logstream.presence import Registry
@@ -151,6 +152,17 @@ def stats(store: LogStore) -> dict[str, Any]:
     return out
 
 
+def _lease_op(name: str) -> Handler:
+    def handler(store: LogStore, **args: Any) -> dict[str, Any]:
+        from mempalace_logstream.store import lease_ops
+
+        out: dict[str, Any] = getattr(lease_ops, name)(store, **args)
+        return out
+
+    handler.__name__ = name
+    return handler
+
+
 OPERATIONS: dict[str, Operation] = {
     "event_append": Operation(p.EventAppend, event_append, mutating=True),
     "event_get": Operation(p.EventGet, event_get),
@@ -166,6 +178,11 @@ OPERATIONS: dict[str, Operation] = {
     "task_status": Operation(p.TaskStatus, task_status),
     "task_list": Operation(p.TaskList, task_list),
     "delivery_status": Operation(p.DeliveryStatus, delivery_status),
+    "lease_acquire": Operation(lp.LeaseAcquire, _lease_op("lease_acquire"), mutating=True),
+    "lease_renew": Operation(lp.LeaseRenew, _lease_op("lease_renew"), mutating=True),
+    "lease_release": Operation(lp.LeaseRelease, _lease_op("lease_release"), mutating=True),
+    "lease_list": Operation(lp.LeaseList, _lease_op("lease_list")),
+    "lease_check": Operation(lp.LeaseCheck, _lease_op("lease_check")),
     "version_vector": Operation(p.VersionVector, version_vector),
     "stats": Operation(p.Stats, stats),
 }

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from mempalace_logstream.backends.ddl import KEY_TYPE, SEQ_TYPE
 from mempalace_logstream.models import EVENT_SPEC
 
-SCHEMA_HEAD = "0009"
+SCHEMA_HEAD = "0010"
 
 metadata = sa.MetaData(
     naming_convention={
@@ -274,4 +274,31 @@ presence = sa.Table(
     sa.Column("expires_ms", sa.BigInteger, nullable=False),
     sa.Column("rev", sa.BigInteger, nullable=False),
     sa.PrimaryKeyConstraint("agent"),
+)
+
+# ---- leases (0010, issue 22, RFC 0010): file leases derived from the log's `lease.*` events,
+# kept in the transaction that appends them, rebuilt from the log at will (like `tasks`). One
+# row per `lease.acquire`; expiry is derived on read from `expires_ms`, never written.
+leases = sa.Table(
+    "leases",
+    metadata,
+    sa.Column("lease_id", Key, primary_key=True),
+    sa.Column("project", Key, nullable=False),
+    sa.Column("agent", sa.Text, nullable=False),
+    sa.Column("paths_json", sa.Text, nullable=False),
+    sa.Column("exclusive", sa.Boolean, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("task_id", Key),
+    sa.Column("fence", sa.BigInteger, nullable=False),
+    sa.Column("acquired_hlc", Key, nullable=False),
+    sa.Column("ttl_ms", sa.BigInteger, nullable=False),
+    sa.Column("expires_ms", sa.BigInteger, nullable=False),
+    sa.Column("released_hlc", Key),
+    sa.Column("released_by", sa.Text),
+    sa.Column("lost_to", Key),
+    sa.Column("lost_holder", sa.Text),
+    sa.Column("updated_seq", Seq, nullable=False),
+    sa.Index(None, "project", "expires_ms"),
+    sa.Index(None, "agent"),
+    sa.Index(None, "task_id"),
 )

@@ -39,6 +39,8 @@ RULES: dict[str, tuple[str, ...]] = {
     # Presence shared by the hubs of a PostgreSQL log (issue 23): its SQL in backends/.
     "shared_presence": ("sqlalchemy", "schema", "sync", "store", *SURFACE_LIBS),
     "tasks": ("sqlalchemy", "store", "backends", "schema", "notify", "sync", *SURFACE_LIBS),
+    # File leases (issue 22): pure rules; the lean hook path will read the globs.
+    "leases": ("sqlalchemy", "store", "backends", "schema", "notify", "sync", *SURFACE_LIBS),
     "identity": ("sqlalchemy", "store", "backends", "schema", "notify", "sync", *SURFACE_LIBS),
     "notify": ("fastapi", "typer", "mcp", "store"),
     "watch": ("fastapi", "typer", "mcp", "store"),
@@ -226,6 +228,7 @@ CLI_RULES: dict[str, tuple[str, ...]] = {
     "mcp_stdio": (*CLI_BASE, "testhooks", "announce"),
     "tasks": CLI_BASE,
     "presence": CLI_BASE,
+    "lease": CLI_BASE,
     "sync": CLI_BASE,
     "admin": CLI_BASE,
     "tail": (*CLI_BASE, "announce"),

@@ -47,6 +47,7 @@ COORD = {
     "mempalace_patch_submit",
     *(f"mempalace_task_{op}" for op in ("create", "update", "status", "list")),
 }
+LEASES = {f"mempalace_lease_{op}" for op in ("acquire", "renew", "release", "list", "check")}
 PRESENCE = {f"mempalace_presence_{op}" for op in ("announce", "leave", "list")}
 OPERATOR = {
     *("mempalace_version_vector", "mempalace_stats"),
@@ -78,20 +79,21 @@ def test_presence_is_offered_through_a_hub_and_the_set_stays_under_budget(tmp_pa
         every = _listed("--hub", hub.url, "--tools", "all")
     assert set(tools) == COORD | PRESENCE
     assert bench.list_bytes(list(tools.values())) <= BUDGET
-    assert set(every) == COORD | PRESENCE | OPERATOR
+    assert set(every) == COORD | PRESENCE | OPERATOR | LEASES
 
 
 def test_tools_all_offers_the_operator_tools_which_the_default_refuses(tmp_path: Path) -> None:
     db = str(tmp_path / "log.sqlite3")
-    assert set(_listed("--db", db, "--tools", "all")) == COORD | OPERATOR
+    assert set(_listed("--db", db, "--tools", "all")) == COORD | OPERATOR | LEASES
     assert set(_listed("--db", db, "--tools", "event_list,mempalace_stats")) == {
         "mempalace_event_list",
         "mempalace_stats",
     }
     assert set(_listed("--db", db, "--tools", "coord,stats")) == COORD | {"mempalace_stats"}
+    assert set(_listed("--db", db, "--tools", "coord,leases")) == COORD | LEASES
     channel = ("--agent", "a", "--channel", "--state-file", "")  # channel mode serves the same
     assert set(_listed("--db", db, *channel)) == COORD
-    assert set(_listed("--db", db, *channel, "--tools", "all")) == COORD | OPERATOR
+    assert set(_listed("--db", db, *channel, "--tools", "all")) == COORD | OPERATOR | LEASES
 
     async def calls() -> tuple[str, str]:
         with LogStore.open(db) as store:
@@ -116,7 +118,9 @@ def test_a_bad_tools_value_is_refused_naming_the_option_and_the_allowed_values(
     out = run_cli("mcp", "--tools", "coord,bogus", "--db", str(db))
     err = out.stderr.decode()
     assert out.returncode == 1, err
-    assert err.startswith("error: --tools: 'bogus' is not a profile (coord, all) or a tool ("), err
+    assert err.startswith(
+        "error: --tools: 'bogus' is not a profile (coord, leases, all) or a tool ("
+    ), err
     assert "event_list" in err and "version_vector" in err
     out = run_cli("mcp", "--tools", "presence_list", "--db", str(db))
     assert out.returncode == 1
@@ -138,10 +142,12 @@ def test_the_hubs_mcp_lists_the_default_set_unless_its_url_asks_for_more(tmp_pat
         every, not_refused = asyncio.run(asyncio.wait_for(names(hub.url + "/mcp?tools=all"), 60))
         bad = httpx.post(hub.url + "/mcp?tools=nope", json={}, timeout=30)
     assert default == COORD | PRESENCE and refused
-    assert every == COORD | PRESENCE | OPERATOR and not not_refused
+    assert every == COORD | PRESENCE | OPERATOR | LEASES and not not_refused
     assert bad.status_code == 400
     assert bad.json()["field"] == "tools"
-    assert bad.json()["error"].startswith("tools: 'nope' is not a profile (coord, all) or a tool")
+    assert bad.json()["error"].startswith(
+        "tools: 'nope' is not a profile (coord, leases, all) or a tool"
+    )
 
 
 # What each tool of the default set tells an agent to do next (or how to read its answer): the

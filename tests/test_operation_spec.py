@@ -22,7 +22,7 @@ from mempalace_logstream import LogStore, mcp_server, operations, tasks, workflo
 from mempalace_logstream import validation as v
 from mempalace_logstream.models import EventArgs
 from mempalace_logstream.presence import Registry
-from mempalace_logstream.store import redaction
+from mempalace_logstream.store import lease_ops, redaction
 from mempalace_logstream.store.filters import ReadRequest
 from mempalace_logstream.store.task_reads import TaskReads
 from mempalace_logstream.store.writes import Writes
@@ -64,6 +64,11 @@ CORE: dict[str, tuple[Any, tuple[str, ...]]] = {
     "task_update": (workflows.task_update, ()),
     "task_list": (TaskReads.task_list, ()),
     "presence_announce": (Registry.announce, ()),
+    "lease_acquire": (lease_ops.lease_acquire, ()),
+    "lease_renew": (lease_ops.lease_renew, ()),
+    "lease_release": (lease_ops.lease_release, ()),
+    "lease_list": (lease_ops.lease_list, ()),
+    "lease_check": (lease_ops.lease_check, ()),
 }
 
 
@@ -155,6 +160,14 @@ COMMANDS: dict[str, tuple[str, dict[str, str]]] = {
     "task status": ("task_status", {}),
     "task list": ("task_list", {"parent": "parent_task_id"}),
     "delivery": ("delivery_status", {}),
+    "lease acquire": (
+        "lease_acquire",
+        {"shared": "exclusive", "ttl": "ttl_s", "task": "task_id"},
+    ),
+    "lease renew": ("lease_renew", {"ttl": "ttl_s"}),
+    "lease release": ("lease_release", {}),
+    "lease list": ("lease_list", {"all_": "active"}),
+    "lease check": ("lease_check", {}),
     "presence announce": ("presence_announce", {}),
     "presence leave": ("presence_leave", {}),
     "presence list": ("presence_list", {}),

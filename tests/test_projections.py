@@ -46,13 +46,13 @@ def recorder(store: LogStore) -> Iterator[Recorder]:
     store.projections.register(rec)
     yield rec
     store.projections.unregister(rec.name)
-    assert store.projections.names() == ["tasks", "redactions"]
+    assert store.projections.names() == ["tasks", "redactions", "leases"]
 
 
 def test_a_registered_projection_is_fed_by_local_writes_the_peer_apply_and_the_importer(
     store: LogStore, tmp_path: Path, recorder: Recorder
 ) -> None:
-    assert store.projections.names() == ["tasks", "redactions", "test-recorder"]
+    assert store.projections.names() == ["tasks", "redactions", "leases", "test-recorder"]
     # Local: each write once, in seq order, after the built-in projections.
     local = [
         store.event_append(type="note", stream="s", room="r", from_agent="a", body=f"n{i}")
@@ -112,7 +112,7 @@ def test_each_store_runs_its_own_projections(store: LogStore, tmp_path: Path) ->
         store.projections.register(other_rec)
     other = LogStore.open(f"sqlite:///{tmp_path / 'other.sqlite3'}")
     try:
-        assert other.projections.names() == ["tasks", "redactions"]
+        assert other.projections.names() == ["tasks", "redactions", "leases"]
         mine = store.event_append(type="note", stream="s", room="r", from_agent="a")
         other.event_append(type="note", stream="s", room="r", from_agent="a")
         assert [i for _s, _o, i, _q in rec.seen] == [mine.id]

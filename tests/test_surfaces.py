@@ -216,6 +216,39 @@ CASES += [
         (*TASK_CLI, "--thread-budget", "0"),
     ),
 ]
+# File leases (issue 22): the globs, the ttl, the project.
+LEASE = {"agent": "claude", "paths": ["src/**"], "project": "demo"}
+LEASE_CLI = ("lease", "acquire", "--agent", "claude", "--project", "demo")
+CASES += [
+    Case(
+        "lease_acquire",
+        {**LEASE, "ttl_s": 0},
+        "ttl_s",
+        "ttl_s is 0; it must be between 1 and 604800 seconds",
+        (*LEASE_CLI, "--ttl", "0", "src/**"),
+    ),
+    Case(
+        "lease_acquire",
+        {**LEASE, "paths": ["../etc"]},
+        "paths",
+        "paths glob '../etc' must stay inside the project root ('..' is not allowed)",
+        (*LEASE_CLI, "../etc"),
+    ),
+    Case(
+        "lease_acquire",
+        {**LEASE, "paths": [f"f{i}" for i in range(33)]},
+        "paths",
+        "paths has 33 globs; the limit is 32",
+        (*LEASE_CLI, *(f"f{i}" for i in range(33))),
+    ),
+    Case(
+        "lease_acquire",
+        {"agent": "claude", "paths": ["src/**"]},
+        "project",
+        "project is required (or task_id: the task's project)",
+        ("lease", "acquire", "--agent", "claude", "src/**"),
+    ),
+]
 IDS = [f"{c.op}-{c.field}-{i}" for i, c in enumerate(CASES)]
 
 
@@ -238,6 +271,9 @@ def test_http_refuses_with_the_message_and_field(hub: LiveHub, case: Case) -> No
     _nothing_written(hub.store)
 
 
+TOOLS = "coord,leases"  # the default profile and the lease tools the table refuses through
+
+
 async def _mcp_errors(session: Client | ClientSession) -> list[str]:
     out = []
     for case in CASES:
@@ -251,7 +287,7 @@ async def _mcp_errors(session: Client | ClientSession) -> list[str]:
 def test_mcp_in_memory_refuses_with_the_same_texts(tmp_path: Path, mode: str) -> None:
     async def scenario() -> list[str]:
         with LogStore.open(str(tmp_path / "mcp.sqlite3")) as store:
-            server = mcp_server.build_server(store)
+            server = mcp_server.build_server(store, tools=TOOLS)
             async with Client(server.protocol, mode=mode) as client:
                 texts = await _mcp_errors(client)
             _nothing_written(store)
@@ -262,7 +298,7 @@ def test_mcp_in_memory_refuses_with_the_same_texts(tmp_path: Path, mode: str) ->
 
 def test_mcp_over_streamable_http_refuses_with_the_same_texts(hub: LiveHub) -> None:
     async def scenario() -> list[str]:  # the 2025-11-25 handshake, as agents speak it today
-        async with streamable_http_client(f"{hub.url}/mcp") as (read, write):
+        async with streamable_http_client(f"{hub.url}/mcp?tools={TOOLS}") as (read, write):
             async with ClientSession(read, write) as session:
                 await session.initialize()
                 return await _mcp_errors(session)
@@ -273,7 +309,7 @@ def test_mcp_over_streamable_http_refuses_with_the_same_texts(hub: LiveHub) -> N
 
 def test_mcp_2026_over_streamable_http_refuses_with_the_same_texts(hub: LiveHub) -> None:
     async def scenario() -> list[str]:  # `Client` discovers 2026-07-28: no session, no handshake
-        async with Client(f"{hub.url}/mcp") as client:
+        async with Client(f"{hub.url}/mcp?tools={TOOLS}") as client:
             assert client.protocol_version == "2026-07-28"
             return await _mcp_errors(client)
 

@@ -88,6 +88,7 @@ COMMANDS = {
     "delivery": "delivery",
     **dict.fromkeys(("artifact", "patch"), "artifacts"),
     "task": "tasks",
+    "lease": "lease",
     "presence": "presence",
     "agent": "agent",
 }

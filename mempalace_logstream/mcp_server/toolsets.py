@@ -3,6 +3,8 @@ named profile, a tool name, or a comma list of both.
 
     coord  (the default) what an agent needs to coordinate: events, artifacts, patches, tasks,
            and presence where a hub keeps it
+    leases the file lease tools (issue 22): `--tools coord,leases` adds them to the default
+           (they do not fit the default's budget of issue 25, 16,000 bytes, with it)
     all    every operation, the operator tools too (version_vector, stats, event_redact,
            delivery_status)
 
@@ -33,8 +35,10 @@ COORD = (
     "task_list",
     *operations.PRESENCE,
 )
+LEASES = ("lease_acquire", "lease_renew", "lease_release", "lease_list", "lease_check")
 PROFILES: dict[str, tuple[str, ...]] = {
     "coord": COORD,
+    "leases": LEASES,
     "all": tuple(operations.every_operation()),
 }
 DEFAULT = "coord"

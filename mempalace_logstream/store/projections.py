@@ -43,11 +43,13 @@ class Projection(Protocol):
 def defaults() -> list[Projection]:
     """The projections a store runs unless told otherwise, in their order (new ones each
     call: their modules import this one, so they are made on use)."""
+    from mempalace_logstream.store.leases import LeaseProjection
     from mempalace_logstream.store.redaction import RedactionProjection
     from mempalace_logstream.store.tasks import TaskProjection
 
-    # Tasks first: a redaction re-folds the task whose body it replaces.
-    return [TaskProjection(), RedactionProjection()]
+    # Tasks first: a redaction re-folds the task whose body it replaces, and a lease of a
+    # task ends with the task (the lease rules read the task's row).
+    return [TaskProjection(), RedactionProjection(), LeaseProjection()]
 
 
 class Projections:

@@ -16,14 +16,14 @@ from mempalace_logstream.schema import meta
 _ESCAPE = "/"  # LIKE's escape character for a literal prefix (what `autoescape` uses)
 
 
-def value(conn: sa.Connection, key: str) -> str | None:
-    """The value of the meta row `key`, None if there is none."""
-    got = conn.execute(sa.select(meta.c.value).where(meta.c.key == key)).scalar()
-    return None if got is None else str(got)
-
-
 def _get() -> sa.Select[tuple[str]]:
     return sa.select(meta.c.value).where(meta.c.key == sa.bindparam("key"))
+
+
+def value(conn: sa.Connection, key: str) -> str | None:
+    """`get` on a SQLAlchemy connection: the value of the meta row `key`, None if none."""
+    got = conn.execute(_get(), {"key": key}).scalar()
+    return None if got is None else str(got)
 
 
 def get(ex: Executor, key: str) -> str | None:
