@@ -670,11 +670,17 @@ def appends_only(args: argparse.Namespace) -> int:
     per_client = max(1, args.appends // args.clients)
     single = max(1, args.appends // 10)
     tp: dict[str, dict[str, Any] | None] = dict.fromkeys(("oursN", "ours1"))
-    with common.temp_dir("logstream-bench-hub-") as tmp, our_hub(tmp, "hub", 256) as hub:
+    raw = bool(args.raw_client)
+    make = raw_append if raw else ours_append
+    with (
+        common.temp_dir("logstream-bench-hub-") as tmp,
+        our_hub(tmp, "hub", 256, args.durability) as hub,
+    ):
+        print(f"client: {'minimal HTTP/1.1' if raw else 'httpx'}; durability {args.durability}")
         tp["oursN"] = asyncio.run(
-            throughput(ours_append(hub.url), args.clients, per_client, hub.pid)
+            throughput(make(hub.url), args.clients, per_client, hub.pid, raw=raw)
         )
-        tp["ours1"] = asyncio.run(throughput(ours_append(hub.url), 1, single, hub.pid))
+        tp["ours1"] = asyncio.run(throughput(make(hub.url), 1, single, hub.pid, raw=raw))
     common.print_table(
         "HTTP append throughput (POST /v1/event_append, keep-alive)",
         [
