@@ -1,0 +1,202 @@
+"""`logstream hook pretooluse` (issue 22, RFC 0010): the harness asks before each edit; when
+another agent holds an exclusive lease on a path the tool would write, the edit is denied
+(Claude Code's and Codex's PreToolUse deny on stdout, exit 0); otherwise nothing is printed.
+
+The decision is `lease_check`'s (store/lease_ops.py, one rule), asked of the log through the
+operations client (a local log) or the hub (`--hub`). A log that cannot be read fails open
+(a warning on stderr, the edit allowed) unless `--fail-closed` (denied, naming the failure).
+`fast_path` runs it without the typer app (hook.py calls it first); `run_pretooluse` is the
+one implementation, which the typer command calls too.
+Must not import typer, rich, click or the servers.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from mempalace_logstream import config, errors
+from mempalace_logstream.leases import globs, harness
+
+VALUES = {"--agent", "--client", "--project", "--db", "--palace", "--hub", "--token", "--ttl"}
+FLAGS = {"--auto-lease", "--fail-closed"}
+AUTO_LEASE_TTL_S = 300  # a short lease: renewed by the next edit's hook
+ENV = {"hub": "LOGSTREAM_HUB", "token": "LOGSTREAM_TOKEN", "project": "LOGSTREAM_PROJECT"}
+Call = Callable[..., dict[str, Any]]
+
+
+def parse_argv(argv: Sequence[str]) -> dict[str, Any] | None:
+    """`hook pretooluse [options]` as keyword arguments of run_pretooluse; None for anything
+    else (typer answers: usage errors, --help)."""
+    if len(argv) < 2 or argv[0] != "hook" or argv[1] != "pretooluse":
+        return None
+    out: dict[str, Any] = {}
+    args = list(argv[2:])
+    i = 0
+    while i < len(args):
+        name, eq, inline = args[i].partition("=")
+        if name in FLAGS and not eq:
+            out[name[2:].replace("-", "_")] = True
+        elif name in VALUES and eq:
+            out[name[2:]] = inline
+        elif name in VALUES and i + 1 < len(args):
+            out[name[2:]] = args[i + 1]
+            i += 1
+        else:
+            return None
+        i += 1
+    if "agent" not in out and not os.environ.get("LOGSTREAM_AGENT"):
+        return None
+    if out.get("client", "claude") not in harness.CLIENTS:
+        return None
+    if "ttl" in out:
+        if not out["ttl"].isdigit():
+            return None
+        out["ttl"] = int(out["ttl"])
+    return out
+
+
+def fast_path(argv: Sequence[str]) -> int | None:
+    """Run `hook pretooluse` without the typer app; None to hand the line to the CLI."""
+    args = parse_argv(argv)
+    if args is None:
+        return None
+    args.setdefault("agent", os.environ.get("LOGSTREAM_AGENT"))
+    return run_pretooluse(**args)
+
+
+def run_pretooluse(
+    *,
+    agent: str,
+    client: str = "claude",
+    auto_lease: bool = False,
+    fail_closed: bool = False,
+    ttl: int | None = None,
+    project: str | None = None,
+    db: str | None = None,
+    palace: str | None = None,
+    hub: str | None = None,
+    token: str | None = None,
+    stdin_text: str | None = None,
+) -> int:
+    """Read the PreToolUse JSON, check each path the tool writes, print the deny if one is
+    held by another agent. Always exit 0 (the harness reads the decision from stdout)."""
+    hub = hub or os.environ.get(ENV["hub"]) or None
+    token = token or os.environ.get(ENV["token"]) or None
+    project = project or os.environ.get(ENV["project"]) or None
+    try:
+        data = harness.payload(sys.stdin.read() if stdin_text is None else stdin_text)
+    except ValueError as exc:
+        return _failed(f"unreadable hook input: {exc}", fail_closed)
+    cwd = str(data.get("cwd") or os.getcwd())
+    root = str(data.get("cwd") or _git_root(cwd) or cwd)
+    paths = [
+        p for p in (harness.relative(r, cwd, root) for r in harness.edited_paths(client, data)) if p
+    ]
+    if not paths:
+        return 0
+    try:
+        call, close = _client(db, palace, hub, token)
+    except Exception as exc:  # the log or hub cannot be reached: never block silently
+        return _failed(_what(exc), fail_closed)
+    try:
+        return _decide(call, agent, paths, project, auto_lease, ttl, root)
+    except errors.LogstreamError as exc:
+        return _failed(_what(exc), fail_closed)
+    except Exception as exc:
+        return _failed(_what(exc), fail_closed)
+    finally:
+        close()
+
+
+def _decide(
+    call: Call,
+    agent: str,
+    paths: list[str],
+    project: str | None,
+    auto_lease: bool,
+    ttl: int | None,
+    root: str,
+) -> int:
+    for path in paths:
+        check = call("lease_check", agent=agent, path=path, project=project)
+        if not check["allowed"]:
+            _write(harness.deny(harness.holder_reason(check)))
+            return 0
+        if auto_lease and not check["own"]:
+            try:
+                call(
+                    "lease_acquire",
+                    agent=agent,
+                    paths=[globs.literal(path)],
+                    ttl_s=ttl or AUTO_LEASE_TTL_S,
+                    reason="auto-lease by the PreToolUse hook",
+                    project=project or os.path.basename(root.rstrip("/")) or "default",
+                )
+            except errors.ConflictError as exc:  # taken between the check and the acquire
+                _write(harness.deny(" ".join(exc.message.split())))
+                return 0
+    return 0
+
+
+def _failed(what: str, fail_closed: bool) -> int:
+    if fail_closed:
+        _write(harness.deny(f"logstream lease hook could not check the leases: {what}"))
+    else:
+        _note(f"logstream hook pretooluse: could not check the leases ({what}); edit allowed")
+    return 0
+
+
+def _what(exc: BaseException) -> str:
+    text = exc.message if isinstance(exc, errors.LogstreamError) else f"{type(exc).__name__}: {exc}"
+    return " ".join(text.split())
+
+
+def _git_root(cwd: str) -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() or None if done.returncode == 0 else None
+
+
+def _client(
+    db: str | None, palace: str | None, hub: str | None, token: str | None
+) -> tuple[Call, Callable[[], None]]:
+    """The operations client of the log (an existing one: never created) and its close."""
+    settings = config.Settings.from_env()
+    if hub:
+        from mempalace_logstream.hub_client import HubClient
+
+        remote = HubClient(hub, token=token, timeout=settings.hub_timeout_s)
+        return remote.call, remote.close
+    from mempalace_logstream.operations import LocalClient
+    from mempalace_logstream.store import LogStore
+
+    store = LogStore.open(
+        config.resolve_db(db or settings.db, palace or settings.palace),
+        durability=(os.environ.get("MEMPALACE_LOGSTREAM_DURABILITY") or "full").strip().lower(),
+        create=False,
+    )
+    local = LocalClient(store)
+    return local.call, local.close
+
+
+def _write(text: str) -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def _note(text: str) -> None:
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
