@@ -200,3 +200,89 @@ def _write(text: str) -> None:
 def _note(text: str) -> None:
     sys.stderr.write(text + "\n")
     sys.stderr.flush()
+
+
+# ------------------------------------------------------------------------- the git guard
+
+GUARD_MARK = "# logstream lease guard (issue 22)"
+GUARD_BODY = """
+agent="${LOGSTREAM_AGENT:-}"
+if [ -z "$agent" ]; then
+    echo "logstream lease guard: LOGSTREAM_AGENT is not set; leases not checked" >&2
+    exit 0
+fi
+staged=$(mktemp) || exit 1
+git -c core.quotePath=false diff --cached --name-only > "$staged"
+status=0
+while IFS= read -r path; do
+    [ -n "$path" ] || continue
+    if ! out=$(logstream lease check "$path" --agent "$agent" 2>&1); then
+        echo "logstream lease guard: $out" >&2
+        status=1
+    fi
+done < "$staged"
+rm -f "$staged"
+if [ "$status" -ne 0 ]; then
+    echo "logstream lease guard: commit refused (git commit --no-verify skips this check)" >&2
+fi
+exit "$status"
+"""
+
+
+def guard_script(db: str | None = None, project: str | None = None, hub: str | None = None) -> str:
+    """The pre-commit hook: `logstream lease check PATH --agent $LOGSTREAM_AGENT` for each
+    staged path (this interpreter's logstream; --db, --project, --hub as given at install,
+    else the environment as every command reads it); the commit is refused, naming the
+    holder, the expiry and the fencing token, when any path is held by another agent."""
+    import shlex
+
+    fixed = [sys.executable, "-m", "mempalace_logstream"]
+    tail = [
+        arg
+        for flag, value in (("--db", db), ("--project", project), ("--hub", hub))
+        if value
+        for arg in (flag, value)
+    ]
+    call = " ".join(shlex.quote(x) for x in fixed)
+    opts = " ".join(shlex.quote(x) for x in tail)
+    define = f'logstream() {{ {call} "$@" {opts}; }}'.replace("  ;", " ;").replace(" ;", ";")
+    return f"#!/bin/sh\n{GUARD_MARK}: skip once with `git commit --no-verify`.\n{define}\n" + (
+        GUARD_BODY.lstrip("\n")
+    )
+
+
+def install_guard(
+    repo: str = ".", db: str | None = None, project: str | None = None, hub: str | None = None
+) -> str:
+    """Write the guard as the pre-commit hook of the git repository at `repo` (its hooks
+    directory as git names it); returns the hook's path. A pre-commit hook that is not the
+    guard is left alone and refused (ValidationError naming `repo`)."""
+    from mempalace_logstream import validation as v
+
+    try:
+        done = subprocess.run(
+            ["git", "-C", repo, "rev-parse", "--git-path", "hooks"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except OSError as exc:
+        raise v.fail("repo", f"could not run git: {exc}") from None
+    if done.returncode != 0:
+        raise v.fail("repo", f"{repo!r} is not a git repository ({done.stderr.strip()})")
+    hooks = os.path.abspath(os.path.join(repo, done.stdout.strip()))
+    os.makedirs(hooks, exist_ok=True)
+    path = os.path.join(hooks, "pre-commit")
+    if os.path.exists(path):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            if GUARD_MARK not in f.read():
+                raise v.fail(
+                    "repo",
+                    f"already has a pre-commit hook that is not the lease guard ({path}); "
+                    "move it away or call `logstream lease check` from it",
+                )
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(guard_script(db, project, hub))
+    os.chmod(path, 0o755)
+    return path

@@ -262,3 +262,63 @@ def test_paths_outside_the_root_are_not_the_projects():
     assert harness.relative("x.py", "/r/sub", "/r") == "sub/x.py"
     assert harness.relative("/etc/passwd", "/r", "/r") is None
     assert harness.relative("../r2/a", "/r", "/r") is None
+
+
+# ------------------------------------------------------------------------- the git guard
+
+
+def _git(repo: Path, *args: str, agent: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = env_for(repo.parent, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@x", GIT_COMMITTER_NAME="t")
+    env["GIT_COMMITTER_EMAIL"] = "t@x"
+    if agent:
+        env["LOGSTREAM_AGENT"] = agent
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, env=env, timeout=60
+    )
+
+
+def test_the_git_guard_refuses_a_commit_of_a_leased_path_until_release(tmp_path):
+    db = tmp_path / "log.sqlite3"
+    lease = _acquire(db, "alice", ["src/**"], reason="refactor")
+    repo = tmp_path / "repo"
+    assert _git(tmp_path, "init", "-q", str(repo)).returncode == 0
+    args = ("lease", "guard", "install", "--repo", str(repo), "--db", str(db), "--project", "proj")
+    done = _hook(tmp_path, "", *args)
+    hook = repo / ".git" / "hooks" / "pre-commit"
+    assert (done.returncode, done.stdout) == (0, f"installed the lease guard: {hook}\n")
+    (repo / "src").mkdir()
+    (repo / "src" / "auth.py").write_text("x = 1\n")
+    (repo / "notes.txt").write_text("n\n")
+    _git(repo, "add", "-A")
+    refused = _git(repo, "commit", "-qm", "touch src", agent="bob")
+    assert refused.returncode == 1
+    assert (
+        f"src/auth.py is leased to alice until {lease['expires_at']} (refactor) "
+        f"(lease {lease['lease_id']}, fence {lease['fence']}); ask them or wait"
+    ) in refused.stderr
+    assert "commit refused (git commit --no-verify skips this check)" in refused.stderr
+    assert _git(repo, "rev-parse", "-q", "--verify", "HEAD").returncode != 0  # nothing committed
+    own = _git(repo, "commit", "-qm", "alice's", agent="alice")
+    assert own.returncode == 0, own.stderr
+    (repo / "src" / "auth.py").write_text("x = 2\n")
+    _git(repo, "add", "-A")
+    assert _git(repo, "commit", "-qm", "again", agent="bob").returncode == 1
+    with LogStore.open(str(db), create=False) as store:
+        lease_ops.lease_release(store, lease_id=lease["lease_id"], agent="alice")
+    after = _git(repo, "commit", "-qm", "after release", agent="bob")
+    assert (after.returncode, after.stderr) == (0, "")
+
+
+def test_guard_install_refuses_a_foreign_hook_and_a_non_repository(tmp_path):
+    repo = tmp_path / "repo"
+    _git(tmp_path, "init", "-q", str(repo))
+    hook = repo / ".git" / "hooks" / "pre-commit"
+    hook.write_text("#!/bin/sh\nexit 0\n")
+    done = _hook(tmp_path, "", "lease", "guard", "install", "--repo", str(repo))
+    assert done.returncode == 1
+    assert done.stderr.startswith("error: repo already has a pre-commit hook")
+    assert hook.read_text() == "#!/bin/sh\nexit 0\n"
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    done = _hook(tmp_path, "", "lease", "guard", "install", "--repo", str(plain))
+    assert done.returncode == 1 and "is not a git repository" in done.stderr
