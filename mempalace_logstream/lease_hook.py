@@ -173,23 +173,47 @@ def _git_root(cwd: str) -> str | None:
 def _client(
     db: str | None, palace: str | None, hub: str | None, token: str | None
 ) -> tuple[Call, Callable[[], None]]:
-    """The operations client of the log (an existing one: never created) and its close."""
+    """The operations client of the log (an existing one: never created) and its close: the
+    hub's, or a local log's (`lease_check` by the lean reader, the rest by the store)."""
     settings = config.Settings.from_env()
     if hub:
         from mempalace_logstream.hub_client import HubClient
 
         remote = HubClient(hub, token=token, timeout=settings.hub_timeout_s)
         return remote.call, remote.close
-    from mempalace_logstream.operations import LocalClient
-    from mempalace_logstream.store import LogStore
-
-    store = LogStore.open(
-        config.resolve_db(db or settings.db, palace or settings.palace),
-        durability=(os.environ.get("MEMPALACE_LOGSTREAM_DURABILITY") or "full").strip().lower(),
-        create=False,
-    )
-    local = LocalClient(store)
+    local = _Local(config.resolve_db(db or settings.db, palace or settings.palace))
     return local.call, local.close
+
+
+class _Local:
+    """A local log: `lease_check` read by store/lean_leases.py (stdlib sqlite3, the store's
+    rule and SQL) when it can; the store (SQLAlchemy) opened only for what it cannot."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.durability = (
+            (os.environ.get("MEMPALACE_LOGSTREAM_DURABILITY") or "full").strip().lower()
+        )
+        self.store: Any = None
+
+    def call(self, name: str, /, **args: Any) -> dict[str, Any]:
+        if name == "lease_check" and self.store is None:
+            from mempalace_logstream.store import lean_leases
+
+            found = lean_leases.check(self.target, self.durability, **args)
+            if found is not None:
+                return found
+        if self.store is None:
+            from mempalace_logstream.operations import LocalClient
+            from mempalace_logstream.store import LogStore
+
+            store = LogStore.open(self.target, durability=self.durability, create=False)
+            self.store = LocalClient(store)
+        return dict(self.store.call(name, **args))
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
 
 
 def _write(text: str) -> None:

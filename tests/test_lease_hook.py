@@ -322,3 +322,90 @@ def test_guard_install_refuses_a_foreign_hook_and_a_non_repository(tmp_path):
     plain.mkdir()
     done = _hook(tmp_path, "", "lease", "guard", "install", "--repo", str(plain))
     assert done.returncode == 1 and "is not a git repository" in done.stderr
+
+
+# ------------------------------------------------------------------- the lean lease check
+
+
+def test_the_generated_lease_sql_is_the_stores_own() -> None:
+    """sqlite_lease_sql.py holds what a real store compiles for lease_check today; if the
+    store's SQL changed, regenerate: python -m mempalace_logstream.store.lean_leases."""
+    from mempalace_logstream.backends import sqlite_lease_sql
+    from mempalace_logstream.store import lean_leases
+
+    kept = {
+        "SCHEMA_HEAD": sqlite_lease_sql.SCHEMA_HEAD,
+        "COLUMNS": sqlite_lease_sql.COLUMNS,
+        "STATEMENTS": sqlite_lease_sql.STATEMENTS,
+    }
+    assert lean_leases.generate() == kept, "run `python -m mempalace_logstream.store.lean_leases`"
+
+
+def test_the_lean_check_answers_as_the_store(tmp_path):
+    """store/lean_leases.check (stdlib sqlite3) gives lease_check's answer: free, own, held by
+    another (exclusive, shared), a task's lease before and after the task ends, any project."""
+    from mempalace_logstream import workflows
+    from mempalace_logstream.config import resolve_db
+    from mempalace_logstream.store import lean_leases
+
+    db = tmp_path / "log.sqlite3"
+    with LogStore.open(str(db)) as store:
+        task = workflows.task_create(
+            store,
+            project="proj",
+            from_agent="lead",
+            to_agent="*",
+            goal="g",
+            branch="main",
+            base_commit="abcdef1",
+            done="d",
+        )
+        lease_ops.lease_acquire(store, agent="alice", paths=["src/**"], reason="r", project="proj")
+        lease_ops.lease_acquire(
+            store, agent="bob", paths=["docs/*.md"], exclusive=False, project="proj"
+        )
+        lease_ops.lease_acquire(store, agent="carol", paths=["lib/**"], task_id=task["task_id"])
+        lease_ops.lease_acquire(store, agent="dave", paths=["*.py"], project="other")
+    cases = [
+        (agent, path, project)
+        for agent in ("alice", "bob", "carol", "erin")
+        for path in ("src/a.py", "docs/x.md", "lib/core.c", "top.py", "free.txt")
+        for project in ("proj", "other", None)
+    ]
+
+    def both() -> None:
+        with LogStore.open(str(db), create=False) as store:
+            for agent, path, project in cases:
+                want = lease_ops.lease_check(store, agent=agent, path=path, project=project)
+                got = lean_leases.check(
+                    resolve_db(str(db), None), "full", agent=agent, path=path, project=project
+                )
+                assert got == want, (agent, path, project)
+
+    both()
+    with LogStore.open(str(db), create=False) as store:
+        workflows.task_update(store, task_id=task["task_id"], action="cancel", from_agent="lead")
+    both()
+
+
+def test_the_hook_on_a_local_log_loads_no_sqlalchemy_nor_typer(tmp_path, log):
+    db, _ = log
+    payload = _claude("Edit", file_path=f"{ROOT}/src/auth.py", old_string="a", new_string="b")
+    code = (
+        "import sys\n"
+        "from mempalace_logstream import hook\n"
+        "code = hook.fast_path(['hook', 'pretooluse', '--agent', 'bob'])\n"
+        "heavy = sorted(m for m in ('sqlalchemy', 'typer', 'click', 'httpx') if m in sys.modules)\n"
+        "print(code, heavy, file=sys.stderr)\n"
+    )
+    env = env_for(tmp_path, LOGSTREAM_DB=str(db))
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.stderr == "0 []\n"
+    assert '"permissionDecision": "deny"' in done.stdout
