@@ -177,12 +177,77 @@ def _client(
     hub's, or a local log's (`lease_check` by the lean reader, the rest by the store)."""
     settings = config.Settings.from_env()
     if hub:
-        from mempalace_logstream.hub_client import HubClient
-
-        remote = HubClient(hub, token=token, timeout=settings.hub_timeout_s)
+        remote = _Hub(hub, token, settings.hub_timeout_s)
         return remote.call, remote.close
     local = _Local(config.resolve_db(db or settings.db, palace or settings.palace))
     return local.call, local.close
+
+
+class _Hub:
+    """`POST /v1/<op>` on the hub with the standard library's http.client (httpx, which
+    HubClient uses, costs about 80 ms to import on every edit): the same request and the same
+    domain errors (http_errors.error_from_answer), one connection, `timeout` per call and an
+    answer of at most MAX_ANSWER_BYTES."""
+
+    MAX_ANSWER_BYTES = 4 * 1024 * 1024  # a lease_check answer is a few KB
+
+    def __init__(self, url: str, token: str | None, timeout: float) -> None:
+        from urllib.parse import urlsplit
+
+        from mempalace_logstream import validation as v
+
+        v.token(token)
+        self.url = url.rstrip("/")
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise errors.ValidationError(f"hub {url!r} is not an http(s) URL", field="hub")
+        self.parts, self.token, self.timeout = parts, token, timeout
+        self.conn: Any = None
+
+    def call(self, op: str, /, **args: Any) -> dict[str, Any]:
+        import http.client
+        import json
+
+        from mempalace_logstream import http_errors
+
+        body = json.dumps({k: x for k, x in args.items() if x is not None}).encode()
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        try:
+            if self.conn is None:
+                host, port = str(self.parts.hostname), self.parts.port
+                if self.parts.scheme == "https":
+                    self.conn = http.client.HTTPSConnection(host, port, timeout=self.timeout)
+                else:
+                    self.conn = http.client.HTTPConnection(host, port, timeout=self.timeout)
+            self.conn.request("POST", f"{self.parts.path}/v1/{op}", body, headers)
+            resp = self.conn.getresponse()
+            raw = resp.read(self.MAX_ANSWER_BYTES + 1)
+        except (OSError, http.client.HTTPException) as exc:
+            raise errors.PeerUnavailableError(
+                f"cannot reach hub {self.url}: {exc or type(exc).__name__}", peer_id=self.url
+            ) from None
+        if len(raw) > self.MAX_ANSWER_BYTES:
+            raise errors.PeerUnavailableError(
+                f"hub {self.url} answered {op} with more than {self.MAX_ANSWER_BYTES} bytes",
+                peer_id=self.url,
+            )
+        if resp.status == 200:
+            try:
+                return dict(json.loads(raw))
+            except (ValueError, TypeError):
+                raise errors.PeerUnavailableError(
+                    f"hub {self.url} answered {op} with something that is not a JSON object; "
+                    "is it a logstream hub?",
+                    peer_id=self.url,
+                ) from None
+        retry = resp.getheader("retry-after")
+        raise http_errors.error_from_answer(resp.status, bytes(raw), self.url, retry)
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
 
 
 class _Local:

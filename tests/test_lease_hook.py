@@ -409,3 +409,19 @@ def test_the_hook_on_a_local_log_loads_no_sqlalchemy_nor_typer(tmp_path, log):
     )
     assert done.stderr == "0 []\n"
     assert '"permissionDecision": "deny"' in done.stdout
+
+
+def test_a_hub_that_refuses_the_token_fails_open_naming_it(tmp_path, log):
+    db, lease = log
+    hub = HubProcess(db, tmp_path, token="hub-secret-token")
+    hub.start()
+    try:
+        payload = _claude("Edit", file_path=f"{ROOT}/src/auth.py", old_string="a", new_string="b")
+        args = ("hook", "pretooluse", "--agent", "bob", "--hub", hub.url)
+        right = _hook(tmp_path, payload, *args, "--token", "hub-secret-token")
+        assert (right.returncode, right.stdout) == (0, _deny(_held("src/auth.py", lease)) + "\n")
+        wrong = _hook(tmp_path, payload, *args, "--token", "not-the-token")
+        assert (wrong.returncode, wrong.stdout) == (0, "")
+        assert "could not check the leases (" in wrong.stderr and "token" in wrong.stderr
+    finally:
+        hub.stop()
