@@ -51,6 +51,7 @@ BENCHES = (
     "identity",
     "doctor",
     "hook",
+    "lease_hook",
     "dashboard",
     "ledger",
     "mcp_tools",

@@ -1,5 +1,6 @@
 """The lean entry point for `logstream inbox` (the context hooks run it on every prompt).
 
+`hook pretooluse` (the lease hook, issue 22) takes the same road through lease_hook.py.
 The `logstream` and `logstream-hook` console scripts and `python -m mempalace_logstream` call
 `fast_path(argv)` first: a command line it fully understands (`[global options] inbox [its
 options]`) runs here without importing typer, rich, click or the servers; anything else
@@ -105,6 +106,10 @@ def parse_argv(argv: Sequence[str]) -> dict[str, Any] | None:
 def fast_path(argv: Sequence[str]) -> int | None:
     """Run `inbox` without the typer app when the command line is one it parses; the exit
     code, or None to hand the command line to the full CLI."""
+    if list(argv[:1]) == ["hook"]:
+        from mempalace_logstream import lease_hook
+
+        return lease_hook.fast_path(argv)
     args = parse_argv(argv)
     if args is None:
         return None

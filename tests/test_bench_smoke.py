@@ -113,6 +113,11 @@ EXPECTED: dict[str, list[str]] = {
     ],
     "doctor": [r"^doctor on 1,000 events", r"peak RSS", r"^seconds per check: \{"],
     "hook": [_target("hook", f"lean, {row} p50") for row in ("empty inbox", "one new message")],
+    "lease_hook": [
+        _target("lease_hook", f"{where}, {what} p50")
+        for where in ("local", "hub")
+        for what in ("denied", "allowed")
+    ],
     "mcp_tools": [
         _target("mcp_tools", f"tools/list bytes, logstream mcp{hub} (default)", "bytes")
         for hub in ("", " --hub")

@@ -62,6 +62,8 @@ RULES: dict[str, tuple[str, ...]] = {
         "click",
     ),
     "hook": ("fastapi", "typer", "mcp", "sse_starlette", "rich", "click", "uvicorn"),
+    # The lease PreToolUse hook (issue 22): on the hook path, as the inbox is.
+    "lease_hook": ("fastapi", "typer", "mcp", "sse_starlette", "rich", "click", "uvicorn"),
     # The Codex queue bridge (issue 19): its records are on the lean hook path; the deliverer
     # follows the inbox through a client and runs `codex queue`.
     "codex_thread": (*BRIDGE_FORBIDS, "click", "rich"),
@@ -229,6 +231,7 @@ CLI_RULES: dict[str, tuple[str, ...]] = {
     "tasks": CLI_BASE,
     "presence": CLI_BASE,
     "lease": CLI_BASE,
+    "harness": CLI_BASE,
     "sync": CLI_BASE,
     "admin": CLI_BASE,
     "tail": (*CLI_BASE, "announce"),

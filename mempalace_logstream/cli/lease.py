@@ -8,9 +8,10 @@ from typing import Annotated, Any
 
 import typer
 
+from mempalace_logstream import errors
 from mempalace_logstream.cli.options import DbOpt, HubOpt, JsonOpt, LimitOpt, PalaceOpt, TokenOpt
 from mempalace_logstream.cli.root import app, new_typer
-from mempalace_logstream.cli.shared import emit, given_args, run
+from mempalace_logstream.cli.shared import emit, fail, given_args, run
 
 lease_app = new_typer(help="Lease paths of a project so that other agents keep off them.")
 app.add_typer(lease_app, name="lease")
@@ -143,3 +144,28 @@ def lease_check(
     emit(out, as_json, out["message"] or f"{out['path']}: free for {out['agent']}")
     if not out["allowed"]:
         raise typer.Exit(1)
+
+
+guard_app = new_typer(help="The git guard: a pre-commit hook refusing commits of leased paths.")
+lease_app.add_typer(guard_app, name="guard")
+
+
+@guard_app.command("install")
+def guard_install(
+    repo: Annotated[str, typer.Option("--repo", help="The git repository (default: here).")] = ".",
+    project: ProjectOpt = None,
+    db: DbOpt = None,
+    palace: PalaceOpt = None,
+    hub: HubOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write .git/hooks/pre-commit: each staged path is checked as $LOGSTREAM_AGENT and the
+    commit refused, naming holder, expiry and fencing token, if another agent holds it."""
+    from mempalace_logstream import config, lease_hook
+
+    target = None if hub else config.resolve_db(db, palace) if (db or palace) else None
+    try:
+        out = {"hook": lease_hook.install_guard(repo, target, project, hub)}
+    except errors.LogstreamError as exc:
+        raise fail(exc.message) from None
+    emit(out, as_json, f"installed the lease guard: {out['hook']}")

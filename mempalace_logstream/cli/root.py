@@ -89,6 +89,7 @@ COMMANDS = {
     **dict.fromkeys(("artifact", "patch"), "artifacts"),
     "task": "tasks",
     "lease": "lease",
+    "hook": "harness",
     "presence": "presence",
     "agent": "agent",
 }

@@ -7,6 +7,7 @@ import json
 import re
 import secrets
 from datetime import UTC, datetime
+from typing import Any
 
 
 @functools.lru_cache(maxsize=4)
@@ -37,3 +38,18 @@ def slug(text: str, fallback: str) -> str:
 def json_str(text: str) -> str:
     """`text` as a JSON string literal."""
     return json.dumps(text, ensure_ascii=False)
+
+
+PROJECT_PREFIX = "project/"
+
+
+def project_stream(value: Any, field: str = "project") -> str | None:
+    """A project's stream: 'project/<slug>' (a stream given whole is kept)."""
+    from mempalace_logstream import validation as v
+
+    name = v.routing(field, value)
+    if name is None:
+        return None
+    if name.startswith(PROJECT_PREFIX):
+        return name
+    return f"{PROJECT_PREFIX}{slug(name, 'project')}"

@@ -11,25 +11,14 @@ from typing import TYPE_CHECKING, Any
 from mempalace_logstream import errors, leases
 from mempalace_logstream import validation as v
 from mempalace_logstream.backends.queries import leases as sql
+from mempalace_logstream.leases import check as lease_rule
 from mempalace_logstream.leases import globs, rules
 from mempalace_logstream.leases import inputs as check
-from mempalace_logstream.store.ids import slug
+from mempalace_logstream.store.ids import project_stream
 from mempalace_logstream.store.leases import from_row, task_ends
 
 if TYPE_CHECKING:
     from mempalace_logstream.store import LogStore
-
-PROJECT_PREFIX = "project/"
-
-
-def project_stream(value: Any, field: str = "project") -> str | None:
-    """A project's stream: 'project/<slug>' (a stream given whole is kept)."""
-    name = v.routing(field, value)
-    if name is None:
-        return None
-    if name.startswith(PROJECT_PREFIX):
-        return name
-    return f"{PROJECT_PREFIX}{slug(name, 'project')}"
 
 
 def _scope(store: LogStore, project: Any, task_id: Any) -> tuple[str, str | None]:
@@ -161,48 +150,18 @@ def lease_list(
 def lease_check(store: LogStore, *, agent: Any, path: Any, project: Any = None) -> dict[str, Any]:
     """May `agent` edit `path`? {allowed, path, agent, held_by, own, lost, message}: refused
     while another agent holds an exclusive lease naming it, or while a lease of `agent`
-    naming it lost a race (its next move is refused too)."""
+    naming it lost a race (its next move is refused too). The rule: leases.check.decide."""
     who = v.required_routing("agent", agent)
     where = check.path(path)
     stream = project_stream(project)
     now = store.clock.wall_clock.now_ms()
     with store.reads.snapshot() as snap:
-        end = task_ends(snap)
-        rows = [from_row(r) for r in sql.held(snap, stream, now)]
-        lost = [from_row(r) for r in sql.lost_of(snap, who, now)]
-        held = [x for x in rows if x.state(now, end(x.task_id) if x.task_id else None) == "active"]
-        naming = [x for x in held if any(globs.matches(g, where) for g in x.paths)]
-        others = [x for x in naming if x.agent != who and x.exclusive]
-        own = [x for x in naming if x.agent == who]
-        lost = [
-            x
-            for x in lost
-            if (stream is None or x.project == stream)
-            and any(globs.matches(g, where) for g in x.paths)
-        ]
-        message = _check_message(where, others, lost)
-        return {
-            "allowed": message is None,
-            "path": where,
-            "agent": who,
-            "held_by": [x.to_dict(now, end) for x in others],
-            "own": [x.to_dict(now, end) for x in own],
-            "lost": [x.to_dict(now, end) for x in lost],
-            "message": message,
-        }
-
-
-def _check_message(path: str, others: list[leases.Lease], lost: list[leases.Lease]) -> str | None:
-    if lost:
-        return rules.lost_message(lost[0], "check")
-    if not others:
-        return None
-    holder = others[0]
-    detail = ", ".join(
-        x for x in (holder.reason, f"task {holder.task_id}" if holder.task_id else "") if x
-    )
-    return (
-        f"{path} is leased to {holder.agent} until {rules.iso(holder.expires_ms)}"
-        f"{f' ({detail})' if detail else ''} (lease {holder.lease_id}, fence {holder.fence}); "
-        "ask them or wait"
-    )
+        return lease_rule.decide(
+            who=who,
+            where=where,
+            stream=stream,
+            now=now,
+            held=[from_row(r) for r in sql.held(snap, stream, now)],
+            lost=[from_row(r) for r in sql.lost_of(snap, who, now)],
+            end=task_ends(snap),
+        )

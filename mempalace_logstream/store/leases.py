@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 from mempalace_logstream import errors, leases
 from mempalace_logstream.backends.base import Executor
 from mempalace_logstream.backends.queries import leases as sql
+from mempalace_logstream.leases import check as lease_rule
 from mempalace_logstream.leases import rules
 from mempalace_logstream.models import Event
-from mempalace_logstream.store import tasks as task_rows
 from mempalace_logstream.store.projections import Refusal
 
 if TYPE_CHECKING:
@@ -54,24 +54,7 @@ def to_row(lease: leases.Lease, seq: int) -> dict[str, Any]:
 
 
 def from_row(row: Sequence[Any]) -> leases.Lease:
-    d = dict(zip(sql.columns(), row, strict=True))
-    return leases.Lease(
-        lease_id=str(d["lease_id"]),
-        project=str(d["project"]),
-        agent=str(d["agent"]),
-        paths=tuple(json.loads(d["paths_json"])),
-        exclusive=bool(d["exclusive"]),
-        reason=str(d["reason"]),
-        task_id=d["task_id"],
-        fence=int(d["fence"]),
-        acquired_hlc=str(d["acquired_hlc"]),
-        ttl_ms=int(d["ttl_ms"]),
-        expires_ms=int(d["expires_ms"]),
-        released_hlc=d["released_hlc"],
-        released_by=d["released_by"],
-        lost_to=d["lost_to"],
-        lost_holder=d["lost_holder"],
-    )
+    return lease_rule.lease_of(dict(zip(sql.columns(), row, strict=True)))
 
 
 def task_ends(ex: Executor) -> rules.TaskEnd:
@@ -83,10 +66,7 @@ def task_ends(ex: Executor) -> rules.TaskEnd:
 
     def end(task_id: str) -> str | None:
         if task_id not in cache:
-            doc = task_sql.doc(ex, task_id)
-            task = task_rows.from_doc(doc) if doc is not None else None
-            ending = task is not None and task.state in rules.ENDING_TASK_STATES
-            cache[task_id] = task.last_hlc if task is not None and ending else None
+            cache[task_id] = lease_rule.ending_hlc(task_sql.doc(ex, task_id))
         return cache[task_id]
 
     return end
