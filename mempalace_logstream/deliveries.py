@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import itertools
+import json
 import logging
 import operator
 import threading
@@ -49,7 +50,7 @@ OBSERVER = "none"  # a read that delivers to nobody (the dashboard, `X-Logstream
 READS = frozenset({"event_list", "event_wait", "event_get"})
 WAKEABLE = ("yes", "unverified", "no")
 MAX_PAGES = 4_096  # pages remembered as sorted out (per agent and column)
-MAX_KNOWN = 200_000  # marks remembered as recorded (a re-read then writes nothing)
+MAX_QUEUED = 100_000  # pages and acks kept for the next flush when one fails
 MAX_AGENTS = 10_000  # per-agent push/life entries kept in memory (oldest dropped past it)
 
 # The delivery path of the running call when the client says its read delivers (header).
@@ -84,6 +85,17 @@ def check_path(raw: str | None) -> str | None:
     return raw
 
 
+@dataclass(frozen=True)
+class PageMark:
+    """The marks of one read (or push) of a page: one statement at the next flush."""
+
+    column: str  # pushed_at or seen_at
+    agent: str
+    at: str
+    path: str | None
+    ids: tuple[str, ...]
+
+
 @dataclass
 class Life:
     """One agent's last push (and path), and the first sign of life after a push."""
@@ -112,13 +124,12 @@ class Ledger:
         self._lock = threading.Lock()  # the read path's: the raw marks and the agents' lives
         # The flusher's (or a close's) sorting and writing: never held by a read.
         self._flush_lock = threading.Lock()
-        # (event, recipient) -> the mark to merge (`sql.ROW` keys), earliest per column
+        # (event, recipient) -> the ack to merge (`sql.ROW` keys), the earliest kept
         self._queue: dict[tuple[str, str], dict[str, Any]] = {}
-        # (column, agent, ms, path, routing of the events) as the calls left them
-        self._raw: list[tuple[str, str, int, str | None, Routing]] = []
-        # (event, recipient, column) -> the time queued or written: a later mark is a no-op
-        # (the earliest wins), so a re-read costs no write. Bounded, oldest forgotten first.
-        self._known: dict[tuple[str, str, str], str] = {}
+        # (column, agent, ms, path, the events' ids) as the calls left them
+        self._raw: list[tuple[str, str, int, str | None, tuple[str, ...]]] = []
+        # The pages sorted out, each one statement of the next flush.
+        self._page_marks: list[PageMark] = []
         # (column, agent, the ids of a page) sorted out already: a re-read of it is skipped.
         self._pages: dict[tuple[str, str, tuple[str, ...]], int] = {}
         self._life: dict[str, Life] = {}
@@ -142,71 +153,52 @@ class Ledger:
             life.pushed_ms, life.pushed_path = now, path
             if life.pending_ms is None:
                 life.pending_ms = now
-            self._raw.append(("pushed_at", agent, now, path, routing))
+            self._raw.append(("pushed_at", agent, now, path, routing[0]))
         self._started()
 
     def seen(self, events: Sequence[Any], agent: str) -> None:
         """`agent` read `events` (a sign of life)."""
         now = self.alive(agent)
         if events:
-            routing = _routing_of(events)
+            ids = _ids_of(events)
             with self._lock:
-                self._raw.append(("seen_at", agent, now, None, routing))
+                self._raw.append(("seen_at", agent, now, None, ids))
             self._started()
 
     def acked(self, event_id: str, agent: str) -> None:
         """`agent` acked `event_id` (a sign of life)."""
         now = self.alive(agent)
         with self._lock:
-            self._raw.append(("acked_at", agent, now, None, ((event_id,), (), ())))
+            self._raw.append(("acked_at", agent, now, None, (event_id,)))
         self._started()
 
     def _sort_out(self) -> None:
-        """The raw marks into the queue: per (event, recipient, column), a mark only when it
-        is earlier than any queued or written (a re-read writes nothing). Under the flush lock
-        only: a read waits for nothing but the swap of the raw list. Runs beside the reads
-        (the GIL is shared), so it is kept to a few dict operations per event."""
+        """The raw marks into the queues: a page's marks as one statement (the database reads
+        whom each event reaches and keeps the earliest time), skipped when the same agent read
+        the same page no later; an ack as a row. Under the flush lock only: a read waits for
+        nothing but the swap of the raw list. Runs beside the reads (the GIL is shared), so it
+        does no work per event."""
         with self._lock:
             raw, self._raw = self._raw, []
-        known, pages, queue = self._known, self._pages, self._queue
-        for column, agent, ms, path, (ids, tos, senders) in raw:
+        pages, queue = self._pages, self._queue
+        for column, agent, ms, path, ids in raw:
             at = now_text(ms)
             if column == "acked_at":
-                rows: Iterable[tuple[str, Any, Any]] = ((ids[0], agent, None),)
-            else:
-                # The same page read again by the same agent, no earlier, changes nothing.
-                page = (column, agent, ids)
-                held_ms = pages.get(page)
-                if held_ms is not None and held_ms <= ms:
-                    continue
-                if held_ms is None and len(pages) >= MAX_PAGES:
-                    pages.pop(next(iter(pages)))
-                pages[page] = ms
-                rows = zip(ids, tos, senders, strict=True)
-            for ident, to, sender in rows:
-                if column != "acked_at" and not _to(to, sender, agent):
-                    continue
-                key = (ident, agent, column)
-                held = known.get(key)
-                if held is not None and held <= at:
-                    continue
-                if held is None and len(known) >= MAX_KNOWN:
-                    known.pop(next(iter(known)))
-                known[key] = at
-                row = queue.get((ident, agent))
-                if row is None:
-                    row = queue[(ident, agent)] = {
-                        "event_id": ident,
-                        "recipient": agent,
-                        "pushed_at": None,
-                        "pushed_path": None,
-                        "seen_at": None,
-                        "acked_at": None,
-                    }
-                if row[column] is None or at < row[column]:
-                    row[column] = at
-                    if column == "pushed_at":
-                        row["pushed_path"] = path
+                key = (ids[0], agent)
+                held = queue.get(key)
+                if held is None or held["acked_at"] > at:
+                    queue[key] = {**dict.fromkeys(sql.ROW), "event_id": ids[0]}
+                    queue[key].update(recipient=agent, acked_at=at)
+                continue
+            # The same page read again by the same agent, no earlier, changes nothing.
+            page = (column, agent, ids)
+            held_ms = pages.get(page)
+            if held_ms is not None and held_ms <= ms:
+                continue
+            if held_ms is None and len(pages) >= MAX_PAGES:
+                pages.pop(next(iter(pages)))
+            pages[page] = ms
+            self._page_marks.append(PageMark(column, agent, at, path, ids))
 
     def alive(self, agent: str) -> int:
         """A sign of life of `agent` now (a read, an ack, a write); returns the time."""
@@ -241,34 +233,47 @@ class Ledger:
             self.flush()
 
     def flush(self) -> int:
-        """Write what is queued in one transaction; returns how many marks went."""
+        """Write what is queued in one transaction; returns how many events and acks it
+        named (the database keeps, of each, what reaches the reader and is earlier)."""
         with self._flush_lock:
             self._sort_out()
-            marks, self._queue = list(self._queue.values()), {}
-            if not marks:
+            pages, self._page_marks = self._page_marks, []
+            acks, self._queue = list(self._queue.values()), {}
+            if not pages and not acks:
                 return 0
+
+            def write(tx: Any) -> None:
+                for m in pages:
+                    ids = json.dumps(m.ids)
+                    sql.mark_page(tx.ex, m.column, m.agent, m.at, m.path, ids)
+                sql.merge(tx.ex, acks)
+
             try:
-                self.store.transaction(lambda tx: sql.merge(tx.ex, marks))
+                self.store.transaction(write)
             except errors.LogstreamError as exc:
-                self._requeue(marks, exc)
+                self._requeue(pages, acks, exc)
                 return 0
             self.flushes += 1
-            return len(marks)
+            return sum(len(m.ids) for m in pages) + len(acks)
 
-    def _requeue(self, marks: list[dict[str, Any]], exc: BaseException) -> None:
+    def _requeue(
+        self, pages: list[PageMark], acks: list[dict[str, Any]], exc: BaseException
+    ) -> None:
         """A flush failed (a full disk, a lost connection): its marks wait for the next one,
-        up to MAX_KNOWN of them; once the ledger or the store is closed they are lost."""
+        up to MAX_QUEUED pages and acks; once the ledger or the store is closed they are lost."""
         if self.closed or self.store.pipeline.closed:
-            log.warning("delivery ledger: %d mark(s) not recorded: %s", len(marks), exc)
+            log.warning("delivery ledger: %d mark(s) not recorded: %s", len(pages) + len(acks), exc)
             return
-        kept = marks[-MAX_KNOWN:]
+        kept_pages, kept_acks = pages[-MAX_QUEUED:], acks[-MAX_QUEUED:]
+        dropped = len(pages) + len(acks) - len(kept_pages) - len(kept_acks)
         log.warning(
             "delivery ledger: flush failed (%s); %d mark(s) kept for the next one, %d dropped",
             exc,
-            len(kept),
-            len(marks) - len(kept),
+            len(kept_pages) + len(kept_acks),
+            dropped,
         )
-        self._queue = {(m["event_id"], m["recipient"]): m for m in kept}
+        self._page_marks = kept_pages + self._page_marks
+        self._queue = {(m["event_id"], m["recipient"]): m for m in kept_acks}
 
     @property
     def closed(self) -> bool:
@@ -353,6 +358,13 @@ def wakeable(paths: Iterable[str], reacted_ms: int | None, now_ms: int, window_s
 # page of dicts until the flush makes the garbage collector run more often on the read path.
 Routing = tuple[tuple[str, ...], tuple[Any, ...], tuple[Any, ...]]
 _ID, _FROM, _TO = (operator.itemgetter(k) for k in ("id", "from_agent", "to_agent"))
+
+
+def _ids_of(events: Sequence[Any]) -> tuple[str, ...]:
+    """The ids of `events` (public dicts or Events), in a C-level loop."""
+    if events and type(events[0]) is dict:
+        return tuple(map(_ID, events))
+    return tuple(e.id for e in events)
 
 
 def _routing_of(events: Sequence[Any]) -> Routing:

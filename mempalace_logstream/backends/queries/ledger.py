@@ -6,10 +6,13 @@ earlier), batched in the one flush transaction, under the write lock.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.expression import ClauseElement, Executable
 
 from mempalace_logstream.backends.base import Executor
 from mempalace_logstream.schema import deliveries
@@ -56,6 +59,63 @@ def _upsert() -> sa.Executable:
         f"INSERT INTO deliveries ({names}) VALUES ({values})"
         f" ON CONFLICT (event_id, recipient) DO UPDATE SET {', '.join(sets)}"
     )
+
+
+class _ByDialect(Executable, ClauseElement):
+    """SQL text that differs by dialect (a JSON array as a table of ids)."""
+
+    inherit_cache = False
+
+    def __init__(self, texts: dict[str, str]) -> None:
+        self.texts = texts
+
+
+@compiles(_ByDialect)
+def _compile_by_dialect(element: _ByDialect, compiler: Any, **kw: Any) -> str:
+    text: str = compiler.process(sa.text(element.texts[compiler.dialect.name]), **kw)
+    return text
+
+
+# A JSON array of event ids as a one-column table `j(value)`, the outer loop of the join (on
+# SQLite CROSS JOIN fixes the order: the planner would otherwise scan the reader's inbox).
+_IDS = {
+    "sqlite": "json_each(:ids) AS j CROSS",
+    "postgresql": "jsonb_array_elements_text(CAST(:ids AS jsonb)) AS j(value)",
+}
+
+
+def _page(column: str) -> sa.Executable:
+    """Mark `column` (and the push's path with pushed_at) at :at for :agent on each event of
+    the JSON array :ids that reaches :agent (addressed to it, or to '*' and not its own),
+    unless it holds an earlier time. The events' routing is read by the database, in one
+    statement per page: the flusher does no work per event."""
+    cols = f"{column}, pushed_path" if column == "pushed_at" else column
+    vals = ":at, :path" if column == "pushed_at" else ":at"
+    sets = f"{column} = excluded.{column}"
+    if column == "pushed_at":
+        sets += ", pushed_path = excluded.pushed_path"
+    texts = {
+        dialect: (
+            f"INSERT INTO deliveries (event_id, recipient, {cols})"
+            f" SELECT e.id, :agent, {vals} FROM {ids} JOIN events AS e ON e.id = j.value"
+            " WHERE e.to_agent = :agent OR (e.to_agent = '*' AND e.from_agent <> :agent)"
+            f" ON CONFLICT (event_id, recipient) DO UPDATE SET {sets}"
+            f" WHERE deliveries.{column} IS NULL OR excluded.{column} < deliveries.{column}"
+        )
+        for dialect, ids in _IDS.items()
+    }
+    return _ByDialect(texts)
+
+
+def mark_page(
+    ex: Executor, column: str, agent: str, at: str, path: str | None, ids_json: str
+) -> None:
+    """`column` (pushed_at or seen_at) of `agent` at `at` on the events of a page (a JSON
+    array of ids) that reach it, each moved only earlier (a held earlier time stays)."""
+    params: dict[str, str | None] = {"agent": agent, "at": at, "ids": ids_json}
+    if column == "pushed_at":
+        params["path"] = path
+    ex.run(("ledger.page", column), functools.partial(_page, column), params)
 
 
 def merge(ex: Executor, rows: list[dict[str, Any]]) -> None:
