@@ -298,8 +298,11 @@ def test_the_readme_recipes_run_as_the_clients_run_them(tmp_path: Path) -> None:
     """Each README hook command, run by a shell with the hook's JSON on stdin, as Claude Code
     and Codex do; `logstream-hook` is the console script of `hook.main`, which `python -m`
     runs too (this venv's scripts predate it)."""
-    commands = _readme_hook_commands()
-    assert {e for e, _ in commands} == {"SessionStart", "UserPromptSubmit"}
+    every = _readme_hook_commands()
+    # The file-lease recipe's PreToolUse entries are tests/test_lease_hook.py's.
+    assert {e for e, _ in every} == {"SessionStart", "UserPromptSubmit", "PreToolUse"}
+    assert all("hook pretooluse" in c for e, c in every if e == "PreToolUse")
+    commands = [(e, c) for e, c in every if e != "PreToolUse"]
     assert {c.split()[-1] for _, c in commands} == {"claude", "codex"}
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
     assert pyproject["project"]["scripts"]["logstream-hook"] == "mempalace_logstream.hook:main"

@@ -425,3 +425,55 @@ def test_a_hub_that_refuses_the_token_fails_open_naming_it(tmp_path, log):
         assert "could not check the leases (" in wrong.stderr and "token" in wrong.stderr
     finally:
         hub.stop()
+
+
+def _readme_pretooluse_commands() -> dict[str, str]:
+    """{client: command} of the README's PreToolUse recipes (the JSON for Claude Code, the
+    TOML for Codex)."""
+    import re
+    import tomllib
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    out = {}
+    for text in re.findall(r"```json\n(.*?)```", readme, flags=re.S):
+        for group in json.loads(text).get("hooks", {}).get("PreToolUse", []):
+            out["claude"] = group["hooks"][0]["command"]
+    for text in re.findall(r"```toml\n(.*?)```", readme, flags=re.S):
+        doc = tomllib.loads(text)
+        for group in doc.get("hooks", {}).get("PreToolUse", []):
+            out["codex"] = group["hooks"][0]["command"]
+    return out
+
+
+def test_the_readme_recipes_deny_as_the_clients_run_them(tmp_path: Path) -> None:
+    """The README's `.claude/settings.json` and Codex `config.toml` entries, run by a shell
+    with the client's stdin, deny an edit of a path another agent leased in their project."""
+    commands = _readme_pretooluse_commands()
+    assert set(commands) == {"claude", "codex"}
+    db = tmp_path / "log.sqlite3"
+    with LogStore.open(str(db)) as store:
+        out = lease_ops.lease_acquire(
+            store, agent="alice", paths=["src/**"], project="myrepo", reason="refactor"
+        )
+    expires = out["lease"]["expires_at"]
+    payloads = {
+        "claude": _claude("Edit", file_path=f"{ROOT}/src/auth.py", old_string="a", new_string="b"),
+        "codex": _codex("*** Begin Patch\n*** Update File: src/auth.py\n@@\n-a\n+b\n"),
+    }
+    env = env_for(tmp_path, LOGSTREAM_DB=str(db))
+    for client, command in commands.items():
+        assert command.startswith("logstream hook pretooluse "), command
+        line = command.replace("logstream", f"{sys.executable} -m mempalace_logstream", 1)
+        done = subprocess.run(
+            ["sh", "-c", line],
+            input=json.dumps(payloads[client]),
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        reason = f"src/auth.py is leased to alice until {expires} (refactor); ask them or wait"
+        assert json.loads(done.stdout)["hookSpecificOutput"]["permissionDecisionReason"] == (
+            reason
+        ), (client, done.stdout)

@@ -56,6 +56,7 @@ OPERATOR = {
     "mempalace_delivery_status",
     "mempalace_event_redact",
 }
+LEASE_READ = {"mempalace_lease_list", "mempalace_lease_check"}  # in `all` (toolsets.LEASES)
 MODES = ["auto", "legacy"]  # `Client(mode=...)`: 2026-07-28 (discover) or the 2025 handshake
 PATCH = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-print('bug')\n+print('fixed ✓')\n"
 
@@ -214,7 +215,7 @@ def test_read_only_hides_and_refuses_mutating_tools(mcp_store: LogStore, mode: s
             assert set(await _tool_names(client)) == COORD_READ
         server = mcp_server.build_server(mcp_store, read_only=True, tools="all")
         async with Client(server.protocol, mode=mode) as client:
-            reads = COORD_READ | OPERATOR - {"mempalace_event_redact"}
+            reads = COORD_READ | LEASE_READ | OPERATOR - {"mempalace_event_redact"}
             assert set(await _tool_names(client)) == reads
             refused = await client.call_tool(
                 "mempalace_event_append",
