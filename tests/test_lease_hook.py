@@ -234,8 +234,20 @@ def test_the_typer_path_gives_the_same_decision(tmp_path, log):
         f"src/auth.py is leased to alice until {lease['expires_at']} (refactor); ask them or wait"
     )
     assert (done.returncode, done.stdout) == (0, _deny(expect) + "\n")
+
+
+def test_a_misconfigured_hook_exits_1_so_the_harness_does_not_block_every_edit(tmp_path, log):
+    """Claude Code reads exit 2 of a PreToolUse hook as "block this tool call": a usage error
+    (a bad --client, no --agent) exits 1 instead, naming the option, with nothing on stdout."""
+    db, _ = log
+    payload = _claude("Edit", file_path=f"{ROOT}/src/auth.py", old_string="a", new_string="b")
     bad = _hook(tmp_path, payload, "hook", "pretooluse", "--agent", "bob", "--client", "vim")
-    assert bad.returncode == 2 and "--client" in bad.stderr
+    assert (bad.returncode, bad.stdout) == (1, "") and "--client" in bad.stderr
+    line = ["--durability", "full", "hook", "pretooluse", "--client", "codex"]
+    missing = _hook(tmp_path, payload, *line, db=db)
+    assert (missing.returncode, missing.stdout) == (1, "") and "--agent" in missing.stderr
+    other = _hook(tmp_path, payload, "list", "--bogus", db=db)  # other commands keep click's 2
+    assert other.returncode == 2
 
 
 @pytest.mark.parametrize(

@@ -213,6 +213,13 @@ def main() -> None:
     is one line on stderr unless --debug."""
     try:
         app()
+    except SystemExit as exc:
+        # A harness reads exit 2 of a PreToolUse hook as "block this tool call" (Claude Code),
+        # so a misconfigured lease hook (a usage error) would stop every edit: exit 1, which
+        # the harness reports without blocking. The usage text is on stderr already.
+        if exc.code == 2 and _tool_hook(sys.argv[1:]):
+            raise SystemExit(1) from None
+        raise
     except errors.LogstreamError as exc:  # a domain error outside run(): same one-line form
         if STATE.debug:
             raise
@@ -227,6 +234,11 @@ def main() -> None:
         import gc
 
         gc.freeze()
+
+
+def _tool_hook(argv: list[str]) -> bool:
+    """Whether the command line runs `hook pretooluse` (global options may come first)."""
+    return "hook" in argv and "pretooluse" in argv[argv.index("hook") :]
 
 
 def _exit_with(message: str) -> int:
