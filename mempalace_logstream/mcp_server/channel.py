@@ -325,8 +325,11 @@ class Channel:
         self, events: list[dict[str, Any]], since: str | None, after: str | None, *, one: bool
     ) -> None:
         """One notification per event, or one for all of them when they are many (more than
-        `burst`) or were held back by the rate (`one`)."""
-        if len(events) > self.opts.burst or (one and len(events) > 1):
+        the window has room for: `burst` less what went out within `window_ms`) or were held
+        back by the rate (`one`)."""
+        now = time.monotonic()
+        room = self.opts.burst - sum(1 for at in self._sent_at if now - at < self.opts.window_s)
+        if len(events) > max(room, 1) or (one and len(events) > 1):
             self.wire.notify(*render_burst(events, since, after, self.opts))
             self._sent_at.append(time.monotonic())
         else:
