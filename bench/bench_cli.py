@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -258,12 +257,6 @@ def fmt_sample(samples: list[Sample]) -> list[str]:
     ]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def serve(db: Path, port: int) -> subprocess.Popen[bytes]:
     cmd = [*ours_cmd(), "serve", "--db", str(db), "--port", str(port)]
     return subprocess.Popen(cmd, env=our_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -300,7 +293,7 @@ def serve_ready(tmp: Path, rounds: int) -> list[float]:
     out = []
     db = tmp / "serve.sqlite3"
     for round_no in range(rounds + 1):
-        port = free_port()
+        port = common.free_port()
         t0 = time.perf_counter()
         proc = serve(db, port)
         try:
@@ -343,7 +336,7 @@ def mcp_ready(tmp: Path, rounds: int) -> list[float]:
 
 
 def run_hub(tmp: Path, rounds: int) -> dict[str, dict[str, list[Sample]]]:
-    port = free_port()
+    port = common.free_port()
     proc = serve(tmp / "hub.sqlite3", port)
     try:
         wait_ready(proc, port)

@@ -24,8 +24,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -100,12 +98,6 @@ def our_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(common.REPO), "NO_COLOR": "1"}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def measure_ours(tmp: Path, samples: int) -> tuple[dict[str, list[dict[str, Any]]], list[float]]:
     """{row: tools} of our servers, and the initialize times of the default one."""
     db = ["--db", str(tmp / "mcp.sqlite3")]
@@ -119,27 +111,12 @@ def measure_ours(tmp: Path, samples: int) -> tuple[dict[str, list[dict[str, Any]
     _, rows["logstream mcp --tools all"] = asyncio.run(
         stdio_tools(ours(*db, "--tools", "all"), our_env())
     )
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    serve = [sys.executable, "-m", "mempalace_logstream", "serve", "--port", str(port)]
-    hub = subprocess.Popen(
-        [*serve, "--db", str(tmp / "hub.sqlite3"), "--sync-interval", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env=our_env(),
-    )
-    try:
-        assert hub.stdout is not None
-        if b"listening on" not in hub.stdout.readline():
-            raise RuntimeError("the hub did not start")
+    with common.our_hub(tmp / "hub.sqlite3", our_env()) as url:
         for label, extra in (("", ()), (" --tools all", ("--tools", "all"))):
             _, tools = asyncio.run(stdio_tools(ours("--hub", url, *extra), our_env()))
             rows[f"logstream mcp --hub{label or ' (coord)'}"] = tools
         rows["hub /mcp (coord)"] = asyncio.run(http_tools(url + "/mcp"))
         rows["hub /mcp?tools=all"] = asyncio.run(http_tools(url + "/mcp?tools=all"))
-    finally:
-        hub.terminate()
-        hub.wait(30)
     return rows, times[1:]
 
 

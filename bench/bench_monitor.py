@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import socket
 import subprocess
 import sys
 import threading
@@ -126,32 +125,11 @@ def monitor_samples(
         appender.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def hub_samples(tmp: Path, n: int, warmup: int) -> list[float]:
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    cmd = [sys.executable, "-m", "mempalace_logstream", "serve", "--port", str(port)]
-    hub = subprocess.Popen(
-        [*cmd, "--db", str(tmp / "hub.sqlite3"), "--sync-interval", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env=our_env(),
-    )
-    try:
-        assert hub.stdout is not None
-        if b"listening on" not in hub.stdout.readline():
-            raise RuntimeError("the hub did not start")
+    with common.our_hub(tmp / "hub.sqlite3", our_env()) as url:
         appender = Worker(sys.executable, _HUB_APPENDER, url, our_env())
         args = ["--hub", url, "--state-file", str(tmp / "hub-monitor.json")]
         return monitor_samples(args, appender, n, warmup)
-    finally:
-        hub.terminate()
-        hub.wait(30)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -212,6 +212,41 @@ def remove_sqlite(path: Path) -> None:
             os.remove(f"{path}{suffix}")
 
 
+# ----------------------------------------------------------------- our hub
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback interface."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def our_hub(db: Path, env: dict[str, str]) -> Iterator[str]:
+    """`logstream serve` on `db` (no sync rounds) on a free port, until the block ends; its URL."""
+    import subprocess
+
+    port = free_port()
+    cmd = [sys.executable, "-m", "mempalace_logstream", "serve", "--port", str(port)]
+    hub = subprocess.Popen(
+        [*cmd, "--db", str(db), "--sync-interval", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        assert hub.stdout is not None
+        if b"listening on" not in hub.stdout.readline():
+            raise RuntimeError("the hub did not start")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        hub.terminate()
+        hub.wait(30)
+
+
 # ----------------------------------------------------------------- the reference package
 
 
