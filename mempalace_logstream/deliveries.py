@@ -138,13 +138,12 @@ class Ledger:
         self.flushes = 0  # transactions written (tests and the bench read it)
 
     # ------------------------------------------------------------------ marks
-    # A mark costs the read little: the routing of its events is kept (`_routing_of`) and
-    # sorted out (addressed to whom, already recorded?) by the flusher, off the read path.
+    # A mark costs the read little: its events' ids are kept (`_ids_of`); whom each event
+    # reaches and what is recorded already are the flush's statement's, off the read path.
     def pushed(self, events: Sequence[Any], agent: str, path: str) -> None:
         """`events` (public dicts or Events) were handed to `agent`'s delivery path `path`: a
         push when any is addressed to it (a wait that timed out, or others' mail, is none)."""
-        routing = _routing_of(events)
-        _, tos, senders = routing
+        ids, tos, senders = _routing_of(events)
         if not any(_to(to, sender, agent) for to, sender in zip(tos, senders, strict=True)):
             return
         now = self.clock()
@@ -153,7 +152,7 @@ class Ledger:
             life.pushed_ms, life.pushed_path = now, path
             if life.pending_ms is None:
                 life.pending_ms = now
-            self._raw.append(("pushed_at", agent, now, path, routing[0]))
+            self._raw.append(("pushed_at", agent, now, path, ids))
         self._started()
 
     def seen(self, events: Sequence[Any], agent: str) -> None:
@@ -353,11 +352,9 @@ def wakeable(paths: Iterable[str], reacted_ms: int | None, now_ms: int, window_s
     return "unverified"
 
 
-# The ids, to_agent and from_agent values of a read's events, as tuples of strings: what a
-# mark keeps of a read until the flusher sorts it out. Not the events themselves: holding a
-# page of dicts until the flush makes the garbage collector run more often on the read path.
-Routing = tuple[tuple[str, ...], tuple[Any, ...], tuple[Any, ...]]
-_ID, _FROM, _TO = (operator.itemgetter(k) for k in ("id", "from_agent", "to_agent"))
+# A mark keeps a read's event ids as a tuple of strings, not the events: holding a page of
+# dicts until the flush makes the garbage collector run more often on the read path.
+_ID, _FROM = operator.itemgetter("id"), operator.itemgetter("from_agent")
 
 
 def _ids_of(events: Sequence[Any]) -> tuple[str, ...]:
@@ -367,8 +364,11 @@ def _ids_of(events: Sequence[Any]) -> tuple[str, ...]:
     return tuple(e.id for e in events)
 
 
-def _routing_of(events: Sequence[Any]) -> Routing:
-    """The routing of `events` (public dicts, possibly slim, or Events), in C-level loops."""
+def _routing_of(
+    events: Sequence[Any],
+) -> tuple[tuple[str, ...], tuple[Any, ...], tuple[Any, ...]]:
+    """(ids, to_agent values, from_agent values) of `events` (public dicts, possibly slim, or
+    Events), in C-level loops: whether a push reached its agent."""
     if events and type(events[0]) is dict:
         tos = tuple(map(dict.get, events, itertools.repeat("to_agent")))
         return tuple(map(_ID, events)), tos, tuple(map(_FROM, events))
@@ -377,12 +377,6 @@ def _routing_of(events: Sequence[Any]) -> Routing:
         tuple(e.to_agent for e in events),
         tuple(e.from_agent for e in events),
     )
-
-
-def addressed(events: Sequence[Any], agent: str) -> list[str]:
-    """The ids of `events` (public dicts or Events) delivered to `agent`."""
-    ids, tos, senders = _routing_of(events)
-    return [i for i, to, sender in zip(ids, tos, senders, strict=True) if _to(to, sender, agent)]
 
 
 def _to(to: Any, sender: Any, agent: str) -> bool:
