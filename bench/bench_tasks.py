@@ -132,7 +132,9 @@ def populate(store: Any, sizes: Sizes, batch: int = 500) -> None:
     (drafted, checked by the lifecycle, the projection moved), `batch` tasks a transaction."""
     t0 = time.perf_counter()
     long = [request_fields(LONG_TASK, 0), move_fields(LONG_TASK, 0, "claim")]
-    long += [move_fields(LONG_TASK, 0, "progress", n + 1.0) for n in range(sizes.thread_events - 2)]
+    # Progress is a percentage (0-100): the moves climb to 100 over the thread.
+    steps = sizes.thread_events - 2
+    long += [move_fields(LONG_TASK, 0, "progress", 100.0 * (n + 1) / steps) for n in range(steps)]
     append_all(store, long)
     events = len(long)
     for start in range(0, sizes.tasks, batch):
@@ -261,10 +263,11 @@ def recording(store: Any) -> Iterator[list[tuple[str, Any]]]:
 
 
 def page_statement(store: Any, kwargs: dict[str, Any]) -> tuple[str, Any]:
-    """The SQL (and DBAPI parameters) `task_list(**kwargs)` sends for its page."""
+    """The SQL (and DBAPI parameters) `task_list(**kwargs)` sends for its page: the statement
+    that reads the tasks table (the one after it reads the page's request bodies)."""
     with recording(store) as seen:
         store.task_list(**kwargs)
-    return seen[-1]
+    return next(s for s in seen if "FROM tasks" in s[0])
 
 
 def sql_samples(store: Any, statement: tuple[str, Any], sizes: Sizes) -> list[float]:

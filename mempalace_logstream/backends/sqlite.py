@@ -38,6 +38,9 @@ _QMARK_INSERT_EVENTS = (
 # (the next page is validated meanwhile), instead of 5,000 short steps.
 _QMARK_HELD_IDS: dict[int, str] = {}
 _STAGE = "logstream_sync_stage"
+# Idle read connections a backend keeps out of the pool (`SqliteBackend.reading`): a hub's
+# concurrent reads beyond it take pooled connections, given back after.
+READERS_KEPT = 4
 _STAGE_MIN_ROWS = 64
 _STAGE_DDL = f"CREATE TEMP TABLE IF NOT EXISTS {_STAGE} ({', '.join(_COLS)})"
 _STAGE_INSERT = _QMARK_INSERT_EVENTS.replace(f"INTO {events.name} ", f"INTO temp.{_STAGE} ", 1)
@@ -87,6 +90,9 @@ class SqliteBackend:
         self._busy_timeout_s = 30.0
         # (data_version, next seq, next artifact seq) after the writer's last commit.
         self._counters: tuple[int, int, int] | None = None
+        # Idle reader connections (pool proxies), the most recently used last (`reading`).
+        self._readers: list[Any] = []
+        self._closed = False
 
     def sql_dialect(self) -> sa.Dialect:
         return _NAMED
@@ -190,11 +196,15 @@ class SqliteBackend:
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[base.Query]:
-        """A pooled DBAPI connection in a deferred transaction."""
-        with base.wrap_exceptions():
-            proxy = self.engine.raw_connection()
+        """A read snapshot: a deferred transaction on one of the backend's reader connections,
+        rolled back after. Up to `READERS_KEPT` idle readers are kept out of the pool, the most
+        recently used first (issue 25): its page cache is the warmest, and a read pays no pool
+        checkout, no reset-on-return ROLLBACK (~8 µs of a 100 µs read). A reader that met a
+        database error goes back to the pool, which resets or discards it."""
+        proxy = self._reader()
+        db: sqlite3.Connection = proxy.driver_connection
+        healthy = True
         try:
-            db: sqlite3.Connection = proxy.driver_connection  # type: ignore[assignment]
             db.execute("BEGIN")
             try:
                 yield self.query(db)
@@ -202,8 +212,22 @@ class SqliteBackend:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
         except sqlite3.Error as exc:
+            healthy = False
             raise base.storage_error(exc, (sqlite3.Error,)) from exc  # type: ignore[misc]
         finally:
+            self._release(proxy, healthy)
+
+    def _reader(self) -> Any:
+        try:
+            return self._readers.pop()  # atomic: no two reads share a connection
+        except IndexError:
+            with base.wrap_exceptions():
+                return self.engine.raw_connection()
+
+    def _release(self, proxy: Any, healthy: bool) -> None:
+        if healthy and not self._closed and len(self._readers) < READERS_KEPT:
+            self._readers.append(proxy)
+        else:
             proxy.close()
 
     def query(self, db: sqlite3.Connection) -> base.Query:
@@ -225,8 +249,11 @@ class SqliteBackend:
         return SqliteExecutor(db, compile, self.statement_hooks, on_bulk)
 
     def close(self) -> None:
+        self._closed = True
+        while self._readers:
+            self._readers.pop().close()  # back to the pool, which dispose() closes
         if self._proxy is not None:
-            self._proxy.close()  # back to the pool, which dispose() closes
+            self._proxy.close()
             self._proxy = None
 
 

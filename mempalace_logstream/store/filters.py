@@ -48,7 +48,12 @@ class Filters:
 
     @classmethod
     def parse(cls, **raw: Any) -> Filters:
-        return cls(**{name: v.filter_values(name, raw.get(name)) for name in v.FILTER_FIELDS})
+        given = {
+            name: v.filter_values(name, raw[name])
+            for name in v.FILTER_FIELDS
+            if raw.get(name) is not None
+        }
+        return cls(**given) if given else NO_FILTERS
 
     def matches(self, event: Event) -> bool:
         """`FILTER_RULES` evaluated in Python (SSE fan-out, the hub's waits): the page's SQL
@@ -112,14 +117,18 @@ class ReadArgs(TypedDict, total=False):
     slim: Any
 
 
+NO_FILTERS = Filters()
+# The names a read takes: the request's fields, the filters, and from_agent (a note, no filter).
+_READ_PARAMETERS = frozenset((*ReadRequest.__dataclass_fields__, *v.FILTER_FIELDS, "from_agent"))
+
+
 def read_request(**raw: Any) -> ReadRequest:
     """Validate the raw read arguments shared by list, wait, watch, SSE and the inbox."""
-    unknown = set(raw) - set(ReadRequest.__dataclass_fields__) - set(v.FILTER_FIELDS)
-    unknown -= {"from_agent"}
+    unknown = raw.keys() - _READ_PARAMETERS
     if unknown:
         name = sorted(unknown)[0]
         raise v.fail(name, "is not a known parameter")
-    filters = Filters.parse(**{k: raw.get(k) for k in v.FILTER_FIELDS})
+    filters = Filters.parse(**raw)
     since = raw.get("since_event_id")
     since_clean = (
         "tip"

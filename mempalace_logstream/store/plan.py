@@ -13,6 +13,7 @@ Must not import sqlalchemy, the backends or the rest of the store: the hook path
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -52,21 +53,32 @@ def events_from_rows(rows: Sequence[Row]) -> list[Event]:
     A frozen dataclass assigns every field through `object.__setattr__` in `__init__`; filling
     `__dict__` directly builds the same object ~6x faster (a page has up to 500 of them). A row
     whose values are not of their column's type (`repair_row`) reads with a `row_error`.
+    The type test runs once over the whole page (~0.4 µs a row); only a page that fails it
+    is tested row by row (issue 25: ~1.1 µs a row in all, was 1.8).
     """
-    out = []
-    new, names, plain = object.__new__, EVENT_FIELDS, _PLAIN_TYPES.issuperset
+    if not rows:
+        return []
+    out: list[Event] = []
+    append, new, names, links_at = out.append, object.__new__, EVENT_FIELDS, _LINKS_AT
+    plain = _PLAIN_TYPES.issuperset(map(type, itertools.chain.from_iterable(rows))) and all(
+        type(row[_OSEQ_AT]) is int and type(row[SEQ_AT]) is int for row in rows
+    )
     for row in rows:
         problem = None
-        if not plain(map(type, row)) or type(row[_OSEQ_AT]) is not int:
+        if not plain and (
+            not _PLAIN_TYPES.issuperset(map(type, row))
+            or type(row[_OSEQ_AT]) is not int
+            or type(row[SEQ_AT]) is not int
+        ):
             row, problem = repair_row(names, row)
         event = new(Event)
         values = event.__dict__
         values.update(zip(names, row, strict=True))
-        values["seq"], values["origin_seq"] = int(row[SEQ_AT]), int(row[_OSEQ_AT])
-        values["artifact_ids"] = parse_links(row[_LINKS_AT])
+        links = row[links_at]
+        values["artifact_ids"] = parse_links(links) if links else ()
         if problem is not None:
             values[ROW_ERROR] = problem
-        out.append(event)
+        append(event)
     return out
 
 

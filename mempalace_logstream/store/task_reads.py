@@ -15,7 +15,7 @@ from mempalace_logstream import validation as v
 from mempalace_logstream.backends.queries import tasks as sql
 from mempalace_logstream.payload import TOMBSTONE_PREFIX
 from mempalace_logstream.store.reads import Reads
-from mempalace_logstream.store.tasks import from_doc
+from mempalace_logstream.store.tasks import from_doc, from_docs
 from mempalace_logstream.tasks import Task, TaskSettings
 from mempalace_logstream.tasks.model import HELD
 
@@ -227,7 +227,7 @@ class TaskReads:
         given = {k: val for k, val in args.items() if val is not None}
         with self.reads.snapshot() as snap:
             rows = sql.listing(snap, state, given, now_ms=now, before=before, n=n + 1)
-            page = [from_doc(doc) for _seq, doc in rows[:n]]
+            page = from_docs([doc for _seq, doc in rows[:n]])
             texts = _page_texts(snap, page)
         found = [summary(task, now, self.settings, texts) for task in page]
         return {
