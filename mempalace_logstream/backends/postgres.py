@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import select
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,10 @@ from mempalace_logstream import errors, notify
 from mempalace_logstream.backends import base
 from mempalace_logstream.schema import events
 
+# Idle read connections a backend keeps out of the pool (`PostgresBackend.reading`), and how
+# long one may stay idle and still skip the pool's pre-ping.
+READERS_KEPT = 4
+FRESH_S = 1.0
 PG_APPEND_LOCK = 0x6C6F6773  # "logs": one advisory lock serializes seq assignment
 # The log's own tables (indexes and TOAST included), not the whole database: several logs may
 # share one database in different schemas.
@@ -58,6 +63,9 @@ class PostgresBackend:
         # explicit), used only under the store's commit lock; reads take pooled connections.
         self._proxy: Any = None
         self._lock_sql: str | None = None
+        # Idle reader connections, the most recently used last (`reading`).
+        self._readers: list[_Reader] = []
+        self._closed = False
 
     def sql_dialect(self) -> sa.Dialect:
         return self.engine.dialect
@@ -161,10 +169,16 @@ class PostgresBackend:
             self._proxy = None
 
     def close(self) -> None:
+        self._closed = True
+        while self._readers:
+            reader = self._readers.pop()
+            with contextlib.suppress(Exception):
+                reader.restore()
+            reader.proxy.close()  # back to the pool, which dispose() closes
         if self._proxy is not None:
             with contextlib.suppress(Exception):
                 self._proxy.driver_connection.autocommit = False
-            self._proxy.close()  # back to the pool, which dispose() closes
+            self._proxy.close()
             self._proxy = None
 
     @contextlib.contextmanager
@@ -228,22 +242,62 @@ class PostgresBackend:
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[base.Query]:
-        """A pooled connection in one transaction, at the engine's isolation level (what a
-        SQLAlchemy connection of the store reads at)."""
+        """Reads on one of the backend's reader connections (issue 25). At READ COMMITTED (the
+        server's default, and what the store's engine asks for) every statement of a
+        transaction block reads its own snapshot, so a reader on such a connection runs in
+        autocommit: the block's BEGIN and ROLLBACK were two round trips that changed nothing
+        a read sees. A connection at a stricter level reads in one transaction, as before.
+
+        Up to `READERS_KEPT` idle readers are kept out of the pool, the most recently used
+        first; one used within `FRESH_S` skips the pool's pre-ping (a round trip). If the
+        server ended it meanwhile, its first statement fails on a broken connection and runs
+        again on a fresh pooled (pinged) one: a read has nothing to undo."""
+        reader = self._reader()
+        healthy = False
+        try:
+            with base.wrap_exceptions(self.driver_errors):
+                try:
+                    yield reader.query(self.statement_hooks, self._fresh_reader)
+                except BaseException as exc:
+                    _end_read(reader.proxy, reader.db, exc)
+                    raise
+                if not reader.plain:
+                    reader.db.rollback()
+                healthy = True
+        finally:
+            self._release(reader, healthy)
+
+    def _reader(self) -> _Reader:
+        try:
+            reader = self._readers.pop()  # atomic: no two reads share a connection
+        except IndexError:
+            return self._fresh_reader()
+        if time.monotonic() - reader.used_at <= FRESH_S:
+            reader.pinged = False
+            return reader
+        reader.proxy.close()  # idle a while: back through the pool's pre-ping
+        return self._fresh_reader()
+
+    def _fresh_reader(self) -> _Reader:
         with base.wrap_exceptions(self.driver_errors):
             proxy = self.engine.raw_connection()
-            try:
-                db: psycopg.Connection[Any] = proxy.driver_connection  # type: ignore[assignment]
-                if db.autocommit:
-                    db.autocommit = False
-                try:
-                    yield self.query(db)
-                except BaseException as exc:
-                    _end_read(proxy, db, exc)
-                    raise
-                db.rollback()
-            finally:
-                proxy.close()
+            return _Reader(proxy)
+
+    def _release(self, reader: _Reader, healthy: bool) -> None:
+        db = reader.db
+        if (
+            healthy
+            and not self._closed
+            and not db.broken
+            and db.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            and len(self._readers) < READERS_KEPT
+        ):
+            reader.used_at = time.monotonic()
+            self._readers.append(reader)
+            return
+        with contextlib.suppress(Exception):
+            reader.restore()
+        reader.proxy.close()
 
     def query(self, db: psycopg.Connection[Any]) -> base.Query:
         hooks = self.statement_hooks
@@ -270,6 +324,73 @@ class _Tx:
     known: tuple[int, int] | None = None  # PostgreSQL has no data_version: always re-read
     counters: tuple[int, int] | None = None
     appended: bool = False
+
+
+_PLAIN_KEY = "logstream_reads_committed"
+
+
+class _Reader:
+    """A read connection: its pool proxy, whether it reads in autocommit (`plain`: READ
+    COMMITTED, where a transaction block adds nothing), when it was last given back, and
+    whether the pool pinged it for this read (a fresh checkout)."""
+
+    def __init__(self, proxy: Any) -> None:
+        self.proxy = proxy
+        self.db: psycopg.Connection[Any] = proxy.driver_connection
+        self.pinged = True
+        self.used_at = 0.0
+        plain = proxy.info.get(_PLAIN_KEY)  # kept for the DBAPI connection's lifetime
+        if plain is None:
+            plain = proxy.info[_PLAIN_KEY] = _reads_committed(self.db)
+        self.plain: bool = plain
+        self.db.autocommit = plain
+
+    def restore(self) -> None:
+        """The pool's connections are not in autocommit (the store's SQLAlchemy reads)."""
+        if self.db.autocommit:
+            self.db.autocommit = False
+
+    def query(
+        self, hooks: list[base.StatementHook], fresh: Callable[[], _Reader]
+    ) -> base.Query:
+        first = not self.pinged  # an unpinged connection's first statement may retry once
+
+        def run(sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+            nonlocal first
+            if hooks:
+                base.observe(hooks, sql, params)
+            try:
+                return self.db.execute(sql, params).fetchall()
+            except psycopg.OperationalError:
+                if not (first and self.db.broken):
+                    raise
+                self._replace(fresh())
+                return self.db.execute(sql, params).fetchall()
+            finally:
+                first = False
+
+        return run
+
+    def _replace(self, other: _Reader) -> None:
+        with contextlib.suppress(Exception):
+            self.proxy.invalidate()
+        self.proxy, self.db, self.plain, self.pinged = other.proxy, other.db, other.plain, True
+
+
+def _reads_committed(db: psycopg.Connection[Any]) -> bool:
+    """Whether `db` reads at READ COMMITTED (its own setting, else the server's default)."""
+    level = db.isolation_level
+    if level is not None:
+        return bool(level == psycopg.IsolationLevel.READ_COMMITTED)
+    if db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        db.rollback()
+    was = db.autocommit
+    db.autocommit = True
+    try:
+        row = db.execute("SHOW default_transaction_isolation").fetchone()
+    finally:
+        db.autocommit = was
+    return row is not None and str(row[0]).lower() == "read committed"
 
 
 def _end_read(proxy: Any, db: psycopg.Connection[Any], exc: BaseException) -> None:
