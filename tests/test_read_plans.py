@@ -176,3 +176,60 @@ def test_many_to_agent_values_fall_back_to_one_in_list(
     got = [e.id for e in store.event_list(to_agent=names, limit=500).events]
     want = [e.id for e in store.event_list(to_agent="a", limit=500).events]
     assert got == want
+
+
+def test_a_correlation_page_reads_the_correlation_index_in_seq_order(
+    filled: tuple[LogStore, list[str]],
+) -> None:
+    """Issue 25: the task-thread read (`correlation_id=X`, newest first) is one range of the
+    (correlation_id, seq) index, already in seq order: no sort, no other index."""
+    store, _ = filled
+    plans = _plans(store, correlation_id="task_2")
+    page = [plan for stmt, plan in plans if "events.body" in stmt]
+    assert len(page) == 1, plans
+    assert any("ix_events_correlation_id_seq (correlation_id=?" in s for s in page[0]), page
+    for stmt, plan in plans:
+        assert not any("TEMP B-TREE" in s for s in plan), (stmt, plan)
+
+
+def _statements(store: LogStore, **req: Any) -> list[str]:
+    seen: list[str] = []
+    store.backend.statement_hooks.append(lambda sql, params: seen.append(sql))
+    try:
+        store.event_list(**req)
+    finally:
+        store.backend.statement_hooks.pop()
+    return seen
+
+
+def test_a_page_costs_three_statements_and_a_cursor_one_more(
+    filled: tuple[LogStore, list[str]],
+) -> None:
+    """Issue 25's per-layer budget: the tip, the page, the keyring's marks probe (the keyring
+    itself is cached); a cursor adds its seq lookup; an empty page skips the marks probe."""
+    store, ids = filled
+    store.event_list(type="chat.message")  # the keyring is read once, then cached
+    assert len(_statements(store, type="chat.message")) == 3
+    assert len(_statements(store, to_agent="a", since_event_id=ids[100])) == 4
+    assert len(_statements(store, type="no.such.type")) == 2
+
+
+def test_reads_run_on_one_kept_connection_and_close_gives_it_back(tmp_path: Any) -> None:
+    """SQLite reads reuse the connection the last read used (its page cache is warm; no pool
+    checkout or reset per read), and closing the store gives every kept reader back."""
+    store = LogStore.open(str(tmp_path / "log.sqlite3"))
+    store.event_append(type="note", stream="s", room="r", from_agent="a", body="x")
+    seen: list[int] = []
+    real = store.backend.query
+
+    def spy(db: Any) -> Any:
+        seen.append(id(db))
+        return real(db)
+
+    store.backend.query = spy  # type: ignore[method-assign]
+    for _ in range(5):
+        store.event_list()
+    assert len(seen) == 5 and len(set(seen)) == 1
+    pool = store.engine.pool
+    store.close()
+    assert pool.checkedout() == 0  # type: ignore[attr-defined]

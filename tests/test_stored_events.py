@@ -391,3 +391,26 @@ def test_sync_pages_and_a_sync_round_read_past_a_row_of_the_wrong_type(
         held = [e.body for e in b.event_list(limit=10, order="asc").events]
         assert held[-1] == "after" and len(held) >= 2  # the broken one is kept or reported
         assert bad is not None
+
+
+def test_one_row_of_the_wrong_type_marks_only_itself_in_a_page(tmp_path: Path) -> None:
+    """The row reader tests a page's types at once (issue 25) and falls back to row by row:
+    the bad row reads with its error, the others exactly as stored."""
+    from mempalace_logstream.store import LogStore, plan
+
+    with LogStore.open(str(tmp_path / "log.sqlite3")) as store:
+        for i in range(3):
+            store.event_append(type="note", stream="s", room="r", from_agent="a", body=f"b{i}")
+        events = store.event_list(order="asc").events
+    rows = [
+        tuple(None if f == "artifact_ids" else getattr(e, f) for f in plan.EVENT_FIELDS)
+        for e in events
+    ]
+    body_at = plan.EVENT_FIELDS.index("body")
+    rows[1] = (*rows[1][:body_at], b"\xff", *rows[1][body_at + 1 :])
+    read = plan.events_from_rows(rows)
+    assert [e.to_dict() for i, e in enumerate(read) if i != 1] == [
+        e.to_dict() for i, e in enumerate(events) if i != 1
+    ]
+    assert "body" in read[1].to_dict()["row_error"]
+    assert plan.events_from_rows([]) == []

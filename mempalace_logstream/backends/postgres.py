@@ -350,9 +350,7 @@ class _Reader:
         if self.db.autocommit:
             self.db.autocommit = False
 
-    def query(
-        self, hooks: list[base.StatementHook], fresh: Callable[[], _Reader]
-    ) -> base.Query:
+    def query(self, hooks: list[base.StatementHook], fresh: Callable[[], _Reader]) -> base.Query:
         first = not self.pinged  # an unpinged connection's first statement may retry once
 
         def run(sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:

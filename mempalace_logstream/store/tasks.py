@@ -61,6 +61,11 @@ def from_docs(docs: Sequence[str]) -> list[Task]:
     return [_task(doc) for doc in json.loads("[" + ",".join(docs) + "]")]
 
 
+def _default(f: dataclasses.Field[Any]) -> Any:
+    factory = f.default_factory
+    return factory() if callable(factory) else f.default
+
+
 _TUPLE_FIELDS = ("conflicts", "anomalies", "lost")
 _DOC_NAMES = frozenset(DOC_FIELDS)
 _REQUIRED = frozenset(
@@ -69,11 +74,7 @@ _REQUIRED = frozenset(
     if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
 )
 # Each defaulted field's value (the factories make empty tuples: immutable, safe to share).
-_DEFAULTS = {
-    f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-    for f in dataclasses.fields(Task)
-    if f.name not in _REQUIRED
-}
+_DEFAULTS = {f.name: _default(f) for f in dataclasses.fields(Task) if f.name not in _REQUIRED}
 
 
 def _task(doc: dict[str, Any]) -> Task:
