@@ -205,31 +205,49 @@ def _statements(store: LogStore, **req: Any) -> list[str]:
 def test_a_page_costs_three_statements_and_a_cursor_one_more(
     filled: tuple[LogStore, list[str]],
 ) -> None:
-    """Issue 25's per-layer budget: the tip, the page, the keyring's marks probe (the keyring
-    itself is cached); a cursor adds its seq lookup; an empty page skips the marks probe."""
+    """Issue 25's per-layer budget: the tip, the page, the keyring's marks probe; a cursor
+    adds its seq lookup; an empty page skips the marks probe. While nothing is committed,
+    the tip and the marks (log facts) are answered from the reader's last read: the page
+    (and the cursor's lookup) is all a read runs."""
     store, ids = filled
-    store.event_list(type="chat.message")  # the keyring is read once, then cached
-    assert len(_statements(store, type="chat.message")) == 3
-    assert len(_statements(store, to_agent="a", since_event_id=ids[100])) == 4
-    assert len(_statements(store, type="no.such.type")) == 2
+    store.event_list(type="chat.message")
+    assert len(_statements(store, type="chat.message")) == 1
+    assert len(_statements(store, to_agent="a", since_event_id=ids[100])) == 2
+    assert len(_statements(store, type="no.such.type")) == 1
+
+
+def test_a_commit_makes_the_next_read_ask_for_the_log_facts_again(tmp_path: Any) -> None:
+    """The remembered tip and marks hold only while `PRAGMA data_version` is unchanged: an
+    append by this store's writer or by another process's store is read at once."""
+    path = str(tmp_path / "log.sqlite3")
+    note = {"type": "note", "stream": "s", "room": "r", "from_agent": "a"}
+    with LogStore.open(path) as store, LogStore.open(path) as other:
+        first = store.event_append(**note, body="1")
+        assert [e.id for e in store.event_list().events] == [first.id]
+        assert len(_statements(store)) == 1  # tip and marks remembered
+        second = store.event_append(**note, body="2")
+        assert len(_statements(store)) == 3  # the writer committed: asked again
+        assert store.event_list(limit=1).events[0].id == second.id
+        third = other.event_append(**note, body="3")
+        assert store.event_list(limit=1).events[0].id == third.id
+        page = store.event_list(since_event_id=first.id)
+        assert [e.id for e in page.events] == [second.id, third.id]
+        assert page.cursor == third.id
 
 
 def test_reads_run_on_one_kept_connection_and_close_gives_it_back(tmp_path: Any) -> None:
     """SQLite reads reuse the connection the last read used (its page cache is warm; no pool
     checkout or reset per read), and closing the store gives every kept reader back."""
+    import sqlalchemy as sa
+
     store = LogStore.open(str(tmp_path / "log.sqlite3"))
     store.event_append(type="note", stream="s", room="r", from_agent="a", body="x")
-    seen: list[int] = []
-    real = store.backend.query
-
-    def spy(db: Any) -> Any:
-        seen.append(id(db))
-        return real(db)
-
-    store.backend.query = spy  # type: ignore[method-assign]
+    store.event_list()
+    checkouts: list[object] = []
+    sa.event.listen(store.engine, "checkout", lambda *args: checkouts.append(args))
     for _ in range(5):
         store.event_list()
-    assert len(seen) == 5 and len(set(seen)) == 1
+    assert checkouts == []  # the kept reader, not the pool
     pool = store.engine.pool
     store.close()
     assert pool.checkedout() == 0  # type: ignore[attr-defined]

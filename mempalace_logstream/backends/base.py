@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import sqlalchemy as sa
@@ -96,7 +96,14 @@ class Backend(Protocol):
         """A savepoint in `db`'s transaction, rolled back alone if the block raises."""
 
     def reading(self) -> contextlib.AbstractContextManager[Query]:
-        """One read snapshot on a pooled connection."""
+        """The reads of one call on one of the backend's reader connections: one snapshot on
+        SQLite; on PostgreSQL at READ COMMITTED each statement reads its own (as it would in a
+        transaction block at that level)."""
+
+    def remember_log_facts(self, statements: Iterable[str]) -> None:
+        """SQL texts whose rows depend only on what the log holds (no parameter but their
+        constants): a backend that can tell nothing was committed since (SQLite's
+        `data_version`) answers them again from its reader connection's last result."""
 
     def executor(
         self, db: Any, compile: Compile, on_bulk: Callable[[], Any] | None = None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import select
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -239,6 +239,10 @@ class PostgresBackend:
             db.execute("ROLLBACK TO SAVEPOINT logstream_item; RELEASE SAVEPOINT logstream_item")
             raise
         db.execute("RELEASE SAVEPOINT logstream_item")
+
+    def remember_log_facts(self, statements: Iterable[str]) -> None:
+        """Nothing to remember: PostgreSQL has no cheap "nothing committed since" (each read
+        runs its statements)."""
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[base.Query]:

@@ -12,7 +12,7 @@ import contextlib
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,6 +93,17 @@ class SqliteBackend:
         # Idle reader connections (pool proxies), the most recently used last (`reading`).
         self._readers: list[Any] = []
         self._closed = False
+        # The SQL texts of the log facts (`remember_log_facts`).
+        self.log_facts: frozenset[str] = frozenset()
+
+    def remember_log_facts(self, statements: Iterable[str]) -> None:
+        """Statements whose rows depend only on what the log holds (the tip, the keyring's
+        marks: asked by every read), which a read snapshot answers from what its connection
+        read before while `PRAGMA data_version` shows no commit since (issue 25: one PRAGMA
+        instead of two statements on a log nobody wrote to meanwhile). `data_version`
+        changes with every commit of another connection, the store's own writer included,
+        and a reader never writes."""
+        self.log_facts = self.log_facts | frozenset(statements)
 
     def sql_dialect(self) -> sa.Dialect:
         return _NAMED
@@ -207,7 +218,7 @@ class SqliteBackend:
         try:
             db.execute("BEGIN")
             try:
-                yield self.query(db)
+                yield self._reading_query(db, proxy.info) if self.log_facts else self.query(db)
             finally:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
@@ -229,6 +240,34 @@ class SqliteBackend:
             self._readers.append(proxy)
         else:
             proxy.close()
+
+    def _reading_query(self, db: sqlite3.Connection, info: dict[Any, Any]) -> base.Query:
+        """`query` of a read snapshot, answering the statements of `log_facts` from what this
+        connection read at the same `PRAGMA data_version`."""
+        facts: _Facts | None = info.get(_FACTS_KEY)
+        if facts is None:
+            facts = info[_FACTS_KEY] = _Facts()
+        hooks, known, checked = self.statement_hooks, self.log_facts, False
+
+        def run(sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+            nonlocal checked
+            if sql in known:
+                if not checked:  # once per snapshot, inside it: the version it reads
+                    facts.check(db.execute("PRAGMA data_version").fetchone()[0])
+                    checked = True
+                key = (sql, tuple(params.items()))
+                hit = facts.rows.get(key)
+                if hit is not None:
+                    return hit
+                if hooks:
+                    base.observe(hooks, sql, params)
+                rows = facts.rows[key] = sqlite_file.fetch_all(db, sql, params)
+                return rows
+            if hooks:
+                base.observe(hooks, sql, params)
+            return sqlite_file.fetch_all(db, sql, params)
+
+        return run
 
     def query(self, db: sqlite3.Connection) -> base.Query:
         hooks = self.statement_hooks
@@ -255,6 +294,22 @@ class SqliteBackend:
         if self._proxy is not None:
             self._proxy.close()
             self._proxy = None
+
+
+_FACTS_KEY = "logstream_log_facts"  # in a pooled connection's info: kept for its lifetime
+
+
+class _Facts:
+    """The log facts one reader connection read, at the `data_version` they were read at."""
+
+    def __init__(self) -> None:
+        self.version: int | None = None
+        self.rows: dict[tuple[str, tuple[tuple[str, Any], ...]], list[tuple[Any, ...]]] = {}
+
+    def check(self, version: int) -> None:
+        if version != self.version:
+            self.rows.clear()
+            self.version = version
 
 
 @dataclass

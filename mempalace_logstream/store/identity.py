@@ -26,6 +26,7 @@ from mempalace_logstream.store.rows import events_from_rows
 
 if TYPE_CHECKING:
     from mempalace_logstream.backends import Executor
+    from mempalace_logstream.backends.base import Compile
 
 KEYS_DIRNAME = "keys"
 KEY_SUFFIX = ".key"
@@ -97,6 +98,10 @@ class Identity:
         with self._lock:
             self._ring, self._ring_at = ring, (top, pins)
         return ring
+
+    def marks_statement(self, compile: Compile) -> str:
+        """The SQL text of the keyring's marks probe (a log fact: `remember_log_facts`)."""
+        return queries.marks_statement(compile, KEY_EVENT_TYPES, PIN_PREFIX, self._aggregate)
 
     def any_key_event(self, ex: Executor) -> bool:
         """Whether the log holds any key event (identity is in use here)."""

@@ -40,6 +40,10 @@ class Reads:
         # Bound once: every read runs them (no attribute walk per statement).
         self._sql = pipeline.sql
         self.event_select = pipeline.event_select
+        # Every read asks for the tip and (for a page with events) the keyring's marks: facts
+        # of the whole log, which a backend may answer again while nothing was committed.
+        facts = (log_rows.tip_statement(self._sql), identity.marks_statement(self._sql))
+        self.backend.remember_log_facts(facts)
 
     def event_get(self, event_id: Any) -> Event:
         ident = v.required_routing("event_id", event_id)

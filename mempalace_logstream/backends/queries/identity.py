@@ -10,7 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from mempalace_logstream.backends.base import Executor
+from mempalace_logstream.backends.base import Compile, Executor
 from mempalace_logstream.schema import artifacts, events, meta
 
 MARKS = "identity.marks"
@@ -32,7 +32,16 @@ def marks(ex: Executor, key_types: KeyTypes, pin_prefix: str, agg: Any) -> tuple
     ","; `agg` is the backend's string aggregate): what a cached keyring was built from. An
     id, not a seq: a key event rolled back never comes back under its id, while its seq is
     reused."""
+    row = ex.rows(MARKS, _marks_builder(key_types, pin_prefix, agg), {})[0]
+    return row[0], row[1]
 
+
+def marks_statement(compile: Compile, key_types: KeyTypes, pin_prefix: str, agg: Any) -> str:
+    """The SQL text of `marks`: a log fact (`remember_log_facts`)."""
+    return compile(MARKS, _marks_builder(key_types, pin_prefix, agg), {})[0]
+
+
+def _marks_builder(key_types: KeyTypes, pin_prefix: str, agg: Any) -> Callable[[], sa.Select[Any]]:
     def build() -> sa.Select[Any]:
         pinned = meta.c.key.startswith(pin_prefix, autoescape=True)
         # max(seq) over the (type, seq) index, then the row by its key: an ORDER BY over the
@@ -44,8 +53,7 @@ def marks(ex: Executor, key_types: KeyTypes, pin_prefix: str, agg: Any) -> tuple
             sa.select(agg(meta.c.key, sa.literal(","))).where(pinned).scalar_subquery(),
         )
 
-    row = ex.rows(MARKS, build, {})[0]
-    return row[0], row[1]
+    return build
 
 
 def key_events(

@@ -14,7 +14,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from mempalace_logstream.backends.base import Build, Executor, LinksFunctions
+from mempalace_logstream.backends.base import Build, Compile, Executor, LinksFunctions
 from mempalace_logstream.schema import (
     artifact_blobs,
     artifacts,
@@ -90,6 +90,11 @@ def _top_all() -> sa.Select[Any]:
 
 def _top_below() -> sa.Select[Any]:
     return _top_all().where(events.c.seq < sa.bindparam("hi"))
+
+
+def tip_statement(compile: Compile) -> str:
+    """The SQL text of `top(ex, None)`, the newest event: a log fact (`remember_log_facts`)."""
+    return compile((TOP, True), _top_all, {})[0]
 
 
 def top(ex: Executor, hi: int | None) -> Sequence[Any] | None:
