@@ -245,8 +245,8 @@ class SqliteBackend:
         """`query` of a read snapshot, answering the statements of `log_facts` from what this
         connection read at the same `PRAGMA data_version`."""
         facts: _Facts | None = info.get(_FACTS_KEY)
-        if facts is None:
-            facts = info[_FACTS_KEY] = _Facts()
+        if facts is None or facts.db is not db:  # a record's info may outlive its connection
+            facts = info[_FACTS_KEY] = _Facts(db)
         hooks, known, checked = self.statement_hooks, self.log_facts, False
 
         def run(sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
@@ -302,7 +302,8 @@ _FACTS_KEY = "logstream_log_facts"  # in a pooled connection's info: kept for it
 class _Facts:
     """The log facts one reader connection read, at the `data_version` they were read at."""
 
-    def __init__(self) -> None:
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
         self.version: int | None = None
         self.rows: dict[tuple[str, tuple[tuple[str, Any], ...]], list[tuple[Any, ...]]] = {}
 
