@@ -347,6 +347,8 @@ class _Reader:
         if plain is None:
             plain = proxy.info[_PLAIN_KEY] = _reads_committed(self.db)
         self.plain: bool = plain
+        if self.db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            self.db.rollback()  # (the pool resets a connection it hands out; to be sure)
         self.db.autocommit = plain
 
     def restore(self) -> None:
