@@ -151,3 +151,19 @@ def _until_waiting_on_a_lock(admin: sa.Engine, name: str, timeout: float = 20.0)
                 return
         assert time.monotonic() < deadline, "the append never waited on the held row"
         time.sleep(0.01)
+
+
+def test_reads_at_a_stricter_isolation_level_still_see_every_commit(pg_url: str) -> None:
+    """Readers run in autocommit only at READ COMMITTED (issue 25); a server whose default is
+    REPEATABLE READ gets reads in one transaction each, which still see every commit made
+    before they began."""
+    url = pg_url + "%20-cdefault_transaction_isolation%3Drepeatable%5C%20read"
+    with LogStore.open(url) as store:
+        with store.engine.connect() as conn:
+            level = conn.exec_driver_sql("SHOW default_transaction_isolation").scalar()
+        assert level == "repeatable read"
+        first = store.event_append(**_note(body="1"))
+        assert [e.id for e in store.event_list().events] == [first.id]
+        second = store.event_append(**_note(body="2"))
+        assert [e.id for e in store.event_list(order="asc").events] == [first.id, second.id]
+        assert store.task_list()["tasks"] == []
