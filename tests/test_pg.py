@@ -608,3 +608,23 @@ def test_an_interrupt_in_a_read_or_write_propagates_and_leaves_usable_connection
         assert store.event_get(event.id) == event
     finally:
         store.close()
+
+
+def test_the_keyring_marks_probe_reads_one_type_index_entry_per_key_type(pg_url: str) -> None:
+    """Issue 25: every read of a page with events probes the keyring's marks. As one
+    max(seq) over `type IN (...)` PostgreSQL walked the whole primary key backwards while the
+    log held no key event; per key type it is one (type, seq) index lookup."""
+    import psycopg
+
+    with LogStore.open(pg_url) as store:
+        for i in range(200):
+            store.event_append(type="note", stream="s", room="r", from_agent="a", body=str(i))
+        seen: list[tuple[str, Any]] = []
+        store.backend.statement_hooks.append(lambda sql, params: seen.append((sql, params)))
+        store.event_list()
+        (sql, params), *_ = [s for s in seen if "logstream_meta" in s[0]]
+        dsn = store.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(dsn) as conn:
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql, params))
+    assert "ix_events_type_seq" in plan, plan
+    assert "Filter: (type = ANY" not in plan, plan

@@ -41,11 +41,12 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
     "identity.marks": (
         (
             "SELECT (SELECT events.id \nFROM events \nWHERE events.seq = (SELECT "
-            "max(events.seq) AS max_1 \nFROM events \nWHERE events.type IN "
-            "(:key_type_0, :key_type_1))) AS anon_1, (SELECT "
-            'group_concat(logstream_meta."key", :param_1) AS group_concat_1 \nFROM '
-            "logstream_meta \nWHERE (logstream_meta.\"key\" LIKE :key_1 || '%' ESCAPE "
-            "'/')) AS anon_2"
+            "max(anon_2.seq) AS max_1 \nFROM (SELECT max(events.seq) AS seq \nFROM "
+            "events \nWHERE events.type = :key_type_0 UNION ALL SELECT "
+            "max(events.seq) AS seq \nFROM events \nWHERE events.type = :key_type_1) "
+            'AS anon_2)) AS anon_1, (SELECT group_concat(logstream_meta."key", '
+            ":param_1) AS group_concat_1 \nFROM logstream_meta \nWHERE "
+            "(logstream_meta.\"key\" LIKE :key_1 || '%' ESCAPE '/')) AS anon_3"
         ),
         {
             "key_type_0": "identity.key_add",
