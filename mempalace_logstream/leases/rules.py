@@ -26,6 +26,9 @@ ADMIN_NAME = "admin"  # identity's admin actor writes as this name (identity.act
 # A lease of a task ends with the task's end (the task's row says when: its last move).
 ENDING_TASK_STATES = frozenset({"completed", "cancelled"})
 
+# The fence of a lease that lost a race across replicas: none (fences count the winners only,
+# so a guard never sees a number taken by a lease that never held).
+NO_FENCE = 0
 MIN_TTL_MS, MAX_TTL_MS = 1000, 7 * 24 * 3600 * 1000  # leases.inputs' ttl_s bounds, in ms
 
 TaskEnd = Callable[[str], str | None]  # task id -> HLC of the move that ended it, or None
@@ -48,7 +51,7 @@ class Lease:
     exclusive: bool
     reason: str
     task_id: str | None
-    fence: int  # grows per project with every lease granted or lost, in HLC order
+    fence: int  # 1, 2, ... per project over the leases granted, in HLC order; NO_FENCE if lost
     acquired_hlc: str
     ttl_ms: int
     expires_ms: int
@@ -195,7 +198,8 @@ def blockers(
 
 
 def acquire(held: Iterable[Lease], move: Move, fence: int, task_end: TaskEnd) -> Lease:
-    """The lease an acquire makes: lost to the first holder when any overlaps (`blockers`)."""
+    """The lease an acquire makes, with `fence`: lost to the first holder when any overlaps
+    (`blockers`), and then with NO_FENCE (the next winner takes `fence`)."""
     lease = Lease(
         lease_id=move.event_id,
         project=move.project,
@@ -213,7 +217,9 @@ def acquire(held: Iterable[Lease], move: Move, fence: int, task_end: TaskEnd) ->
     if not found:
         return lease
     first = min((b for b, _ in found), key=lambda b: (b.acquired_hlc, b.lease_id))
-    return dataclasses.replace(lease, lost_to=first.lease_id, lost_holder=first.agent)
+    return dataclasses.replace(
+        lease, fence=NO_FENCE, lost_to=first.lease_id, lost_holder=first.agent
+    )
 
 
 def refusal_of_conflict(found: list[tuple[Lease, list[tuple[str, str]]]]) -> Refused:
@@ -278,15 +284,17 @@ def move_on(lease: Lease | None, move: Move, task_end: TaskEnd) -> Lease | Refus
 
 def fold(moves: Iterable[Move], task_end: TaskEnd) -> dict[str, Lease]:
     """Every lease of `moves` (in HLC order), as the log leaves them: the same on every
-    replica that holds the same events. Refused moves take no effect."""
+    replica that holds the same events. Refused moves take no effect; a lost acquire takes
+    no fence, so the winners' fences are 1, 2, ... in HLC order."""
     leases: dict[str, Lease] = {}
     fence = 0
     for move in moves:
         if move.kind == "acquire":
             if move.event_id in leases:
                 continue
-            fence += 1
-            leases[move.event_id] = acquire(leases.values(), move, fence, task_end)
+            lease = acquire(leases.values(), move, fence + 1, task_end)
+            fence = max(fence, lease.fence)
+            leases[move.event_id] = lease
             continue
         after = move_on(leases.get(move.target), move, task_end)
         if isinstance(after, Lease):
