@@ -174,17 +174,23 @@ class Refused:
 
 
 def overlapping(mine: Iterable[str], theirs: Iterable[str]) -> list[tuple[str, str]]:
-    """The (mine, theirs) glob pairs that can name a common path."""
-    return [(a, b) for a in mine for b in theirs if globs.overlaps(a, b)]
+    """The (mine, theirs) glob pairs that can name a common path (the automata compared only
+    for pairs whose literal prefixes allow it)."""
+    theirs = tuple(theirs)
+    return [
+        (a, b) for a in mine for b in theirs if globs.may_overlap(a, b) and globs.overlaps(a, b)
+    ]
 
 
 def blockers(
     held: Iterable[Lease], move: Move, task_end: TaskEnd
 ) -> list[tuple[Lease, list[tuple[str, str]]]]:
     """The leases of other agents held at the move's time whose paths overlap its paths,
-    one of the two exclusive (shared leases coexist), with the overlapping pairs."""
+    one of the two exclusive (shared leases coexist), with the overlapping pairs, in the
+    order of `held`. Only the leases a literal-prefix index leaves are compared."""
     out: list[tuple[Lease, list[tuple[str, str]]]] = []
-    for lease in held:
+    index = globs.PrefixIndex((lease.paths, lease) for lease in held)
+    for lease in index.candidates(move.paths):  # no other lease can overlap the move
         if lease.agent == move.agent or lease.project != move.project:
             continue
         if not (lease.exclusive or move.exclusive):
