@@ -48,7 +48,9 @@ def test_the_agents_view_shows_active_leases_and_follows_them(hub: LiveHub, page
                 "done": "tests pass",
             },
         ).json()["task"]["correlation_id"]
-        held = _acquire(c, "claude", ["src/**", "tests/auth/"], reason="auth refactor", task_id=task)
+        held = _acquire(
+            c, "claude", ["src/**", "tests/auth/"], reason="auth refactor", task_id=task
+        )
         docs = _acquire(c, "codex", ["docs/**"], exclusive=False)
         open_view(page, hub.url, "agents")
         row = f"#leases-body tr[data-lease='{held['lease_id']}']"
