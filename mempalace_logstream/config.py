@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from mempalace_logstream import errors
 
@@ -72,8 +71,7 @@ def _lease_ms(environ: Mapping[str, str], key: str, default: int) -> int:
     return _bounded(environ, key, default, MIN_LEASE_MS, MAX_LEASE_MS)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Settings:
+class Settings(NamedTuple):  # not a dataclass: the hook paths import no dataclasses
     db: str | None = None
     palace: str | None = None
     max_body_bytes: int = 256 * 1024

@@ -1,9 +1,10 @@
 """What `logstream hook pretooluse` imports on a local log (issue 22): it runs before every
 edit, so the console script must reach the decision with the standard library and the lean
 modules only: no SQLAlchemy, pydantic, FastAPI, MCP, typer or click, none of the package's
-models or read filters, and none of the standard modules the decision does not need
-(subprocess, pathlib, secrets, hashlib). Each call is the real console entry (`cli.main`) in
-a fresh interpreter against a real SQLite log; `sys.modules` is the record."""
+models, read filters or clock, and none of the standard modules the decision does not need
+(dataclasses and inspect, subprocess, pathlib, secrets, hashlib). Each call is the real console
+entry (`cli.main`) in a fresh interpreter against a real SQLite log; `sys.modules` is the
+record."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ HEAVY = (
     "alembic",
 )
 # Standard modules the hook path has no use for (each costs milliseconds on every edit).
-NOT_NEEDED = ("subprocess", "pathlib", "secrets", "hashlib", "random", "dataclasses_json")
+NOT_NEEDED = ("subprocess", "pathlib", "secrets", "hashlib", "random", "dataclasses", "inspect")
 # The package's modules the decision may load: the entry, the lease rules, the lean reader.
 LEAN = {
     "mempalace_logstream",
@@ -45,7 +46,6 @@ LEAN = {
     "mempalace_logstream.cli",
     "mempalace_logstream.config",
     "mempalace_logstream.errors",
-    "mempalace_logstream.hlc",
     "mempalace_logstream.hook",
     "mempalace_logstream.lease_hook",
     "mempalace_logstream.leases",

@@ -14,8 +14,7 @@ from __future__ import annotations
 import bisect
 import functools
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 MAX_GLOB_CHARS = 256  # a routing value's limit: a glob is one
 STAR = "**"  # the segment token for "any number of segments"
@@ -23,8 +22,7 @@ WILD = "*?[\\"  # where a glob's literal prefix ends (an escape too: the prefix 
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class CharClass:
+class CharClass(NamedTuple):  # not a dataclass: the PreToolUse hook imports no dataclasses
     """A `[...]` class: the (lo, hi) code point ranges it lists, negated or not."""
 
     ranges: tuple[tuple[int, int], ...]

@@ -10,13 +10,10 @@ clock. A lease of a task ends when its task is completed or cancelled.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
-from mempalace_logstream import hlc
 from mempalace_logstream.leases import globs
 
 ACQUIRE, RENEW, RELEASE = "lease.acquire", "lease.renew", "lease.release"
@@ -40,8 +37,11 @@ def iso(ms: int | None) -> str | None:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
-@dataclass(frozen=True, kw_only=True)
-class Lease:
+# The records are NamedTuples: the PreToolUse hook, which reads them on every edit, then
+# imports neither the dataclasses module nor inspect (tests/test_lease_lean.py).
+
+
+class Lease(NamedTuple):
     """One lease as the log's moves leave it (a row of the `leases` projection)."""
 
     lease_id: str  # the id of its `lease.acquire` event
@@ -97,8 +97,7 @@ class Lease:
         return "active" if self.expires_ms > now_ms else "expired"
 
 
-@dataclass(frozen=True, kw_only=True)
-class Move:
+class Move(NamedTuple):
     """A lease event read as a move (malformed ones, from a peer, are no move)."""
 
     kind: str  # acquire | renew | release
@@ -121,6 +120,8 @@ def classify(
     """The move an event makes, or None (not a lease event, or one no rule can read)."""
     if type not in TYPES:
         return None
+    from mempalace_logstream import hlc  # here: the hook's check classifies no event
+
     parsed = hlc.parse(stamp)
     if parsed is None:
         return None
@@ -163,8 +164,7 @@ def classify(
 # ----------------------------------------------------------------------------- the rules
 
 
-@dataclass(frozen=True)
-class Refused:
+class Refused(NamedTuple):
     """A move the rules refuse: raised as `kind` (conflict, forbidden, not_found) locally,
     no effect from a peer."""
 
@@ -223,9 +223,7 @@ def acquire(held: Iterable[Lease], move: Move, fence: int, task_end: TaskEnd) ->
     if not found:
         return lease
     first = min((b for b, _ in found), key=lambda b: (b.acquired_hlc, b.lease_id))
-    return dataclasses.replace(
-        lease, fence=NO_FENCE, lost_to=first.lease_id, lost_holder=first.agent
-    )
+    return lease._replace(fence=NO_FENCE, lost_to=first.lease_id, lost_holder=first.agent)
 
 
 def refusal_of_conflict(found: list[tuple[Lease, list[tuple[str, str]]]]) -> Refused:
@@ -277,7 +275,7 @@ def move_on(lease: Lease | None, move: Move, task_end: TaskEnd) -> Lease | Refus
             f"lease {lease.lease_id} ended with its task {lease.task_id}; {move.kind} refused",
         )
     if move.kind == "release":
-        return dataclasses.replace(lease, released_hlc=move.stamp, released_by=move.agent)
+        return lease._replace(released_hlc=move.stamp, released_by=move.agent)
     if lease.expires_ms <= move.wall_ms:
         return Refused(
             "conflict",
@@ -285,7 +283,7 @@ def move_on(lease: Lease | None, move: Move, task_end: TaskEnd) -> Lease | Refus
             f"lease {lease.lease_id} expired at {iso(lease.expires_ms)}; renew refused; "
             "acquire again",
         )
-    return dataclasses.replace(lease, ttl_ms=move.ttl_ms, expires_ms=move.wall_ms + move.ttl_ms)
+    return lease._replace(ttl_ms=move.ttl_ms, expires_ms=move.wall_ms + move.ttl_ms)
 
 
 def fold(moves: Iterable[Move], task_end: TaskEnd) -> dict[str, Lease]:
