@@ -43,3 +43,29 @@ def test_presence_lists_each_agents_active_leases(tmp_path: Path) -> None:
         assert c.post("/v1/lease_release", json=release).status_code == 200
         again = {a["agent"]: a for a in c.get("/v1/presence").json()["agents"]}
         assert again["claude"]["leases"]["count"] == 2
+
+
+def test_the_hubs_mcp_presence_list_says_the_same(tmp_path: Path) -> None:
+    import asyncio
+    import json
+
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    async def listed(url: str) -> dict[str, object]:
+        async with (
+            streamable_http_client(url + "/mcp") as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            out = await session.call_tool("mempalace_presence_list", {})
+            assert not out.is_error, out.content
+            return dict(json.loads(out.content[0].text))  # type: ignore[union-attr]
+
+    with live_hub(tmp_path) as hub, httpx.Client(base_url=hub.url) as c:
+        body = {"agent": "claude", "state": "working", "ttl_s": 60}
+        assert c.post("/v1/presence_announce", json=body).status_code == 200
+        lease = {"agent": "claude", "paths": ["src/**"], "project": "demo"}
+        assert c.post("/v1/lease_acquire", json=lease).status_code == 200
+        agents = asyncio.run(listed(hub.url))["agents"]
+        assert [a["leases"] for a in agents] == [{"count": 1, "paths": ["src/**"]}]  # type: ignore[union-attr,index]
