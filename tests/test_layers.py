@@ -69,6 +69,8 @@ RULES: dict[str, tuple[str, ...]] = {
     "codex_thread": (*BRIDGE_FORBIDS, "click", "rich"),
     "deliver": (*BRIDGE_FORBIDS, "sse_starlette"),
     "sync": ("fastapi", "typer", "mcp", "sse_starlette"),
+    # The NATS JetStream bridge (issue 24): the peer apply and the store's public API; no SQL.
+    "natsbridge": ("backends", "sqlalchemy", "schema", "http", "mcp_server", "cli", *SURFACE_LIBS),
     "replication": SURFACE_LIBS,
     "importer": (*SURFACE_LIBS, "rich"),
     "workflows": ("sqlalchemy", "backends", "schema", *SURFACE_LIBS),
@@ -105,6 +107,7 @@ SOLE_IMPORTERS = {
     "mcp": {"mcp_server"},
     "fastapi": {"http"},
     "sse_starlette": {"http"},
+    "nats": {"natsbridge"},
 }
 
 

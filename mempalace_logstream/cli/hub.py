@@ -135,6 +135,15 @@ ForwardedOpt = Annotated[
         "Default: 127.0.0.1, or $FORWARDED_ALLOW_IPS.",
     ),
 ]
+NatsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--nats",
+        help="Also bridge the log to this NATS JetStream server (2.10+; the nats extra), as "
+        "`logstream bridge nats` does.",
+        show_default=False,
+    ),
+]
 HumanOpt = Annotated[
     Multi,
     typer.Option("--human", help="A name that counts as a person for the loop guards (repeat)."),
@@ -165,6 +174,7 @@ def serve(
     human: HumanOpt = None,
     wakeable_window: WakeableWindowOpt = 1_800,
     forwarded_allow_ips: ForwardedOpt = None,
+    nats: NatsOpt = None,
     db: DbOpt = None,
     palace: PalaceOpt = None,
 ) -> None:
@@ -176,6 +186,11 @@ def serve(
     from mempalace_logstream.http import HubSettings
 
     _check_serve_flags(host, token, sync_interval, sync_deadline_s, sync_max_response_bytes)
+    nats_cfg = None
+    if nats is not None:
+        from mempalace_logstream.cli.bridge import bridge_config
+
+        nats_cfg = bridge_config(nats, "LOGSTREAM", "logstream")
     try:
         interval = (
             sync_interval if sync_interval is not None else sync_mod.interval_from_env(os.environ)
@@ -224,10 +239,13 @@ def serve(
     application = _hub_app(store, settings, loop, mcp_read_only, remind_interval)
     sock = _bind(host, port)
     lead.name = f"{socket.gethostname()}:{sock.getsockname()[1]} pid {os.getpid()}"
+    bridge = _start_bridge(store, nats_cfg) if nats_cfg is not None else None
     _banner(host, sock, store, loop, interval, palace_path)
     try:
         _run(application, sock, store, forwarded_allow_ips)
     finally:
+        if bridge is not None:
+            bridge.stop()
         lead.release()
         if held is not None:
             held.close()
@@ -253,6 +271,21 @@ def _run(
         server.run(sockets=[sock])
     finally:
         store.close()
+
+
+def _start_bridge(store: LogStore, cfg: object) -> Any:
+    """The NATS bridge beside the hub (its own thread and event loop), started once its
+    checks passed; a refusal stops `serve` with its one line."""
+    from mempalace_logstream.natsbridge import BridgeConfig, BridgeThread
+
+    assert isinstance(cfg, BridgeConfig)
+    try:
+        thread = BridgeThread(store, cfg, _say).start()
+    except errors.LogstreamError as exc:
+        store.close()
+        raise fail(exc.message) from None
+    _say(f"nats bridge: {store.replica_id} on {cfg.url} stream {cfg.stream}")
+    return thread
 
 
 def _say(line: str) -> None:

@@ -81,6 +81,7 @@ COMMANDS = {
     "serve": "hub",
     "mcp": "mcp_stdio",
     **dict.fromkeys(("sync", "peers", "import"), "sync"),
+    "bridge": "bridge",
     "deliver": "deliver",
     **dict.fromkeys(("wait", "watch"), "waiting"),
     "tail": "tail",

@@ -72,9 +72,10 @@ def run_bridge(store: LogStore, cfg: BridgeConfig, say: Callable[[str], None] = 
     async def main() -> None:
         bridge = Bridge(store, cfg, say)
         await bridge.open()
+        after = bridge.publisher.position if bridge.publisher is not None else 0
         say(
             f"nats bridge: {store.replica_id} on {cfg.url} stream {cfg.stream} "
-            f"(subjects {cfg.prefix}.>); publishing from origin_seq {bridge.publisher.position if bridge.publisher else 0}"
+            f"(subjects {cfg.prefix}.>); publishing after origin_seq {after}"
         )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -79,7 +79,10 @@ class Consumer:
             description=f"mempalace-logstream bridge of {self.store.replica_id}",
         )
         self._sub = await self.link.js.pull_subscribe(
-            "", durable=self.cfg.durable(self.store.replica_id), stream=self.cfg.stream, config=config
+            "",
+            durable=self.cfg.durable(self.store.replica_id),
+            stream=self.cfg.stream,
+            config=config,
         )
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -194,9 +197,7 @@ class Consumer:
 
     async def _settle(self, batch: list[_Item], res: replication.ApplyResult) -> None:
         """Ack, term or nak each message after the import committed."""
-        refused = {
-            r["ident"]: r for r in res.rejected if r["kind"] == "event" and r.get("ident")
-        }
+        refused = {r["ident"]: r for r in res.rejected if r["kind"] == "event" and r.get("ident")}
         clashes = {c["event_id"]: c for c in res.conflicts}
         applied = set(res.applied_ids)
         for it in batch:

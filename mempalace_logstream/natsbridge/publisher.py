@@ -19,7 +19,7 @@ from typing import Any
 import nats.errors
 import nats.js.errors
 
-from mempalace_logstream import replication
+from mempalace_logstream import errors, replication
 from mempalace_logstream.natsbridge.setup import BridgeConfig, Link
 from mempalace_logstream.natsbridge.subjects import headers, subject
 from mempalace_logstream.store import LogStore
@@ -55,7 +55,13 @@ class Publisher:
             try:
                 sent = await self.step()
                 failures = 0
-            except (nats.errors.Error, nats.js.errors.Error, TimeoutError, OSError) as exc:
+            except (
+                nats.errors.Error,
+                nats.js.errors.Error,
+                errors.LogstreamError,
+                TimeoutError,
+                OSError,
+            ) as exc:  # a storage error is retried the same way
                 failures += 1
                 if failures == 1:
                     self.say(f"nats bridge: publishing paused: {type(exc).__name__} {exc}")
@@ -81,7 +87,9 @@ class Publisher:
         futures = []
         for item, arts in payloads:
             body = json.dumps({"event": item, "artifacts": arts}, separators=(",", ":"))
-            where = subject(self.cfg.prefix, item["origin_replica"], item["stream"], item["to_agent"])
+            where = subject(
+                self.cfg.prefix, item["origin_replica"], item["stream"], item["to_agent"]
+            )
             futures.append(
                 await js.publish_async(where, body.encode("utf-8"), headers=headers(item))
             )

@@ -22,7 +22,7 @@ PLAIN_MAX = 40
 HASH_HEX = 24  # 96 bits: a collision only widens a filter; the headers hold the value
 BROADCAST = "_all"
 NONE = "_none"
-_PLAIN = re.compile(r"[A-Za-z0-9-][A-Za-z0-9_-]{0,%d}" % (PLAIN_MAX - 1))
+_PLAIN = re.compile(rf"[A-Za-z0-9-][A-Za-z0-9_-]{{0,{PLAIN_MAX - 1}}}")
 _PREFIX = re.compile(r"[A-Za-z0-9_-]{1,32}(\.[A-Za-z0-9_-]{1,32}){0,3}")
 
 MSG_ID = "Nats-Msg-Id"
