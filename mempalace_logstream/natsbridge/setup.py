@@ -8,6 +8,7 @@ ages out, caps or forgets events would lose them for every hub that joins later)
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,7 @@ from mempalace_logstream import errors
 from mempalace_logstream.natsbridge.subjects import check_prefix
 
 MIN_VERSION = (2, 10)
+CONNECT_DEADLINE_S = 5.0
 _NAME = "[A-Za-z0-9_-]{1,64}"
 
 
@@ -168,15 +170,20 @@ async def _open(
         say(f"nats bridge: back at {cfg.url}")
 
     try:
-        nc = await nats.connect(
-            cfg.url,
-            name=name,
-            connect_timeout=2,
-            max_reconnect_attempts=-1,
-            reconnect_time_wait=0.25,
-            error_cb=on_error,
-            disconnected_cb=on_disconnect,
-            reconnected_cb=on_reconnect,
+        # Reconnects are endless once connected; the first connect has a deadline (nats-py
+        # would retry it for ever too).
+        nc = await asyncio.wait_for(
+            nats.connect(
+                cfg.url,
+                name=name,
+                connect_timeout=2,
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.25,
+                error_cb=on_error,
+                disconnected_cb=on_disconnect,
+                reconnected_cb=on_reconnect,
+            ),
+            CONNECT_DEADLINE_S,
         )
     except (OSError, nats.errors.Error, TimeoutError) as exc:
         raise errors.PeerUnavailableError(
