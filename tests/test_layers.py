@@ -239,6 +239,7 @@ CLI_RULES: dict[str, tuple[str, ...]] = {
     "admin": CLI_BASE,
     "tail": (*CLI_BASE, "announce"),
     "agent": CLI_BASE,
+    "bridge": CLI_BASE,
     "delivery": CLI_BASE,
     "inbox": (*CLI_BASE, "testhooks"),
     "__init__": (

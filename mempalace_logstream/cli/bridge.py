@@ -13,7 +13,7 @@ import typer
 from mempalace_logstream import errors
 from mempalace_logstream.cli.options import DbOpt, PalaceOpt
 from mempalace_logstream.cli.root import app, new_typer
-from mempalace_logstream.cli.shared import fail, open_store
+from mempalace_logstream.cli.shared import fail, nats_config, open_store
 
 bridge_app = new_typer(help="Bridge this log to a fleet's streaming engine (RFC 0011).")
 app.add_typer(bridge_app, name="bridge")
@@ -29,21 +29,6 @@ PrefixOpt = Annotated[
 ]
 
 
-def bridge_config(url: str, stream: str, prefix: str) -> object:
-    """The bridge's settings, or a usage failure naming the bad option (and the extra to
-    install when the NATS client is missing)."""
-    try:
-        from mempalace_logstream.natsbridge import BridgeConfig
-    except ImportError:
-        raise fail(
-            "the NATS bridge needs the nats extra: pip install 'mempalace-logstream[nats]'"
-        ) from None
-    try:
-        return BridgeConfig(url=url, stream=stream, prefix=prefix)
-    except ValueError as exc:
-        raise fail(str(exc)) from None
-
-
 @bridge_app.command("nats")
 def nats_bridge(
     nats: NatsUrlOpt,
@@ -55,10 +40,9 @@ def nats_bridge(
     """Publish this log's own events to a JetStream stream and import the others' events from
     it, until interrupted. Refuses a server older than 2.10, one without JetStream, and a
     stream configured differently, in one line."""
-    cfg = bridge_config(nats, stream, prefix)
-    from mempalace_logstream.natsbridge import BridgeConfig, run_bridge
+    cfg = nats_config(nats, stream, prefix)
+    from mempalace_logstream.natsbridge import run_bridge
 
-    assert isinstance(cfg, BridgeConfig)
     try:
         store = open_store(db, palace, create=True)
     except errors.LogstreamError as exc:

@@ -16,12 +16,19 @@ import typer
 from mempalace_logstream import config, errors
 from mempalace_logstream.cli.options import DbOpt, Multi, PalaceOpt
 from mempalace_logstream.cli.root import app
-from mempalace_logstream.cli.shared import check_sync_limits, fail, guard_settings, open_store
+from mempalace_logstream.cli.shared import (
+    check_sync_limits,
+    fail,
+    guard_settings,
+    nats_config,
+    open_store,
+)
 
 if TYPE_CHECKING:
     import socket
 
     from mempalace_logstream.http import HubSettings
+    from mempalace_logstream.natsbridge import BridgeConfig, BridgeThread
     from mempalace_logstream.store import LogStore
     from mempalace_logstream.sync import SyncLoop
 
@@ -188,9 +195,7 @@ def serve(
     _check_serve_flags(host, token, sync_interval, sync_deadline_s, sync_max_response_bytes)
     nats_cfg = None
     if nats is not None:
-        from mempalace_logstream.cli.bridge import bridge_config
-
-        nats_cfg = bridge_config(nats, "LOGSTREAM", "logstream")
+        nats_cfg = nats_config(nats, "LOGSTREAM", "logstream")
     try:
         interval = (
             sync_interval if sync_interval is not None else sync_mod.interval_from_env(os.environ)
@@ -273,12 +278,11 @@ def _run(
         store.close()
 
 
-def _start_bridge(store: LogStore, cfg: object) -> Any:
+def _start_bridge(store: LogStore, cfg: BridgeConfig) -> BridgeThread:
     """The NATS bridge beside the hub (its own thread and event loop), started once its
     checks passed; a refusal stops `serve` with its one line."""
-    from mempalace_logstream.natsbridge import BridgeConfig, BridgeThread
+    from mempalace_logstream.natsbridge import BridgeThread
 
-    assert isinstance(cfg, BridgeConfig)
     try:
         thread = BridgeThread(store, cfg, _say).start()
     except errors.LogstreamError as exc:

@@ -81,7 +81,6 @@ COMMANDS = {
     "serve": "hub",
     "mcp": "mcp_stdio",
     **dict.fromkeys(("sync", "peers", "import"), "sync"),
-    "bridge": "bridge",
     "deliver": "deliver",
     **dict.fromkeys(("wait", "watch"), "waiting"),
     "tail": "tail",
@@ -93,6 +92,7 @@ COMMANDS = {
     "hook": "harness",
     "presence": "presence",
     "agent": "agent",
+    "bridge": "bridge",
 }
 
 
