@@ -376,3 +376,54 @@ def test_an_existing_stream_configured_differently_is_refused_naming_it(server, 
     finally:
         stop_all()
         store.close()
+
+
+# ----------------------------------------------------------------------------- a fleet
+
+
+def _task_view(store: LogStore, tid: str) -> dict[str, Any]:
+    """A task's status without the local numbering (seq differs from log to log)."""
+    task = dict(store.task_status(tid)["task"])
+    return {k: val for k, val in task.items() if "seq" not in k}
+
+
+@pytest.mark.pg
+def test_three_hubs_through_one_server_project_tasks_and_redactions_alike(server, tmp_path, pg_url):
+    from mempalace_logstream import doctor, workflows
+    from mempalace_logstream.store import redaction
+
+    a = LogStore.open(str(tmp_path / "a.sqlite3"))
+    b = LogStore.open(str(tmp_path / "b.sqlite3"))
+    p = LogStore.open(pg_url)
+    hubs = (a, b, p)
+    try:
+        for s in hubs:
+            _bridge(s, server.url)
+        made = workflows.task_create(
+            a,
+            project="demo",
+            from_agent="claude",
+            to_agent="codex",
+            goal="fix the login",
+            branch="main",
+            base_commit="abcdef1",
+            done="tests pass",
+        )
+        tid = str(made["task"].correlation_id)
+        wait_for(lambda: _ids(b).keys() >= {made["task"].id}, 10, "the request at b")
+        workflows.task_update(b, task_id=tid, action="claim", from_agent="codex")
+        secret = note(p, "dana", "the password is hunter2")
+        wait_for(lambda: all(secret.id in _ids(s) for s in hubs), 10, "the note everywhere")
+        redaction.event_redact(p, event_id=secret.id, reason="a secret")
+        want = set(_ids(a)) | set(_ids(b)) | set(_ids(p))  # every event written
+        wait_for(lambda: _converged(*hubs, want=want), 15, "the fleet to converge")
+        views = [_task_view(s, tid) for s in hubs]
+        assert views[0] == views[1] == views[2] and views[0]["state"] == "claimed"
+        bodies = {s.event_get(secret.id).body for s in hubs}  # the same tombstone everywhere
+        assert len(bodies) == 1 and "hunter2" not in bodies.pop()
+        reports = [doctor.run(s) for s in hubs]
+        assert all(r.healthy for r in reports), [r.to_dict()["findings"] for r in reports]
+    finally:
+        stop_all()
+        for s in hubs:
+            s.close()
