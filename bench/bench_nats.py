@@ -34,6 +34,7 @@ if __package__ in (None, ""):
 from bench import common  # noqa: E402
 
 BENCH = "nats"
+BATCH = int(__import__("os").environ.get("NATS_BATCH", "256"))
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -135,8 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             held = _count(a)
             # The bridge: the same log into the empty log B.
             t0 = time.perf_counter()
-            bridges.append(BridgeThread(a, BridgeConfig(url=url), quiet).start())
-            bridges.append(BridgeThread(b, BridgeConfig(url=url), quiet).start())
+            bridges.append(BridgeThread(a, BridgeConfig(url=url, batch=BATCH), quiet).start())
+            bridges.append(BridgeThread(b, BridgeConfig(url=url, batch=BATCH), quiet).start())
             _wait_count(b, held, 600)
             nats_s = time.perf_counter() - t0
             nats_lat = []

@@ -121,11 +121,14 @@ class Consumer:
             items.append(item)
         # A batch holds each event id once, so each report names one message.
         group: list[_Item] = []
+        ids: set[Any] = set()
         for item in items:
-            if any(g.event.get("id") == item.event.get("id") for g in group):
+            ident = item.event.get("id")
+            if not isinstance(ident, str | int | None) or ident in ids:
                 await self._import(group)
-                group = []
+                group, ids = [], set()
             group.append(item)
+            ids.add(ident if isinstance(ident, str | int | None) else id(item))
         if group:
             await self._import(group)
 
