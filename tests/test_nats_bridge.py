@@ -427,3 +427,50 @@ def test_three_hubs_through_one_server_project_tasks_and_redactions_alike(server
         stop_all()
         for s in hubs:
             s.close()
+
+
+# ----------------------------------------------------------------------------- per-agent feeds
+
+
+def test_an_agents_feed_gets_its_mail_and_broadcasts_never_anothers(server, tmp_path: Path):
+    from mempalace_logstream.natsbridge import AgentFeed
+    from mempalace_logstream.natsbridge.setup import connect
+
+    a = LogStore.open(str(tmp_path / "a.sqlite3"))
+    try:
+        _bridge(a, server.url)
+        sent: dict[str, list[str]] = {"bob": [], "carol x.y*": [], "*": [], "": []}
+        for i in range(5):
+            for to in sent:
+                ev = a.event_append(
+                    type="note",
+                    stream="s",
+                    room="r",
+                    from_agent="al",
+                    to_agent=to or None,
+                    body=str(i),
+                )
+                sent[to].append(ev.id)
+
+        async def read(agent: str, want: int) -> list[str]:
+            cfg = BridgeConfig(url=server.url)
+            link = await connect(cfg, lambda _line: None, "test feed")
+            try:
+                feed = await AgentFeed(link, cfg, a.replica_id, agent).open()
+                got: list[str] = []
+                for _ in range(50):  # bounded: each fetch waits at most 0.2 s
+                    got += [e["id"] for e in await feed.fetch(100, timeout=0.2)]
+                    if len(got) >= want:
+                        break
+                # Nothing else is pending for this agent.
+                got += [e["id"] for e in await feed.fetch(100, timeout=0.2)]
+                return got
+            finally:
+                await link.close()
+
+        for agent in ("bob", "carol x.y*"):
+            got = asyncio.run(read(agent, 10))
+            assert got == [i for pair in zip(sent[agent], sent["*"], strict=True) for i in pair]
+    finally:
+        stop_all()
+        a.close()

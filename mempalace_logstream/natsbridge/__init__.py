@@ -5,13 +5,14 @@ Needs the `nats` extra (`pip install 'mempalace-logstream[nats]'`); imported onl
 commands that bridge (`logstream bridge nats`, `logstream serve --nats`), never by the lean
 paths. Modules: subjects.py (subjects and headers, pure), setup.py (settings, server and
 stream checks), publisher.py, consumer.py, bridge.py (both halves, in the foreground or a
-thread).
+thread), inbox.py (per-agent consumers).
 """
 
 from __future__ import annotations
 
 from mempalace_logstream.natsbridge.bridge import Bridge, BridgeThread, run_bridge
 from mempalace_logstream.natsbridge.consumer import Tally
+from mempalace_logstream.natsbridge.inbox import AgentFeed, feed_name
 from mempalace_logstream.natsbridge.setup import (
     MIN_VERSION,
     BridgeConfig,
@@ -24,11 +25,13 @@ from mempalace_logstream.natsbridge.subjects import inbox_filters, subject, toke
 
 __all__ = [
     "MIN_VERSION",
+    "AgentFeed",
     "Bridge",
     "BridgeConfig",
     "BridgeRefused",
     "BridgeThread",
     "Tally",
+    "feed_name",
     "inbox_filters",
     "required_stream",
     "run_bridge",
