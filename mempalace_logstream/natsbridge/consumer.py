@@ -30,7 +30,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
 from mempalace_logstream import replication
-from mempalace_logstream.natsbridge.setup import BridgeConfig, Link
+from mempalace_logstream.natsbridge.setup import BridgeConfig, Link, unless_stopped
 from mempalace_logstream.natsbridge.subjects import MSG_ID, subject_of
 from mempalace_logstream.replication.wire import SHA_RE
 from mempalace_logstream.store import LogStore
@@ -92,7 +92,9 @@ class Consumer:
         failures = 0
         while not stop.is_set():
             try:
-                msgs = await self._sub.fetch(self.cfg.batch, timeout=0.5)
+                msgs = await unless_stopped(stop, self._sub.fetch(self.cfg.batch, timeout=1.0))
+                if msgs is None:
+                    return
             except (nats.errors.TimeoutError, TimeoutError):
                 continue
             except (nats.errors.Error, nats.js.errors.Error, OSError) as exc:

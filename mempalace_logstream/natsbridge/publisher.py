@@ -20,7 +20,7 @@ import nats.errors
 import nats.js.errors
 
 from mempalace_logstream import errors, replication
-from mempalace_logstream.natsbridge.setup import BridgeConfig, Link
+from mempalace_logstream.natsbridge.setup import BridgeConfig, Link, unless_stopped
 from mempalace_logstream.natsbridge.subjects import headers, subject
 from mempalace_logstream.store import LogStore
 
@@ -68,7 +68,7 @@ class Publisher:
                 await _pause(stop, min(2.0, 0.1 * 2**failures))
                 continue
             if not sent:
-                await self.store.notifier.wait_async(seen, 0.5)
+                await unless_stopped(stop, self.store.notifier.wait_async(seen, 1.0))
 
     async def step(self) -> int:
         """Publish the next batch of own events; how many were acknowledged."""

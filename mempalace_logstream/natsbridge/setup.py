@@ -9,9 +9,10 @@ ages out, caps or forgets events would lose them for every hub that joins later)
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import nats
 import nats.errors
@@ -24,6 +25,7 @@ from nats.js.object_store import ObjectStore
 from mempalace_logstream import errors
 from mempalace_logstream.natsbridge.subjects import check_prefix
 
+T = TypeVar("T")
 MIN_VERSION = (2, 10)
 CONNECT_DEADLINE_S = 5.0
 _NAME = "[A-Za-z0-9_-]{1,64}"
@@ -212,3 +214,20 @@ async def _ensure_stream(js: JetStreamContext, cfg: BridgeConfig) -> None:
             f"stream {cfg.stream} at {cfg.url} is configured differently from what the bridge "
             f"needs: {'; '.join(diff)} (fix it or choose another --stream)"
         )
+
+
+async def unless_stopped(stop: asyncio.Event, work: Awaitable[T]) -> T | None:
+    """`work`'s result, or None as soon as `stop` is set (`work` is cancelled then: only
+    waits are run this way, never an import)."""
+    task = asyncio.ensure_future(work)
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait((task, stopping), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        return None
+    return task.result()
