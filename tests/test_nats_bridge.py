@@ -191,6 +191,21 @@ def test_artifacts_travel_through_the_object_store(server: NatsServer, tmp_path:
         b.close()
 
 
+def test_an_event_at_the_body_limit_travels(server: NatsServer, tmp_path: Path) -> None:
+    a = LogStore.open(str(tmp_path / "a.sqlite3"))
+    b = LogStore.open(str(tmp_path / "b.sqlite3"))
+    try:
+        _bridge(a, server.url), _bridge(b, server.url)
+        body = "日本語" * (a.max_body_bytes // 9)  # 3 bytes a character, at the limit
+        big = a.event_append(type="note", stream="s", room="r", from_agent="al", body=body)
+        wait_for(lambda: big.id in _ids(b), 10, "the large event")
+        assert b.event_get(big.id).body == body
+    finally:
+        stop_all()
+        a.close()
+        b.close()
+
+
 # ----------------------------------------------------------------------------- restarts
 
 

@@ -113,7 +113,7 @@ class Consumer:
         """Import one fetched batch; every message is acked, termed or naked after it."""
         items: list[_Item] = []
         for msg in msgs:
-            item = self._decode(msg)
+            item = await self._decode(msg)
             if item is None:
                 continue
             if item.event.get("origin_replica") == self.store.replica_id:
@@ -134,7 +134,7 @@ class Consumer:
         if group:
             await self._import(group)
 
-    def _decode(self, msg: Msg) -> _Item | None:
+    async def _decode(self, msg: Msg) -> _Item | None:
         """The message's event and artifact rows, or None (termed, one line) when it is not
         a message of a bridge."""
         why = None
@@ -160,12 +160,11 @@ class Consumer:
                 return _Item(msg, event, arts)
         self.tally.malformed += 1
         self._line(f"refused message {_seq(msg)} on {msg.subject!r}: {why}; nothing written")
-        asyncio.ensure_future(msg.term())
+        await msg.term()
         return None
 
     async def _import(self, items: list[_Item]) -> None:
         held_back: dict[str, str] = {}
-        raws: list[dict[str, Any]] = []
         wanted = {a["id"]: a for it in items for a in it.artifacts if isinstance(a.get("id"), str)}
         lacking = await asyncio.to_thread(replication.missing_artifacts, self.store, list(wanted))
         fetched: dict[str, dict[str, Any]] = {}

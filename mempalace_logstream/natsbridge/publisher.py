@@ -86,7 +86,10 @@ class Publisher:
         js = self.link.js
         futures = []
         for item, arts in payloads:
-            body = json.dumps({"event": item, "artifacts": arts}, separators=(",", ":"))
+            # UTF-8 as is (not \u escapes): a body at the store's limit fits NATS's 1 MiB.
+            body = json.dumps(
+                {"event": item, "artifacts": arts}, separators=(",", ":"), ensure_ascii=False
+            )
             where = subject(
                 self.cfg.prefix, item["origin_replica"], item["stream"], item["to_agent"]
             )
