@@ -247,20 +247,23 @@ def serve(
     bridge = _start_bridge(store, nats_cfg) if nats_cfg is not None else None
     _banner(host, sock, store, loop, interval, palace_path)
     try:
-        _run(application, sock, store, forwarded_allow_ips)
+        _run(application, sock, store, forwarded_allow_ips, bridge)
     finally:
-        if bridge is not None:
-            bridge.stop()
         lead.release()
         if held is not None:
             held.close()
 
 
 def _run(
-    application: Any, sock: socket.socket, store: LogStore, forwarded_allow_ips: str | None
+    application: Any,
+    sock: socket.socket,
+    store: LogStore,
+    forwarded_allow_ips: str | None,
+    bridge: BridgeThread | None = None,
 ) -> None:
     """uvicorn until a signal stops it cleanly (http/server.py: the open waits answered, the
-    streams ended, one line on stderr, the hub's log), then the store closed."""
+    streams ended, one line on stderr, the hub's log), then the NATS bridge stopped (if one
+    runs) and the store closed."""
     import uvicorn
 
     from mempalace_logstream.http.server import HubServer
@@ -275,6 +278,8 @@ def _run(
     try:
         server.run(sockets=[sock])
     finally:
+        if bridge is not None:
+            bridge.stop()
         store.close()
 
 
