@@ -65,3 +65,70 @@ def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(0.02)
+
+
+class LinkProxy:
+    """A TCP proxy on a free loopback port to `target`, in a daemon thread: `cut()` closes
+    every connection through it and refuses new ones (a link down), `relink()` lets them in."""
+
+    def __init__(self, target: int) -> None:
+        import asyncio
+        import threading
+
+        self.target, self.up = target, True
+        self._loop = asyncio.new_event_loop()
+        self._writers: set[Any] = set()
+        ready = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(self._loop)
+            self._server = self._loop.run_until_complete(
+                asyncio.start_server(self._client, "127.0.0.1", 0)
+            )
+            ready.set()
+            self._loop.run_forever()
+
+        threading.Thread(target=run, name="link-proxy", daemon=True).start()
+        assert ready.wait(10), "the link proxy did not start"
+        self.port = int(self._server.sockets[0].getsockname()[1])
+
+    async def _client(self, reader: Any, writer: Any) -> None:
+        import asyncio
+
+        if not self.up:
+            writer.close()
+            return
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
+        except OSError:
+            writer.close()
+            return
+        self._writers |= {writer, up_writer}
+
+        async def pipe(src: Any, dst: Any) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except (OSError, asyncio.CancelledError):
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        self._writers -= {writer, up_writer}
+
+    def cut(self) -> None:
+        def close_all() -> None:
+            self.up = False
+            for w in list(self._writers):
+                w.transport.abort()
+
+        self._loop.call_soon_threadsafe(close_all)
+
+    def relink(self) -> None:
+        self._loop.call_soon_threadsafe(setattr, self, "up", True)
+
+    def close(self) -> None:
+        self.cut()
+        self._loop.call_soon_threadsafe(self._server.close)
