@@ -86,28 +86,39 @@ class Consumer:
         )
 
     async def run(self, stop: asyncio.Event) -> None:
+        """Fetch and import until `stop` is set. The next batch is fetched while one is
+        imported (its acks go out meanwhile); errors back off and retry."""
         if self._sub is None:
             await self.subscribe()
-        assert self._sub is not None
+        sub = self._sub
+        assert sub is not None
         failures = 0
-        while not stop.is_set():
-            try:
-                msgs = await unless_stopped(stop, self._sub.fetch(self.cfg.batch, timeout=1.0))
-                if msgs is None:
-                    return
-            except (nats.errors.TimeoutError, TimeoutError):
-                continue
-            except (nats.errors.Error, nats.js.errors.Error, OSError) as exc:
-                failures += 1
-                if failures == 1:
-                    self.say(f"nats bridge: importing paused: {type(exc).__name__} {exc}")
+        ahead: asyncio.Future[list[Msg]] | None = None
+        try:
+            while not stop.is_set():
+                fetching = ahead or asyncio.ensure_future(sub.fetch(self.cfg.batch, timeout=1.0))
+                ahead = None
                 try:
-                    await asyncio.wait_for(stop.wait(), min(2.0, 0.1 * 2**failures))
-                except TimeoutError:
-                    pass
-                continue
-            failures = 0
-            await self.handle(msgs)
+                    msgs = await unless_stopped(stop, fetching)
+                    if msgs is None:
+                        return
+                except (nats.errors.TimeoutError, TimeoutError):
+                    continue
+                except (nats.errors.Error, nats.js.errors.Error, OSError) as exc:
+                    failures += 1
+                    if failures == 1:
+                        self.say(f"nats bridge: importing paused: {type(exc).__name__} {exc}")
+                    try:
+                        await asyncio.wait_for(stop.wait(), min(2.0, 0.1 * 2**failures))
+                    except TimeoutError:
+                        pass
+                    continue
+                failures = 0
+                ahead = asyncio.ensure_future(sub.fetch(self.cfg.batch, timeout=1.0))
+                await self.handle(msgs)
+        finally:
+            if ahead is not None:
+                ahead.cancel()
 
     async def handle(self, msgs: list[Msg]) -> None:
         """Import one fetched batch; every message is acked, termed or naked after it."""
