@@ -37,6 +37,7 @@ from mempalace_logstream.store import LogStore
 
 MAX_ARTIFACTS = 100  # artifact rows one message may carry
 NAK_MAX_S = 60.0
+FETCH_S = 0.25  # the longest a fetch waits for messages (and a stop for a fetch)
 
 
 @dataclass
@@ -87,38 +88,40 @@ class Consumer:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Fetch and import until `stop` is set. The next batch is fetched while one is
-        imported (its acks go out meanwhile); errors back off and retry."""
+        imported (its acks go out meanwhile); errors back off and retry.
+
+        A fetch is never cancelled: messages it already took would stay unacknowledged until
+        the server's ack wait (30 s) ran out, and a restarted bridge would wait that long for
+        them. So a fetch waits at most `FETCH_S`, and what the last one brings after `stop` is
+        still imported and acknowledged."""
         if self._sub is None:
             await self.subscribe()
         sub = self._sub
         assert sub is not None
         failures = 0
         ahead: asyncio.Future[list[Msg]] | None = None
-        try:
-            while not stop.is_set():
-                fetching = ahead or asyncio.ensure_future(sub.fetch(self.cfg.batch, timeout=1.0))
-                ahead = None
-                try:
-                    msgs = await unless_stopped(stop, fetching)
-                    if msgs is None:
-                        return
-                except (nats.errors.TimeoutError, TimeoutError):
-                    continue
-                except (nats.errors.Error, nats.js.errors.Error, OSError) as exc:
-                    failures += 1
-                    if failures == 1:
-                        self.say(f"nats bridge: importing paused: {type(exc).__name__} {exc}")
-                    try:
-                        await asyncio.wait_for(stop.wait(), min(2.0, 0.1 * 2**failures))
-                    except TimeoutError:
-                        pass
-                    continue
-                failures = 0
-                ahead = asyncio.ensure_future(sub.fetch(self.cfg.batch, timeout=1.0))
+        while True:
+            fetching = ahead or asyncio.ensure_future(sub.fetch(self.cfg.batch, timeout=FETCH_S))
+            ahead = None
+            try:
+                msgs = await fetching
+            except (nats.errors.TimeoutError, TimeoutError):
+                msgs = []
+            except (nats.errors.Error, nats.js.errors.Error, OSError) as exc:
+                if stop.is_set():
+                    return
+                failures += 1
+                if failures == 1:
+                    self.say(f"nats bridge: importing paused: {type(exc).__name__} {exc}")
+                await unless_stopped(stop, asyncio.sleep(min(2.0, 0.1 * 2**failures)))
+                continue
+            failures = 0
+            if msgs and not stop.is_set():
+                ahead = asyncio.ensure_future(sub.fetch(self.cfg.batch, timeout=FETCH_S))
+            if msgs:
                 await self.handle(msgs)
-        finally:
-            if ahead is not None:
-                ahead.cancel()
+            if stop.is_set() and ahead is None:
+                return
 
     async def handle(self, msgs: list[Msg]) -> None:
         """Import one fetched batch; every message is acked, termed or naked after it."""

@@ -79,7 +79,11 @@ def test_bridged_logs_converge_exactly_once(nats_url: str, moves: list[tuple]) -
                 held = [_held(s) for s in logs]
                 return all(set(h) == written and max(h.values(), default=1) == 1 for h in held)
 
-            wait_for(converged, 20, "three logs to hold every event once")
+            try:
+                wait_for(converged, 20, "three logs to hold every event once")
+            except AssertionError as exc:
+                missing = [sorted(k[0] for k in written - set(_held(s))) for s in logs]
+                raise AssertionError(f"{exc}; missing per log: {missing}") from None
         finally:
             for i in list(running):
                 stop(i)
