@@ -52,6 +52,7 @@ BENCHES = (
     "doctor",
     "hook",
     "lease_hook",
+    "lease_acquire",
     "dashboard",
     "ledger",
     "mcp_tools",

@@ -117,6 +117,10 @@ EXPECTED: dict[str, list[str]] = {
     ],
     "doctor": [r"^doctor on 1,000 events", r"peak RSS", r"^seconds per check: \{"],
     "hook": [_target("hook", f"lean, {row} p50") for row in ("empty inbox", "one new message")],
+    "lease_acquire": [
+        _target("lease_acquire", "acquire p50 at 20 leases"),
+        _ratio("lease_acquire", "overlap rule p50 pairwise / indexed (20 leases)"),
+    ],
     "lease_hook": [
         _target("lease_hook", f"{where}, {what} p50")
         for where in ("local", "hub")
