@@ -434,12 +434,16 @@ def _private_definitions(path: Path) -> set[str]:
     return {n for n in out if n.startswith("_") and not n.startswith("__")}
 
 
+# A NamedTuple's public methods carry an underscore only so as not to clash with its fields.
+NAMEDTUPLE_API = frozenset({"_replace", "_asdict", "_fields", "_field_defaults", "_make"})
+
+
 def _private_accesses(path: Path) -> list[tuple[str, int]]:
     out: list[tuple[str, int]] = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if not isinstance(node, ast.Attribute) or not node.attr.startswith("_"):
             continue
-        if node.attr.startswith("__"):
+        if node.attr.startswith("__") or node.attr in NAMEDTUPLE_API:
             continue
         if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
             continue
