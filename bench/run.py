@@ -56,6 +56,7 @@ BENCHES = (
     "dashboard",
     "ledger",
     "mcp_tools",
+    "nats",
 )
 TAGS = ("[ratio]", "[target]")
 SMOKE_JOBS = 2
