@@ -18,11 +18,13 @@ from typing import Any
 import sqlalchemy as sa
 
 from mempalace_logstream import backends, errors, hlc, notify
-from mempalace_logstream.backends import Backend, Compiler, Executor, QueryExecutor
+from mempalace_logstream.backends import Backend, Compiler, Executor
 from mempalace_logstream.backends.base import WriteTx
 from mempalace_logstream.backends.queries import appends as sql
+from mempalace_logstream.identity.keyring import KEY_EVENT_TYPES
 from mempalace_logstream.models import Event
 from mempalace_logstream.store.identity import Identity
+from mempalace_logstream.store.marks import PIN_PREFIX
 from mempalace_logstream.store.rows import events_from_rows, read_columns
 
 # The work of one write: its statements through the executor, the transaction's state.
@@ -45,6 +47,10 @@ class TxState:
     appended: list[Event] = field(default_factory=list)
     unchanged: bool = False  # nobody else committed since this store's last write
     number: int = 0  # of this write transaction, from identity (its keyring cache's key)
+    # The keyring's marks read with the starting state (None when that was skipped), valid
+    # while identity's generation is `generation` (a key event or a rollback moves it).
+    marks: tuple[Any, Any] | None = None
+    generation: int = -1
 
 
 class CommitPipeline:
@@ -75,6 +81,10 @@ class CommitPipeline:
         # (SQL text, parameters) of a statement shape, compiled once per store.
         self.sql = Compiler(backend.sql_dialect())
         self._read_cols = read_columns(backend)
+        agg = backend.links_functions()[1]
+        self._state = sql.tx_state_statement(
+            self.sql, replica_id, KEY_EVENT_TYPES, PIN_PREFIX, agg
+        )
 
     def close(self) -> None:
         """Refuse new work, then close the backend's connections once the leader is done."""
@@ -123,8 +133,9 @@ class CommitPipeline:
     # ----------------------------------------------------------------- the runner
 
     def _transaction(self) -> contextlib.AbstractContextManager[WriteTx]:
-        """The backend's write transaction (a test may run another)."""
-        return self.backend.transaction()
+        """The backend's write transaction (a test may run another), which reads the
+        starting state unless its counters are known."""
+        return self.backend.transaction(self._state)
 
     def _run_batch(self, batch: list[Pending]) -> None:
         """One transaction for the whole batch: the write lock, the state query, one
@@ -133,7 +144,7 @@ class CommitPipeline:
         with self._settling(batch) as appended:
             with self.storage_errors(), self._transaction() as tx:
                 state = self._start(tx)
-                state.number = self.identity.begin_transaction()
+                state.number, state.generation = self.identity.begin_transaction()
                 for item in batch:
                     self._run_item(tx.db, state, item, savepoint=len(batch) > 1)
                 tx.counters = (state.next_seq, state.next_artifact_seq)
@@ -203,13 +214,19 @@ class CommitPipeline:
         file; the state query is skipped."""
         if tx.known is not None:
             return TxState(next_seq=tx.known[0], next_artifact_seq=tx.known[1], unchanged=True)
-        ex = QueryExecutor(self.backend.query(tx.db), self.sql)
-        max_seq, max_art, top, own = sql.tx_state(ex, self.replica_id)
+        row = tx.state_row
+        if row is None:  # a transaction that did not run it (a test's)
+            row = self.backend.query(tx.db)(*self._state)[0]
+        max_seq, max_art, top, own, key_top, pins = row
         # Other processes append too: never tick below the newest stamp in the file.
         self.clock.seed(own)
         if top:
             self.clock.observe(top)
-        return TxState(next_seq=(max_seq or 0) + 1, next_artifact_seq=(max_art or 0) + 1)
+        return TxState(
+            next_seq=(max_seq or 0) + 1,
+            next_artifact_seq=(max_art or 0) + 1,
+            marks=(key_top, pins),
+        )
 
     def event_select(self, *where: sa.ColumnElement[bool]) -> sa.Select[Any]:
         """The Event columns (`events_from_rows` reads them) of the rows matching `where`."""

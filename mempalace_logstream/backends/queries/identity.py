@@ -33,19 +33,24 @@ def marks(ex: Executor, key_types: KeyTypes, pin_prefix: str, agg: Any) -> tuple
     id, not a seq: a key event rolled back never comes back under its id, while its seq is
     reused."""
 
-    def build() -> sa.Select[Any]:
-        pinned = meta.c.key.startswith(pin_prefix, autoescape=True)
-        # max(seq) over the (type, seq) index, then the row by its key: an ORDER BY over the
-        # IN would sort the key events in a temporary B-tree on every read that probes.
-        top = sa.select(sa.func.max(events.c.seq)).where(_is_key_event(key_types))
-        newest = sa.select(events.c.id).where(events.c.seq == top.scalar_subquery())
-        return sa.select(
-            newest.scalar_subquery(),
-            sa.select(agg(meta.c.key, sa.literal(","))).where(pinned).scalar_subquery(),
-        )
-
-    row = ex.rows(MARKS, build, {})[0]
+    row = ex.rows(MARKS, lambda: sa.select(*marks_columns(key_types, pin_prefix, agg)), {})[0]
     return row[0], row[1]
+
+
+def marks_columns(
+    key_types: KeyTypes, pin_prefix: str, agg: Any
+) -> tuple[sa.ScalarSelect[Any], sa.ScalarSelect[Any]]:
+    """The two columns of `marks`, for a statement that reads them with others (the write
+    transaction's starting state: queries/appends.py)."""
+    pinned = meta.c.key.startswith(pin_prefix, autoescape=True)
+    # max(seq) over the (type, seq) index, then the row by its key: an ORDER BY over the
+    # IN would sort the key events in a temporary B-tree on every read that probes.
+    top = sa.select(sa.func.max(events.c.seq)).where(_is_key_event(key_types))
+    newest = sa.select(events.c.id).where(events.c.seq == top.scalar_subquery())
+    return (
+        newest.scalar_subquery(),
+        sa.select(agg(meta.c.key, sa.literal(","))).where(pinned).scalar_subquery(),
+    )
 
 
 def key_events(
