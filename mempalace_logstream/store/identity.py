@@ -8,6 +8,7 @@ The rules are the pure core's (`identity/`); this module only feeds them rows.
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -337,7 +338,7 @@ def _dir_stamp(keys_dir: Path | None) -> int | None:
     if keys_dir is None:
         return None
     try:
-        return keys_dir.stat().st_mtime_ns
+        return os.stat(keys_dir).st_mtime_ns  # once per signed write: no pathlib layer
     except OSError:
         return None
 

@@ -140,27 +140,28 @@ class CommitPipeline:
     def _run_batch(self, batch: list[Pending]) -> None:
         """One transaction for the whole batch: the write lock, the state query, one
         SAVEPOINT per item when several share the commit, COMMIT; driver errors become
-        StorageError."""
-        with self._settling(batch) as appended:
-            with self.storage_errors(), self._transaction() as tx:
-                state = self._start(tx)
-                state.number, state.generation = self.identity.begin_transaction()
-                for item in batch:
-                    self._run_item(tx.db, state, item, savepoint=len(batch) > 1)
-                tx.counters = (state.next_seq, state.next_artifact_seq)
-                tx.appended = bool(state.appended)
-            self.commits += 1
-            appended += state.appended
-
-    @contextlib.contextmanager
-    def _settling(self, batch: list[Pending]) -> Iterator[list[Event]]:
-        """Settle every item of a batch however its transaction ends; the body adds what it
-        committed to the yielded list, and waiters are woken once if anything was."""
+        StorageError. Every item is settled however the transaction ends (a failed commit
+        wrote nobody in the batch), and waiters are woken once if anything was appended.
+        (Plain try blocks, no context managers of our own: this runs once per commit.)"""
         appended: list[Event] = []
         try:
-            yield appended
+            try:
+                with self._transaction() as tx:
+                    state = self._start(tx)
+                    state.number, state.generation = self.identity.begin_transaction()
+                    savepoint = len(batch) > 1
+                    for item in batch:
+                        self._run_item(tx.db, state, item, savepoint)
+                    tx.counters = (state.next_seq, state.next_artifact_seq)
+                    tx.appended = bool(state.appended)
+            except Exception as exc:
+                mapped = backends.storage_error(exc, self.backend.driver_errors)
+                if mapped is None:
+                    raise
+                raise mapped from exc
+            self.commits += 1
+            appended = state.appended
         except BaseException as exc:  # the commit failed: nobody in the batch was written
-            appended.clear()
             for item in batch:
                 if item.error is None:
                     item.error = exc
@@ -174,7 +175,10 @@ class CommitPipeline:
     def _run_item(self, db: Any, state: TxState, item: Pending, savepoint: bool) -> None:
         ex = self.backend.executor(db, self.sql, item.on_bulk)
         work = item.work
-        nested = functools.partial(self.backend.savepoint, db) if savepoint else None
+        if not savepoint:  # alone in its transaction: what it raises ends the transaction
+            item.result = work(ex, state)
+            return
+        nested = functools.partial(self.backend.savepoint, db)
         self._isolated(state, item, lambda: work(ex, state), nested)
 
     def _isolated(
