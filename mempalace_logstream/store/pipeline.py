@@ -82,9 +82,7 @@ class CommitPipeline:
         self.sql = Compiler(backend.sql_dialect())
         self._read_cols = read_columns(backend)
         agg = backend.links_functions()[1]
-        self._state = sql.tx_state_statement(
-            self.sql, replica_id, KEY_EVENT_TYPES, PIN_PREFIX, agg
-        )
+        self._state = sql.tx_state_statement(self.sql, replica_id, KEY_EVENT_TYPES, PIN_PREFIX, agg)
 
     def close(self) -> None:
         """Refuse new work, then close the backend's connections once the leader is done."""

@@ -27,6 +27,7 @@ from mempalace_logstream.schema import (
     events,
 )
 
+
 # The newest seq, artifact seq and HLC stamp, our own newest stamp and the keyring's marks,
 # read at the start of every write transaction whose counters are not known: one prebuilt
 # statement (it runs once per (group) commit; on PostgreSQL it travels with BEGIN and the
