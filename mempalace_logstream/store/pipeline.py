@@ -81,8 +81,7 @@ class CommitPipeline:
         # (SQL text, parameters) of a statement shape, compiled once per store.
         self.sql = Compiler(backend.sql_dialect())
         self._read_cols = read_columns(backend)
-        agg = backend.links_functions()[1]
-        self._state = sql.tx_state_statement(self.sql, replica_id, KEY_EVENT_TYPES, PIN_PREFIX, agg)
+        self._state: tuple[str, Any] | None = None  # the starting-state query, compiled once
 
     def close(self) -> None:
         """Refuse new work, then close the backend's connections once the leader is done."""
@@ -133,7 +132,16 @@ class CommitPipeline:
     def _transaction(self) -> contextlib.AbstractContextManager[WriteTx]:
         """The backend's write transaction (a test may run another), which reads the
         starting state unless its counters are known."""
-        return self.backend.transaction(self._state)
+        return self.backend.transaction(self._state_statement())
+
+    def _state_statement(self) -> tuple[str, Any]:
+        """The starting-state query (compiled on the first write: a reader never needs it)."""
+        if self._state is None:
+            agg = self.backend.links_functions()[1]
+            self._state = sql.tx_state_statement(
+                self.sql, self.replica_id, KEY_EVENT_TYPES, PIN_PREFIX, agg
+            )
+        return self._state
 
     def _run_batch(self, batch: list[Pending]) -> None:
         """One transaction for the whole batch: the write lock, the state query, one
@@ -218,7 +226,7 @@ class CommitPipeline:
             return TxState(next_seq=tx.known[0], next_artifact_seq=tx.known[1], unchanged=True)
         row = tx.state_row
         if row is None:  # a transaction that did not run it (a test's)
-            row = self.backend.query(tx.db)(*self._state)[0]
+            row = self.backend.query(tx.db)(*self._state_statement())[0]
         max_seq, max_art, top, own, key_top, pins = row
         # Other processes append too: never tick below the newest stamp in the file.
         self.clock.seed(own)
