@@ -3,16 +3,17 @@
 
 The store's precompiled SQL runs on psycopg connections directly: the writer holds one
 autocommit connection (no pre-ping, no SQLAlchemy per statement). A write transaction costs
-as few round trips as its reads allow: `BEGIN`, the lock and the starting-state query go as
-one simple-protocol message; the writes are queued (`_Queue`) and sent, in order, in one
-psycopg pipeline with the next read, the end of a savepoint, or the NOTIFY and the `COMMIT`.
-A plain append is two round trips (raw psycopg's `INSERT; COMMIT` is three: BEGIN, INSERT,
-COMMIT).
+as few round trips as its reads allow: `BEGIN`, the lock and the starting-state query (a
+statement prepared once per connection) go as one simple-protocol message; single-row writes
+are queued (`_Queue`) and sent, in order, as one message with the next read, the end of a
+savepoint, or the NOTIFY and the `COMMIT`. A plain append is two round trips (raw psycopg's
+`INSERT; COMMIT` is three: BEGIN, INSERT, COMMIT).
 """
 
 from __future__ import annotations
 
 import contextlib
+import secrets
 import select
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -62,7 +63,10 @@ class PostgresBackend:
         # explicit), used only under the store's commit lock; reads take pooled connections.
         self._proxy: Any = None
         self._lock_sql: str | None = None
-        self._inlined: dict[base.Statement | tuple[str, tuple[Any, ...]], str] = {}
+        # The starting-state query, prepared on the writer's connection without parameters
+        # (one plan, made once): (the connection, the query's key, the prepared name).
+        self._prepared: tuple[Any, Any, str] | None = None
+        self._prepared_name = f"logstream_state_{secrets.token_hex(4)}"
         # The writes of the open write transaction not sent yet (None outside of one).
         self._queue: _Queue | None = None
         # Round trips to the server on the writer's connection (read by tests and benches:
@@ -165,6 +169,7 @@ class PostgresBackend:
 
     def _drop_writer(self) -> None:
         """Forget a connection that failed (the server restarted, the network dropped)."""
+        self._prepared = None
         if self._proxy is not None:
             with contextlib.suppress(Exception):
                 self._proxy.invalidate()
@@ -180,7 +185,7 @@ class PostgresBackend:
     @contextlib.contextmanager
     def transaction(self, state: base.Statement | None = None) -> Iterator[_Tx]:
         """BEGIN + the append lock + the `state` query in one message … the queued writes,
-        the NOTIFY and the COMMIT in one pipeline: a plain append is two round trips.
+        the NOTIFY and the COMMIT in one message: a plain append is two round trips.
 
         The writer's connection is held between transactions, so the server may have ended it
         meanwhile (a restart, `pg_terminate_backend`, an idle timeout): when BEGIN finds it
@@ -228,14 +233,16 @@ class PostgresBackend:
         return db, self._lock(db, state)
 
     def _lock(self, db: psycopg.Connection[Any], state: base.Statement | None) -> Any:
-        """BEGIN, the append lock and the `state` query as one simple-protocol message (its
-        parameters inlined as literals by psycopg, once per statement); the state's row."""
+        """BEGIN, the append lock and the `state` query as one simple-protocol message; the
+        state's row. The query runs as a statement prepared once per connection with its
+        parameters as literals: planned once (sent as text, its six subqueries were planned
+        again in every transaction, and bound, the server kept choosing custom plans)."""
         text = self._lock_sql or ""
-        if state is not None:
-            if self.statement_hooks:
-                base.observe(self.statement_hooks, *state)
-            text = f"{text}; {self._inline(db, state)}"
         try:
+            if state is not None:
+                if self.statement_hooks:
+                    base.observe(self.statement_hooks, *state)
+                text = f"{text}; EXECUTE {self._prepare(db, state)}"
             self.round_trips += 1
             cur = db.execute(text)
         except psycopg.OperationalError:
@@ -247,12 +254,17 @@ class PostgresBackend:
         cur.nextset()
         return cur.fetchone()
 
-    def _inline(self, db: psycopg.Connection[Any], state: base.Statement) -> str:
+    def _prepare(self, db: psycopg.Connection[Any], state: base.Statement) -> str:
         key = (state[0], tuple(sorted(state[1].items())))
-        text = self._inlined.get(key)
-        if text is None:
-            text = self._inlined[key] = psycopg.ClientCursor(db).mogrify(*state)
-        return text
+        held = self._prepared
+        if held is None or held[0] is not db or held[1] != key:
+            name = self._prepared_name
+            if held is not None and held[0] is db:
+                db.execute(f"DEALLOCATE {name}")
+            self.round_trips += 1
+            db.execute(f"PREPARE {name} AS {psycopg.ClientCursor(db).mogrify(*state)}")
+            self._prepared = held = (db, key, name)
+        return held[2]
 
     @contextlib.contextmanager
     def savepoint(self, db: psycopg.Connection[Any]) -> Iterator[None]:
@@ -350,8 +362,8 @@ class _Mark:
 
 
 class _Queue:
-    """The writes of one write transaction not sent yet, in order: sent together (a psycopg
-    pipeline, one round trip) before the next read, at the end of a savepoint, or with the
+    """The writes of one write transaction not sent yet, in order: sent together (one
+    message, one round trip) before the next read, at the end of a savepoint, or with the
     COMMIT. Errors of a queued write surface when it is sent; the transaction (or the
     item's savepoint) then rolls back as if it had failed in place."""
 
@@ -359,8 +371,20 @@ class _Queue:
         self.backend, self.db = backend, db
         self.items: list[tuple[str, Any]] = []
         self.flushes = 0
+        self.cursor: psycopg.ClientCursor[Any] | None = None
 
     def add(self, sql: str, params: Any) -> _Mark:
+        """Queue `sql` (with `params`, or None: sent as it is); bytes go at once (a blob is
+        not inlined as text)."""
+        if params is not None and any(
+            isinstance(v, (bytes, bytearray, memoryview))
+            for v in (params.values() if isinstance(params, Mapping) else params)
+        ):
+            self.flush(self.db)
+            self.flushes += 1
+            self.backend.round_trips += 1
+            self.db.execute(sql, params)
+            return _Mark(len(self.items), self.flushes)
         self.items.append((sql, params))
         return _Mark(len(self.items) - 1, self.flushes)
 
@@ -368,18 +392,22 @@ class _Queue:
         return self.flushes != mark.flushes
 
     def flush(self, db: psycopg.Connection[Any]) -> None:
+        """Send the queued statements as one simple-protocol message, their parameters
+        inlined as literals by psycopg (a psycopg pipeline costs more CPU, here, than the
+        round trips it saves; a failing statement skips the rest, as in a pipeline)."""
         items = self.items
         if not items:
             return
         self.items = []
         self.flushes += 1
         self.backend.round_trips += 1
-        if len(items) == 1:
+        if len(items) == 1 and items[0][1] is not None:
             db.execute(items[0][0], items[0][1])
             return
-        with db.pipeline():
-            for sql, params in items:
-                db.execute(sql, params)
+        cur = self.cursor
+        if cur is None:
+            cur = self.cursor = psycopg.ClientCursor(db)
+        db.execute("; ".join(sql if p is None else cur.mogrify(sql, p) for sql, p in items))
 
 
 def _end_read(proxy: Any, db: psycopg.Connection[Any], exc: BaseException) -> None:
