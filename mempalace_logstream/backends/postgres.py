@@ -262,7 +262,10 @@ class PostgresBackend:
             if held is not None and held[0] is db:
                 db.execute(f"DEALLOCATE {name}")
             self.round_trips += 1
-            db.execute(f"PREPARE {name} AS {psycopg.ClientCursor(db).mogrify(*state)}")
+            # A connection this backend prepared on before (given back, then taken again)
+            # holds it already: the name is this backend's own, so is the statement.
+            with contextlib.suppress(psycopg.errors.DuplicatePreparedStatement):
+                db.execute(f"PREPARE {name} AS {psycopg.ClientCursor(db).mogrify(*state)}")
             self._prepared = held = (db, key, name)
         return held[2]
 
@@ -374,17 +377,7 @@ class _Queue:
         self.cursor: psycopg.ClientCursor[Any] | None = None
 
     def add(self, sql: str, params: Any) -> _Mark:
-        """Queue `sql` (with `params`, or None: sent as it is); bytes go at once (a blob is
-        not inlined as text)."""
-        if params is not None and any(
-            isinstance(v, (bytes, bytearray, memoryview))
-            for v in (params.values() if isinstance(params, Mapping) else params)
-        ):
-            self.flush(self.db)
-            self.flushes += 1
-            self.backend.round_trips += 1
-            self.db.execute(sql, params)
-            return _Mark(len(self.items), self.flushes)
+        """Queue `sql` (with `params`, or None: sent as it is)."""
         self.items.append((sql, params))
         return _Mark(len(self.items) - 1, self.flushes)
 
@@ -452,7 +445,7 @@ class PgExecutor(base.DbapiExecutor):
         return super().rows(key, build, params)
 
     def run(self, key: Any, build: base.Build, params: Mapping[str, Any]) -> None:
-        if self.queue is None:
+        if self.queue is None or _has_bytes(params.values()):
             self._send()
             super().run(key, build, params)
             return
@@ -467,7 +460,7 @@ class PgExecutor(base.DbapiExecutor):
         super().run_many(key, build, rows)
 
     def insert(self, key: Any, table: sa.Table, rows: list[dict[str, Any]]) -> None:
-        if self.queue is None or len(rows) != 1:
+        if self.queue is None or len(rows) != 1 or _has_bytes(rows[0].values()):
             self._send()
             super().insert(key, table, rows)
             return
@@ -498,6 +491,11 @@ class PgExecutor(base.DbapiExecutor):
             with cur.copy(_COPY_EVENTS) as copy:  # a sync page: several times faster
                 for row in rows:
                     copy.write_row(row)
+
+
+def _has_bytes(values: Any) -> bool:
+    """Bytes go at once, bound (a blob is not inlined as text into a queued message)."""
+    return any(isinstance(v, (bytes, bytearray, memoryview)) for v in values)
 
 
 _NAMES = base.EVENT_INSERT_COL_NAMES

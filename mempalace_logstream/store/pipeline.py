@@ -76,6 +76,9 @@ class CommitPipeline:
         self.commits = 0
         self._queue: list[Pending] = []
         self._queue_lock = threading.Lock()
+        # Waiters sleep on it until their item is settled or nobody leads (`write`).
+        self._settled = threading.Condition(self._queue_lock)
+        self._leading = False
         self._commit_lock = threading.Lock()
         self.closed = False
         # (SQL text, parameters) of a statement shape, compiled once per store.
@@ -116,13 +119,27 @@ class CommitPipeline:
         if self.closed:
             raise errors.StorageError("the store is closed")
         item = Pending(work, on_bulk)
-        with self._queue_lock:
+        settled = self._settled
+        with settled:
             self._queue.append(item)
-        with self._commit_lock:
-            if not item.done:
-                with self._queue_lock:
-                    batch, self._queue = self._queue, []
-                self._run_batch(batch)
+            # A caller whose item another leader committed returns as soon as it is settled,
+            # without queueing for the commit lock behind the next transaction (a convoy
+            # that kept batches at 1-2 items when commits take round trips).
+            while self._leading and not item.done:
+                settled.wait()
+            lead = not item.done
+            if lead:
+                self._leading = True
+        if lead:
+            try:
+                with self._commit_lock:
+                    with self._queue_lock:
+                        batch, self._queue = self._queue, []
+                    self._run_batch(batch)
+            finally:
+                with settled:
+                    self._leading = False
+                    settled.notify_all()
         if item.error is not None:
             raise item.error
         return item.result
