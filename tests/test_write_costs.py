@@ -154,3 +154,20 @@ def test_a_read_in_the_transaction_sees_the_writes_before_it(store: LogStore) ->
 
     got = store.transaction(work)
     assert got.body == "own" and store.event_get(got.id) == got
+
+
+@pytest.mark.pg
+def test_postgres_appends_go_on_after_rollbacks_and_a_dropped_prepared_state(pg_url: str) -> None:
+    """psycopg deallocates every prepared statement of a session after a ROLLBACK: the
+    starting-state query is prepared again, and a DEALLOCATE ALL done behind the store's back
+    costs one retried BEGIN, never a failed write."""
+    with LogStore.open(pg_url) as store:
+        add(store, body="one")
+        for i in range(6):  # psycopg prepares its own statements after a few runs
+            add(store, body=f"x{i}")
+        with pytest.raises(errors.NotFoundError):  # refused after BEGIN: rolled back
+            add(store, artifact_ids=["art_missing"])
+        assert add(store, body="two").body == "two"
+        with store.backend.transaction() as tx:
+            tx.db.execute("DEALLOCATE ALL")
+        assert add(store, body="three").seq == 9
