@@ -14,10 +14,11 @@ layer, measured by wrapping the layer's function (each wrapper adds well under a
   identity         `Local._sealed` (names against the keyring, the signer, the verdict)
   guards           `store.guards.check_local` (inside the task projection)
   proj:*           each registered projection's `apply` (tasks includes the guards)
-  SQL: begin       BEGIN (+ SQLite's `PRAGMA data_version`; PostgreSQL: the lock and the state)
-  SQL: insert      the INSERT when it is sent alone (PostgreSQL queues it for the COMMIT)
-  commit           COMMIT (SQLite: the WAL write, + fsync at FULL; PostgreSQL: the queued
-                   writes, the NOTIFY and the COMMIT in one message)
+  SQL: begin       entering `backend.transaction`: BEGIN (+ SQLite's `PRAGMA data_version`;
+                   PostgreSQL: the lock and the state query)
+  SQL: insert      the executor's `insert_events` (PostgreSQL queues the row for the COMMIT)
+  commit           leaving it: COMMIT (SQLite: the WAL write, + fsync at FULL; PostgreSQL:
+                   the queued writes, the NOTIFY and the COMMIT in one message)
   wake signal      `Notifier.bump` (waiters in this process)
   rest             the pipeline (group commit, the transaction's state), the write path's glue
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import cProfile
 import io
 import os
@@ -35,7 +37,7 @@ import pstats
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,38 +54,28 @@ ROW = {
 }
 
 
-class _Timed:
-    """The writer's DBAPI connection with each `execute` timed under a label."""
+def _time_transactions(backend: Any, acc: collections.Counter[str]) -> None:
+    """Time the entry (BEGIN, the lock, the state) and the exit (COMMIT) of the backend's
+    write transactions."""
+    inner = backend.transaction
 
-    def __init__(self, db: Any, acc: collections.Counter[str]) -> None:
-        self._db, self._acc = db, acc
-
-    def execute(self, sql: str, *args: Any) -> Any:
+    @contextlib.contextmanager
+    def timed(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        cm = inner(*args, **kwargs)
         t0 = time.thread_time_ns()
+        tx = cm.__enter__()
+        acc["SQL: begin"] += time.thread_time_ns() - t0
         try:
-            return self._db.execute(sql, *args)
-        finally:
-            head = sql.lstrip().split(None, 1)[0].upper()
-            label = (
-                "commit"
-                if "COMMIT" in sql
-                else "SQL: begin"
-                if head in ("BEGIN", "PRAGMA")
-                else f"SQL: {head.lower()}"
-            )
-            self._acc[label] += time.thread_time_ns() - t0
+            yield tx
+        except BaseException as exc:
+            if not cm.__exit__(type(exc), exc, exc.__traceback__):
+                raise
+        else:
+            t0 = time.thread_time_ns()
+            cm.__exit__(None, None, None)
+            acc["commit"] += time.thread_time_ns() - t0
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._db, name)
-
-
-class _Proxy:
-    def __init__(self, proxy: Any, acc: collections.Counter[str]) -> None:
-        self._proxy = proxy
-        self.driver_connection = _Timed(proxy.driver_connection, acc)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._proxy, name)
+    backend.transaction = timed
 
 
 def _wrap(owner: Any, name: str, label: str, acc: collections.Counter[str]) -> None:
@@ -146,8 +138,9 @@ def main(argv: list[str] | None = None) -> int:
         _wrap(redaction.RedactionProjection, "apply", "proj:redactions", acc)
         _wrap(leases.LeaseProjection, "apply", "proj:leases", acc)
         _wrap(store.notifier, "bump", "wake signal", acc)
-        backend._writer()  # noqa: SLF001 - a profiling tool: the writer's connection, timed
-        backend._proxy = _Proxy(backend._proxy, acc)  # noqa: SLF001
+        _time_transactions(backend, acc)
+        executor = type(backend.executor(None, store.pipeline.sql))
+        _wrap(executor, "insert_events", "SQL: insert", acc)
         for _ in range(100):
             store.event_append(**ROW)
         acc.clear()
