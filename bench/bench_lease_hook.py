@@ -8,7 +8,11 @@ Rows, each a fresh process per sample: a denied edit (another agent's lease name
 and an allowed one (a free path), on the local log (the lean path: stdlib sqlite3, no typer
 nor SQLAlchemy) and through `--hub` (a `logstream serve` on loopback, http.client). The log
 holds N active leases of 20 agents. Targets (issue 22): 50 ms p50 local, 100 ms via --hub.
-Never a test; figures go to docs/benchmarks.md.
+The floor row is `python -c pass` (the interpreter alone). The package's bytecode is cached,
+as in an installed package (the children write it to a scratch PYTHONPYCACHEPREFIX even under
+PYTHONDONTWRITEBYTECODE; the untimed warm-up run of each row fills it): without that, every
+process compiles the package's sources again. CPU is user + system time of the process, what
+it costs whatever else shares the cores. Never a test; figures go to docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -29,6 +34,7 @@ from bench import common
 BENCH = "lease_hook"
 TARGETS_MS = {"local": 50.0, "hub": 100.0}
 ROOT = "/work/proj"
+PYCACHE: dict[str, str] = {}  # the children's bytecode cache, set by main()
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -45,7 +51,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOGSTREAM_")}
-    return {**env, "PYTHONPATH": str(common.REPO), "NO_COLOR": "1"}
+    if PYCACHE:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return {**env, "PYTHONPATH": str(common.REPO), "NO_COLOR": "1", **PYCACHE}
 
 
 def _fill(db: Path, n: int) -> None:
@@ -70,13 +78,19 @@ def _edit(path: str) -> str:
     )
 
 
-def _time(cmd: list[str], stdin: str, denied: bool) -> float:
+def _time(cmd: list[str], stdin: str, denied: bool | None) -> tuple[float, float]:
+    """(wall seconds from spawn to exit, CPU seconds user + system) of one process; raises when
+    it fails or decides otherwise than `denied` (None: a floor, no decision)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, input=stdin, capture_output=True, text=True, env=_env())
     elapsed = time.perf_counter() - t0
-    if proc.returncode != 0 or ('"deny"' in proc.stdout) != denied or proc.stderr:
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    decided = denied is None or ('"deny"' in proc.stdout) == denied
+    if proc.returncode != 0 or not decided or proc.stderr:
         raise RuntimeError(f"{cmd}: exit {proc.returncode}, {proc.stdout!r} {proc.stderr!r}")
-    return elapsed
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return elapsed, cpu
 
 
 def _serve(db: Path) -> tuple[subprocess.Popen[str], str]:
@@ -102,23 +116,31 @@ def _serve(db: Path) -> tuple[subprocess.Popen[str], str]:
 
 
 def run(args: argparse.Namespace, tmp: Path) -> dict[str, dict[str, float]]:
+    """{row: wall summary plus `cpu_p50`}; the rows are sampled in turn (one process of each
+    per round), so that a change in the machine's load touches every row alike."""
     common.ensure_repo_on_path()
     db = tmp / "log.sqlite3"
     _fill(db, args.leases)
     hook = [sys.executable, "-m", "mempalace_logstream", "hook", "pretooluse", "--agent", "bob"]
     hub, url = _serve(db)
     try:
-        rows = {
-            "local, denied": ([*hook, "--db", str(db)], "src/auth.py", True),
-            "local, allowed": ([*hook, "--db", str(db)], "docs/free.md", False),
-            "hub, denied": ([*hook, "--hub", url], "src/auth.py", True),
-            "hub, allowed": ([*hook, "--hub", url], "docs/free.md", False),
+        rows: dict[str, tuple[list[str], str, bool | None]] = {
+            "local, denied": ([*hook, "--db", str(db)], _edit("src/auth.py"), True),
+            "local, allowed": ([*hook, "--db", str(db)], _edit("docs/free.md"), False),
+            "hub, denied": ([*hook, "--hub", url], _edit("src/auth.py"), True),
+            "hub, allowed": ([*hook, "--hub", url], _edit("docs/free.md"), False),
+            "floor: python -c pass": ([sys.executable, "-c", "pass"], "", None),
         }
+        for cmd, stdin, denied in rows.values():
+            _time(cmd, stdin, denied)  # warm-up: fills the bytecode cache
+        times: dict[str, list[tuple[float, float]]] = {name: [] for name in rows}
+        for _ in range(args.samples):
+            for name, (cmd, stdin, denied) in rows.items():
+                times[name].append(_time(cmd, stdin, denied))
         results: dict[str, dict[str, float]] = {}
-        for name, (cmd, path, denied) in rows.items():
-            _time(cmd, _edit(path), denied)  # warm-up
-            walls = [_time(cmd, _edit(path), denied) for _ in range(args.samples)]
-            results[name] = common.summarize(walls)
+        for name, pairs in times.items():
+            results[name] = common.summarize([wall for wall, _ in pairs])
+            results[name]["cpu_p50"] = common.summarize([cpu for _, cpu in pairs])["p50"]
     finally:
         hub.terminate()
         hub.wait(timeout=30)
@@ -127,12 +149,20 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, dict[str, float]]:
 
 def report(results: dict[str, dict[str, float]]) -> None:
     table = [
-        [name, common.fmt_ms(s["p50"]), common.fmt_ms(s["p95"]), common.fmt_ms(s["max"])]
+        [
+            name,
+            common.fmt_ms(s["p50"]),
+            common.fmt_ms(s["p95"]),
+            common.fmt_ms(s["max"]),
+            common.fmt_ms(s["cpu_p50"]),
+        ]
         for name, s in results.items()
     ]
-    title = "hook pretooluse --client claude (an Edit), ms per process (wall)"
-    common.print_table(title, ["row", "p50", "p95", "max"], table)
+    title = "hook pretooluse --client claude (an Edit), ms per process"
+    common.print_table(title, ["row", "p50", "p95", "max", "CPU p50"], table)
     for name, s in results.items():
+        if name.startswith("floor"):
+            continue
         goal = TARGETS_MS[name.split(",")[0]]
         for q in ("p50", "p95"):
             common.target_line(BENCH, f"{name} {q}", s[q] * 1000, "ms", "<=", goal)
@@ -142,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     print(common.machine_line())
     with common.temp_dir("logstream-lease-hook-") as tmp:
+        PYCACHE["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
         report(run(args, tmp))
     print(common.machine_line().replace("machine:", "machine after the run:"))
     return 0

@@ -52,9 +52,11 @@ BENCHES = (
     "doctor",
     "hook",
     "lease_hook",
+    "lease_acquire",
     "dashboard",
     "ledger",
     "mcp_tools",
+    "nats",
 )
 TAGS = ("[ratio]", "[target]")
 SMOKE_JOBS = 2

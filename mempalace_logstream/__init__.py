@@ -1,8 +1,9 @@
 """mempalace-logstream: a local-first coordination log for AI agents.
 
-`LogStore` is loaded on first use (PEP 562 `__getattr__`): importing the package, its errors
-or its models does not import the store and SQLAlchemy, so the lean `logstream inbox` hook
-path (hook.py) stays fast. `from mempalace_logstream import LogStore` works as before.
+`LogStore` and the models are loaded on first use (PEP 562 `__getattr__`): importing the
+package or its errors imports neither the store and SQLAlchemy nor the models, so the lean
+hook paths (hook.py: `logstream inbox`, `logstream hook pretooluse`) stay fast.
+`from mempalace_logstream import LogStore, Event` works as before.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ from mempalace_logstream.errors import (
     UnauthorizedError,
     ValidationError,
 )
-from mempalace_logstream.models import Artifact, Event, Page
 
 if _typing.TYPE_CHECKING:
+    from mempalace_logstream.models import Artifact, Event, Page
     from mempalace_logstream.store import LogStore
 
 __version__ = "0.1.0"
@@ -50,7 +51,10 @@ __all__ = [
     "__version__",
 ]
 # Exported names loaded on first access: name -> the module that defines it.
-_LAZY = {"LogStore": "mempalace_logstream.store"}
+_LAZY = {
+    "LogStore": "mempalace_logstream.store",
+    **{name: "mempalace_logstream.models" for name in ("Artifact", "Event", "Page")},
+}
 
 
 def __getattr__(name: str) -> object:

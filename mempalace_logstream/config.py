@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from mempalace_logstream import errors
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from mempalace_logstream.tasks import TaskSettings
 
 DB_FILENAME = "logstream.sqlite3"
@@ -71,8 +71,7 @@ def _lease_ms(environ: Mapping[str, str], key: str, default: int) -> int:
     return _bounded(environ, key, default, MIN_LEASE_MS, MAX_LEASE_MS)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Settings:
+class Settings(NamedTuple):  # not a dataclass: the hook paths import no dataclasses
     db: str | None = None
     palace: str | None = None
     max_body_bytes: int = 256 * 1024
@@ -132,11 +131,15 @@ class Settings:
 
 
 def palace_dir(palace: str | None) -> Path:
+    from pathlib import Path  # here: the hook paths resolve the log without pathlib
+
     return Path(palace or DEFAULT_PALACE).expanduser()
 
 
 def resolve_db(db: str | None, palace: str | None) -> str:
-    """`--db URL` wins, else `<palace>/logstream.sqlite3` (palace from flag, env or default)."""
+    """`--db URL` wins, else `<palace>/logstream.sqlite3` (palace from flag, env or default);
+    a path is made absolute with its links resolved."""
     if db:
-        return db if "://" in db else f"sqlite:///{Path(db).expanduser().resolve()}"
-    return f"sqlite:///{(palace_dir(palace) / DB_FILENAME).resolve()}"
+        return db if "://" in db else f"sqlite:///{os.path.realpath(os.path.expanduser(db))}"
+    place = os.path.expanduser(palace or DEFAULT_PALACE)
+    return f"sqlite:///{os.path.realpath(os.path.join(place, DB_FILENAME))}"

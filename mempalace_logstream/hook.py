@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from mempalace_logstream import config, display, errors
+from mempalace_logstream import config, errors
 
 if TYPE_CHECKING:
     from mempalace_logstream import inbox as inbox_mod
@@ -207,6 +207,8 @@ def _say_error(exc: errors.LogstreamError, as_json: bool) -> None:
         field = getattr(exc, "field", None)
         _note(json.dumps({"error": text, "field": field}, ensure_ascii=False))
     else:
+        from mempalace_logstream import display
+
         _note("error: " + display.terminal(text))
 
 

@@ -13,7 +13,6 @@ Must not import typer, rich, click or the servers.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -156,6 +155,8 @@ def _what(exc: BaseException) -> str:
 
 
 def _git_root(cwd: str) -> str | None:
+    import subprocess  # only when the hook input names no cwd
+
     try:
         done = subprocess.run(
             ["git", "rev-parse", "--show-toplevel"],
@@ -346,6 +347,8 @@ def install_guard(
     """Write the guard as the pre-commit hook of the git repository at `repo` (its hooks
     directory as git names it); returns the hook's path. A pre-commit hook that is not the
     guard is left alone and refused (ValidationError naming `repo`)."""
+    import subprocess
+
     from mempalace_logstream import validation as v
 
     try:

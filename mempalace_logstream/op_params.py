@@ -385,7 +385,7 @@ class PresenceLeave(Params):
 
 
 class PresenceList(Params):
-    """Who is home now: {agents: [{agent, state, task_id, note, expires_at, paths, wakeable,
+    """Who is home now: {agents: [{agent, state, task_id, note, expires_at, paths, wakeable, leases,
     ...}], count, unreachable}. wakeable: yes (it reacted to a push lately), unverified (a push
     path, no reaction yet), no (hooks only: it reads at its next prompt). Use it to pick a free
     worker before delegating, or to see whether the agent you wait on is up."""

@@ -282,11 +282,17 @@ def presence_leave(registry: Registry, *, agent: str) -> dict[str, Any]:
     return {"left": registry.leave(agent)}
 
 
-def presence_list(registry: Registry) -> dict[str, Any]:
+def presence_list(registry: Registry, store: LogStore | None = None) -> dict[str, Any]:
+    """Who is home, with each one's delivery paths and, given the hub's log, its active file
+    leases (`leases`: count and globs; issue 22)."""
     from mempalace_logstream.delivery_hook import presence_fields
 
     entries = registry.present()
     agents = [{**entry.to_dict(), **presence_fields(registry, entry.agent)} for entry in entries]
+    if store is not None:
+        held = _leases_by_agent(store)
+        for agent in agents:
+            agent["leases"] = held.get(agent["agent"], {"count": 0, "paths": []})
     # Agents this hub could push to once and no longer can (a reaped watcher): wakeable no.
     home = {entry.agent for entry in entries}
     unreachable = [
@@ -297,6 +303,19 @@ def presence_list(registry: Registry) -> dict[str, Any]:
     return {"agents": agents, "count": len(agents), "unreachable": unreachable}
 
 
+def _leases_by_agent(store: LogStore) -> dict[str, dict[str, Any]]:
+    """agent -> {count, paths}: its active file leases (one read of the lease rows)."""
+    from mempalace_logstream import validation as v
+    from mempalace_logstream.store import lease_ops
+
+    out: dict[str, dict[str, Any]] = {}
+    for lease in lease_ops.lease_list(store, active=True, limit=v.MAX_LIST_LIMIT)["leases"]:
+        mine = out.setdefault(lease["agent"], {"count": 0, "paths": []})
+        mine["count"] += 1
+        mine["paths"] += [g for g in lease["paths"] if g not in mine["paths"]]
+    return out
+
+
 PRESENCE: dict[str, Operation] = {
     "presence_announce": Operation(p.PresenceAnnounce, presence_announce, mutating=True),
     "presence_leave": Operation(p.PresenceLeave, presence_leave, mutating=True),
@@ -305,9 +324,14 @@ PRESENCE: dict[str, Operation] = {
 PRESENCE_PARAMS: dict[str, dict[str, bool]] = {name: op.required() for name, op in PRESENCE.items()}
 
 
-def presence_call(registry: Registry, name: str, args: dict[str, Any]) -> dict[str, Any]:
-    """Run presence operation `name` on the hub's registry with raw `args`."""
+def presence_call(
+    registry: Registry, name: str, args: dict[str, Any], store: LogStore | None = None
+) -> dict[str, Any]:
+    """Run presence operation `name` on the hub's registry with raw `args` (`store`: the
+    hub's log, whose active leases presence_list adds per agent)."""
     clean = _checked(name, PRESENCE_PARAMS.get(name), args)
+    if name == "presence_list":
+        return presence_list(registry, store)
     if name != "presence_list" and isinstance(clean.get("agent"), str):
         from mempalace_logstream.store.identity import check_writer
 

@@ -5,7 +5,6 @@ never an error, whatever a row holds) and a redacted body's tombstone (`tombston
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from typing import Any
@@ -102,4 +101,6 @@ def body_digest(body: str) -> str:
     doc = parse_tombstone(body)
     if doc is not None:
         return doc["body_sha256"]
+    import hashlib  # here, not at import: OpenSSL's load is a tenth of the hook path's imports
+
     return hashlib.sha256(body.encode("utf-8")).hexdigest()

@@ -17,7 +17,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from mempalace_logstream.errors import ValidationError
-from mempalace_logstream.models import DRAFT_SPEC
 from mempalace_logstream.payload import MAX_METADATA_DEPTH, json_depth
 
 MAX_ROUTING_CHARS = 256
@@ -455,6 +454,8 @@ def event_fields(
     each checked by its rule, in `Event`'s order: {attribute: clean value}. A name in `raw`
     that is no such field is the caller's to refuse. Raises ValidationError naming the first
     bad field and its limit."""
+    from mempalace_logstream.models import DRAFT_SPEC  # not at import: the hook path reads none
+
     out: dict[str, Any] = {}
     seen = _TEXT_SEEN
     for name, wire, rule in DRAFT_SPEC:

@@ -76,6 +76,10 @@ EXPECTED: dict[str, list[str]] = {
     "channel": [_target("channel", "channel notification p50 after commit")],
     "hubs": [_ratio("hubs", "appends/s 2 hubs / 1 hub"), _ratio("hubs", "SSE p95 1 hub / 2 hubs")],
     "codex": [_target("codex", "codex queue invocation p50 after commit")],
+    "nats": [
+        _ratio("nats", "events/s bridge / HTTP sync round"),
+        *(_target("nats", f"bridge append -> readable {q}") for q in ("p50", "p95")),
+    ],
     "hub": [
         _target("hub", "SSE delivery p95, 3 subscribers"),
         _target("hub", "hub peak RSS with 3 subscribers", "MB"),
@@ -113,6 +117,10 @@ EXPECTED: dict[str, list[str]] = {
     ],
     "doctor": [r"^doctor on 1,000 events", r"peak RSS", r"^seconds per check: \{"],
     "hook": [_target("hook", f"lean, {row} p50") for row in ("empty inbox", "one new message")],
+    "lease_acquire": [
+        _target("lease_acquire", "acquire p50 at 20 leases"),
+        _ratio("lease_acquire", "overlap rule p50 pairwise / indexed (20 leases)"),
+    ],
     "lease_hook": [
         _target("lease_hook", f"{where}, {what} p50")
         for where in ("local", "hub")

@@ -106,8 +106,14 @@ def test_every_help_page_shows_flags_as_flags_and_no_spec_ids():
         flags = [p for p in cmd.params if getattr(p, "is_flag", False) and not p.hidden]
         for flag in flags:
             assert re.search(rf"^\s+{re.escape(flag.opts[0])}\b", page, flags=re.M), (path, flag)
-        # serve, mcp and the harness hook (its stdout is the harness's JSON) print no answer
-        if not getattr(cmd, "commands", None) and path not in ("serve", "mcp", "hook pretooluse"):
+        # serve, mcp, the NATS bridge and the harness hook (its stdout is the harness's JSON)
+        # print no answer
+        if not getattr(cmd, "commands", None) and path not in (
+            "serve",
+            "mcp",
+            "hook pretooluse",
+            "bridge nats",
+        ):
             assert "--json" in page, path
         if path in CORE_COMMANDS:
             assert "--db" in page, path

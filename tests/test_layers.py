@@ -69,6 +69,8 @@ RULES: dict[str, tuple[str, ...]] = {
     "codex_thread": (*BRIDGE_FORBIDS, "click", "rich"),
     "deliver": (*BRIDGE_FORBIDS, "sse_starlette"),
     "sync": ("fastapi", "typer", "mcp", "sse_starlette"),
+    # The NATS JetStream bridge (issue 24): the peer apply and the store's public API; no SQL.
+    "natsbridge": ("backends", "sqlalchemy", "schema", "http", "mcp_server", "cli", *SURFACE_LIBS),
     "replication": SURFACE_LIBS,
     "importer": (*SURFACE_LIBS, "rich"),
     "workflows": ("sqlalchemy", "backends", "schema", *SURFACE_LIBS),
@@ -105,6 +107,7 @@ SOLE_IMPORTERS = {
     "mcp": {"mcp_server"},
     "fastapi": {"http"},
     "sse_starlette": {"http"},
+    "nats": {"natsbridge"},
 }
 
 
@@ -236,6 +239,7 @@ CLI_RULES: dict[str, tuple[str, ...]] = {
     "admin": CLI_BASE,
     "tail": (*CLI_BASE, "announce"),
     "agent": CLI_BASE,
+    "bridge": CLI_BASE,
     "delivery": CLI_BASE,
     "inbox": (*CLI_BASE, "testhooks"),
     "__init__": (
@@ -430,12 +434,16 @@ def _private_definitions(path: Path) -> set[str]:
     return {n for n in out if n.startswith("_") and not n.startswith("__")}
 
 
+# A NamedTuple's public methods carry an underscore only so as not to clash with its fields.
+NAMEDTUPLE_API = frozenset({"_replace", "_asdict", "_fields", "_field_defaults", "_make"})
+
+
 def _private_accesses(path: Path) -> list[tuple[str, int]]:
     out: list[tuple[str, int]] = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if not isinstance(node, ast.Attribute) or not node.attr.startswith("_"):
             continue
-        if node.attr.startswith("__"):
+        if node.attr.startswith("__") or node.attr in NAMEDTUPLE_API:
             continue
         if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
             continue

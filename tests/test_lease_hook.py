@@ -93,6 +93,9 @@ DENIED = [
     (_claude("NotebookEdit", notebook_path=f"{ROOT}/src/nb.ipynb", new_source="1"), "src/nb.ipynb"),
     (_claude("Bash", command="echo x > src/gen.py && ls", description="write"), "src/gen.py"),
     (_claude("Bash", command="sed -i 's/a/b/' src/auth.py"), "src/auth.py"),
+    (_claude("Bash", command="cd src && sed -i 's/a/b/' auth.py"), "src/auth.py"),
+    (_claude("Bash", command="cp -t src/ new.py"), "src/new.py"),
+    (_claude("Bash", command="mv --target-directory=src lib.py"), "src/lib.py"),
 ]
 
 
@@ -257,8 +260,29 @@ def test_a_misconfigured_hook_exits_1_so_the_harness_does_not_block_every_edit(t
         ("cat a >> b/c.txt 2>&1 && ls", ["b/c.txt"]),
         ("sed -i s/a/b/ x.py y.py", ["x.py", "y.py"]),
         ("sed -i -e s/a/b/ z.py", ["z.py"]),
-        ("mv a.py b.py; rm -rf dir", ["a.py", "b.py", "dir"]),
-        ("cp a b", ["b"]),
+        ("mv a.py b.py; rm -rf dir", ["b.py", "b.py/a.py", "a.py", "dir"]),
+        ("cp a b", ["b", "b/a"]),  # b may be a file or a directory
+        ("cp a b/", ["b/a"]),
+        ("cp -r a b/c dst", ["dst/a", "dst/c"]),
+        # `cd` moves the directory later targets are resolved against (not in a subshell)
+        ("cd src && echo x > gen.py", ["src/gen.py"]),
+        ("cd src; cd sub && sed -i s/a/b/ a.py", ["src/sub/a.py"]),
+        ("pushd pkg && rm old.py", ["pkg/old.py"]),
+        ("cd /abs && touch x > y", ["/abs/y"]),
+        ("cd .. && echo > a", ["../a"]),
+        ("cd && echo > notes", ["~/notes"]),
+        ("cd src | echo > a", ["a"]),
+        ("cd - && echo > a && echo > /abs/b", ["/abs/b"]),  # unknown directory: only absolute
+        ('cd "$X" && echo > a', []),
+        # -t DIR / --target-directory: each source lands in DIR
+        ("mv -t dst a b/c", ["dst/a", "dst/c", "a", "b/c"]),
+        ("cp -t dst a", ["dst/a"]),
+        ("cp -tdst a", ["dst/a"]),
+        ("cp --target-directory=dst a b", ["dst/a", "dst/b"]),
+        ("cp --target-directory dst a", ["dst/a"]),
+        ("cd src && mv -t ../lib x.py", ["lib/x.py", "src/x.py"]),
+        ("cp -S .bak a b", ["b", "b/a"]),
+        ("cp -- -odd b", ["b", "b/-odd"]),
         ("echo x | tee -a log.txt", ["log.txt"]),
         ("ls > /dev/null", []),
         ("git status", []),

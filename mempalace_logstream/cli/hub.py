@@ -16,12 +16,19 @@ import typer
 from mempalace_logstream import config, errors
 from mempalace_logstream.cli.options import DbOpt, Multi, PalaceOpt
 from mempalace_logstream.cli.root import app
-from mempalace_logstream.cli.shared import check_sync_limits, fail, guard_settings, open_store
+from mempalace_logstream.cli.shared import (
+    check_sync_limits,
+    fail,
+    guard_settings,
+    nats_config,
+    open_store,
+)
 
 if TYPE_CHECKING:
     import socket
 
     from mempalace_logstream.http import HubSettings
+    from mempalace_logstream.natsbridge import BridgeConfig, BridgeThread
     from mempalace_logstream.store import LogStore
     from mempalace_logstream.sync import SyncLoop
 
@@ -135,6 +142,15 @@ ForwardedOpt = Annotated[
         "Default: 127.0.0.1, or $FORWARDED_ALLOW_IPS.",
     ),
 ]
+NatsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--nats",
+        help="Also bridge the log to this NATS JetStream server (2.10+; the nats extra), as "
+        "`logstream bridge nats` does.",
+        show_default=False,
+    ),
+]
 HumanOpt = Annotated[
     Multi,
     typer.Option("--human", help="A name that counts as a person for the loop guards (repeat)."),
@@ -165,6 +181,7 @@ def serve(
     human: HumanOpt = None,
     wakeable_window: WakeableWindowOpt = 1_800,
     forwarded_allow_ips: ForwardedOpt = None,
+    nats: NatsOpt = None,
     db: DbOpt = None,
     palace: PalaceOpt = None,
 ) -> None:
@@ -176,6 +193,9 @@ def serve(
     from mempalace_logstream.http import HubSettings
 
     _check_serve_flags(host, token, sync_interval, sync_deadline_s, sync_max_response_bytes)
+    nats_cfg = None
+    if nats is not None:
+        nats_cfg = nats_config(nats, "LOGSTREAM", "logstream")
     try:
         interval = (
             sync_interval if sync_interval is not None else sync_mod.interval_from_env(os.environ)
@@ -224,9 +244,10 @@ def serve(
     application = _hub_app(store, settings, loop, mcp_read_only, remind_interval)
     sock = _bind(host, port)
     lead.name = f"{socket.gethostname()}:{sock.getsockname()[1]} pid {os.getpid()}"
+    bridge = _start_bridge(store, nats_cfg) if nats_cfg is not None else None
     _banner(host, sock, store, loop, interval, palace_path)
     try:
-        _run(application, sock, store, forwarded_allow_ips)
+        _run(application, sock, store, forwarded_allow_ips, bridge)
     finally:
         lead.release()
         if held is not None:
@@ -234,10 +255,15 @@ def serve(
 
 
 def _run(
-    application: Any, sock: socket.socket, store: LogStore, forwarded_allow_ips: str | None
+    application: Any,
+    sock: socket.socket,
+    store: LogStore,
+    forwarded_allow_ips: str | None,
+    bridge: BridgeThread | None = None,
 ) -> None:
     """uvicorn until a signal stops it cleanly (http/server.py: the open waits answered, the
-    streams ended, one line on stderr, the hub's log), then the store closed."""
+    streams ended, one line on stderr, the hub's log), then the NATS bridge stopped (if one
+    runs) and the store closed."""
     import uvicorn
 
     from mempalace_logstream.http.server import HubServer
@@ -252,7 +278,23 @@ def _run(
     try:
         server.run(sockets=[sock])
     finally:
+        if bridge is not None:
+            bridge.stop()
         store.close()
+
+
+def _start_bridge(store: LogStore, cfg: BridgeConfig) -> BridgeThread:
+    """The NATS bridge beside the hub (its own thread and event loop), started once its
+    checks passed; a refusal stops `serve` with its one line."""
+    from mempalace_logstream.natsbridge import BridgeThread
+
+    try:
+        thread = BridgeThread(store, cfg, _say).start()
+    except errors.LogstreamError as exc:
+        store.close()
+        raise fail(exc.message) from None
+    _say(f"nats bridge: {store.replica_id} on {cfg.url} stream {cfg.stream}")
+    return thread
 
 
 def _say(line: str) -> None:

@@ -51,7 +51,9 @@ def _line(entry: dict[str, Any]) -> str:
     paths = ", ".join(f"{p['path']} since {p['since']}" for p in entry["paths"]) or "none"
     push = entry.get("last_push_at")
     pushed = f"; last push {push} ({entry['last_push_path']})" if push else ""
-    return f"{line}; wakeable: {entry['wakeable']} (paths: {paths}{pushed})"
+    held = entry.get("leases") or {}
+    leases = f"; leases: {held['count']} ({', '.join(held['paths'])})" if held.get("count") else ""
+    return f"{line}; wakeable: {entry['wakeable']} (paths: {paths}{pushed}){leases}"
 
 
 @presence_app.command("announce")

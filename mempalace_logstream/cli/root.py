@@ -92,6 +92,7 @@ COMMANDS = {
     "hook": "harness",
     "presence": "presence",
     "agent": "agent",
+    "bridge": "bridge",
 }
 
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from mempalace_logstream.hub_client import HubClient
+    from mempalace_logstream.natsbridge import BridgeConfig
     from mempalace_logstream.operations import LocalClient
     from mempalace_logstream.store import LogStore
     from mempalace_logstream.tasks import TaskSettings
@@ -311,3 +312,18 @@ def interrupted(exc: BaseException) -> bool:
         if isinstance(seen, KeyboardInterrupt):
             return True
     return False
+
+
+def nats_config(url: str, stream: str, prefix: str) -> BridgeConfig:
+    """The bridge's settings, or a usage failure naming the bad option (and the extra to
+    install when the NATS client is missing)."""
+    try:
+        from mempalace_logstream.natsbridge import BridgeConfig
+    except ImportError:
+        raise fail(
+            "the NATS bridge needs the nats extra: pip install 'mempalace-logstream[nats]'"
+        ) from None
+    try:
+        return BridgeConfig(url=url, stream=stream, prefix=prefix)
+    except ValueError as exc:
+        raise fail(str(exc)) from None

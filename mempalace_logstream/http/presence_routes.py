@@ -1,6 +1,7 @@
 """Presence at the hub (S-8.4): `POST /v1/presence_announce|presence_leave|presence_list` and
 `GET /v1/presence`, on the app's `presence.Registry` (in memory, or the cache of the table the
-hubs of a PostgreSQL log share: shared_presence.py; never the log). The rules and the
+hubs of a PostgreSQL log share: shared_presence.py; never the log); the list adds each agent's
+active file leases from the hub's log. The rules and the
 refusals are `operations.presence_call`'s, the same on every surface.
 """
 
@@ -26,14 +27,16 @@ def add_presence_routes(app: FastAPI, registry: presence.Registry) -> None:
 
 def _endpoint(op: str) -> Any:
     async def endpoint(request: Request) -> dict[str, Any]:
-        return operations.presence_call(request.app.state.presence, op, await _body(request))
+        registry, store = request.app.state.presence, request.app.state.store
+        return operations.presence_call(registry, op, await _body(request), store)
 
     endpoint.__name__ = f"post_{op}"
     return endpoint
 
 
 async def get_presence(request: Request) -> dict[str, Any]:
-    return operations.presence_call(request.app.state.presence, "presence_list", {})
+    registry, store = request.app.state.presence, request.app.state.store
+    return operations.presence_call(registry, "presence_list", {}, store)
 
 
 async def _body(request: Request) -> dict[str, Any]:

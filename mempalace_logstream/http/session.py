@@ -183,6 +183,8 @@ READ_POSTS = (
     "/v1/event_list",
     "/v1/presence_list",
     "/v1/delivery_status",
+    "/v1/lease_list",
+    "/v1/lease_check",
     "/dashboard/logout",
 )
 # Reachable with no credentials on a hub with a token: the login itself and the page's code.

@@ -59,7 +59,8 @@ def decide(
     `stream` (None: every project) at wall time `now`, from the rows not lost nor released
     and unexpired (`held`) and `who`'s unexpired lost ones (`lost`)."""
     active = [x for x in held if x.state(now, end(x.task_id) if x.task_id else None) == "active"]
-    naming = [x for x in active if any(globs.matches(g, where) for g in x.paths)]
+    index = globs.PrefixIndex((x.paths, x) for x in active)
+    naming = [x for x in index.naming(where) if any(globs.matches(g, where) for g in x.paths)]
     others = [x for x in naming if x.agent != who and x.exclusive]
     own = [x for x in naming if x.agent == who]
     lost_here = [

@@ -11,15 +11,18 @@ means all its files). Overlap is decided on the automata, never by listing files
 
 from __future__ import annotations
 
+import bisect
 import functools
-from dataclasses import dataclass
+from collections.abc import Iterable
+from typing import Generic, NamedTuple, TypeVar
 
 MAX_GLOB_CHARS = 256  # a routing value's limit: a glob is one
 STAR = "**"  # the segment token for "any number of segments"
+WILD = "*?[\\"  # where a glob's literal prefix ends (an escape too: the prefix stays short)
+T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class CharClass:
+class CharClass(NamedTuple):  # not a dataclass: the PreToolUse hook imports no dataclasses
     """A `[...]` class: the (lo, hi) code point ranges it lists, negated or not."""
 
     ranges: tuple[tuple[int, int], ...]
@@ -233,3 +236,67 @@ def _candidates(a: CharToken, b: CharToken) -> set[int]:
         elif isinstance(t, str) and t != ANY_RUN:
             ends.add(ord(t))
     return {c for c in ends if 0 < c <= 0x10FFFF}
+
+
+# ------------------------------------------------------------------------ literal prefixes
+
+
+@functools.lru_cache(maxsize=8192)
+def literal_prefix(glob: str) -> str:
+    """The text every path the glob names begins with: its normalized form up to the first
+    wildcard (`*`, `?`, `[`, an escape), without the `/` before a `**` (`a/**` names `a`)."""
+    norm = normalize(glob)
+    cut = min((i for i, c in enumerate(norm) if c in WILD), default=len(norm))
+    head = norm[:cut]
+    if norm[cut : cut + 2] == STAR and (cut + 2 == len(norm) or norm[cut + 2] == "/"):
+        head = head.removesuffix("/")  # `**` may name no segment at all
+    return head
+
+
+def may_overlap(a: str, b: str) -> bool:
+    """False when the two globs cannot name a common path (a path that both name begins with
+    both literal prefixes, so one of them begins the other); True says nothing."""
+    pa, pb = literal_prefix(a), literal_prefix(b)
+    return pa.startswith(pb) or pb.startswith(pa)
+
+
+class PrefixIndex(Generic[T]):
+    """Entries (each some globs and a value) indexed by their globs' literal prefixes, so that
+    only candidates that can overlap are compared: `candidates(globs)` are the entries with a
+    glob whose prefix begins a given glob's prefix or begins with it (no other entry can
+    overlap them: `may_overlap`), `naming(path)` those with a glob whose prefix begins the
+    path (no other can name it). In the order the entries were given, each once; the caller
+    compares the candidates exactly (`overlaps`, `matches`)."""
+
+    def __init__(self, entries: Iterable[tuple[Iterable[str], T]]) -> None:
+        self._values: list[T] = []
+        self._by_prefix: dict[str, list[int]] = {}
+        for i, (entry_globs, value) in enumerate(entries):
+            self._values.append(value)
+            for glob in entry_globs:
+                self._by_prefix.setdefault(literal_prefix(glob), []).append(i)
+        self._sorted = sorted(self._by_prefix)
+
+    def _beginning(self, text: str) -> Iterable[int]:
+        """The entries with a prefix that begins `text` (or is it)."""
+        for k in range(len(text) + 1):
+            yield from self._by_prefix.get(text[:k], ())
+
+    def _longer(self, prefix: str) -> Iterable[int]:
+        """The entries with a prefix that begins with `prefix` and is longer."""
+        at = bisect.bisect_right(self._sorted, prefix)
+        while at < len(self._sorted) and self._sorted[at].startswith(prefix):
+            yield from self._by_prefix[self._sorted[at]]
+            at += 1
+
+    def candidates(self, globs: Iterable[str]) -> list[T]:
+        found: set[int] = set()
+        for glob in globs:
+            prefix = literal_prefix(glob)
+            found.update(self._beginning(prefix))
+            found.update(self._longer(prefix))
+        return [self._values[i] for i in sorted(found)]
+
+    def naming(self, path: str) -> list[T]:
+        clean = "/".join(p for p in path.strip().split("/") if p not in ("", "."))
+        return [self._values[i] for i in sorted(set(self._beginning(clean)))]

@@ -26,10 +26,14 @@ NOTEBOOK_TOOL = "NotebookEdit"
 PATCH_TOOLS = ("apply_patch", "functions.apply_patch")
 PATCH_LINE = re.compile(r"^\*\*\* (?:Update File|Add File|Delete File|Move to): (.+?)\s*$", re.M)
 REDIRECT = re.compile(r"^(?:\d*|&)>>?\|?(.*)$")
-# Commands whose last word(s) are written: `mv a b` (both), `rm a b`, `cp a b` (the target).
-WRITES_ALL = ("rm", "mv")
-WRITES_LAST = ("cp",)
+# `cp`/`mv` write their destination (`-t DIR` too); `mv` also removes its sources.
+COPIES = ("cp", "mv")
+COPY_VALUE_OPTIONS = {"-S", "--suffix"}  # options of cp and mv that take the next word
 SEPARATORS = {"&&", "||", ";", "|", "&"}
+# `cd DIR` and `pushd DIR` move the shell later commands run in, unless they run in a subshell
+# of their own (a pipeline's stage, a background job).
+DIRECTORY_MOVES = ("cd", "pushd")
+SUBSHELL_SEPARATORS = {"|", "&"}
 
 
 def payload(text: str) -> dict[str, Any]:
@@ -66,23 +70,51 @@ def edited_paths(client: str, data: Mapping[str, Any]) -> list[str]:
 
 def bash_targets(command: str) -> list[str]:
     """Best-effort: the files a shell command writes (redirections, `tee`, `sed -i`, `mv`,
-    `rm`, `cp`); an unparsable command names none."""
+    `rm`, `cp`), each resolved against the directory a `cd`/`pushd` earlier in the same shell
+    moved to (`cd src && echo x > a.py` writes `src/a.py`); an unparsable command names none.
+    After a `cd` to a directory the words do not say (`cd -`, `cd "$X"`), relative targets
+    cannot be placed and are not named (the git guard still sees them at commit time)."""
     try:
         words = shlex.split(command, comments=True)
     except ValueError:
         return []
     out: list[str] = []
     simple: list[str] = []
+    where: str | None = ""  # the directory moved to, relative to the hook's cwd; None: unknown
     for word in [*words, ";"]:
         ends = word.endswith(";") and word not in SEPARATORS
         if ends:
             simple.append(word[:-1])
         if ends or word in SEPARATORS:
-            out += _command_targets([w for w in simple if w])
+            cmd = [w for w in simple if w]
+            out += [_under(where, p) for p in _command_targets(cmd) if p]
+            if cmd and cmd[0] in DIRECTORY_MOVES and (ends or word not in SUBSHELL_SEPARATORS):
+                where = _moved(where, cmd[1:])
             simple = []
         else:
             simple.append(word)
-    return [p for p in out if p and not p.startswith("/dev/")]
+    return [p for p in dict.fromkeys(out) if p and not p.startswith("/dev/")]
+
+
+def _moved(where: str | None, args: Sequence[str]) -> str | None:
+    """The directory after `cd ARGS` from `where` (None when the words do not say it)."""
+    given = [a for a in args if a not in ("-L", "-P", "-e", "--")]
+    if not given:
+        return "~"  # `cd` alone: the home directory
+    target = given[0]
+    if target == "-" or any(c in target for c in "$`*?[{"):
+        return None
+    return _under(where, target)
+
+
+def _under(where: str | None, path: str) -> str:
+    """`path` as seen from the hook's cwd after moving to `where` ("" when a path is not
+    relative to the moved-to directory and that directory is unknown)."""
+    if path.startswith(("/", "~")) or where == "":
+        return path
+    if where is None:
+        return ""
+    return os.path.normpath(os.path.join(where, path))
 
 
 def _command_targets(words: Sequence[str]) -> list[str]:
@@ -105,14 +137,50 @@ def _command_targets(words: Sequence[str]) -> list[str]:
         i += 1
     if not rest:
         return out
-    name, args = os.path.basename(rest[0]), [w for w in rest[1:] if not w.startswith("-")]
-    if name == "tee" or name in WRITES_ALL:
+    name = os.path.basename(rest[0])
+    if name in COPIES:
+        return out + _copy_targets(name, rest[1:])
+    args = [w for w in rest[1:] if not w.startswith("-")]
+    if name == "tee" or name == "rm":
         out += args
-    elif name in WRITES_LAST and len(args) >= 2:
-        out.append(args[-1])
     elif name == "sed" and any(w == "-i" or w.startswith(("-i", "--in-place")) for w in rest):
         out += _sed_files(rest[1:])
     return out
+
+
+def _copy_targets(name: str, args: Sequence[str]) -> list[str]:
+    """`cp`/`mv` [options] SOURCE... DEST, or with `-t DIR`/`--target-directory[=]DIR`: what
+    they write. Into a directory each source lands as DIR/<its name>; with one source and a
+    DEST that may be a file or a directory, both are named. `mv` also removes its sources."""
+    operands: list[str] = []
+    into: str | None = None
+    i, options = 0, True
+    while i < len(args):
+        word = args[i]
+        if options and word == "--":
+            options = False
+        elif options and word in ("-t", "--target-directory") and i + 1 < len(args):
+            into = args[i + 1]
+            i += 1
+        elif options and word.startswith("--target-directory="):
+            into = word.partition("=")[2]
+        elif options and word.startswith("-t") and not word.startswith("--") and len(word) > 2:
+            into = word[2:]
+        elif options and word in COPY_VALUE_OPTIONS and i + 1 < len(args):
+            i += 1  # `-S SUFFIX`: the value is no operand
+        elif not (options and word.startswith("-") and word != "-"):
+            operands.append(word)
+        i += 1
+    if into is not None:
+        sources = operands
+        out = [os.path.join(into, os.path.basename(s.rstrip("/"))) for s in sources]
+    elif len(operands) >= 2:
+        sources, dest = operands[:-1], operands[-1]
+        joined = [os.path.join(dest, os.path.basename(s.rstrip("/"))) for s in sources]
+        out = joined if len(sources) > 1 or dest.endswith("/") else [dest, *joined]
+    else:
+        return []
+    return out + (sources if name == "mv" else [])
 
 
 def _sed_files(args: Sequence[str]) -> list[str]:

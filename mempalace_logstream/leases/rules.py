@@ -10,13 +10,10 @@ clock. A lease of a task ends when its task is completed or cancelled.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
-from mempalace_logstream import hlc
 from mempalace_logstream.leases import globs
 
 ACQUIRE, RENEW, RELEASE = "lease.acquire", "lease.renew", "lease.release"
@@ -26,6 +23,9 @@ ADMIN_NAME = "admin"  # identity's admin actor writes as this name (identity.act
 # A lease of a task ends with the task's end (the task's row says when: its last move).
 ENDING_TASK_STATES = frozenset({"completed", "cancelled"})
 
+# The fence of a lease that lost a race across replicas: none (fences count the winners only,
+# so a guard never sees a number taken by a lease that never held).
+NO_FENCE = 0
 MIN_TTL_MS, MAX_TTL_MS = 1000, 7 * 24 * 3600 * 1000  # leases.inputs' ttl_s bounds, in ms
 
 TaskEnd = Callable[[str], str | None]  # task id -> HLC of the move that ended it, or None
@@ -37,8 +37,11 @@ def iso(ms: int | None) -> str | None:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
-@dataclass(frozen=True, kw_only=True)
-class Lease:
+# The records are NamedTuples: the PreToolUse hook, which reads them on every edit, then
+# imports neither the dataclasses module nor inspect (tests/test_lease_lean.py).
+
+
+class Lease(NamedTuple):
     """One lease as the log's moves leave it (a row of the `leases` projection)."""
 
     lease_id: str  # the id of its `lease.acquire` event
@@ -48,7 +51,7 @@ class Lease:
     exclusive: bool
     reason: str
     task_id: str | None
-    fence: int  # grows per project with every lease granted or lost, in HLC order
+    fence: int  # 1, 2, ... per project over the leases granted, in HLC order; NO_FENCE if lost
     acquired_hlc: str
     ttl_ms: int
     expires_ms: int
@@ -94,8 +97,7 @@ class Lease:
         return "active" if self.expires_ms > now_ms else "expired"
 
 
-@dataclass(frozen=True, kw_only=True)
-class Move:
+class Move(NamedTuple):
     """A lease event read as a move (malformed ones, from a peer, are no move)."""
 
     kind: str  # acquire | renew | release
@@ -118,6 +120,8 @@ def classify(
     """The move an event makes, or None (not a lease event, or one no rule can read)."""
     if type not in TYPES:
         return None
+    from mempalace_logstream import hlc  # here: the hook's check classifies no event
+
     parsed = hlc.parse(stamp)
     if parsed is None:
         return None
@@ -160,8 +164,7 @@ def classify(
 # ----------------------------------------------------------------------------- the rules
 
 
-@dataclass(frozen=True)
-class Refused:
+class Refused(NamedTuple):
     """A move the rules refuse: raised as `kind` (conflict, forbidden, not_found) locally,
     no effect from a peer."""
 
@@ -171,17 +174,23 @@ class Refused:
 
 
 def overlapping(mine: Iterable[str], theirs: Iterable[str]) -> list[tuple[str, str]]:
-    """The (mine, theirs) glob pairs that can name a common path."""
-    return [(a, b) for a in mine for b in theirs if globs.overlaps(a, b)]
+    """The (mine, theirs) glob pairs that can name a common path (the automata compared only
+    for pairs whose literal prefixes allow it)."""
+    theirs = tuple(theirs)
+    return [
+        (a, b) for a in mine for b in theirs if globs.may_overlap(a, b) and globs.overlaps(a, b)
+    ]
 
 
 def blockers(
     held: Iterable[Lease], move: Move, task_end: TaskEnd
 ) -> list[tuple[Lease, list[tuple[str, str]]]]:
     """The leases of other agents held at the move's time whose paths overlap its paths,
-    one of the two exclusive (shared leases coexist), with the overlapping pairs."""
+    one of the two exclusive (shared leases coexist), with the overlapping pairs, in the
+    order of `held`. Only the leases a literal-prefix index leaves are compared."""
     out: list[tuple[Lease, list[tuple[str, str]]]] = []
-    for lease in held:
+    index = globs.PrefixIndex((lease.paths, lease) for lease in held)
+    for lease in index.candidates(move.paths):  # no other lease can overlap the move
         if lease.agent == move.agent or lease.project != move.project:
             continue
         if not (lease.exclusive or move.exclusive):
@@ -195,7 +204,8 @@ def blockers(
 
 
 def acquire(held: Iterable[Lease], move: Move, fence: int, task_end: TaskEnd) -> Lease:
-    """The lease an acquire makes: lost to the first holder when any overlaps (`blockers`)."""
+    """The lease an acquire makes, with `fence`: lost to the first holder when any overlaps
+    (`blockers`), and then with NO_FENCE (the next winner takes `fence`)."""
     lease = Lease(
         lease_id=move.event_id,
         project=move.project,
@@ -213,7 +223,7 @@ def acquire(held: Iterable[Lease], move: Move, fence: int, task_end: TaskEnd) ->
     if not found:
         return lease
     first = min((b for b, _ in found), key=lambda b: (b.acquired_hlc, b.lease_id))
-    return dataclasses.replace(lease, lost_to=first.lease_id, lost_holder=first.agent)
+    return lease._replace(fence=NO_FENCE, lost_to=first.lease_id, lost_holder=first.agent)
 
 
 def refusal_of_conflict(found: list[tuple[Lease, list[tuple[str, str]]]]) -> Refused:
@@ -265,7 +275,7 @@ def move_on(lease: Lease | None, move: Move, task_end: TaskEnd) -> Lease | Refus
             f"lease {lease.lease_id} ended with its task {lease.task_id}; {move.kind} refused",
         )
     if move.kind == "release":
-        return dataclasses.replace(lease, released_hlc=move.stamp, released_by=move.agent)
+        return lease._replace(released_hlc=move.stamp, released_by=move.agent)
     if lease.expires_ms <= move.wall_ms:
         return Refused(
             "conflict",
@@ -273,20 +283,22 @@ def move_on(lease: Lease | None, move: Move, task_end: TaskEnd) -> Lease | Refus
             f"lease {lease.lease_id} expired at {iso(lease.expires_ms)}; renew refused; "
             "acquire again",
         )
-    return dataclasses.replace(lease, ttl_ms=move.ttl_ms, expires_ms=move.wall_ms + move.ttl_ms)
+    return lease._replace(ttl_ms=move.ttl_ms, expires_ms=move.wall_ms + move.ttl_ms)
 
 
 def fold(moves: Iterable[Move], task_end: TaskEnd) -> dict[str, Lease]:
     """Every lease of `moves` (in HLC order), as the log leaves them: the same on every
-    replica that holds the same events. Refused moves take no effect."""
+    replica that holds the same events. Refused moves take no effect; a lost acquire takes
+    no fence, so the winners' fences are 1, 2, ... in HLC order."""
     leases: dict[str, Lease] = {}
     fence = 0
     for move in moves:
         if move.kind == "acquire":
             if move.event_id in leases:
                 continue
-            fence += 1
-            leases[move.event_id] = acquire(leases.values(), move, fence, task_end)
+            lease = acquire(leases.values(), move, fence + 1, task_end)
+            fence = max(fence, lease.fence)
+            leases[move.event_id] = lease
             continue
         after = move_on(leases.get(move.target), move, task_end)
         if isinstance(after, Lease):

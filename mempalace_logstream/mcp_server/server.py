@@ -173,7 +173,8 @@ class LogstreamMCP(MCPServer):
     async def _presence(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         """Presence is the hub's: its own table inside a hub, the hub's routes over `--hub`."""
         if self.presence is not None:
-            return operations.presence_call(self.presence, op, args)
+            store = self.backend.store if isinstance(self.backend, StoreBackend) else None
+            return operations.presence_call(self.presence, op, args, store)
         if isinstance(self.backend, ClientBackend):
             return await self.backend.call(op, args)
         raise errors.ValidationError(NEEDS_A_HUB, field="hub")

@@ -16,8 +16,9 @@ ids.py       ids, timestamps, slugs
 stats.py     version vector and stats (`store.counts`)
 lean.py      the inbox reader of the hook path (no SQLAlchemy; the store's rule and SQL text)
 
-Names are loaded on first use (PEP 562): `import mempalace_logstream.store.filters` (the hook
-path) does not import SQLAlchemy; `from mempalace_logstream.store import LogStore` does.
+Names are loaded on first use (PEP 562): importing the package, or one of its lean modules
+(`store.ids`, `store.lean`, `store.lean_leases`: the hook paths) imports neither SQLAlchemy nor
+the read filters and models; `from mempalace_logstream.store import LogStore` imports them.
 """
 
 from __future__ import annotations
@@ -25,11 +26,15 @@ from __future__ import annotations
 import importlib
 import typing as _typing
 
-from mempalace_logstream.store.filters import FILTER_RULES, FROM_AGENT_NOTE, Filters, ReadRequest
-
 if _typing.TYPE_CHECKING:
     from mempalace_logstream.backends.base import EVENT_COLS
     from mempalace_logstream.store.core import LogStore
+    from mempalace_logstream.store.filters import (
+        FILTER_RULES,
+        FROM_AGENT_NOTE,
+        Filters,
+        ReadRequest,
+    )
     from mempalace_logstream.store.ids import mint_replica_id, new_id, now_text, slug
     from mempalace_logstream.store.pipeline import TxState
     from mempalace_logstream.store.rows import (
@@ -49,6 +54,10 @@ _LAZY: dict[str, tuple[str, str]] = {
     "TxState": ("mempalace_logstream.store.pipeline", "TxState"),
     "Transaction": ("mempalace_logstream.store.writes", "Transaction"),
     "same_as_prior": ("mempalace_logstream.store.writes", "same_as_prior"),
+    **{
+        name: ("mempalace_logstream.store.filters", name)
+        for name in ("FILTER_RULES", "FROM_AGENT_NOTE", "Filters", "ReadRequest")
+    },
     **{
         name: ("mempalace_logstream.store.ids", name)
         for name in ("mint_replica_id", "new_id", "now_text", "slug")

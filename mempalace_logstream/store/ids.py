@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import json
 import re
-import secrets
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,10 +22,14 @@ def now_text(ms: int) -> str:
 
 
 def new_id(prefix: str, ms: int) -> str:
+    import secrets  # here, not at import: the hook paths mint no ids (secrets loads random)
+
     return f"{prefix}_{_second_stamps(ms // 1000)[1]}_{secrets.token_hex(10)}"
 
 
 def mint_replica_id() -> str:
+    import secrets
+
     return f"rep_{secrets.token_hex(16)}"
 
 

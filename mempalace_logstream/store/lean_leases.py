@@ -13,7 +13,6 @@ Must not import sqlalchemy or the store's other modules (only in `generate`).
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 from mempalace_logstream import validation as v
@@ -128,9 +127,10 @@ def render(values: dict[str, Any]) -> str:
     )
 
 
-GENERATED = Path(lease_sql.__file__)
+GENERATED = lease_sql.__file__
 
 
 if __name__ == "__main__":
-    GENERATED.write_text(render(generate()), encoding="utf-8")
+    with open(GENERATED, "w", encoding="utf-8") as out:
+        out.write(render(generate()))
     print(f"wrote {GENERATED}; now run `ruff format {GENERATED}`")

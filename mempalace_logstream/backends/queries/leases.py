@@ -3,6 +3,7 @@ and the lease events of a project a re-fold reads. The lease event types come in
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,6 +14,7 @@ from mempalace_logstream.schema import events
 from mempalace_logstream.schema import leases as leases_table
 
 
+@functools.cache  # read once per row: the table does not change
 def columns() -> tuple[str, ...]:
     """The lease row's columns, in the table's order."""
     return tuple(c.name for c in leases_table.c)

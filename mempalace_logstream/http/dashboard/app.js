@@ -9,6 +9,7 @@ const ROW_H = 28;            // px per event row (the list is windowed: only vis
 const MAX_EVENTS = 20000;    // events kept in memory for the list
 const MAX_SEEN = 100000;     // ids remembered to drop duplicates after a reconnect
 const PRESENCE_POLL_MS = 5000;
+const LEASE_POLL_MS = 5000;  // and at once when a lease event arrives
 const FILTERS = ["stream", "room", "writer", "type", "correlation_id"];
 
 const S = {
@@ -25,6 +26,7 @@ const S = {
   presence: new Map(),
   wakeable: new Map(),       // agent -> {wakeable, paths, ...} from /v1/presence (issue 20)
   presenceFrames: false,
+  leases: [],                // the active file leases from /v1/lease_list (issue 22)
   inbox: new Map(),
   thread: null,
   dirty: new Set(),
@@ -160,6 +162,7 @@ function onEvent(ev) {
   remember(ev.id);
   S.lastId = ev.id;
   S.pending.push(ev);
+  if (typeof ev.type === "string" && ev.type.startsWith("lease.")) refreshLeasesSoon();
   mark();
 }
 
@@ -230,6 +233,22 @@ async function pollPresence() {
   setTimeout(pollPresence, PRESENCE_POLL_MS);
 }
 
+let leaseTimer = null;
+async function pollLeases() {
+  clearTimeout(leaseTimer);
+  try {
+    const data = await api("/v1/lease_list", { active: true, limit: 500 });
+    S.leases = data.leases;
+    mark("agents");
+  } catch (e) { /* an older hub has no leases; the next poll tries again */ }
+  leaseTimer = setTimeout(pollLeases, LEASE_POLL_MS);
+}
+
+function refreshLeasesSoon() {
+  clearTimeout(leaseTimer);
+  leaseTimer = setTimeout(pollLeases, 100);
+}
+
 // ------------------------------------------------------------------ events view
 
 async function loadEvents() {
@@ -288,7 +307,7 @@ function eventRow(ev, i) {
 // ------------------------------------------------------------------ agents view
 
 function agentNames() {
-  const names = new Set([...S.presence.keys(), ...S.wakeable.keys()]);
+  const names = new Set([...S.presence.keys(), ...S.wakeable.keys(), ...S.leases.map((l) => l.agent)]);
   for (const ev of S.recent.concat(S.events.slice(0, 500))) {
     names.add(ev.from_agent);
     if (ev.to_agent) names.add(ev.to_agent);
@@ -317,9 +336,37 @@ function renderAgents() {
       h("td", null, live ? [live.task_id || "", live.note ? ` ${live.note}` : ""] : ""),
       h("td", null, live ? left(live.expires_at) : ""),
       h("td", null, ev ? `${ev.type}, ${ago(ev.created_at)}` : ""),
-      h("td", null, inbox === undefined ? "…" : inbox));
+      h("td", null, inbox === undefined ? "…" : inbox),
+      h("td", { class: "leases" }, leasesOf(name)));
   });
   $("agents-body").replaceChildren(...rows);
+  renderLeases();
+}
+
+function activeLeases() {
+  return S.leases.filter((l) => Date.parse(l.expires_at) > Date.now());
+}
+
+function leasesOf(agent) {
+  const mine = activeLeases().filter((l) => l.agent === agent);
+  if (!mine.length) return "";
+  const globs = [...new Set(mine.flatMap((l) => l.paths))];
+  const shown = globs.slice(0, 3).join(", ") + (globs.length > 3 ? `, +${globs.length - 3}` : "");
+  return `${mine.length}: ${shown}`;
+}
+
+function renderLeases() {
+  const rows = activeLeases().map((l) => h("tr", { "data-lease": l.lease_id },
+    h("td", null, l.agent),
+    h("td", { class: "paths" }, l.paths.join(", ")),
+    h("td", null, l.exclusive ? "exclusive" : "shared"),
+    h("td", { title: l.expires_at }, left(l.expires_at)),
+    h("td", null, l.task_id || ""),
+    h("td", null, l.reason || ""),
+    h("td", null, String(l.fence)),
+    h("td", null, l.project.replace(/^project\//, ""))));
+  if (!rows.length) rows.push(h("tr", null, h("td", { colspan: "8", class: "muted" }, "No active file leases.")));
+  $("leases-body").replaceChildren(...rows);
 }
 
 async function refreshInbox() {
@@ -666,6 +713,7 @@ async function start() {
   S.presenceFrames = frames;
   connect();
   pollPresence();
+  pollLeases();
   mark("header", S.view);
 }
 
