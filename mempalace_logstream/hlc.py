@@ -74,7 +74,8 @@ class HybridClock:
                 self._counter += 1
             else:
                 self._ms, self._counter = self._ms + 1, 0
-            return Stamp(self._ms, self._counter, self.replica_id).render()
+            # `Stamp.render` without the Stamp (a tick per append)
+            return f"{self._ms:013d}-{self._counter:06x}-{self.replica_id}"
 
     def observe(self, remote: str | None) -> bool:
         """Adopt a remote stamp if it is ahead; ignore malformed or far-future stamps.

@@ -457,10 +457,29 @@ def event_fields(
     from mempalace_logstream.models import DRAFT_SPEC  # not at import: the hook path reads none
 
     out: dict[str, Any] = {}
+    seen = _TEXT_SEEN
     for name, wire, rule in DRAFT_SPEC:
         value = raw.get(wire)
         if rule == "body":  # the store's own limit
             out[name] = body(value, max_body_bytes, wire)
+        elif rule in TEXT_RULES and type(value) is str:
+            # Routing values repeat from write to write: a value this rule passed before
+            # is clean as it was (only passes are kept, so a refusal is always raised anew).
+            key = (rule, value)
+            clean = seen.get(key, _MISSING)
+            if clean is _MISSING:
+                clean = FIELD_RULES[rule](wire, value)
+                if len(seen) >= _TEXT_SEEN_MAX:
+                    seen.clear()
+                seen[key] = clean
+            out[name] = clean
         else:
             out[name] = FIELD_RULES[rule](wire, value)
     return out
+
+
+# Text values the TEXT_RULES passed (rule, value) -> clean value: a bounded memo, cleared
+# when full. A rule's result depends on the value alone; the field name only words errors.
+_TEXT_SEEN: dict[tuple[str, str], Any] = {}
+_TEXT_SEEN_MAX = 4096
+_MISSING = object()

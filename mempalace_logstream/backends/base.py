@@ -25,6 +25,8 @@ from mempalace_logstream.schema import events
 Build = Callable[[], Any]
 # (SQL text, parameters) of a statement shape: a `Compiler`.
 Compile = Callable[[Any, Build, Mapping[str, Any]], tuple[str, Mapping[str, Any]]]
+# One precompiled statement: (SQL text, its parameters).
+Statement = tuple[str, Mapping[str, Any]]
 # Run one precompiled SQL text with a parameter dict, return all rows as tuples.
 Query = Callable[[str, Mapping[str, Any]], Sequence[Sequence[Any]]]
 # Told of each statement the store runs: (SQL text, what the driver binds: a mapping or a
@@ -87,10 +89,15 @@ class Backend(Protocol):
     def before_redaction(self) -> str | None:
         """SQL run in a redaction's transaction before it overwrites content, or None."""
 
-    def transaction(self) -> contextlib.AbstractContextManager[WriteTx]:
+    def transaction(
+        self, state: Statement | None = None
+    ) -> contextlib.AbstractContextManager[WriteTx]:
         """A write transaction on the writer's connection, under the write lock that makes
         seq order commit order, committed when the block ends (rolled back if it raises);
-        appends are announced with the commit (`WriteTx.appended`)."""
+        appends are announced with the commit (`WriteTx.appended`). `state` (the pipeline's
+        starting-state query) is run first unless the counters are `known`; its row is
+        `WriteTx.state_row`. Writes may be sent late (with the next read, the savepoint's end
+        or the COMMIT: PostgreSQL batches them), never out of order."""
 
     def savepoint(self, db: Any) -> contextlib.AbstractContextManager[None]:
         """A savepoint in `db`'s transaction, rolled back alone if the block raises."""
@@ -127,6 +134,7 @@ class WriteTx(Protocol):
 
     db: Any
     known: tuple[int, int] | None
+    state_row: Sequence[Any] | None  # the `state` query's row (None when it was not run)
     counters: tuple[int, int] | None
     appended: bool  # events were appended: announce them with the commit (PostgreSQL NOTIFY)
 

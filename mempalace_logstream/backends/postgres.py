@@ -2,16 +2,21 @@
 `pg_notify` in their transaction and a dedicated connection LISTENs for them.
 
 The store's precompiled SQL runs on psycopg connections directly: the writer holds one
-autocommit connection and sends `BEGIN` with the lock, and the NOTIFY with the
-`COMMIT`, as one simple-protocol message each (no pre-ping, no SQLAlchemy per statement).
+autocommit connection (no pre-ping, no SQLAlchemy per statement). A write transaction costs
+as few round trips as its reads allow: `BEGIN`, the lock and the starting-state query (a
+statement prepared once per connection) go as one simple-protocol message; single-row writes
+are queued (`_Queue`) and sent, in order, as one message with the next read, the end of a
+savepoint, or the NOTIFY and the `COMMIT`. A plain append is two round trips (raw psycopg's
+`INSERT; COMMIT` is three: BEGIN, INSERT, COMMIT).
 """
 
 from __future__ import annotations
 
 import contextlib
+import secrets
 import select
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +71,15 @@ class PostgresBackend:
         # Idle reader connections, the most recently used last (`reading`).
         self._readers: list[_Reader] = []
         self._closed = False
+        # The starting-state query, prepared on the writer's connection without parameters
+        # (one plan, made once): (the connection, the query's key, the prepared name).
+        self._prepared: tuple[Any, Any, str] | None = None
+        self._prepared_name = f"logstream_state_{secrets.token_hex(4)}"
+        # The writes of the open write transaction not sent yet (None outside of one).
+        self._queue: _Queue | None = None
+        # Round trips to the server on the writer's connection (read by tests and benches:
+        # a plain append costs two).
+        self.round_trips = 0
 
     def sql_dialect(self) -> sa.Dialect:
         return self.engine.dialect
@@ -163,6 +177,7 @@ class PostgresBackend:
 
     def _drop_writer(self) -> None:
         """Forget a connection that failed (the server restarted, the network dropped)."""
+        self._prepared = None
         if self._proxy is not None:
             with contextlib.suppress(Exception):
                 self._proxy.invalidate()
@@ -182,24 +197,27 @@ class PostgresBackend:
             self._proxy = None
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[_Tx]:
-        """BEGIN + the append lock in one message … NOTIFY + COMMIT in one message.
+    def transaction(self, state: base.Statement | None = None) -> Iterator[_Tx]:
+        """BEGIN + the append lock + the `state` query in one message … the queued writes,
+        the NOTIFY and the COMMIT in one message: a plain append is two round trips.
 
         The writer's connection is held between transactions, so the server may have ended it
         meanwhile (a restart, `pg_terminate_backend`, an idle timeout): when BEGIN finds it
         lost, nothing was written, and the transaction begins once more on a new connection.
         A connection lost later is never retried here: its COMMIT may have happened."""
-        db = self._begin()
-        tx = _Tx(db)
+        db, row = self._begin(state)
+        tx = _Tx(db, state_row=row)
+        queue = self._queue = _Queue(self, db)
         try:
             yield tx
             channel = self.notify_channel
             if tx.appended and channel is not None:
                 # Delivered by PostgreSQL at commit, never before: a hint for LISTENers.
-                db.execute(f"SELECT pg_notify('{channel}', ''); COMMIT")
-            else:
-                db.execute("COMMIT")
+                queue.add(f"SELECT pg_notify('{channel}', '')", None)
+            queue.add("COMMIT", None)
+            queue.flush(db)
         except BaseException as exc:
+            queue.items.clear()
             # A lost connection, or an interrupt (Ctrl-C, a cancelled task) that may have left
             # a command in progress: drop the connection. Else roll back and keep it.
             if not isinstance(exc, Exception) or isinstance(exc, psycopg.OperationalError):
@@ -208,37 +226,104 @@ class PostgresBackend:
                 self._drop_writer()
             elif db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 try:
-                    db.execute("ROLLBACK")
+                    self.round_trips += 1
+                    self._rollback(db, "ROLLBACK")
                 except psycopg.Error:
                     self._drop_writer()
             raise
+        finally:
+            self._queue = None
 
-    def _begin(self) -> psycopg.Connection[Any]:
+    def _rollback(self, db: psycopg.Connection[Any], sql: str) -> None:
+        """A ROLLBACK (or ROLLBACK TO) on the writer. psycopg answers one by deallocating every
+        prepared statement of the session (DEALLOCATE ALL, when it prepared any itself), the
+        starting-state query's too: it is prepared again by the next transaction."""
+        self._prepared = None
+        self.round_trips += 1
+        db.execute(sql)
+
+    def _begin(
+        self, state: base.Statement | None
+    ) -> tuple[psycopg.Connection[Any], Sequence[Any] | None]:
         db = self._writer()
         try:
-            return self._lock(db)
+            return db, self._lock(db, state)
+        except psycopg.errors.InvalidSqlStatementName:
+            # The prepared state query is gone (a DISCARD or DEALLOCATE by someone else):
+            # nothing was written; roll the begun transaction back and prepare it again.
+            self._rollback(db, "ROLLBACK")
+            return db, self._lock(db, state)
         except psycopg.OperationalError:
             if not (db.broken or db.closed):
                 raise  # a lock timeout or the like, on a live connection
-        return self._lock(self._writer())  # a new connection (the pool pings it first)
+        db = self._writer()  # a new connection (the pool pings it first)
+        return db, self._lock(db, state)
 
-    def _lock(self, db: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+    def _lock(self, db: psycopg.Connection[Any], state: base.Statement | None) -> Any:
+        """BEGIN, the append lock and the `state` query as one simple-protocol message; the
+        state's row. The query runs as a statement prepared once per connection with its
+        parameters as literals: planned once per connection (sent as text inside the message,
+        its six subqueries were planned again in every transaction: 2-4 ms under load)."""
+        text = self._lock_sql or ""
         try:
-            db.execute(self._lock_sql or "")
+            if state is not None:
+                if self.statement_hooks:
+                    base.observe(self.statement_hooks, *state)
+                text = f"{text}; EXECUTE {self._prepare(db, state)}"
+            self.round_trips += 1
+            cur = db.execute(text)
         except psycopg.OperationalError:
             self._drop_writer()
             raise
-        return db
+        if state is None:
+            return None
+        cur.nextset()  # the lock's row
+        cur.nextset()
+        return cur.fetchone()
+
+    def _prepare(self, db: psycopg.Connection[Any], state: base.Statement) -> str:
+        key = (state[0], tuple(sorted(state[1].items())))
+        held = self._prepared
+        if held is None or held[0] is not db or held[1] != key:
+            name = self._prepared_name
+            if held is not None and held[0] is db:
+                db.execute(f"DEALLOCATE {name}")
+            self.round_trips += 1
+            # A connection this backend prepared on before (given back, then taken again)
+            # holds it already: the name is this backend's own, so is the statement.
+            with contextlib.suppress(psycopg.errors.DuplicatePreparedStatement):
+                db.execute(f"PREPARE {name} AS {psycopg.ClientCursor(db).mogrify(*state)}")
+            self._prepared = held = (db, key, name)
+        return held[2]
 
     @contextlib.contextmanager
     def savepoint(self, db: psycopg.Connection[Any]) -> Iterator[None]:
-        db.execute("SAVEPOINT logstream_item")
+        """SAVEPOINT … RELEASE, queued with the item's writes and sent with them; an item that
+        fails before anything of it was sent costs no round trip to undo."""
+        queue = self._queue
+        if queue is None or queue.db is not db:  # not the writer's transaction: at once
+            self.round_trips += 1
+            db.execute("SAVEPOINT logstream_item")
+            try:
+                yield
+            except Exception:
+                self._rollback(db, _ROLLBACK_ITEM)
+                raise
+            self.round_trips += 1
+            db.execute("RELEASE SAVEPOINT logstream_item")
+            return
+        mark = queue.add("SAVEPOINT logstream_item", None)
         try:
             yield
+            queue.add("RELEASE SAVEPOINT logstream_item", None)
+            queue.flush(db)  # this item's errors surface here, in its savepoint
         except Exception:
-            db.execute("ROLLBACK TO SAVEPOINT logstream_item; RELEASE SAVEPOINT logstream_item")
+            if queue.sent_since(mark):
+                del queue.items[:]
+                self._rollback(db, _ROLLBACK_ITEM)
+            else:  # nothing of the item reached the server: forget it
+                del queue.items[mark.index :]
             raise
-        db.execute("RELEASE SAVEPOINT logstream_item")
 
     def remember_log_facts(self, statements: Iterable[str]) -> None:
         """Nothing to remember: PostgreSQL has no cheap "nothing committed since" (each read
@@ -309,6 +394,9 @@ class PostgresBackend:
         def run(sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
             if hooks:
                 base.observe(hooks, sql, params)
+            queue = self._queue
+            if queue is not None and queue.db is db:  # the writer's: its writes go first
+                queue.flush(db)
             return db.execute(sql, params).fetchall()
 
         return run
@@ -319,13 +407,20 @@ class PostgresBackend:
         compile: base.Compile,
         on_bulk: Callable[[], Any] | None = None,
     ) -> PgExecutor:
-        return PgExecutor(db, compile, self.statement_hooks)
+        queue = self._queue
+        return PgExecutor(
+            db, compile, self.statement_hooks, queue if queue and queue.db is db else None, self
+        )
+
+
+_ROLLBACK_ITEM = "ROLLBACK TO SAVEPOINT logstream_item; RELEASE SAVEPOINT logstream_item"
 
 
 @dataclass
 class _Tx:
     db: psycopg.Connection[Any]
     known: tuple[int, int] | None = None  # PostgreSQL has no data_version: always re-read
+    state_row: Sequence[Any] | None = None
     counters: tuple[int, int] | None = None
     appended: bool = False
 
@@ -397,6 +492,53 @@ def _reads_committed(db: psycopg.Connection[Any]) -> bool:
     return row is not None and str(row[0]).lower() == "read committed"
 
 
+@dataclass
+class _Mark:
+    """Where a savepoint's statements start in the queue, and which flush sent them."""
+
+    index: int
+    flushes: int
+
+
+class _Queue:
+    """The writes of one write transaction not sent yet, in order: sent together (one
+    message, one round trip) before the next read, at the end of a savepoint, or with the
+    COMMIT. Errors of a queued write surface when it is sent; the transaction (or the
+    item's savepoint) then rolls back as if it had failed in place."""
+
+    def __init__(self, backend: PostgresBackend, db: psycopg.Connection[Any]) -> None:
+        self.backend, self.db = backend, db
+        self.items: list[tuple[str, Any]] = []
+        self.flushes = 0
+        self.cursor: psycopg.ClientCursor[Any] | None = None
+
+    def add(self, sql: str, params: Any) -> _Mark:
+        """Queue `sql` (with `params`, or None: sent as it is)."""
+        self.items.append((sql, params))
+        return _Mark(len(self.items) - 1, self.flushes)
+
+    def sent_since(self, mark: _Mark) -> bool:
+        return self.flushes != mark.flushes
+
+    def flush(self, db: psycopg.Connection[Any]) -> None:
+        """Send the queued statements as one simple-protocol message, their parameters
+        inlined as literals by psycopg (a psycopg pipeline costs more CPU, here, than the
+        round trips it saves; a failing statement skips the rest, as in a pipeline)."""
+        items = self.items
+        if not items:
+            return
+        self.items = []
+        self.flushes += 1
+        self.backend.round_trips += 1
+        if len(items) == 1 and items[0][1] is not None:
+            db.execute(items[0][0], items[0][1])
+            return
+        cur = self.cursor
+        if cur is None:
+            cur = self.cursor = psycopg.ClientCursor(db)
+        db.execute("; ".join(sql if p is None else cur.mogrify(sql, p) for sql, p in items))
+
+
 def _end_read(proxy: Any, db: psycopg.Connection[Any], exc: BaseException) -> None:
     """After a read failed: roll back, or, when an interrupt (Ctrl-C, a cancelled task) may
     have left a command in progress or the rollback fails, invalidate the connection so the
@@ -412,14 +554,68 @@ def _end_read(proxy: Any, db: psycopg.Connection[Any], exc: BaseException) -> No
 
 
 class PgExecutor(base.DbapiExecutor):
-    """The statements of one transaction on the writer's psycopg connection."""
+    """The statements of one transaction on the writer's psycopg connection: with a `queue`
+    (the writer's own transaction), single-row writes are queued and every other statement
+    sends the queue first; without one, each runs at once."""
+
+    def __init__(
+        self,
+        db: psycopg.Connection[Any],
+        compile: base.Compile,
+        hooks: Sequence[base.StatementHook] = (),
+        queue: _Queue | None = None,
+        backend: PostgresBackend | None = None,
+    ) -> None:
+        super().__init__(db, compile, hooks)
+        self.queue, self.backend = queue, backend
+
+    def _send(self) -> None:
+        """Send the queued writes, then count the caller's own round trip."""
+        if self.queue is not None:
+            self.queue.flush(self.db)
+        if self.backend is not None:
+            self.backend.round_trips += 1
+
+    def rows(self, key: Any, build: base.Build, params: Mapping[str, Any]) -> Sequence[Any]:
+        self._send()
+        return super().rows(key, build, params)
+
+    def run(self, key: Any, build: base.Build, params: Mapping[str, Any]) -> None:
+        if self.queue is None or _has_bytes(params.values()):
+            self._send()
+            super().run(key, build, params)
+            return
+        sql, bound = self.compile(key, build, params)
+        if self.hooks:
+            base.observe(self.hooks, sql, bound)
+        self.queue.add(sql, bound)
+
+    def run_many(self, key: Any, build: base.Build, rows: Sequence[Mapping[str, Any]]) -> None:
+        if rows:
+            self._send()
+        super().run_many(key, build, rows)
+
+    def insert(self, key: Any, table: sa.Table, rows: list[dict[str, Any]]) -> None:
+        if self.queue is None or len(rows) != 1 or _has_bytes(rows[0].values()):
+            self._send()
+            super().insert(key, table, rows)
+            return
+        sql, _ = self.compile(key, lambda: sa.insert(table), {})
+        if self.hooks:
+            base.observe(self.hooks, sql, rows[0])
+        self.queue.add(sql, rows[0])
 
     def insert_events(self, rows: list[tuple[Any, ...]]) -> None:
         if len(rows) == 1:  # a local append
             if self.hooks:
                 base.observe(self.hooks, _INSERT_EVENTS, rows[0])
-            self.db.execute(_INSERT_EVENTS, rows[0])
+            if self.queue is not None:
+                self.queue.add(_INSERT_EVENTS, rows[0])
+            else:
+                self._send()
+                self.db.execute(_INSERT_EVENTS, rows[0])
             return
+        self._send()
         with self.db.cursor() as cur:
             if len(rows) < _COPY_MIN_ROWS:
                 if self.hooks:
@@ -431,6 +627,11 @@ class PgExecutor(base.DbapiExecutor):
             with cur.copy(_COPY_EVENTS) as copy:  # a sync page: several times faster
                 for row in rows:
                     copy.write_row(row)
+
+
+def _has_bytes(values: Any) -> bool:
+    """Bytes go at once, bound (a blob is not inlined as text into a queued message)."""
+    return any(isinstance(v, (bytes, bytearray, memoryview)) for v in values)
 
 
 _NAMES = base.EVENT_INSERT_COL_NAMES

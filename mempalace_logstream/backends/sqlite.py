@@ -171,13 +171,13 @@ class SqliteBackend:
             delay = min(delay * 2, 0.05)
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[_Tx]:
+    def transaction(self, state: base.Statement | None = None) -> Iterator[_Tx]:
         """BEGIN IMMEDIATE … COMMIT (ROLLBACK if the block raises).
 
         `PRAGMA data_version` changes when any other connection commits (another process, or
         a migration on the store's SQLAlchemy engine) and never for this connection's own
         commits. While it is unchanged since our last commit, the counters we left are exact:
-        `known`.
+        `known`, and the `state` query is skipped.
         """
         db = self._writer()
         self._begin(db)
@@ -185,6 +185,8 @@ class SqliteBackend:
             version = db.execute("PRAGMA data_version").fetchone()[0]
             prev = self._counters
             tx = _Tx(db, (prev[1], prev[2]) if prev is not None and prev[0] == version else None)
+            if tx.known is None and state is not None:
+                tx.state_row = self.query(db)(*state)[0]
             yield tx
             db.execute("COMMIT")
             self._counters = (version, *tx.counters) if tx.counters else None
@@ -317,6 +319,7 @@ class _Facts:
 class _Tx:
     db: sqlite3.Connection
     known: tuple[int, int] | None
+    state_row: Sequence[Any] | None = None
     counters: tuple[int, int] | None = None
     appended: bool = False  # nothing to announce: other processes see data_version change
 

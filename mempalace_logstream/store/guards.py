@@ -171,15 +171,9 @@ def _check_pair(tx: Transaction, event: Event, peer: str, task: Task | None) -> 
     n = settings.pair_budget
     # The newest n+1 messages (or moves) each way in the window: the newest n of both ways
     # together are among them. The database filters; Python reads at most 2n+2 rows.
-    # The pair's reads walk the writers' `(from_agent, seq)` index over the window only.
-    floor = sql.window_floor(tx.ex, cutoff)
-    if floor is None:
-        return  # nothing written in the window
-    span = (floor, _before(tx, event))
-    recent = [
-        *sql.pair_rows(tx.ex, a, b, span, n + 1, _NOT_PAIRED),
-        *sql.pair_rows(tx.ex, b, a, span, n + 1, _NOT_PAIRED),
-    ]
+    # The pair's reads walk the writers' `(from_agent, seq)` index over the window only, both
+    # ways in one statement (none when nothing was written in the window).
+    recent = sql.pair_rows(tx.ex, a, b, cutoff, _before(tx, event), n + 1, _NOT_PAIRED)
     recent.sort(key=lambda r: -int(r[0]))
     used, oldest, writers = 0, None, set()
     for row in recent[:n]:

@@ -8,6 +8,7 @@ The rules are the pure core's (`identity/`); this module only feeds them rows.
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -85,10 +86,15 @@ class Identity:
             return self._pairs
 
     # ------------------------------------------------------------------ keyring
-    def keyring(self, ex: Executor, select: Any) -> Keyring:
+    def keyring(self, ex: Executor, select: Any, marks: tuple[Any, Any] | None = None) -> Keyring:
         """The keyring of the log as `ex` sees it, rebuilt only when a key event or a pin
-        changed since the last build. `select(*where)` gives the event read statement."""
-        top, joined = queries.marks(ex, KEY_EVENT_TYPES, PIN_PREFIX, self._aggregate)
+        changed since the last build. `select(*where)` gives the event read statement;
+        `marks` (the newest key event's id, the joined pins), when the caller read them in
+        this transaction already (the write transaction's starting state), are not read
+        again."""
+        if marks is None:
+            marks = queries.marks(ex, KEY_EVENT_TYPES, PIN_PREFIX, self._aggregate)
+        top, joined = marks
         pins = pins_of(joined)
         with self._lock:
             if self._ring is not None and self._ring_at == (top, pins):
@@ -107,11 +113,12 @@ class Identity:
         """Whether the log holds any key event (identity is in use here)."""
         return queries.any_key_event(ex, KEY_EVENT_TYPES)
 
-    def begin_transaction(self) -> int:
-        """The number of a write transaction this store begins (the pipeline calls it)."""
+    def begin_transaction(self) -> tuple[int, int]:
+        """The number of a write transaction this store begins (the pipeline calls it), and
+        the generation it begins at (marks read at its start hold while it stays)."""
         with self._lock:
             self._transactions += 1
-            return self._transactions
+            return self._transactions, self._generation
 
     def moved(self) -> None:
         """A write may have changed the keyring: key events were appended (by any origin:
@@ -121,10 +128,19 @@ class Identity:
             self._generation += 1
             self._write_ring = None
 
-    def write_keyring(self, ex: Executor, select: Any, number: int, unchanged: bool) -> Keyring:
+    def write_keyring(
+        self,
+        ex: Executor,
+        select: Any,
+        number: int,
+        unchanged: bool,
+        marks: tuple[Any, Any] | None = None,
+        marks_generation: int = -1,
+    ) -> Keyring:
         """The keyring as write transaction `number` sees it: the one it read already, or the
         previous transaction's while nobody else committed since (`unchanged`: the marks query
-        is skipped), unless the generation moved; else read with `keyring`."""
+        is skipped), unless the generation moved; else read with `keyring`, with the `marks`
+        the transaction read at its start if the generation is still `marks_generation`."""
         with self._lock:
             held, generation = self._write_ring, self._generation
         if held is not None and held[2] == generation:
@@ -134,7 +150,7 @@ class Identity:
                     if self._generation == generation:
                         self._write_ring = (ring, number, generation)
                 return ring
-        ring = self.keyring(ex, select)
+        ring = self.keyring(ex, select, marks if marks_generation == generation else None)
         with self._lock:
             if self._generation == generation:
                 self._write_ring = (ring, number, generation)
@@ -327,7 +343,7 @@ def _dir_stamp(keys_dir: Path | None) -> int | None:
     if keys_dir is None:
         return None
     try:
-        return keys_dir.stat().st_mtime_ns
+        return os.stat(keys_dir).st_mtime_ns  # once per signed write: no pathlib layer
     except OSError:
         return None
 

@@ -18,11 +18,13 @@ from typing import Any
 import sqlalchemy as sa
 
 from mempalace_logstream import backends, errors, hlc, notify
-from mempalace_logstream.backends import Backend, Compiler, Executor, QueryExecutor
+from mempalace_logstream.backends import Backend, Compiler, Executor
 from mempalace_logstream.backends.base import WriteTx
 from mempalace_logstream.backends.queries import appends as sql
+from mempalace_logstream.identity.keyring import KEY_EVENT_TYPES
 from mempalace_logstream.models import Event
 from mempalace_logstream.store.identity import Identity
+from mempalace_logstream.store.marks import PIN_PREFIX
 from mempalace_logstream.store.rows import events_from_rows, read_columns
 
 # The work of one write: its statements through the executor, the transaction's state.
@@ -45,6 +47,10 @@ class TxState:
     appended: list[Event] = field(default_factory=list)
     unchanged: bool = False  # nobody else committed since this store's last write
     number: int = 0  # of this write transaction, from identity (its keyring cache's key)
+    # The keyring's marks read with the starting state (None when that was skipped), valid
+    # while identity's generation is `generation` (a key event or a rollback moves it).
+    marks: tuple[Any, Any] | None = None
+    generation: int = -1
 
 
 class CommitPipeline:
@@ -70,11 +76,15 @@ class CommitPipeline:
         self.commits = 0
         self._queue: list[Pending] = []
         self._queue_lock = threading.Lock()
+        # Waiters sleep on it until their item is settled or nobody leads (`write`).
+        self._settled = threading.Condition(self._queue_lock)
+        self._leading = False
         self._commit_lock = threading.Lock()
         self.closed = False
         # (SQL text, parameters) of a statement shape, compiled once per store.
         self.sql = Compiler(backend.sql_dialect())
         self._read_cols = read_columns(backend)
+        self._state: tuple[str, Any] | None = None  # the starting-state query, compiled once
 
     def close(self) -> None:
         """Refuse new work, then close the backend's connections once the leader is done."""
@@ -109,13 +119,27 @@ class CommitPipeline:
         if self.closed:
             raise errors.StorageError("the store is closed")
         item = Pending(work, on_bulk)
-        with self._queue_lock:
+        settled = self._settled
+        with settled:
             self._queue.append(item)
-        with self._commit_lock:
-            if not item.done:
-                with self._queue_lock:
-                    batch, self._queue = self._queue, []
-                self._run_batch(batch)
+            # A caller whose item another leader committed returns as soon as it is settled,
+            # without queueing for the commit lock behind the next transaction (a convoy
+            # that kept batches at 1-2 items when commits take round trips).
+            while self._leading and not item.done:
+                settled.wait()
+            lead = not item.done
+            if lead:
+                self._leading = True
+        if lead:
+            try:
+                with self._commit_lock:
+                    with self._queue_lock:
+                        batch, self._queue = self._queue, []
+                    self._run_batch(batch)
+            finally:
+                with settled:
+                    self._leading = False
+                    settled.notify_all()
         if item.error is not None:
             raise item.error
         return item.result
@@ -123,33 +147,44 @@ class CommitPipeline:
     # ----------------------------------------------------------------- the runner
 
     def _transaction(self) -> contextlib.AbstractContextManager[WriteTx]:
-        """The backend's write transaction (a test may run another)."""
-        return self.backend.transaction()
+        """The backend's write transaction (a test may run another), which reads the
+        starting state unless its counters are known."""
+        return self.backend.transaction(self._state_statement())
+
+    def _state_statement(self) -> tuple[str, Any]:
+        """The starting-state query (compiled on the first write: a reader never needs it)."""
+        if self._state is None:
+            agg = self.backend.links_functions()[1]
+            self._state = sql.tx_state_statement(
+                self.sql, self.replica_id, KEY_EVENT_TYPES, PIN_PREFIX, agg
+            )
+        return self._state
 
     def _run_batch(self, batch: list[Pending]) -> None:
         """One transaction for the whole batch: the write lock, the state query, one
         SAVEPOINT per item when several share the commit, COMMIT; driver errors become
-        StorageError."""
-        with self._settling(batch) as appended:
-            with self.storage_errors(), self._transaction() as tx:
-                state = self._start(tx)
-                state.number = self.identity.begin_transaction()
-                for item in batch:
-                    self._run_item(tx.db, state, item, savepoint=len(batch) > 1)
-                tx.counters = (state.next_seq, state.next_artifact_seq)
-                tx.appended = bool(state.appended)
-            self.commits += 1
-            appended += state.appended
-
-    @contextlib.contextmanager
-    def _settling(self, batch: list[Pending]) -> Iterator[list[Event]]:
-        """Settle every item of a batch however its transaction ends; the body adds what it
-        committed to the yielded list, and waiters are woken once if anything was."""
+        StorageError. Every item is settled however the transaction ends (a failed commit
+        wrote nobody in the batch), and waiters are woken once if anything was appended.
+        (Plain try blocks, no context managers of our own: this runs once per commit.)"""
         appended: list[Event] = []
         try:
-            yield appended
+            try:
+                with self._transaction() as tx:
+                    state = self._start(tx)
+                    state.number, state.generation = self.identity.begin_transaction()
+                    savepoint = len(batch) > 1
+                    for item in batch:
+                        self._run_item(tx.db, state, item, savepoint)
+                    tx.counters = (state.next_seq, state.next_artifact_seq)
+                    tx.appended = bool(state.appended)
+            except Exception as exc:
+                mapped = backends.storage_error(exc, self.backend.driver_errors)
+                if mapped is None:
+                    raise
+                raise mapped from exc
+            self.commits += 1
+            appended = state.appended
         except BaseException as exc:  # the commit failed: nobody in the batch was written
-            appended.clear()
             for item in batch:
                 if item.error is None:
                     item.error = exc
@@ -163,7 +198,10 @@ class CommitPipeline:
     def _run_item(self, db: Any, state: TxState, item: Pending, savepoint: bool) -> None:
         ex = self.backend.executor(db, self.sql, item.on_bulk)
         work = item.work
-        nested = functools.partial(self.backend.savepoint, db) if savepoint else None
+        if not savepoint:  # alone in its transaction: what it raises ends the transaction
+            item.result = work(ex, state)
+            return
+        nested = functools.partial(self.backend.savepoint, db)
         self._isolated(state, item, lambda: work(ex, state), nested)
 
     def _isolated(
@@ -203,13 +241,19 @@ class CommitPipeline:
         file; the state query is skipped."""
         if tx.known is not None:
             return TxState(next_seq=tx.known[0], next_artifact_seq=tx.known[1], unchanged=True)
-        ex = QueryExecutor(self.backend.query(tx.db), self.sql)
-        max_seq, max_art, top, own = sql.tx_state(ex, self.replica_id)
+        row = tx.state_row
+        if row is None:  # a transaction that did not run it (a test's)
+            row = self.backend.query(tx.db)(*self._state_statement())[0]
+        max_seq, max_art, top, own, key_top, pins = row
         # Other processes append too: never tick below the newest stamp in the file.
         self.clock.seed(own)
         if top:
             self.clock.observe(top)
-        return TxState(next_seq=(max_seq or 0) + 1, next_artifact_seq=(max_art or 0) + 1)
+        return TxState(
+            next_seq=(max_seq or 0) + 1,
+            next_artifact_seq=(max_art or 0) + 1,
+            marks=(key_top, pins),
+        )
 
     def event_select(self, *where: sa.ColumnElement[bool]) -> sa.Select[Any]:
         """The Event columns (`events_from_rows` reads them) of the rows matching `where`."""

@@ -95,7 +95,9 @@ class Transaction:
         """The keyring as this transaction sees it (identity's one cache: read once per
         transaction, and reused by the next while nobody else committed)."""
         st, store = self.state, self.store
-        return store.identity.write_keyring(self.ex, store.event_select, st.number, st.unchanged)
+        return store.identity.write_keyring(
+            self.ex, store.event_select, st.number, st.unchanged, st.marks, st.generation
+        )
 
     def set_agent_token(self, agent: str, token_hash: str | None) -> None:
         """Store (or, with None, drop) the hash of `agent`'s token in this transaction, so a

@@ -10,12 +10,14 @@ artifact columns are the store's too (`store.rows.ARTIFACT_COLS`, passed in).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 
-from mempalace_logstream.backends.base import Executor
+from mempalace_logstream.backends.base import Compile, Executor
+from mempalace_logstream.backends.queries.identity import KeyTypes, marks_columns
 from mempalace_logstream.backends.queries.log import EventSelect
 from mempalace_logstream.schema import (
     agent_tokens,
@@ -25,34 +27,41 @@ from mempalace_logstream.schema import (
     events,
 )
 
-# The newest seq, artifact seq and HLC stamp, read at the start of every write transaction:
-# one prebuilt statement, not three (it runs once per (group) commit, and each separate
-# SQLAlchemy execute cost ~0.2 ms of CPU, a third of a one-row append).
-_TX_STATE = sa.select(
-    sa.select(sa.func.max(events.c.seq)).scalar_subquery(),
-    sa.select(sa.func.max(artifacts.c.seq)).scalar_subquery(),
-    sa.select(sa.func.max(events.c.hlc)).scalar_subquery(),
-    # Our own newest stamp (the origin index finds it): adopted even when it is more than 60 s
-    # ahead of the wall clock, so the HLC never goes backwards across restarts.
-    sa.select(events.c.hlc)
-    .where(events.c.origin_replica == sa.bindparam("own_replica"))
-    .order_by(events.c.origin_seq.desc())
-    .limit(1)
-    .scalar_subquery(),
-)
+
+# The newest seq, artifact seq and HLC stamp, our own newest stamp and the keyring's marks,
+# read at the start of every write transaction whose counters are not known: one prebuilt
+# statement (it runs once per (group) commit; on PostgreSQL it travels with BEGIN and the
+# append lock, one round trip for all: backends/postgres.py).
+def _tx_state(key_types: KeyTypes, pin_prefix: str, agg: Any) -> sa.Select[Any]:
+    return sa.select(
+        sa.select(sa.func.max(events.c.seq)).scalar_subquery(),
+        sa.select(sa.func.max(artifacts.c.seq)).scalar_subquery(),
+        sa.select(sa.func.max(events.c.hlc)).scalar_subquery(),
+        # Our own newest stamp (the origin index finds it): adopted even when it is more than
+        # 60 s ahead of the wall clock, so the HLC never goes backwards across restarts.
+        sa.select(events.c.hlc)
+        .where(events.c.origin_replica == sa.bindparam("own_replica"))
+        .order_by(events.c.origin_seq.desc())
+        .limit(1)
+        .scalar_subquery(),
+        # What the keyring is cached on (queries/identity.py `marks`): no second statement.
+        *marks_columns(key_types, pin_prefix, agg),
+    )
+
+
+def tx_state_statement(
+    compile: Compile, own_replica: str, key_types: KeyTypes, pin_prefix: str, agg: Any
+) -> tuple[str, Mapping[str, Any]]:
+    """(SQL text, parameters) of the write transaction's starting state: one row of (max seq,
+    max artifact seq, max hlc, our own newest hlc, the newest key event's id, the joined pin
+    keys), None where the log holds nothing. The backend runs it in its `transaction`."""
+    build = functools.partial(_tx_state, key_types, pin_prefix, agg)
+    return compile("appends.tx-state", build, {"own_replica": own_replica})
 
 
 def select_events(cols: Sequence[sa.ColumnElement[Any]], *where: Any) -> sa.Select[Any]:
     """The columns `cols` (the store's read columns) of the events matching `where`."""
     return sa.select(*cols).where(*where)
-
-
-def tx_state(ex: Executor, own_replica: str) -> Sequence[Any]:
-    """(max seq, max artifact seq, max hlc, our own newest hlc): the write transaction's
-    starting counters (None where the log holds nothing)."""
-    rows = ex.rows("appends.tx-state", lambda: _TX_STATE, {"own_replica": own_replica})
-    row: Sequence[Any] = rows[0]
-    return row
 
 
 def event_by_id(ex: Executor, select: EventSelect, ident: str) -> Sequence[Any]:

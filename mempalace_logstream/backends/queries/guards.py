@@ -1,6 +1,6 @@
 """The statements of the loop guards (store/guards.py, RFC 0007 "Loop guards"): a thread's
-rows newest first, its newest raise and first writer, the pair window's floor and one
-writer's messages to another. Which types count is the caller's (values in).
+rows newest first, its newest raise and first writer, and a pair's messages to each other
+in the pair window. Which types count is the caller's (values in).
 
 The three reads of event rows share one shape (`_newest`): the `GUARD_COLS` of the events
 matching some conditions, newest first, at most `limit`.
@@ -73,24 +73,45 @@ def newest_of_type(ex: Executor, thread: str, kind: str, writer: str) -> Any | N
 
 
 def pair_rows(
-    ex: Executor, writer: str, to: str, span: tuple[int, int], n: int, skipped: tuple[str, ...]
+    ex: Executor,
+    a: str,
+    b: str,
+    cutoff: str,
+    before: int,
+    n: int,
+    skipped: tuple[str, ...],
 ) -> list[Any]:
-    """`writer`'s newest `n` events to `to` with floor <= seq < before (`span`), events of
-    the `skipped` types left out."""
+    """The newest `n` events `a` wrote to `b` and the newest `n` `b` wrote to `a`, written at or
+    after `cutoff` (from the first event of the window: the `created_at` index) and before seq
+    `before`, events of the `skipped` types left out; no rows when nothing was written in the
+    window. One statement (a round trip on PostgreSQL), each way a walk of the writers'
+    `(from_agent, seq)` index."""
     k = len(skipped)
 
     def build() -> sa.Select[Any]:
         c = events.c
-        return _newest(
-            c.from_agent == sa.bindparam("a"),
-            c.to_agent == sa.bindparam("b"),
-            c.seq >= sa.bindparam("floor"),
-            c.seq < sa.bindparam("before"),
-            *(c.type != sa.bindparam(f"k{i}") for i in range(k)),
-            limit=n,
+        floor = (
+            sa.select(c.seq)
+            .where(c.created_at >= sa.bindparam("cutoff"))
+            .order_by(c.created_at)
+            .limit(1)
+            .scalar_subquery()
         )
 
-    params = {"a": writer, "b": to, "floor": span[0], "before": span[1], **_kinds(skipped)}
+        def way(writer: str, to: str) -> sa.Subquery:
+            return _newest(
+                c.from_agent == sa.bindparam(writer),
+                c.to_agent == sa.bindparam(to),
+                c.seq >= floor,
+                c.seq < sa.bindparam("before"),
+                *(c.type != sa.bindparam(f"k{i}") for i in range(k)),
+                limit=n,
+            ).subquery()
+
+        first, second = way("a", "b"), way("b", "a")
+        return sa.select(sa.union_all(sa.select(first), sa.select(second)).subquery())
+
+    params = {"a": a, "b": b, "cutoff": cutoff, "before": before, **_kinds(skipped)}
     return list(ex.rows(("guards.pair", n, k), build, params))
 
 
@@ -104,15 +125,3 @@ def first_writer(ex: Executor, thread: str) -> str | None:
 
     rows = ex.rows("guards.first-writer", build, {"v": thread})
     return str(rows[0][0]) if rows else None
-
-
-def window_floor(ex: Executor, cutoff: str) -> int | None:
-    """The seq of the first event written at or after `cutoff` (the `created_at` index)."""
-
-    def build() -> sa.Select[Any]:
-        c = events.c
-        where = c.created_at >= sa.bindparam("cutoff")
-        return sa.select(c.seq).where(where).order_by(c.created_at).limit(1)
-
-    rows = ex.rows("guards.window", build, {"cutoff": cutoff})
-    return int(rows[0][0]) if rows else None

@@ -42,28 +42,33 @@ def marks_statement(compile: Compile, key_types: KeyTypes, pin_prefix: str, agg:
 
 
 def _marks_builder(key_types: KeyTypes, pin_prefix: str, agg: Any) -> Callable[[], sa.Select[Any]]:
-    def build() -> sa.Select[Any]:
-        pinned = meta.c.key.startswith(pin_prefix, autoescape=True)
-        # The newest key event's seq: max(seq) of each key type, one (type, seq) index lookup
-        # each, then the row by its key. An ORDER BY over the IN would sort the key events in
-        # a temporary B-tree on every read that probes; one max(seq) over the IN, PostgreSQL
-        # answers by walking the whole primary key backwards (a full scan while a log has no
-        # key event: 2 ms at 6,000 events, issue 25).
-        legs = [
-            sa.select(sa.func.max(events.c.seq).label("seq")).where(
-                events.c.type == sa.bindparam(f"key_type_{i}", t)
-            )
-            for i, t in enumerate(key_types)
-        ]
-        per_type = sa.union_all(*legs).subquery()
-        top = sa.select(sa.func.max(per_type.c.seq))
-        newest = sa.select(events.c.id).where(events.c.seq == top.scalar_subquery())
-        return sa.select(
-            newest.scalar_subquery(),
-            sa.select(agg(meta.c.key, sa.literal(","))).where(pinned).scalar_subquery(),
-        )
+    return lambda: sa.select(*marks_columns(key_types, pin_prefix, agg))
 
-    return build
+
+def marks_columns(
+    key_types: KeyTypes, pin_prefix: str, agg: Any
+) -> tuple[sa.ScalarSelect[Any], sa.ScalarSelect[Any]]:
+    """The two columns of `marks`, for a statement that reads them with others too (the
+    write transaction's starting state: queries/appends.py)."""
+    pinned = meta.c.key.startswith(pin_prefix, autoescape=True)
+    # The newest key event's seq: max(seq) of each key type, one (type, seq) index lookup
+    # each, then the row by its key. An ORDER BY over the IN would sort the key events in a
+    # temporary B-tree on every read that probes; one max(seq) over the IN, PostgreSQL answers
+    # by walking the whole primary key backwards (a full scan while a log has no key event:
+    # 2 ms at 6,000 events, issue 25).
+    legs = [
+        sa.select(sa.func.max(events.c.seq).label("seq")).where(
+            events.c.type == sa.bindparam(f"key_type_{i}", t)
+        )
+        for i, t in enumerate(key_types)
+    ]
+    per_type = sa.union_all(*legs).subquery()
+    top = sa.select(sa.func.max(per_type.c.seq))
+    newest = sa.select(events.c.id).where(events.c.seq == top.scalar_subquery())
+    return (
+        newest.scalar_subquery(),
+        sa.select(agg(meta.c.key, sa.literal(","))).where(pinned).scalar_subquery(),
+    )
 
 
 def key_events(

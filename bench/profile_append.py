@@ -1,0 +1,165 @@
+"""Where one `LogStore.event_append` spends its time, layer by layer (issue 25).
+
+    python bench/profile_append.py [--db URL] [--durability full|normal|off] [--appends 3000]
+
+A plain append (the store bench's 100-byte broadcast, no correlation id) on a fresh log: a
+fresh SQLite file by default, or `--db` (a PostgreSQL URL: give a schema of its own in its
+search_path). Printed: the statements told to `backend.statement_hooks` and, on PostgreSQL,
+the round trips (`backend.round_trips`) of one append; the Python function calls per append
+(cProfile's count: independent of the machine's load); then the thread CPU per append of each
+layer, measured by wrapping the layer's function (each wrapper adds well under a µs):
+
+  validation       `Writes.draft_event` (every field's rule, the idempotency key)
+  id+HLC           `Transaction._new_event` (the event id, the HLC tick, the time stamp)
+  identity         `Local._sealed` (names against the keyring, the signer, the verdict)
+  guards           `store.guards.check_local` (inside the task projection)
+  proj:*           each registered projection's `apply` (tasks includes the guards)
+  SQL: begin       entering `backend.transaction`: BEGIN (+ SQLite's `PRAGMA data_version`;
+                   PostgreSQL: the lock and the state query)
+  SQL: insert      the executor's `insert_events` (PostgreSQL queues the row for the COMMIT)
+  commit           leaving it: COMMIT (SQLite: the WAL write, + fsync at FULL; PostgreSQL:
+                   the queued writes, the NOTIFY and the COMMIT in one message)
+  wake signal      `Notifier.bump` (waiters in this process)
+  rest             the pipeline (group commit, the transaction's state), the write path's glue
+
+Never a test; the figures are in docs/benchmarks.md ("Write path: where the time goes").
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import cProfile
+import io
+import os
+import pstats
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+ROW = {
+    "type": "bench.append",
+    "stream": "bench",
+    "room": "r",
+    "from_agent": "w",
+    "to_agent": "*",
+    "body": "x" * 100,
+}
+
+
+def _time_transactions(backend: Any, acc: collections.Counter[str]) -> None:
+    """Time the entry (BEGIN, the lock, the state) and the exit (COMMIT) of the backend's
+    write transactions."""
+    inner = backend.transaction
+
+    @contextlib.contextmanager
+    def timed(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        cm = inner(*args, **kwargs)
+        t0 = time.thread_time_ns()
+        tx = cm.__enter__()
+        acc["SQL: begin"] += time.thread_time_ns() - t0
+        try:
+            yield tx
+        except BaseException as exc:
+            if not cm.__exit__(type(exc), exc, exc.__traceback__):
+                raise
+        else:
+            t0 = time.thread_time_ns()
+            cm.__exit__(None, None, None)
+            acc["commit"] += time.thread_time_ns() - t0
+
+    backend.transaction = timed
+
+
+def _wrap(owner: Any, name: str, label: str, acc: collections.Counter[str]) -> None:
+    inner: Callable[..., Any] = getattr(owner, name)
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.thread_time_ns()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            acc[label] += time.thread_time_ns() - t0
+
+    setattr(owner, name, timed)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="profile_append", description=__doc__.split("\n\n")[0])
+    p.add_argument("--db", default=None, help="a database URL (default: a fresh SQLite file)")
+    p.add_argument("--durability", default="full", choices=("full", "normal", "off"))
+    p.add_argument("--appends", type=int, default=3000)
+    args = p.parse_args(argv)
+
+    from mempalace_logstream.store import LogStore, guards, leases, redaction, tasks, writes
+    from mempalace_logstream.store import append as append_mod
+
+    url = args.db or os.path.join(tempfile.mkdtemp(), "profile.sqlite3")
+    store = LogStore.open(url, durability=args.durability)
+    n = args.appends
+    try:
+        for _ in range(100):
+            store.event_append(**ROW)
+        backend = store.backend
+        seen: list[str] = []
+        backend.statement_hooks.append(lambda sql, _p: seen.append(" ".join(sql.split())[:72]))
+        trips = getattr(backend, "round_trips", None)
+        store.event_append(**ROW)
+        backend.statement_hooks.clear()
+        print(f"{backend.name}, durability {args.durability}: one plain append runs")
+        for sql in seen:
+            print(f"  statement: {sql}")
+        if trips is not None:
+            print(f"  round trips: {getattr(backend, 'round_trips', 0) - trips}")
+
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(1000):
+            store.event_append(**ROW)
+        prof.disable()
+        stats = pstats.Stats(prof, stream=io.StringIO()).stats  # type: ignore[attr-defined]
+        py = sum(v[1] for k, v in stats.items() if not k[0].startswith("~"))
+        c = sum(v[1] for k, v in stats.items() if k[0].startswith("~"))
+        print(f"  function calls per append: {py / 1000:.0f} Python, {c / 1000:.0f} built-in")
+
+        acc: collections.Counter[str] = collections.Counter()
+        _wrap(writes.Writes, "draft_event", "validation", acc)
+        _wrap(writes.Transaction, "_new_event", "id+HLC", acc)
+        _wrap(append_mod.Local, "_sealed", "identity", acc)
+        _wrap(guards, "check_local", "guards", acc)
+        _wrap(tasks.TaskProjection, "apply", "proj:tasks (with guards)", acc)
+        _wrap(redaction.RedactionProjection, "apply", "proj:redactions", acc)
+        _wrap(leases.LeaseProjection, "apply", "proj:leases", acc)
+        _wrap(store.notifier, "bump", "wake signal", acc)
+        _time_transactions(backend, acc)
+        executor = type(backend.executor(None, store.pipeline.sql))
+        _wrap(executor, "insert_events", "SQL: insert", acc)
+        for _ in range(100):
+            store.event_append(**ROW)
+        acc.clear()
+        c0, t0 = time.thread_time_ns(), time.perf_counter()
+        for _ in range(n):
+            store.event_append(**ROW)
+        total = (time.thread_time_ns() - c0) / n / 1000
+        wall = (time.perf_counter() - t0) / n * 1e6
+        load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+        print(f"  {n} appends: {total:.1f} µs CPU, {wall:.1f} µs wall per append (load {load})")
+        nested = {"guards"}  # inside proj:tasks
+        for label, ns in sorted(acc.items()):
+            print(f"    {label:26s} {ns / n / 1000:7.1f} µs")
+        rest = total - sum(ns for label, ns in acc.items() if label not in nested) / n / 1000
+        print(f"    {'rest (pipeline, glue)':26s} {rest:7.1f} µs")
+    finally:
+        store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,173 @@
+"""What one append costs the database (issue 25): statements told to `statement_hooks` and, on
+PostgreSQL, round trips to the server (`PostgresBackend.round_trips`), counted, never timed.
+
+A plain append (no correlation id, no artifacts) while nobody else writes is one statement on
+SQLite (the INSERT; BEGIN, `PRAGMA data_version` and COMMIT are not statements of the store)
+and two round trips on PostgreSQL: BEGIN with the append lock and the starting state in one
+message, then the INSERT, the NOTIFY and the COMMIT in one pipeline. The keyring's marks come
+with the starting state (no second statement). Queued writes keep their errors where they
+belong: a group-committed item whose queued write fails is rolled back alone.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+from mempalace_logstream import LogStore, errors, workflows
+from mempalace_logstream.schema import meta
+from tests.conftest import batched
+
+
+def add(store: LogStore, **fields: Any) -> Any:
+    base = {"type": "note", "stream": "s", "room": "r", "from_agent": "a"}
+    return store.event_append(**{**base, **fields})
+
+
+class Seen:
+    """The statements the store runs while it is entered (upper-cased, spaces folded)."""
+
+    def __init__(self, store: LogStore) -> None:
+        self.store, self.sql = store, []
+
+    def __enter__(self) -> list[str]:
+        self.store.backend.statement_hooks.append(self._hook)
+        return self.sql
+
+    def __exit__(self, *exc: object) -> None:
+        self.store.backend.statement_hooks.remove(self._hook)
+
+    def _hook(self, sql: str, params: Any) -> None:
+        self.sql.append(" ".join(sql.split()).upper())
+
+
+def _trips(store: LogStore) -> int:
+    trips: int = store.backend.round_trips  # type: ignore[attr-defined]
+    return trips
+
+
+def test_sqlite_a_plain_append_is_one_statement_and_two_after_another_writer(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "costs.sqlite3"
+    with LogStore.open(str(path)) as store:
+        add(store, body="first")
+        with Seen(store) as sql:
+            add(store, body="second")
+        assert [s.split(" (")[0] for s in sql] == ["INSERT INTO EVENTS"], sql
+        # Another connection commits: the counters are read again, with the keyring's marks
+        # in the same statement (no separate marks query).
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("INSERT INTO logstream_meta (key, value) VALUES ('note', 'x')")
+        other.close()
+        with Seen(store) as sql:
+            event = add(store, body="third")
+        assert len(sql) == 2 and sql[0].startswith("SELECT") and "LOGSTREAM_META" in sql[0]
+        assert sql[1].startswith("INSERT INTO EVENTS")
+        assert event.seq == 3
+
+
+@pytest.mark.pg
+def test_postgres_a_plain_append_is_two_round_trips_and_two_statements(pg_url: str) -> None:
+    with LogStore.open(pg_url) as store:
+        add(store, body="first")
+        before = _trips(store)
+        with Seen(store) as sql:
+            event = add(store, body="second")
+        assert _trips(store) - before == 2
+        assert len(sql) == 2, sql
+        assert sql[0].startswith("SELECT") and "LOGSTREAM_META" in sql[0]  # state + marks
+        assert sql[1].startswith("INSERT INTO EVENTS")
+        before = _trips(store)
+        for i in range(5):  # the same every time (psycopg prepares the insert after a few)
+            add(store, body=str(i))
+        assert _trips(store) - before == 10
+        assert store.event_get(event.id) == event
+        assert [e.body for e in store.event_list(order="asc").events][-5:] == list("01234")
+
+
+@pytest.mark.pg
+def test_postgres_a_queued_write_that_fails_fails_its_own_item_only(pg_url: str) -> None:
+    """The items of one group commit, each in its savepoint, on PostgreSQL where single-row
+    writes are queued: the duplicate meta row fails when its savepoint ends, as a
+    StorageError of that item; an item refused in Python before anything of it was sent
+    costs nothing to undo; the others commit, seq contiguous."""
+    with LogStore.open(pg_url) as store:
+        target = add(store, body="target")
+        dup = "INSERT INTO logstream_meta (key, value) VALUES ('replica_id', 'dup')"
+
+        def raw_sql() -> Any:
+            return store.pipeline.write(lambda ex, st: ex.run("test.sql", lambda: sa.text(dup), {}))
+
+        calls = [
+            lambda: add(store, body="ok-1"),
+            raw_sql,
+            lambda: add(store, artifact_ids=["art_x"]),
+            lambda: workflows.event_ack(store, event_id=target.id, from_agent="w", body="ok-2"),
+            lambda: add(store, body="ok-3"),
+        ]
+        results = batched(store, calls)
+        assert isinstance(results[1], errors.StorageError), results
+        assert isinstance(results[1].__cause__, psycopg.errors.UniqueViolation)
+        assert isinstance(results[2], errors.NotFoundError)
+        oks = [results[i] for i in (0, 3, 4)]
+        assert not any(isinstance(r, Exception) for r in oks), results
+        listed = store.event_list(order="asc").events
+        assert [e.body for e in listed] == ["target", "ok-1", "ok-2", "ok-3"]
+        assert [e.seq for e in listed] == [1, 2, 3, 4]
+
+
+@pytest.mark.pg
+def test_postgres_a_lone_write_failing_at_commit_writes_nothing(pg_url: str) -> None:
+    """A transaction of one item: its queued rows go with the COMMIT; when one fails there,
+    the caller gets the StorageError, nothing of the transaction is written, and the writer's
+    connection is usable again."""
+    with LogStore.open(pg_url) as store:
+        add(store, body="before")
+
+        def work(ex: Any, st: Any) -> None:
+            ex.insert("test.meta", meta, [{"key": "kept?", "value": "no"}])
+            ex.insert("test.meta", meta, [{"key": "replica_id", "value": "dup"}])
+
+        with pytest.raises(errors.StorageError, match="duplicate key") as info:
+            store.pipeline.write(work)
+        assert isinstance(info.value.__cause__, psycopg.errors.UniqueViolation)
+        with store.engine.connect() as conn:
+            held = conn.execute(sa.select(meta.c.key).where(meta.c.key == "kept?")).all()
+        assert held == []
+        assert add(store, body="after").seq == 2
+
+
+def test_a_read_in_the_transaction_sees_the_writes_before_it(store: LogStore) -> None:
+    """Writes queued before a read are sent first (PostgreSQL), so a transaction reads its
+    own writes, in order, on every backend."""
+    draft = store.draft_event(type="note", stream="s", room="r", from_agent="a", body="own")
+
+    def work(tx: Any) -> Any:
+        event = tx.insert_event(draft)
+        return tx.find_event(event.id, field="event_id")
+
+    got = store.transaction(work)
+    assert got.body == "own" and store.event_get(got.id) == got
+
+
+@pytest.mark.pg
+def test_postgres_appends_go_on_after_rollbacks_and_a_dropped_prepared_state(pg_url: str) -> None:
+    """psycopg deallocates every prepared statement of a session after a ROLLBACK: the
+    starting-state query is prepared again, and a DEALLOCATE ALL done behind the store's back
+    costs one retried BEGIN, never a failed write."""
+    with LogStore.open(pg_url) as store:
+        add(store, body="one")
+        for i in range(6):  # psycopg prepares its own statements after a few runs
+            add(store, body=f"x{i}")
+        with pytest.raises(errors.NotFoundError):  # refused after BEGIN: rolled back
+            add(store, artifact_ids=["art_missing"])
+        assert add(store, body="two").body == "two"
+        with store.backend.transaction() as tx:
+            tx.db.execute("DEALLOCATE ALL")
+        assert add(store, body="three").seq == 9
