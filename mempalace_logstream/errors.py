@@ -103,3 +103,17 @@ class SyncError(LogstreamError):
 
 class PeerUnavailableError(SyncError):
     """The peer could not be reached."""
+
+
+def interrupted(exc: BaseException) -> bool:
+    """Whether `exc` was raised while a Ctrl-C was being handled (a query or an HTTP answer
+    cut short leaves its connection in a state the clean-up then trips on): the caller ends as
+    for the Ctrl-C, and never retries it as an outage."""
+    seen: BaseException | None = exc
+    for _ in range(16):  # a chain is short; never loop on a cycle
+        seen = seen.__context__ if seen is not None else None
+        if seen is None:
+            return False
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+    return False

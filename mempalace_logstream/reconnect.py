@@ -127,7 +127,9 @@ class Reconnect:
             try:
                 result = fn()
             except errors.LogstreamError as exc:
-                if backoff.is_refusal(exc) or not backoff.is_transient(exc):
+                if errors.interrupted(exc) or backoff.is_refusal(exc):
+                    raise
+                if not backoff.is_transient(exc):
                     raise
                 left = self._lost(exc)
                 self._sleep(min(self._delay(exc), left))

@@ -137,6 +137,24 @@ def test_an_outage_is_told_once_when_lost_and_once_when_back() -> None:
     assert policy.call(_flaky([])) == "ok" and len(told) == 2  # no outage, no line
 
 
+def test_an_outage_raised_while_a_ctrl_c_is_handled_ends_the_call_at_once() -> None:
+    """Ctrl-C cut an answer short and closing the stream then failed as a lost connection:
+    that is the Ctrl-C, not an outage to ride through (`tail --hub` hung on it)."""
+    clock = Clock()
+    policy, told = _policy(clock, give_up_after_s=30)  # without the rule: GaveUpError
+
+    def cut_short() -> str:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise _down() from None  # `from None` hides the cause; the context stays
+
+    with pytest.raises(errors.PeerUnavailableError) as caught:
+        policy.call(cut_short)
+    assert errors.interrupted(caught.value)
+    assert clock.slept == [] and told == []
+
+
 def test_retry_after_is_honoured_up_to_the_cap() -> None:
     clock = Clock()
     policy, _told = _policy(clock)

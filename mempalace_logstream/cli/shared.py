@@ -301,17 +301,7 @@ def close_after(client: Any) -> None:
         client.close()
 
 
-def interrupted(exc: BaseException) -> bool:
-    """Whether `exc` was raised while a Ctrl-C was being handled (a query cut short leaves its
-    connection in a state the clean-up then trips on): the command ends as for the Ctrl-C."""
-    seen: BaseException | None = exc
-    for _ in range(16):  # a chain is short; never loop on a cycle
-        seen = seen.__context__ if seen is not None else None
-        if seen is None:
-            return False
-        if isinstance(seen, KeyboardInterrupt):
-            return True
-    return False
+interrupted = errors.interrupted  # the commands that follow the log end on it
 
 
 def nats_config(url: str, stream: str, prefix: str) -> BridgeConfig:
