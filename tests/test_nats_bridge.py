@@ -10,6 +10,8 @@ import asyncio
 import json
 import secrets
 import socket
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -236,27 +238,41 @@ def test_a_bridge_restart_resumes_without_loss_or_duplicates(server, tmp_path: P
         b.close()
 
 
+OUTAGE_S = 10.0  # the outage: the server down while every log keeps appending
+
+
 def test_a_server_restart_mid_stream_loses_nothing(server: NatsServer, tmp_path: Path) -> None:
-    a = LogStore.open(str(tmp_path / "a.sqlite3"))
-    b = LogStore.open(str(tmp_path / "b.sqlite3"))
+    stores = [LogStore.open(str(tmp_path / f"{n}.sqlite3")) for n in "abc"]
+    a, b, c = stores
     lines: list[str] = []
     try:
-        ta, tb = _bridge(a, server.url, lines), _bridge(b, server.url, lines)
+        bridges = [_bridge(s, server.url, lines) for s in stores]
         events = [note(a, "alice", f"up {i}") for i in range(30)]
         server.stop()
-        events += [note(a, "alice", f"down {i}") for i in range(10)]
-        events += [note(b, "bob", f"down {i}") for i in range(10)]
+        # OUTAGE_S of appends on all three logs while the server is down, paced (a workload,
+        # not a wait for anything).
+        pace = threading.Event()
+        ends = time.monotonic() + OUTAGE_S
+        i = 0
+        while time.monotonic() < ends:
+            events += [
+                note(s, agent, f"down {i}")
+                for s, agent in zip(stores, ("alice", "bob", "carol"), strict=True)
+            ]
+            i += 1
+            pace.wait(0.25)
         server.start()
         events += [note(b, "bob", f"back {i}") for i in range(5)]
         want = {e.id for e in events}
-        wait_for(lambda: _converged(a, b, want=want), 30, "convergence after the restart")
+        assert len(want) >= 30 + 3 * 30 + 5
+        wait_for(lambda: _converged(*stores, want=want), 60, "convergence after the outage")
         assert any("lost nats://" in line for line in lines)
-        ta.stop()
-        tb.stop()
+        for t in bridges:
+            t.stop()
     finally:
         stop_all()
-        a.close()
-        b.close()
+        for s in stores:
+            s.close()
 
 
 # ----------------------------------------------------------------------------- refusals
