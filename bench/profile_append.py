@@ -44,14 +44,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-ROW = {
-    "type": "bench.append",
-    "stream": "bench",
-    "room": "r",
-    "from_agent": "w",
-    "to_agent": "*",
-    "body": "x" * 100,
-}
+from bench.bench_store import APPEND_ROW as ROW  # noqa: E402  (the store bench's row)
 
 
 def _time_transactions(backend: Any, acc: collections.Counter[str]) -> None:

@@ -21,21 +21,9 @@ from mempalace_logstream import LogStore
 from mempalace_logstream.cli import root
 from tests.conftest import REPO
 from tests.hubkit import live_hub
+from tests.leankit import CODE
 
 SERVERS = ("sqlalchemy", "fastapi", "starlette", "mcp", "uvicorn")
-# Runs `cli.main()` (the console script) with argv; then says which modules were loaded.
-CODE = """
-import json, os, sys
-from mempalace_logstream import cli
-code = 0
-try:
-    cli.main()
-except SystemExit as exc:
-    code = exc.code
-sys.stdout.flush()
-with open(os.environ["LEAN_REPORT"], "w") as out:
-    json.dump({"code": code, "modules": sorted(sys.modules)}, out)
-"""
 
 
 def console(tmp_path: Path, *argv: str) -> tuple[dict[str, Any], str]:

@@ -18,6 +18,7 @@ import pytest
 
 from mempalace_logstream.store import LogStore, lease_ops
 from tests.hubproc import env_for
+from tests.leankit import CODE
 
 ROOT = "/work/proj"
 HEAVY = (
@@ -60,18 +61,6 @@ LEAN = {
     "mempalace_logstream.store.lean_leases",
     "mempalace_logstream.validation",
 }
-CODE = """
-import json, os, sys
-from mempalace_logstream import cli
-code = 0
-try:
-    cli.main()
-except SystemExit as exc:
-    code = exc.code
-sys.stdout.flush()
-with open(os.environ["LEAN_REPORT"], "w") as out:
-    json.dump({"code": code, "modules": sorted(sys.modules)}, out)
-"""
 
 
 def _edit(tool: str, **tool_input: Any) -> str:
