@@ -13,6 +13,7 @@ import socket
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,9 +71,14 @@ def _stop_bridges():
     stop_all()
 
 
-def _bridge(store: LogStore, url: str, lines: list[str] | None = None) -> BridgeThread:
+def _bridge(
+    store: LogStore,
+    url: str,
+    lines: list[str] | None = None,
+    leads: Callable[[], bool] | None = None,
+) -> BridgeThread:
     say = lines.append if lines is not None else (lambda _line: None)
-    thread = BridgeThread(store, BridgeConfig(url=url), say)
+    thread = BridgeThread(store, BridgeConfig(url=url), say, leads)
     _RUNNING.append(thread)
     return thread.start()
 
@@ -162,6 +168,40 @@ def test_two_logs_converge_both_ways_exactly_once(server: NatsServer, tmp_path: 
         stop_all()
         a.close()
         b.close()
+
+
+@pytest.mark.pg
+def test_on_one_postgresql_log_only_the_leading_hub_publishes(server, tmp_path: Path, pg_url):
+    """Two hubs serve one PostgreSQL log (one replica id, one position): the leader alone
+    publishes; when it goes, the next leader goes on from the stored position, nothing twice."""
+    from mempalace_logstream.backends import leader
+
+    hub1, hub2 = LogStore.open(pg_url), LogStore.open(pg_url)
+    laptop = LogStore.open(str(tmp_path / "laptop.sqlite3"))
+    lead1, _ = leader.for_engine(hub1.engine, "hub1")
+    lead2, _ = leader.for_engine(hub2.engine, "hub2")
+    try:
+        assert lead1.hold() and not lead2.hold()
+        t1 = _bridge(hub1, server.url, leads=lead1.hold)
+        t2 = _bridge(hub2, server.url, leads=lead2.hold)
+        tl = _bridge(laptop, server.url)
+        first = [note(hub1 if i % 2 else hub2, "alice", f"first {i}") for i in range(20)]
+        want = {e.id for e in first}
+        wait_for(lambda: _converged(laptop, hub2, want=want), 20, "the laptop to hold all")
+        assert (t1.bridge.published, t2.bridge.published) == (20, 0)
+        t1.stop()  # the leading hub stops and gives up the lead: the other takes it
+        lead1.release()
+        second = [note(hub2, "bob", f"second {i}") for i in range(10)]
+        want |= {e.id for e in second}
+        wait_for(lambda: _converged(laptop, hub2, want=want), 20, "the new leader to publish")
+        assert t2.bridge.published == 10
+        assert tl.bridge.tally.duplicates == 0 and tl.bridge.tally.applied == 30
+    finally:
+        stop_all()
+        lead2.release()
+        lead1.release()
+        for s in (hub1, hub2, laptop):
+            s.close()
 
 
 def test_artifacts_travel_through_the_object_store(server: NatsServer, tmp_path: Path) -> None:

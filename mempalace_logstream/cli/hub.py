@@ -26,6 +26,7 @@ from mempalace_logstream.cli.shared import (
 
 if TYPE_CHECKING:
     import socket
+    from collections.abc import Callable
 
     from mempalace_logstream.http import HubSettings
     from mempalace_logstream.natsbridge import BridgeConfig, BridgeThread
@@ -244,7 +245,7 @@ def serve(
     application = _hub_app(store, settings, loop, mcp_read_only, remind_interval)
     sock = _bind(host, port)
     lead.name = f"{socket.gethostname()}:{sock.getsockname()[1]} pid {os.getpid()}"
-    bridge = _start_bridge(store, nats_cfg) if nats_cfg is not None else None
+    bridge = _start_bridge(store, nats_cfg, lead.hold) if nats_cfg is not None else None
     _banner(host, sock, store, loop, interval, palace_path)
     try:
         _run(application, sock, store, forwarded_allow_ips, bridge)
@@ -283,13 +284,16 @@ def _run(
         store.close()
 
 
-def _start_bridge(store: LogStore, cfg: BridgeConfig) -> BridgeThread:
+def _start_bridge(
+    store: LogStore, cfg: BridgeConfig, leads: Callable[[], bool] | None = None
+) -> BridgeThread:
     """The NATS bridge beside the hub (its own thread and event loop), started once its
-    checks passed; a refusal stops `serve` with its one line."""
+    checks passed; a refusal stops `serve` with its one line. It publishes while `leads()`
+    (the hub that leads a PostgreSQL log's background loops; a SQLite hub always leads)."""
     from mempalace_logstream.natsbridge import BridgeThread
 
     try:
-        thread = BridgeThread(store, cfg, _say).start()
+        thread = BridgeThread(store, cfg, _say, leads).start()
     except errors.LogstreamError as exc:
         store.close()
         raise fail(exc.message) from None

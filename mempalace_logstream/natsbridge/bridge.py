@@ -26,9 +26,13 @@ class Bridge:
     """The two halves over one checked connection."""
 
     def __init__(
-        self, store: LogStore, cfg: BridgeConfig, say: Callable[[str], None] = _stderr
+        self,
+        store: LogStore,
+        cfg: BridgeConfig,
+        say: Callable[[str], None] = _stderr,
+        leads: Callable[[], bool] | None = None,
     ) -> None:
-        self.store, self.cfg, self.say = store, cfg, say
+        self.store, self.cfg, self.say, self.leads = store, cfg, say, leads
         self.link: Link | None = None
         self.publisher: Publisher | None = None
         self.consumer: Consumer | None = None
@@ -45,7 +49,7 @@ class Bridge:
         """Connect and check (raises BridgeRefused / PeerUnavailableError), bind both halves."""
         name = f"logstream bridge {self.store.replica_id}"
         self.link = await connect(self.cfg, self.say, name)
-        self.publisher = Publisher(self.store, self.link, self.cfg, self.say)
+        self.publisher = Publisher(self.store, self.link, self.cfg, self.say, self.leads)
         self.consumer = Consumer(self.store, self.link, self.cfg, self.say)
         await self.publisher.load_position()
         await self.consumer.subscribe()
@@ -91,9 +95,15 @@ class BridgeThread:
     """A bridge in a daemon thread with its own event loop."""
 
     def __init__(
-        self, store: LogStore, cfg: BridgeConfig, say: Callable[[str], None] = _stderr
+        self,
+        store: LogStore,
+        cfg: BridgeConfig,
+        say: Callable[[str], None] = _stderr,
+        leads: Callable[[], bool] | None = None,
     ) -> None:
-        self.bridge = Bridge(store, cfg, say)
+        """`leads`: whether this process leads its log now (several hubs on one PostgreSQL
+        log: only the leader publishes); None publishes always."""
+        self.bridge = Bridge(store, cfg, say, leads)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._ready = threading.Event()

@@ -7,6 +7,12 @@ highest `origin_seq` the server acknowledged, contiguously) is kept in the strea
 under the replica id, so a restart resumes there: nothing is lost, and the few events
 published after the last stored position are dropped by JetStream's dedupe (`Nats-Msg-Id`)
 or, past its window, counted as duplicates by the importing logs.
+
+Several hubs serving one PostgreSQL log share its replica id, its position and its events:
+only the hub that leads the log's background loops publishes (`leads`, asked at most every
+`LEAD_CHECK_S`); a hub that takes the lead reads the position again and goes on from where
+the previous leader stopped. Every hub consumes (the durable consumer shares the messages out;
+an import is idempotent).
 """
 
 from __future__ import annotations
@@ -24,14 +30,23 @@ from mempalace_logstream.natsbridge.setup import BridgeConfig, Link, unless_stop
 from mempalace_logstream.natsbridge.subjects import headers, subject
 from mempalace_logstream.store import LogStore
 
+LEAD_CHECK_S = 1.0  # how often a hub asks whether it leads (a database round trip)
+
 
 class Publisher:
-    """Publishes the own events of `store` after the stored position."""
+    """Publishes the own events of `store` after the stored position, while `leads()` says
+    this process leads its log (None: always, as the one process on a SQLite file)."""
 
     def __init__(
-        self, store: LogStore, link: Link, cfg: BridgeConfig, say: Callable[[str], None]
+        self,
+        store: LogStore,
+        link: Link,
+        cfg: BridgeConfig,
+        say: Callable[[str], None],
+        leads: Callable[[], bool] | None = None,
     ) -> None:
         self.store, self.link, self.cfg, self.say = store, link, cfg, say
+        self.leads = leads
         self.key = store.replica_id
         self.position = 0
         self.published = 0
@@ -50,7 +65,17 @@ class Publisher:
         """Publish until `stop` is set; waits on the store's commits, retries on errors."""
         await self.load_position()
         failures = 0
+        leading, asked = self.leads is None, float("-inf")
+        loop = asyncio.get_running_loop()
         while not stop.is_set():
+            if self.leads is not None and loop.time() - asked >= LEAD_CHECK_S:
+                asked = loop.time()
+                was, leading = leading, await asyncio.to_thread(self.leads)
+                if leading and not was:  # another hub may have published meanwhile
+                    await self.load_position()
+            if not leading:
+                await _pause(stop, LEAD_CHECK_S)
+                continue
             seen = self.store.notifier.version
             try:
                 sent = await self.step()
@@ -68,7 +93,9 @@ class Publisher:
                 await _pause(stop, min(2.0, 0.1 * 2**failures))
                 continue
             if not sent:
-                await unless_stopped(stop, self.store.notifier.wait_async(seen, 1.0))
+                await unless_stopped(
+                    stop, self.store.notifier.wait_async(seen, min(1.0, LEAD_CHECK_S))
+                )
 
     async def step(self) -> int:
         """Publish the next batch of own events; how many were acknowledged."""
