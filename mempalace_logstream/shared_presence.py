@@ -18,7 +18,7 @@ from mempalace_logstream.backends import pg_presence
 from mempalace_logstream.presence import Registry
 
 if TYPE_CHECKING:
-    from mempalace_logstream.backends.postgres import PgListener
+    from mempalace_logstream.backends.pg_listen import PgListener
     from mempalace_logstream.store import LogStore
 
 log = logging.getLogger(__name__)

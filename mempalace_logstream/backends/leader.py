@@ -66,7 +66,7 @@ class PgLeaderLock:
         self.engine, self.name = engine, name
         self._conn: Any = None  # a psycopg connection while this hub leads
         self._lock = threading.Lock()  # the sync loop and the reminders both ask
-        from mempalace_logstream.backends.postgres import autocommit_connector
+        from mempalace_logstream.backends.pg_listen import autocommit_connector
 
         self._connect = autocommit_connector(engine)
 

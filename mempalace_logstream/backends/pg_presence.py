@@ -4,7 +4,7 @@
 Every change (an announcement, a leave) runs in one transaction under a transaction-level
 advisory lock, takes the next change number and sends a NOTIFY with the change itself (JSON),
 so every hub hears every change in commit order, which is change-number order. A listener is a
-dedicated autocommit connection (`postgres.autocommit_connector`, as the store's change
+dedicated autocommit connection (`pg_listen.autocommit_connector`, as the store's change
 signal's); after (re)connecting, a hub reads the whole table (`snapshot`) under the same lock,
 so no change falls between the snapshot and the notifications. Expiry needs no write: every
 hub expires an entry on its own clock when `expires_ms` passes. Rows that lapsed more than a
@@ -23,7 +23,7 @@ import sqlalchemy as sa
 
 from mempalace_logstream import presence
 from mempalace_logstream.backends import base
-from mempalace_logstream.backends.postgres import PgListener, autocommit_connector
+from mempalace_logstream.backends.pg_listen import PgListener, autocommit_connector
 from mempalace_logstream.backends.queries import presence as rows
 
 PG_PRESENCE_LOCK = 0x70726573  # "pres": with the events table's oid, one lock per log

@@ -5,16 +5,16 @@ The store's precompiled SQL runs on psycopg connections directly: the writer hol
 autocommit connection (no pre-ping, no SQLAlchemy per statement). A write transaction costs
 as few round trips as its reads allow: `BEGIN`, the lock and the starting-state query (a
 statement prepared once per connection) go as one simple-protocol message; single-row writes
-are queued (`_Queue`) and sent, in order, as one message with the next read, the end of a
-savepoint, or the NOTIFY and the `COMMIT`. A plain append is two round trips (raw psycopg's
-`INSERT; COMMIT` is three: BEGIN, INSERT, COMMIT).
+are queued (`pg_writer.WriteQueue`) and sent, in order, as one message with the next read,
+the end of a savepoint, or the NOTIFY and the `COMMIT`. A plain append is two round trips (raw
+psycopg's `INSERT; COMMIT` is three: BEGIN, INSERT, COMMIT). The reader connections live in
+pg_readers.py, the LISTEN connections in pg_listen.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 import secrets
-import select
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,12 +25,10 @@ import sqlalchemy as sa
 
 from mempalace_logstream import errors, notify
 from mempalace_logstream.backends import base
-from mempalace_logstream.schema import events
+from mempalace_logstream.backends.pg_listen import PgListenSignal, autocommit_connector
+from mempalace_logstream.backends.pg_readers import FRESH_S, READERS_KEPT, Reader, end_read
+from mempalace_logstream.backends.pg_writer import PgExecutor, WriteQueue
 
-# Idle read connections a backend keeps out of the pool (`PostgresBackend.reading`), and how
-# long one may stay idle and still skip the pool's pre-ping.
-READERS_KEPT = 4
-FRESH_S = 1.0
 PG_APPEND_LOCK = 0x6C6F6773  # "logs": one advisory lock serializes seq assignment
 # The log's own tables (indexes and TOAST included), not the whole database: several logs may
 # share one database in different schemas.
@@ -69,14 +67,14 @@ class PostgresBackend:
         self._proxy: Any = None
         self._lock_sql: str | None = None
         # Idle reader connections, the most recently used last (`reading`).
-        self._readers: list[_Reader] = []
+        self._readers: list[Reader] = []
         self._closed = False
         # The starting-state query, prepared on the writer's connection without parameters
         # (one plan, made once): (the connection, the query's key, the prepared name).
         self._prepared: tuple[Any, Any, str] | None = None
         self._prepared_name = f"logstream_state_{secrets.token_hex(4)}"
         # The writes of the open write transaction not sent yet (None outside of one).
-        self._queue: _Queue | None = None
+        self._queue: WriteQueue | None = None
         # Round trips to the server on the writer's connection (read by tests and benches:
         # a plain append costs two).
         self.round_trips = 0
@@ -207,7 +205,7 @@ class PostgresBackend:
         A connection lost later is never retried here: its COMMIT may have happened."""
         db, row = self._begin(state)
         tx = _Tx(db, state_row=row)
-        queue = self._queue = _Queue(self, db)
+        queue = self._queue = WriteQueue(self, db)
         try:
             yield tx
             channel = self.notify_channel
@@ -348,7 +346,7 @@ class PostgresBackend:
                 try:
                     yield reader.query(self.statement_hooks, self._fresh_reader)
                 except BaseException as exc:
-                    _end_read(reader.proxy, reader.db, exc)
+                    end_read(reader.proxy, reader.db, exc)
                     raise
                 if not reader.plain:
                     reader.db.rollback()
@@ -356,7 +354,7 @@ class PostgresBackend:
         finally:
             self._release(reader, healthy)
 
-    def _reader(self) -> _Reader:
+    def _reader(self) -> Reader:
         try:
             reader = self._readers.pop()  # atomic: no two reads share a connection
         except IndexError:
@@ -367,12 +365,12 @@ class PostgresBackend:
         reader.proxy.close()  # idle a while: back through the pool's pre-ping
         return self._fresh_reader()
 
-    def _fresh_reader(self) -> _Reader:
+    def _fresh_reader(self) -> Reader:
         with base.wrap_exceptions(self.driver_errors):
             proxy = self.engine.raw_connection()
-            return _Reader(proxy)
+            return Reader(proxy)
 
-    def _release(self, reader: _Reader, healthy: bool) -> None:
+    def _release(self, reader: Reader, healthy: bool) -> None:
         db = reader.db
         if (
             healthy
@@ -425,274 +423,6 @@ class _Tx:
     appended: bool = False
 
 
-_PLAIN_KEY = "logstream_reads_committed"
-
-
-class _Reader:
-    """A read connection: its pool proxy, whether it reads in autocommit (`plain`: READ
-    COMMITTED, where a transaction block adds nothing), when it was last given back, and
-    whether the pool pinged it for this read (a fresh checkout)."""
-
-    def __init__(self, proxy: Any) -> None:
-        self.proxy = proxy
-        self.db: psycopg.Connection[Any] = proxy.driver_connection
-        self.pinged = True
-        self.used_at = 0.0
-        plain = proxy.info.get(_PLAIN_KEY)  # kept for the DBAPI connection's lifetime
-        if plain is None:
-            plain = proxy.info[_PLAIN_KEY] = _reads_committed(self.db)
-        self.plain: bool = plain
-        if self.db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-            self.db.rollback()  # (the pool resets a connection it hands out; to be sure)
-        self.db.autocommit = plain
-
-    def restore(self) -> None:
-        """The pool's connections are not in autocommit (the store's SQLAlchemy reads)."""
-        if self.db.autocommit:
-            self.db.autocommit = False
-
-    def query(self, hooks: list[base.StatementHook], fresh: Callable[[], _Reader]) -> base.Query:
-        first = not self.pinged  # an unpinged connection's first statement may retry once
-
-        def run(sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-            nonlocal first
-            if hooks:
-                base.observe(hooks, sql, params)
-            try:
-                return self.db.execute(sql, params).fetchall()
-            except psycopg.OperationalError:
-                if not (first and self.db.broken):
-                    raise
-                self._replace(fresh())
-                return self.db.execute(sql, params).fetchall()
-            finally:
-                first = False
-
-        return run
-
-    def _replace(self, other: _Reader) -> None:
-        with contextlib.suppress(Exception):
-            self.proxy.invalidate()
-        self.proxy, self.db, self.plain, self.pinged = other.proxy, other.db, other.plain, True
-
-
-def _reads_committed(db: psycopg.Connection[Any]) -> bool:
-    """Whether `db` reads at READ COMMITTED (its own setting, else the server's default)."""
-    level = db.isolation_level
-    if level is not None:
-        return bool(level == psycopg.IsolationLevel.READ_COMMITTED)
-    if db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-        db.rollback()
-    was = db.autocommit
-    db.autocommit = True
-    try:
-        row = db.execute("SHOW default_transaction_isolation").fetchone()
-    finally:
-        db.autocommit = was
-    return row is not None and str(row[0]).lower() == "read committed"
-
-
-@dataclass
-class _Mark:
-    """Where a savepoint's statements start in the queue, and which flush sent them."""
-
-    index: int
-    flushes: int
-
-
-class _Queue:
-    """The writes of one write transaction not sent yet, in order: sent together (one
-    message, one round trip) before the next read, at the end of a savepoint, or with the
-    COMMIT. Errors of a queued write surface when it is sent; the transaction (or the
-    item's savepoint) then rolls back as if it had failed in place."""
-
-    def __init__(self, backend: PostgresBackend, db: psycopg.Connection[Any]) -> None:
-        self.backend, self.db = backend, db
-        self.items: list[tuple[str, Any]] = []
-        self.flushes = 0
-        self.cursor: psycopg.ClientCursor[Any] | None = None
-
-    def add(self, sql: str, params: Any) -> _Mark:
-        """Queue `sql` (with `params`, or None: sent as it is)."""
-        self.items.append((sql, params))
-        return _Mark(len(self.items) - 1, self.flushes)
-
-    def sent_since(self, mark: _Mark) -> bool:
-        return self.flushes != mark.flushes
-
-    def flush(self, db: psycopg.Connection[Any]) -> None:
-        """Send the queued statements as one simple-protocol message, their parameters
-        inlined as literals by psycopg (a psycopg pipeline costs more CPU, here, than the
-        round trips it saves; a failing statement skips the rest, as in a pipeline)."""
-        items = self.items
-        if not items:
-            return
-        self.items = []
-        self.flushes += 1
-        self.backend.round_trips += 1
-        if len(items) == 1 and items[0][1] is not None:
-            db.execute(items[0][0], items[0][1])
-            return
-        cur = self.cursor
-        if cur is None:
-            cur = self.cursor = psycopg.ClientCursor(db)
-        db.execute("; ".join(sql if p is None else cur.mogrify(sql, p) for sql, p in items))
-
-
-def _end_read(proxy: Any, db: psycopg.Connection[Any], exc: BaseException) -> None:
-    """After a read failed: roll back, or, when an interrupt (Ctrl-C, a cancelled task) may
-    have left a command in progress or the rollback fails, invalidate the connection so the
-    pool never hands it out again. The original exception is what the caller sees."""
-    if isinstance(exc, Exception) and not db.broken:
-        try:
-            db.rollback()
-            return
-        except psycopg.Error:
-            pass
-    with contextlib.suppress(Exception):
-        proxy.invalidate()
-
-
-class PgExecutor(base.DbapiExecutor):
-    """The statements of one transaction on the writer's psycopg connection: with a `queue`
-    (the writer's own transaction), single-row writes are queued and every other statement
-    sends the queue first; without one, each runs at once."""
-
-    def __init__(
-        self,
-        db: psycopg.Connection[Any],
-        compile: base.Compile,
-        hooks: Sequence[base.StatementHook] = (),
-        queue: _Queue | None = None,
-        backend: PostgresBackend | None = None,
-    ) -> None:
-        super().__init__(db, compile, hooks)
-        self.queue, self.backend = queue, backend
-
-    def _send(self) -> None:
-        """Send the queued writes, then count the caller's own round trip."""
-        if self.queue is not None:
-            self.queue.flush(self.db)
-        if self.backend is not None:
-            self.backend.round_trips += 1
-
-    def rows(self, key: Any, build: base.Build, params: Mapping[str, Any]) -> Sequence[Any]:
-        self._send()
-        return super().rows(key, build, params)
-
-    def run(self, key: Any, build: base.Build, params: Mapping[str, Any]) -> None:
-        if self.queue is None or _has_bytes(params.values()):
-            self._send()
-            super().run(key, build, params)
-            return
-        sql, bound = self.compile(key, build, params)
-        if self.hooks:
-            base.observe(self.hooks, sql, bound)
-        self.queue.add(sql, bound)
-
-    def run_many(self, key: Any, build: base.Build, rows: Sequence[Mapping[str, Any]]) -> None:
-        if rows:
-            self._send()
-        super().run_many(key, build, rows)
-
-    def insert(self, key: Any, table: sa.Table, rows: list[dict[str, Any]]) -> None:
-        if self.queue is None or len(rows) != 1 or _has_bytes(rows[0].values()):
-            self._send()
-            super().insert(key, table, rows)
-            return
-        sql, _ = self.compile(key, lambda: sa.insert(table), {})
-        if self.hooks:
-            base.observe(self.hooks, sql, rows[0])
-        self.queue.add(sql, rows[0])
-
-    def insert_events(self, rows: list[tuple[Any, ...]]) -> None:
-        if len(rows) == 1:  # a local append
-            if self.hooks:
-                base.observe(self.hooks, _INSERT_EVENTS, rows[0])
-            if self.queue is not None:
-                self.queue.add(_INSERT_EVENTS, rows[0])
-            else:
-                self._send()
-                self.db.execute(_INSERT_EVENTS, rows[0])
-            return
-        self._send()
-        with self.db.cursor() as cur:
-            if len(rows) < _COPY_MIN_ROWS:
-                if self.hooks:
-                    base.observe(self.hooks, _INSERT_EVENTS, rows)
-                cur.executemany(_INSERT_EVENTS, rows)
-                return
-            if self.hooks:
-                base.observe(self.hooks, _COPY_EVENTS, rows)
-            with cur.copy(_COPY_EVENTS) as copy:  # a sync page: several times faster
-                for row in rows:
-                    copy.write_row(row)
-
-
-def _has_bytes(values: Any) -> bool:
-    """Bytes go at once, bound (a blob is not inlined as text into a queued message)."""
-    return any(isinstance(v, (bytes, bytearray, memoryview)) for v in values)
-
-
-_NAMES = base.EVENT_INSERT_COL_NAMES
-_COLS = ", ".join(_NAMES)
-_INSERT_EVENTS = f"INSERT INTO {events.name} ({_COLS}) VALUES ({', '.join(['%s'] * len(_NAMES))})"
-_COPY_EVENTS = f"COPY {events.name} ({_COLS}) FROM STDIN"
-_COPY_MIN_ROWS = 64
-
-
-class PgListener:
-    """LISTEN on `channel` over a dedicated autocommit psycopg connection; a writer's
-    `pg_notify` runs in its transaction, so a notification arrives exactly when the commit is
-    visible. The store's change signal and the hubs' shared presence each hold one."""
-
-    def __init__(self, connect: Callable[[], Any], channel: str) -> None:
-        self._connect = connect
-        self._channel = channel
-        self._conn: Any = None
-        self._waker = notify.Waker()
-
-    def open(self) -> None:
-        self._conn = self._connect()
-        self._conn.execute(f'LISTEN "{self._channel}"')
-
-    def payloads(self, timeout: float, stop_after: int | None = None) -> list[str]:
-        """The payloads that arrived within `timeout` seconds, in order (at most `stop_after`);
-        [] on a timeout or a cancel; ConnectionError when the connection was lost
-        (notifications may be missing: read the state again)."""
-        # Notifications psycopg already buffered are taken first, without blocking; then block
-        # on the socket and the wake-up pipe together, and let psycopg consume what arrived
-        # without blocking again. A cancel returns at once.
-        got = [n.payload for n in self._conn.notifies(timeout=0, stop_after=stop_after)]
-        if got:
-            return got
-        ready, _, _ = select.select([self._conn.fileno(), self._waker.fd], [], [], timeout)
-        if self._waker.fd in ready:
-            return []
-        if ready:
-            got = [n.payload for n in self._conn.notifies(timeout=0, stop_after=stop_after)]
-        if not got and (self._conn.closed or self._conn.broken):
-            raise ConnectionError(f"the LISTEN connection on {self._channel} was lost")
-        return got
-
-    def cancel(self) -> None:
-        self._waker.set()
-
-    def close(self) -> None:
-        if self._conn is not None:
-            with contextlib.suppress(Exception):
-                self._conn.close()
-            self._conn = None
-        self._waker.close()
-
-
-class PgListenSignal(PgListener):
-    """The store's cross-process change signal: appends announce themselves on the channel."""
-
-    def wait(self, timeout: float) -> bool:
-        return bool(self.payloads(timeout, stop_after=1))
-
-
 def relax_durability(db: Any) -> None:
     """`--durability normal`/`off` on a new DBAPI connection (engine.py's connect listener):
     PostgreSQL's analogue of SQLite NORMAL. A commit returns before its WAL flush, so a server
@@ -700,14 +430,3 @@ def relax_durability(db: Any) -> None:
     with db.cursor() as cur:
         cur.execute("SET synchronous_commit = off")
     db.commit()
-
-
-def autocommit_connector(engine: sa.Engine) -> Callable[[], Any]:
-    """A function that opens a new autocommit psycopg connection to `engine`'s database, outside
-    its pool: a LISTEN's, or the hubs' leader lock's (a session lock lives as long as it)."""
-    cargs, cparams = engine.dialect.create_connect_args(engine.url)
-
-    def connect() -> Any:
-        return psycopg.connect(*cargs, **{**cparams, "autocommit": True})
-
-    return connect

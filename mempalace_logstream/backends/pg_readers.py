@@ -1,0 +1,98 @@
+"""The PostgreSQL backend's read connections (issue 25): kept out of the pool between reads,
+read in autocommit at READ COMMITTED (a transaction block adds nothing a read sees there),
+and ended cleanly when a read fails (`PostgresBackend.reading`)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import psycopg
+
+from mempalace_logstream.backends import base
+
+# Idle read connections a backend keeps out of the pool (`PostgresBackend.reading`), and how
+# long one may stay idle and still skip the pool's pre-ping.
+READERS_KEPT = 4
+FRESH_S = 1.0
+
+_PLAIN_KEY = "logstream_reads_committed"
+
+
+class Reader:
+    """A read connection: its pool proxy, whether it reads in autocommit (`plain`: READ
+    COMMITTED, where a transaction block adds nothing), when it was last given back, and
+    whether the pool pinged it for this read (a fresh checkout)."""
+
+    def __init__(self, proxy: Any) -> None:
+        self.proxy = proxy
+        self.db: psycopg.Connection[Any] = proxy.driver_connection
+        self.pinged = True
+        self.used_at = 0.0
+        plain = proxy.info.get(_PLAIN_KEY)  # kept for the DBAPI connection's lifetime
+        if plain is None:
+            plain = proxy.info[_PLAIN_KEY] = reads_committed(self.db)
+        self.plain: bool = plain
+        if self.db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            self.db.rollback()  # (the pool resets a connection it hands out; to be sure)
+        self.db.autocommit = plain
+
+    def restore(self) -> None:
+        """The pool's connections are not in autocommit (the store's SQLAlchemy reads)."""
+        if self.db.autocommit:
+            self.db.autocommit = False
+
+    def query(self, hooks: list[base.StatementHook], fresh: Callable[[], Reader]) -> base.Query:
+        first = not self.pinged  # an unpinged connection's first statement may retry once
+
+        def run(sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+            nonlocal first
+            if hooks:
+                base.observe(hooks, sql, params)
+            try:
+                return self.db.execute(sql, params).fetchall()
+            except psycopg.OperationalError:
+                if not (first and self.db.broken):
+                    raise
+                self._replace(fresh())
+                return self.db.execute(sql, params).fetchall()
+            finally:
+                first = False
+
+        return run
+
+    def _replace(self, other: Reader) -> None:
+        with contextlib.suppress(Exception):
+            self.proxy.invalidate()
+        self.proxy, self.db, self.plain, self.pinged = other.proxy, other.db, other.plain, True
+
+
+def reads_committed(db: psycopg.Connection[Any]) -> bool:
+    """Whether `db` reads at READ COMMITTED (its own setting, else the server's default)."""
+    level = db.isolation_level
+    if level is not None:
+        return bool(level == psycopg.IsolationLevel.READ_COMMITTED)
+    if db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        db.rollback()
+    was = db.autocommit
+    db.autocommit = True
+    try:
+        row = db.execute("SHOW default_transaction_isolation").fetchone()
+    finally:
+        db.autocommit = was
+    return row is not None and str(row[0]).lower() == "read committed"
+
+
+def end_read(proxy: Any, db: psycopg.Connection[Any], exc: BaseException) -> None:
+    """After a read failed: roll back, or, when an interrupt (Ctrl-C, a cancelled task) may
+    have left a command in progress or the rollback fails, invalidate the connection so the
+    pool never hands it out again. The original exception is what the caller sees."""
+    if isinstance(exc, Exception) and not db.broken:
+        try:
+            db.rollback()
+            return
+        except psycopg.Error:
+            pass
+    with contextlib.suppress(Exception):
+        proxy.invalidate()
