@@ -93,9 +93,7 @@ class Publisher:
                 await _pause(stop, min(2.0, 0.1 * 2**failures))
                 continue
             if not sent:
-                await unless_stopped(
-                    stop, self.store.notifier.wait_async(seen, min(1.0, LEAD_CHECK_S))
-                )
+                await unless_stopped(stop, self.store.notifier.wait_async(seen, LEAD_CHECK_S))
 
     async def step(self) -> int:
         """Publish the next batch of own events; how many were acknowledged."""
