@@ -308,3 +308,33 @@ def run_async(
         return _result("raw", [(lat, f, share, t0, t1, c) for lat, f, c in done], hub)
 
     return asyncio.run(main())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m bench.hub_load URL TOKEN CLIENTS PER_CLIENT`: a light run on our hub from a
+    process of its own (`bench/profile_hub.py`); prints "GO" when every client made its
+    warm-up appends, then one JSON line: events/s and the clients' CPU ms per append."""
+    import sys
+
+    url, token, clients, per_client = (argv if argv is not None else sys.argv[1:])[:4]
+    fields = {"type": "bench.hub", "stream": "bench", "room": "r", "to_agent": "*"}
+    targets = [
+        our_request(url, token, {**fields, "from_agent": f"w{w:02d}", "body": "x" * 100})
+        for w in range(int(clients))
+    ]
+
+    said: list[bool] = []
+
+    def ready() -> float:  # called as the run starts and as it ends
+        if not said:
+            said.append(True)
+            print("GO", flush=True)
+        return 0.0
+
+    res = run(targets, int(per_client), ready)
+    print(json.dumps({"rate": res["rate"], "client_cpu_ms": res["client_cpu_ms"]}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
