@@ -3,17 +3,18 @@
     python bench/profile_hub.py [--appends 3000] [--durability full|normal|off]
                                 [--clients N] [--stub-store] [--profile [--top 40]]
 
-The hub runs in this process (uvicorn on `http.create_app`, a fresh SQLite file, a token);
-one client in a child process (`httpx.Client`, keep-alive, the bench's 100-byte event) posts
-`--appends` appends one after the other after 50 warm-up ones. With `--clients N`, N light
-clients instead (bench/hub_load.py: a process each, blocking sockets, pre-built requests),
-`--appends` in all, after 5 warm-up appends each. Printed per append: this
-process's user and system CPU (the hub: event loop and worker threads), the CPU of the worker
-thread inside the store's `event_append` (SQL, commit, fsync system time), and the client's
-rate. `--stub-store` answers every append with one stored result without calling the store,
-so what is left is the HTTP layer alone (uvicorn, the guard, routing, JSON). `--profile`
-runs cProfile on the event loop thread (worker threads are not profiled) and prints the top
-functions by own time. Never a test; figures go to docs/bench/hub.md.
+The hub runs in this process (`HubServer` on `http.create_app`, uvicorn as `logstream serve`
+runs it, a fresh SQLite file, a token); one client in a child process (`httpx.Client`,
+keep-alive, the bench's 100-byte event) posts `--appends` appends one after the other after 50
+warm-up ones. With `--clients N`, N light clients instead (bench/hub_load.py: a process each,
+blocking sockets, pre-built requests), `--appends` in all, after 5 warm-up appends each.
+Printed per append: this process's user and system CPU (the hub: event loop and worker
+threads), the CPU of the worker thread inside the store's `event_append` (SQL, commit, fsync
+system time), and the client's rate. `--stub-store` answers every append with one stored
+result without calling the store, so what is left is the HTTP layer alone (uvicorn, the
+guard, routing, JSON). `--profile` runs cProfile on the event loop thread (worker threads are
+not profiled) and prints the top functions by own time. Never a test; figures go to
+docs/bench/hub.md.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ async def run(args: argparse.Namespace, tmp: str) -> None:
     import uvicorn
 
     from mempalace_logstream import LogStore, aio, http, operations
+    from mempalace_logstream.http.server import HubServer
 
     store = LogStore.open(os.path.join(tmp, "hub.sqlite3"), durability=args.durability)
     timer = StoreTimer(operations)
@@ -92,7 +94,8 @@ async def run(args: argparse.Namespace, tmp: str) -> None:
         aio.call = answer  # type: ignore[assignment]
     app = http.create_app(store, http.HubSettings(token=TOKEN))
     sock = http.listen_socket("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    server = HubServer(config, app)  # what `logstream serve` runs (its HTTP protocol too)
     task = asyncio.ensure_future(server.serve(sockets=[sock]))
     while not server.started:
         await asyncio.sleep(0.01)
