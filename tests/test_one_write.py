@@ -1,7 +1,8 @@
 """One socket write per response (http/one_write.py, issue 25): a live hub's connections run
 `OneWriteProtocol`, a keep-alive client's first `recv` holds a whole answer (status line,
 headers and body arrive together), answers to several requests on one connection stay in
-order, and a `Connection: close` answer is written in full before the hub closes."""
+order, and a `Connection: close` answer is written in full before the hub closes. Also the
+hub's FastAPI telemetry switch (http/app.py), the other per-request cost cut in issue 25."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from mempalace_logstream.http import app as app_module
 from mempalace_logstream.http.one_write import OneWriteProtocol
 from tests.hubkit import LiveHub, live_hub
 
@@ -91,3 +93,12 @@ def test_connection_close_writes_the_whole_answer_first(hub: LiveHub) -> None:
     got = _complete(data)
     assert got is not None and got[0].startswith(b"HTTP/1.1 200 ")
     assert b"connection: close" in got[0].lower()
+
+
+def test_fastapi_telemetry_is_off_unless_the_environment_asks() -> None:
+    """FastAPI's native OpenTelemetry costs every request a look at the global providers; the
+    hub turns it off unless an `OTEL_*` (or `FASTAPI_OTEL_*`) variable asks for it."""
+    off = app_module.fastapi_options({"PATH": "/bin", "LOGSTREAM_TOKEN": "t"})
+    assert off == {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME", "FASTAPI_OTEL_AUTO_CONFIGURE"):
+        assert app_module.fastapi_options({name: "x"}) == {}
