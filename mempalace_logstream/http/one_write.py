@@ -1,10 +1,13 @@
 """One socket write per response (issue 25): uvicorn's httptools protocol writes a response's
 status line and headers, then its body, as two `transport.write`s, so a small answer (an
 append's JSON) costs the hub two send syscalls and the client two TCP segments to read.
-`OneWriteTransport` holds what is written during one step of the event loop and writes it
-once at the end of that step (`loop.call_soon`): a `Response`'s start and body messages are
-sent in one step, so they leave as one write; a stream's chunks leave as soon as the step that
-wrote them ends (nothing waits for a later chunk). Closing writes what is held first.
+`OneWriteTransport` holds a write that is a response's head (`HTTP/…` up to the blank line)
+and what is written after it in the same step of the event loop (a `Response`'s body), and
+sends them as one write at the end of that step (`loop.call_soon`); the answers of the
+requests read in one loop iteration leave together, after it. Every write made while no head
+is held goes out at once, as before: a stream's later chunks are never held (200 SSE
+subscribers woken by one event each get their frame as soon as their task writes it).
+Closing sends what is held first.
 
 `OneWriteProtocol` is uvicorn's `HttpToolsProtocol` on such a transport; `HubServer` uses it
 when uvicorn would pick httptools anyway (`http="auto"` with httptools installed).
@@ -19,28 +22,33 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 
 class OneWriteTransport(asyncio.Transport):
-    """A transport that joins the writes of one event-loop step (see the module); every
-    other call goes to the wrapped transport."""
+    """A transport that sends a response's head with what follows it in the same event-loop
+    step, in one write (see the module); every other call goes to the wrapped transport."""
 
     def __init__(self, transport: asyncio.Transport) -> None:
         super().__init__()
         self.inner = transport
         self.loop = asyncio.get_running_loop()
-        self.held: list[bytes] = []
+        self.held: list[bytes] | None = None
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        if not self.held:
+        chunk = bytes(data)
+        if self.held is not None:
+            self.held.append(chunk)
+        elif chunk.startswith(b"HTTP/") and chunk.endswith(b"\r\n\r\n"):
+            self.held = [chunk]
             self.loop.call_soon(self.flush)
-        self.held.append(bytes(data))
+        else:
+            self.inner.write(chunk)
 
     def writelines(self, list_of_data: Any) -> None:
         for data in list_of_data:
             self.write(data)
 
     def flush(self) -> None:
-        """Write what is held, as one write (a no-op when nothing is or the socket closes)."""
-        held, self.held = self.held, []
-        if held and not self.inner.is_closing():
+        """Send what is held, as one write (a no-op when nothing is or the socket closes)."""
+        held, self.held = self.held, None
+        if held is not None and not self.inner.is_closing():
             self.inner.write(held[0] if len(held) == 1 else b"".join(held))
 
     def close(self) -> None:
@@ -52,11 +60,11 @@ class OneWriteTransport(asyncio.Transport):
         self.inner.write_eof()
 
     def abort(self) -> None:
-        self.held = []
+        self.held = None
         self.inner.abort()
 
     def get_write_buffer_size(self) -> int:
-        return self.inner.get_write_buffer_size() + sum(map(len, self.held))
+        return self.inner.get_write_buffer_size() + sum(map(len, self.held or ()))
 
     def is_closing(self) -> bool:
         return self.inner.is_closing()
