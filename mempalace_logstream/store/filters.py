@@ -92,6 +92,27 @@ class ReadRequest:
     def replace(self, **changes: Any) -> ReadRequest:
         return dataclasses.replace(self, **changes)
 
+    @functools.cached_property
+    def page_binds(self) -> tuple[tuple[tuple[str, int], ...], tuple[str, ...], dict[str, Any]]:
+        """What a page statement takes from the request (`plan.page_query`, which adds the
+        bounds and the limit): the filter fields given with how many values each, the inbox
+        values (the agents asked for, then "*"), and the named parameters `<field>_<i>` per
+        filter value, `to_<i>` per inbox value, since_created_at. Worked out once per request
+        (`read_request` gives a repeated read the same request)."""
+        f = self.filters
+        fields: list[tuple[str, int]] = []
+        params: dict[str, Any] = {}
+        for name in PAGE_FILTERS:
+            values = getattr(f, name)
+            if values:
+                fields.append((name, len(values)))
+                params.update((f"{name}_{i}", value) for i, value in enumerate(values))
+        to_values = tuple(dict.fromkeys((*f.to_agent, "*"))) if f.to_agent else ()
+        params.update((f"to_{i}", value) for i, value in enumerate(to_values))
+        if self.since_created_at:
+            params["since_created_at"] = self.since_created_at
+        return tuple(fields), to_values, params
+
 
 class ReadArgs(TypedDict, total=False):
     """The raw arguments of a read (`LogStore.event_list`, `event_wait`, `read_request`), any

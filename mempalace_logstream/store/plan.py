@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from mempalace_logstream import errors
 from mempalace_logstream.models import EVENT_SPEC, NULLABLE_FIELDS, ROW_ERROR, Event, Page
-from mempalace_logstream.store.filters import PAGE_FILTERS, ReadRequest
+from mempalace_logstream.store.filters import ReadRequest
 
 # Read statements select the Event fields in declaration order, the artifact links column in
 # the `artifact_ids` slot, so a row zips straight into an Event's __dict__.
@@ -169,20 +169,10 @@ def page_query(
     """(cache key, shape, parameters) of the page statement: matches in (lo, top_seq], in seq
     order, limit + 1 rows. Named parameters: lo, top, lim, `<field>_<i>` per filter value,
     `to_<i>` per inbox value (the agents asked for, then "*"), since_created_at."""
-    f = req.filters
-    params: dict[str, Any] = {"lo": lo, "top": top_seq, "lim": req.limit + 1}
-    fields: list[tuple[str, int]] = []
-    for name in PAGE_FILTERS:
-        values = getattr(f, name)
-        if values:
-            fields.append((name, len(values)))
-            params.update((f"{name}_{i}", value) for i, value in enumerate(values))
-    to_values = tuple(dict.fromkeys((*f.to_agent, "*"))) if f.to_agent else ()
-    params.update((f"to_{i}", value) for i, value in enumerate(to_values))
-    if req.since_created_at:
-        params["since_created_at"] = req.since_created_at
+    fields, to_values, binds = req.page_binds
+    params: dict[str, Any] = {"lo": lo, "top": top_seq, "lim": req.limit + 1, **binds}
     split = split_inbox and 1 < len(to_values) <= split_max
-    shape: PageShape = (tuple(fields), len(to_values), split, bool(req.since_created_at), order)
+    shape: PageShape = (fields, len(to_values), split, bool(req.since_created_at), order)
     return ("log.page", *shape), shape, params
 
 
