@@ -292,3 +292,26 @@ def test_a_repeated_read_request_is_validated_once_and_types_stay_apart() -> Non
     assert listed == first and listed is not read_request(to_agent=["b"], limit=1)
     with pytest.raises(errors.ValidationError):
         read_request(to_agent="b", limit=1, bogus=1)
+
+
+def test_rows_become_events_as_the_constructor_builds_them(
+    filled: tuple[LogStore, list[str]],
+) -> None:
+    """Issue 25: `events_from_rows` fills a plain object that then becomes an `Event`; what
+    a read returns is an ordinary Event: its type, fields, equality, hash and wire shape are
+    those of the same Event built by its constructor, and it stays frozen."""
+    import dataclasses
+
+    from mempalace_logstream.models import Event
+
+    store, _ = filled
+    events = store.event_list(limit=60).events
+    assert len(events) == 60
+    for event in events:
+        built = Event(**{f.name: getattr(event, f.name) for f in dataclasses.fields(Event)})
+        assert type(event) is Event
+        assert event == built and hash(event) == hash(built)
+        assert event.__dict__ == built.__dict__
+        assert event.to_dict() == built.to_dict()
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            event.body = "changed"  # type: ignore[misc]
