@@ -256,21 +256,10 @@ def make_client(connections: int) -> Any:
     )
 
 
-def _append_fields(worker: int) -> dict[str, Any]:
-    return {
-        "type": "bench.hub",
-        "stream": "bench",
-        "room": "r",
-        "from_agent": f"w{worker:02d}",
-        "to_agent": "*",
-        "body": "x" * 100,
-    }
-
-
 def ours_append(url: str) -> Append:
     async def append(client: Any, worker: int) -> str:
         resp = await client.post(
-            url + "/v1/event_append", json=_append_fields(worker), headers=AUTH
+            url + "/v1/event_append", json=hub_load.append_fields(worker), headers=AUTH
         )
         if resp.status_code != 200:
             raise RuntimeError(f"our append answered {resp.status_code}: {resp.text[:300]}")
@@ -287,7 +276,10 @@ def ref_append(url: str) -> Append:
             "jsonrpc": "2.0",
             "id": worker,
             "method": "tools/call",
-            "params": {"name": "mempalace_event_append", "arguments": _append_fields(worker)},
+            "params": {
+                "name": "mempalace_event_append",
+                "arguments": hub_load.append_fields(worker),
+            },
         }
         resp = await client.post(url + "/mcp", json=rpc, headers=AUTH)
         if resp.status_code != 200:
@@ -521,7 +513,7 @@ def measure(
             throughput((ref_append if ref else ours_append)(url), clients, per_client, pid)
         )
     request = hub_load.ref_request if ref else hub_load.our_request
-    targets = [request(url, TOKEN, _append_fields(w)) for w in range(clients)]
+    targets = [request(url, TOKEN, hub_load.append_fields(w)) for w in range(clients)]
     run = hub_load.run if kind == "light" else hub_load.run_async
     return run(targets, per_client, lambda: proc_cpu(pid))
 

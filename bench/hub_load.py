@@ -45,6 +45,18 @@ class Target:
     ok: bytes
 
 
+def append_fields(worker: int) -> dict[str, Any]:
+    """The bench's event (every client kind, both hubs): a 100-byte broadcast from `w<worker>`."""
+    return {
+        "type": "bench.hub",
+        "stream": "bench",
+        "room": "r",
+        "from_agent": f"w{worker:02d}",
+        "to_agent": "*",
+        "body": "x" * 100,
+    }
+
+
 def _post(host: str, port: int, path: str, token: str, payload: dict[str, Any]) -> bytes:
     body = json.dumps(payload).encode()
     head = (
@@ -317,11 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     url, token, clients, per_client = (argv if argv is not None else sys.argv[1:])[:4]
-    fields = {"type": "bench.hub", "stream": "bench", "room": "r", "to_agent": "*"}
-    targets = [
-        our_request(url, token, {**fields, "from_agent": f"w{w:02d}", "body": "x" * 100})
-        for w in range(int(clients))
-    ]
+    targets = [our_request(url, token, append_fields(w)) for w in range(int(clients))]
 
     said: list[bool] = []
 
