@@ -112,7 +112,9 @@ def fast_path(argv: Sequence[str]) -> int | None:
         return lease_hook.fast_path(argv)
     args = parse_argv(argv)
     if args is None:
-        return None
+        from mempalace_logstream.cli import fast
+
+        return fast.run(argv)
     for name, var in ENV.items():
         if args.get(name) is None:
             args[name] = os.environ.get(var) or None
