@@ -217,12 +217,16 @@ def run_tail(p: dict[str, Any]) -> int | None:
         return None
     if not p["as_json"] and (sys.stdout.isatty() or any(n in os.environ for n in RICH_ENV)):
         return None
+    from mempalace_logstream.identity import actor
+
+    filters = plain.inbox_filters(plain.given_filters(p), p["agent"])
+    if actor.reader(filters) is not None:
+        return None  # the delivery ledger records what a named reader is shown: the store's
     reader = plain.open_lean(p["db"], p["palace"], p["durability"])
     if reader is None:
         return None
     from mempalace_logstream.store import lean
 
-    filters = plain.inbox_filters(plain.given_filters(p), p["agent"])
     start = {"from_start": p["from_start"], "since_event_id": p["since_event_id"]}
     line = plain.tail_json if p["as_json"] else _plain_line
     printed = False
