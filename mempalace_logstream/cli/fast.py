@@ -1,6 +1,6 @@
-"""The commands agents call most, answered before typer loads (issue 25): `list`, `get`,
-`wait`, `tail --no-follow` on a local SQLite log, read by the lean reader (store/lean.py, no
-SQLAlchemy), as `logstream inbox` is (hook.py).
+"""The commands agents call most, answered before typer loads (issue 25): `inbox` (hook.py's
+`run_inbox`, a hub's too), and `list`, `get`, `wait`, `tail --no-follow` on a local SQLite
+log, read by the lean reader (store/lean.py, no SQLAlchemy).
 
 One generic parser reads a command line against `COMMANDS`, a table of each command's
 options as its typer command declares them (flag, parameter, kind, environment variable,
@@ -155,8 +155,8 @@ def run(argv: Sequence[str]) -> int | None:
     if parsed is None:
         return None
     cmd, params = parsed
-    if params.get("hub"):
-        return None  # through a hub: the typer path (httpx)
+    if params.get("hub") and cmd.words != ("inbox",):
+        return None  # through a hub: the typer path (httpx); the inbox's own reads it
     return cmd.run(params)
 
 
@@ -253,6 +253,23 @@ def run_tail(p: dict[str, Any]) -> int | None:
     return 0
 
 
+def inbox_args(p: dict[str, Any]) -> dict[str, Any]:
+    """`hook.run_inbox`'s arguments: the typer command's, with the root's --debug and
+    --durability."""
+    names = (
+        *("agent", "hook", "state_file", "from_start", "limit", "max_body", "as_json"),
+        *("allow_unverified", "db", "palace", "hub", "token", "durability", "debug"),
+    )
+    return {name: p[name] for name in names}
+
+
+def run_inbox(p: dict[str, Any]) -> int | None:
+    """`logstream inbox` (hook.py's `run_inbox`: the typer command's one implementation)."""
+    from mempalace_logstream import hook
+
+    return hook.run_inbox(**inbox_args(p))
+
+
 def _plain_line(e: dict[str, Any]) -> str:
     return "".join(piece for piece, _style in plain.tail_pieces(e))
 
@@ -260,6 +277,26 @@ def _plain_line(e: dict[str, Any]) -> str:
 _READ: Options = {**FILTER_OPTIONS, **GLOBALS}
 _NONE = dict.fromkeys(("db", "palace", "hub", "token", *(n for n, _f, _h in plain.FILTERS)))
 COMMANDS: dict[tuple[str, ...], Command] = {
+    ("inbox",): Command(
+        ("inbox",),
+        (),
+        {
+            "--agent": ("agent", "str"),
+            "--hook": ("hook", "str"),
+            "--state-file": ("state_file", "str"),
+            "--from-start": ("from_start", "on"),
+            "--limit": ("limit", "int"),
+            "--max-body": ("max_body", "int"),
+            "--allow-unverified": ("allow_unverified", "on"),
+            **GLOBALS,
+        },
+        run_inbox,
+        {
+            **dict.fromkeys(("agent", "hook", "state_file", "limit", "max_body")),
+            **{"from_start": False, "allow_unverified": False, "as_json": False},
+            **{"db": None, "palace": None, "hub": None, "token": None},
+        },
+    ),
     ("list",): Command(
         ("list",),
         (),
