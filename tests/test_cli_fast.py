@@ -283,3 +283,37 @@ def test_a_log_with_keys_is_marked_as_the_store_marks_it(tmp_path: Path) -> None
         modules = ours.pop("modules")
         assert ours == ref and ours["code"] == 0, argv
         assert heavy(modules) == [], argv
+
+
+def test_list_and_get_through_a_hub_answer_as_the_typer_app(tmp_path: Path) -> None:
+    from tests.hubkit import live_hub
+
+    with live_hub(tmp_path / "hub") as hub:
+        ids = [
+            hub.store.event_append(
+                type="note", stream="s", room="r", from_agent="alice", to_agent="bob", body=body
+            ).id
+            for body in ("hi bob", HOSTILE)
+        ]
+        unknown = "evt_20260101T000000_00000000000000000000"
+        at = ("--hub", hub.url)
+        for argv, lean in (
+            (("list", "--limit", "5", *at), True),
+            (("--json", *at, "list", "--stream", "s"), True),
+            (("get", ids[1], *at), True),
+            (("get", ids[0], "--json", *at), True),
+            (("get", unknown, *at), False),  # refused by the hub: typer says it
+            (("list", "--limit", "0", *at), False),
+            (("wait", "--since-event-id", ids[0], *at), False),  # rides outages: typer's
+        ):
+            ours, ref = both(tmp_path, *argv)
+            modules = ours.pop("modules")
+            assert ours == ref, argv
+            assert ("typer" in modules) != lean, argv
+            if lean:  # httpx brings click and rich (httpx._main): not typer, not the store
+                assert heavy(modules) in ([], ["click", "rich"]) and ours["code"] == 0, argv
+                assert "mempalace_logstream.store.lean" not in modules
+        ours, ref = both(tmp_path, "list", "--limit", "1", env={"LOGSTREAM_HUB": hub.url})
+        modules = ours.pop("modules")
+        assert ours == ref and ours["code"] == 0
+        assert "typer" not in modules and "sqlalchemy" not in modules

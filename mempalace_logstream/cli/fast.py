@@ -1,6 +1,7 @@
 """The commands agents call most, answered before typer loads (issue 25): `inbox` (hook.py's
-`run_inbox`, a hub's too), and `list`, `get`, `wait`, `tail --no-follow` on a local SQLite
-log, read by the lean reader (store/lean.py, no SQLAlchemy).
+`run_inbox`), and `list`, `get`, `wait`, `tail --no-follow` on a local SQLite log, read by the
+lean reader (store/lean.py, no SQLAlchemy); `inbox`, `list` and `get` through `--hub` too
+(httpx; `wait` and `tail` there ride outages with typer's reconnect policy).
 
 One generic parser reads a command line against `COMMANDS`, a table of each command's
 options as its typer command declares them (flag, parameter, kind, environment variable,
@@ -69,6 +70,7 @@ class Command:
     run: Callable[[dict[str, Any]], int | None]
     defaults: dict[str, Any] = field(default_factory=dict)
     slow: tuple[str, ...] = ()
+    hub: bool = False  # answers through --hub too (else a hub's call is the typer path's)
 
 
 def parse(argv: Sequence[str]) -> tuple[Command, dict[str, Any]] | None:
@@ -155,8 +157,8 @@ def run(argv: Sequence[str]) -> int | None:
     if parsed is None:
         return None
     cmd, params = parsed
-    if params.get("hub") and cmd.words != ("inbox",):
-        return None  # through a hub: the typer path (httpx); the inbox's own reads it
+    if params.get("hub") and not cmd.hub:
+        return None  # through a hub: the typer path (its reconnect policy)
     return cmd.run(params)
 
 
@@ -169,6 +171,8 @@ def _out(text: str) -> None:
 
 
 def _read(params: dict[str, Any], op: str, args: dict[str, Any]) -> dict[str, Any] | None:
+    if params["hub"]:
+        return plain.hub_read(params["hub"], params["token"], op, args)
     return plain.lean_read(params["db"], params["palace"], params["durability"], op, args)
 
 
@@ -296,6 +300,7 @@ COMMANDS: dict[tuple[str, ...], Command] = {
             **{"from_start": False, "allow_unverified": False, "as_json": False},
             **{"db": None, "palace": None, "hub": None, "token": None},
         },
+        hub=True,
     ),
     ("list",): Command(
         ("list",),
@@ -316,6 +321,7 @@ COMMANDS: dict[tuple[str, ...], Command] = {
             **{"limit": None, "order": None, "preview": False, "as_json": False},
         },
         slow=("from_agent",),
+        hub=True,
     ),
     ("get",): Command(
         ("get",),
@@ -323,6 +329,7 @@ COMMANDS: dict[tuple[str, ...], Command] = {
         GLOBALS,
         run_get,
         {"db": None, "palace": None, "hub": None, "token": None, "as_json": False},
+        hub=True,
     ),
     ("wait",): Command(
         ("wait",),

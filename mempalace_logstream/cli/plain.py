@@ -261,6 +261,22 @@ def lean_read(
         reader.close()
 
 
+def hub_read(hub: str, token: str | None, op: str, args: dict[str, Any]) -> dict[str, Any] | None:
+    """One read of a hub, the call `shared.run` makes (hub_client.py, httpx), or None on any
+    error: the typer path then makes it again and says what went wrong in its words."""
+    from mempalace_logstream.hub_client import HubClient
+
+    settings = config.Settings.from_env()
+    try:
+        client = HubClient(hub, token=token, timeout=settings.hub_timeout_s)
+        try:
+            return client.call(op, **args)
+        finally:
+            client.close()
+    except Exception:  # noqa: BLE001 - the typer path reports it
+        return None
+
+
 def open_lean(db: str | None, palace: str | None, durability: str) -> LeanReader | None:
     """The lean reader (store/lean.py `LeanReader`) of the local log, or None when the store
     must open it (or an error, which the store then says in its words)."""
