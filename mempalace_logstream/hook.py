@@ -2,10 +2,10 @@
 
 `hook pretooluse` (the lease hook, issue 22) takes the same road through lease_hook.py.
 The `logstream` and `logstream-hook` console scripts and `python -m mempalace_logstream` call
-`fast_path(argv)` first: a command line it fully understands (`[global options] inbox [its
-options]`) runs here without importing typer, rich, click or the servers; anything else
-(`--help`, a typo, a bad value, another command) returns None and goes to the typer app, which
-prints the usage errors.
+`fast_path(argv)` first: a command line the fast parser fully understands (cli/fast.py:
+`[global options] inbox [its options]`, and the other commands of its table) runs without
+importing typer, rich, click or the servers; anything else (`--help`, a typo, a bad value,
+another command) returns None and goes to the typer app, which prints the usage errors.
 `run_inbox` is the one implementation: the typer command `inbox` calls it too, so behaviour and
 error texts are the same on both paths.
 A local SQLite log is read by the lean reader (store/lean.py), without SQLAlchemy.
@@ -27,80 +27,17 @@ if TYPE_CHECKING:
     from mempalace_logstream import inbox as inbox_mod
     from mempalace_logstream.watch import Client
 
-# Options before the command (as the root app takes them), then the command's own.
-ROOT_VALUES = {"--db", "--palace", "--hub", "--token", "--durability"}
-ROOT_FLAGS = {"--debug", "--json"}
-INBOX_VALUES = {
-    "--agent",
-    "--hook",
-    "--state-file",
-    "--limit",
-    "--max-body",
-    "--db",
-    "--palace",
-    "--hub",
-    "--token",
-}
-INBOX_FLAGS = {"--from-start", "--json", "--allow-unverified"}
-INTS = ("limit", "max_body")
-# The environment variables the typer options read (envvar=...), for the same defaults.
-ENV = {"hub": "LOGSTREAM_HUB", "token": "LOGSTREAM_TOKEN"}
-
-
-def _key(flag: str) -> str:
-    return flag[2:].replace("-", "_")
-
-
-def _options(
-    args: Sequence[str], values: set[str], flags: set[str], stop_at_word: bool
-) -> tuple[dict[str, Any], int] | None:
-    """Parse `--flag`, `--opt value` and `--opt=value` until a bare word (the command) when
-    `stop_at_word`; None on anything this parser does not know (typer then answers)."""
-    out: dict[str, Any] = {}
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        name, eq, inline = arg.partition("=")
-        if name in flags and not eq:
-            out[_key(name)] = True
-        elif name in values and eq:
-            out[_key(name)] = inline
-        elif name in values and i + 1 < len(args) and not args[i + 1].startswith("-"):
-            out[_key(name)] = args[i + 1]
-            i += 1
-        elif stop_at_word and not arg.startswith("-"):
-            return out, i
-        else:
-            return None
-        i += 1
-    return None if stop_at_word else (out, i)
-
 
 def parse_argv(argv: Sequence[str]) -> dict[str, Any] | None:
-    """The inbox call's arguments, or None when typer must handle this command line."""
-    head = _options(argv, ROOT_VALUES, ROOT_FLAGS, stop_at_word=True)
-    if head is None:
+    """The inbox call's arguments (`run_inbox`'s), or None when this command line is not an
+    inbox call the fast parser (cli/fast.py, the table of every fast command) fully
+    understands: typer must handle it."""
+    from mempalace_logstream.cli import fast
+
+    parsed = fast.parse(argv)
+    if parsed is None or parsed[0].words != ("inbox",):
         return None
-    root, at = head
-    if argv[at] != "inbox":
-        return None
-    tail = _options(argv[at + 1 :], INBOX_VALUES, INBOX_FLAGS, stop_at_word=False)
-    if tail is None:
-        return None
-    own = tail[0]
-    for name in INTS:
-        if name in own:
-            try:
-                own[name] = int(own[name])
-            except ValueError:
-                return None  # typer's "not a valid integer" usage error
-    own_json = own.pop("json", False)
-    merged = {k: val for k, val in root.items() if k not in ("debug", "durability", "json")}
-    merged.update(own)
-    merged["as_json"] = bool(root.get("json") or own_json)
-    merged["debug"] = bool(root.get("debug"))
-    merged["durability"] = root.get("durability")
-    return merged
+    return fast.inbox_args(parsed[1])
 
 
 def fast_path(argv: Sequence[str]) -> int | None:
@@ -110,13 +47,9 @@ def fast_path(argv: Sequence[str]) -> int | None:
         from mempalace_logstream import lease_hook
 
         return lease_hook.fast_path(argv)
-    args = parse_argv(argv)
-    if args is None:
-        return None
-    for name, var in ENV.items():
-        if args.get(name) is None:
-            args[name] = os.environ.get(var) or None
-    return run_inbox(**args)
+    from mempalace_logstream.cli import fast
+
+    return fast.run(argv)
 
 
 def run_inbox(

@@ -76,7 +76,16 @@ def test_the_generated_sql_is_the_stores_own() -> None:
     # every page shape the inbox asks for: the tip, one agent (two legs), "*" (one value),
     # and the "agents have keys" probe of sender gating (one key_add)
     pages = {key for key in fresh["STATEMENTS"] if key[0] == log_queries.PAGE}
-    assert len(pages) == 4
+    inbox = {
+        (log_queries.PAGE, (), 0, False, False, "desc"),
+        (log_queries.PAGE, (("exclude_writer", 1),), 2, True, False, "asc"),
+        (log_queries.PAGE, (("exclude_writer", 1),), 1, False, False, "asc"),
+        (log_queries.PAGE, (("type", 1),), 0, False, False, "desc"),
+    }
+    assert inbox <= pages
+    # and those of `list`, `wait`, `tail` (issue 25): none or one filter of one value, either
+    # order (each page filter, and to_agent: two legs): 2 x (1 + 8 + 1), two of them the inbox's
+    assert len(pages | inbox) == 4 + 2 * (1 + 8 + 1) - 2
     # and the keyring's two reads, for the read marks (store/marks.py)
     assert {marks.MARKS_SQL, marks.KEY_EVENTS_SQL} <= set(fresh["STATEMENTS"])
     # under the keys of the statements' home (backends/queries), which lean.py names again

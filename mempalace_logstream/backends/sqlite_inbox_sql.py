@@ -65,6 +65,74 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ("SELECT events.seq \nFROM events \nWHERE events.id = :id"),
         {},
     ),
+    ("log.page", (("correlation_id", 1),), 0, False, False, "asc"): (
+        (
+            "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
+            "events.hlc, events.type, events.stream, events.room, events.topic, "
+            "events.from_agent, events.to_agent, events.correlation_id, "
+            "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
+            "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
+            "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
+            "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
+            "ea.event_id = events.id) END AS artifact_links, events.body, "
+            "events.created_at, events.metadata_json, events.sig, events.key_id \n"
+            "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
+            "events.correlation_id = :correlation_id_0 ORDER BY events.seq ASC\n "
+            "LIMIT :lim OFFSET :param_1"
+        ),
+        {"param_1": 0},
+    ),
+    ("log.page", (("correlation_id", 1),), 0, False, False, "desc"): (
+        (
+            "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
+            "events.hlc, events.type, events.stream, events.room, events.topic, "
+            "events.from_agent, events.to_agent, events.correlation_id, "
+            "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
+            "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
+            "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
+            "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
+            "ea.event_id = events.id) END AS artifact_links, events.body, "
+            "events.created_at, events.metadata_json, events.sig, events.key_id \n"
+            "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
+            "events.correlation_id = :correlation_id_0 ORDER BY events.seq DESC\n "
+            "LIMIT :lim OFFSET :param_1"
+        ),
+        {"param_1": 0},
+    ),
+    ("log.page", (("exclude_writer", 1),), 0, False, False, "asc"): (
+        (
+            "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
+            "events.hlc, events.type, events.stream, events.room, events.topic, "
+            "events.from_agent, events.to_agent, events.correlation_id, "
+            "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
+            "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
+            "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
+            "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
+            "ea.event_id = events.id) END AS artifact_links, events.body, "
+            "events.created_at, events.metadata_json, events.sig, events.key_id \n"
+            "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
+            "(events.from_agent NOT IN (:exclude_writer_0)) ORDER BY events.seq ASC\n "
+            "LIMIT :lim OFFSET :param_1"
+        ),
+        {"param_1": 0},
+    ),
+    ("log.page", (("exclude_writer", 1),), 0, False, False, "desc"): (
+        (
+            "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
+            "events.hlc, events.type, events.stream, events.room, events.topic, "
+            "events.from_agent, events.to_agent, events.correlation_id, "
+            "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
+            "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
+            "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
+            "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
+            "ea.event_id = events.id) END AS artifact_links, events.body, "
+            "events.created_at, events.metadata_json, events.sig, events.key_id \n"
+            "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
+            "(events.from_agent NOT IN (:exclude_writer_0)) ORDER BY events.seq DESC\n"
+            " LIMIT :lim OFFSET :param_1"
+        ),
+        {"param_1": 0},
+    ),
     ("log.page", (("exclude_writer", 1),), 1, False, False, "asc"): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
@@ -110,6 +178,159 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ),
         {"param_1": 0},
     ),
+    ("log.page", (("room", 1),), 0, False, False, "asc"): (
+        (
+            "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
+            "events.hlc, events.type, events.stream, events.room, events.topic, "
+            "events.from_agent, events.to_agent, events.correlation_id, "
+            "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
+            "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
+            "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
+            "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
+            "ea.event_id = events.id) END AS artifact_links, events.body, "
+            "events.created_at, events.metadata_json, events.sig, events.key_id \n"
+            "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
+            "events.room = :room_0 ORDER BY events.seq ASC\n LIMIT :lim OFFSET "
+            ":param_1"
+        ),
+        {"param_1": 0},
+    ),
+    ("log.page", (("room", 1),), 0, False, False, "desc"): (
+        (
+            "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
+            "events.hlc, events.type, events.stream, events.room, events.topic, "
+            "events.from_agent, events.to_agent, events.correlation_id, "
+            "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
+            "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
+            "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
+            "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
+            "ea.event_id = events.id) END AS artifact_links, events.body, "
+            "events.created_at, events.metadata_json, events.sig, events.key_id \n"
+            "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
+            "events.room = :room_0 ORDER BY events.seq DESC\n LIMIT :lim OFFSET "
+            ":param_1"
+        ),
+        {"param_1": 0},
+    ),
+    ("log.page", (("status", 1),), 0, False, False, "asc"): (
+        (
+            "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
+            "events.hlc, events.type, events.stream, events.room, events.topic, "
+            "events.from_agent, events.to_agent, events.correlation_id, "
+            "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
+            "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
+            "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
+            "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
+            "ea.event_id = events.id) END AS artifact_links, events.body, "
+            "events.created_at, events.metadata_json, events.sig, events.key_id \n"
+            "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
+            "events.status = :status_0 ORDER BY events.seq ASC\n LIMIT :lim OFFSET "
+            ":param_1"
+        ),
+        {"param_1": 0},
+    ),
+    ("log.page", (("status", 1),), 0, False, False, "desc"): (
+        (
+            "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
+            "events.hlc, events.type, events.stream, events.room, events.topic, "
+            "events.from_agent, events.to_agent, events.correlation_id, "
+            "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
+            "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
+            "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
+            "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
+            "ea.event_id = events.id) END AS artifact_links, events.body, "
+            "events.created_at, events.metadata_json, events.sig, events.key_id \n"
+            "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
+            "events.status = :status_0 ORDER BY events.seq DESC\n LIMIT :lim OFFSET "
+            ":param_1"
+        ),
+        {"param_1": 0},
+    ),
+    ("log.page", (("stream", 1),), 0, False, False, "asc"): (
+        (
+            "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
+            "events.hlc, events.type, events.stream, events.room, events.topic, "
+            "events.from_agent, events.to_agent, events.correlation_id, "
+            "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
+            "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
+            "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
+            "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
+            "ea.event_id = events.id) END AS artifact_links, events.body, "
+            "events.created_at, events.metadata_json, events.sig, events.key_id \n"
+            "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
+            "events.stream = :stream_0 ORDER BY events.seq ASC\n LIMIT :lim OFFSET "
+            ":param_1"
+        ),
+        {"param_1": 0},
+    ),
+    ("log.page", (("stream", 1),), 0, False, False, "desc"): (
+        (
+            "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
+            "events.hlc, events.type, events.stream, events.room, events.topic, "
+            "events.from_agent, events.to_agent, events.correlation_id, "
+            "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
+            "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
+            "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
+            "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
+            "ea.event_id = events.id) END AS artifact_links, events.body, "
+            "events.created_at, events.metadata_json, events.sig, events.key_id \n"
+            "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
+            "events.stream = :stream_0 ORDER BY events.seq DESC\n LIMIT :lim OFFSET "
+            ":param_1"
+        ),
+        {"param_1": 0},
+    ),
+    ("log.page", (("topic", 1),), 0, False, False, "asc"): (
+        (
+            "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
+            "events.hlc, events.type, events.stream, events.room, events.topic, "
+            "events.from_agent, events.to_agent, events.correlation_id, "
+            "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
+            "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
+            "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
+            "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
+            "ea.event_id = events.id) END AS artifact_links, events.body, "
+            "events.created_at, events.metadata_json, events.sig, events.key_id \n"
+            "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
+            "events.topic = :topic_0 ORDER BY events.seq ASC\n LIMIT :lim OFFSET "
+            ":param_1"
+        ),
+        {"param_1": 0},
+    ),
+    ("log.page", (("topic", 1),), 0, False, False, "desc"): (
+        (
+            "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
+            "events.hlc, events.type, events.stream, events.room, events.topic, "
+            "events.from_agent, events.to_agent, events.correlation_id, "
+            "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
+            "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
+            "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
+            "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
+            "ea.event_id = events.id) END AS artifact_links, events.body, "
+            "events.created_at, events.metadata_json, events.sig, events.key_id \n"
+            "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
+            "events.topic = :topic_0 ORDER BY events.seq DESC\n LIMIT :lim OFFSET "
+            ":param_1"
+        ),
+        {"param_1": 0},
+    ),
+    ("log.page", (("type", 1),), 0, False, False, "asc"): (
+        (
+            "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
+            "events.hlc, events.type, events.stream, events.room, events.topic, "
+            "events.from_agent, events.to_agent, events.correlation_id, "
+            "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
+            "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
+            "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
+            "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
+            "ea.event_id = events.id) END AS artifact_links, events.body, "
+            "events.created_at, events.metadata_json, events.sig, events.key_id \n"
+            "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
+            "events.type = :type_0 ORDER BY events.seq ASC\n LIMIT :lim OFFSET "
+            ":param_1"
+        ),
+        {"param_1": 0},
+    ),
     ("log.page", (("type", 1),), 0, False, False, "desc"): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
@@ -124,6 +345,56 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
             "events.type = :type_0 ORDER BY events.seq DESC\n LIMIT :lim OFFSET "
             ":param_1"
+        ),
+        {"param_1": 0},
+    ),
+    ("log.page", (("writer", 1),), 0, False, False, "asc"): (
+        (
+            "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
+            "events.hlc, events.type, events.stream, events.room, events.topic, "
+            "events.from_agent, events.to_agent, events.correlation_id, "
+            "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
+            "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
+            "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
+            "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
+            "ea.event_id = events.id) END AS artifact_links, events.body, "
+            "events.created_at, events.metadata_json, events.sig, events.key_id \n"
+            "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
+            "events.from_agent = :writer_0 ORDER BY events.seq ASC\n LIMIT :lim "
+            "OFFSET :param_1"
+        ),
+        {"param_1": 0},
+    ),
+    ("log.page", (("writer", 1),), 0, False, False, "desc"): (
+        (
+            "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
+            "events.hlc, events.type, events.stream, events.room, events.topic, "
+            "events.from_agent, events.to_agent, events.correlation_id, "
+            "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
+            "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
+            "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
+            "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
+            "ea.event_id = events.id) END AS artifact_links, events.body, "
+            "events.created_at, events.metadata_json, events.sig, events.key_id \n"
+            "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
+            "events.from_agent = :writer_0 ORDER BY events.seq DESC\n LIMIT :lim "
+            "OFFSET :param_1"
+        ),
+        {"param_1": 0},
+    ),
+    ("log.page", (), 0, False, False, "asc"): (
+        (
+            "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
+            "events.hlc, events.type, events.stream, events.room, events.topic, "
+            "events.from_agent, events.to_agent, events.correlation_id, "
+            "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
+            "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
+            "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
+            "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
+            "ea.event_id = events.id) END AS artifact_links, events.body, "
+            "events.created_at, events.metadata_json, events.sig, events.key_id \n"
+            "FROM events \nWHERE events.seq > :lo AND events.seq <= :top ORDER BY "
+            "events.seq ASC\n LIMIT :lim OFFSET :param_1"
         ),
         {"param_1": 0},
     ),
@@ -142,6 +413,67 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "events.seq DESC\n LIMIT :lim OFFSET :param_1"
         ),
         {"param_1": 0},
+    ),
+    ("log.page", (), 2, True, False, "asc"): (
+        (
+            "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
+            "events.hlc, events.type, events.stream, events.room, events.topic, "
+            "events.from_agent, events.to_agent, events.correlation_id, "
+            "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
+            "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
+            "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
+            "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
+            "ea.event_id = events.id) END AS artifact_links, events.body, "
+            "events.created_at, events.metadata_json, events.sig, events.key_id \n"
+            "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
+            "events.to_agent = :to_0 UNION ALL SELECT events.id, events.seq, "
+            "events.origin_replica, events.origin_seq, events.hlc, events.type, "
+            "events.stream, events.room, events.topic, events.from_agent, "
+            "events.to_agent, events.correlation_id, events.branch, "
+            "events.base_commit, events.status, CASE WHEN (EXISTS (SELECT "
+            "event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
+            "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
+            "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
+            "ea.event_id = events.id) END AS artifact_links, events.body, "
+            "events.created_at, events.metadata_json, events.sig, events.key_id \n"
+            "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
+            "events.to_agent = :to_1 ORDER BY seq ASC\n LIMIT :lim OFFSET :param_1"
+        ),
+        {"param_1": 0},
+    ),
+    ("log.page", (), 2, True, False, "desc"): (
+        (
+            "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
+            "events.hlc, events.type, events.stream, events.room, events.topic, "
+            "events.from_agent, events.to_agent, events.correlation_id, "
+            "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
+            "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
+            "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
+            "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
+            "ea.event_id = events.id) END AS artifact_links, events.body, "
+            "events.created_at, events.metadata_json, events.sig, events.key_id \n"
+            "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
+            "events.to_agent = :to_0 UNION ALL SELECT events.id, events.seq, "
+            "events.origin_replica, events.origin_seq, events.hlc, events.type, "
+            "events.stream, events.room, events.topic, events.from_agent, "
+            "events.to_agent, events.correlation_id, events.branch, "
+            "events.base_commit, events.status, CASE WHEN (EXISTS (SELECT "
+            "event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
+            "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
+            "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
+            "ea.event_id = events.id) END AS artifact_links, events.body, "
+            "events.created_at, events.metadata_json, events.sig, events.key_id \n"
+            "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
+            "events.to_agent = :to_1 ORDER BY seq DESC\n LIMIT :lim OFFSET :param_1"
+        ),
+        {"param_1": 0},
+    ),
+    ("log.top", False): (
+        (
+            "SELECT events.seq, events.id \nFROM events \nWHERE events.seq < :hi ORDER "
+            "BY events.seq DESC\n LIMIT :param_1 OFFSET :param_2"
+        ),
+        {"param_1": 1, "param_2": 0},
     ),
     ("log.top", True): (
         (

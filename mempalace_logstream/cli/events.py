@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from mempalace_logstream.cli import plain
 from mempalace_logstream.cli.byteio import text_arg
 from mempalace_logstream.cli.filters import FilterArgs, filter_options
 from mempalace_logstream.cli.options import (
@@ -33,7 +34,7 @@ from mempalace_logstream.cli.options import (
     TopicOpt,
 )
 from mempalace_logstream.cli.root import app
-from mempalace_logstream.cli.shared import emit, event_line, given_args, run, warn
+from mempalace_logstream.cli.shared import emit, event_line, run, warn
 
 TypeOpt = Annotated[str, typer.Option("--type", help="Event type, e.g. task.reply.")]
 StreamOpt = Annotated[str, typer.Option("--stream", help="Stream, e.g. project/x.")]
@@ -116,19 +117,11 @@ def list_(
     as_json: JsonOpt = False,
 ) -> None:
     """List events (newest first without a cursor, oldest first after --since-event-id)."""
-    page = given_args(
-        since_event_id=since_event_id,
-        before_event_id=before_event_id,
-        since_created_at=since_created_at,
-        limit=limit,
-        order=order,
-        preview=preview or None,
+    args = plain.list_args(
+        filters, since_event_id, before_event_id, since_created_at, limit, order, preview
     )
-    out = run(db, palace, "event_list", hub, token, **filters, **page)
-    lines = [f"{out['count']} event(s):"] + [event_line(e) for e in out["events"]]
-    if out.get("note"):
-        lines.append(f"note: {out['note']}")
-    emit(out, as_json, "\n".join(lines))
+    out = run(db, palace, "event_list", hub, token, **args)
+    emit(out, as_json, plain.list_text(out))
 
 
 @app.command()
@@ -142,7 +135,7 @@ def get(
 ) -> None:
     """Show one event."""
     out = run(db, palace, "event_get", hub, token, event_id=event_id)
-    emit(out, as_json, event_line(out["event"]) + "\n" + out["event"]["body"])
+    emit(out, as_json, plain.get_text(out))
 
 
 ACK_STATUS_HELP = "open|claimed|ready|applied|blocked|failed|superseded."

@@ -15,21 +15,8 @@ from typing import Annotated, Any
 import typer
 
 from mempalace_logstream.cli.options import Multi
+from mempalace_logstream.cli.plain import FILTERS
 from mempalace_logstream.cli.shared import click_errors
-
-# (parameter, flag, help): the filters of every read (event_list, event_wait, watch), in the
-# order help shows them.
-FILTERS = (
-    ("stream", "--stream", "Stream filter (repeat = OR)."),
-    ("room", "--room", "Room filter (repeat = OR)."),
-    ("topic", "--topic", "Topic filter (repeat = OR)."),
-    ("type", "--type", "Event type filter (repeat = OR)."),
-    ("to_agent", "--to-agent", "Inbox: to this agent or to * (repeat = OR)."),
-    ("writer", "--writer", "Author filter (repeat = OR)."),
-    ("exclude_writer", "--exclude-writer", "Leave out events by this author (repeat)."),
-    ("correlation_id", "--correlation-id", "Thread (task id) filter (repeat = OR)."),
-    ("status", "--status", "Status filter (repeat = OR)."),
-)
 
 
 def _not_a_filter(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> None:

@@ -16,6 +16,10 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from mempalace_logstream import config, display, errors, reconnect
+from mempalace_logstream.cli import plain
+from mempalace_logstream.cli.plain import event_line, given_args
+
+__all__ = ["event_line", "given_args"]  # the commands' names for them, from plain
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -50,13 +54,9 @@ def fail(message: str, code: int = 1, field: str | None = None) -> typer.Exit:
     """One line on stderr, always: `error: …`, or with --json `{"error": …, "field": …}`.
 
     The field defaults to that of the domain error being handled, if any."""
-    text = " ".join(str(message).split())  # database messages (PostgreSQL DETAIL) span lines
     if field is None:
         field = getattr(sys.exc_info()[1], "field", None)
-    if STATE.as_json:
-        typer.echo(json.dumps({"error": text, "field": field}, ensure_ascii=False), err=True)
-    else:
-        typer.echo("error: " + display.terminal(text), err=True)
+    typer.echo(plain.error_text(message, field, STATE.as_json), err=True)
     return typer.Exit(code)
 
 
@@ -163,7 +163,7 @@ def run(
 ) -> dict[str, Any]:
     """Open, call one operation, close; domain errors become one stderr line and exit 1."""
     try:
-        answer = None if hub else lean_read(db, palace, op, args)
+        answer = None if hub else plain.lean_read(db, palace, STATE.durability, op, args)
         if answer is not None:
             return answer
         client = open_client(db, palace, hub, token, create=not hub and _writes(op))
@@ -177,36 +177,6 @@ def run(
         raise fail(exc.message) from None
 
 
-def lean_read(
-    db: str | None, palace: str | None, op: str, args: dict[str, Any]
-) -> dict[str, Any] | None:
-    """A `list` or `get` of a local SQLite log through the lean reader (store/lean.py: the
-    store's page rule, validation and SQL text on the stdlib `sqlite3`, no SQLAlchemy), or
-    None for the store to answer: another operation, a read the delivery ledger records (one
-    that names its reader, identity/actor.py), a log or a read shape the lean reader leaves to
-    the store, or an error (the store then says it, in its words)."""
-    from mempalace_logstream.identity import actor
-
-    if op not in ("event_list", "event_get") or actor.reader(args) is not None:
-        return None
-    from mempalace_logstream.store import lean
-
-    settings = config.Settings.from_env()
-    try:
-        target = config.resolve_db(db or settings.db, palace or settings.palace)
-        reader = lean.open_lean(target, STATE.durability)
-    except errors.LogstreamError:
-        return None
-    if reader is None:
-        return None
-    try:
-        return reader.call(op, **args)
-    except (lean.Unplanned, errors.LogstreamError):
-        return None
-    finally:
-        reader.close()
-
-
 def _writes(op: str) -> bool:
     """Whether `op` writes: only the commands that write (and serve, mcp, migrate, sync's own
     log, import's target) create a missing log; every other command refuses a mistyped path.
@@ -217,20 +187,10 @@ def _writes(op: str) -> bool:
     return op in operations.MUTATING
 
 
-def given_args(**kw: Any) -> dict[str, Any]:
-    """The arguments the user gave: None and empty repeats mean "not given"."""
-    return {k: val for k, val in kw.items() if val not in (None, [])}
-
-
 def emit(data: dict[str, Any], as_json: bool, human: str | None = None) -> None:
     """`data` as indented JSON (--json: the exact bytes), or the human text when there is one
     and --json was not given; what a terminal is shown has every hidden character escaped."""
-    if as_json:
-        typer.echo(json.dumps(data, ensure_ascii=False, indent=2))
-    elif human is None:
-        typer.echo(display.json_text(data, indent=2))
-    else:
-        typer.echo(display.terminal(human))
+    typer.echo(plain.emit_text(data, as_json, human))
 
 
 def warn(out: dict[str, Any]) -> None:
@@ -245,17 +205,6 @@ def console(**options: Any) -> Console:
     from rich.console import Console
 
     return Console(markup=False, emoji=False, highlight=False, **options)
-
-
-def event_line(e: dict[str, Any]) -> str:
-    """One event on one line: id, type, stream/room, route, routing fields, a cut body (raw:
-    the printer escapes the whole text once, see `emit`)."""
-    route = f"{e.get('from_agent')}->{e.get('to_agent') or '-'}"
-    extra = "".join(f" {k}={e[k]}" for k in ("topic", "status", "correlation_id") if e.get(k))
-    body = (e.get("body") or "").replace("\n", " ")
-    if len(body) > 80:
-        body = body[:77] + "..."
-    return f"{e['id']} [{e['type']}] {e['stream']}/{e['room']} {route}{extra} {body}".rstrip()
 
 
 def check_sync_limits(

@@ -9,11 +9,10 @@ exits 0, both quietly.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
@@ -21,7 +20,8 @@ import typer
 
 from mempalace_logstream import display, errors, reconnect
 from mempalace_logstream import validation as v
-from mempalace_logstream.cli.filters import FILTERS, FilterArgs, filter_options
+from mempalace_logstream.cli import plain
+from mempalace_logstream.cli.filters import FilterArgs, filter_options
 from mempalace_logstream.cli.options import (
     DbOpt,
     GiveUpOpt,
@@ -75,16 +75,9 @@ MaxRuntimeOpt = Annotated[str | None, typer.Option("--max-runtime", help=MAX_RUN
 StateFileOpt = Annotated[str | None, typer.Option("--state-file", help=STATE_FILE_HELP)]
 AllowUnverifiedOpt = Annotated[bool, typer.Option("--allow-unverified", help=ALLOW_UNVERIFIED_HELP)]
 
-PAGE = 200  # events per read
-WAIT_MS = 60_000  # longest single wait; a wake-up ends it at once
 _DURATION = re.compile(r"^(\d{1,9})([smhd])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
-# A domain error's field, as the option that set it (errors name the option).
-FLAGS = {
-    "since_event_id": "--since-event-id",
-    "since_created_at": "--since",
-    **{name: flag for name, flag, _help in FILTERS},
-}
+FLAGS = plain.TAIL_FLAGS
 
 
 @app.command()
@@ -127,9 +120,7 @@ def tail(
         mon |= {"allow_unverified": allow_unverified, "from_start": from_start}
         mon |= {"since_event_id": since_event_id}
         raise typer.Exit(_run_monitor(filters, mon, (db, palace, hub, token), give_up_after))
-    if agent is not None:  # the inbox: to NAME or *, never NAME's own writes
-        for name in ("to_agent", "exclude_writer"):
-            filters[name] = [*filters.get(name, []), agent]
+    filters = plain.inbox_filters(filters, agent)
     since_created_at = since_time(since) if since is not None else None
     start = {"from_start": from_start, "since_event_id": since_event_id}
     target = (db, palace, hub, token)
@@ -216,7 +207,7 @@ def _run_monitor(
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        _silence_stdout()
+        plain.silence_stdout()
         return 0
     except reconnect.GaveUpError:
         return reconnect.EXIT_GAVE_UP
@@ -225,7 +216,7 @@ def _run_monitor(
             return 130
         if STATE.debug:
             raise
-        raise fail(_name_option(exc)) from None
+        raise fail(plain.name_option(exc, FLAGS)) from None
 
 
 def _line_out(line: str) -> None:
@@ -286,7 +277,7 @@ def _run(
         try:
             # HubClient's call() names its first parameter `op`
             reader = cast("Client", riding(client, policy))
-            for events in _events(reader, filters, start, since_created_at, follow):
+            for events in plain.tail_events(reader, filters, start, since_created_at, follow):
                 write(events)
         finally:
             close_after(client)
@@ -295,56 +286,15 @@ def _run(
     except reconnect.GaveUpError:
         return reconnect.EXIT_GAVE_UP
     except BrokenPipeError:
-        _silence_stdout()
+        plain.silence_stdout()
         return 0
     except errors.LogstreamError as exc:
         if interrupted(exc):
             return 130
         if STATE.debug:
             raise
-        raise fail(_name_option(exc)) from None
+        raise fail(plain.name_option(exc, FLAGS)) from None
     return 0
-
-
-def _events(
-    client: Client,
-    filters: FilterArgs,
-    start: dict[str, Any],
-    since_created_at: str | None,
-    follow: bool,
-) -> Iterator[list[dict[str, Any]]]:
-    """The matching events, a batch at a time: what is there from the start point, then (with
-    `follow`) each new batch as `event_wait` wakes."""
-    cursor = start["since_event_id"]
-    if cursor is None and not start["from_start"] and since_created_at is None:
-        cursor = client.call("event_list", limit=1, order="desc").get("cursor")
-    bound = {"since_created_at": since_created_at} if since_created_at else {}
-    while True:  # catch up with pages: the window bound applies only to what is there
-        page = client.call(
-            "event_list", since_event_id=cursor, order="asc", limit=PAGE, **bound, **filters
-        )
-        cursor = page.get("cursor") or cursor
-        if page["events"]:
-            yield page["events"]
-        if not page.get("has_more"):
-            break
-    while follow:
-        out = client.call(
-            "event_wait", since_event_id=cursor, timeout_ms=WAIT_MS, limit=PAGE, **filters
-        )
-        cursor = out.get("cursor") or cursor
-        if out["events"]:
-            yield out["events"]
-
-
-def _name_option(exc: errors.LogstreamError) -> str:
-    """The error's message with its leading field name given as the option (`--since-event-id
-    'x' not found`)."""
-    field = getattr(exc, "field", None)
-    flag = FLAGS.get(field or "")
-    if flag and field and exc.message.startswith(field + " "):
-        return flag + exc.message[len(field) :]
-    return exc.message
 
 
 # ----------------------------------------------------------------------------- printing
@@ -353,7 +303,7 @@ def _name_option(exc: errors.LogstreamError) -> str:
 def _json_writer() -> Callable[[list[dict[str, Any]]], None]:
     def write(events: list[dict[str, Any]]) -> None:
         for event in events:
-            sys.stdout.write(json.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n")
+            sys.stdout.write(plain.tail_json(event) + "\n")
         sys.stdout.flush()
 
     return write
@@ -368,9 +318,9 @@ def _line_writer() -> Callable[[list[dict[str, Any]]], None]:
             raise BrokenPipeError
 
     # NO_COLOR: no escape codes at all (rich alone would still print bold and dim).
-    plain = bool(os.environ.get("NO_COLOR"))
+    no_color = bool(os.environ.get("NO_COLOR"))
     console = _Console(
-        color_system=None if plain else "auto",
+        color_system=None if no_color else "auto",
         highlight=False,
         markup=False,
         emoji=False,
@@ -390,29 +340,6 @@ def _styled(e: dict[str, Any]) -> Any:
     from rich.text import Text
 
     text = Text()
-
-    def add(piece: str, style: str | None = None) -> None:
-        text.append(display.terminal(piece), style=style)
-
-    add((e.get("created_at") or "")[11:23] + " ", "dim")
-    add(str(e["id"]) + " ", "dim")
-    add(f"[{e['type']}] ", "bold cyan")
-    add(f"{e['stream']}/{e['room']} ", "magenta")
-    add(f"{e.get('from_agent')}->{e.get('to_agent') or '-'}", "green")
-    for key in ("topic", "status", "correlation_id"):
-        if e.get(key):
-            add(f" {key}={e[key]}", "yellow")
-    body = " ".join((e.get("body") or "").split())
-    if len(body) > 200:
-        body = body[:197] + "..."
-    if body:
-        add(" " + body)
+    for piece, style in plain.tail_pieces(e):
+        text.append(piece, style=style)
     return text
-
-
-def _silence_stdout() -> None:
-    """After the reader closed the pipe: point stdout at /dev/null so the interpreter's last
-    flush does not print a BrokenPipeError."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)

@@ -16,6 +16,7 @@ import typer
 
 from mempalace_logstream import display, errors, reconnect
 from mempalace_logstream import validation as v
+from mempalace_logstream.cli import plain
 from mempalace_logstream.cli.announce import (
     NoPresenceOpt,
     PresenceTtlOpt,
@@ -42,7 +43,6 @@ from mempalace_logstream.cli.shared import (
     emit,
     event_line,
     fail,
-    given_args,
     interrupted,
     open_reader,
     riding,
@@ -78,16 +78,14 @@ def wait(
     With --hub, an outage is ridden through (the timeout still counts; exit 3 past
     --give-up-after); 1 on errors (a refused token included), 130 on Ctrl-C.
     """
-    args = given_args(
-        since_event_id=since_event_id, timeout_ms=timeout_ms, limit=limit, preview=preview or None
-    )
+    args = plain.wait_args(filters, since_event_id, timeout_ms, limit, preview)
     try:
         client, policy = open_reader(db, palace, hub, token, give_up_after)
         try:
             if policy is None:
-                out = client.call("event_wait", **filters, **args)
+                out = client.call("event_wait", **args)
             else:
-                out = _wait_riding(cast("Client", client), policy, {**filters, **args})
+                out = _wait_riding(cast("Client", client), policy, args)
             _print_wait(out, as_json)  # the answer first: closing the store comes after
         finally:
             close_after(client)
@@ -125,11 +123,7 @@ def _wait_riding(
 
 
 def _print_wait(out: dict[str, Any], as_json: bool) -> None:
-    if out["timed_out"]:
-        emit(out, as_json, f"Timed out; no matching events (cursor {out['cursor']}).")
-    else:
-        lines = [f"{out['count']} event(s):"] + [event_line(e) for e in out["events"]]
-        emit(out, as_json, "\n".join(lines))
+    emit(out, as_json, plain.wait_text(out))
     sys.stdout.flush()
 
 

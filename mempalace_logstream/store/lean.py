@@ -4,7 +4,8 @@
 One rule, not a copy: the page algorithm is `plan.read_page` and the request validation
 `filters.read_request`, both the store's own; the SQL text is the store's, compiled by
 SQLAlchemy for SQLite and kept in backends/sqlite_inbox_sql.py, which
-`python -m mempalace_logstream.store.lean` regenerates by running the inbox's reads on a real
+`python -m mempalace_logstream.store.lean` regenerates by running the inbox's reads (and the
+common shapes of `list`, `wait` and `tail`) on a real
 store (tests/test_lean_inbox.py fails when the two differ). A read whose statement shape is
 not there raises `Unplanned` before anything is printed, and the caller reads through the
 store instead. A page is marked as the store marks it (store/marks.py: what reads
@@ -28,7 +29,7 @@ from mempalace_logstream import validation as v
 from mempalace_logstream.backends import sqlite_inbox_sql as inbox_sql
 from mempalace_logstream.backends import sqlite_reader
 from mempalace_logstream.backends.sqlite_reader import SnapshotQuery, SqliteReader
-from mempalace_logstream.models import Event
+from mempalace_logstream.models import Event, Page
 from mempalace_logstream.store import marks, plan
 from mempalace_logstream.store.filters import ReadRequest, read_request
 
@@ -67,15 +68,30 @@ class LeanReader:
     def call(self, name: str, /, **args: Any) -> dict[str, Any]:
         if name == "event_get":
             return self.event_get(**args)
+        if name == "event_wait":
+            return self.event_wait(**args)
         if name != "event_list":
             raise Unplanned(name)
-        req = read_request(**{k: val for k, val in args.items() if val is not None})
+        return self.read(read_request(**_given(args))).to_dict()
+
+    def read(self, req: ReadRequest) -> Page:
+        """One page of a validated request, marked as the store marks it."""
         with self.reader.snapshot() as query:
             st = _Statements(query)
             page = plan.read_page(st, req)
             if page.events:
                 page = marks.with_events(page, st.mark(page.events))
-        return page.to_dict()
+        return page
+
+    def event_wait(self, timeout_ms: Any = None, **args: Any) -> dict[str, Any]:
+        """`event_wait` when matches are already there (`Reads.event_wait`'s first read: the
+        same validation and request); a wait that must block is left to the store
+        (Unplanned), whose notifier wakes it."""
+        v.timeout_ms(timeout_ms)
+        page = self.read(plan.wait_request(read_request(**_given(args))))
+        if not page.events:
+            raise Unplanned("nothing to answer yet: the store waits")
+        return page.to_wait_dict()
 
     def event_get(self, event_id: Any = None) -> dict[str, Any]:
         """`event_get` as `Reads.event_get` answers it (the event, marked as a page is); an
@@ -87,6 +103,10 @@ class LeanReader:
             if not rows:
                 raise Unplanned("event_id not found")
             return {"event": st.mark(plan.events_from_rows(rows))[0].to_dict()}
+
+
+def _given(args: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: val for k, val in args.items() if val is not None}
 
 
 class _Statements:
@@ -152,6 +172,7 @@ def generate() -> dict[str, Any]:
     from mempalace_logstream.identity.keyring import KEY_ADD
     from mempalace_logstream.schema import SCHEMA_HEAD
     from mempalace_logstream.store.core import LogStore
+    from mempalace_logstream.store.filters import PAGE_FILTERS
 
     with tempfile.TemporaryDirectory() as tmp:
         path = f"{tmp}/log.sqlite3"
@@ -168,6 +189,14 @@ def generate() -> dict[str, Any]:
                 args = {"to_agent": [agent], "exclude_writer": [agent], "limit": 20}
                 for cursor in (None, sent[0].id, sent[-1].id):
                     store.event_list(since_event_id=cursor, order="asc", **args)
+            # `logstream list`, `wait` and `tail` (issue 25): no filter or one filter of one
+            # value, either order; a page back; `wait` and `tail` read oldest first
+            for order in ("asc", "desc"):
+                store.event_list(since_event_id=sent[0].id, order=order)
+                for name in (*PAGE_FILTERS, "to_agent"):
+                    value = "open" if name == "status" else "b"
+                    store.event_list(order=order, **{name: [value]})
+            store.event_list(before_event_id=sent[-1].id)
             statements = store.compiled_sql()
     return {
         "SCHEMA_HEAD": SCHEMA_HEAD,

@@ -185,6 +185,11 @@ def page_query(
     return ("log.page", *shape), shape, params
 
 
+def wait_request(req: ReadRequest) -> ReadRequest:
+    """A wait's request: oldest first unless it says otherwise (`event_wait`, S-5.4)."""
+    return req if req.order is not None else req.replace(order="asc")
+
+
 def unknown_event(field: str, ident: str) -> errors.NotFoundError:
     """A cursor (or window end) that names no event of this log."""
     return errors.NotFoundError(f"{field} {ident!r} not found", field=field, ident=ident)

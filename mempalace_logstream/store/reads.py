@@ -129,9 +129,7 @@ class Reads:
         push-based (notifier); the fallback re-check bounds the cost of a lost signal.
         """
         timeout = v.timeout_ms(timeout_ms) / 1000
-        req = self.read_request(**read_args)
-        if req.order is None:
-            req = req.replace(order="asc")
+        req = plan.wait_request(self.read_request(**read_args))
         deadline = time.monotonic() + timeout
         # Take the notifier version before each read: a commit after it makes wait() return.
         seen = self.notifier.version
