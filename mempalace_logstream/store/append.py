@@ -148,7 +148,8 @@ class Local:
         return [self._sealed(tx, event) for event in events]
 
     def _sealed(self, tx: Transaction, event: Event) -> Event:
-        check_names(tx.keyring(), from_agent=event.from_agent, to_agent=event.to_agent)
+        ring = tx.keyring()
+        check_names(ring, from_agent=event.from_agent, to_agent=event.to_agent)
         for aid in event.artifact_ids:
             if not sql.artifact_exists(tx.ex, aid):
                 raise errors.NotFoundError(
@@ -157,9 +158,7 @@ class Local:
                     ident=aid,
                 )
         store = tx.store
-        sealed, tx.verdict = store.identity.seal(
-            tx.ex, store.event_select, event, tx.actor, tx.keyring()
-        )
+        sealed, tx.verdict = store.identity.seal(tx.ex, store.event_select, event, tx.actor, ring)
         return sealed
 
     def idempotency_key(self, event: Event) -> str | None:

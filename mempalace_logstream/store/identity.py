@@ -143,13 +143,11 @@ class Identity:
         the transaction read at its start if the generation is still `marks_generation`."""
         with self._lock:
             held, generation = self._write_ring, self._generation
-        if held is not None and held[2] == generation:
-            ring, at = held[0], held[1]
-            if at == number or (unchanged and at == number - 1):
-                with self._lock:
-                    if self._generation == generation:
-                        self._write_ring = (ring, number, generation)
-                return ring
+            if held is not None and held[2] == generation:
+                ring, at = held[0], held[1]
+                if at == number or (unchanged and at == number - 1):
+                    self._write_ring = (ring, number, generation)
+                    return ring
         ring = self.keyring(ex, select, marks if marks_generation == generation else None)
         with self._lock:
             if self._generation == generation:
