@@ -78,7 +78,7 @@ def append(tx: Transaction, events: Sequence[Event], origin: Origin) -> Appended
     if links:
         sql.insert_links(tx.ex, links)
     tx.state.appended.extend(stored)
-    if any(e.type in KEY_EVENT_TYPES for e in stored):  # from any origin
+    if any([e.type in KEY_EVENT_TYPES for e in stored]):  # from any origin
         tx.store.identity.moved()  # the keyring changes with them
     out = Appended(stored)
     for projection in tx.store.projections:
