@@ -87,6 +87,7 @@ class SqliteBackend:
         # synchronous level, busy_timeout, foreign_keys and isolation_level=None on it),
         # opened on first use and used only under the store's commit lock; reads take their own.
         self._proxy: Any = None
+        self._db: sqlite3.Connection | None = None  # its DBAPI connection
         self._busy_timeout_s = 30.0
         # (data_version, next seq, next artifact seq) after the writer's last commit.
         self._counters: tuple[int, int, int] | None = None
@@ -143,14 +144,16 @@ class SqliteBackend:
         return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
 
     def _writer(self) -> sqlite3.Connection:
-        if self._proxy is None:
-            with base.wrap_exceptions():
-                proxy = self.engine.raw_connection()
-            db: sqlite3.Connection = proxy.driver_connection  # type: ignore[assignment]
-            self._busy_timeout_s = db.execute("PRAGMA busy_timeout").fetchone()[0] / 1000
-            self._proxy = proxy
-        conn: sqlite3.Connection = self._proxy.driver_connection
-        return conn
+        if self._db is not None:
+            return self._db
+        with base.wrap_exceptions():
+            proxy = self.engine.raw_connection()
+        # Checked out for the backend's lifetime and used only through the DBAPI (which never
+        # invalidates it): its driver connection is kept, not asked for on every write.
+        db: sqlite3.Connection = proxy.driver_connection  # type: ignore[assignment]
+        self._busy_timeout_s = db.execute("PRAGMA busy_timeout").fetchone()[0] / 1000
+        self._proxy, self._db = proxy, db
+        return db
 
     def _begin(self, db: sqlite3.Connection) -> None:
         """BEGIN IMMEDIATE. SQLite already waits up to busy_timeout for the lock; a SQLITE_BUSY
@@ -285,7 +288,7 @@ class SqliteBackend:
             self._readers.pop().close()  # back to the pool, which dispose() closes
         if self._proxy is not None:
             self._proxy.close()
-            self._proxy = None
+            self._proxy = self._db = None
 
 
 _FACTS_KEY = "logstream_log_facts"  # in a pooled connection's info: kept for its lifetime
