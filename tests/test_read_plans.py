@@ -251,3 +251,67 @@ def test_reads_run_on_one_kept_connection_and_close_gives_it_back(tmp_path: Any)
     pool = store.engine.pool
     store.close()
     assert pool.checkedout() == 0  # type: ignore[attr-defined]
+
+
+def test_artifact_links_are_probed_per_row_only_once_the_log_links_some(tmp_path: Any) -> None:
+    """Issue 25: the links column's per-row lookup is guarded by one uncorrelated EXISTS (run
+    once per statement), so a log without artifact links pays no probe per row; the first
+    link is read at once, by the same statement, on the same kept reader."""
+    path = str(tmp_path / "log.sqlite3")
+    note = {"type": "note", "stream": "s", "room": "r", "from_agent": "a"}
+    with LogStore.open(path) as store:
+        plain = store.event_append(**note, body="no links")
+        assert store.event_list(limit=1).events[0].artifact_ids == ()
+        plans = _plans(store, limit=1)
+        page = [plan for stmt, plan in plans if "events.body" in stmt]
+        assert any(s.startswith("SCALAR SUBQUERY") for s in page[0]), page
+        art = store.artifact_put(kind="note", content="c", created_by="a")
+        linked = store.event_append(**note, body="linked", artifact_ids=[art.id])
+        listed = store.event_list(order="asc").events
+        assert [(e.id, e.artifact_ids) for e in listed] == [
+            (plain.id, ()),
+            (linked.id, (art.id,)),
+        ]
+        assert store.event_get(linked.id).artifact_ids == (art.id,)
+
+
+def test_a_repeated_read_request_is_validated_once_and_types_stay_apart() -> None:
+    """`read_request` gives a request validated before again (a pure function of plain
+    arguments); the key holds each value's type, so `limit=True` is refused even after
+    `limit=1` was read, and arguments that are not plain values are validated every time."""
+    from mempalace_logstream import errors
+    from mempalace_logstream.store.filters import read_request
+
+    first = read_request(to_agent="b", limit=1)
+    assert read_request(to_agent="b", limit=1) is first
+    assert first.limit == 1 and first.filters.to_agent == ("b",)
+    with pytest.raises(errors.ValidationError):
+        read_request(to_agent="b", limit=True)
+    assert read_request(to_agent="b", limit=1.0) == first  # validated, not remembered
+    listed = read_request(to_agent=["b"], limit=1)
+    assert listed == first and listed is not read_request(to_agent=["b"], limit=1)
+    with pytest.raises(errors.ValidationError):
+        read_request(to_agent="b", limit=1, bogus=1)
+
+
+def test_rows_become_events_as_the_constructor_builds_them(
+    filled: tuple[LogStore, list[str]],
+) -> None:
+    """Issue 25: `events_from_rows` fills a plain object that then becomes an `Event`; what
+    a read returns is an ordinary Event: its type, fields, equality, hash and wire shape are
+    those of the same Event built by its constructor, and it stays frozen."""
+    import dataclasses
+
+    from mempalace_logstream.models import Event
+
+    store, _ = filled
+    events = store.event_list(limit=60).events
+    assert len(events) == 60
+    for event in events:
+        built = Event(**{f.name: getattr(event, f.name) for f in dataclasses.fields(Event)})
+        assert type(event) is Event
+        assert event == built and hash(event) == hash(built)
+        assert event.__dict__ == built.__dict__
+        assert event.to_dict() == built.to_dict()
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            event.body = "changed"  # type: ignore[misc]

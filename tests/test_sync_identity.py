@@ -274,3 +274,31 @@ def test_http_rows_pages_carry_signatures_and_are_verified(trio) -> None:
             got = s.event_get(e.id)
             assert got.verified is True and got.sig == e.sig
     fresh.close()
+
+
+def test_a_held_position_recorded_again_as_a_forgery_no_longer_counts_as_accounted(
+    tmp_path: Path,
+) -> None:
+    """A rejection recorded again takes the latest report's position: an event held for its
+    key (position kept, retried) and then seen as a forged copy (no position) must not leave
+    its position counted as refused for good, or the honest copy is a hole no round sees."""
+    from mempalace_logstream.replication import reports
+
+    store = replica(tmp_path, "x")
+    try:
+        origin = "rep_" + "0" * 32
+        held_report = {
+            **{"kind": "event", "ident": "evt_x", "origin_replica": origin, "origin_seq": 3},
+            **{"peer": "p", "reason": "unknown_key", "message": "held", "retryable": True},
+        }
+        forged_report = {**held_report, "origin_seq": None, "reason": "bad_signature"}
+        forged_report["retryable"] = False
+        store.transaction(lambda tx: reports.record_rejections(store, tx.ex, [held_report]))
+        assert replication.held_fingerprint(store, origin, 10)[0] == 1
+        store.transaction(lambda tx: reports.record_rejections(store, tx.ex, [forged_report]))
+        (row,) = reports.list_rejections(store)
+        assert (row["origin_seq"], row["reason"], row["attempts"]) == (None, "bad_signature", 2)
+        assert replication.count_upto(store, origin, 10) == 0  # not accounted as refused
+        assert replication.held_fingerprint(store, origin, 10)[0] == 0
+    finally:
+        store.close()

@@ -68,6 +68,19 @@ def fp_of(positions: Iterable[int]) -> Fingerprint:
     return n, s1 % FP_P1, s2 % FP_P2
 
 
+def fp_span(first: int, last: int) -> Fingerprint:
+    """The fingerprint of every position in [first, last] (none when last < first), in closed
+    form: a peer may claim a far-ahead top."""
+    if last < first:
+        return NO_POSITIONS
+
+    def squares(n: int) -> int:  # 1² + … + n²
+        return n * (n + 1) * (2 * n + 1) // 6
+
+    total = (last * (last + 1) - (first - 1) * first) // 2
+    return last - first + 1, total % FP_P1, (squares(last) - squares(first - 1)) % FP_P2
+
+
 def fp_between(lower: Fingerprint, upper: Fingerprint) -> Fingerprint:
     """The fingerprint of the positions in (a, b] from the prefix fingerprints at a and b."""
     return upper[0] - lower[0], (upper[1] - lower[1]) % FP_P1, (upper[2] - lower[2]) % FP_P2

@@ -146,7 +146,9 @@ def record_rejections(store: LogStore, ex: _Ex, reports: list[dict[str, Any]]) -
             )
             continue
         attempts = prior + 1
-        values = {k: r[k] for k in ("message", "reason", "peer")}
+        # The position follows the latest report: a held event keeps it, a forged copy of the
+        # same id does not (else its position would read as refused for good, hiding a hole).
+        values = {k: r[k] for k in ("message", "reason", "peer", "origin_seq")}
         values.update(attempts=attempts, last_seen_at=now, retryable=_still_retryable(r, attempts))
         sync.update_rejection(ex, r["kind"], r["ident"], values)
 

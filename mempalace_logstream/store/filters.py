@@ -92,6 +92,27 @@ class ReadRequest:
     def replace(self, **changes: Any) -> ReadRequest:
         return dataclasses.replace(self, **changes)
 
+    @functools.cached_property
+    def page_binds(self) -> tuple[tuple[tuple[str, int], ...], tuple[str, ...], dict[str, Any]]:
+        """What a page statement takes from the request (`plan.page_query`, which adds the
+        bounds and the limit): the filter fields given with how many values each, the inbox
+        values (the agents asked for, then "*"), and the named parameters `<field>_<i>` per
+        filter value, `to_<i>` per inbox value, since_created_at. Worked out once per request
+        (`read_request` gives a repeated read the same request)."""
+        f = self.filters
+        fields: list[tuple[str, int]] = []
+        params: dict[str, Any] = {}
+        for name in PAGE_FILTERS:
+            values = getattr(f, name)
+            if values:
+                fields.append((name, len(values)))
+                params.update((f"{name}_{i}", value) for i, value in enumerate(values))
+        to_values = tuple(dict.fromkeys((*f.to_agent, "*"))) if f.to_agent else ()
+        params.update((f"to_{i}", value) for i, value in enumerate(to_values))
+        if self.since_created_at:
+            params["since_created_at"] = self.since_created_at
+        return tuple(fields), to_values, params
+
 
 class ReadArgs(TypedDict, total=False):
     """The raw arguments of a read (`LogStore.event_list`, `event_wait`, `read_request`), any
@@ -122,8 +143,32 @@ NO_FILTERS = Filters()
 _READ_PARAMETERS = frozenset((*ReadRequest.__dataclass_fields__, *v.FILTER_FIELDS, "from_agent"))
 
 
+# Validated requests by their raw arguments (`read_request`): an agent or a hub asks the same
+# few reads again and again. Only arguments of these exact types are remembered (a key holds
+# each value's type: `limit=True` must not find the request of `limit=1`).
+_REMEMBERED_TYPES = frozenset({str, int, bool, type(None)})
+_REMEMBERED_MAX = 256
+_remembered: dict[tuple[Any, ...], ReadRequest] = {}
+
+
 def read_request(**raw: Any) -> ReadRequest:
-    """Validate the raw read arguments shared by list, wait, watch, SSE and the inbox."""
+    """Validate the raw read arguments shared by list, wait, watch, SSE and the inbox.
+
+    Validation is a pure function of the arguments and a `ReadRequest` is frozen, so a request
+    validated before is given again (issue 25: ~0.5 µs instead of ~6 for a repeated read)."""
+    if _REMEMBERED_TYPES.issuperset(map(type, raw.values())):
+        key = (*raw.items(), *map(type, raw.values()))
+        req = _remembered.get(key)
+        if req is None:
+            req = _validate(raw)
+            if len(_remembered) >= _REMEMBERED_MAX:
+                _remembered.clear()
+            _remembered[key] = req
+        return req
+    return _validate(raw)
+
+
+def _validate(raw: dict[str, Any]) -> ReadRequest:
     unknown = raw.keys() - _READ_PARAMETERS
     if unknown:
         name = sorted(unknown)[0]

@@ -58,7 +58,8 @@ class Identity:
         self._pairs_stamp: int | None = None  # the keys directory's mtime when loaded
         self._pairs_loaded_ns = 0  # wall time of that load
         self._ring: Keyring | None = None
-        self._ring_at: tuple[str | None, frozenset[str]] | None = None  # (newest key event, pins)
+        # The marks row the cached keyring was built at: (newest key event, joined pin keys).
+        self._ring_at: tuple[Any, Any] | None = None
         # The keyring of the write transactions (serialized by the pipeline), with the number
         # of the transaction that read it and the generation it was read at (`write_keyring`).
         self._write_ring: tuple[Keyring, int, int] | None = None
@@ -107,14 +108,14 @@ class Identity:
         if marks is None:
             marks = queries.marks(ex, KEY_EVENT_TYPES, PIN_PREFIX, self._aggregate)
         top, joined = marks
-        pins = pins_of(joined)
-        with self._lock:
-            if self._ring is not None and self._ring_at == (top, pins):
+        with self._lock:  # the same marks row: the same key events and pins
+            if self._ring is not None and self._ring_at == (top, joined):
                 return self._ring
+        pins = pins_of(joined)
         rows = queries.key_events(ex, KEY_EVENT_TYPES, select)
         ring = Keyring.build((signed(e) for e in events_from_rows(rows)), pins)
         with self._lock:
-            self._ring, self._ring_at = ring, (top, pins)
+            self._ring, self._ring_at = ring, (top, joined)
         return ring
 
     def marks_statement(self, compile: Compile) -> str:

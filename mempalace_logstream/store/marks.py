@@ -55,8 +55,9 @@ def mark_reads(ring: Keyring, events: Sequence[Event]) -> tuple[Event, ...]:
 
 def with_events(page: Page, marked: tuple[Event, ...]) -> Page:
     """`page` with its events as `mark_reads` returned them (the same page if none was
-    marked: a marked copy compares equal to its event, so by identity)."""
-    if all(m is e for m, e in zip(marked, page.events, strict=True)):
+    marked: a marked copy compares equal to its event, so by identity; `mark_reads` gives
+    the page's own tuple back when its keyring has no key)."""
+    if marked is page.events or all(m is e for m, e in zip(marked, page.events, strict=True)):
         return page
     return page.replace(events=marked)
 

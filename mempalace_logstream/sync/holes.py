@@ -36,14 +36,47 @@ def pull_start(
     resumes just before it. So a jump never moves where pulls resume past what the peer can
     show us, and every such case is reported.
     """
-    if held_top < top:
-        return held_top  # the usual case: the peer is ahead
+    if held_top < top:  # the usual case: the peer is ahead
+        return behind_start(store, peer, origin, top, held_top, fp, rfps, anomalies)
     held = held_top if held_top == top else replication.highest_held(store, origin, top)
     if held < top:
         anomalies.append(_anomaly(origin, "peer_top_not_held", peer, top, held_top, held))
         return held
     ours = fp if held_top == top else None
     return hole_start(store, peer, origin, top, held_top, ours, rfps, anomalies)
+
+
+def behind_start(
+    store: LogStore,
+    peer: Peer,
+    origin: str,
+    top: int,
+    held_top: int,
+    fp: replication.Fingerprint,
+    rfps: Fingerprints | None,
+    anomalies: list[dict[str, Any]],
+) -> int:
+    """Where to pull `origin` from a peer ahead of us (`held_top` < its `top`): after
+    `held_top`, unless the peer accounts for a position at or below it that we lack. Such a
+    hole is one the vector cannot show: an event refused here as a forgery (a hostile relay
+    altered it) whose genuine copy only this peer holds, while later events of the origin
+    reached us. Without this, a later event that needs the missing one (a revocation of the
+    key it added) is held for ever. The peer's fingerprint up to `top` is checked against ours,
+    the positions we hold back for a later round, and every position above `held_top`; only a
+    mismatch costs probes."""
+    theirs = None if rfps is None else rfps.get(origin)
+    if theirs is None or held_top == 0:
+        return held_top
+    held_back = replication.held_fingerprint(store, origin, held_top)
+    ahead = replication.fp_span(held_top + 1, top)
+    if replication.fp_sum(replication.fp_sum(fp, held_back), ahead) == theirs:
+        return held_top
+    ours = replication.fingerprint_upto(store, origin, top)
+    first = first_gap(store, peer, origin, top, "peer", (ours, theirs))
+    if first is None or first > held_top:
+        return held_top
+    anomalies.append(_anomaly(origin, "hole", peer, top, held_top, first - 1, ours, theirs))
+    return first - 1
 
 
 def hole_start(

@@ -427,3 +427,33 @@ HostileMachine.TestCase.settings = settings(
     stateful_step_count=20,
 )
 TestHostileReplica = HostileMachine.TestCase
+
+
+def _replay(steps: list[tuple[str, tuple[Any, ...]]]) -> None:
+    machine = HostileMachine()
+    try:
+        for name, args in steps:
+            getattr(machine, name)(*args)
+            machine.nothing_forged_is_stored()
+            machine.every_keyring_is_the_admin_made_one()
+    finally:
+        machine.teardown()
+
+
+def test_a_key_event_altered_by_a_relay_is_pulled_again_from_an_honest_peer() -> None:
+    """Found by CI (seed 159833916745482056752446049027501178554): h alters mallory's key add
+    (origin a #3) before b pulls from it, so b refuses #3 as a forgery but stores #4; then a
+    revokes that key (#5). b's vector said a:4, a's a:5: the pull resumed after 4, #5 was held
+    for ever for the key #3 adds, and the genuine #3 was never asked for again. A peer ahead of
+    us is now checked for a position below our top that it holds and we lack."""
+    _replay(
+        [
+            ("write_at_origin", ("alice",)),
+            ("pull", ("ha",)),
+            ("forge", ("unsigned",)),
+            ("forge", ("alter",)),
+            ("pull", ("bh",)),
+            ("revoke_mallory", ()),
+            ("heal", ()),
+        ]
+    )

@@ -110,6 +110,13 @@ def test_position_fingerprints_tell_sets_apart_and_subtract_by_range(a, b) -> No
     assert sync.fingerprint(wire) == tuple(wire)
 
 
+@given(st.integers(1, 2**63 - 1), st.integers(-3, 300), st.integers(1, 2**63 - 1))
+def test_a_span_of_positions_fingerprints_as_its_positions_one_by_one(first, n, shift) -> None:
+    """`fp_span` (closed form: a peer's top may be far ahead) is `fp_of` the range."""
+    assert replication.fp_span(first, first + n - 1) == replication.fp_of(range(first, first + n))
+    assert replication.fp_span(shift, shift + 10**15)[0] == 10**15 + 1  # no loop over it
+
+
 @given(st.integers(-(2**64), 2**64) | st.integers(0, 9).map(lambda n: 2**63 - 1 + n))
 def test_a_vector_entry_past_64_bits_is_refused(n: int) -> None:
     class Named:

@@ -43,17 +43,19 @@ PAGE = "log.page"  # (PAGE, *shape): the key `plan.page_query` gives
 
 def links_column(links: LinksFunctions) -> sa.Label[Any]:
     """An event's artifact links as one column ("position<RS>id<US>…"), built with the
-    backend's functions (char, string aggregate)."""
+    backend's functions (char, string aggregate).
+
+    The per-row lookup (a correlated subquery: an index probe of `event_artifacts` per row,
+    ~0.2 µs of a SQLite page's ~2.6 µs a row) runs only when the log links any artifact: the
+    guard is an uncorrelated subquery, which SQLite and PostgreSQL evaluate once per statement
+    (issue 25)."""
     ea = event_artifacts.alias("ea")
     char, agg = links
     item = sa.cast(ea.c.position, sa.Text) + char(sa.literal_column("30")) + ea.c.artifact_id
     link_sep = char(sa.literal_column("31"))
-    return (
-        sa.select(agg(item, link_sep))
-        .where(ea.c.event_id == events.c.id)
-        .scalar_subquery()
-        .label("artifact_links")
-    )
+    per_row = sa.select(agg(item, link_sep)).where(ea.c.event_id == events.c.id)
+    any_link: sa.Exists = sa.select(event_artifacts.c.event_id).exists()
+    return sa.case((any_link, per_row.scalar_subquery())).label("artifact_links")
 
 
 def read_columns(links: LinksFunctions, fields: Sequence[str]) -> list[sa.ColumnElement[Any]]:

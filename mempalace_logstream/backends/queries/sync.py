@@ -197,12 +197,14 @@ def insert_rejection(ex: Executor, row: Mapping[str, Any]) -> None:
     ex.insert("sync.ins-rejection", sync_rejections, [dict(row)])
 
 
-_REJECTION_UPDATES = ("attempts", "last_seen_at", "message", "reason", "peer", "retryable")
+_REJECTION_UPDATES = (
+    *("attempts", "last_seen_at", "message", "reason", "peer", "retryable", "origin_seq"),
+)
 
 
 def update_rejection(ex: Executor, kind: str, ident: str, values: Mapping[str, Any]) -> None:
-    """Set `values` (attempts, last_seen_at, message, reason, peer, retryable) on the
-    rejection (kind, ident)."""
+    """Set `values` (attempts, last_seen_at, message, reason, peer, retryable, origin_seq) on
+    the rejection (kind, ident)."""
 
     def build() -> sa.Executable:
         return (
