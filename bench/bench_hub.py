@@ -3,7 +3,8 @@ to the reference hub, in one run.
 
     python bench/bench_hub.py [--quick] [--subscribers 200] [--events 50] [--appends 2000]
                               [--small 8] [--small-events 30] [--no-ref]
-    python bench/bench_hub.py --appends-only [--appends N] [--clients N] [--raw-client]
+    python bench/bench_hub.py --appends-only [--appends N] [--clients N] [--no-ref]
+                              [--client light|raw|httpx] [--no-httpx]
                               [--durability full|normal|off]
 
 Target (SPEC §9): "200 subscribers on one hub all receive an event with p95 <= 100 ms; hub
@@ -20,20 +21,26 @@ RSS <= 200 MB". Everything goes to 127.0.0.1; each hub is its own process on a f
    refusal.
 2. RSS: VmRSS of the hub process (/proc/<pid>/status) idle, with the subscribers connected,
    after the events, and its peak (VmHWM).
-3. Append throughput: 16 concurrent clients (asyncio tasks on one httpx.AsyncClient, keep-alive)
-   each posting appends to `/v1/event_append`, then 1 client; events/s, request latency, the
-   hub's CPU per append (user + system CPU of the hub process from /proc/<pid>/stat over the
-   run, divided by the appends) and this client process's CPU per append. The shipped
+3. Append throughput: 16 concurrent keep-alive clients each posting appends to
+   `/v1/event_append`, then 1 client; events/s, request latency, the hub's CPU per append
+   (user + system CPU of the hub process from /proc/<pid>/stat over the run, divided by the
+   appends) and the clients' CPU per append. The client (`--client`, bench/hub_load.py) is by
+   default "light": one blocking-socket client per process, each sending pre-built request
+   bytes (tens of microseconds of CPU per append, so the figures show the hubs, not the
+   client); "raw" runs the same clients as asyncio tasks of this process; "httpx" is tasks on
+   one `httpx.AsyncClient` (1-2 ms of CPU per request: on two cores it bounds both hubs).
+   The httpx runs are also made beside the light ones unless `--no-httpx`. The shipped
    listener is IPPROTO_TCP, so accepted connections get TCP_NODELAY (the run prints what it
-   saw on one of them). `--appends-only` runs just this on a fresh hub of ours;
-   `--raw-client` swaps httpx for a minimal HTTP/1.1 client (microseconds per request instead
-   of about a millisecond, so the figures show the hub) and `--durability` sets the hub's
-   (FULL, as shipped, fsyncs every commit).
+   saw on one of them). `--appends-only` runs just this, on a fresh hub of ours and then the
+   reference's (unless `--no-ref`); `--durability` sets our hub's there (FULL, as shipped,
+   fsyncs every commit).
 4. Reference (`mempalace==3.11.0 serve`, full install in its own venv via tests/refpkg.py):
    its SSE cap is 8 clients, so 8 subscribers on `/logstream/stream` against ours with 8 too
    (another fresh hub of ours), the 9th subscriber on each, and the same append throughput
    runs. The reference hub has no REST append: its one HTTP append route is the MCP JSON-RPC
-   `tools/call mempalace_event_append` on `POST /mcp`, which is what its numbers use.
+   `tools/call mempalace_event_append` on `POST /mcp`, which is what its numbers use (the same
+   event, request bytes built the same way; that server answers every request with
+   `Connection: close`, so its clients connect again for each append: the `connects` column).
 Never a test; figures go to docs/bench/hub.md.
 """
 
@@ -61,7 +68,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import common  # noqa: E402
+from bench import common, hub_load  # noqa: E402
 
 BENCH = "hub"
 TOKEN = "bench-hub-token"
@@ -71,11 +78,11 @@ DELIVERY_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 90.0
 clock = time.perf_counter
 
-TP_ROWS = {
-    "oursN": "ours, `logstream serve`",
-    "ours1": "ours, `logstream serve`",
-    "refN": "reference",
-    "ref1": "reference",
+HUBS = {"ours": "ours, `logstream serve`", "ref": "reference"}
+CLIENT_NAMES = {
+    "light": "light (a process each)",
+    "raw": "minimal asyncio",
+    "httpx": "httpx.AsyncClient",
 }
 Append = Callable[[Any, int], Awaitable[str]]  # (httpx.AsyncClient, worker) -> event id
 
@@ -249,21 +256,10 @@ def make_client(connections: int) -> Any:
     )
 
 
-def _append_fields(worker: int) -> dict[str, Any]:
-    return {
-        "type": "bench.hub",
-        "stream": "bench",
-        "room": "r",
-        "from_agent": f"w{worker:02d}",
-        "to_agent": "*",
-        "body": "x" * 100,
-    }
-
-
 def ours_append(url: str) -> Append:
     async def append(client: Any, worker: int) -> str:
         resp = await client.post(
-            url + "/v1/event_append", json=_append_fields(worker), headers=AUTH
+            url + "/v1/event_append", json=hub_load.append_fields(worker), headers=AUTH
         )
         if resp.status_code != 200:
             raise RuntimeError(f"our append answered {resp.status_code}: {resp.text[:300]}")
@@ -280,7 +276,10 @@ def ref_append(url: str) -> Append:
             "jsonrpc": "2.0",
             "id": worker,
             "method": "tools/call",
-            "params": {"name": "mempalace_event_append", "arguments": _append_fields(worker)},
+            "params": {
+                "name": "mempalace_event_append",
+                "arguments": hub_load.append_fields(worker),
+            },
         }
         resp = await client.post(url + "/mcp", json=rpc, headers=AUTH)
         if resp.status_code != 200:
@@ -291,61 +290,6 @@ def ref_append(url: str) -> Append:
         return str(result["event"]["id"])
 
     return append
-
-
-class RawClient:
-    """A minimal HTTP/1.1 keep-alive client on one asyncio stream (`--raw-client`): a few
-    microseconds of CPU per request where httpx spends about a millisecond, so the figures show
-    the hub, not the client. Enough HTTP for our hub's answers (Content-Length bodies)."""
-
-    def __init__(self, url: str) -> None:
-        parts = url.removeprefix("http://").split(":")
-        self.host, self.port = parts[0], int(parts[1])
-        self.streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
-
-    async def post(self, path: str, payload: dict[str, Any]) -> tuple[int, bytes]:
-        if self.streams is None:
-            self.streams = await asyncio.open_connection(self.host, self.port)
-        reader, writer = self.streams
-        body = json.dumps(payload).encode()
-        head = (
-            f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
-            f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n"
-        )
-        writer.write(head.encode() + body)
-        lines = (await reader.readuntil(b"\r\n\r\n")).split(b"\r\n")
-        length = next(
-            int(x.split(b":")[1]) for x in lines if x.lower().startswith(b"content-length:")
-        )
-        return int(lines[0].split()[1]), await reader.readexactly(length)
-
-    async def aclose(self) -> None:
-        if self.streams is not None:
-            self.streams[1].close()
-
-
-def raw_append(url: str) -> Append:
-    """Our append through `RawClient`; `client` is a dict of one RawClient per worker."""
-
-    async def append(client: Any, worker: int) -> str:
-        raw = client.setdefault(worker, RawClient(url))
-        status, body = await raw.post("/v1/event_append", _append_fields(worker))
-        if status != 200:
-            raise RuntimeError(f"our append answered {status}: {body[:300]!r}")
-        return str(json.loads(body)["event"]["id"])
-
-    return append
-
-
-@contextlib.asynccontextmanager
-async def raw_clients() -> Any:
-    clients: dict[int, RawClient] = {}
-    try:
-        yield clients
-    finally:
-        for raw in clients.values():
-            await raw.aclose()
 
 
 # ----------------------------------------------------------------- SSE fan-out
@@ -510,16 +454,16 @@ async def fanout(
 
 
 async def throughput(
-    append: Append, clients: int, per_client: int, pid: int | None, raw: bool = False
+    append: Append, clients: int, per_client: int, pid: int | None
 ) -> dict[str, Any]:
-    """`clients` tasks x `per_client` appends. A request that fails at the transport level
-    (connection reset, timeout) is counted, not retried; events/s counts the appends that
-    were answered."""
+    """httpx: `clients` tasks on one `httpx.AsyncClient` x `per_client` appends. A request that
+    fails at the transport level (connection reset, timeout) is counted, not retried; events/s
+    counts the appends that were answered."""
     import httpx
 
     lat: list[float] = []
     failed: list[str] = []
-    async with raw_clients() if raw else make_client(clients + 2) as client:
+    async with make_client(clients + 2) as client:
         warm = (append(client, w) for w in range(min(clients, 8)))
         await asyncio.gather(*warm, return_exceptions=True)  # warm-up; failures show below
 
@@ -528,7 +472,7 @@ async def throughput(
                 t0 = clock()
                 try:
                     await append(client, w)
-                except (httpx.TransportError, OSError, asyncio.IncompleteReadError) as exc:
+                except (httpx.TransportError, OSError) as exc:
                     failed.append(f"{type(exc).__name__} after {clock() - t0:.2f} s")
                     continue
                 lat.append(clock() - t0)
@@ -545,6 +489,7 @@ async def throughput(
             f"e.g. {failed[0]}"
         )
     return {
+        "client": "httpx",
         "clients": clients,
         "n": n,
         "secs": secs,
@@ -553,7 +498,24 @@ async def throughput(
         "cpu_ms": cpu * 1000 / max(1, n),
         "client_cpu_ms": mine * 1000 / max(1, n),
         "failed": len(failed),
+        "connects": None,
     }
+
+
+def measure(
+    kind: str, url: str, ref: bool, clients: int, per_client: int, pid: int | None
+) -> dict[str, Any]:
+    """One throughput run of `clients` x `per_client` appends with the `kind` client
+    ("light": hub_load's blocking clients, a process each; "raw": hub_load's asyncio one;
+    "httpx") on our hub (`POST /v1/event_append`) or the reference's (`POST /mcp`)."""
+    if kind == "httpx":
+        return asyncio.run(
+            throughput((ref_append if ref else ours_append)(url), clients, per_client, pid)
+        )
+    request = hub_load.ref_request if ref else hub_load.our_request
+    targets = [request(url, TOKEN, hub_load.append_fields(w)) for w in range(clients)]
+    run = hub_load.run if kind == "light" else hub_load.run_async
+    return run(targets, per_client, lambda: proc_cpu(pid))
 
 
 # ----------------------------------------------------------------- report
@@ -583,21 +545,78 @@ def lat_row(label: str, res: dict[str, Any] | None) -> list[str]:
     ]
 
 
-def tp_row(label: str, res: dict[str, Any] | None) -> list[str]:
-    if res is None:
-        return [label] + ["n/a"] * 8
-    s = common.summarize(res["lat"])
-    return [
-        label,
-        str(res["clients"]),
-        f"{res['n']:,}",
-        str(res["failed"]),
-        common.fmt_num(res["rate"]),
-        common.fmt_ms(s["p50"]),
-        common.fmt_ms(s["p95"]),
-        common.fmt_num(res["cpu_ms"], 2),
-        common.fmt_num(res["client_cpu_ms"], 2),
-    ]
+TP_HEADERS = [
+    "hub",
+    "client",
+    "clients",
+    "appends",
+    "failed",
+    "events/s",
+    "p50 ms",
+    "p95 ms",
+    "hub CPU ms/append",
+    "client CPU ms/append",
+    "connects",
+]
+
+
+def tp_rows(tp: dict[tuple[str, str, str], dict[str, Any] | None]) -> list[list[str]]:
+    """One row per run: (hub, clients "N"/"1", client kind) -> its figures; n/a when absent."""
+    rows = []
+    for (hub, _c, kind), res in tp.items():
+        if res is None:
+            rows.append([HUBS[hub], CLIENT_NAMES[kind]] + ["n/a"] * (len(TP_HEADERS) - 2))
+            continue
+        s = common.summarize(res["lat"])
+        rows.append(
+            [
+                HUBS[hub],
+                CLIENT_NAMES[kind],
+                str(res["clients"]),
+                f"{res['n']:,}",
+                str(res["failed"]),
+                common.fmt_num(res["rate"]),
+                common.fmt_ms(s["p50"]),
+                common.fmt_ms(s["p95"]),
+                common.fmt_num(res["cpu_ms"], 3),
+                common.fmt_num(res["client_cpu_ms"], 3),
+                "-" if res["connects"] is None else f"{res['connects']:,}",
+            ]
+        )
+    return rows
+
+
+def client_kinds(args: argparse.Namespace) -> list[str]:
+    """The clients of the throughput runs: `--client` (light by default), then httpx for
+    comparison unless that is the client already or `--no-httpx`."""
+    kinds = [args.client]
+    if args.client != "httpx" and not args.no_httpx:
+        kinds.append("httpx")
+    return kinds
+
+
+def tp_ratios(args: argparse.Namespace, tp: dict[tuple[str, str, str], Any]) -> None:
+    """ours/reference events/s and reference/ours hub CPU per append, per client kind."""
+    for kind in client_kinds(args):
+        tag = "" if kind == args.client else f", {kind} client"
+        for c, what in (("N", f"{args.clients} clients"), ("1", "1 client")):
+            mine, ref = tp.get(("ours", c, kind)), tp.get(("ref", c, kind))
+            value = mine["rate"] / ref["rate"] if mine and ref else None
+            goal = 2.0 if c == "N" and kind == args.client else None
+            common.ratio_line(
+                BENCH, f"ours/reference HTTP append events/s, {what}{tag}", value, ">=", goal
+            )
+            value = ref["cpu_ms"] / mine["cpu_ms"] if mine and ref else None
+            common.ratio_line(BENCH, f"reference/ours hub CPU per HTTP append, {what}{tag}", value)
+    one = tp.get(("ours", "1", args.client))
+    common.target_line(
+        BENCH,
+        f"ours HTTP append events/s, 1 keep-alive client ({args.client})",
+        one["rate"] if one else None,
+        "events/s",
+        ">=",
+        1000,
+    )
 
 
 def extra_text(extra: dict[str, Any] | None) -> str:
@@ -639,12 +658,22 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--appends-only",
         action="store_true",
-        help="only the append throughput runs on our hub (no fan-out, no reference)",
+        help="only the append throughput runs: our hub, then the reference's (unless --no-ref)",
     )
     p.add_argument(
-        "--raw-client",
+        "--client",
+        default="light",
+        choices=("light", "raw", "httpx"),
+        help="the append runs' client: light (blocking sockets, a process per client, pre-built "
+        "requests; default), raw (the same in asyncio tasks of this process) or httpx",
+    )
+    p.add_argument(
+        "--raw-client", action="store_true", help="the same as --client raw (kept for old commands)"
+    )
+    p.add_argument(
+        "--no-httpx",
         action="store_true",
-        help="with --appends-only: a minimal HTTP/1.1 client instead of httpx (shows the hub)",
+        help="no httpx.AsyncClient runs beside the --client ones (they show the client's cost)",
     )
     p.add_argument(
         "--durability",
@@ -653,6 +682,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="with --appends-only: our hub's --durability (default full, as shipped)",
     )
     args = p.parse_args(argv)
+    if args.raw_client:
+        args.client = "raw"
     if args.smoke:  # 3 subscribers x 2 events, 4 clients x 2 appends, 2 x 2 like for like
         args.subscribers, args.events = args.subscribers or 3, args.events or 2
         args.appends, args.clients = args.appends or 8, 4
@@ -665,38 +696,68 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+@contextlib.contextmanager
+def reference_hub(refpkg: Any, tmp: Path) -> Iterator[tuple[str, int | None]]:
+    """`mempalace serve` from the full reference venv on a fresh palace: (url, hub pid)."""
+    if not (refpkg.ref_full_venv_dir() / ".refpkg-complete").exists():
+        print(
+            "building the full reference venv (pip install mempalace==3.11.0 with "
+            "chromadb, ~525 MB, about 1-2 min the first time)",
+            flush=True,
+        )
+    refpkg.ref_full_python()
+    palace = tmp / "ref-palace"
+    palace.mkdir()
+    with refpkg.ref_hub(palace, token=TOKEN) as ref_url:
+        yield ref_url, ref_hub_pid(int(ref_url.rsplit(":", 1)[1]))
+
+
 def appends_only(args: argparse.Namespace) -> int:
-    """Our hub's append throughput alone (`--appends-only`): N clients, then 1 client."""
+    """The append throughput runs alone (`--appends-only`): on a fresh hub of ours, then on
+    the reference's unless `--no-ref`; N clients, then 1 client, with each client kind."""
     per_client = max(1, args.appends // args.clients)
     single = max(1, args.appends // 10)
-    tp: dict[str, dict[str, Any] | None] = dict.fromkeys(("oursN", "ours1"))
-    raw = bool(args.raw_client)
-    make = raw_append if raw else ours_append
-    with (
-        common.temp_dir("logstream-bench-hub-") as tmp,
-        our_hub(tmp, "hub", 256, args.durability) as hub,
-    ):
-        print(f"client: {'minimal HTTP/1.1' if raw else 'httpx'}; durability {args.durability}")
-        tp["oursN"] = asyncio.run(
-            throughput(make(hub.url), args.clients, per_client, hub.pid, raw=raw)
-        )
-        tp["ours1"] = asyncio.run(throughput(make(hub.url), 1, single, hub.pid, raw=raw))
-    common.print_table(
-        "HTTP append throughput (POST /v1/event_append, keep-alive)",
-        [
-            "hub",
-            "clients",
-            "appends",
-            "failed",
-            "events/s",
-            "p50 ms",
-            "p95 ms",
-            "hub CPU ms/append",
-            "client CPU ms/append",
-        ],
-        [tp_row(TP_ROWS[key], tp[key]) for key in ("oursN", "ours1")],
+    tp: dict[tuple[str, str, str], dict[str, Any] | None] = {}
+    refpkg, reason = common.reference_unless(args.no_ref, args.smoke)
+    print(
+        f"clients: {', '.join(client_kinds(args))}; {args.clients} x {per_client} and "
+        f"1 x {single} appends; our hub's durability {args.durability}"
     )
+    with common.temp_dir("logstream-bench-hub-") as tmp:
+        with our_hub(tmp, "hub", 256, args.durability) as hub:
+            run_appends(args, tp, "ours", hub.url, hub.pid)
+        if refpkg is not None:
+            try:
+                with reference_hub(refpkg, tmp) as (ref_url, rpid):
+                    run_appends(args, tp, "ref", ref_url, rpid)
+            except Exception as exc:  # the reference failed: keep our figures
+                reason, refpkg = f"reference run failed: {type(exc).__name__}: {exc}", None
+    common.print_table(
+        "HTTP append throughput (ours: POST /v1/event_append; reference: POST /mcp tools/call)",
+        TP_HEADERS,
+        tp_rows(tp),
+    )
+    if refpkg is None:
+        print(f"reference not measured: {reason}")
+    tp_ratios(args, tp)
     return 0
+
+
+def run_appends(
+    args: argparse.Namespace,
+    tp: dict[tuple[str, str, str], dict[str, Any] | None],
+    hub: str,
+    url: str,
+    pid: int | None,
+) -> None:
+    """Every client kind's N-client and 1-client runs on one hub, into `tp`."""
+    per_client = max(1, args.appends // args.clients)
+    single = max(1, args.appends // 10)
+    t0 = clock()
+    for kind in client_kinds(args):
+        tp[(hub, "N", kind)] = measure(kind, url, hub == "ref", args.clients, per_client, pid)
+        tp[(hub, "1", kind)] = measure(kind, url, hub == "ref", 1, single, pid)
+    print(f"{hub} append throughput: {clock() - t0:.1f} s", flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -715,14 +776,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     n = args.subscribers
     mem: dict[str, dict[str, float]] = {}
     fan: dict[str, dict[str, Any] | None] = dict.fromkeys(("big", "ours8", "ref8"))
-    tp: dict[str, dict[str, Any] | None] = dict.fromkeys(TP_ROWS)
+    tp: dict[tuple[str, str, str], dict[str, Any] | None] = {}
     refpkg, reason = common.reference_unless(args.no_ref, args.smoke)
-
-    def appends(key: str, append: Append, pid: int | None) -> None:
-        t0 = clock()
-        tp[f"{key}N"] = asyncio.run(throughput(append, args.clients, per_client, pid))
-        tp[f"{key}1"] = asyncio.run(throughput(append, 1, single, pid))
-        print(f"{key} append throughput: {clock() - t0:.1f} s")
 
     with common.temp_dir("logstream-bench-hub-") as tmp:
         # 1-3: a fresh hub of ours, capped at the fan-out size (so the next one is refused)
@@ -742,7 +797,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"(connect {fan['big']['connect_s']:.2f} s)"
             )
             nodelay_note = accepted_nodelay(hub.url)
-            appends("ours", ours_append(hub.url), hub.pid)
+            run_appends(args, tp, "ours", hub.url, hub.pid)
             mem["ours after the appends"] = proc_mem(hub.pid)
         # 4: like for like at the reference's SSE cap, another fresh hub of ours
         with our_hub(tmp, "hub8", 256) as hub:
@@ -757,18 +812,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             mem[f"ours, {args.small} subscribers (peak)"] = proc_mem(hub.pid)
         if refpkg is not None:
-            if not (refpkg.ref_full_venv_dir() / ".refpkg-complete").exists():
-                print(
-                    "building the full reference venv (pip install mempalace==3.11.0 with "
-                    "chromadb, ~525 MB, about 1-2 min the first time)",
-                    flush=True,
-                )
             try:
-                refpkg.ref_full_python()
-                palace = tmp / "ref-palace"
-                palace.mkdir()
-                with refpkg.ref_hub(palace, token=TOKEN) as ref_url:
-                    rpid = ref_hub_pid(int(ref_url.rsplit(":", 1)[1]))
+                with reference_hub(refpkg, tmp) as (ref_url, rpid):
                     mem["reference idle"] = proc_mem(rpid)
                     t0 = clock()
                     fan["ref8"] = asyncio.run(
@@ -782,7 +827,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     )
                     print(f"reference fan-out: {clock() - t0:.1f} s")
                     mem[f"reference, {args.small} subscribers (peak)"] = proc_mem(rpid)
-                    appends("ref", ref_append(ref_url), rpid)
+                    run_appends(args, tp, "ref", ref_url, rpid)
                     mem["reference after the appends"] = proc_mem(rpid)
             except refpkg.ReferenceUnavailable as exc:
                 reason = f"reference hub unavailable: {exc}"
@@ -866,18 +911,8 @@ def report(
     )
     common.print_table(
         "HTTP append throughput (ours: POST /v1/event_append; reference: POST /mcp tools/call)",
-        [
-            "hub",
-            "clients",
-            "appends",
-            "failed",
-            "events/s",
-            "p50 ms",
-            "p95 ms",
-            "hub CPU ms/append",
-            "client CPU ms/append",
-        ],
-        [tp_row(TP_ROWS[key], tp[key]) for key in TP_ROWS],
+        TP_HEADERS,
+        tp_rows(tp),
     )
     if reason:
         print(f"reference not measured: {reason}")
@@ -897,10 +932,7 @@ def report(
         if ours8 and ref8:
             value = common.percentile(ref8["lat"], q) / common.percentile(ours8["lat"], q)
         common.ratio_line(BENCH, f"reference/ours SSE delivery {name} at {k} subscribers", value)
-    for c, what in (("N", f"{args.clients} clients"), ("1", "1 client")):
-        mine, ref = tp[f"ours{c}"], tp[f"ref{c}"]
-        value = mine["rate"] / ref["rate"] if mine and ref else None
-        common.ratio_line(BENCH, f"ours/reference HTTP append events/s, {what}", value)
+    tp_ratios(args, tp)
 
 
 if __name__ == "__main__":

@@ -1,17 +1,20 @@
 """Where one keep-alive client's `POST /v1/event_append` spends the hub's time (issue 10).
 
     python bench/profile_hub.py [--appends 3000] [--durability full|normal|off]
-                                [--stub-store] [--profile [--top 40]]
+                                [--clients N] [--stub-store] [--profile [--top 40]]
 
-The hub runs in this process (uvicorn on `http.create_app`, a fresh SQLite file, a token);
-one client in a child process (`httpx.Client`, keep-alive, the bench's 100-byte event) posts
-`--appends` appends one after the other after 50 warm-up ones. Printed per append: this
-process's user and system CPU (the hub: event loop and worker threads), the CPU of the worker
-thread inside the store's `event_append` (SQL, commit, fsync system time), and the client's
-rate. `--stub-store` answers every append with one stored result without calling the store,
-so what is left is the HTTP layer alone (uvicorn, the guard, routing, JSON). `--profile`
-runs cProfile on the event loop thread (worker threads are not profiled) and prints the top
-functions by own time. Never a test; figures go to docs/bench/hub.md.
+The hub runs in this process (`HubServer` on `http.create_app`, uvicorn as `logstream serve`
+runs it, a fresh SQLite file, a token); one client in a child process (`httpx.Client`,
+keep-alive, the bench's 100-byte event) posts `--appends` appends one after the other after 50
+warm-up ones. With `--clients N`, N light clients instead (bench/hub_load.py: a process each,
+blocking sockets, pre-built requests), `--appends` in all, after 5 warm-up appends each.
+Printed per append: this process's user and system CPU (the hub: event loop and worker
+threads), the CPU of the worker thread inside the store's `event_append` (SQL, commit, fsync
+system time), and the client's rate. `--stub-store` answers every append with one stored
+result without calling the store, so what is left is the HTTP layer alone (uvicorn, the
+guard, routing, JSON). `--profile` runs cProfile on the event loop thread (worker threads are
+not profiled) and prints the top functions by own time. Never a test; figures go to
+docs/bench/hub.md.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import argparse
 import asyncio
 import cProfile
 import dataclasses
+import json
 import os
 import pstats
 import subprocess
@@ -75,6 +79,7 @@ async def run(args: argparse.Namespace, tmp: str) -> None:
     import uvicorn
 
     from mempalace_logstream import LogStore, aio, http, operations
+    from mempalace_logstream.http.server import HubServer
 
     store = LogStore.open(os.path.join(tmp, "hub.sqlite3"), durability=args.durability)
     timer = StoreTimer(operations)
@@ -89,15 +94,19 @@ async def run(args: argparse.Namespace, tmp: str) -> None:
         aio.call = answer  # type: ignore[assignment]
     app = http.create_app(store, http.HubSettings(token=TOKEN))
     sock = http.listen_socket("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    server = HubServer(config, app)  # what `logstream serve` runs (its HTTP protocol too)
     task = asyncio.ensure_future(server.serve(sockets=[sock]))
     while not server.started:
         await asyncio.sleep(0.01)
     port = str(sock.getsockname()[1])
+    cmd = [sys.executable, "-c", CLIENT, port, str(args.appends), TOKEN]
+    if args.clients:
+        per_client = str(max(1, args.appends // args.clients))
+        url = f"http://127.0.0.1:{port}"
+        cmd = [sys.executable, "-m", "bench.hub_load", url, TOKEN, str(args.clients), per_client]
     child = subprocess.Popen(
-        [sys.executable, "-c", CLIENT, port, str(args.appends), TOKEN],
-        stdout=subprocess.PIPE,
-        text=True,
+        cmd, stdout=subprocess.PIPE, text=True, cwd=str(Path(__file__).resolve().parents[1])
     )
     assert child.stdout is not None
     line = await asyncio.to_thread(child.stdout.readline)
@@ -114,11 +123,18 @@ async def run(args: argparse.Namespace, tmp: str) -> None:
     server.should_exit = True
     await task
     store.close()
-    n = args.appends
-    rate, client_cpu = line.split()
+    if args.clients:
+        n = max(1, args.appends // args.clients) * args.clients
+        got = json.loads(line)
+        rate, client_cpu = f"{got['rate']:.0f}", f"{got['client_cpu_ms']:.3f}"
+        who = f"{args.clients} light keep-alive clients"
+    else:
+        n = args.appends
+        rate, client_cpu = line.split()
+        who = "one keep-alive httpx client"
     print(
         f"durability {args.durability}{', store stubbed' if args.stub_store else ''}: "
-        f"{rate} appends/s from one keep-alive httpx client ({client_cpu} ms client CPU)"
+        f"{rate} appends/s from {who} ({client_cpu} ms client CPU)"
     )
     print(
         f"hub CPU per append: user {(t1.user - t0.user) * 1000 / n:.3f} ms, "
@@ -137,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench/profile_hub.py", description=__doc__.split("\n")[0])
     p.add_argument("--appends", type=int, default=3000)
     p.add_argument("--durability", default="full", choices=("full", "normal", "off"))
+    p.add_argument(
+        "--clients", type=int, default=0, help="N light clients (bench/hub_load.py), not httpx"
+    )
     p.add_argument("--stub-store", action="store_true", help="the HTTP layer alone")
     p.add_argument("--profile", action="store_true", help="cProfile the event loop thread")
     p.add_argument("--top", type=int, default=40)

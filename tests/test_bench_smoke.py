@@ -83,6 +83,7 @@ EXPECTED: dict[str, list[str]] = {
     "hub": [
         _target("hub", "SSE delivery p95, 3 subscribers"),
         _target("hub", "hub peak RSS with 3 subscribers", "MB"),
+        _target("hub", "ours HTTP append events/s, 1 keep-alive client (light)", "events/s"),
     ],
     "pg": [
         _ratio("pg", "append FULL 1 writer pg ours/raw psycopg"),

@@ -300,8 +300,10 @@ HTTP_RULES: dict[str, tuple[str, ...]] = {
         "presence_routes",
         "dashboard_routes",
     ),
+    # uvicorn's HTTP protocol writing each response in one socket write (issue 25): uvicorn only.
+    "one_write": (),
     # The uvicorn server that stops the app cleanly (issue 19): above the app.
-    "server": ("app",),
+    "server": ("app", "one_write"),
     "__init__": ("app", "settings"),
 }
 

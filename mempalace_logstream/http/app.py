@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
+import os
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -66,6 +68,7 @@ def create_app(
         responses=ERROR_RESPONSES,
         docs_url=None,  # served by pages.py from the package's own Swagger UI files, not a CDN
         redoc_url=None,
+        **fastapi_options(),
     )
     app.state.store = store
     app.state.settings = settings
@@ -93,6 +96,24 @@ def create_app(
     for m in mounts:
         app.router.routes.append(Route(m.path, endpoint=m.app))
     return app
+
+
+# FastAPI's native OpenTelemetry (FastAPI >= 0.142) is off unless the environment asks for
+# OpenTelemetry: while it is on, every request asks the three global providers whether one was
+# set since (~10 µs of a hub's CPU per request, issue 25), for telemetry nobody configured.
+TELEMETRY_OFF = {"tracing": False, "metrics": False, "logs": False}
+
+
+def fastapi_options(environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
+    """`FastAPI(...)`'s telemetry option: `TELEMETRY_OFF`, unless a variable of the
+    environment starts with `OTEL_` or `FASTAPI_OTEL_` (an exporter, `opentelemetry-instrument`,
+    FastAPI's own auto-configuration) or this FastAPI has no native telemetry: then nothing
+    (FastAPI's defaults)."""
+    if any(name.startswith(("OTEL_", "FASTAPI_OTEL_")) for name in environ):
+        return {}
+    if "telemetry" not in inspect.signature(FastAPI.__init__).parameters:
+        return {}
+    return {"telemetry": TELEMETRY_OFF}
 
 
 def _lifespan(

@@ -5,10 +5,14 @@ any connection: the app's open waits answer 503 "hub is stopping" and its SSE st
 (`app.stop_serving`), the mounts' answers in flight are sent (`app.drain_mounts`: the MCP
 endpoint's tool calls), and only then are the streams the SDK serves ended; one line says so.
 uvicorn then waits for nothing long, so no task is cancelled and nothing is logged as an error.
+
+Where uvicorn would use httptools (`http="auto"`, httptools installed), the server uses
+`one_write.OneWriteProtocol`: a response leaves in one socket write (issue 25).
 """
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import socket
 from collections.abc import Callable
@@ -39,6 +43,8 @@ class HubServer(uvicorn.Server):
         say: Callable[[str], None] = lambda _line: None,
         owns_process: bool = False,
     ) -> None:
+        if config.http == "auto":
+            config.http = _one_write_protocol() or "auto"
         super().__init__(config)
         self.hub_app = app
         self.say = say
@@ -73,3 +79,12 @@ class HubServer(uvicorn.Server):
             f"logstream hub stopping ({why}): answered {waits} with 503 'hub is stopping', "
             f"ended {streams}"
         )
+
+
+def _one_write_protocol() -> type[asyncio.Protocol] | None:
+    """`OneWriteProtocol` when httptools is installed (what uvicorn's "auto" picks), else None."""
+    try:
+        from mempalace_logstream.http.one_write import OneWriteProtocol
+    except ImportError:
+        return None
+    return OneWriteProtocol
