@@ -47,7 +47,8 @@ def parse(value: str) -> Stamp | None:
 
 
 def is_valid(value: str) -> bool:
-    return parse(value) is not None
+    """Whether `parse` would read `value` (without building the Stamp)."""
+    return isinstance(value, str) and HLC_RE.match(value) is not None
 
 
 class HybridClock:

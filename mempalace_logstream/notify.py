@@ -60,7 +60,12 @@ class Notifier:
     def bump(self) -> None:
         with self._cond:
             self._version += 1
-            self._cond.notify_all()
+            # A waiter counts itself under this lock before it waits, and sees the new
+            # version if it counted itself after this bump: nobody counted, nobody to wake.
+            if self._waiters:
+                self._cond.notify_all()
+            if not self._async:
+                return
             subscribers = list(self._async)
         for loop, event in subscribers:
             try:

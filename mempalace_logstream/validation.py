@@ -460,7 +460,9 @@ def event_fields(
     seen = _TEXT_SEEN
     for name, wire, rule in DRAFT_SPEC:
         value = raw.get(wire)
-        if rule == "body":  # the store's own limit
+        if value is None and rule in _NONE_CLEAN:  # a field not given: its rule's answer
+            out[name] = _NONE_CLEAN[rule]
+        elif rule == "body":  # the store's own limit
             out[name] = body(value, max_body_bytes, wire)
         elif rule in TEXT_RULES and type(value) is str:
             # Routing values repeat from write to write: a value this rule passed before
@@ -478,6 +480,12 @@ def event_fields(
     return out
 
 
+# What each rule that lets a field be left out makes of a missing value (None), asked of the
+# rule itself once: a draft gives most fields no value.
+_NONE_CLEAN: dict[str, Any] = {
+    rule: FIELD_RULES[rule](rule, None)
+    for rule in ("routing", "status", "artifact_ids", "metadata")
+}
 # Text values the TEXT_RULES passed (rule, value) -> clean value: a bounded memo, cleared
 # when full. A rule's result depends on the value alone; the field name only words errors.
 _TEXT_SEEN: dict[tuple[str, str], Any] = {}

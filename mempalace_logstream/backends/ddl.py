@@ -7,6 +7,8 @@ are `schema.py`'s.
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 
 # The local position is the SQLite rowid (INTEGER PRIMARY KEY) and a BIGINT on PostgreSQL.
@@ -14,6 +16,14 @@ SEQ_TYPE = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 # Ids and HLC stamps compare bytewise on every backend (PostgreSQL would otherwise use the
 # database collation and break "string order is causal order").
 KEY_TYPE = sa.Text().with_variant(sa.Text(collation="C"), "postgresql")
+
+
+def where_set(column: str) -> dict[str, Any]:
+    """The dialect options of an index kept to the rows where `column` is set (a partial
+    index: `column IS NOT NULL`, in both dialects' words)."""
+    where = sa.text(f"{column} IS NOT NULL")
+    return {"sqlite_where": where, "postgresql_where": where}
+
 
 # Every table that holds log content. Revision 0001 guarded the first three; 0003 added the
 # blobs (the bytes behind an artifact's sha256), so a migration passes the tables it guards.

@@ -87,6 +87,7 @@ class SqliteBackend:
         # synchronous level, busy_timeout, foreign_keys and isolation_level=None on it),
         # opened on first use and used only under the store's commit lock; reads take their own.
         self._proxy: Any = None
+        self._db: sqlite3.Connection | None = None  # its DBAPI connection
         self._busy_timeout_s = 30.0
         # (data_version, next seq, next artifact seq) after the writer's last commit.
         self._counters: tuple[int, int, int] | None = None
@@ -143,19 +144,27 @@ class SqliteBackend:
         return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
 
     def _writer(self) -> sqlite3.Connection:
-        if self._proxy is None:
-            with base.wrap_exceptions():
-                proxy = self.engine.raw_connection()
-            db: sqlite3.Connection = proxy.driver_connection  # type: ignore[assignment]
-            self._busy_timeout_s = db.execute("PRAGMA busy_timeout").fetchone()[0] / 1000
-            self._proxy = proxy
-        conn: sqlite3.Connection = self._proxy.driver_connection
-        return conn
+        if self._db is not None:
+            return self._db
+        with base.wrap_exceptions():
+            proxy = self.engine.raw_connection()
+        # Checked out for the backend's lifetime and used only through the DBAPI (which never
+        # invalidates it): its driver connection is kept, not asked for on every write.
+        db: sqlite3.Connection = proxy.driver_connection  # type: ignore[assignment]
+        self._busy_timeout_s = db.execute("PRAGMA busy_timeout").fetchone()[0] / 1000
+        self._proxy, self._db = proxy, db
+        return db
 
     def _begin(self, db: sqlite3.Connection) -> None:
         """BEGIN IMMEDIATE. SQLite already waits up to busy_timeout for the lock; a SQLITE_BUSY
         returned early (WAL recovery by another connection, for one) is retried until the
         same deadline, so callers only ever see "database busy" once it has really passed."""
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
         deadline = time.monotonic() + self._busy_timeout_s
         delay = 0.001
         while True:
@@ -170,8 +179,7 @@ class SqliteBackend:
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
 
-    @contextlib.contextmanager
-    def transaction(self, state: base.Statement | None = None) -> Iterator[_Tx]:
+    def transaction(self, state: base.Statement | None = None) -> _Transaction:
         """BEGIN IMMEDIATE … COMMIT (ROLLBACK if the block raises).
 
         `PRAGMA data_version` changes when any other connection commits (another process, or
@@ -179,22 +187,7 @@ class SqliteBackend:
         commits. While it is unchanged since our last commit, the counters we left are exact:
         `known`, and the `state` query is skipped.
         """
-        db = self._writer()
-        self._begin(db)
-        try:
-            version = db.execute("PRAGMA data_version").fetchone()[0]
-            prev = self._counters
-            tx = _Tx(db, (prev[1], prev[2]) if prev is not None and prev[0] == version else None)
-            if tx.known is None and state is not None:
-                tx.state_row = self.query(db)(*state)[0]
-            yield tx
-            db.execute("COMMIT")
-            self._counters = (version, *tx.counters) if tx.counters else None
-        except BaseException:
-            self._counters = None
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
+        return _Transaction(self, state)
 
     @contextlib.contextmanager
     def savepoint(self, db: sqlite3.Connection) -> Iterator[None]:
@@ -295,7 +288,7 @@ class SqliteBackend:
             self._readers.pop().close()  # back to the pool, which dispose() closes
         if self._proxy is not None:
             self._proxy.close()
-            self._proxy = None
+            self._proxy = self._db = None
 
 
 _FACTS_KEY = "logstream_log_facts"  # in a pooled connection's info: kept for its lifetime
@@ -313,6 +306,49 @@ class _Facts:
         if version != self.version:
             self.rows.clear()
             self.version = version
+
+
+class _Transaction:
+    """`SqliteBackend.transaction` (a plain context manager: it runs once per commit)."""
+
+    __slots__ = ("backend", "state", "db", "tx", "version")
+
+    def __init__(self, backend: SqliteBackend, state: base.Statement | None) -> None:
+        self.backend, self.state = backend, state
+
+    def __enter__(self) -> _Tx:
+        backend = self.backend
+        db = self.db = backend._writer()
+        backend._begin(db)
+        try:
+            version = self.version = db.execute("PRAGMA data_version").fetchone()[0]
+            prev = backend._counters
+            tx = self.tx = _Tx(
+                db, (prev[1], prev[2]) if prev is not None and prev[0] == version else None
+            )
+            if tx.known is None and self.state is not None:
+                tx.state_row = backend.query(db)(*self.state)[0]
+        except BaseException:
+            self._rollback()
+            raise
+        return tx
+
+    def __exit__(self, kind: type[BaseException] | None, exc: object, tb: object) -> None:
+        if kind is not None:
+            self._rollback()
+            return
+        try:
+            self.db.execute("COMMIT")
+        except BaseException:
+            self._rollback()
+            raise
+        counters = self.tx.counters
+        self.backend._counters = (self.version, *counters) if counters else None
+
+    def _rollback(self) -> None:
+        self.backend._counters = None
+        if self.db.in_transaction:
+            self.db.execute("ROLLBACK")
 
 
 @dataclass

@@ -53,6 +53,10 @@ class Verdict:
         return self.code == "unknown_key"
 
 
+# The verdict of every acceptable unsigned event (frozen: one shared instance).
+UNSIGNED = Verdict(None, "unsigned", "unsigned")
+
+
 def _false(code: Code, reason: str) -> Verdict:
     return Verdict(False, code, reason)
 
@@ -68,7 +72,7 @@ def verdict(
 ) -> Verdict:
     """Judge one event. `body_sha256` is the stored SHA-256 when the body was redacted;
     `artifact_sha256s` maps the event's artifact ids to their content SHA-256. Never raises."""
-    if hlc_mod.parse(event.hlc) is None:
+    if not hlc_mod.is_valid(event.hlc):
         return _false("malformed", f"{event.id}: malformed HLC {event.hlc!r}")
     if signature is None and key_id is None:
         return _unsigned(event, keyring)
@@ -101,7 +105,7 @@ def own_verdict(event: Event, key_id: str, keyring: Keyring) -> Verdict:
     """The verdict on a signature this process has just made with `key_id` over `event`:
     the same as `verdict` without checking the signature again (it is genuine by
     construction), only whether the key may sign this event at its HLC."""
-    if hlc_mod.parse(event.hlc) is None:
+    if not hlc_mod.is_valid(event.hlc):
         return _false("malformed", f"{event.id}: malformed HLC {event.hlc!r}")
     record = keyring.key(key_id)
     if record is None:
@@ -141,4 +145,4 @@ def _unsigned(event: Event, keyring: Keyring) -> Verdict:
             "unsigned_required",
             f"{event.id} is unsigned, but {event.from_agent} signs every event since it got a key",
         )
-    return Verdict(None, "unsigned", "unsigned")
+    return UNSIGNED

@@ -78,7 +78,7 @@ def append(tx: Transaction, events: Sequence[Event], origin: Origin) -> Appended
     if links:
         sql.insert_links(tx.ex, links)
     tx.state.appended.extend(stored)
-    if any(e.type in KEY_EVENT_TYPES for e in stored):  # from any origin
+    if any([e.type in KEY_EVENT_TYPES for e in stored]):  # from any origin
         tx.store.identity.moved()  # the keyring changes with them
     out = Appended(stored)
     for projection in tx.store.projections:
@@ -148,7 +148,8 @@ class Local:
         return [self._sealed(tx, event) for event in events]
 
     def _sealed(self, tx: Transaction, event: Event) -> Event:
-        check_names(tx.keyring(), from_agent=event.from_agent, to_agent=event.to_agent)
+        ring = tx.keyring()
+        check_names(ring, from_agent=event.from_agent, to_agent=event.to_agent)
         for aid in event.artifact_ids:
             if not sql.artifact_exists(tx.ex, aid):
                 raise errors.NotFoundError(
@@ -157,9 +158,7 @@ class Local:
                     ident=aid,
                 )
         store = tx.store
-        sealed, tx.verdict = store.identity.seal(
-            tx.ex, store.event_select, event, tx.actor, tx.keyring()
-        )
+        sealed, tx.verdict = store.identity.seal(tx.ex, store.event_select, event, tx.actor, ring)
         return sealed
 
     def idempotency_key(self, event: Event) -> str | None:

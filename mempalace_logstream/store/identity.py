@@ -50,6 +50,7 @@ class Identity:
     """The keys a store holds and the keyring it judges events with (one per store)."""
 
     def __init__(self, keys_dir: Path | None, aggregate: Any) -> None:
+        self._keys_path: str | None = None  # keys_dir as a str (a stat per signed write)
         self.keys_dir = keys_dir
         self._aggregate = aggregate  # the backend's string aggregate (`queries.marks`)
         self._lock = threading.Lock()
@@ -65,6 +66,17 @@ class Identity:
         self._transactions = 0  # write transactions begun by this store
         self._generation = 0  # moved whenever a write may have changed the keyring
 
+    @property
+    def keys_dir(self) -> Path | None:
+        """Where this store's private key files are (`<agent>.key`), if anywhere."""
+        return self._keys_dir
+
+    @keys_dir.setter
+    def keys_dir(self, path: Path | None) -> None:
+        self._keys_dir = path
+        self._keys_path = None if path is None else os.fspath(path)
+        self._pairs = None
+
     # ------------------------------------------------------------------ private keys
     def reload_keys(self) -> None:
         """Forget the loaded key files (after `agent add`/`rotate` wrote one)."""
@@ -75,7 +87,7 @@ class Identity:
         """agent name -> its private key, from `<keys_dir>/<agent>.key`; loaded again when
         the directory changed (`agent add` or `rotate` run by another process: a running hub
         signs with the new key at once)."""
-        stamp = _dir_stamp(self.keys_dir)
+        stamp = _dir_stamp(self._keys_path)
         with self._lock:
             # A directory changed less than a second before the load may change again within
             # the same mtime tick (file systems keep coarse times): reload until it settles.
@@ -144,13 +156,11 @@ class Identity:
         the transaction read at its start if the generation is still `marks_generation`."""
         with self._lock:
             held, generation = self._write_ring, self._generation
-        if held is not None and held[2] == generation:
-            ring, at = held[0], held[1]
-            if at == number or (unchanged and at == number - 1):
-                with self._lock:
-                    if self._generation == generation:
-                        self._write_ring = (ring, number, generation)
-                return ring
+            if held is not None and held[2] == generation:
+                ring, at = held[0], held[1]
+                if at == number or (unchanged and at == number - 1):
+                    self._write_ring = (ring, number, generation)
+                    return ring
         ring = self.keyring(ex, select, marks if marks_generation == generation else None)
         with self._lock:
             if self._generation == generation:
@@ -339,7 +349,7 @@ def _refusal(judged: Verdict, event: Event, keys_dir: Path | None) -> str:
 _SETTLE_NS = 1_000_000_000
 
 
-def _dir_stamp(keys_dir: Path | None) -> int | None:
+def _dir_stamp(keys_dir: str | None) -> int | None:
     """The keys directory's mtime (ns): adding, renaming or removing a key file changes it."""
     if keys_dir is None:
         return None

@@ -79,6 +79,7 @@ class CommitPipeline:
         # Waiters sleep on it until their item is settled or nobody leads (`write`).
         self._settled = threading.Condition(self._queue_lock)
         self._leading = False
+        self._sleepers = 0  # callers waiting on `_settled` (counted under its lock)
         self._commit_lock = threading.Lock()
         self.closed = False
         # (SQL text, parameters) of a statement shape, compiled once per store.
@@ -126,7 +127,11 @@ class CommitPipeline:
             # without queueing for the commit lock behind the next transaction (a convoy
             # that kept batches at 1-2 items when commits take round trips).
             while self._leading and not item.done:
-                settled.wait()
+                self._sleepers += 1
+                try:
+                    settled.wait()
+                finally:
+                    self._sleepers -= 1
             lead = not item.done
             if lead:
                 self._leading = True
@@ -139,7 +144,8 @@ class CommitPipeline:
             finally:
                 with settled:
                     self._leading = False
-                    settled.notify_all()
+                    if self._sleepers:  # a lone writer wakes nobody
+                        settled.notify_all()
         if item.error is not None:
             raise item.error
         return item.result

@@ -4,6 +4,7 @@ and `Transaction`, the public API inside a group-committed write transaction
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -21,6 +22,7 @@ from mempalace_logstream.identity.actor import Actor
 from mempalace_logstream.identity.keyring import Keyring
 from mempalace_logstream.identity.verdict import Verdict
 from mempalace_logstream.models import (
+    DRAFT_FIELDS,
     DRAFT_SPEC,
     Artifact,
     ArtifactDraft,
@@ -109,15 +111,21 @@ class Transaction:
         clock = self.store.clock
         ms = clock.wall_clock.now_ms()
         seq = self.state.next_seq
-        return Event(
-            id=new_id("evt", ms),
-            seq=seq,
-            origin_replica=self.store.replica_id,
-            origin_seq=seq,
-            hlc=clock.now(),
-            created_at=now_text(ms),
+        # Filled like a read row becomes an Event (store/plan.py): no frozen __init__'s
+        # field-by-field __setattr__ (an Event has no check of its own to skip).
+        values = {
+            "id": new_id("evt", ms),
+            "seq": seq,
+            "origin_replica": self.store.replica_id,
+            "origin_seq": seq,
+            "hlc": clock.now(),
             **draft.values,
-        )
+            "created_at": now_text(ms),
+            **_MINTED_DEFAULTS,
+        }
+        event = object.__new__(Event)
+        event.__dict__.update(values)
+        return event
 
     def insert_artifact(self, draft: ArtifactDraft) -> Artifact:
         """The one insert of a local artifact (content kept once per sha256)."""
@@ -254,10 +262,9 @@ class Writes:
         """Validate raw event fields (S-4; `models.EventArgs` names them) into a draft: each
         by its rule of the spec, in `Event`'s field order (a remote event's checks run the
         same rules), then the idempotency key. Raises ValidationError naming the field."""
-        raw: dict[str, Any] = {**fields}
-        unknown = raw.keys() - _ARG_NAMES
-        if unknown:
-            raise v.fail(min(unknown), "is not a known parameter")
+        raw: dict[str, Any] = fields  # type: ignore[assignment]
+        if not _ARG_NAMES.issuperset(raw):
+            raise v.fail(min(raw.keys() - _ARG_NAMES), "is not a known parameter")
         values = v.event_fields(raw, self.max_body_bytes)
         _not_tombstone(values["body"])
         key = v.idempotency_key(raw.get("idempotency_key"))
@@ -350,6 +357,15 @@ def same_as_prior(prior: Event, draft: EventDraft) -> Event:
     return prior
 
 
+# The fields of an Event neither a draft nor `_new_event` gives: their declared defaults.
+_MINTED_DEFAULTS = {
+    f.name: f.default
+    for f in dataclasses.fields(Event)
+    if f.name not in DRAFT_FIELDS and f.default is not dataclasses.MISSING
+}
+_MINTED = frozenset(("id", "seq", "origin_replica", "origin_seq", "hlc", "created_at"))
+if {f.name for f in dataclasses.fields(Event)} != {*DRAFT_FIELDS, *_MINTED, *_MINTED_DEFAULTS}:
+    raise RuntimeError("Transaction._new_event does not give every field of Event")
 # What `draft_event` takes: the draft fields by their wire names, and the idempotency key.
 _ARG_NAMES = frozenset([wire for _name, wire, _rule in DRAFT_SPEC] + ["idempotency_key"])
 
