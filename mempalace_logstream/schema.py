@@ -11,7 +11,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from mempalace_logstream.backends.ddl import KEY_TYPE, SEQ_TYPE, where_set
+from mempalace_logstream.backends.ddl import KEY_TYPE, SEQ_TYPE, declared_where_set
 from mempalace_logstream.models import EVENT_SPEC
 
 SCHEMA_HEAD = "0011"
@@ -51,8 +51,9 @@ SPARSE_COLUMNS = ("topic", "correlation_id", "status", "idempotency_key")
 
 
 def _where_set(column: str) -> dict[str, Any]:
-    """An index on `column` keeps to the rows where it is set if it is sparse."""
-    return where_set(column) if column in SPARSE_COLUMNS else {}
+    """An index on `column` keeps to the rows where it is set if it is sparse (SQLite's
+    predicate; the PostgreSQL backend adds its own, `ddl.postgresql_where_too`)."""
+    return declared_where_set(column) if column in SPARSE_COLUMNS else {}
 
 
 events = sa.Table(

@@ -237,3 +237,41 @@ def test_a_sparse_column_is_indexed_where_set_and_read_through_that_index(
             r[3] for r in raw.execute("EXPLAIN QUERY PLAN " + body_reads[0][0], body_reads[0][1])
         ]
     assert any(f"ix_events_{column}_seq ({column}=?" in step for step in plan), plan
+
+
+def test_a_sqlite_write_loads_no_postgresql_dialect(tmp_path: Path) -> None:
+    """The sparse indexes' PostgreSQL predicate is added by the PostgreSQL backend when it
+    loads (`ddl.postgresql_where_too`): naming it in schema.py loaded SQLAlchemy's PostgreSQL
+    dialect into every process, ~25 ms of each `logstream append` (issue 25). Creating a log
+    runs the migrations, which name both dialects; opening one and appending does not."""
+    import subprocess
+    import sys
+
+    db = str(tmp_path / "log.sqlite3")
+    LogStore.open(db).close()
+    code = (
+        "import sys\n"
+        "from mempalace_logstream import LogStore\n"
+        f"with LogStore.open({db!r}) as s:\n"
+        "    s.event_append(type='note', stream='s', room='r', from_agent='a', topic='t')\n"
+        "print(sorted(m for m in sys.modules if m.startswith('sqlalchemy.dialects.postgresql')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_the_postgresql_backend_names_the_sparse_indexes_predicates() -> None:
+    from mempalace_logstream import schema
+    from mempalace_logstream.backends import postgres  # noqa: F401  (adds them on import)
+
+    wheres = {
+        ix.name: str(ix.dialect_kwargs.get("postgresql_where"))
+        for ix in schema.events.indexes
+        if ix.dialect_kwargs.get("sqlite_where") is not None
+    }
+    assert wheres == {
+        "ix_events_topic_seq": "topic IS NOT NULL",
+        "ix_events_status_seq": "status IS NOT NULL",
+        "ix_events_correlation_id_seq": "correlation_id IS NOT NULL",
+        "uq_events_writer_idempotency_key": "idempotency_key IS NOT NULL",
+    }

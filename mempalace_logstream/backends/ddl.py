@@ -7,6 +7,7 @@ are `schema.py`'s.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -18,11 +19,28 @@ SEQ_TYPE = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 KEY_TYPE = sa.Text().with_variant(sa.Text(collation="C"), "postgresql")
 
 
-def where_set(column: str) -> dict[str, Any]:
+def where_set(column: str, dialects: Sequence[str] = ("sqlite", "postgresql")) -> dict[str, Any]:
     """The dialect options of an index kept to the rows where `column` is set (a partial
-    index: `column IS NOT NULL`, in both dialects' words)."""
+    index: `column IS NOT NULL`, in the words of each of `dialects`)."""
     where = sa.text(f"{column} IS NOT NULL")
-    return {"sqlite_where": where, "postgresql_where": where}
+    return {f"{dialect}_where": where for dialect in dialects}
+
+
+def declared_where_set(column: str) -> dict[str, Any]:
+    """What schema.py declares for a partial index on `column`: SQLite's predicate alone
+    (`postgresql_where_too` adds PostgreSQL's when that backend loads)."""
+    return where_set(column, ("sqlite",))
+
+
+def postgresql_where_too(table: sa.Table) -> None:
+    """Give each partial index of `table` its PostgreSQL predicate, SQLite's own. The schema
+    declares SQLite's alone: naming a `postgresql_` option loads SQLAlchemy's PostgreSQL
+    dialect (~25 ms of every SQLite process's start, issue 25), so the PostgreSQL backend
+    calls this when it loads. Idempotent."""
+    for index in table.indexes:
+        where = index.dialect_kwargs.get("sqlite_where")
+        if where is not None:
+            index.dialect_kwargs["postgresql_where"] = where
 
 
 # Every table that holds log content. Revision 0001 guarded the first three; 0003 added the

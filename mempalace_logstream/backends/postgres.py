@@ -23,11 +23,14 @@ from typing import Any
 import psycopg
 import sqlalchemy as sa
 
-from mempalace_logstream import errors, notify
-from mempalace_logstream.backends import base
+from mempalace_logstream import errors, notify, schema
+from mempalace_logstream.backends import base, ddl
 from mempalace_logstream.backends.pg_listen import PgListenSignal, autocommit_connector
 from mempalace_logstream.backends.pg_readers import FRESH_S, READERS_KEPT, Reader, end_read
 from mempalace_logstream.backends.pg_writer import PgExecutor, WriteQueue
+
+# The partial indexes of migration 0011 in PostgreSQL's words too (schema.py names SQLite's).
+ddl.postgresql_where_too(schema.events)
 
 PG_APPEND_LOCK = 0x6C6F6773  # "logs": one advisory lock serializes seq assignment
 # The log's own tables (indexes and TOAST included), not the whole database: several logs may
