@@ -167,3 +167,31 @@ def test_reads_at_a_stricter_isolation_level_still_see_every_commit(pg_url: str)
         second = store.event_append(**_note(body="2"))
         assert [e.id for e in store.event_list(order="asc").events] == [first.id, second.id]
         assert store.task_list()["tasks"] == []
+
+
+def test_a_reader_idle_past_its_freshness_goes_back_to_the_pool_out_of_autocommit(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kept reader idle longer than FRESH_S goes back through the pool's pre-ping; it went
+    back still in autocommit, so the store's own SQLAlchemy work on that connection (doctor's
+    SAVEPOINTs) failed with "SAVEPOINT can only be used in transaction blocks" (CI, a hub's
+    doctor on PostgreSQL). Every connection the pool holds is out of autocommit."""
+    from mempalace_logstream import doctor
+    from mempalace_logstream.backends import postgres
+
+    with LogStore.open(pg_url) as store:
+        store.event_append(**_note(body="1"))
+        assert store.event_list().events  # a reader kept, in autocommit
+        store.engine.raw_connection().close()  # another idle connection in the pool, first
+        later = time.monotonic() + 60  # the clock moves past FRESH_S
+        monkeypatch.setattr(postgres.time, "monotonic", lambda: later)
+        assert store.event_list().events  # the idle reader goes back to the pool
+        pool = store.engine.pool
+        held = [store.engine.raw_connection() for _ in range(pool.checkedin())]
+        try:
+            assert held, "the idle reader went back to the pool"
+            assert [p.driver_connection.autocommit for p in held] == [False] * len(held)
+        finally:
+            for p in held:
+                p.close()
+        assert doctor.run(store).healthy, doctor.run(store).to_dict()["findings"]

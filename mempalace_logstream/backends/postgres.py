@@ -365,6 +365,8 @@ class PostgresBackend:
         if time.monotonic() - reader.used_at <= FRESH_S:
             reader.pinged = False
             return reader
+        with contextlib.suppress(Exception):
+            reader.restore()  # the pool's connections are not in autocommit
         reader.proxy.close()  # idle a while: back through the pool's pre-ping
         return self._fresh_reader()
 
