@@ -159,13 +159,7 @@ class SqliteBackend:
         """BEGIN IMMEDIATE. SQLite already waits up to busy_timeout for the lock; a SQLITE_BUSY
         returned early (WAL recovery by another connection, for one) is retried until the
         same deadline, so callers only ever see "database busy" once it has really passed."""
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) and "busy" not in str(exc):
-                raise
-        deadline = time.monotonic() + self._busy_timeout_s
+        deadline: float | None = None  # set at the first early SQLITE_BUSY (rare)
         delay = 0.001
         while True:
             try:
@@ -174,7 +168,10 @@ class SqliteBackend:
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) and "busy" not in str(exc):
                     raise
-                if time.monotonic() + delay >= deadline:
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self._busy_timeout_s
+                if now + delay >= deadline:
                     raise
             time.sleep(delay)
             delay = min(delay * 2, 0.05)

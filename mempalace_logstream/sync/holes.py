@@ -67,9 +67,11 @@ def behind_start(
     theirs = None if rfps is None else rfps.get(origin)
     if theirs is None or held_top == 0:
         return held_top
+    expected = replication.fp_sum(fp, replication.fp_span(held_top + 1, top))
+    if expected == theirs:  # the usual case: no query
+        return held_top
     held_back = replication.held_fingerprint(store, origin, held_top)
-    ahead = replication.fp_span(held_top + 1, top)
-    if replication.fp_sum(replication.fp_sum(fp, held_back), ahead) == theirs:
+    if replication.fp_sum(expected, held_back) == theirs:
         return held_top
     ours = replication.fingerprint_upto(store, origin, top)
     first = first_gap(store, peer, origin, top, "peer", (ours, theirs))
