@@ -17,6 +17,8 @@ BRIDGE_FORBIDS = ("fastapi", "typer", "mcp", "store", "backends", "sqlalchemy", 
 # their short names; libraries by their top-level distribution module.
 RULES: dict[str, tuple[str, ...]] = {
     "errors": ("<package>",),
+    # The deferred import of the statement builders (SQLAlchemy, the schema): stdlib only.
+    "lazy": ("<package>", "sqlalchemy", *SURFACE_LIBS),
     # How sender text is shown to a terminal or a model (S-8.11): pure, the standard library.
     "display": ("<package>", "sqlalchemy", "rich", *SURFACE_LIBS),
     "hlc": ("sqlalchemy", "<package>", *SURFACE_LIBS),
