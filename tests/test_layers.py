@@ -35,6 +35,8 @@ RULES: dict[str, tuple[str, ...]] = {
     "migrate": ("store", *SURFACE_LIBS),
     "config": ("store", "backends", *SURFACE_LIBS),
     "operations": SURFACE_LIBS,
+    # The operations' handlers and call rule, without the parameter models (the lean writer).
+    "op_handlers": ("pydantic", "op_params", "sqlalchemy", "schema", "backends", *SURFACE_LIBS),
     # The operations' parameters (issue 21): pure descriptions, read by every surface.
     "op_params": ("sqlalchemy", "store", "schema", "backends", *SURFACE_LIBS),
     "presence": ("sqlalchemy", "store", "backends", "schema", "notify", "sync", *SURFACE_LIBS),
