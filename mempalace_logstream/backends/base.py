@@ -191,11 +191,15 @@ class Compiler:
     ) -> tuple[str, Mapping[str, Any]]:
         hit = self.cache.get(key)
         if hit is None:
-            compiled = build().compile(dialect=self.dialect)
-            defaults = {k: v for k, v in compiled.params.items() if v is not None}
-            hit = self.cache[key] = (str(compiled), defaults)
+            hit = self.cache[key] = self.compile_new(key, build)
         sql, defaults = hit
         return sql, ({**defaults, **params} if defaults else params)
+
+    def compile_new(self, key: Any, build: Build) -> tuple[str, dict[str, Any]]:
+        """(SQL text, the values of its own literals) of a shape not compiled yet."""
+        compiled = build().compile(dialect=self.dialect)
+        defaults = {k: v for k, v in compiled.params.items() if v is not None}
+        return str(compiled), defaults
 
 
 def storage_error(

@@ -115,10 +115,6 @@ class SqliteBackend(SqliteWriter):
         found = [str(r[0]) for r in conn.exec_driver_sql("PRAGMA integrity_check").all()]
         return "PRAGMA integrity_check", [] if found == ["ok"] else found
 
-    def before_redaction(self) -> str | None:
-        # Freed pages are zeroed, so the removed bytes do not linger in the file.
-        return "PRAGMA secure_delete = ON"
-
     def db_size(self) -> int | None:
         path = self.engine.url.database or ""
         return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))

@@ -4,20 +4,24 @@ query while `PRAGMA data_version` shows nobody else committed, savepoints, and t
 of the store's precompiled SQL (positional INSERTs of events, a TEMP stage for big pages).
 
 `SqliteBackend` (sqlite.py) is this on the SQLAlchemy engine's writer connection; the lean
-local writer (store/lean_write.py) is this on a connection it opens itself. One transaction
-rule for both. Must not import sqlalchemy (tests/test_lean_write.py).
+local writer (store/lean_write.py) is this on a connection `open_writer` opens itself, set up
+as engine.py's connect listener sets the store's (`SqliteFileWriter`). One transaction rule
+for both. Must not import sqlalchemy (tests/test_lean_write.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
+from mempalace_logstream import errors
 from mempalace_logstream.backends import base, sqlite_file
+from mempalace_logstream.backends.sqlite_reader import BUSY_TIMEOUT_MS, URL_PREFIX, SqliteReader
 
 EVENTS_TABLE = "events"  # schema.events.name (tests/test_lean_write.py holds them equal)
 
@@ -52,6 +56,10 @@ class SqliteWriter:
     def _writer(self) -> sqlite3.Connection:
         """The writer's connection (set up as engine.py's connect listener does)."""
         raise NotImplementedError
+
+    def before_redaction(self) -> str | None:
+        # Freed pages are zeroed, so the removed bytes do not linger in the file.
+        return "PRAGMA secure_delete = ON"
 
     def _begin(self, db: sqlite3.Connection) -> None:
         """BEGIN IMMEDIATE. SQLite already waits up to busy_timeout for the lock; a SQLITE_BUSY
@@ -220,3 +228,95 @@ class SqliteExecutor(base.DbapiExecutor):
             self._execute(_STAGE_MOVE)
         finally:
             self._execute(f"DELETE FROM temp.{_STAGE}")
+
+
+def open_writer(target: str, durability: str = "full") -> SqliteFileWriter | None:
+    """A writer of the log file at `target` (a plain `sqlite:///PATH`, what config.resolve_db
+    makes), or None when the store must open it: another URL, options, an unknown durability,
+    a missing file (the store creates it), a file this process may not write (the store says
+    so in its words). Raises the store's StorageError for a file that is not a log."""
+    if not target.startswith(URL_PREFIX) or durability not in sqlite_file.DURABILITY:
+        return None
+    path = target[len(URL_PREFIX) :]
+    if not path or path == ":memory:" or "?" in path or "%" in path:
+        return None  # no file, or URL options / escapes: SQLAlchemy's URL parser decides
+    if not os.path.exists(path) or sqlite_file.read_only_mode(path) is not None:
+        return None
+    sqlite_file.check_log_file(path, None)
+    try:
+        db = sqlite3.connect(
+            path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
+        )
+    except sqlite3.Error as exc:
+        raise errors.StorageError(sqlite_file.storage_message(exc)) from exc
+    try:
+        sync = sqlite_file.DURABILITY[durability]
+        sqlite_file.configure(db, path, sync, BUSY_TIMEOUT_MS, True)
+        sqlite_file.add_functions(db)
+    except sqlite3.Error as exc:
+        db.close()
+        raise errors.StorageError(sqlite_file.storage_message(exc)) from exc
+    except BaseException:
+        db.close()
+        raise
+    return SqliteFileWriter(db, path)
+
+
+class SqliteFileWriter(SqliteWriter):
+    """The backend of the lean writer: `SqliteWriter` on its own connection, read snapshots on
+    the same connection; what only the store does (compiling, opening, migrating, doctor,
+    stats) is not here."""
+
+    name = "sqlite"
+    driver_errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
+    notify_channel: str | None = None
+    split_inbox = True  # SqliteBackend's (the generated table holds it too)
+    rows_json_sql: str | None = None
+
+    def __init__(self, db: sqlite3.Connection, path: str) -> None:
+        super().__init__()
+        self.db, self.path = db, path
+        self._busy_timeout_s = BUSY_TIMEOUT_MS / 1000
+
+    def _writer(self) -> sqlite3.Connection:
+        return self.db
+
+    def links_functions(self) -> base.LinksFunctions:
+        """Only statement builds call them, and the lean writer builds none."""
+        return _not_here, _not_here
+
+    def describe(self) -> str:
+        return self.path
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[base.Query]:
+        with SqliteReader(self.db).snapshot() as query:
+            yield query
+
+    def remember_log_facts(self, statements: Any) -> None:
+        """Nothing to remember: one command, one connection."""
+
+    def sql_dialect(self) -> Any:
+        _not_here()
+
+    def check_log(self, conn: Any, create: bool) -> None:
+        _not_here()
+
+    def lock_migrations(self, conn: Any, key: int) -> None:
+        _not_here()
+
+    def change_signal(self) -> None:
+        return None  # nobody waits in a one-call writer
+
+    def integrity_problems(self, conn: Any) -> tuple[str, list[str]]:
+        _not_here()
+
+    def db_size(self) -> int | None:
+        _not_here()
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def _not_here(*_args: Any) -> NoReturn:
+    raise NotImplementedError("the lean writer's backend: the store does this (LogStore.open)")
