@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from mempalace_logstream import errors, operations, schema
+from mempalace_logstream import agents, errors, operations, schema
 from mempalace_logstream.backends import base, sqlite_write_sql, sqlite_writer
 from mempalace_logstream.backends.sqlite import SqliteBackend
 from mempalace_logstream.operations import LocalClient
@@ -41,13 +41,21 @@ def new_log(path: Path) -> str:
     return url(path)
 
 
-@pytest.fixture
-def twins(tmp_path: Path) -> Iterator[tuple[Path, LocalClient, Path, LeanWriter]]:
+@pytest.fixture(params=[False, True], ids=["plain", "keyed"])
+def twins(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[Path, LocalClient, Path, LeanWriter]]:
+    """Two new logs; "keyed": alice and bob hold keys (RFC 0008), so their writes are
+    signed, judged and their names checked against the keyring."""
     full_db, lean_db = tmp_path / "full" / "log.sqlite3", tmp_path / "lean" / "log.sqlite3"
-    full_db.parent.mkdir()
-    lean_db.parent.mkdir()
-    new_log(full_db)
-    lean = open_lean_writer(new_log(lean_db))
+    for db in (full_db, lean_db):
+        db.parent.mkdir()
+        new_log(db)
+        if request.param:
+            with LogStore.open(str(db)) as store:
+                for name in ("alice", "bob"):
+                    agents.add(store, name)
+    lean = open_lean_writer(url(lean_db))
     assert lean is not None
     client = LocalClient(LogStore.open(str(full_db)))
     try:
@@ -87,16 +95,20 @@ def test_the_spelled_out_names_are_the_schemas() -> None:
 
 # ----------------------------------------------------------------------------- twins
 
-ID = re.compile(r"\b(?:evt|art|rep|task)_[0-9A-Za-z]+(?:_[0-9a-f]+)?\b")
+ID = re.compile(r"\b(?:evt|art|rep|task)_[0-9A-Za-z]+(?:_[0-9a-f]+)?\b|ed25519:[0-9a-f]{32}")
 STAMPS = (
     (re.compile(r"\b\d{13}-\d{6}-"), "HLC-"),
     (re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z"), "TIME"),
     (re.compile(r"\b1\d{12}\b"), "MS"),
+    # an Ed25519 signature and public key (each log has its own keys)
+    (re.compile(r"(?<![\w-])[\w-]{86}(?![\w-])"), "SIG"),
+    (re.compile(r"(?<![\w-])[\w-]{43}(?![\w-])"), "PUBLIC_KEY"),
 )
 
 
 def normalized(value: Any) -> str:
-    """`value` as JSON with ids numbered by first appearance and stamps blanked."""
+    """`value` as JSON with ids and key ids numbered by first appearance, stamps and
+    signatures blanked."""
     text = json.dumps(value, sort_keys=True, default=str)
     seen: dict[str, str] = {}
     text = ID.sub(lambda m: seen.setdefault(m.group(0), f"ID{len(seen)}"), text)

@@ -254,6 +254,21 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ),
         {},
     ),
+    "tasks.thread": (
+        (
+            "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
+            "events.hlc, events.type, events.stream, events.room, events.topic, "
+            "events.from_agent, events.to_agent, events.correlation_id, "
+            "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
+            "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
+            "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
+            "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
+            "ea.event_id = events.id) END AS artifact_links, events.body, "
+            "events.created_at, events.metadata_json, events.sig, events.key_id \n"
+            "FROM events \nWHERE events.correlation_id = :cid ORDER BY events.seq"
+        ),
+        {},
+    ),
     "tasks.thread-arts": (
         (
             "SELECT event_artifacts.artifact_id \nFROM event_artifacts JOIN events ON "
@@ -331,6 +346,10 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             ":param_2"
         ),
         {"param_1": 16, "param_2": 0},
+    ),
+    ("identity.artifact-sha256", 1): (
+        ("SELECT artifacts.id, artifacts.sha256 \nFROM artifacts \nWHERE artifacts.id IN (:a0)"),
+        {},
     ),
     ("log.top", True): (
         (

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from mempalace_logstream import deliveries, hlc, notify
+from mempalace_logstream import deliveries, errors, hlc, notify
 from mempalace_logstream import op_handlers as handlers
 from mempalace_logstream import validation as v
 from mempalace_logstream.backends import sqlite_write_sql as generated
@@ -247,29 +247,35 @@ LEAN_OPS = ("event_append", "event_ack", "task_create", "task_update", "task_sta
 
 def generate() -> dict[str, Any]:
     """{SCHEMA_HEAD, SPLIT_INBOX, OPERATIONS, STATEMENTS} from a real store on SQLite: the
-    calls `_exercise` makes through `operations.LocalClient`, and every statement the store
-    compiled for them; OPERATIONS is `operations.params()` (the pydantic models' table) and
-    whether each writes. Imports SQLAlchemy and the store: never called on the write path."""
+    calls `_exercise` makes through `operations.LocalClient` (by writers without keys, then
+    with keys), and every statement the store compiled for them; OPERATIONS is
+    `operations.params()` (the pydantic models' table) and whether each writes. Imports
+    SQLAlchemy and the store: never called on the write path."""
     import tempfile
 
-    from mempalace_logstream import operations
+    from mempalace_logstream import agents, operations
     from mempalace_logstream.backends.sqlite import SqliteBackend
     from mempalace_logstream.schema import SCHEMA_HEAD
     from mempalace_logstream.store.core import LogStore
 
-    with tempfile.TemporaryDirectory() as tmp:
-        path = f"{tmp}/log.sqlite3"
-        LogStore.open(path).close()  # made and migrated: the next open finds it ready
-        store = LogStore.open(path)
-        client = operations.LocalClient(store)
-        try:
-            _exercise(client.call)
-        finally:
-            client.close()  # the delivery ledger's flush compiles its statement too
-        with LogStore.open(path) as opened, opened.snapshot() as ex:
-            for key in (REPLICA_ID_KEY, task_rows.FOLD_VERSION_KEY):  # what `_ready` reads
-                meta_rows.get(ex, key)
-            statements = {**store.compiled_sql(), **opened.compiled_sql()}
+    statements: dict[Any, tuple[str, dict[str, Any]]] = {}
+    for keyed in (False, True):  # writers without keys, and with (signed, judged: RFC 0008)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = f"{tmp}/log.sqlite3"
+            with LogStore.open(path) as made:  # made and migrated: the next open finds it ready
+                for name in ("a", "b") if keyed else ():
+                    agents.add(made, name)
+            store = LogStore.open(path)
+            client = operations.LocalClient(store)
+            try:
+                _exercise(client.call)
+            finally:
+                client.close()  # the delivery ledger's flush compiles its statement too
+            statements |= store.compiled_sql()
+            with LogStore.open(path) as opened, opened.snapshot() as ex:
+                for key in (REPLICA_ID_KEY, task_rows.FOLD_VERSION_KEY):  # what `_ready` reads
+                    meta_rows.get(ex, key)
+                statements |= opened.compiled_sql()
     params = operations.params()
     return {
         "SCHEMA_HEAD": SCHEMA_HEAD,
@@ -304,8 +310,17 @@ def _exercise(call: Callable[..., dict[str, Any]]) -> None:
         base_commit="0" * 40,
         done="d",
     )["task_id"]
+    refused = (  # moves the row refuses, and one only the thread decides (a keyed log)
+        {"action": "progress", "from_agent": "b", "progress": 10},
+        {"action": "claim", "from_agent": "c"},
+    )
+    for move in refused:
+        with contextlib.suppress(errors.LogstreamError):
+            call("task_update", task_id=task, **move)
     call("task_update", task_id=task, action="claim", from_agent="b")
     call("task_update", task_id=task, action="progress", from_agent="b", progress=50)
+    with contextlib.suppress(errors.LogstreamError):
+        call("task_update", task_id=task, action="progress", from_agent="b", progress=20)
     done = {"result": {"disposition": "completed"}, "artifact_ids": [art]}
     call("task_update", task_id=task, action="complete", from_agent="b", **done)
     call("task_update", task_id=task, action="accept", from_agent="a")
