@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from mempalace_logstream import agents, errors, operations, schema
+from mempalace_logstream import op_handlers as handlers
 from mempalace_logstream.backends import base, sqlite_write_sql, sqlite_writer
 from mempalace_logstream.backends.sqlite import SqliteBackend
 from mempalace_logstream.operations import LocalClient
@@ -83,6 +84,32 @@ def test_the_generated_sql_is_the_stores_own() -> None:
         assert mutating == (op in operations.MUTATING)
 
 
+@pytest.mark.parametrize("op", sorted(sqlite_write_sql.OPERATIONS))
+def test_the_argument_check_is_the_operation_tables(op: str) -> None:
+    """The lean writer's check (the generated parameter table, no pydantic) keeps and refuses
+    what `operations.check_args` (the pydantic models' table) keeps and refuses."""
+    table, mutating = sqlite_write_sql.OPERATIONS[op]
+    required = [name for name, needed in table.items() if needed]
+    full = {name: "x" for name in table}
+    cases = [
+        full,
+        {**full, "nope": 1},  # not a parameter
+        {name: "x" for name in required},
+        {name: None for name in table},  # None is "not given": every required one missing
+        *({k: v for k, v in full.items() if k != name} for name in required),
+    ]
+    for args in cases:
+        want = outcome(operations.check_args, op, dict(args))
+        assert outcome(handlers.checked, op, table, dict(args), mutating) == want
+
+
+def outcome(run: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return run(*args)
+    except errors.LogstreamError as exc:
+        return (type(exc).__name__, exc.message, exc.field)
+
+
 def test_the_spelled_out_names_are_the_schemas() -> None:
     """The write path names columns and tables without building the schema's Tables."""
     names = tuple(c.name for c in schema.events.c if c.name != "idempotency_key")
@@ -117,7 +144,7 @@ def normalized(value: Any) -> str:
     return text
 
 
-def outcome(call: Call, op: str, **args: Any) -> dict[str, Any]:
+def answer(call: Call, op: str, **args: Any) -> dict[str, Any]:
     """The answer, or the error's class, message and field."""
     try:
         return call(op, **args)
@@ -130,9 +157,9 @@ def script(call: Call) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
 
     def do(op: str, **args: Any) -> dict[str, Any]:
-        answer = outcome(call, op, **args)
-        out.append(answer)
-        return answer
+        got = answer(call, op, **args)
+        out.append(got)
+        return got
 
     where = {"stream": "project/x", "room": "r"}
     first = do("event_append", type="note", from_agent="alice", body="hi", **where)
