@@ -262,6 +262,7 @@ def test_what_the_store_must_open_is_none(tmp_path: Path) -> None:
     assert open_lean_writer(url(db) + "?mode=ro") is None
     target = new_log(db)
     assert open_lean_writer(target, durability="fast") is None
+    assert open_lean_writer(target, backdate_window_ms=-1) is None
     con = sqlite3.connect(db)
     con.execute("UPDATE alembic_version SET version_num = '0010'")  # an older schema
     con.commit()

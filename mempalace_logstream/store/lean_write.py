@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from mempalace_logstream import deliveries, errors, hlc, notify
+from mempalace_logstream import config, deliveries, errors, hlc, notify
 from mempalace_logstream import op_handlers as handlers
 from mempalace_logstream import validation as v
 from mempalace_logstream.backends import sqlite_write_sql as generated
@@ -68,11 +68,14 @@ def open_lean_writer(
     max_body_bytes: int = v.DEFAULT_MAX_BODY_BYTES,
     max_artifact_bytes: int = v.DEFAULT_MAX_ARTIFACT_BYTES,
     task_settings: TaskSettings | None = None,
+    backdate_window_ms: int = config.DEFAULT_BACKDATE_WINDOW_MS,
 ) -> LeanWriter | None:
     """A lean writer of the log at `target` (`sqlite:///PATH`, as config.resolve_db makes
     it), or None when the store must open it (see the module's docstring). The keyword
     arguments are `LogStore.open`'s (keys_dir defaults the same way). Raises the store's
     StorageError for a file that is not a log."""
+    if not 0 <= backdate_window_ms <= config.MAX_BACKDATE_WINDOW_MS:
+        return None  # the store refuses it, in its words
     backend = sqlite_writer.open_writer(target, durability)
     if backend is None:
         return None
@@ -92,6 +95,7 @@ def open_lean_writer(
         max_artifact_bytes=max_artifact_bytes,
         task_settings=task_settings,
     )
+    store.backdate_window_ms = backdate_window_ms
     return LeanWriter(store)
 
 
@@ -137,6 +141,7 @@ class LeanStore:
 
     read_only = False
     created = False
+    backdate_window_ms = config.DEFAULT_BACKDATE_WINDOW_MS
 
     def __init__(
         self,
