@@ -8,7 +8,6 @@ Must not import sqlalchemy, the store or any surface.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sqlite3
 from typing import Any
@@ -88,6 +87,8 @@ def add_functions(db: sqlite3.Connection) -> None:
 
 def _sha256_hex(data: Any) -> str | None:
     """SQLite's `logstream_sha256(x)`: the lowercase hex SHA-256 of a BLOB (None for NULL)."""
+    import hashlib  # only when a blob's trigger runs: the lean hook paths never load it
+
     if data is None:
         return None
     raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
