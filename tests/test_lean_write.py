@@ -278,6 +278,22 @@ def test_what_the_store_must_open_is_none(tmp_path: Path) -> None:
         open_lean_writer(url(foreign))
 
 
+def test_a_log_it_cannot_read_is_named_as_the_store_names_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database error while opening says which database, as `LogStore.open` says it."""
+    db = tmp_path / "log.sqlite3"
+    target = new_log(db)
+
+    def busy(_backend: Any) -> None:
+        raise errors.StorageError("database busy: retry")
+
+    monkeypatch.setattr(lean_write, "_ready", busy)
+    with pytest.raises(errors.StorageError) as caught:
+        open_lean_writer(target)
+    assert caught.value.message == f"cannot open {db.resolve()}: database busy: retry"
+
+
 def test_an_operation_or_shape_it_does_not_cover_writes_nothing(tmp_path: Path) -> None:
     db = tmp_path / "log.sqlite3"
     lean = open_lean_writer(new_log(db))

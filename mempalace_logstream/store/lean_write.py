@@ -81,6 +81,12 @@ def open_lean_writer(
         return None
     try:
         replica_id = _ready(backend)
+    except errors.StorageError as exc:  # as `LogStore.open` names the database it could not open
+        backend.close()
+        where = backend.describe()
+        if where in exc.message:
+            raise
+        raise type(exc)(f"cannot open {where}: {exc.message}") from exc
     except BaseException:
         backend.close()
         raise
