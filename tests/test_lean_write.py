@@ -225,7 +225,9 @@ def test_twin_logs_answer_and_hold_the_same(
 LEAN_RUN = """
 import json, sys
 from mempalace_logstream.store.lean_write import open_lean_writer
-w = open_lean_writer(sys.argv[1])
+from mempalace_logstream.store.options import log_options
+url, options = log_options(sys.argv[1], None, durability="normal")  # as the CLI opens it
+w = open_lean_writer(url, **options)
 sent = w.call("event_append", type="note", stream="s", room="r", from_agent="a", to_agent="b")
 w.call("event_ack", event_id=sent["event"]["id"], from_agent="b")
 w.close()
@@ -234,9 +236,12 @@ print(json.dumps(sorted(sys.modules)))
 
 
 def test_a_lean_append_and_ack_load_no_heavy_library(tmp_path: Path) -> None:
-    target = new_log(tmp_path / "log.sqlite3")
+    new_log(tmp_path / "log.sqlite3")
     done = subprocess.run(
-        [sys.executable, "-c", LEAN_RUN, target], capture_output=True, text=True, cwd=REPO
+        [sys.executable, "-c", LEAN_RUN, str(tmp_path / "log.sqlite3")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
     )
     assert done.returncode == 0, done.stderr
     loaded = json.loads(done.stdout)

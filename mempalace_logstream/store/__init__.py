@@ -17,6 +17,7 @@ stats.py     version vector and stats (`store.counts`)
 lean.py      the inbox reader of the hook path (no SQLAlchemy; the store's rule and SQL text)
 lean_write.py  the lean local writer of `append`, `ack`, the task moves (issue 25): the store's
              write path on a stdlib sqlite3 connection, its SQL from a generated table
+options.py   `log_options`: the local log a command names and `LogStore.open`'s settings
 
 Names are loaded on first use (PEP 562): importing the package, or one of its lean modules
 (`store.ids`, `store.lean`, `store.lean_leases`: the hook paths) imports neither SQLAlchemy nor

@@ -72,7 +72,8 @@ def open_lean_writer(
 ) -> LeanWriter | None:
     """A lean writer of the log at `target` (`sqlite:///PATH`, as config.resolve_db makes
     it), or None when the store must open it (see the module's docstring). The keyword
-    arguments are `LogStore.open`'s (keys_dir defaults the same way). Raises the store's
+    arguments are `LogStore.open`'s (keys_dir defaults the same way): a command passes what
+    `store.options.log_options` gives, as the CLI's `open_store` does. Raises the store's
     StorageError for a file that is not a log."""
     if not 0 <= backdate_window_ms <= config.MAX_BACKDATE_WINDOW_MS:
         return None  # the store refuses it, in its words
