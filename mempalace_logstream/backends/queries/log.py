@@ -94,9 +94,10 @@ def _top_below() -> sa.Select[Any]:
     return _top_all().where(events.c.seq < sa.bindparam("hi"))
 
 
-def tip_statement(compile: Compile) -> str:
-    """The SQL text of `top(ex, None)`, the newest event: a log fact (`remember_log_facts`)."""
-    return compile((TOP, True), _top_all, {})[0]
+def tip_statement(compile: Compile) -> tuple[str, Mapping[str, Any]]:
+    """The SQL text and parameters of `top(ex, None)`, the newest event: a log fact
+    (`remember_log_facts`), which a read runs as is (`Reads`)."""
+    return compile((TOP, True), _top_all, {})
 
 
 def top(ex: Executor, hi: int | None) -> Sequence[Any] | None:
