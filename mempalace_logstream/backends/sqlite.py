@@ -258,7 +258,8 @@ class _Kept:
         self.hooks, self.known = backend.statement_hooks, backend.log_facts
         self.version: int | None = None
         self.checked = False  # the version was read in this snapshot
-        self.rows: dict[tuple[str, tuple[tuple[str, Any], ...]], list[tuple[Any, ...]]] = {}
+        # By SQL text alone: a log fact's parameters are its constants (`remember_log_facts`).
+        self.rows: dict[str, list[tuple[Any, ...]]] = {}
 
     def __call__(self, sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         """`base.Query` of a read snapshot: the statements of the log facts are answered from
@@ -270,13 +271,12 @@ class _Kept:
                     self.rows.clear()
                     self.version = version
                 self.checked = True
-            key = (sql, tuple(params.items()))
-            hit = self.rows.get(key)
+            hit = self.rows.get(sql)
             if hit is not None:
                 return hit
             if self.hooks:
                 base.observe(self.hooks, sql, params)
-            rows = self.rows[key] = sqlite_file.fetch_all(self.db, sql, params)
+            rows = self.rows[sql] = sqlite_file.fetch_all(self.db, sql, params)
             return rows
         if self.hooks:
             base.observe(self.hooks, sql, params)

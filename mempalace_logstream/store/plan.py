@@ -264,7 +264,8 @@ def read_page(st: PageStatements, req: ReadRequest, after_seq: int | None = None
     top_seq, top_id = int(top[0]), top[1]
     rows = st.page(req, lo, top_seq, order)
     has_more = len(rows) > req.limit
-    rows = rows[: req.limit]
+    if has_more:
+        rows = rows[: req.limit]
     if order == "asc" and has_more:
         scanned_seq, cursor = int(rows[-1][SEQ_AT]), rows[-1][ID_AT]
     else:
