@@ -97,3 +97,26 @@ def test_a_database_error_in_a_read_is_a_storage_error_and_drops_its_connection(
             store.event_list(since_event_id="evt_missing")
         assert len(store.backend._readers) == 1  # type: ignore[attr-defined]
         assert [e.body for e in store.event_list().events] == ["x"]
+
+
+def test_a_cursor_is_looked_up_again_after_a_commit_and_stays_exact(tmp_path: Path) -> None:
+    """A cursor's seq is a log fact (an event's seq never changes): a read repeated on a quiet
+    log runs only its page, any commit makes the next read look the cursor up again, and an
+    unknown cursor is refused every time."""
+    path = str(tmp_path / "log.sqlite3")
+    with LogStore.open(path) as store, LogStore.open(path) as other:
+        first = store.event_append(**NOTE, body="1")
+        assert store.event_list(since_event_id=first.id).events == ()
+        seen: list[str] = []
+        store.backend.statement_hooks.append(lambda sql, params: seen.append(sql))
+        assert store.event_list(since_event_id=first.id).events == ()
+        # no cursor lookup: only the id of the empty page's cursor, by its seq
+        assert len(seen) == 1 and "WHERE events.seq = " in seen[0]
+        second = other.event_append(**NOTE, body="2")
+        seen.clear()
+        page = store.event_list(since_event_id=first.id)
+        assert [e.id for e in page.events] == [second.id]
+        assert len(seen) == 4  # after the commit: the cursor, the tip, the page, the marks
+        for _ in range(2):
+            with pytest.raises(errors.NotFoundError):
+                store.event_list(since_event_id="evt_missing")

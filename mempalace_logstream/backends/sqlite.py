@@ -41,6 +41,9 @@ _STAGE = "logstream_sync_stage"
 # Idle read connections a backend keeps out of the pool (`SqliteBackend.reading`): a hub's
 # concurrent reads beyond it take pooled connections, given back after.
 READERS_KEPT = 4
+# Log facts a reader keeps at one `PRAGMA data_version` (`_Kept`): the tip, the marks and the
+# cursors' seqs of the reads since the last commit.
+FACTS_KEPT = 64
 _STAGE_MIN_ROWS = 64
 _STAGE_DDL = f"CREATE TEMP TABLE IF NOT EXISTS {_STAGE} ({', '.join(_COLS)})"
 _STAGE_INSERT = _QMARK_INSERT_EVENTS.replace(f"INTO {events.name} ", f"INTO temp.{_STAGE} ", 1)
@@ -258,8 +261,7 @@ class _Kept:
         self.hooks, self.known = backend.statement_hooks, backend.log_facts
         self.version: int | None = None
         self.checked = False  # the version was read in this snapshot
-        # By SQL text alone: a log fact's parameters are its constants (`remember_log_facts`).
-        self.rows: dict[str, list[tuple[Any, ...]]] = {}
+        self.rows: dict[tuple[str, tuple[Any, ...]], list[tuple[Any, ...]]] = {}
 
     def __call__(self, sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         """`base.Query` of a read snapshot: the statements of the log facts are answered from
@@ -271,12 +273,15 @@ class _Kept:
                     self.rows.clear()
                     self.version = version
                 self.checked = True
-            hit = self.rows.get(sql)
+            key = (sql, tuple(params.items()))
+            hit = self.rows.get(key)
             if hit is not None:
                 return hit
             if self.hooks:
                 base.observe(self.hooks, sql, params)
-            rows = self.rows[sql] = sqlite_file.fetch_all(self.db, sql, params)
+            if len(self.rows) >= FACTS_KEPT:  # a reader polling many cursors on a quiet log
+                self.rows.clear()
+            rows = self.rows[key] = sqlite_file.fetch_all(self.db, sql, params)
             return rows
         if self.hooks:
             base.observe(self.hooks, sql, params)

@@ -45,7 +45,9 @@ class Reads:
         # are run as compiled here, (SQL text, parameters), straight on the read's `Query`.
         self._tip = log_rows.tip_statement(self._sql)
         self._marks = identity.marks_statement(self._sql)
-        self.backend.remember_log_facts((self._tip[0], self._marks[0]))
+        # A cursor's seq too: a poll repeats its cursor while nothing is committed.
+        cursor = log_rows.seq_of_statement(self._sql)
+        self.backend.remember_log_facts((self._tip[0], self._marks[0], cursor))
 
     def event_get(self, event_id: Any) -> Event:
         ident = v.required_routing("event_id", event_id)

@@ -70,6 +70,12 @@ def _seq_of() -> sa.Select[Any]:
     return sa.select(events.c.seq).where(events.c.id == sa.bindparam("id"))
 
 
+def seq_of_statement(compile: Compile) -> str:
+    """The SQL text of `seq_of`: a log fact (`remember_log_facts`): an event's seq never
+    changes (the table refuses UPDATE of it and DELETE), and a commit may add the event."""
+    return compile(SEQ_OF, _seq_of, {})[0]
+
+
 def seq_of(ex: Executor, ident: str) -> int | None:
     """The seq of the event `ident`, None if not held."""
     rows = ex.rows(SEQ_OF, _seq_of, {"id": ident})
