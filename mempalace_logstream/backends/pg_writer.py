@@ -1,7 +1,7 @@
 """The statements of the PostgreSQL writer's transactions (issue 25): `PgExecutor` runs them on
 the writer's connection, and `WriteQueue` holds its single-row writes unsent until they go to
-the server together, in order, with the next read, the end of a savepoint or the COMMIT
-(`PostgresBackend.transaction`)."""
+the server together, in order, before the next read, at the end of a savepoint or with the
+COMMIT (`PostgresBackend.transaction`)."""
 
 from __future__ import annotations
 
@@ -46,6 +46,10 @@ class WriteQueue:
 
     def sent_since(self, mark: QueueMark) -> bool:
         return self.flushes != mark.flushes
+
+    def only_savepoints(self) -> bool:
+        """Nothing queued can fail: only SAVEPOINTs and their RELEASEs wait to be sent."""
+        return all(sql.startswith(SAVEPOINT_STATEMENTS) for sql, _ in self.items)
 
     def flush(self, db: psycopg.Connection[Any]) -> None:
         """Send the queued statements as one simple-protocol message, their parameters
@@ -140,6 +144,10 @@ class PgExecutor(base.DbapiExecutor):
             with cur.copy(_COPY_EVENTS) as copy:  # a sync page: several times faster
                 for row in rows:
                     copy.write_row(row)
+
+
+# A group-committed item's own statements (`PostgresBackend.savepoint`): they cannot fail.
+SAVEPOINT_STATEMENTS = ("SAVEPOINT ", "RELEASE SAVEPOINT ")
 
 
 def _has_bytes(values: Any) -> bool:

@@ -300,7 +300,11 @@ class PostgresBackend:
     @contextlib.contextmanager
     def savepoint(self, db: psycopg.Connection[Any]) -> Iterator[None]:
         """SAVEPOINT … RELEASE, queued with the item's writes and sent with them; an item that
-        fails before anything of it was sent costs no round trip to undo."""
+        fails before anything of it was sent costs no round trip to undo. The item's end is
+        sent at once only when writes of it are still queued (their errors are the item's);
+        when they went to the server already (before a read of the item, as a directed
+        message's loop guard), the RELEASE, which cannot fail, waits for the next message (the
+        next item's writes, or the COMMIT): one round trip less for such an item."""
         queue = self._queue
         if queue is None or queue.db is not db:  # not the writer's transaction: at once
             self.round_trips += 1
@@ -317,7 +321,8 @@ class PostgresBackend:
         try:
             yield
             queue.add("RELEASE SAVEPOINT logstream_item", None)
-            queue.flush(db)  # this item's errors surface here, in its savepoint
+            if not queue.only_savepoints():
+                queue.flush(db)  # this item's errors surface here, in its savepoint
         except Exception:
             if queue.sent_since(mark):
                 del queue.items[:]
