@@ -29,7 +29,7 @@ class Reader:
     def __init__(self, proxy: Any) -> None:
         self.proxy = proxy
         self.db: psycopg.Connection[Any] = proxy.driver_connection
-        self.cur = self.db.cursor()
+        self.cur: psycopg.Cursor[Any] = self.db.cursor()
         self.pinged = True
         self.used_at = 0.0
         plain = proxy.info.get(_PLAIN_KEY)  # kept for the DBAPI connection's lifetime
@@ -53,14 +53,15 @@ class Reader:
             if hooks:
                 base.observe(hooks, sql, params)
             try:
-                return self.cur.execute(sql, params).fetchall()
+                rows: list[tuple[Any, ...]] = self.cur.execute(sql, params).fetchall()
             except psycopg.OperationalError:
                 if not (first and self.db.broken):
                     raise
                 self._replace(fresh())
-                return self.cur.execute(sql, params).fetchall()
+                rows = self.cur.execute(sql, params).fetchall()
             finally:
                 first = False
+            return rows
 
         return run
 
