@@ -183,13 +183,13 @@ class Raw:
     def _conn(self) -> Any:
         conn = getattr(self.local, "conn", None)
         if conn is None:
-            conn = self._connect()
+            conn = self.connect()
             self.local.conn = conn
             with self.lock:
                 self.conns.append(conn)
         return conn
 
-    def _connect(self) -> Any:
+    def connect(self) -> Any:
         if self.pg:
             import psycopg
             import sqlalchemy as sa
@@ -248,8 +248,8 @@ class RawSerialized(Raw):
 
     LOCK = 0x62656E63  # "benc": not the store's key (nothing of ours runs in this schema)
 
-    def _connect(self) -> Any:
-        conn = super()._connect()
+    def connect(self) -> Any:
+        conn = super().connect()
         conn.autocommit = True
         return conn
 
