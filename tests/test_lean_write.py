@@ -247,7 +247,7 @@ def test_a_lean_append_and_ack_load_no_heavy_library(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     loaded = json.loads(done.stdout)
     assert [m for m in loaded if m.split(".")[0] in HEAVY] == []
-    # Nor what only keys, artifacts and redactions need (~10 ms of CPU per process).
+    # Nor what only keys, digests and lease events need (~10 ms of CPU per process).
     assert [m for m in loaded if m in LAZY] == []
     assert table(tmp_path / "log.sqlite3", "SELECT type FROM events ORDER BY seq") == [
         ["note"],
@@ -255,8 +255,14 @@ def test_a_lean_append_and_ack_load_no_heavy_library(tmp_path: Path) -> None:
     ]
 
 
-# Loaded on first use only, never by a plain append or ack on a log without keys (issue 25).
-LAZY = ("pathlib", "hashlib")
+# Loaded on first use only, never by a plain append or ack on a log without keys (issue 25):
+# what keys, digests and lease events need.
+LAZY = (
+    "pathlib",
+    "hashlib",
+    "mempalace_logstream.leases.rules",
+    "mempalace_logstream.store.leases",
+)
 
 
 def test_the_spelled_out_empty_digest_is_sha256s() -> None:
