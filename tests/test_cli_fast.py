@@ -9,8 +9,11 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
+import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +21,7 @@ import pytest
 import typer.main
 
 from mempalace_logstream import LogStore
-from mempalace_logstream.cli import fast, options
+from mempalace_logstream.cli import fast, fastargs, options
 from tests.conftest import REPO
 from tests.leankit import CODE
 
@@ -51,7 +54,7 @@ def _kind(p: Any, flag: str) -> str:
         return "off" if flag in p.secondary_opts else "on"
     if p.multiple:
         return "multi"
-    return {int: "int", str: "str"}[p.type_descriptor.annotation]
+    return {int: "int", str: "str", float: "float"}[p.type_descriptor.annotation]
 
 
 def _is(p: Any, kind: str) -> bool:
@@ -63,10 +66,14 @@ def test_the_fast_table_is_the_typer_command_s_parameters(words: tuple[str, ...]
     cmd = fast.COMMANDS[words]
     assert cmd.words == words
     built = _click(words)
-    arguments = [p.name for p in built.params if _is(p, "argument")]
-    assert tuple(arguments) == cmd.arguments
-    table = dict(cmd.options)
+    arguments = [p for p in built.params if _is(p, "argument")]
+    assert tuple(p.name for p in arguments) == cmd.arguments + tuple(n for n, _k in cmd.optional)
     seen = set()
+    for p, (name, kind) in zip(arguments[len(cmd.arguments) :], cmd.optional, strict=True):
+        assert not p.required and cmd.defaults[name] == p.default, name
+        assert {float: "float", int: "int"}[p.type_descriptor.annotation] == kind, name
+        seen.add(name)
+    table = dict(cmd.options)
     for p in built.params:
         if not _is(p, "option"):
             continue
@@ -75,8 +82,9 @@ def test_the_fast_table_is_the_typer_command_s_parameters(words: tuple[str, ...]
             continue
         assert p.name in cmd.defaults, f"{p.name}: add it to the table or to `slow`"
         assert cmd.defaults[p.name] == p.default, p.name
-        assert p.envvar == fast.ENVVARS.get(str(p.name)), p.name
-        assert options.is_global(p) == (p.name in {n for n, _k in fast.GLOBALS.values()})
+        assert p.required == (p.name in cmd.required), p.name
+        assert p.envvar == fastargs.ENVVARS.get(str(p.name)), p.name
+        assert options.is_global(p) == (p.name in {n for n, _k in fastargs.GLOBALS.values()})
         for flag in (*p.opts, *p.secondary_opts):
             assert table.pop(flag) == (p.name, _kind(p, flag)), flag
         seen.add(p.name)
@@ -88,7 +96,7 @@ def test_the_root_table_is_the_root_app_s_options() -> None:
     from mempalace_logstream import cli
 
     root = typer.main.get_command(cli.app)
-    table = dict(fast.ROOT)
+    table = dict(fastargs.ROOT)
     for p in root.params:
         assert _is(p, "option")
         if p.name == "version":  # eager: prints and exits; typer's
@@ -96,15 +104,15 @@ def test_the_root_table_is_the_root_app_s_options() -> None:
             continue
         for flag in p.opts:
             assert table.pop(flag) == (p.name, _kind(p, flag)), flag
-        own = p.name in fast.ROOT_DEFAULTS  # --db and the like read theirs on the command
-        assert p.envvar == (fast.ENVVARS.get(str(p.name)) if own else None), p.name
-        want = fast.ROOT_DEFAULTS.get(str(p.name), False if p.is_flag else None)
+        own = p.name in fastargs.ROOT_DEFAULTS  # --db and the like read theirs on the command
+        assert p.envvar == (fastargs.ENVVARS.get(str(p.name)) if own else None), p.name
+        want = fastargs.ROOT_DEFAULTS.get(str(p.name), False if p.is_flag else None)
         assert p.default == want, p.name
     assert table == {}
 
 
 def test_the_fast_modules_import_no_framework_nor_the_store_at_load() -> None:
-    for name in ("fast.py", "plain.py"):
+    for name in ("fast.py", "fastargs.py", "plain.py", "writes.py"):
         tree = ast.parse((PKG / "cli" / name).read_text(encoding="utf-8"))
         imported = {
             (node.module or "") if isinstance(node, ast.ImportFrom) else alias.name
@@ -138,26 +146,51 @@ def both(
     tmp_path: Path, *argv: str, env: dict[str, str] | None = None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """({code, out, err, modules} of the console script, {code, out, err} of the typer app)."""
+    return run_console(tmp_path, argv, env=env), run_typer(tmp_path, argv, env=env)
+
+
+def run_console(
+    tmp_path: Path,
+    argv: Sequence[str],
+    stdin: bytes | None = None,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """{code, out, err, modules} of the console script (`cli.main`) running `argv`."""
     report = tmp_path / "report.json"
-    fast_run = subprocess.run(
+    done = subprocess.run(
         [sys.executable, "-c", CODE, *argv],
         capture_output=True,
+        input=stdin,
         env={**_env(tmp_path, env), "LEAN_REPORT": str(report)},
         timeout=60,
         check=False,
     )
-    done = json.loads(report.read_text())
+    said = json.loads(report.read_text())
     report.unlink()
-    typer_run = subprocess.run(
+    return {
+        "out": done.stdout,
+        "err": done.stderr,
+        "modules": said["modules"],
+        "code": said["code"] or 0,
+    }
+
+
+def run_typer(
+    tmp_path: Path,
+    argv: Sequence[str],
+    stdin: bytes | None = None,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """{code, out, err} of the typer app alone running `argv`."""
+    done = subprocess.run(
         [sys.executable, "-c", TYPER, *argv],
         capture_output=True,
+        input=stdin,
         env=_env(tmp_path, env),
         timeout=60,
         check=False,
     )
-    ours = {"code": done["code"] or 0, "out": fast_run.stdout, "err": fast_run.stderr}
-    ref = {"code": typer_run.returncode, "out": typer_run.stdout, "err": typer_run.stderr}
-    return {**ours, "modules": done["modules"]}, ref
+    return {"code": done.returncode, "out": done.stdout, "err": done.stderr}
 
 
 def heavy(modules: list[str]) -> list[str]:
@@ -317,3 +350,151 @@ def test_list_and_get_through_a_hub_answer_as_the_typer_app(tmp_path: Path) -> N
         modules = ours.pop("modules")
         assert ours == ref and ours["code"] == 0
         assert "typer" not in modules and "sqlalchemy" not in modules
+
+
+# ----------------------------------------------------------------------------- writes
+
+# What differs between two runs of the same write: ids, times, positions (in order of first
+# appearance in each answer, so a repeated id must repeat at the same places).
+VOLATILE = (
+    re.compile(r"evt_[0-9]{8}T[0-9]{6}_[0-9a-f]{20}"),
+    re.compile(r"task_[a-z0-9_]*?_[0-9a-f]{8}\b"),
+    re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z"),
+    re.compile(r'"(?:seq|origin_seq)": [0-9]+'),
+    re.compile(r"[0-9]{13}-[0-9]{6}-rep_[0-9a-f]+"),  # a hybrid logical clock
+)
+
+
+def normal(text: bytes) -> str:
+    """`text` with each volatile token as its kind and its rank of first appearance."""
+    out = text.decode()
+    for kind, pattern in enumerate(VOLATILE):
+        seen: dict[str, int] = {}
+        for token in pattern.findall(out):
+            seen.setdefault(token, len(seen))
+        out = pattern.sub(lambda m, k=kind, s=seen: f"<{k}:{s[m.group(0)]}>", out)
+    return out
+
+
+def events_in(db: Path) -> int:
+    with sqlite3.connect(db) as conn:
+        return int(conn.execute("SELECT count(*) FROM events").fetchone()[0])
+
+
+def test_writes_through_a_hub_answer_as_the_typer_app_and_write_once(tmp_path: Path) -> None:
+    """Each write command line runs twice on one hub, on twin objects made the same way (a
+    fresh task each): once through the console script, once through the typer app. The same
+    stdout (ids and times aside), stderr and exit code, the same number of events written (a
+    write the fast path made is never handed to typer to make again), and no typer loaded
+    for any answer the fast path gives, hub errors and an unreachable hub included."""
+    from mempalace_logstream import operations
+    from tests.hubkit import live_hub
+
+    with live_hub(tmp_path / "hub") as hub:
+        at = ("--hub", hub.url)
+        db = tmp_path / "hub" / "hub.sqlite3"
+
+        def op(name: str, **args: Any) -> dict[str, Any]:
+            return operations.call(hub.store, name, args)
+
+        def task(state: str = "open", to: str = "bob") -> str:
+            made = op(
+                "task_create",
+                project="p",
+                from_agent="alice",
+                to_agent=to,
+                goal="g",
+                done="d",
+                branch="main",
+                base_commit="abcdef1",
+            )
+            if state != "open":
+                op("task_update", task_id=made["task_id"], action="claim", from_agent=to)
+            return str(made["task_id"])
+
+        def event() -> str:
+            return str(
+                op("event_append", type="note", stream="s", room="r", from_agent="a")["event"]["id"]
+            )
+
+        append = ("append", "--type", "note", "--stream", "s", "--room", "r", "--from-agent")
+        by_bob = ("--from-agent", "bob")
+        unknown = "evt_20260101T000000_00000000000000000000"
+        body_file = tmp_path / "body.txt"
+        body_file.write_bytes(HOSTILE.encode())
+        cases: list[tuple[Callable[[], tuple[str, ...]], bytes | None]] = [
+            (lambda: (*append, "alice", "--to-agent", "bob", "--body", HOSTILE, *at), None),
+            (lambda: ("--json", *at, *append, "alice", "--topic", "t", "--artifact-id", "x"), None),
+            (lambda: (*append, "alice", "--body-file", "-", "--json", *at), b"from\nstdin\n"),
+            (lambda: (*append, "alice", "--body-file", str(body_file), *at), None),
+            (lambda: (*append, "alice", "--to-agent", "nobody-here", *at), None),  # a warning
+            (lambda: (*append, "alice", "--metadata", "[1]", *at), None),  # the hub refuses
+            (lambda: (*append, "alice", "--metadata", "[1]", "--json", *at), None),
+            (lambda: (*append, "alice", "--body", "x", "--body-file", "-", *at), b"y"),  # usage
+            (lambda: (*append, "alice", "--body-file", str(tmp_path / "none"), *at), None),
+            (lambda: ("ack", event(), *by_bob, "--status", "applied", "--body", "ok", *at), None),
+            (lambda: ("ack", unknown, *by_bob, *at), None),  # not found
+            (lambda: ("ack", unknown, *by_bob, "--json", *at), None),
+            (lambda: ("task", "claim", task(), *by_bob, "--lease-ms", "60000", *at), None),
+            (lambda: ("task", "claim", task(), "--from-agent", "mallory", *at), None),  # refused
+            (lambda: ("task", "claim", task("claimed", "*"), "--from-agent", "carol", *at), None),
+            (lambda: ("task", "claim", "task_nope_0000000a", *by_bob, "--json", *at), None),
+            (lambda: ("task", "progress", task("claimed"), "50", *by_bob, *at), None),
+            (lambda: ("task", "progress", task("claimed"), *by_bob, "--progress=12.5", *at), None),
+            (
+                lambda: ("task", "progress", task("claimed"), "5", *by_bob, "--progress", "6", *at),
+                None,
+            ),
+            (lambda: ("task", "progress", task("claimed"), "500", *by_bob, "--json", *at), None),
+            (
+                lambda: (
+                    *("task", "complete", task("claimed"), *by_bob, "--body", "done"),
+                    *("--disposition", "completed", "--verification", "tests=passed", *at),
+                ),
+                None,
+            ),
+            (
+                lambda: ("task", "complete", task("claimed"), *by_bob, "--verification", "x", *at),
+                None,
+            ),
+            (lambda: ("task", "fail", task("claimed"), *by_bob, "--retryable", *at), None),
+            (lambda: ("task", "status", task("claimed")) + at, None),
+            (lambda: ("task", "status", task(), "--json", *at), None),
+            (
+                lambda: (
+                    *("task", "create", "--project", "p", "--from-agent", "alice"),
+                    *("--to-agent", "bob", "--branch", "main", "--base-commit", "abcdef1"),
+                    *("--goal", "g", "--done-file", "-", "--lease-ms", "60000", *at),
+                ),
+                b"the definition\nof done\n",
+            ),
+            (lambda: (*append, "alice", "--hub", "http://127.0.0.1:9"), None),  # unreachable
+            (
+                lambda: ("task", "claim", "t", *by_bob, "--json", "--hub", "http://127.0.0.1:9"),
+                None,
+            ),
+        ]
+        typers: list[tuple[Callable[[], tuple[str, ...]], bytes | None]] = [
+            (lambda: ("append", "--stream", "s", "--room", "r", "--from-agent", "a", *at), None),
+            (lambda: (*append, "alice", "--body", "-5 points", *at), None),  # click's reading
+            (lambda: ("task", "progress", task("claimed"), "1e1", *by_bob, *at), None),
+            (lambda: ("task", "claim", task(), *by_bob, "--help", *at), None),
+            (lambda: ("--debug", "ack", event(), *by_bob, *at), None),
+            (lambda: ("task", "claim", task(), *by_bob, "--limit", "1", *at), None),
+        ]
+        for lean, (make, stdin) in [*((True, c) for c in cases), *((False, c) for c in typers)]:
+            before = events_in(db)
+            fast_argv = make()
+            ours = run_console(tmp_path, fast_argv, stdin)
+            between = events_in(db)
+            typer_argv = make()
+            ref = run_typer(tmp_path, typer_argv, stdin)
+            after = events_in(db)
+            modules = ours.pop("modules")
+            assert normal(ours["out"]) == normal(ref["out"]), fast_argv
+            assert normal(ours["err"]) == normal(ref["err"]), fast_argv
+            assert ours["code"] == ref["code"], fast_argv
+            assert between - before == after - between, fast_argv  # written once each
+            status = "status" in fast_argv and ref["code"] != 0  # a read: typer reads again
+            assert ("typer" in modules) == (status or not lean), " ".join(fast_argv)
+            assert "sqlalchemy" not in modules, fast_argv

@@ -3,8 +3,8 @@
 lean reader (store/lean.py, no SQLAlchemy); `inbox`, `list` and `get` through `--hub` too
 (httpx; `wait` and `tail` there ride outages with typer's reconnect policy).
 
-One generic parser reads a command line against `COMMANDS`, a table of each command's
-options as its typer command declares them (flag, parameter, kind, environment variable,
+One generic parser (fastargs.py) reads a command line against `COMMANDS`, a table of each
+command's options as its typer command declares them (flag, parameter, kind, environment variable,
 default; tests/test_cli_fast.py holds the table to the typer commands' real parameters). A
 command line it does not fully understand (help, a typo, a value that looks like an option,
 an option given twice, an option only typer handles), a hub, a read the lean reader leaves to
@@ -17,149 +17,42 @@ Must not import typer, click, rich, the store or SQLAlchemy.
 
 from __future__ import annotations
 
+import functools
 import os
-import re
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from mempalace_logstream import errors
-from mempalace_logstream.cli import plain
+from mempalace_logstream.cli import fastargs, plain, writes
+from mempalace_logstream.cli.fastargs import GLOBALS, Command, Options
 
-# An option: flag -> (parameter, kind). Kinds: "str" and "int" take a value, "multi" a value
-# each time it is given (a list), "on"/"off" are the two flags of a boolean.
-Options = dict[str, tuple[str, str]]
-
-# The options every command here takes, before the command or after it (cli/options.py).
-GLOBALS: Options = {
-    "--db": ("db", "str"),
-    "--palace": ("palace", "str"),
-    "--hub": ("hub", "str"),
-    "--token": ("token", "str"),
-    "--json": ("as_json", "on"),
-}
-# The root's own options (cli/root.py), before the command only.
-ROOT: Options = {**GLOBALS, "--debug": ("debug", "on"), "--durability": ("durability", "str")}
-ROOT_DEFAULTS: dict[str, Any] = {"debug": False, "durability": "full"}
-# The environment variable each option reads when it is not on the command line.
-ENVVARS = {
-    "db": "LOGSTREAM_DB",
-    "palace": "MEMPALACE_PALACE_PATH",
-    "hub": "LOGSTREAM_HUB",
-    "token": "LOGSTREAM_TOKEN",
-    "durability": "MEMPALACE_LOGSTREAM_DURABILITY",
-}
 FILTER_OPTIONS: Options = {flag: (name, "multi") for name, flag, _help in plain.FILTERS}
 PREVIEW: Options = {"--preview": ("preview", "on"), "--no-preview": ("preview", "off")}
-_INT = re.compile(r"-?[0-9]+")
 # rich decides colour from these whatever stdout is: a plain `tail` line is then not its own.
 RICH_ENV = ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")
 
 
-@dataclass(frozen=True)
-class Command:
-    """A command the fast path answers: its words, positional arguments, options, the
-    defaults of its parameters (typer's), the typer command's parameters left to typer (not
-    in `options`: given, the command line is typer's), and `run(params)` -> exit code, or
-    None to hand the command line to typer."""
-
-    words: tuple[str, ...]
-    arguments: tuple[str, ...]
-    options: Options
-    run: Callable[[dict[str, Any]], int | None]
-    defaults: dict[str, Any] = field(default_factory=dict)
-    slow: tuple[str, ...] = ()
-    hub: bool = False  # answers through --hub too (else a hub's call is the typer path's)
-
-
 def parse(argv: Sequence[str]) -> tuple[Command, dict[str, Any]] | None:
-    """(command, its parameters) for a command line this parser fully understands, else
-    None. Parameters are as typer gives them: the command's own option, else the one given
-    before the command, else the environment variable, else the default."""
-    head = _scan(argv, ROOT, None)
-    if head is None:
-        return None
-    root, at = head
-    rest = list(argv[at:])
-    cmd = COMMANDS.get(tuple(rest[:2])) or COMMANDS.get(tuple(rest[:1]))
-    if cmd is None:
-        return None
-    positional: list[str] = []
-    tail = _scan(rest[len(cmd.words) :], cmd.options, positional)
-    if tail is None or len(positional) != len(cmd.arguments):
-        return None
-    own = tail[0]
-    names = {name for name, _kind in cmd.options.values()}
-    params: dict[str, Any] = {**ROOT_DEFAULTS, **cmd.defaults}
-    for name, var in ENVVARS.items():
-        if (name in names or name in ROOT_DEFAULTS) and os.environ.get(var):
-            params[name] = os.environ[var]
-    for name, value in root.items():
-        if name not in names and name not in ROOT_DEFAULTS:
-            return None  # typer: "--x does not apply to `logstream cmd`"
-        params[name] = value
-    params.update(own)
-    params.update(zip(cmd.arguments, positional, strict=True))
-    return cmd, params
-
-
-def _scan(
-    args: Sequence[str], table: Options, positional: list[str] | None
-) -> tuple[dict[str, Any], int] | None:
-    """Options of `table` (`--opt value`, `--opt=value`, flags) up to the first bare word
-    when `positional` is None (the command), else to the end, bare words into `positional`.
-    None on anything else: an unknown option, a value that starts with "-", a bad integer,
-    an option given twice (typer keeps the last), "--"."""
-    out: dict[str, Any] = {}
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if not arg.startswith("-"):
-            if positional is None:
-                return out, i
-            positional.append(arg)
-            i += 1
-            continue
-        flag, eq, inline = arg.partition("=")
-        spec = table.get(flag)
-        if spec is None:
-            return None
-        name, kind = spec
-        if kind in ("on", "off"):
-            if eq:
-                return None
-            value: Any = kind == "on"
-        elif eq:
-            value = inline
-        elif i + 1 < len(args) and not args[i + 1].startswith("-"):
-            i += 1
-            value = args[i]
-        else:
-            return None
-        if kind == "int":
-            if not _INT.fullmatch(value):
-                return None
-            value = int(value)
-        if kind == "multi":
-            out.setdefault(name, []).append(value)
-        elif name in out:
-            return None
-        else:
-            out[name] = value
-        i += 1
-    return None if positional is None else (out, i)
+    """(command, its parameters) for a command line of `COMMANDS` (fastargs.py), else None."""
+    return fastargs.parse(COMMANDS, argv)
 
 
 def run(argv: Sequence[str]) -> int | None:
-    """Answer `argv` here: the exit code, or None for the typer app to run it."""
+    """Answer `argv` here: the exit code, or None for the typer app to run it. A reader that
+    closed the pipe early (`logstream list | head -1`) ends it quietly with exit 1, as click
+    ends the typer app's run."""
     parsed = parse(argv)
     if parsed is None:
         return None
     cmd, params = parsed
     if params.get("hub") and not cmd.hub:
         return None  # through a hub: the typer path (its reconnect policy)
-    return cmd.run(params)
+    try:
+        return cmd.run(params)
+    except BrokenPipeError:
+        plain.silence_stdout()
+        return 1
 
 
 # ----------------------------------------------------------------------------- commands
@@ -254,6 +147,35 @@ def run_tail(p: dict[str, Any]) -> int | None:
         return 1
     finally:
         reader.close()
+    return 0
+
+
+def run_append(p: dict[str, Any]) -> int | None:
+    return writes.fast_write(p, "event_append", writes.append_args, writes.appended_text, True)
+
+
+def run_ack(p: dict[str, Any]) -> int | None:
+    return writes.fast_write(p, "event_ack", writes.ack_args, writes.acked_text)
+
+
+def run_create(p: dict[str, Any]) -> int | None:
+    return writes.fast_write(p, "task_create", writes.create_args, writes.created_text, True)
+
+
+def _run_move(action: str) -> Callable[[dict[str, Any]], int | None]:
+    def run_move(p: dict[str, Any]) -> int | None:
+        build = functools.partial(writes.move_args, action)
+        return writes.fast_write(p, "task_update", build, writes.moved_text)
+
+    return run_move
+
+
+def run_status(p: dict[str, Any]) -> int | None:
+    """`task status`: a read (an error goes to typer, which reads again and says it)."""
+    out = _read(p, "task_status", {"task_id": p["task_id"]})
+    if out is None:
+        return None
+    _out(plain.emit_text(out, p["as_json"], writes.status_text(out)))
     return 0
 
 
@@ -372,3 +294,98 @@ COMMANDS: dict[tuple[str, ...], Command] = {
         ),
     ),
 }
+
+# ----------------------------------------------------------------------------- writes
+
+_GLOBAL_NONE = {"db": None, "palace": None, "hub": None, "token": None, "as_json": False}
+_BODY: Options = {"--body": ("body", "str"), "--body-file": ("body_file", "str")}
+_WRITER: Options = {"--from-agent": ("from_agent", "str"), **_BODY}
+_EVENT_FIELDS = ("to_agent", "topic", "correlation_id", "branch", "base_commit", "status")
+COMMANDS[("append",)] = Command(
+    ("append",),
+    (),
+    {
+        **{f"--{n}": (n, "str") for n in ("type", "stream", "room")},
+        **{"--" + n.replace("_", "-"): (n, "str") for n in _EVENT_FIELDS},
+        **_WRITER,
+        "--metadata": ("metadata", "str"),
+        "--artifact-id": ("artifact_id", "multi"),
+        "--idempotency-key": ("idempotency_key", "str"),
+        **GLOBALS,
+    },
+    run_append,
+    {
+        **dict.fromkeys(("type", "stream", "room", "from_agent", *_EVENT_FIELDS)),
+        **dict.fromkeys(("body", "body_file", "metadata", "artifact_id", "idempotency_key")),
+        **_GLOBAL_NONE,
+    },
+    hub=True,
+    required=("type", "stream", "room", "from_agent"),
+)
+COMMANDS[("ack",)] = Command(
+    ("ack",),
+    ("event_id",),
+    {**_WRITER, "--status": ("status", "str"), "--topic": ("topic", "str"), **GLOBALS},
+    run_ack,
+    {**dict.fromkeys(("from_agent", "status", "body", "body_file", "topic")), **_GLOBAL_NONE},
+    hub=True,
+    required=("from_agent",),
+)
+_CREATE_TEXT = ("project", "to_agent", "branch", "base_commit", "goal", "goal_file", "done")
+_CREATE_INT = ("lease_ms", "claim_timeout_ms", "max_reminders", "thread_budget")
+COMMANDS[("task", "create")] = Command(
+    ("task", "create"),
+    (),
+    {
+        **{"--" + n.replace("_", "-"): (n, "str") for n in _CREATE_TEXT},
+        **{"--done-file": ("done_file", "str"), "--parent": ("parent", "str")},
+        "--parent-correlation-id": ("parent_correlation_id", "str"),
+        "--from-agent": ("from_agent", "str"),
+        **{"--" + n.replace("_", "-"): (n, "int") for n in _CREATE_INT},
+        **GLOBALS,
+    },
+    run_create,
+    {
+        **dict.fromkeys((*_CREATE_TEXT, "done_file", "parent", "parent_correlation_id")),
+        **dict.fromkeys(("from_agent", *_CREATE_INT)),
+        **_GLOBAL_NONE,
+    },
+    hub=True,
+    required=("project", "from_agent", "to_agent", "branch", "base_commit"),
+)
+# A task move's own options beyond the writer and a body (cli/tasks.py `_OWN`), and typer's
+# defaults of them.
+_MOVE_OWN: dict[str, tuple[Options, dict[str, Any]]] = {
+    "claim": ({"--lease-ms": ("lease_ms", "int")}, {"lease_ms": None}),
+    "progress": ({"--progress": ("progress_option", "float")}, {"progress_option": None}),
+    "complete": (
+        {
+            "--disposition": ("disposition", "str"),
+            "--artifact-id": ("artifact_id", "multi"),
+            "--verification": ("verification", "multi"),
+        },
+        dict.fromkeys(("disposition", "artifact_id", "verification")),
+    ),
+    "fail": ({"--retryable": ("retryable", "on")}, {"retryable": False}),
+}
+_MOVES = ("claim", "progress", "block", "unblock", "complete", "fail", "decline", "cancel")
+for _action in (*_MOVES, "accept", "reject", "reopen"):  # cli/tasks.py MOVES
+    _own, _defaults = _MOVE_OWN.get(_action, ({}, {}))
+    _progress = _action == "progress"  # also the optional argument after the task
+    COMMANDS[("task", _action)] = Command(
+        ("task", _action),
+        ("task_id",),
+        {**_WRITER, **_own, **GLOBALS},
+        _run_move(_action),
+        {
+            **dict.fromkeys(("from_agent", "body", "body_file", *(("progress",) * _progress))),
+            **_defaults,
+            **_GLOBAL_NONE,
+        },
+        hub=True,
+        optional=(("progress", "float"),) * _progress,
+        required=("from_agent",),
+    )
+COMMANDS[("task", "status")] = Command(
+    ("task", "status"), ("task_id",), GLOBALS, run_status, _GLOBAL_NONE, hub=True
+)

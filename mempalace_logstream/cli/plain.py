@@ -1,7 +1,7 @@
 """What the typer commands and the fast path (`cli/fast.py`) share, without typer: the read
-commands' arguments as the core takes them, the printed answers, tail's reading loop, and the
-lean read (issue 25). One implementation each: `logstream list` says the same bytes whichever
-path ran it.
+commands' arguments as the core takes them, the printed answers, tail's reading loop, the lean
+read, and one hub call (issue 25). One implementation each: `logstream list` says the same
+bytes whichever path ran it. The write commands' arguments and answers are `cli/writes.py`'s.
 
 Must not import typer, click, rich, the store or SQLAlchemy (store/lean.py only inside
 `lean_read`).
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from mempalace_logstream import config, display, errors
 
 if TYPE_CHECKING:
+    from mempalace_logstream.hub_client import HubClient
     from mempalace_logstream.store.lean import LeanReader
     from mempalace_logstream.watch import Client
 
@@ -261,20 +262,56 @@ def lean_read(
         reader.close()
 
 
-def hub_read(hub: str, token: str | None, op: str, args: dict[str, Any]) -> dict[str, Any] | None:
-    """One read of a hub, the call `shared.run` makes (hub_client.py, httpx), or None on any
-    error: the typer path then makes it again and says what went wrong in its words."""
+def hub_client(hub: str, token: str | None, delivery: str | None = None) -> HubClient:
+    """The client of a hub every command uses (hub_client.py, httpx), with the deadline of
+    LOGSTREAM_HUB_TIMEOUT; its reads push through `delivery` (watch, channel, codex) when
+    given."""
     from mempalace_logstream.hub_client import HubClient
 
     settings = config.Settings.from_env()
+    return HubClient(hub, token=token, timeout=settings.hub_timeout_s, delivery=delivery)
+
+
+def hub_call(hub: str, token: str | None, op: str, args: dict[str, Any]) -> dict[str, Any]:
+    """One call of a hub, the one `shared.run` makes: its answer, or the domain error of
+    errors.py the hub's answer maps to (hub_client.py)."""
+    client = hub_client(hub, token)
     try:
-        client = HubClient(hub, token=token, timeout=settings.hub_timeout_s)
-        try:
-            return client.call(op, **args)
-        finally:
-            client.close()
+        return client.call(op, **args)
+    finally:
+        client.close()
+
+
+def hub_read(hub: str, token: str | None, op: str, args: dict[str, Any]) -> dict[str, Any] | None:
+    """One read of a hub (`hub_call`), or None on any error: the typer path then makes it
+    again and says what went wrong in its words (a read twice is harmless; a write is not,
+    see cli/writes.py)."""
+    try:
+        return hub_call(hub, token, op, args)
     except Exception:  # noqa: BLE001 - the typer path reports it
         return None
+
+
+def local_write(
+    db: str | None, palace: str | None, durability: str, op: str, args: dict[str, Any]
+) -> dict[str, Any] | None:
+    """A write of the fast path (cli/fast.py `_write`) to a local log, or None for the typer
+    path to make it through the store. None today, for every write.
+
+    The lean local writer plugs in here: store/lean_write.py's `open_lean_writer(target,
+    durability)` (None when the store must open the log) and its `call(op, **args)`, which
+    answers what `LocalClient` answers, raises `errors.LogstreamError` before writing anything
+    for bad input (the caller prints it, as `shared.run` does), and `Unplanned` for what it
+    does not cover (return None: nothing was written, the store then writes it once). Open the
+    writer and catch `Unplanned` only; close it in a `finally`."""
+    del db, palace, durability, op, args
+    return None
+
+
+def unexpected_text(exc: BaseException) -> str:
+    """The one line an unexpected error gets without --debug (the typer app's outermost
+    edge, cli/root.py, and the fast path's writes)."""
+    return f"{type(exc).__name__}: {exc} (rerun with --debug)"
 
 
 def open_lean(db: str | None, palace: str | None, durability: str) -> LeanReader | None:
