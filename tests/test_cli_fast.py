@@ -498,3 +498,73 @@ def test_writes_through_a_hub_answer_as_the_typer_app_and_write_once(tmp_path: P
             status = "status" in fast_argv and ref["code"] != 0  # a read: typer reads again
             assert ("typer" in modules) == (status or not lean), " ".join(fast_argv)
             assert "sqlalchemy" not in modules, fast_argv
+
+
+def test_a_local_write_is_typer_s_with_what_the_fast_path_read_of_stdin(
+    tmp_path: Path, log: dict[str, Any]
+) -> None:
+    """A local write is the store's for now (plain.local_write says None): the fast path
+    read `--body-file -` already, so it gives the bytes back and typer writes them, once."""
+    db = log["db"]
+    append = ("append", "--type", "note", "--stream", "s", "--room", "r", "--from-agent", "a")
+    create = ("task", "create", "--project", "p", "--from-agent", "alice", "--to-agent", "bob")
+    create += ("--branch", "main", "--base-commit", "abcdef1", "--db", db)
+    for argv, stdin in (
+        ((*append, "--body-file", "-", "--json", "--db", db), HOSTILE.encode()),
+        ((*append, "--body-file", "-", "--db", db), b"\xff not utf-8"),
+        ((*create, "--goal-file", "-", "--done-file", "-"), b"goal\nlines\n"),
+        ((*create, "--goal-file", "-", "--done", "d"), b"the goal"),
+        (("ack", log["ids"][0], "--from-agent", "bob", "--body-file", "-", "--db", db), b"ok"),
+    ):
+        before = events_in(Path(db))
+        ours = run_console(tmp_path, argv, stdin)
+        between = events_in(Path(db))
+        ref = run_typer(tmp_path, argv, stdin)
+        assert events_in(Path(db)) - between == between - before, argv
+        assert normal(ours["out"]) == normal(ref["out"]), argv
+        assert (ours["err"], ours["code"]) == (ref["err"], ref["code"]), argv
+    with sqlite3.connect(db) as conn:
+        bodies = [row[0] for row in conn.execute("SELECT body FROM events WHERE type = 'note'")]
+    assert bodies.count(HOSTILE) == 2  # once by each path
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("list", "--limit", "500"),
+        ("list", "--json"),
+        ("inbox", "--agent", "bob", "--from-start", "--state-file="),
+        ("tail", "--no-follow", "--from-start"),
+    ],
+    ids=" ".join,
+)
+def test_a_reader_that_closed_the_pipe_ends_the_command_as_typer_does(
+    tmp_path: Path, log: dict[str, Any], argv: tuple[str, ...]
+) -> None:
+    """`logstream list | head -1`: the reader is gone before the answer is written. The fast
+    path ends as the typer app does (click: exit 1, nothing on stderr; tail: exit 0)."""
+    done = []
+    for code in (CODE, TYPER):
+        read, write = os.pipe()
+        os.close(read)  # no reader at all: the first write fails, whatever the timing
+        report = tmp_path / "report.json"
+        env = {**_env(tmp_path), "LEAN_REPORT": str(report)}
+        env.pop("PYTHONUNBUFFERED", None)  # a user's shell: stdout buffered
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-c", code, *argv, "--db", log["db"]],
+                stdout=write,
+                stderr=subprocess.PIPE,
+                env=env,
+                timeout=60,
+                check=False,
+            )
+        finally:
+            os.close(write)
+        done.append((proc.returncode, proc.stderr))
+        if code is CODE:
+            said = json.loads(report.read_text())
+            assert "typer" not in said["modules"]  # the fast path answered
+            done[-1] = (said["code"] or 0, proc.stderr)
+    assert done[0] == done[1]
+    assert done[0][1] == b""
