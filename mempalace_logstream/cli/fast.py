@@ -1,16 +1,20 @@
 """The commands agents call most, answered before typer loads (issue 25): `inbox` (hook.py's
 `run_inbox`), and `list`, `get`, `wait`, `tail --no-follow` on a local SQLite log, read by the
 lean reader (store/lean.py, no SQLAlchemy); `inbox`, `list` and `get` through `--hub` too
-(httpx; `wait` and `tail` there ride outages with typer's reconnect policy).
+(httpx; `wait` and `tail` there ride outages with typer's reconnect policy); and through
+`--hub` the writes `append`, `ack`, `task create`, the task moves, and `task status`.
 
 One generic parser (fastargs.py) reads a command line against `COMMANDS`, a table of each
-command's options as its typer command declares them (flag, parameter, kind, environment variable,
-default; tests/test_cli_fast.py holds the table to the typer commands' real parameters). A
-command line it does not fully understand (help, a typo, a value that looks like an option,
-an option given twice, an option only typer handles), a hub, a read the lean reader leaves to
-the store, or any error, returns None: the typer app then runs the whole command line and
-answers in its own words. What the command does is `cli/plain.py`'s, shared with the typer
-commands: the same arguments, the same read, the same printed bytes.
+command's options as its typer command declares them (flag, parameter, kind, environment
+variable, default, required; tests/test_cli_fast.py holds the table to the typer commands'
+real parameters). A command line it does not fully understand (help, a typo, a value that
+looks like an option, an option given twice, an option only typer handles), a hub, a read the
+lean reader leaves to the store, or any error of a read, returns None: the typer app then runs
+the whole command line and answers in its own words. What the command does is `cli/plain.py`'s
+and `cli/writes.py`'s, shared with the typer commands: the same arguments, the same call, the
+same printed bytes. A write is handed to typer only before its call is made (a local write,
+today: `plain.local_write`); after, the fast path tells the outcome itself (writes.py
+`fast_write`), or typer would make it a second time.
 
 Must not import typer, click, rich, the store or SQLAlchemy.
 """
@@ -48,6 +52,8 @@ def run(argv: Sequence[str]) -> int | None:
     cmd, params = parsed
     if params.get("hub") and not cmd.hub:
         return None  # through a hub: the typer path (its reconnect policy)
+    if params.get("hub"):
+        plain.without_httpx_cli()
     try:
         return cmd.run(params)
     except BrokenPipeError:

@@ -262,6 +262,15 @@ def lean_read(
         reader.close()
 
 
+def without_httpx_cli() -> None:
+    """Keep httpx from importing its optional command line (`httpx._main`: click, rich and
+    pygments, ~50 ms of CPU of each `--hub` call of the fast path) in a process that never
+    runs it: a None in `sys.modules` makes that one import fail, and httpx defines its stub
+    `main` instead. For the fast path, whose process is ours; before httpx is imported."""
+    if "httpx" not in sys.modules:
+        sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+
+
 def hub_client(hub: str, token: str | None, delivery: str | None = None) -> HubClient:
     """The client of a hub every command uses (hub_client.py, httpx), with the deadline of
     LOGSTREAM_HUB_TIMEOUT; its reads push through `delivery` (watch, channel, codex) when
