@@ -387,6 +387,8 @@ def test_writes_through_a_hub_answer_as_the_typer_app_and_write_once(tmp_path: P
     stdout (ids and times aside), stderr and exit code, the same number of events written (a
     write the fast path made is never handed to typer to make again), and no typer loaded
     for any answer the fast path gives, hub errors and an unreachable hub included."""
+    import httpx
+
     from mempalace_logstream import operations
     from tests.hubkit import live_hub
 
@@ -417,6 +419,9 @@ def test_writes_through_a_hub_answer_as_the_typer_app_and_write_once(tmp_path: P
                 op("event_append", type="note", stream="s", room="r", from_agent="a")["event"]["id"]
             )
 
+        # An agent only a hook reaches: the hub warns whoever writes to it (delivery_hook.py).
+        hooked = {"agent": "hooked", "state": "idle", "ttl_s": 600, "path": "hook"}
+        httpx.post(hub.url + "/v1/presence_announce", json=hooked, timeout=30).raise_for_status()
         append = ("append", "--type", "note", "--stream", "s", "--room", "r", "--from-agent")
         by_bob = ("--from-agent", "bob")
         unknown = "evt_20260101T000000_00000000000000000000"
@@ -427,7 +432,7 @@ def test_writes_through_a_hub_answer_as_the_typer_app_and_write_once(tmp_path: P
             (lambda: ("--json", *at, *append, "alice", "--topic", "t", "--artifact-id", "x"), None),
             (lambda: (*append, "alice", "--body-file", "-", "--json", *at), b"from\nstdin\n"),
             (lambda: (*append, "alice", "--body-file", str(body_file), *at), None),
-            (lambda: (*append, "alice", "--to-agent", "nobody-here", *at), None),  # a warning
+            (lambda: (*append, "alice", "--to-agent", "hooked", *at), None),  # a warning
             (lambda: (*append, "alice", "--metadata", "[1]", *at), None),  # the hub refuses
             (lambda: (*append, "alice", "--metadata", "[1]", "--json", *at), None),
             (lambda: (*append, "alice", "--body", "x", "--body-file", "-", *at), b"y"),  # usage
@@ -468,6 +473,14 @@ def test_writes_through_a_hub_answer_as_the_typer_app_and_write_once(tmp_path: P
                 ),
                 b"the definition\nof done\n",
             ),
+            (
+                lambda: (
+                    *("task", "create", "--project", "p", "--from-agent", "alice"),
+                    *("--to-agent", "hooked", "--branch", "main", "--base-commit", "abcdef1"),
+                    *("--goal", "g", "--done", "d", "--json", *at),
+                ),
+                None,
+            ),
             (lambda: (*append, "alice", "--hub", "http://127.0.0.1:9"), None),  # unreachable
             (
                 lambda: ("task", "claim", "t", *by_bob, "--json", "--hub", "http://127.0.0.1:9"),
@@ -495,6 +508,8 @@ def test_writes_through_a_hub_answer_as_the_typer_app_and_write_once(tmp_path: P
             assert normal(ours["err"]) == normal(ref["err"]), fast_argv
             assert ours["code"] == ref["code"], fast_argv
             assert between - before == after - between, fast_argv  # written once each
+            warned = "hooked" in fast_argv and ref["code"] == 0
+            assert warned == (b"has no live delivery path" in ours["err"]), fast_argv
             status = "status" in fast_argv and ref["code"] != 0  # a read: typer reads again
             assert ("typer" in modules) == (status or not lean), " ".join(fast_argv)
             assert "sqlalchemy" not in modules, fast_argv
