@@ -10,6 +10,8 @@ import ast
 import json
 import os
 import re
+import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -584,3 +586,47 @@ def test_a_reader_that_closed_the_pipe_ends_the_command_as_typer_does(
             done[-1] = (said["code"] or 0, proc.stderr)
     assert done[0] == done[1]
     assert done[0][1] == b""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("append", "--type", "note", "--stream", "s", "--room", "r", "--from-agent", "a"),
+        ("task", "claim", "task_x_0000000a", "--from-agent", "bob"),
+        ("list", "--limit", "1"),
+    ],
+    ids=lambda argv: argv[0],
+)
+def test_ctrl_c_while_waiting_for_the_hub_ends_it_as_typer_does(
+    tmp_path: Path, argv: tuple[str, ...]
+) -> None:
+    """Interrupted after its request reached the hub (a socket that never answers), the fast
+    path does not hand the line to typer (which would send a write again): it ends as the
+    typer app ends (typer: exit 130, nothing said)."""
+    said = []
+    for code in (CODE, TYPER):
+        with socket.create_server(("127.0.0.1", 0)) as server:
+            server.settimeout(60)
+            url = f"http://127.0.0.1:{server.getsockname()[1]}"
+            report = tmp_path / "report.json"
+            proc = subprocess.Popen(
+                [sys.executable, "-c", code, *argv, "--hub", url],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env={**_env(tmp_path), "LEAN_REPORT": str(report)},
+            )
+            conn, _addr = server.accept()
+            with conn:
+                request = b""
+                while b"\r\n\r\n" not in request:  # the request is sent: the client waits
+                    request += conn.recv(65536)
+                proc.send_signal(signal.SIGINT)
+                out, err = proc.communicate(timeout=60)
+        if code is CODE:
+            done = json.loads(report.read_text())
+            assert "typer" not in done["modules"]
+            said.append((done["code"], out, err))
+        else:
+            said.append((proc.returncode, out, err))
+    assert said[0] == said[1]
+    assert said[0] == (130, b"", b"")

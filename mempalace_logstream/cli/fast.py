@@ -44,8 +44,8 @@ def parse(argv: Sequence[str]) -> tuple[Command, dict[str, Any]] | None:
 
 def run(argv: Sequence[str]) -> int | None:
     """Answer `argv` here: the exit code, or None for the typer app to run it. A reader that
-    closed the pipe early (`logstream list | head -1`) ends it quietly with exit 1, as click
-    ends the typer app's run."""
+    closed the pipe early (`logstream list | head -1`) ends it quietly with exit 1, Ctrl-C
+    with 130, as typer ends its run."""
     parsed = parse(argv)
     if parsed is None:
         return None
@@ -59,6 +59,8 @@ def run(argv: Sequence[str]) -> int | None:
     except BrokenPipeError:
         plain.silence_stdout()
         return 1
+    except KeyboardInterrupt:
+        return 130  # typer's ending of Ctrl-C: nothing said
 
 
 # ----------------------------------------------------------------------------- commands

@@ -191,7 +191,8 @@ def fast_write(
     --debug and --durability). Until the call is made, anything this path does not do goes to typer
     (None, what it read of stdin given back). Once a call may have reached the log, it is
     never handed over (typer would write it twice): the outcome is told here, an error as
-    the one line `shared.run` (or the typer app's outermost edge) prints, exit 1."""
+    the one line `shared.run` (or the typer app's outermost edge) prints, exit 1 (Ctrl-C:
+    cli/fast.py `run` ends it as typer does)."""
     if p["debug"]:
         return None  # tracebacks are typer's
     try:
@@ -210,9 +211,6 @@ def fast_write(
             out = local
     except errors.LogstreamError as exc:
         _err(plain.error_text(exc.message, getattr(exc, "field", None), p["as_json"]))
-        return 1
-    except KeyboardInterrupt:
-        _err("\nAborted!")  # click's words for Ctrl-C
         return 1
     except Exception as exc:  # noqa: BLE001 - the typer app's outermost edge says the same
         _err(plain.error_text(plain.unexpected_text(exc), None, p["as_json"]))
