@@ -320,7 +320,7 @@ def test_a_log_with_keys_is_marked_as_the_store_marks_it(tmp_path: Path) -> None
         assert heavy(modules) == [], argv
 
 
-def test_list_and_get_through_a_hub_answer_as_the_typer_app(tmp_path: Path) -> None:
+def test_reads_through_a_hub_answer_as_the_typer_app(tmp_path: Path) -> None:
     from tests.hubkit import live_hub
 
     with live_hub(tmp_path / "hub") as hub:
@@ -339,7 +339,12 @@ def test_list_and_get_through_a_hub_answer_as_the_typer_app(tmp_path: Path) -> N
             (("get", ids[0], "--json", *at), True),
             (("get", unknown, *at), False),  # refused by the hub: typer says it
             (("list", "--limit", "0", *at), False),
-            (("wait", "--since-event-id", ids[0], *at), False),  # rides outages: typer's
+            (("wait", "--since-event-id", ids[0], *at), True),  # a match there already
+            (("wait", "--since-event-id", ids[0], "--json", "--timeout-ms", "10", *at), True),
+            (("wait", "--since-event-id", ids[1], "--timeout-ms", "50", *at), False),  # blocks
+            (("wait", "--since-event-id", "tip", "--timeout-ms", "50", *at), False),
+            (("wait", "--timeout-ms", "999999999", *at), False),  # refused: typer says it
+            (("wait", "--limit", "0", *at), False),  # refused by the hub: typer says it
         ):
             ours, ref = both(tmp_path, *argv)
             modules = ours.pop("modules")

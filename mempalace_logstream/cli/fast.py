@@ -1,8 +1,9 @@
 """The commands agents call most, answered before typer loads (issue 25): `inbox` (hook.py's
 `run_inbox`), and `list`, `get`, `wait`, `tail --no-follow` on a local SQLite log, read by the
-lean reader (store/lean.py, no SQLAlchemy); `inbox`, `list` and `get` through `--hub` too
-(httpx; `wait` and `tail` there ride outages with typer's reconnect policy); and through
-`--hub` the writes `append`, `ack`, `task create`, the task moves, and `task status`.
+lean reader (store/lean.py, no SQLAlchemy); `inbox`, `list`, `get` and `wait` (matches there
+already) through `--hub` too (httpx; a `wait` that blocks and `tail` ride outages there with
+typer's reconnect policy); and through `--hub` the writes `append`, `ack`, `task create`, the
+task moves, and `task status`.
 
 One generic parser (fastargs.py) reads a command line against `COMMANDS`, a table of each
 command's options as its typer command declares them (flag, parameter, kind, environment
@@ -104,11 +105,22 @@ def run_get(p: dict[str, Any]) -> int | None:
 
 
 def run_wait(p: dict[str, Any]) -> int | None:
-    """`wait` when matches are there already; one that must block is the store's."""
+    """`wait` when matches are there already; one that must block is the store's, or through
+    a hub typer's (its reconnect policy rides an outage while it waits): the hub is asked for
+    what is there now (`timeout_ms` 0, once the given timeout is known good), and an empty
+    answer goes to typer, which waits."""
     filters = plain.given_filters(p)
     args = plain.wait_args(filters, p["since_event_id"], p["timeout_ms"], p["limit"], p["preview"])
+    if p["hub"]:
+        from mempalace_logstream import validation
+
+        try:
+            validation.timeout_ms(p["timeout_ms"])
+        except errors.ValidationError:
+            return None  # refused: typer says it
+        args = {**args, "timeout_ms": 0}
     out = _read(p, "event_wait", args)
-    if out is None:
+    if out is None or (p["hub"] and not out["events"]):
         return None
     _out(plain.emit_text(out, p["as_json"], plain.wait_text(out)))
     return 0
@@ -278,6 +290,7 @@ COMMANDS: dict[tuple[str, ...], Command] = {
             **{"preview": False, "as_json": False},
         },
         slow=("from_agent", "give_up_after"),
+        hub=True,
     ),
     ("tail",): Command(
         ("tail",),
