@@ -71,6 +71,7 @@ def append(
     as_json: JsonOpt = False,
 ) -> None:
     """Append one event to the log."""
+    # The parameters by name: writes.py builds the call from them, as the fast path does.
     with refusals():
         fields = writes.append_args(locals())
     out = run(db, palace, "event_append", hub, token, **fields)
@@ -144,6 +145,7 @@ def ack(
     as_json: JsonOpt = False,
 ) -> None:
     """Acknowledge an event (appends event.ack; the target never changes)."""
+    # The parameters by name: writes.py builds the call from them, as the fast path does.
     with refusals():
         fields = writes.ack_args(locals())
     out = run(db, palace, "event_ack", hub, token, **fields)

@@ -100,6 +100,7 @@ def task_create(
     as_json: JsonOpt = False,
 ) -> None:
     """Delegate a task: appends task.request and prints a handoff line to paste."""
+    # The parameters by name: writes.py builds the call from them, as the fast path does.
     with refusals():
         fields = writes.create_args(locals())
     out = run(db, palace, "task_create", hub, token, **fields)

@@ -188,10 +188,10 @@ def fast_write(
 ) -> int | None:
     """A write command of the fast path (cli/fast.py): its arguments, one call, the answer
     printed as the typer command prints it (`p`: the command's parameters, with the root's
-    --debug and --durability). Until the call is made, anything this path does not do goes to typer
-    (None, what it read of stdin given back). Once a call may have reached the log, it is
-    never handed over (typer would write it twice): the outcome is told here, an error as
-    the one line `shared.run` (or the typer app's outermost edge) prints, exit 1 (Ctrl-C:
+    --debug and --durability). Until the call is made, anything this path does not do goes
+    to typer (None, what it read of stdin given back). Once a call may have reached the log,
+    it is never handed over (typer would write it twice): the outcome is told here, an error
+    as the one line `shared.run` (or the typer app's outermost edge) prints, exit 1 (Ctrl-C:
     cli/fast.py `run` ends it as typer does)."""
     if p["debug"]:
         return None  # tracebacks are typer's
