@@ -19,7 +19,6 @@ import contextlib
 import contextvars
 import itertools
 import json
-import logging
 import operator
 import threading
 import time
@@ -34,10 +33,19 @@ from mempalace_logstream.backends.queries import ledger as sql
 from mempalace_logstream.store.ids import now_text
 
 if TYPE_CHECKING:
+    import logging
+
     from mempalace_logstream.presence import Registry
     from mempalace_logstream.store import LogStore
 
-log = logging.getLogger(__name__)
+
+def _log() -> logging.Logger:
+    """This module's logger, imported with the first warning: `logging` (~5 ms) is not
+    loaded by a lean one-call write that warns nothing."""
+    import logging
+
+    return logging.getLogger(__name__)
+
 
 FLUSH_S = 0.25
 CLOSE_WAIT_S = 5.0
@@ -261,11 +269,13 @@ class Ledger:
         """A flush failed (a full disk, a lost connection): its marks wait for the next one,
         up to MAX_QUEUED pages and acks; once the ledger or the store is closed they are lost."""
         if self.closed or self.store.pipeline.closed:
-            log.warning("delivery ledger: %d mark(s) not recorded: %s", len(pages) + len(acks), exc)
+            _log().warning(
+                "delivery ledger: %d mark(s) not recorded: %s", len(pages) + len(acks), exc
+            )
             return
         kept_pages, kept_acks = pages[-MAX_QUEUED:], acks[-MAX_QUEUED:]
         dropped = len(pages) + len(acks) - len(kept_pages) - len(kept_acks)
-        log.warning(
+        _log().warning(
             "delivery ledger: flush failed (%s); %d mark(s) kept for the next one, %d dropped",
             exc,
             len(kept_pages) + len(kept_acks),
@@ -436,7 +446,7 @@ def _recall_quietly(ledger: Ledger) -> None:
     try:
         ledger.recall()
     except errors.LogstreamError as exc:
-        log.warning("delivery ledger: last pushes not recalled: %s", exc)
+        _log().warning("delivery ledger: last pushes not recalled: %s", exc)
 
 
 def of(store: LogStore) -> Ledger | None:

@@ -13,13 +13,15 @@ Must not import fastapi, typer or mcp (nor the store: the store wires itself in)
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:  # a waiter in asyncio imports it: a one-call writer never does
+    import asyncio
 
 FALLBACK_CHECK_S = 1.0
 IDLE_EXIT_S = 5.0
@@ -93,6 +95,8 @@ class Notifier:
 
     async def wait_async(self, seen: int, timeout: float) -> int:
         """The asyncio twin of `wait` for the hub: no thread per waiter."""
+        import asyncio
+
         if self._version != seen:
             return self._version
         entry = (asyncio.get_running_loop(), asyncio.Event())

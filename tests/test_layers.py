@@ -17,6 +17,8 @@ BRIDGE_FORBIDS = ("fastapi", "typer", "mcp", "store", "backends", "sqlalchemy", 
 # their short names; libraries by their top-level distribution module.
 RULES: dict[str, tuple[str, ...]] = {
     "errors": ("<package>",),
+    # The deferred import of the statement builders (SQLAlchemy, the schema): stdlib only.
+    "lazy": ("<package>", "sqlalchemy", *SURFACE_LIBS),
     # How sender text is shown to a terminal or a model (S-8.11): pure, the standard library.
     "display": ("<package>", "sqlalchemy", "rich", *SURFACE_LIBS),
     "hlc": ("sqlalchemy", "<package>", *SURFACE_LIBS),
@@ -33,6 +35,8 @@ RULES: dict[str, tuple[str, ...]] = {
     "migrate": ("store", *SURFACE_LIBS),
     "config": ("store", "backends", *SURFACE_LIBS),
     "operations": SURFACE_LIBS,
+    # The operations' handlers and call rule, without the parameter models (the lean writer).
+    "op_handlers": ("pydantic", "op_params", "sqlalchemy", "schema", "backends", *SURFACE_LIBS),
     # The operations' parameters (issue 21): pure descriptions, read by every surface.
     "op_params": ("sqlalchemy", "store", "schema", "backends", *SURFACE_LIBS),
     "presence": ("sqlalchemy", "store", "backends", "schema", "notify", "sync", *SURFACE_LIBS),

@@ -302,7 +302,7 @@ def test_a_batch_mixing_appends_and_other_writes_commits_them_in_one_transaction
 
         def core_item() -> Any:
             row = {"key": "note", "value": "v"}
-            return store.pipeline.write(lambda ex, st: ex.insert("test.meta", meta, [row]))
+            return store.pipeline.write(lambda ex, st: ex.insert("test.meta", meta.name, [row]))
 
         calls = [
             lambda: add(type="x", stream="s", room="r", from_agent="w", body="a"),

@@ -131,8 +131,8 @@ def test_postgres_a_lone_write_failing_at_commit_writes_nothing(pg_url: str) -> 
         add(store, body="before")
 
         def work(ex: Any, st: Any) -> None:
-            ex.insert("test.meta", meta, [{"key": "kept?", "value": "no"}])
-            ex.insert("test.meta", meta, [{"key": "replica_id", "value": "dup"}])
+            ex.insert("test.meta", meta.name, [{"key": "kept?", "value": "no"}])
+            ex.insert("test.meta", meta.name, [{"key": "replica_id", "value": "dup"}])
 
         with pytest.raises(errors.StorageError, match="duplicate key") as info:
             store.pipeline.write(work)

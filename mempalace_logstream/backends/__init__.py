@@ -7,6 +7,9 @@ sqlite_file.py     a SQLite log file before any engine: present, ours, writable 
 sqlite_reader.py   a read-only snapshot on a SQLite log with the stdlib `sqlite3` (the hook's
                    lean inbox reader, store/lean.py)
 sqlite_inbox_sql.py  generated: the store's SQLite text for the inbox's reads
+sqlite_writer.py   the SQLite write transaction and executor on a stdlib `sqlite3` connection
+                   (SqliteBackend's write half; the lean local writer's, store/lean_write.py)
+sqlite_write_sql.py  generated: the store's SQLite text for the lean writer's operations
 
 Names are loaded on first use (PEP 562): the stdlib-only modules above import without
 SQLAlchemy.

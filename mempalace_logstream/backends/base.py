@@ -12,14 +12,22 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import sqlalchemy as sa
-
-from mempalace_logstream import errors, notify
+from mempalace_logstream import errors, lazy
 from mempalace_logstream.backends.sqlite_file import storage_message
-from mempalace_logstream.schema import events
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+    from mempalace_logstream import notify, schema
+
+    EVENT_COLS: list[sa.Column[Any]]
+else:  # built into statements only (once per shape and store): not on the lean write path
+    sa = lazy.module("sqlalchemy")
+    schema = lazy.module("mempalace_logstream.schema")
 
 # Build a statement (called once per shape and store).
 Build = Callable[[], Any]
@@ -36,8 +44,31 @@ StatementHook = Callable[[str, Any], None]
 LinksFunctions = tuple[Callable[..., Any], Callable[..., Any]]
 
 IN_MAX = 512  # values per IN list; lists are padded to a power of two (few SQL shapes)
-EVENT_COLS = [c for c in events.c if c.name != "idempotency_key"]
-EVENT_COL_NAMES = tuple(c.name for c in EVENT_COLS)
+# The events table's columns but the idempotency key, in the table's order: what a read row
+# holds and an insert gives first. Spelled out so the write path needs no Table
+# (tests/test_lean_write.py holds it equal to schema.events); `EVENT_COLS` are the Columns.
+EVENT_COL_NAMES = (
+    "seq",
+    "id",
+    "origin_replica",
+    "origin_seq",
+    "hlc",
+    "type",
+    "stream",
+    "room",
+    "topic",
+    "from_agent",
+    "to_agent",
+    "correlation_id",
+    "branch",
+    "base_commit",
+    "status",
+    "body",
+    "created_at",
+    "metadata_json",
+    "sig",
+    "key_id",
+)
 # What an insert of events gives (`Executor.insert_events`): the read columns, then the key.
 EVENT_INSERT_COL_NAMES = (*EVENT_COL_NAMES, "idempotency_key")
 
@@ -160,20 +191,29 @@ class Compiler:
     ) -> tuple[str, Mapping[str, Any]]:
         hit = self.cache.get(key)
         if hit is None:
-            compiled = build().compile(dialect=self.dialect)
-            defaults = {k: v for k, v in compiled.params.items() if v is not None}
-            hit = self.cache[key] = (str(compiled), defaults)
+            hit = self.cache[key] = self.compile_new(key, build)
         sql, defaults = hit
         return sql, ({**defaults, **params} if defaults else params)
+
+    def compile_new(self, key: Any, build: Build) -> tuple[str, dict[str, Any]]:
+        """(SQL text, the values of its own literals) of a shape not compiled yet."""
+        compiled = build().compile(dialect=self.dialect)
+        defaults = {k: v for k, v in compiled.params.items() if v is not None}
+        return str(compiled), defaults
 
 
 def storage_error(
     exc: BaseException, driver_errors: tuple[type[BaseException], ...] = ()
 ) -> errors.StorageError | None:
-    """The StorageError for a database error (SQLAlchemy's or a DBAPI driver's), else None."""
-    if isinstance(exc, sa.exc.DBAPIError):
+    """The StorageError for a database error (SQLAlchemy's or a DBAPI driver's), else None.
+    SQLAlchemy's errors are asked about only once it is loaded (no process raises one before:
+    a lean write never loads it to map a refusal)."""
+    if isinstance(exc, errors.LogstreamError):
+        return None
+    sa_exc = sys.modules.get("sqlalchemy.exc")
+    if sa_exc is not None and isinstance(exc, sa_exc.DBAPIError):
         return errors.StorageError(storage_message(exc.orig))
-    if isinstance(exc, sa.exc.SQLAlchemyError):
+    if sa_exc is not None and isinstance(exc, sa_exc.SQLAlchemyError):
         return errors.StorageError(f"database error: {exc}")
     if driver_errors and isinstance(exc, driver_errors):
         return errors.StorageError(storage_message(exc))
@@ -190,6 +230,20 @@ def wrap_exceptions(driver_errors: tuple[type[BaseException], ...] = ()) -> Iter
         if mapped is None:
             raise
         raise mapped from exc
+
+
+def insert_into(table: str) -> sa.Insert:
+    """The INSERT of every column of the schema's table named `table` (`Executor.insert`)."""
+    return sa.insert(schema.metadata.tables[table])
+
+
+def __getattr__(name: str) -> Any:
+    """`EVENT_COLS`, the Columns of `EVENT_COL_NAMES`, made on first use (PEP 562)."""
+    if name != "EVENT_COLS":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    cols = [schema.events.c[n] for n in EVENT_COL_NAMES]
+    globals()[name] = cols
+    return cols
 
 
 def binds(n: int) -> list[sa.BindParameter[Any]]:
@@ -222,8 +276,9 @@ class Executor(abc.ABC):
             self.run(key, build, params)
 
     @abc.abstractmethod
-    def insert(self, key: Any, table: sa.Table, rows: list[dict[str, Any]]) -> None:
-        """INSERT rows giving every column of `table`."""
+    def insert(self, key: Any, table: str, rows: list[dict[str, Any]]) -> None:
+        """INSERT rows giving every column of the table named `table` (a name, not the Table:
+        the lean writer serves the statement by `key` without loading the schema)."""
 
     @abc.abstractmethod
     def insert_events(self, rows: list[tuple[Any, ...]]) -> None:
@@ -235,7 +290,7 @@ class Executor(abc.ABC):
         for n, params in in_lists(ids):
 
             def build(n: int = n) -> sa.Executable:
-                return sa.select(events.c.id).where(events.c.id.in_(binds(n)))
+                return sa.select(schema.events.c.id).where(schema.events.c.id.in_(binds(n)))
 
             out.update(r[0] for r in self.rows(("sync-held-ids", n), build, params))
         return out
@@ -273,8 +328,8 @@ class DbapiExecutor(Executor):
         with contextlib.closing(self.db.cursor()) as cur:
             cur.executemany(sql, bound)
 
-    def insert(self, key: Any, table: sa.Table, rows: list[dict[str, Any]]) -> None:
-        sql, _ = self.compile(key, lambda: sa.insert(table), {})
+    def insert(self, key: Any, table: str, rows: list[dict[str, Any]]) -> None:
+        sql, _ = self.compile(key, lambda: insert_into(table), {})
         if self.hooks:
             observe(self.hooks, sql, rows[0] if len(rows) == 1 else rows)
         if len(rows) == 1:
@@ -296,7 +351,7 @@ class QueryExecutor(Executor):
     def run(self, key: Any, build: Build, params: Mapping[str, Any]) -> None:
         self.query(*self.compile(key, build, params))
 
-    def insert(self, key: Any, table: sa.Table, rows: list[dict[str, Any]]) -> None:
+    def insert(self, key: Any, table: str, rows: list[dict[str, Any]]) -> None:
         raise errors.StorageError("a read snapshot cannot write")
 
     def insert_events(self, rows: list[tuple[Any, ...]]) -> None:

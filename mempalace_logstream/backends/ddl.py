@@ -12,6 +12,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from mempalace_logstream.backends.sqlite_file import SQLITE_SHA256_FUNCTION
+
 # The local position is the SQLite rowid (INTEGER PRIMARY KEY) and a BIGINT on PostgreSQL.
 SEQ_TYPE = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 # Ids and HLC stamps compare bytewise on every backend (PostgreSQL would otherwise use the
@@ -172,9 +174,8 @@ def _blob_trigger_0006_sqlite(blob_named: str) -> list[str]:
 
 
 # ---- per-artifact redaction (0007): the blob guard counts artifacts, not redactions.
-# SQLite has no SHA-256 in SQL: the store registers this function on every connection it
-# opens (engine.py); another program's UPDATE of a blob fails for want of it, which refuses it.
-SQLITE_SHA256_FUNCTION = "logstream_sha256"
+# SQLite has no SHA-256 in SQL: the store registers `SQLITE_SHA256_FUNCTION` on every
+# connection it opens (sqlite_file.add_functions).
 _UNREDACTED = (
     "EXISTS (SELECT 1 FROM artifacts a WHERE a.sha256 = OLD.sha256 AND NOT EXISTS "
     "(SELECT 1 FROM artifact_redactions t WHERE t.artifact_id = a.id))"

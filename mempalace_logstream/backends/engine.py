@@ -23,7 +23,6 @@ Must not import store or any surface.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import secrets
 import sqlite3
@@ -35,7 +34,6 @@ from sqlalchemy.engine import make_url
 
 from mempalace_logstream import errors
 from mempalace_logstream.backends import sqlite_file
-from mempalace_logstream.backends.ddl import SQLITE_SHA256_FUNCTION
 from mempalace_logstream.backends.sqlite_file import (
     APPLICATION_ID,
     DURABILITY,
@@ -157,21 +155,12 @@ def _listen_sqlite(
         # skips DDL), so writers can take the lock up front with BEGIN IMMEDIATE.
         dbapi_conn.isolation_level = None
         sqlite_file.configure(dbapi_conn, database, sync, busy_timeout_ms, writable)
-        # The blob guard's SHA-256 (schema.blob_guard_ddl): SQLite has none of its own.
-        dbapi_conn.create_function(SQLITE_SHA256_FUNCTION, 1, _sha256_hex, deterministic=True)
+        sqlite_file.add_functions(dbapi_conn)
 
     @sa.event.listens_for(engine, "begin")
     def _on_begin(conn: sa.Connection) -> None:
         write = conn.get_execution_options().get(WRITE_OPTION, False)
         sqlite_file.begin(conn, write)
-
-
-def _sha256_hex(data: Any) -> str | None:
-    """SQLite's `logstream_sha256(x)`: the lowercase hex SHA-256 of a BLOB (None for NULL)."""
-    if data is None:
-        return None
-    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-    return hashlib.sha256(raw).hexdigest()
 
 
 def read_only_kind(engine: sa.Engine) -> str | None:

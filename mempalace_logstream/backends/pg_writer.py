@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-import sqlalchemy as sa
 
 from mempalace_logstream.backends import base
 from mempalace_logstream.schema import events
@@ -108,12 +107,12 @@ class PgExecutor(base.DbapiExecutor):
             self._send()
         super().run_many(key, build, rows)
 
-    def insert(self, key: Any, table: sa.Table, rows: list[dict[str, Any]]) -> None:
+    def insert(self, key: Any, table: str, rows: list[dict[str, Any]]) -> None:
         if self.queue is None or len(rows) != 1 or _has_bytes(rows[0].values()):
             self._send()
             super().insert(key, table, rows)
             return
-        sql, _ = self.compile(key, lambda: sa.insert(table), {})
+        sql, _ = self.compile(key, lambda: base.insert_into(table), {})
         if self.hooks:
             base.observe(self.hooks, sql, rows[0])
         self.queue.add(sql, rows[0])

@@ -11,9 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import sqlalchemy as sa
@@ -23,31 +21,16 @@ from mempalace_logstream import notify
 from mempalace_logstream.backends import base, sqlite_file
 from mempalace_logstream.backends import engine as engine_mod
 from mempalace_logstream.backends.sqlite_signal import SqliteSignal
+from mempalace_logstream.backends.sqlite_writer import SqliteWriter
 from mempalace_logstream.models import EVENT_SPEC
 from mempalace_logstream.schema import event_artifacts, events
 
 # SQLite text uses named parameters, which the sqlite3 module binds from dicts.
 _NAMED = SQLiteDialect_pysqlite(paramstyle="named")
 
-_COLS = base.EVENT_INSERT_COL_NAMES
-_QMARK_INSERT_EVENTS = (
-    f"INSERT INTO {events.name} ({', '.join(_COLS)}) VALUES ({', '.join('?' * len(_COLS))})"
-)
-# A big page is bound into a constraint-free TEMP table, then moved with one INSERT…SELECT:
-# the 13 index updates run in one C statement, which releases the GIL for its whole length
-# (the next page is validated meanwhile), instead of 5,000 short steps.
-_QMARK_HELD_IDS: dict[int, str] = {}
-_STAGE = "logstream_sync_stage"
 # Idle read connections a backend keeps out of the pool (`SqliteBackend.reading`): a hub's
 # concurrent reads beyond it take pooled connections, given back after.
 READERS_KEPT = 4
-_STAGE_MIN_ROWS = 64
-_STAGE_DDL = f"CREATE TEMP TABLE IF NOT EXISTS {_STAGE} ({', '.join(_COLS)})"
-_STAGE_INSERT = _QMARK_INSERT_EVENTS.replace(f"INTO {events.name} ", f"INTO temp.{_STAGE} ", 1)
-_STAGE_MOVE = (
-    f"INSERT INTO main.{events.name} ({', '.join(_COLS)}) "
-    f"SELECT {', '.join(_COLS)} FROM temp.{_STAGE} ORDER BY rowid"
-)
 
 # One chunk of a compact page built by SQLite's JSON functions (the hub's hot path on SQLite):
 # the rows as UTF-8 JSON (a BLOB: no decoding to str and encoding back), their count, last
@@ -72,7 +55,7 @@ FROM (SELECT * FROM {events.name} WHERE origin_replica = :origin AND origin_seq 
 """  # table names come from the schema; values are bound; one value per `models.ROW_FIELDS`
 
 
-class SqliteBackend:
+class SqliteBackend(SqliteWriter):
     name = "sqlite"
     driver_errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
     notify_channel: str | None = None
@@ -81,16 +64,13 @@ class SqliteBackend:
     rows_json_sql: str | None = ROWS_JSON_CHUNK
 
     def __init__(self, engine: sa.Engine) -> None:
+        super().__init__()
         self.engine = engine
-        self.statement_hooks: list[base.StatementHook] = []
         # The writer's pooled DBAPI connection (engine.py's connect listener set WAL, the
         # synchronous level, busy_timeout, foreign_keys and isolation_level=None on it),
         # opened on first use and used only under the store's commit lock; reads take their own.
         self._proxy: Any = None
         self._db: sqlite3.Connection | None = None  # its DBAPI connection
-        self._busy_timeout_s = 30.0
-        # (data_version, next seq, next artifact seq) after the writer's last commit.
-        self._counters: tuple[int, int, int] | None = None
         # Idle reader connections (pool proxies), the most recently used last (`reading`).
         self._readers: list[Any] = []
         self._closed = False
@@ -135,10 +115,6 @@ class SqliteBackend:
         found = [str(r[0]) for r in conn.exec_driver_sql("PRAGMA integrity_check").all()]
         return "PRAGMA integrity_check", [] if found == ["ok"] else found
 
-    def before_redaction(self) -> str | None:
-        # Freed pages are zeroed, so the removed bytes do not linger in the file.
-        return "PRAGMA secure_delete = ON"
-
     def db_size(self) -> int | None:
         path = self.engine.url.database or ""
         return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
@@ -154,48 +130,6 @@ class SqliteBackend:
         self._busy_timeout_s = db.execute("PRAGMA busy_timeout").fetchone()[0] / 1000
         self._proxy, self._db = proxy, db
         return db
-
-    def _begin(self, db: sqlite3.Connection) -> None:
-        """BEGIN IMMEDIATE. SQLite already waits up to busy_timeout for the lock; a SQLITE_BUSY
-        returned early (WAL recovery by another connection, for one) is retried until the
-        same deadline, so callers only ever see "database busy" once it has really passed."""
-        deadline: float | None = None  # set at the first early SQLITE_BUSY (rare)
-        delay = 0.001
-        while True:
-            try:
-                db.execute("BEGIN IMMEDIATE")
-                return
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) and "busy" not in str(exc):
-                    raise
-                now = time.monotonic()
-                if deadline is None:
-                    deadline = now + self._busy_timeout_s
-                if now + delay >= deadline:
-                    raise
-            time.sleep(delay)
-            delay = min(delay * 2, 0.05)
-
-    def transaction(self, state: base.Statement | None = None) -> _Transaction:
-        """BEGIN IMMEDIATE … COMMIT (ROLLBACK if the block raises).
-
-        `PRAGMA data_version` changes when any other connection commits (another process, or
-        a migration on the store's SQLAlchemy engine) and never for this connection's own
-        commits. While it is unchanged since our last commit, the counters we left are exact:
-        `known`, and the `state` query is skipped.
-        """
-        return _Transaction(self, state)
-
-    @contextlib.contextmanager
-    def savepoint(self, db: sqlite3.Connection) -> Iterator[None]:
-        db.execute("SAVEPOINT logstream_item")
-        try:
-            yield
-        except Exception:
-            db.execute("ROLLBACK TO logstream_item")
-            db.execute("RELEASE logstream_item")
-            raise
-        db.execute("RELEASE logstream_item")
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[base.Query]:
@@ -261,24 +195,6 @@ class SqliteBackend:
 
         return run
 
-    def query(self, db: sqlite3.Connection) -> base.Query:
-        hooks = self.statement_hooks
-
-        def run(sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-            if hooks:
-                base.observe(hooks, sql, params)
-            return sqlite_file.fetch_all(db, sql, params)
-
-        return run
-
-    def executor(
-        self,
-        db: sqlite3.Connection,
-        compile: base.Compile,
-        on_bulk: Callable[[], Any] | None = None,
-    ) -> SqliteExecutor:
-        return SqliteExecutor(db, compile, self.statement_hooks, on_bulk)
-
     def close(self) -> None:
         self._closed = True
         while self._readers:
@@ -303,111 +219,3 @@ class _Facts:
         if version != self.version:
             self.rows.clear()
             self.version = version
-
-
-class _Transaction:
-    """`SqliteBackend.transaction` (a plain context manager: it runs once per commit)."""
-
-    __slots__ = ("backend", "state", "db", "tx", "version")
-
-    def __init__(self, backend: SqliteBackend, state: base.Statement | None) -> None:
-        self.backend, self.state = backend, state
-
-    def __enter__(self) -> _Tx:
-        backend = self.backend
-        db = self.db = backend._writer()
-        backend._begin(db)
-        try:
-            version = self.version = db.execute("PRAGMA data_version").fetchone()[0]
-            prev = backend._counters
-            tx = self.tx = _Tx(
-                db, (prev[1], prev[2]) if prev is not None and prev[0] == version else None
-            )
-            if tx.known is None and self.state is not None:
-                tx.state_row = backend.query(db)(*self.state)[0]
-        except BaseException:
-            self._rollback()
-            raise
-        return tx
-
-    def __exit__(self, kind: type[BaseException] | None, exc: object, tb: object) -> None:
-        if kind is not None:
-            self._rollback()
-            return
-        try:
-            self.db.execute("COMMIT")
-        except BaseException:
-            self._rollback()
-            raise
-        counters = self.tx.counters
-        self.backend._counters = (self.version, *counters) if counters else None
-
-    def _rollback(self) -> None:
-        self.backend._counters = None
-        if self.db.in_transaction:
-            self.db.execute("ROLLBACK")
-
-
-@dataclass
-class _Tx:
-    db: sqlite3.Connection
-    known: tuple[int, int] | None
-    state_row: Sequence[Any] | None = None
-    counters: tuple[int, int] | None = None
-    appended: bool = False  # nothing to announce: other processes see data_version change
-
-
-class SqliteExecutor(base.DbapiExecutor):
-    """The statements of one transaction on the SQLite writer's DBAPI connection."""
-
-    def __init__(
-        self,
-        db: sqlite3.Connection,
-        compile: base.Compile,
-        hooks: Sequence[base.StatementHook] = (),
-        on_bulk: Callable[[], Any] | None = None,
-    ) -> None:
-        super().__init__(db, compile, hooks)
-        self.on_bulk = on_bulk
-
-    def _execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
-        if self.hooks:
-            base.observe(self.hooks, sql, params)
-        cursor: sqlite3.Cursor = self.db.execute(sql, params)
-        return cursor
-
-    def _executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
-        if self.hooks:
-            base.observe(self.hooks, sql, rows)
-        self.db.executemany(sql, rows)
-
-    def held_ids(self, ids: list[str]) -> set[str]:
-        # Positional IN lists of 512 (padded): the probe of a fresh page costs ~1 µs an id.
-        out: set[str] = set()
-        for i in range(0, len(ids), base.IN_MAX):
-            chunk = ids[i : i + base.IN_MAX]
-            n = 1 << (len(chunk) - 1).bit_length()
-            sql = _QMARK_HELD_IDS.get(n)
-            if sql is None:
-                sql = _QMARK_HELD_IDS[n] = (
-                    f"SELECT id FROM {events.name} WHERE id IN ({', '.join('?' * n)})"
-                )
-            out.update(r[0] for r in self._execute(sql, chunk + [chunk[-1]] * (n - len(chunk))))
-        return out
-
-    def insert_events(self, rows: list[tuple[Any, ...]]) -> None:
-        # Positional binding: by name costs ~5 µs more per 19-column row.
-        if len(rows) == 1:  # a local append
-            self._execute(_QMARK_INSERT_EVENTS, rows[0])
-            return
-        if len(rows) < _STAGE_MIN_ROWS:
-            self._executemany(_QMARK_INSERT_EVENTS, rows)
-            return
-        self._execute(_STAGE_DDL)  # once per connection; part of this transaction
-        try:
-            self._executemany(_STAGE_INSERT, rows)
-            if self.on_bulk is not None:
-                self.on_bulk()
-            self._execute(_STAGE_MOVE)
-        finally:
-            self._execute(f"DELETE FROM temp.{_STAGE}")

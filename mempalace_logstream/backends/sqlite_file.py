@@ -20,6 +20,10 @@ DURABILITY = {"full": "FULL", "normal": "NORMAL", "off": "OFF"}
 APPLICATION_ID = 0x4C475354  # "LGST" in the SQLite header: a log made by this package
 SQLITE_MAGIC = b"SQLite format 3\x00"
 LOG_TABLES = ("alembic_version", "events")  # ours, or a reference log to adopt
+# SQLite has no SHA-256 in SQL: the blob guard's triggers (ddl.py) call this function, which
+# every connection the store opens registers (`add_functions`); another program's UPDATE of a
+# blob fails for want of it, which refuses it.
+SQLITE_SHA256_FUNCTION = "logstream_sha256"
 
 
 def storage_message(orig: BaseException | None) -> str:
@@ -74,6 +78,21 @@ def configure(db: Any, database: str, sync: str, busy_timeout_ms: int, writable:
         cur.execute("PRAGMA foreign_keys=ON")
     finally:
         cur.close()
+
+
+def add_functions(db: sqlite3.Connection) -> None:
+    """Register the SQL functions the log's triggers call (`SQLITE_SHA256_FUNCTION`)."""
+    db.create_function(SQLITE_SHA256_FUNCTION, 1, _sha256_hex, deterministic=True)
+
+
+def _sha256_hex(data: Any) -> str | None:
+    """SQLite's `logstream_sha256(x)`: the lowercase hex SHA-256 of a BLOB (None for NULL)."""
+    import hashlib  # only when a blob's trigger runs: the lean hook paths never load it
+
+    if data is None:
+        return None
+    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    return hashlib.sha256(raw).hexdigest()
 
 
 def begin(conn: Any, write: bool) -> None:

@@ -124,22 +124,10 @@ def note_hub_state(change: reconnect.HubState) -> None:
 def open_store(db: str | None, palace: str | None, *, create: bool) -> LogStore:
     """The local store; `create` for commands that write (a reader refuses a missing file)."""
     from mempalace_logstream.store import LogStore
-    from mempalace_logstream.store.identity import keys_dir_for
+    from mempalace_logstream.store.options import log_options
 
-    settings = config.Settings.from_env()
-    url = config.resolve_db(db or settings.db, palace or settings.palace)
-    store = LogStore.open(
-        url,
-        # Agents' keys: beside a SQLite file, else <palace>/keys (RFC 0008).
-        keys_dir=keys_dir_for(url, config.palace_dir(palace or settings.palace)),
-        durability=STATE.durability,
-        create=create,
-        max_body_bytes=settings.max_body_bytes,
-        max_artifact_bytes=settings.max_artifact_bytes,
-        task_settings=settings.task_settings(),
-        backdate_window_ms=settings.backdate_window_ms,
-    )
-    return said_created(store)
+    url, options = log_options(db, palace, durability=STATE.durability)
+    return said_created(LogStore.open(url, create=create, **options))
 
 
 def said_created(store: LogStore) -> LogStore:

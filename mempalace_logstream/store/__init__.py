@@ -15,10 +15,16 @@ rows.py      read columns, artifact rows, the links column
 ids.py       ids, timestamps, slugs
 stats.py     version vector and stats (`store.counts`)
 lean.py      the inbox reader of the hook path (no SQLAlchemy; the store's rule and SQL text)
+lean_write.py  the lean local writer of `append`, `ack`, the task moves (issue 25): the store's
+             write path on a stdlib sqlite3 connection, its SQL from a generated table
+options.py   `log_options`: the local log a command names and `LogStore.open`'s settings
 
 Names are loaded on first use (PEP 562): importing the package, or one of its lean modules
 (`store.ids`, `store.lean`, `store.lean_leases`: the hook paths) imports neither SQLAlchemy nor
 the read filters and models; `from mempalace_logstream.store import LogStore` imports them.
+The write path's modules (writes, append, pipeline, the projections) import without
+SQLAlchemy too: their statements are built on first use (`lazy.module`), which the lean
+writer (`store.lean_write`) never does.
 """
 
 from __future__ import annotations

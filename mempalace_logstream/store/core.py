@@ -31,7 +31,7 @@ from mempalace_logstream.schema import SCHEMA_HEAD
 from mempalace_logstream.store import tasks as task_rows
 from mempalace_logstream.store.filters import ReadArgs, ReadRequest, read_request
 from mempalace_logstream.store.identity import Identity, keys_dir_for
-from mempalace_logstream.store.ids import mint_replica_id
+from mempalace_logstream.store.ids import REPLICA_ID_KEY, mint_replica_id
 from mempalace_logstream.store.pipeline import CommitPipeline
 from mempalace_logstream.store.projections import Projection, Projections
 from mempalace_logstream.store.reads import Reads
@@ -41,8 +41,6 @@ from mempalace_logstream.store.task_cache import FoldCache
 from mempalace_logstream.store.task_reads import TaskReads
 from mempalace_logstream.store.writes import Transaction, Writes
 from mempalace_logstream.tasks import TaskSettings
-
-REPLICA_ID_KEY = "replica_id"  # the meta row holding this database's replica id
 
 T = TypeVar("T")
 

@@ -9,7 +9,6 @@ pair window's start: bounded by the budgets, never by the thread or the log.
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any
 
 from mempalace_logstream import errors, tasks
@@ -22,9 +21,18 @@ from mempalace_logstream.tasks import guards as g
 from mempalace_logstream.tasks.model import ACTIONS, REQUEST_TYPE, Task
 
 if TYPE_CHECKING:
+    import logging
+
     from mempalace_logstream.store.writes import Transaction, Writes
 
-log = logging.getLogger(__name__)
+
+def _log() -> logging.Logger:
+    """This module's logger, imported with the first warning: `logging` (~5 ms) is not
+    loaded by a lean one-call write that warns nothing."""
+    import logging
+
+    return logging.getLogger(__name__)
+
 
 FIRST_PAGE, MAX_PAGE = 16, 1024
 # A guard's rows are `sql.GUARD_COLS`: seq, id, type, from_agent, to_agent, created_at,
@@ -230,4 +238,4 @@ def send_notice(store: Writes, exc: g.BudgetExhausted) -> None:
     except errors.ConflictError:
         pass  # its key holds the notice of an earlier refusal of this episode: sent once
     except errors.LogstreamError as exc:  # the refusal still stands; the notice is a courtesy
-        log.warning("could not send %s: %s", g.EXHAUSTED_TYPE, exc.message)
+        _log().warning("could not send %s: %s", g.EXHAUSTED_TYPE, exc.message)

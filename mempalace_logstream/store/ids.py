@@ -9,6 +9,8 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
+REPLICA_ID_KEY = "replica_id"  # the meta row holding this database's replica id
+
 
 @functools.lru_cache(maxsize=4)
 def _second_stamps(second: int) -> tuple[str, str]:

@@ -13,9 +13,7 @@ import functools
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
-
-import sqlalchemy as sa
+from typing import TYPE_CHECKING, Any
 
 from mempalace_logstream import backends, errors, hlc, notify
 from mempalace_logstream.backends import Backend, Compiler, Executor
@@ -26,6 +24,9 @@ from mempalace_logstream.models import Event
 from mempalace_logstream.store.identity import Identity
 from mempalace_logstream.store.marks import PIN_PREFIX
 from mempalace_logstream.store.rows import events_from_rows, read_columns
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 # The work of one write: its statements through the executor, the transaction's state.
 Work = Callable[[Executor, "TxState"], Any]
@@ -67,6 +68,7 @@ class CommitPipeline:
         clock: hlc.HybridClock,
         notifier: notify.Notifier,
         replica_id: str,
+        compiler: Compiler | None = None,
     ) -> None:
         self.engine, self.backend = engine, backend
         self.identity, self.clock, self.notifier = identity, clock, notifier
@@ -82,9 +84,9 @@ class CommitPipeline:
         self._sleepers = 0  # callers waiting on `_settled` (counted under its lock)
         self._commit_lock = threading.Lock()
         self.closed = False
-        # (SQL text, parameters) of a statement shape, compiled once per store.
-        self.sql = Compiler(backend.sql_dialect())
-        self._read_cols = read_columns(backend)
+        # (SQL text, parameters) of a statement shape, compiled once per store (or served
+        # from the lean writer's generated table: store/lean_write.py).
+        self.sql = compiler if compiler is not None else Compiler(backend.sql_dialect())
         self._state: tuple[str, Any] | None = None  # the starting-state query, compiled once
 
     def close(self) -> None:
@@ -260,6 +262,11 @@ class CommitPipeline:
             next_artifact_seq=(max_art or 0) + 1,
             marks=(key_top, pins),
         )
+
+    @functools.cached_property
+    def _read_cols(self) -> list[sa.ColumnElement[Any]]:
+        """The Event read columns, built with the first statement that reads events."""
+        return read_columns(self.backend)
 
     def event_select(self, *where: sa.ColumnElement[bool]) -> sa.Select[Any]:
         """The Event columns (`events_from_rows` reads them) of the rows matching `where`."""

@@ -5,14 +5,10 @@ plan.py (no SQLAlchemy, for the hook path) and is re-exported here."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-
-from mempalace_logstream.backends import Backend
-from mempalace_logstream.backends.queries import log as log_rows
+from mempalace_logstream import lazy
 from mempalace_logstream.models import Artifact
-from mempalace_logstream.schema import artifacts
 from mempalace_logstream.store.plan import (
     EVENT_FIELDS,
     ID_AT,
@@ -23,7 +19,7 @@ from mempalace_logstream.store.plan import (
 )
 
 __all__ = [
-    "ARTIFACT_COLS",
+    "ARTIFACT_COL_NAMES",
     "EVENT_FIELDS",
     "ID_AT",
     "SEQ_AT",
@@ -35,21 +31,39 @@ __all__ = [
     "repair_row",
 ]
 
-# An artifact row in the order `artifact_from_row` reads it.
-ARTIFACT_COLS = [
-    artifacts.c[name]
-    for name in (
-        "id",
-        "kind",
-        "sha256",
-        "size_bytes",
-        "encoding",
-        "created_by",
-        "created_at",
-        "origin_replica",
-        "metadata_json",
-    )
-]
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+    from mempalace_logstream import schema
+    from mempalace_logstream.backends import Backend
+    from mempalace_logstream.backends.queries import log as log_rows
+
+    ARTIFACT_COLS: list[sa.Column[Any]]
+else:  # statements are built on first use: the lean write path never loads them
+    schema = lazy.module("mempalace_logstream.schema")
+    log_rows = lazy.module("mempalace_logstream.backends.queries.log")
+
+# An artifact row in the order `artifact_from_row` reads it (`ARTIFACT_COLS`, the Columns).
+ARTIFACT_COL_NAMES = (
+    "id",
+    "kind",
+    "sha256",
+    "size_bytes",
+    "encoding",
+    "created_by",
+    "created_at",
+    "origin_replica",
+    "metadata_json",
+)
+
+
+def __getattr__(name: str) -> Any:
+    """`ARTIFACT_COLS`, made on first use (PEP 562): it needs the schema's Table."""
+    if name != "ARTIFACT_COLS":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    cols = [schema.artifacts.c[n] for n in ARTIFACT_COL_NAMES]
+    globals()[name] = cols
+    return cols
 
 
 def links_column(backend: Backend) -> sa.Label[Any]:

@@ -32,6 +32,7 @@ from mempalace_logstream.models import (
 )
 from mempalace_logstream.payload import parse_tombstone
 from mempalace_logstream.store import blobs, guards
+from mempalace_logstream.store import rows as row_cols
 from mempalace_logstream.store.append import Appended, Local, Origin
 from mempalace_logstream.store.append import append as append_events
 from mempalace_logstream.store.identity import check_names, check_writer
@@ -39,7 +40,7 @@ from mempalace_logstream.store.ids import new_id, now_text
 from mempalace_logstream.store.marks import PIN_PREFIX
 from mempalace_logstream.store.pipeline import CommitPipeline, TxState
 from mempalace_logstream.store.redaction import REDACT_TYPE
-from mempalace_logstream.store.rows import ARTIFACT_COLS, artifact_from_row, events_from_rows
+from mempalace_logstream.store.rows import artifact_from_row, events_from_rows
 from mempalace_logstream.store.signatures import takes_args_of
 from mempalace_logstream.tasks.guards import BudgetExhausted
 
@@ -171,7 +172,7 @@ class Transaction:
 
     def artifact_meta(self, ident: str) -> Artifact:
         """The artifact `ident` without its content; NotFoundError if unknown."""
-        rows = sql.artifact_meta(self.ex, ARTIFACT_COLS, ident)
+        rows = sql.artifact_meta(self.ex, row_cols.ARTIFACT_COLS, ident)
         if not rows:
             raise errors.NotFoundError(f"artifact {ident!r} not found", field="artifact_id")
         return artifact_from_row(rows[0], None)
@@ -315,7 +316,7 @@ class Writes:
         """The artifact with its exact content; NotFoundError if unknown."""
         ident = v.required_routing("artifact_id", artifact_id)
         with self.pipeline.connect() as conn:
-            row = sql.artifact_with_content(conn, ARTIFACT_COLS, ident)
+            row = sql.artifact_with_content(conn, row_cols.ARTIFACT_COLS, ident)
             mine = blobs.redactions_of_artifacts(conn, [ident]).get(ident) if row else None
         if row is None:
             raise errors.NotFoundError(

@@ -12,20 +12,20 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-
+from mempalace_logstream import lazy
 from mempalace_logstream.backends.base import Compile, Executor
 from mempalace_logstream.backends.queries.identity import KeyTypes, marks_columns
-from mempalace_logstream.backends.queries.log import EventSelect
-from mempalace_logstream.schema import (
-    agent_tokens,
-    artifact_blobs,
-    artifacts,
-    event_artifacts,
-    events,
-)
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+    from mempalace_logstream import schema
+    from mempalace_logstream.backends.queries.log import EventSelect
+else:
+    sa = lazy.module("sqlalchemy")
+    schema = lazy.module("mempalace_logstream.schema")
 
 
 # The newest seq, artifact seq and HLC stamp, our own newest stamp and the keyring's marks,
@@ -34,14 +34,14 @@ from mempalace_logstream.schema import (
 # append lock, one round trip for all: backends/postgres.py).
 def _tx_state(key_types: KeyTypes, pin_prefix: str, agg: Any) -> sa.Select[Any]:
     return sa.select(
-        sa.select(sa.func.max(events.c.seq)).scalar_subquery(),
-        sa.select(sa.func.max(artifacts.c.seq)).scalar_subquery(),
-        sa.select(sa.func.max(events.c.hlc)).scalar_subquery(),
+        sa.select(sa.func.max(schema.events.c.seq)).scalar_subquery(),
+        sa.select(sa.func.max(schema.artifacts.c.seq)).scalar_subquery(),
+        sa.select(sa.func.max(schema.events.c.hlc)).scalar_subquery(),
         # Our own newest stamp (the origin index finds it): adopted even when it is more than
         # 60 s ahead of the wall clock, so the HLC never goes backwards across restarts.
-        sa.select(events.c.hlc)
-        .where(events.c.origin_replica == sa.bindparam("own_replica"))
-        .order_by(events.c.origin_seq.desc())
+        sa.select(schema.events.c.hlc)
+        .where(schema.events.c.origin_replica == sa.bindparam("own_replica"))
+        .order_by(schema.events.c.origin_seq.desc())
         .limit(1)
         .scalar_subquery(),
         # What the keyring is cached on (queries/identity.py `marks`): no second statement.
@@ -68,7 +68,7 @@ def event_by_id(ex: Executor, select: EventSelect, ident: str) -> Sequence[Any]:
     """The read row of the event `ident` ([] if not held)."""
 
     def build() -> sa.Select[Any]:
-        return select(events.c.id == sa.bindparam("id"))
+        return select(schema.events.c.id == sa.bindparam("id"))
 
     return ex.rows("appends.event-by-id", build, {"id": ident})
 
@@ -80,8 +80,8 @@ def idempotent(
 
     def build() -> sa.Select[Any]:
         return select(
-            events.c.from_agent == sa.bindparam("from_agent"),
-            events.c.idempotency_key == sa.bindparam("idempotency_key"),
+            schema.events.c.from_agent == sa.bindparam("from_agent"),
+            schema.events.c.idempotency_key == sa.bindparam("idempotency_key"),
         )
 
     params = {"from_agent": from_agent, "idempotency_key": idempotency_key}
@@ -90,7 +90,7 @@ def idempotent(
 
 def insert_links(ex: Executor, links: list[dict[str, Any]]) -> None:
     """event_artifacts rows (event_id, artifact_id, position)."""
-    ex.insert("appends.insert-link", event_artifacts, links)
+    ex.insert("appends.insert-link", "event_artifacts", links)
 
 
 def artifact_exists(ex: Executor, ident: str) -> bool:
@@ -98,12 +98,12 @@ def artifact_exists(ex: Executor, ident: str) -> bool:
 
 
 def _artifact_exists() -> sa.Select[Any]:
-    return sa.select(artifacts.c.id).where(artifacts.c.id == sa.bindparam("id"))
+    return sa.select(schema.artifacts.c.id).where(schema.artifacts.c.id == sa.bindparam("id"))
 
 
 def insert_artifact(ex: Executor, row: dict[str, Any]) -> None:
     """One artifacts row (every column)."""
-    ex.insert("appends.insert-artifact", artifacts, [row])
+    ex.insert("appends.insert-artifact", "artifacts", [row])
 
 
 def artifact_meta(ex: Executor, cols: Sequence[Any], ident: str) -> Sequence[Any]:
@@ -111,7 +111,7 @@ def artifact_meta(ex: Executor, cols: Sequence[Any], ident: str) -> Sequence[Any
     ([] if unknown)."""
 
     def build() -> sa.Select[Any]:
-        return sa.select(*cols).where(artifacts.c.id == sa.bindparam("id"))
+        return sa.select(*cols).where(schema.artifacts.c.id == sa.bindparam("id"))
 
     return ex.rows("appends.artifact-meta", build, {"id": ident})
 
@@ -119,9 +119,9 @@ def artifact_meta(ex: Executor, cols: Sequence[Any], ident: str) -> Sequence[Any
 def artifact_with_content(conn: sa.Connection, cols: Sequence[Any], ident: str) -> Any:
     """The `cols` of the artifact `ident` with its blob's content last, or None."""
     return conn.execute(
-        sa.select(*cols, artifact_blobs.c.content)
-        .join(artifact_blobs, artifact_blobs.c.sha256 == artifacts.c.sha256)
-        .where(artifacts.c.id == ident)
+        sa.select(*cols, schema.artifact_blobs.c.content)
+        .join(schema.artifact_blobs, schema.artifact_blobs.c.sha256 == schema.artifacts.c.sha256)
+        .where(schema.artifacts.c.id == ident)
     ).first()
 
 
@@ -133,14 +133,18 @@ def set_agent_token(ex: Executor, agent: str, token_hash: str | None, created_at
     ex.run("appends.agent-token-drop", _drop_token, {"agent": agent})
     if token_hash is not None:
         row = {"agent": agent, "token_hash": token_hash, "created_at": created_at}
-        ex.insert("appends.agent-token-insert", agent_tokens, [row])
+        ex.insert("appends.agent-token-insert", "agent_tokens", [row])
 
 
 def _drop_token() -> sa.Delete:
-    return sa.delete(agent_tokens).where(agent_tokens.c.agent == sa.bindparam("agent"))
+    return sa.delete(schema.agent_tokens).where(
+        schema.agent_tokens.c.agent == sa.bindparam("agent")
+    )
 
 
 def agent_token_hashes(conn: sa.Connection) -> dict[str, str]:
     """agent -> the stored hash of its token."""
-    rows = conn.execute(sa.select(agent_tokens.c.agent, agent_tokens.c.token_hash)).all()
+    rows = conn.execute(
+        sa.select(schema.agent_tokens.c.agent, schema.agent_tokens.c.token_hash)
+    ).all()
     return {str(r[0]): str(r[1]) for r in rows}

@@ -9,19 +9,25 @@ matching some conditions, newest first, at most `limit`.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-
+from mempalace_logstream import lazy
 from mempalace_logstream.backends.base import Executor
-from mempalace_logstream.schema import events
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+    from mempalace_logstream import schema
+else:
+    sa = lazy.module("sqlalchemy")
+    schema = lazy.module("mempalace_logstream.schema")
 
 # The columns of a guard's event row, in this order.
 GUARD_COLS = ("seq", "id", "type", "from_agent", "to_agent", "created_at", "metadata_json")
 
 
 def _newest(*where: sa.ColumnElement[bool], limit: int) -> sa.Select[Any]:
-    c = events.c
+    c = schema.events.c
     return (
         sa.select(*(c[name] for name in GUARD_COLS))
         .where(*where)
@@ -44,7 +50,7 @@ def thread_page(
     k = len(skipped)
 
     def build() -> sa.Select[Any]:
-        c = events.c
+        c = schema.events.c
         return _newest(
             c.correlation_id == sa.bindparam("v"),
             c.seq < sa.bindparam("before"),
@@ -60,7 +66,7 @@ def newest_of_type(ex: Executor, thread: str, kind: str, writer: str) -> Any | N
     """The newest row of type `kind` that `writer` wrote on the thread, or None."""
 
     def build() -> sa.Select[Any]:
-        c = events.c
+        c = schema.events.c
         return _newest(
             c.correlation_id == sa.bindparam("v"),
             c.type == sa.bindparam("kind"),
@@ -89,7 +95,7 @@ def pair_rows(
     k = len(skipped)
 
     def build() -> sa.Select[Any]:
-        c = events.c
+        c = schema.events.c
         floor = (
             sa.select(c.seq)
             .where(c.created_at >= sa.bindparam("cutoff"))
@@ -119,7 +125,7 @@ def first_writer(ex: Executor, thread: str) -> str | None:
     """Who wrote the thread's first event."""
 
     def build() -> sa.Select[Any]:
-        c = events.c
+        c = schema.events.c
         where = c.correlation_id == sa.bindparam("v")
         return sa.select(c.from_agent).where(where).order_by(c.seq).limit(1)
 

@@ -6,12 +6,18 @@ backends/sqlite_inbox_sql.py holds their SQLite text)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-
+from mempalace_logstream import lazy
 from mempalace_logstream.backends.base import Compile, Executor
-from mempalace_logstream.schema import artifacts, events, meta
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+    from mempalace_logstream import schema
+else:
+    sa = lazy.module("sqlalchemy")
+    schema = lazy.module("mempalace_logstream.schema")
 
 MARKS = "identity.marks"
 KEY_EVENTS = "identity.key-events"
@@ -24,7 +30,7 @@ def _is_key_event(key_types: KeyTypes) -> sa.ColumnElement[bool]:
     kinds: list[sa.BindParameter[str]] = [
         sa.bindparam(f"key_type_{i}", t) for i, t in enumerate(key_types)
     ]
-    return events.c.type.in_(kinds)
+    return schema.events.c.type.in_(kinds)
 
 
 def marks(ex: Executor, key_types: KeyTypes, pin_prefix: str, agg: Any) -> tuple[Any, Any]:
@@ -50,24 +56,24 @@ def marks_columns(
 ) -> tuple[sa.ScalarSelect[Any], sa.ScalarSelect[Any]]:
     """The two columns of `marks`, for a statement that reads them with others too (the
     write transaction's starting state: queries/appends.py)."""
-    pinned = meta.c.key.startswith(pin_prefix, autoescape=True)
+    pinned = schema.meta.c.key.startswith(pin_prefix, autoescape=True)
     # The newest key event's seq: max(seq) of each key type, one (type, seq) index lookup
     # each, then the row by its key. An ORDER BY over the IN would sort the key events in a
     # temporary B-tree on every read that probes; one max(seq) over the IN, PostgreSQL answers
     # by walking the whole primary key backwards (a full scan while a log has no key event:
     # 2 ms at 6,000 events, issue 25).
     legs = [
-        sa.select(sa.func.max(events.c.seq).label("seq")).where(
-            events.c.type == sa.bindparam(f"key_type_{i}", t)
+        sa.select(sa.func.max(schema.events.c.seq).label("seq")).where(
+            schema.events.c.type == sa.bindparam(f"key_type_{i}", t)
         )
         for i, t in enumerate(key_types)
     ]
     per_type = sa.union_all(*legs).subquery()
     top = sa.select(sa.func.max(per_type.c.seq))
-    newest = sa.select(events.c.id).where(events.c.seq == top.scalar_subquery())
+    newest = sa.select(schema.events.c.id).where(schema.events.c.seq == top.scalar_subquery())
     return (
         newest.scalar_subquery(),
-        sa.select(agg(meta.c.key, sa.literal(","))).where(pinned).scalar_subquery(),
+        sa.select(agg(schema.meta.c.key, sa.literal(","))).where(pinned).scalar_subquery(),
     )
 
 
@@ -75,14 +81,16 @@ def key_events(
     ex: Executor, key_types: KeyTypes, select: Callable[..., sa.Select[Any]]
 ) -> Sequence[Any]:
     """The rows (`select`: the store's event read columns) of the key events, in seq order."""
-    return ex.rows(KEY_EVENTS, lambda: select(_is_key_event(key_types)).order_by(events.c.seq), {})
+    return ex.rows(
+        KEY_EVENTS, lambda: select(_is_key_event(key_types)).order_by(schema.events.c.seq), {}
+    )
 
 
 def any_key_event(ex: Executor, key_types: KeyTypes) -> bool:
     """Whether the log holds any key event."""
 
     def build() -> sa.Select[Any]:
-        return sa.select(events.c.id).where(_is_key_event(key_types)).limit(1)
+        return sa.select(schema.events.c.id).where(_is_key_event(key_types)).limit(1)
 
     return bool(ex.rows("identity.any-key-event", build, {}))
 
@@ -94,7 +102,9 @@ def artifact_sha256s(ex: Executor, ids: Sequence[str]) -> dict[str, str]:
 
     def build() -> sa.Select[Any]:
         binds: list[sa.BindParameter[Any]] = [sa.bindparam(f"a{i}") for i in range(n)]
-        return sa.select(artifacts.c.id, artifacts.c.sha256).where(artifacts.c.id.in_(binds))
+        return sa.select(schema.artifacts.c.id, schema.artifacts.c.sha256).where(
+            schema.artifacts.c.id.in_(binds)
+        )
 
     rows = ex.rows(("identity.artifact-sha256", n), build, params)
     return {str(r[0]): str(r[1]) for r in rows}

@@ -15,7 +15,6 @@ from mempalace_logstream.backends.base import Executor
 from mempalace_logstream.schema import (
     artifact_blobs,
     artifact_redactions,
-    artifacts,
     event_artifacts,
     events,
 )
@@ -105,4 +104,4 @@ def redaction_names_blob(conn: sa.Connection, sha: str) -> bool:
 
 def insert_artifacts(ex: Executor, rows: Sequence[dict[str, Any]]) -> None:
     """Insert artifact rows verbatim (seq included)."""
-    ex.insert("imports.artifacts", artifacts, list(rows))
+    ex.insert("imports.artifacts", "artifacts", list(rows))

@@ -5,24 +5,29 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-
+from mempalace_logstream import lazy
 from mempalace_logstream.backends.base import Executor
-from mempalace_logstream.schema import events
-from mempalace_logstream.schema import leases as leases_table
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+    from mempalace_logstream import schema
+else:
+    sa = lazy.module("sqlalchemy")
+    schema = lazy.module("mempalace_logstream.schema")
 
 
 @functools.cache  # read once per row: the table does not change
 def columns() -> tuple[str, ...]:
     """The lease row's columns, in the table's order."""
-    return tuple(c.name for c in leases_table.c)
+    return tuple(c.name for c in schema.leases.c)
 
 
 def insert(ex: Executor, rows: list[dict[str, Any]]) -> None:
     if rows:
-        ex.insert("leases.insert", leases_table, rows)
+        ex.insert("leases.insert", "leases", rows)
 
 
 def update(ex: Executor, row: dict[str, Any]) -> None:
@@ -32,9 +37,9 @@ def update(ex: Executor, row: dict[str, Any]) -> None:
 
 
 def _update() -> sa.Update:
-    t = leases_table.c
+    t = schema.leases.c
     values: dict[str, Any] = {c: sa.bindparam(f"new_{c}") for c in columns() if c != "lease_id"}
-    return leases_table.update().where(t.lease_id == sa.bindparam("id")).values(**values)
+    return schema.leases.update().where(t.lease_id == sa.bindparam("id")).values(**values)
 
 
 def by_id(ex: Executor, lease_id: str) -> Sequence[Any] | None:
@@ -43,7 +48,7 @@ def by_id(ex: Executor, lease_id: str) -> Sequence[Any] | None:
 
 
 def _by_id() -> sa.Select[Any]:
-    return sa.select(leases_table).where(leases_table.c.lease_id == sa.bindparam("id"))
+    return sa.select(schema.leases).where(schema.leases.c.lease_id == sa.bindparam("id"))
 
 
 def held(ex: Executor, project: str | None, wall_ms: int) -> Sequence[Any]:
@@ -51,8 +56,8 @@ def held(ex: Executor, project: str | None, wall_ms: int) -> Sequence[Any]:
     after `wall_ms` (a task's end is the caller's to judge), oldest first."""
 
     def build() -> sa.Select[Any]:
-        t = leases_table.c
-        query = sa.select(leases_table).where(
+        t = schema.leases.c
+        query = sa.select(schema.leases).where(
             t.expires_ms > sa.bindparam("wall"), t.lost_to.is_(None), t.released_hlc.is_(None)
         )
         if project is not None:
@@ -67,9 +72,9 @@ def lost_of(ex: Executor, agent: str, wall_ms: int) -> Sequence[Any]:
     """The rows of `agent` that lost a race and whose expiry is after `wall_ms`."""
 
     def build() -> sa.Select[Any]:
-        t = leases_table.c
+        t = schema.leases.c
         return (
-            sa.select(leases_table)
+            sa.select(schema.leases)
             .where(
                 t.agent == sa.bindparam("agent"),
                 t.lost_to.is_not(None),
@@ -89,8 +94,8 @@ def listing(
     shape = (agent is not None, project is not None, after_ms is not None)
 
     def build() -> sa.Select[Any]:
-        t = leases_table.c
-        query = sa.select(leases_table)
+        t = schema.leases.c
+        query = sa.select(schema.leases)
         if shape[0]:
             query = query.where(t.agent == sa.bindparam("agent"))
         if shape[1]:
@@ -107,7 +112,7 @@ def listing(
 
 def max_fence(ex: Executor, project: str) -> int:
     def build() -> sa.Select[Any]:
-        t = leases_table.c
+        t = schema.leases.c
         return sa.select(sa.func.max(t.fence)).where(t.project == sa.bindparam("project"))
 
     value = ex.rows("leases.max-fence", build, {"project": project})[0][0]
@@ -119,8 +124,8 @@ def clear(ex: Executor, project: str | None) -> None:
 
     def build() -> sa.Delete:
         if project is None:
-            return leases_table.delete()
-        return leases_table.delete().where(leases_table.c.project == sa.bindparam("project"))
+            return schema.leases.delete()
+        return schema.leases.delete().where(schema.leases.c.project == sa.bindparam("project"))
 
     ex.run(("leases.clear", project is None), build, {"project": project})
 
@@ -131,7 +136,7 @@ def lease_events(ex: Executor, project: str | None, types: Sequence[str]) -> Seq
     n = len(types)
 
     def build() -> sa.Select[Any]:
-        e = events.c
+        e = schema.events.c
         of_type = sa.or_(*(e.type == sa.bindparam(f"t{i}") for i in range(n)))
         query = sa.select(e.id, e.type, e.stream, e.from_agent, e.hlc, e.metadata_json)
         if project is not None:

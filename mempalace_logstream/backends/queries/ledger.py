@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql.expression import ClauseElement, Executable
-
+from mempalace_logstream import lazy
 from mempalace_logstream.backends.base import Executor
-from mempalace_logstream.schema import deliveries
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+    from mempalace_logstream import schema
+else:
+    sa = lazy.module("sqlalchemy")
+    schema = lazy.module("mempalace_logstream.schema")
 
 COLUMNS = ("pushed_at", "seen_at", "acked_at")
 # A mark as `merge` takes it: these keys, each time None when not known.
@@ -61,19 +65,26 @@ def _upsert() -> sa.Executable:
     )
 
 
-class _ByDialect(Executable, ClauseElement):
-    """SQL text that differs by dialect (a JSON array as a table of ids)."""
+@functools.cache
+def _by_dialect() -> Any:
+    """The class of SQL text that differs by dialect (a JSON array as a table of ids), made
+    and registered with SQLAlchemy's compiler on the first build (not at import: the lean
+    write path has no SQLAlchemy)."""
+    from sqlalchemy.ext.compiler import compiles
+    from sqlalchemy.sql.expression import ClauseElement, Executable
 
-    inherit_cache = False
+    class ByDialect(Executable, ClauseElement):
+        inherit_cache = False
 
-    def __init__(self, texts: dict[str, str]) -> None:
-        self.texts = texts
+        def __init__(self, texts: dict[str, str]) -> None:
+            self.texts = texts
 
+    @compiles(ByDialect)
+    def _compile_by_dialect(element: ByDialect, compiler: Any, **kw: Any) -> str:
+        text: str = compiler.process(sa.text(element.texts[compiler.dialect.name]), **kw)
+        return text
 
-@compiles(_ByDialect)
-def _compile_by_dialect(element: _ByDialect, compiler: Any, **kw: Any) -> str:
-    text: str = compiler.process(sa.text(element.texts[compiler.dialect.name]), **kw)
-    return text
+    return ByDialect
 
 
 # A JSON array of event ids as a one-column table `j(value)`, the outer loop of the join (on
@@ -104,7 +115,8 @@ def _page(column: str) -> sa.Executable:
         )
         for dialect, ids in _IDS.items()
     }
-    return _ByDialect(texts)
+    executable: sa.Executable = _by_dialect()(texts)
+    return executable
 
 
 def mark_page(
@@ -128,15 +140,15 @@ def merge(ex: Executor, rows: list[dict[str, Any]]) -> None:
 def _of_event() -> sa.Executable:
     return (
         sa.select(
-            deliveries.c.event_id,
-            deliveries.c.recipient,
-            deliveries.c.pushed_at,
-            deliveries.c.pushed_path,
-            deliveries.c.seen_at,
-            deliveries.c.acked_at,
+            schema.deliveries.c.event_id,
+            schema.deliveries.c.recipient,
+            schema.deliveries.c.pushed_at,
+            schema.deliveries.c.pushed_path,
+            schema.deliveries.c.seen_at,
+            schema.deliveries.c.acked_at,
         )
-        .where(deliveries.c.event_id == sa.bindparam("event_id"))
-        .order_by(deliveries.c.recipient)
+        .where(schema.deliveries.c.event_id == sa.bindparam("event_id"))
+        .order_by(schema.deliveries.c.recipient)
     )
 
 
@@ -148,7 +160,7 @@ def of_event(ex: Executor, event_id: str) -> list[Mark]:
 
 def _last_seen() -> sa.Executable:
     """Per recipient: the latest push and the latest read or ack recorded (any event)."""
-    c = deliveries.c
+    c = schema.deliveries.c
     return sa.select(
         c.recipient,
         sa.func.max(c.pushed_at),

@@ -10,22 +10,21 @@ functions), the columns `events_from_rows` reads.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-
+from mempalace_logstream import lazy
 from mempalace_logstream.backends.base import Build, Compile, Executor, LinksFunctions
-from mempalace_logstream.schema import (
-    artifact_blobs,
-    artifacts,
-    event_artifacts,
-    events,
-    redactions,
-)
-from mempalace_logstream.schema import tasks as tasks_table
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+    from mempalace_logstream import schema
+else:  # built into statements only (once per shape and store): not on the lean write path
+    sa = lazy.module("sqlalchemy")
+    schema = lazy.module("mempalace_logstream.schema")
 
 # The store's `event_select(*where)`: the event read columns of the rows matching `where`.
-EventSelect = Callable[..., sa.Select[Any]]
+EventSelect = Callable[..., "sa.Select[Any]"]
 # A page's shape (`plan.page_query`): ((filter, n values)...), inbox values, split,
 # since_created_at, order.
 PageShape = tuple[tuple[tuple[str, int], ...], int, bool, bool, str]
@@ -49,25 +48,27 @@ def links_column(links: LinksFunctions) -> sa.Label[Any]:
     ~0.2 µs of a SQLite page's ~2.6 µs a row) runs only when the log links any artifact: the
     guard is an uncorrelated subquery, which SQLite and PostgreSQL evaluate once per statement
     (issue 25)."""
-    ea = event_artifacts.alias("ea")
+    ea = schema.event_artifacts.alias("ea")
     char, agg = links
     item = sa.cast(ea.c.position, sa.Text) + char(sa.literal_column("30")) + ea.c.artifact_id
     link_sep = char(sa.literal_column("31"))
-    per_row = sa.select(agg(item, link_sep)).where(ea.c.event_id == events.c.id)
-    any_link: sa.Exists = sa.select(event_artifacts.c.event_id).exists()
+    per_row = sa.select(agg(item, link_sep)).where(ea.c.event_id == schema.events.c.id)
+    any_link: sa.Exists = sa.select(schema.event_artifacts.c.event_id).exists()
     return sa.case((any_link, per_row.scalar_subquery())).label("artifact_links")
 
 
 def read_columns(links: LinksFunctions, fields: Sequence[str]) -> list[sa.ColumnElement[Any]]:
     """The columns of `fields` (an Event's, in order), `artifact_ids` as the links column."""
-    return [links_column(links) if name == "artifact_ids" else events.c[name] for name in fields]
+    return [
+        links_column(links) if name == "artifact_ids" else schema.events.c[name] for name in fields
+    ]
 
 
 # ----------------------------------------------------------------------------- a page
 
 
 def _seq_of() -> sa.Select[Any]:
-    return sa.select(events.c.seq).where(events.c.id == sa.bindparam("id"))
+    return sa.select(schema.events.c.seq).where(schema.events.c.id == sa.bindparam("id"))
 
 
 def seq_of(ex: Executor, ident: str) -> int | None:
@@ -77,7 +78,7 @@ def seq_of(ex: Executor, ident: str) -> int | None:
 
 
 def _id_at() -> sa.Select[Any]:
-    return sa.select(events.c.id).where(events.c.seq == sa.bindparam("seq"))
+    return sa.select(schema.events.c.id).where(schema.events.c.seq == sa.bindparam("seq"))
 
 
 def id_at(ex: Executor, seq: int) -> str | None:
@@ -87,11 +88,15 @@ def id_at(ex: Executor, seq: int) -> str | None:
 
 
 def _top_all() -> sa.Select[Any]:
-    return sa.select(events.c.seq, events.c.id).order_by(events.c.seq.desc()).limit(1)
+    return (
+        sa.select(schema.events.c.seq, schema.events.c.id)
+        .order_by(schema.events.c.seq.desc())
+        .limit(1)
+    )
 
 
 def _top_below() -> sa.Select[Any]:
-    return _top_all().where(events.c.seq < sa.bindparam("hi"))
+    return _top_all().where(schema.events.c.seq < sa.bindparam("hi"))
 
 
 def tip_statement(compile: Compile) -> str:
@@ -141,14 +146,14 @@ def _page_statement(
     order: str,
 ) -> sa.Executable:
     where: list[sa.ColumnElement[bool]] = [
-        events.c.seq > sa.bindparam("lo"),
-        events.c.seq <= sa.bindparam("top"),
+        schema.events.c.seq > sa.bindparam("lo"),
+        schema.events.c.seq <= sa.bindparam("top"),
     ]
     if since_created:
-        where.append(events.c.created_at >= sa.bindparam("since_created_at"))
+        where.append(schema.events.c.created_at >= sa.bindparam("since_created_at"))
     for name, n in shape:
         column, how = rules[name]
-        col = events.c[column]
+        col = schema.events.c[column]
         binds: list[sa.BindParameter[Any]] = [sa.bindparam(f"{name}_{i}") for i in range(n)]
         if how == "not_in":
             where.append(col.not_in(binds))
@@ -158,11 +163,11 @@ def _page_statement(
     limit: sa.BindParameter[int] = sa.bindparam("lim")
     if not split:
         if to_binds:
-            where.append(events.c.to_agent.in_(to_binds))
+            where.append(schema.events.c.to_agent.in_(to_binds))
         q = select(*where)
-        q = q.order_by(events.c.seq.asc() if order == "asc" else events.c.seq.desc())
+        q = q.order_by(schema.events.c.seq.asc() if order == "asc" else schema.events.c.seq.desc())
         return q.limit(limit)
-    legs = [select(*where, events.c.to_agent == b) for b in to_binds]
+    legs = [select(*where, schema.events.c.to_agent == b) for b in to_binds]
     merged = sa.union_all(*legs)
     seq = merged.selected_columns.seq
     return merged.order_by(seq.asc() if order == "asc" else seq.desc()).limit(limit)
@@ -175,30 +180,32 @@ def chunk(ex: Executor, select: EventSelect, after: int, n: int) -> Sequence[Any
     """The event rows after seq `after`, in seq order, at most `n` (the doctor's walk)."""
 
     def build() -> sa.Select[Any]:
-        q = select(events.c.seq > sa.bindparam("after"))
-        return q.order_by(events.c.seq).limit(sa.bindparam("n"))
+        q = select(schema.events.c.seq > sa.bindparam("after"))
+        return q.order_by(schema.events.c.seq).limit(sa.bindparam("n"))
 
     return ex.rows("log.chunk", build, {"after": after, "n": n})
 
 
 def is_empty(conn: sa.Connection) -> bool:
     """Whether the log holds no event."""
-    return conn.execute(sa.select(events.c.seq).limit(1)).first() is None
+    return conn.execute(sa.select(schema.events.c.seq).limit(1)).first() is None
 
 
 def version_vector(conn: sa.Connection) -> dict[str, int]:
     """{origin_replica: max origin_seq} over every event held here."""
-    q = sa.select(events.c.origin_replica, sa.func.max(events.c.origin_seq))
-    rows = conn.execute(q.group_by(events.c.origin_replica)).all()
+    q = sa.select(schema.events.c.origin_replica, sa.func.max(schema.events.c.origin_seq))
+    rows = conn.execute(q.group_by(schema.events.c.origin_replica)).all()
     return {r[0]: int(r[1]) for r in rows}
 
 
 def totals(conn: sa.Connection) -> tuple[int, int, int, int]:
     """(events, artifacts, blobs, blob bytes) held here."""
-    total = conn.execute(sa.select(sa.func.count()).select_from(events)).scalar() or 0
-    arts = conn.execute(sa.select(sa.func.count()).select_from(artifacts)).scalar() or 0
+    total = conn.execute(sa.select(sa.func.count()).select_from(schema.events)).scalar() or 0
+    arts = conn.execute(sa.select(sa.func.count()).select_from(schema.artifacts)).scalar() or 0
     blobs = conn.execute(
-        sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(artifact_blobs.c.size_bytes), 0))
+        sa.select(
+            sa.func.count(), sa.func.coalesce(sa.func.sum(schema.artifact_blobs.c.size_bytes), 0)
+        )
     ).first()
     n_blobs, size = (int(blobs[0]), int(blobs[1])) if blobs else (0, 0)
     return int(total), int(arts), n_blobs, size
@@ -206,23 +213,25 @@ def totals(conn: sa.Connection) -> tuple[int, int, int, int]:
 
 def most_common(conn: sa.Connection, column: str, limit: int = 100) -> dict[str, int]:
     """value -> count of the events column `column`, the `limit` most common values."""
-    col = events.c[column]
+    col = schema.events.c[column]
     q = sa.select(col, sa.func.count()).group_by(col).order_by(sa.func.count().desc())
     return {str(k): int(n) for k, n in conn.execute(q.limit(limit))}
 
 
 def task_rows(ex: Executor, columns: Sequence[str]) -> Sequence[Any]:
     """Every task row: (task_id, doc_json, *columns) (the doctor's projection check)."""
-    cols = [tasks_table.c[c] for c in columns]
+    cols = [schema.tasks.c[c] for c in columns]
     key = ("log.task-rows", tuple(columns))
-    return ex.rows(key, lambda: sa.select(tasks_table.c.task_id, tasks_table.c.doc_json, *cols), {})
+    return ex.rows(
+        key, lambda: sa.select(schema.tasks.c.task_id, schema.tasks.c.doc_json, *cols), {}
+    )
 
 
 def requested_tasks(ex: Executor, request_type: str) -> list[str]:
     """The distinct correlation ids of the events of type `request_type` (the task ids)."""
 
     def build() -> sa.Select[Any]:
-        c = events.c
+        c = schema.events.c
         where = (c.type == sa.bindparam("request_type"), c.correlation_id.is_not(None))
         return sa.select(c.correlation_id).where(*where).distinct()
 
@@ -233,6 +242,6 @@ def requested_tasks(ex: Executor, request_type: str) -> list[str]:
 
 def body_tombstones(conn: sa.Connection, ids: Sequence[str], body: str) -> set[tuple[str, Any]]:
     """(event id, tombstone) of the body redactions (`part` is `body`) of the events `ids`."""
-    r = redactions.c
+    r = schema.redactions.c
     q = sa.select(r.target_id, r.tombstone).where(r.target_id.in_(list(ids)), r.part == body)
     return {(str(row[0]), row[1]) for row in conn.execute(q).all()}

@@ -7,17 +7,24 @@ the `Executor` of a write transaction or a read snapshot."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import sqlalchemy as sa
-
+from mempalace_logstream import lazy
 from mempalace_logstream.backends.base import Executor, binds, in_lists
-from mempalace_logstream.schema import meta
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+    from mempalace_logstream import schema
+else:
+    sa = lazy.module("sqlalchemy")
+    schema = lazy.module("mempalace_logstream.schema")
 
 _ESCAPE = "/"  # LIKE's escape character for a literal prefix (what `autoescape` uses)
 
 
 def _get() -> sa.Select[tuple[str]]:
-    return sa.select(meta.c.value).where(meta.c.key == sa.bindparam("key"))
+    return sa.select(schema.meta.c.value).where(schema.meta.c.key == sa.bindparam("key"))
 
 
 def value(conn: sa.Connection, key: str) -> str | None:
@@ -34,12 +41,14 @@ def get(ex: Executor, key: str) -> str | None:
 
 def insert(ex: Executor, key: str, val: str) -> None:
     """Add the meta row `key` (it must not exist)."""
-    ex.insert("meta.insert", meta, [{"key": key, "value": val}])
+    ex.insert("meta.insert", "logstream_meta", [{"key": key, "value": val}])
 
 
 def _with_prefix() -> sa.Select[tuple[str, str]]:
     pattern: sa.BindParameter[str] = sa.bindparam("pattern")
-    return sa.select(meta.c.key, meta.c.value).where(meta.c.key.like(pattern, escape=_ESCAPE))
+    return sa.select(schema.meta.c.key, schema.meta.c.value).where(
+        schema.meta.c.key.like(pattern, escape=_ESCAPE)
+    )
 
 
 def with_prefix(ex: Executor, prefix: str) -> list[tuple[str, str]]:
@@ -54,7 +63,7 @@ def delete(ex: Executor, keys: Sequence[str]) -> None:
     for n, params in in_lists(list(keys)):
 
         def build(n: int = n) -> sa.Delete:
-            return sa.delete(meta).where(meta.c.key.in_(binds(n)))
+            return sa.delete(schema.meta).where(schema.meta.c.key.in_(binds(n)))
 
         ex.run(("meta.delete", n), build, params)
 

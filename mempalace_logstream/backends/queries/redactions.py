@@ -5,12 +5,18 @@ redactions waiting for their target. The blobs' statements are the log's (blobs.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-
+from mempalace_logstream import lazy
 from mempalace_logstream.backends.base import Executor, binds, in_lists
-from mempalace_logstream.schema import artifacts, events, redactions
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+    from mempalace_logstream import schema
+else:
+    sa = lazy.module("sqlalchemy")
+    schema = lazy.module("mempalace_logstream.schema")
 
 
 def is_held(ex: Executor, redaction_id: str) -> bool:
@@ -19,12 +25,14 @@ def is_held(ex: Executor, redaction_id: str) -> bool:
 
 
 def _select_held() -> sa.Select[Any]:
-    return sa.select(redactions.c.part).where(redactions.c.redaction_id == sa.bindparam("id"))
+    return sa.select(schema.redactions.c.part).where(
+        schema.redactions.c.redaction_id == sa.bindparam("id")
+    )
 
 
 def insert(ex: Executor, rows: list[dict[str, Any]]) -> None:
     """`redactions` rows (every column)."""
-    ex.insert("redactions.insert", redactions, rows)
+    ex.insert("redactions.insert", "redactions", rows)
 
 
 def before(ex: Executor, statement: str) -> None:
@@ -40,8 +48,8 @@ def set_body(ex: Executor, event_id: str, tombstone: str) -> None:
 
 def _update_body() -> sa.Update:
     return (
-        sa.update(events)
-        .where(events.c.id == sa.bindparam("target"))
+        sa.update(schema.events)
+        .where(schema.events.c.id == sa.bindparam("target"))
         .values(body=sa.bindparam("tomb"))
     )
 
@@ -53,8 +61,8 @@ def artifact_sha(ex: Executor, artifact_id: str) -> tuple[str, str] | None:
 
 
 def _select_art_sha() -> sa.Select[Any]:
-    return sa.select(artifacts.c.sha256, artifacts.c.created_by).where(
-        artifacts.c.id == sa.bindparam("id")
+    return sa.select(schema.artifacts.c.sha256, schema.artifacts.c.created_by).where(
+        schema.artifacts.c.id == sa.bindparam("id")
     )
 
 
@@ -65,7 +73,9 @@ def pending_for(ex: Executor, target_ids: list[str]) -> list[str]:
     for n, params in in_lists(target_ids):
 
         def build(n: int = n) -> sa.Select[Any]:
-            return sa.select(redactions.c.redaction_id).where(redactions.c.target_id.in_(binds(n)))
+            return sa.select(schema.redactions.c.redaction_id).where(
+                schema.redactions.c.target_id.in_(binds(n))
+            )
 
         out += [str(r[0]) for r in ex.rows(("redactions.pending", n), build, params)]
     return out

@@ -162,7 +162,7 @@ def record_clock_anomaly(ex: Executor, row: Mapping[str, Any]) -> None:
         return sa.select(col).where(col == sa.bindparam("event_id"))
 
     if not ex.rows("sync.anomaly-held", build, {"event_id": row["event_id"]}):
-        ex.insert("sync.ins-anomaly", sync_clock_anomalies, [dict(row)])
+        ex.insert("sync.ins-anomaly", "sync_clock_anomalies", [dict(row)])
 
 
 def record_conflict(ex: Executor, row: Mapping[str, Any]) -> None:
@@ -177,7 +177,7 @@ def record_conflict(ex: Executor, row: Mapping[str, Any]) -> None:
 
     params = {"event_id": row["event_id"], "sha": row["remote_sha256"]}
     if not ex.rows("sync.conflict-held", build, params):
-        ex.insert("sync.ins-conflict", sync_conflicts, [dict(row)])
+        ex.insert("sync.ins-conflict", "sync_conflicts", [dict(row)])
 
 
 def _rejection_key(prefix: str) -> list[sa.ColumnElement[bool]]:
@@ -194,7 +194,7 @@ def rejection_attempts(ex: Executor, kind: str, ident: str) -> int | None:
 
 
 def insert_rejection(ex: Executor, row: Mapping[str, Any]) -> None:
-    ex.insert("sync.ins-rejection", sync_rejections, [dict(row)])
+    ex.insert("sync.ins-rejection", "sync_rejections", [dict(row)])
 
 
 _REJECTION_UPDATES = (
@@ -314,7 +314,7 @@ def _update_peer() -> sa.Update:
 def put_peer(ex: Executor, row: Mapping[str, Any], *, exists: bool) -> None:
     """Write the sync_peers row `row`, every column (update it when `exists`, else insert)."""
     if not exists:
-        ex.insert("sync.peer-insert", sync_peers, [dict(row)])
+        ex.insert("sync.peer-insert", "sync_peers", [dict(row)])
         return
     params = {f"set_{k}": v for k, v in row.items() if k != "name"}
     ex.run("sync.peer-update", _update_peer, {**params, "name": row["name"]})

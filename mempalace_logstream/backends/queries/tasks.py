@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-
+from mempalace_logstream import lazy
 from mempalace_logstream.backends.base import Executor
-from mempalace_logstream.backends.queries.log import EventSelect
-from mempalace_logstream.schema import event_artifacts, events, meta
-from mempalace_logstream.schema import tasks as tasks_table
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+    from mempalace_logstream import schema
+    from mempalace_logstream.backends.queries.log import EventSelect
+else:
+    sa = lazy.module("sqlalchemy")
+    schema = lazy.module("mempalace_logstream.schema")
 
 LEASED = ("claimed", "working")  # the states whose lease runs: past it they read as open
 
@@ -30,16 +35,16 @@ def doc(ex: Executor, task_id: str) -> str | None:
 
 
 def _select_doc() -> sa.Select[Any]:
-    return sa.select(tasks_table.c.doc_json).where(tasks_table.c.task_id == sa.bindparam("id"))
+    return sa.select(schema.tasks.c.doc_json).where(schema.tasks.c.task_id == sa.bindparam("id"))
 
 
 def columns() -> tuple[str, ...]:
     """The task row's columns, in the table's order."""
-    return tuple(c.name for c in tasks_table.c)
+    return tuple(c.name for c in schema.tasks.c)
 
 
 def insert(ex: Executor, row: dict[str, Any]) -> None:
-    ex.insert("tasks.insert", tasks_table, [row])
+    ex.insert("tasks.insert", "tasks", [row])
 
 
 def update(ex: Executor, row: dict[str, Any]) -> None:
@@ -49,14 +54,14 @@ def update(ex: Executor, row: dict[str, Any]) -> None:
 
 
 def _update() -> sa.Update:
-    t = tasks_table.c
+    t = schema.tasks.c
     values: dict[str, Any] = {c: sa.bindparam(f"new_{c}") for c in columns() if c != "task_id"}
-    return tasks_table.update().where(t.task_id == sa.bindparam("id")).values(**values)
+    return schema.tasks.update().where(t.task_id == sa.bindparam("id")).values(**values)
 
 
 def clear(ex: Executor) -> None:
     """Delete every task row (a rebuild)."""
-    ex.run("tasks.clear", lambda: tasks_table.delete(), {})
+    ex.run("tasks.clear", lambda: schema.tasks.delete(), {})
 
 
 def open_children(ex: Executor, parent_id: str, open_states: Sequence[str]) -> int:
@@ -64,12 +69,12 @@ def open_children(ex: Executor, parent_id: str, open_states: Sequence[str]) -> i
     n = len(open_states)
 
     def build() -> sa.Select[Any]:
-        t = tasks_table.c
+        t = schema.tasks.c
         # OR of equalities, not IN: the statement is compiled once, with no expanding list.
         still_open = sa.or_(*(t.state == sa.bindparam(f"s{i}") for i in range(n)))
         return (
             sa.select(sa.func.count())
-            .select_from(tasks_table)
+            .select_from(schema.tasks)
             .where(t.parent_task_id == sa.bindparam("pid"), still_open)
         )
 
@@ -80,11 +85,11 @@ def open_children(ex: Executor, parent_id: str, open_states: Sequence[str]) -> i
 def set_meta(ex: Executor, key: str, value: str) -> None:
     """The `logstream_meta` row `key` set to `value` (the fold's version)."""
     ex.run("tasks.meta-clear", _clear_meta, {"key": key})
-    ex.insert("tasks.meta-insert", meta, [{"key": key, "value": value}])
+    ex.insert("tasks.meta-insert", "logstream_meta", [{"key": key, "value": value}])
 
 
 def _clear_meta() -> sa.Delete:
-    return meta.delete().where(meta.c.key == sa.bindparam("key"))
+    return schema.meta.delete().where(schema.meta.c.key == sa.bindparam("key"))
 
 
 # ----------------------------------------------------------------------------- threads
@@ -94,7 +99,9 @@ def thread(ex: Executor, select: EventSelect, task_id: str) -> Sequence[Any]:
     """The read rows of every event of a task's thread (its correlation id), in log order."""
 
     def build() -> sa.Select[Any]:
-        return select(events.c.correlation_id == sa.bindparam("cid")).order_by(events.c.seq)
+        return select(schema.events.c.correlation_id == sa.bindparam("cid")).order_by(
+            schema.events.c.seq
+        )
 
     return ex.rows("tasks.thread", build, {"cid": task_id})
 
@@ -104,9 +111,12 @@ def request_ids(ex: Executor, request_type: str) -> list[str]:
 
     def build() -> sa.Select[Any]:
         return (
-            sa.select(events.c.correlation_id)
-            .where(events.c.type == sa.bindparam("type"), events.c.correlation_id.is_not(None))
-            .order_by(events.c.hlc, events.c.id)
+            sa.select(schema.events.c.correlation_id)
+            .where(
+                schema.events.c.type == sa.bindparam("type"),
+                schema.events.c.correlation_id.is_not(None),
+            )
+            .order_by(schema.events.c.hlc, schema.events.c.id)
         )
 
     return [str(r[0]) for r in ex.rows("tasks.request-ids", build, {"type": request_type})]
@@ -115,7 +125,9 @@ def request_ids(ex: Executor, request_type: str) -> list[str]:
 def _upto() -> sa.ColumnElement[bool]:
     h: sa.BindParameter[str] = sa.bindparam("h")
     ident: sa.BindParameter[str] = sa.bindparam("id")
-    return sa.or_(events.c.hlc < h, sa.and_(events.c.hlc == h, events.c.id <= ident))
+    return sa.or_(
+        schema.events.c.hlc < h, sa.and_(schema.events.c.hlc == h, schema.events.c.id <= ident)
+    )
 
 
 def fold_count(ex: Executor, task_id: str, hlc: str, event_id: str) -> int:
@@ -124,8 +136,8 @@ def fold_count(ex: Executor, task_id: str, hlc: str, event_id: str) -> int:
     def build() -> sa.Select[Any]:
         return (
             sa.select(sa.func.count())
-            .select_from(events)
-            .where(events.c.correlation_id == sa.bindparam("cid"), _upto())
+            .select_from(schema.events)
+            .where(schema.events.c.correlation_id == sa.bindparam("cid"), _upto())
         )
 
     params = {"cid": task_id, "h": hlc, "id": event_id}
@@ -138,7 +150,7 @@ def fold_after(
     """The read rows of the thread's events that sort after (hlc, event_id), unordered."""
 
     def build() -> sa.Select[Any]:
-        return select(events.c.correlation_id == sa.bindparam("cid"), sa.not_(_upto()))
+        return select(schema.events.c.correlation_id == sa.bindparam("cid"), sa.not_(_upto()))
 
     params = {"cid": task_id, "h": hlc, "id": event_id}
     return ex.rows("tasks.fold-after", build, params)
@@ -148,7 +160,7 @@ def fold_thread(ex: Executor, select: EventSelect, task_id: str) -> Sequence[Any
     """The read rows of the thread's events, unordered (the fold sorts them)."""
 
     def build() -> sa.Select[Any]:
-        return select(events.c.correlation_id == sa.bindparam("cid"))
+        return select(schema.events.c.correlation_id == sa.bindparam("cid"))
 
     return ex.rows("tasks.fold-thread", build, {"cid": task_id})
 
@@ -159,17 +171,17 @@ def thread_ids(ex: Executor, task_id: str) -> tuple[list[str], list[str]]:
 
     def build_events() -> sa.Select[Any]:
         return (
-            sa.select(events.c.id)
-            .where(events.c.correlation_id == sa.bindparam("cid"))
-            .order_by(events.c.hlc, events.c.id)
+            sa.select(schema.events.c.id)
+            .where(schema.events.c.correlation_id == sa.bindparam("cid"))
+            .order_by(schema.events.c.hlc, schema.events.c.id)
         )
 
     def build_artifacts() -> sa.Select[Any]:
         return (
-            sa.select(event_artifacts.c.artifact_id)
-            .join(events, events.c.id == event_artifacts.c.event_id)
-            .where(events.c.correlation_id == sa.bindparam("cid"))
-            .order_by(events.c.hlc, events.c.id, event_artifacts.c.position)
+            sa.select(schema.event_artifacts.c.artifact_id)
+            .join(schema.events, schema.events.c.id == schema.event_artifacts.c.event_id)
+            .where(schema.events.c.correlation_id == sa.bindparam("cid"))
+            .order_by(schema.events.c.hlc, schema.events.c.id, schema.event_artifacts.c.position)
         )
 
     ids = [r[0] for r in ex.rows("tasks.thread-ids", build_events, {"cid": task_id})]
@@ -190,18 +202,18 @@ def texts(ex: Executor, request_id: str, question_id: str, cap: int | None) -> S
 
 
 def _texts_whole() -> sa.Select[Any]:
-    where = sa.or_(events.c.id == sa.bindparam("r"), events.c.id == sa.bindparam("q"))
-    return sa.select(events.c.id, events.c.body).where(where)
+    where = sa.or_(schema.events.c.id == sa.bindparam("r"), schema.events.c.id == sa.bindparam("q"))
+    return sa.select(schema.events.c.id, schema.events.c.body).where(where)
 
 
 def _texts_capped() -> sa.Select[Any]:
-    where = sa.or_(events.c.id == sa.bindparam("r"), events.c.id == sa.bindparam("q"))
-    return sa.select(events.c.id, _prefix()).where(where)
+    where = sa.or_(schema.events.c.id == sa.bindparam("r"), schema.events.c.id == sa.bindparam("q"))
+    return sa.select(schema.events.c.id, _prefix()).where(where)
 
 
 def _prefix() -> sa.ColumnElement[Any]:
     # One character past the cap, so that a cut can be told from a body of exactly `cap`.
-    return sa.func.substr(events.c.body, 1, sa.bindparam("cap") + 1)
+    return sa.func.substr(schema.events.c.body, 1, sa.bindparam("cap") + 1)
 
 
 def page_texts(ex: Executor, ids: list[str], cap: int) -> Sequence[Any]:
@@ -211,7 +223,7 @@ def page_texts(ex: Executor, ids: list[str], cap: int) -> Sequence[Any]:
 
     def build() -> sa.Select[Any]:
         binds: list[sa.BindParameter[str]] = [sa.bindparam(f"i{k}") for k in range(n)]
-        return sa.select(events.c.id, _prefix()).where(events.c.id.in_(binds))
+        return sa.select(schema.events.c.id, _prefix()).where(schema.events.c.id.in_(binds))
 
     params: dict[str, Any] = {f"i{k}": ident for k, ident in enumerate(ids)}
     params["cap"] = cap
@@ -222,7 +234,7 @@ def children(ex: Executor, parent_id: str) -> Sequence[Any]:
     """(task_id, doc_json) of the tasks under `parent_id`, oldest move first."""
 
     def build() -> sa.Select[Any]:
-        t = tasks_table.c
+        t = schema.tasks.c
         return (
             sa.select(t.task_id, t.doc_json)
             .where(t.parent_task_id == sa.bindparam("pid"))
@@ -254,7 +266,7 @@ def _list_query(state: str | None, given: tuple[str, ...]) -> sa.Select[Any]:
     """Newest activity first. `state=open` also holds claimed/working tasks whose lease has
     passed: one index-ordered leg per stored state (state, updated_seq), each cut at the page,
     merged (an OR would sort every live task)."""
-    t = tasks_table.c
+    t = schema.tasks.c
     given_filters = [t[name] == sa.bindparam(name) for name in given]
     passed = sa.and_(t.lease_expires_ms.is_not(None), t.lease_expires_ms <= sa.bindparam("now"))
 
@@ -288,7 +300,7 @@ def _list_query(state: str | None, given: tuple[str, ...]) -> sa.Select[Any]:
 
 def chunk(conn: sa.Connection, *, after: str, n: int) -> Sequence[Any]:
     """(task_id, parent_task_id, state, doc_json) of up to `n` tasks after `after`, by id."""
-    t = tasks_table.c
+    t = schema.tasks.c
     query = (
         sa.select(t.task_id, t.parent_task_id, t.state, t.doc_json)
         .where(t.task_id > sa.bindparam("after"))
@@ -303,7 +315,7 @@ def chunk(conn: sa.Connection, *, after: str, n: int) -> Sequence[Any]:
 
 def docs_in_state(conn: sa.Connection, state: str, limit: int) -> list[str]:
     """The documents of up to `limit` tasks in `state`, oldest activity first."""
-    t = tasks_table.c
+    t = schema.tasks.c
     query = sa.select(t.doc_json).where(t.state == state).order_by(t.updated_seq).limit(limit)
     return [str(r[0]) for r in conn.execute(query).all()]
 
@@ -311,7 +323,7 @@ def docs_in_state(conn: sa.Connection, state: str, limit: int) -> list[str]:
 def notes_of(conn: sa.Connection, task_id: str, writer: str, types: Sequence[str]) -> Sequence[Any]:
     """(id, type, hlc, metadata_json) of `writer`'s events of `types` on the thread of
     `task_id`, in log order."""
-    c = events.c
+    c = schema.events.c
     query = (
         sa.select(c.id, c.type, c.hlc, c.metadata_json)
         .where(

@@ -1,0 +1,322 @@
+"""The write half of the SQLite backend on a stdlib `sqlite3` connection: the write lock
+(`BEGIN IMMEDIATE`, retried to the busy timeout), the write transaction that skips the state
+query while `PRAGMA data_version` shows nobody else committed, savepoints, and the executor
+of the store's precompiled SQL (positional INSERTs of events, a TEMP stage for big pages).
+
+`SqliteBackend` (sqlite.py) is this on the SQLAlchemy engine's writer connection; the lean
+local writer (store/lean_write.py) is this on a connection `open_writer` opens itself, set up
+as engine.py's connect listener sets the store's (`SqliteFileWriter`). One transaction rule
+for both. Must not import sqlalchemy (tests/test_lean_write.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from mempalace_logstream import errors
+from mempalace_logstream.backends import base, sqlite_file
+from mempalace_logstream.backends.sqlite_reader import BUSY_TIMEOUT_MS, URL_PREFIX, SqliteReader
+
+EVENTS_TABLE = "events"  # schema.events.name (tests/test_lean_write.py holds them equal)
+
+_COLS = base.EVENT_INSERT_COL_NAMES
+_QMARK_INSERT_EVENTS = (
+    f"INSERT INTO {EVENTS_TABLE} ({', '.join(_COLS)}) VALUES ({', '.join('?' * len(_COLS))})"
+)
+# A big page is bound into a constraint-free TEMP table, then moved with one INSERT…SELECT:
+# the 13 index updates run in one C statement, which releases the GIL for its whole length
+# (the next page is validated meanwhile), instead of 5,000 short steps.
+_QMARK_HELD_IDS: dict[int, str] = {}
+_STAGE = "logstream_sync_stage"
+_STAGE_MIN_ROWS = 64
+_STAGE_DDL = f"CREATE TEMP TABLE IF NOT EXISTS {_STAGE} ({', '.join(_COLS)})"
+_STAGE_INSERT = _QMARK_INSERT_EVENTS.replace(f"INTO {EVENTS_TABLE} ", f"INTO temp.{_STAGE} ", 1)
+_STAGE_MOVE = (
+    f"INSERT INTO main.{EVENTS_TABLE} ({', '.join(_COLS)}) "
+    f"SELECT {', '.join(_COLS)} FROM temp.{_STAGE} ORDER BY rowid"
+)
+
+
+class SqliteWriter:
+    """The write transactions of one SQLite log on one writer connection (`_writer`, given
+    by the subclass), used only under the store's commit lock."""
+
+    def __init__(self) -> None:
+        self.statement_hooks: list[base.StatementHook] = []
+        self._busy_timeout_s = 30.0
+        # (data_version, next seq, next artifact seq) after the writer's last commit.
+        self._counters: tuple[int, int, int] | None = None
+
+    def _writer(self) -> sqlite3.Connection:
+        """The writer's connection (set up as engine.py's connect listener does)."""
+        raise NotImplementedError
+
+    def before_redaction(self) -> str | None:
+        # Freed pages are zeroed, so the removed bytes do not linger in the file.
+        return "PRAGMA secure_delete = ON"
+
+    def _begin(self, db: sqlite3.Connection) -> None:
+        """BEGIN IMMEDIATE. SQLite already waits up to busy_timeout for the lock; a SQLITE_BUSY
+        returned early (WAL recovery by another connection, for one) is retried until the
+        same deadline, so callers only ever see "database busy" once it has really passed."""
+        deadline: float | None = None  # set at the first early SQLITE_BUSY (rare)
+        delay = 0.001
+        while True:
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self._busy_timeout_s
+                if now + delay >= deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+    def transaction(self, state: base.Statement | None = None) -> _Transaction:
+        """BEGIN IMMEDIATE … COMMIT (ROLLBACK if the block raises).
+
+        `PRAGMA data_version` changes when any other connection commits (another process, or
+        a migration on the store's SQLAlchemy engine) and never for this connection's own
+        commits. While it is unchanged since our last commit, the counters we left are exact:
+        `known`, and the `state` query is skipped.
+        """
+        return _Transaction(self, state)
+
+    @contextlib.contextmanager
+    def savepoint(self, db: sqlite3.Connection) -> Iterator[None]:
+        db.execute("SAVEPOINT logstream_item")
+        try:
+            yield
+        except Exception:
+            db.execute("ROLLBACK TO logstream_item")
+            db.execute("RELEASE logstream_item")
+            raise
+        db.execute("RELEASE logstream_item")
+
+    def query(self, db: sqlite3.Connection) -> base.Query:
+        hooks = self.statement_hooks
+
+        def run(sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+            if hooks:
+                base.observe(hooks, sql, params)
+            return sqlite_file.fetch_all(db, sql, params)
+
+        return run
+
+    def executor(
+        self,
+        db: sqlite3.Connection,
+        compile: base.Compile,
+        on_bulk: Callable[[], Any] | None = None,
+    ) -> SqliteExecutor:
+        return SqliteExecutor(db, compile, self.statement_hooks, on_bulk)
+
+
+class _Transaction:
+    """`SqliteBackend.transaction` (a plain context manager: it runs once per commit)."""
+
+    __slots__ = ("backend", "state", "db", "tx", "version")
+
+    def __init__(self, backend: SqliteWriter, state: base.Statement | None) -> None:
+        self.backend, self.state = backend, state
+
+    def __enter__(self) -> _Tx:
+        backend = self.backend
+        db = self.db = backend._writer()
+        backend._begin(db)
+        try:
+            version = self.version = db.execute("PRAGMA data_version").fetchone()[0]
+            prev = backend._counters
+            tx = self.tx = _Tx(
+                db, (prev[1], prev[2]) if prev is not None and prev[0] == version else None
+            )
+            if tx.known is None and self.state is not None:
+                tx.state_row = backend.query(db)(*self.state)[0]
+        except BaseException:
+            self._rollback()
+            raise
+        return tx
+
+    def __exit__(self, kind: type[BaseException] | None, exc: object, tb: object) -> None:
+        if kind is not None:
+            self._rollback()
+            return
+        try:
+            self.db.execute("COMMIT")
+        except BaseException:
+            self._rollback()
+            raise
+        counters = self.tx.counters
+        self.backend._counters = (self.version, *counters) if counters else None
+
+    def _rollback(self) -> None:
+        self.backend._counters = None
+        if self.db.in_transaction:
+            self.db.execute("ROLLBACK")
+
+
+@dataclass
+class _Tx:
+    db: sqlite3.Connection
+    known: tuple[int, int] | None
+    state_row: Sequence[Any] | None = None
+    counters: tuple[int, int] | None = None
+    appended: bool = False  # nothing to announce: other processes see data_version change
+
+
+class SqliteExecutor(base.DbapiExecutor):
+    """The statements of one transaction on the SQLite writer's DBAPI connection."""
+
+    def __init__(
+        self,
+        db: sqlite3.Connection,
+        compile: base.Compile,
+        hooks: Sequence[base.StatementHook] = (),
+        on_bulk: Callable[[], Any] | None = None,
+    ) -> None:
+        super().__init__(db, compile, hooks)
+        self.on_bulk = on_bulk
+
+    def _execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
+        if self.hooks:
+            base.observe(self.hooks, sql, params)
+        cursor: sqlite3.Cursor = self.db.execute(sql, params)
+        return cursor
+
+    def _executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        if self.hooks:
+            base.observe(self.hooks, sql, rows)
+        self.db.executemany(sql, rows)
+
+    def held_ids(self, ids: list[str]) -> set[str]:
+        # Positional IN lists of 512 (padded): the probe of a fresh page costs ~1 µs an id.
+        out: set[str] = set()
+        for i in range(0, len(ids), base.IN_MAX):
+            chunk = ids[i : i + base.IN_MAX]
+            n = 1 << (len(chunk) - 1).bit_length()
+            sql = _QMARK_HELD_IDS.get(n)
+            if sql is None:
+                sql = _QMARK_HELD_IDS[n] = (
+                    f"SELECT id FROM {EVENTS_TABLE} WHERE id IN ({', '.join('?' * n)})"
+                )
+            out.update(r[0] for r in self._execute(sql, chunk + [chunk[-1]] * (n - len(chunk))))
+        return out
+
+    def insert_events(self, rows: list[tuple[Any, ...]]) -> None:
+        # Positional binding: by name costs ~5 µs more per 19-column row.
+        if len(rows) == 1:  # a local append
+            self._execute(_QMARK_INSERT_EVENTS, rows[0])
+            return
+        if len(rows) < _STAGE_MIN_ROWS:
+            self._executemany(_QMARK_INSERT_EVENTS, rows)
+            return
+        self._execute(_STAGE_DDL)  # once per connection; part of this transaction
+        try:
+            self._executemany(_STAGE_INSERT, rows)
+            if self.on_bulk is not None:
+                self.on_bulk()
+            self._execute(_STAGE_MOVE)
+        finally:
+            self._execute(f"DELETE FROM temp.{_STAGE}")
+
+
+def open_writer(target: str, durability: str = "full") -> SqliteFileWriter | None:
+    """A writer of the log file at `target` (a plain `sqlite:///PATH`, what config.resolve_db
+    makes), or None when the store must open it: another URL, options, an unknown durability,
+    a missing file (the store creates it), a file this process may not write (the store says
+    so in its words). Raises the store's StorageError for a file that is not a log."""
+    if not target.startswith(URL_PREFIX) or durability not in sqlite_file.DURABILITY:
+        return None
+    path = target[len(URL_PREFIX) :]
+    if not path or path == ":memory:" or "?" in path or "%" in path:
+        return None  # no file, or URL options / escapes: SQLAlchemy's URL parser decides
+    if not os.path.exists(path) or sqlite_file.read_only_mode(path) is not None:
+        return None
+    sqlite_file.check_log_file(path, None)
+    try:
+        db = sqlite3.connect(
+            path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
+        )
+    except sqlite3.Error as exc:
+        raise errors.StorageError(sqlite_file.storage_message(exc)) from exc
+    try:
+        sync = sqlite_file.DURABILITY[durability]
+        sqlite_file.configure(db, path, sync, BUSY_TIMEOUT_MS, True)
+        sqlite_file.add_functions(db)
+    except sqlite3.Error as exc:
+        db.close()
+        raise errors.StorageError(sqlite_file.storage_message(exc)) from exc
+    except BaseException:
+        db.close()
+        raise
+    return SqliteFileWriter(db, path)
+
+
+class SqliteFileWriter(SqliteWriter):
+    """The backend of the lean writer: `SqliteWriter` on its own connection, read snapshots on
+    the same connection; what only the store does (compiling, opening, migrating, doctor,
+    stats) is not here."""
+
+    name = "sqlite"
+    driver_errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
+    notify_channel: str | None = None
+    split_inbox = True  # SqliteBackend's (the generated table holds it too)
+    rows_json_sql: str | None = None
+
+    def __init__(self, db: sqlite3.Connection, path: str) -> None:
+        super().__init__()
+        self.db, self.path = db, path
+        self._busy_timeout_s = BUSY_TIMEOUT_MS / 1000
+
+    def _writer(self) -> sqlite3.Connection:
+        return self.db
+
+    def links_functions(self) -> base.LinksFunctions:
+        """Only statement builds call them, and the lean writer builds none."""
+        return _not_here, _not_here
+
+    def describe(self) -> str:
+        return self.path
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[base.Query]:
+        with SqliteReader(self.db).snapshot() as query:
+            yield query
+
+    def remember_log_facts(self, statements: Any) -> None:
+        """Nothing to remember: one command, one connection."""
+
+    def sql_dialect(self) -> Any:
+        _not_here()
+
+    def check_log(self, conn: Any, create: bool) -> None:
+        _not_here()
+
+    def lock_migrations(self, conn: Any, key: int) -> None:
+        _not_here()
+
+    def change_signal(self) -> None:
+        return None  # nobody waits in a one-call writer
+
+    def integrity_problems(self, conn: Any) -> tuple[str, list[str]]:
+        _not_here()
+
+    def db_size(self) -> int | None:
+        _not_here()
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def _not_here(*_args: Any) -> NoReturn:
+    raise NotImplementedError("the lean writer's backend: the store does this (LogStore.open)")
