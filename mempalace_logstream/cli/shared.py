@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from mempalace_logstream import config, display, errors, reconnect
+from mempalace_logstream import display, errors, reconnect
 from mempalace_logstream.cli import plain, writes
 from mempalace_logstream.cli.plain import event_line, given_args
 
