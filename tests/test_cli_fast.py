@@ -128,7 +128,7 @@ def test_the_fast_modules_import_no_framework_nor_the_store_at_load() -> None:
             for m in imported
             if m.startswith("mempalace_logstream.store")
             and m != ("mempalace_logstream.store")
-            and not m.endswith("lean")
+            and not m.endswith(("lean", "lean_write", "store.options"))
         }
         assert bad == set(), name
 
@@ -523,32 +523,98 @@ def test_writes_through_a_hub_answer_as_the_typer_app_and_write_once(tmp_path: P
             assert lean == (heavy(modules) == []) or status, " ".join(fast_argv)
 
 
-def test_a_local_write_is_typer_s_with_what_the_fast_path_read_of_stdin(
+def test_local_writes_answer_as_the_typer_app_and_write_once(
     tmp_path: Path, log: dict[str, Any]
 ) -> None:
-    """A local write is the store's for now (plain.local_write says None): the fast path
-    read `--body-file -` already, so it gives the bytes back and typer writes them, once."""
+    """A local write through the lean writer (plain.local_write), else typer's through the
+    store with what the fast path read of stdin given back: the same stdout (ids and times
+    aside), stderr and exit code as the typer app, the same number of events written, and no
+    typer nor SQLAlchemy loaded when the fast path answered (refusals included)."""
+    from mempalace_logstream import operations
+
     db = log["db"]
     append = ("append", "--type", "note", "--stream", "s", "--room", "r", "--from-agent", "a")
     create = ("task", "create", "--project", "p", "--from-agent", "alice", "--to-agent", "bob")
     create += ("--branch", "main", "--base-commit", "abcdef1", "--db", db)
-    for argv, stdin in (
-        ((*append, "--body-file", "-", "--json", "--db", db), HOSTILE.encode()),
-        ((*append, "--body-file", "-", "--db", db), b"\xff not utf-8"),
-        ((*create, "--goal-file", "-", "--done-file", "-"), b"goal\nlines\n"),
-        ((*create, "--goal-file", "-", "--done", "d"), b"the goal"),
-        (("ack", log["ids"][0], "--from-agent", "bob", "--body-file", "-", "--db", db), b"ok"),
-    ):
+
+    def task(claimed: bool = False) -> str:
+        with LogStore.open(db) as store:
+            made = operations.call(
+                store,
+                "task_create",
+                {
+                    **{"project": "p", "from_agent": "alice", "to_agent": "bob"},
+                    **{"goal": "g", "done": "d", "branch": "main", "base_commit": "abcdef1"},
+                },
+            )
+            if claimed:
+                claim = {"task_id": made["task_id"], "action": "claim", "from_agent": "bob"}
+                operations.call(store, "task_update", claim)
+        return str(made["task_id"])
+
+    missing = str(tmp_path / "new.sqlite3")
+    cases: list[tuple[Callable[[], tuple[str, ...]], bytes | None, bool]] = [
+        (lambda: (*append, "--body-file", "-", "--json", "--db", db), HOSTILE.encode(), True),
+        (lambda: (*append, "--body", HOSTILE, "--to-agent", "bob", "--db", db), None, True),
+        (lambda: (*append, "--body-file", "-", "--db", db), b"\xff not utf-8", True),
+        (lambda: (*append, "--metadata", "[1]", "--db", db), None, True),  # refused
+        (lambda: (*append, "--metadata", "[1]", "--json", "--db", db), None, True),
+        (lambda: (*create, "--goal-file", "-", "--done-file", "-"), b"goal\nlines\n", True),
+        (lambda: (*create, "--goal-file", "-", "--done", "d"), b"the goal", True),
+        (
+            lambda: ("ack", log["ids"][0], "--from-agent", "bob", "--body-file", "-", "--db", db),
+            b"ok",
+            True,
+        ),
+        (
+            lambda: (
+                "ack",
+                "evt_20260101T000000_00000000000000000000",
+                "--from-agent",
+                "b",
+                "--db",
+                db,
+            ),
+            None,
+            True,
+        ),
+        (lambda: ("task", "claim", task(), "--from-agent", "bob", "--db", db), None, True),
+        (lambda: ("task", "claim", task(), "--from-agent", "mallory", "--db", db), None, True),
+        (
+            lambda: ("task", "progress", task(True), "40", "--from-agent", "bob", "--db", db),
+            None,
+            True,
+        ),
+        (
+            lambda: ("task", "progress", task(True), "400", "--from-agent", "bob", "--db", db),
+            None,
+            True,
+        ),
+        (
+            lambda: ("task", "complete", task(True), "--from-agent", "bob", "--json", "--db", db),
+            None,
+            True,
+        ),
+        (lambda: (*append, "--body-file", "-", "--db", missing), b"first", False),  # created
+    ]
+    for make, stdin, lean in cases:
         before = events_in(Path(db))
+        argv = make()
         ours = run_console(tmp_path, argv, stdin)
         between = events_in(Path(db))
-        ref = run_typer(tmp_path, argv, stdin)
+        if not lean:
+            Path(missing).unlink()  # the typer app creates it again (and says so)
+        ref = run_typer(tmp_path, make(), stdin)
         assert events_in(Path(db)) - between == between - before, argv
         assert normal(ours["out"]) == normal(ref["out"]), argv
-        assert (ours["err"], ours["code"]) == (ref["err"], ref["code"]), argv
+        assert normal(ours["err"]) == normal(ref["err"]), argv
+        assert ours["code"] == ref["code"], argv
+        assert (heavy(ours["modules"]) == []) == lean, argv
+        if not lean:
+            Path(missing).unlink()
     with sqlite3.connect(db) as conn:
         bodies = [row[0] for row in conn.execute("SELECT body FROM events WHERE type = 'note'")]
-    assert bodies.count(HOSTILE) == 2  # once by each path
+    assert bodies.count(HOSTILE) == 4  # twice by each path
 
 
 @pytest.mark.parametrize(

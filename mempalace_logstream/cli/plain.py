@@ -4,7 +4,7 @@ read, and one hub call (issue 25). One implementation each: `logstream list` say
 bytes whichever path ran it. The write commands' arguments and answers are `cli/writes.py`'s.
 
 Must not import typer, click, rich, the store or SQLAlchemy (store/lean.py only inside
-`lean_read`).
+`lean_read`, store/lean_write.py and store/options.py only inside `local_write`).
 """
 
 from __future__ import annotations
@@ -304,17 +304,30 @@ def hub_read(hub: str, token: str | None, op: str, args: dict[str, Any]) -> dict
 def local_write(
     db: str | None, palace: str | None, durability: str, op: str, args: dict[str, Any]
 ) -> dict[str, Any] | None:
-    """A write of the fast path (cli/fast.py `_write`) to a local log, or None for the typer
-    path to make it through the store. None today, for every write.
+    """A write of the fast path (cli/fast.py, writes.py `fast_write`) to a local log through
+    the lean local writer (store/lean_write.py: the store's own write path on the stdlib
+    `sqlite3`, the log and settings `store.options.log_options` gives the CLI's store), or
+    None for the typer path to make it through the store, nothing written: a log the lean
+    writer leaves to the store (a missing file the store creates and says so, PostgreSQL, a
+    schema to migrate, a file that is not a log: the store says it), or `Unplanned` (rolled
+    back). A refusal of the input (`errors.LogstreamError`, raised before anything is
+    written) is the caller's to print, as `shared.run` prints the store's."""
+    from mempalace_logstream.store import lean_write
+    from mempalace_logstream.store.options import log_options
 
-    The lean local writer plugs in here: store/lean_write.py's `open_lean_writer(target,
-    durability)` (None when the store must open the log) and its `call(op, **args)`, which
-    answers what `LocalClient` answers, raises `errors.LogstreamError` before writing anything
-    for bad input (the caller prints it, as `shared.run` does), and `Unplanned` for what it
-    does not cover (return None: nothing was written, the store then writes it once). Open the
-    writer and catch `Unplanned` only; close it in a `finally`."""
-    del db, palace, durability, op, args
-    return None
+    try:
+        target, options = log_options(db, palace, durability=durability)
+        writer = lean_write.open_lean_writer(target, **options)
+    except errors.LogstreamError:
+        return None
+    if writer is None:
+        return None
+    try:
+        return writer.call(op, **args)
+    except lean_write.Unplanned:
+        return None
+    finally:
+        writer.close()
 
 
 def unexpected_text(exc: BaseException) -> str:
