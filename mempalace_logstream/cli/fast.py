@@ -191,8 +191,16 @@ def _run_move(action: str) -> Callable[[dict[str, Any]], int | None]:
 
 
 def run_status(p: dict[str, Any]) -> int | None:
-    """`task status`: a read (an error goes to typer, which reads again and says it)."""
-    out = _read(p, "task_status", {"task_id": p["task_id"]})
+    """`task status`: a read, of a hub or of a local log through the lean writer (which
+    serves it); an error goes to typer, which reads again and says it."""
+    args = {"task_id": p["task_id"]}
+    if p["hub"]:
+        out = plain.hub_read(p["hub"], p["token"], "task_status", args)
+    else:
+        try:
+            out = plain.local_write(p["db"], p["palace"], p["durability"], "task_status", args)
+        except errors.LogstreamError:
+            return None
     if out is None:
         return None
     _out(plain.emit_text(out, p["as_json"], writes.status_text(out)))
