@@ -4,7 +4,14 @@ commit) and cross-process wake latency (append in process A -> `event_wait` retu
     python bench/bench_pg.py [--quick] [--pg-url postgresql+psycopg://postgres@127.0.0.1/test]
 
 Baselines measured in the same run: raw sqlite3 and raw psycopg, one `INSERT; COMMIT` per row
-into a copy of our own `events` table (same columns, indexes, triggers) at the same durability.
+into a copy of our own `events` table (same columns, indexes, triggers) at the same durability
+(the issue 25 target is against this one). Raw psycopg's writers give each row a seq from a
+counter in the client: nothing orders them, so 8 of them commit in parallel and PostgreSQL
+flushes their commits' WAL together. A log cannot: seq order must be commit order (S-2.4) and
+a commit must wake the waiters. So beside it, "raw serialized": raw psycopg doing only that
+much more, in our transaction's shape (2 round trips): `BEGIN`, an advisory lock and
+`max(seq)` in one message, then the INSERT (seq = max + 1), a `pg_notify` and `COMMIT` in
+another; no validation, identity, projections or loop guards.
 PostgreSQL runs in a schema made for this run (dropped afterwards); `--pg-url` or
 LOGSTREAM_BENCH_PG picks the server. The reference package has no PostgreSQL backend.
 """
@@ -176,13 +183,13 @@ class Raw:
     def _conn(self) -> Any:
         conn = getattr(self.local, "conn", None)
         if conn is None:
-            conn = self._connect()
+            conn = self.connect()
             self.local.conn = conn
             with self.lock:
                 self.conns.append(conn)
         return conn
 
-    def _connect(self) -> Any:
+    def connect(self) -> Any:
         if self.pg:
             import psycopg
             import sqlalchemy as sa
@@ -235,41 +242,105 @@ class Raw:
             conn.close()
 
 
-def bench_append(admin_url: str, tmp: Path, sizes: Sizes) -> dict[str, float]:
-    """Events/s per (backend, writer, durability, threads); interleaved repetitions."""
+class RawSerialized(Raw):
+    """Raw psycopg as a log must append (see the module's docstring): seq = max(seq) + 1 read
+    under an advisory lock held to the commit, a NOTIFY with the commit; 2 round trips."""
+
+    LOCK = 0x62656E63  # "benc": not the store's key (nothing of ours runs in this schema)
+
+    def connect(self) -> Any:
+        conn = super().connect()
+        conn.autocommit = True
+        return conn
+
+    def insert(self) -> None:
+        import psycopg
+
+        conn = self._conn()
+        try:
+            self._append(conn, psycopg.ClientCursor(conn))
+        except BaseException:
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                conn.execute("ROLLBACK")  # else the schema's DROP waits on its locks forever
+            raise
+
+    def _append(self, conn: Any, mogrify: Any) -> None:
+        cur = conn.execute(f"BEGIN; SELECT pg_advisory_xact_lock({self.LOCK}); {_MAX_SEQ}")
+        cur.nextset()  # the lock's row
+        cur.nextset()
+        seq = (cur.fetchone() or (0,))[0] + 1
+        row = (
+            seq,
+            f"evt_raw_{seq}",
+            "rep_raw",
+            seq,
+            f"{seq:013d}-000000-rep_raw",
+            *ROW.values(),
+            "2026-01-01T00:00:00.000Z",
+            "{}",
+        )
+        text = mogrify.mogrify(self.sql, row)
+        conn.execute(f"{text}; SELECT pg_notify('bench_raw', ''); COMMIT")
+
+
+_MAX_SEQ = "SELECT coalesce(max(seq), 0) FROM events"
+WRITERS: dict[str, type[Ours] | type[Raw]] = {"ours": Ours, "raw": Raw, "serial": RawSerialized}
+
+
+def bench_append(
+    admin_url: str, tmp: Path, sizes: Sizes, backends: Sequence[str] = ("sqlite", "postgresql")
+) -> dict[str, float]:
+    """Events/s per (backend, writer, durability, threads); interleaved repetitions. The
+    process CPU per append is printed beside each rate (every thread's, the driver's
+    included; the server's own work is not in it)."""
     cases = [
         (backend, kind, durability, threads, n)
-        for backend in ("sqlite", "postgresql")
+        for backend in backends
         for durability in ("full", "normal")
         for threads, n in ((1, sizes.appends), (8, sizes.thread_appends))
-        for kind in ("ours", "raw")
+        for kind in ("ours", "raw", "serial")
         if not (durability == "normal" and threads == 8)
+        and (kind != "serial" or backend == "postgresql")
     ]
     rates: dict[tuple[str, ...], list[float]] = {}
+    cpus: dict[tuple[str, ...], list[float]] = {}
     costs: dict[str, str] = {}
     for _ in range(sizes.reps):
         for backend, kind, durability, threads, n in cases:
             with database(backend, admin_url, tmp) as url:
-                writer = (Ours if kind == "ours" else Raw)(url, durability)
+                writer = WRITERS[kind](url, durability)
                 try:
+                    cpu0 = time.process_time()
                     secs = writer.run(n, threads)
+                    cpu = time.process_time() - cpu0
                 finally:
                     writer.close()
             if isinstance(writer, Ours):
                 costs[f"{backend} {durability.upper()} {threads} thread(s)"] = writer.costs
             key = (backend, kind, durability, str(threads))
             rates.setdefault(key, []).append(n / secs)
+            cpus.setdefault(key, []).append(cpu / n * 1e6)
     best = {k: max(v) for k, v in rates.items()}
     rows = []
     for b, d, t in sorted({(k[0], k[2], k[3]) for k in best}):
         ours, raw = best[(b, "ours", d, t)], best[(b, "raw", d, t)]
         label = f"{b} {d.upper()} {t} thread{'s' if t != '1' else ''}"
+        serial = best.get((b, "serial", d, t))
+        cpu_text = f"{min(cpus[(b, 'ours', d, t)]):.0f} / {min(cpus[(b, 'raw', d, t)]):.0f}"
         rows.append(
-            [label, common.fmt_num(ours), common.fmt_num(raw), common.fmt_num(ours / raw, 2)]
+            [
+                label,
+                common.fmt_num(ours),
+                common.fmt_num(raw),
+                common.fmt_num(ours / raw, 2),
+                common.fmt_num(serial) if serial else "-",
+                common.fmt_num(ours / serial, 2) if serial else "-",
+                cpu_text,
+            ]
         )
     common.print_table(
-        "append throughput (events/s, best of reps)",
-        ["case", "ours", "raw driver", "ours/raw"],
+        "append throughput (events/s, best of reps; CPU µs per append, least of reps)",
+        ["case", "ours", "raw", "ours/raw", "raw serialized", "ours/serialized", "CPU ours/raw"],
         rows,
     )
     for case, cost in sorted(costs.items()):
@@ -382,6 +453,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="PostgreSQL server (a schema is created and dropped there)",
     )
     p.add_argument("--sections", nargs="+", choices=("append", "wake"), default=["append", "wake"])
+    p.add_argument(
+        "--backends",
+        nargs="+",
+        choices=("sqlite", "postgresql"),
+        default=["sqlite", "postgresql"],
+        help="the append section's backends (PostgreSQL alone: half the time)",
+    )
     return p.parse_args(argv)
 
 
@@ -396,8 +474,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     with common.temp_dir("logstream-bench-pg-") as tmp:
         if "append" in args.sections:
-            r = bench_append(args.pg_url, tmp, sizes)
+            r = bench_append(args.pg_url, tmp, sizes, args.backends)
             for d, t in (("full", "1"), ("normal", "1"), ("full", "8")):
+                if "postgresql" not in args.backends:
+                    break
                 label = f"{d.upper()} {t} writer{'s' if t != '1' else ''}"
                 common.ratio_line(
                     "pg",
@@ -406,9 +486,15 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 common.ratio_line(
                     "pg",
-                    f"append {label} pg/sqlite (ours)",
-                    r[f"postgresql/ours/{d}/{t}"] / r[f"sqlite/ours/{d}/{t}"],
+                    f"append {label} pg ours/raw psycopg serialized",
+                    r[f"postgresql/ours/{d}/{t}"] / r[f"postgresql/serial/{d}/{t}"],
                 )
+                if "sqlite" in args.backends:
+                    common.ratio_line(
+                        "pg",
+                        f"append {label} pg/sqlite (ours)",
+                        r[f"postgresql/ours/{d}/{t}"] / r[f"sqlite/ours/{d}/{t}"],
+                    )
         if "wake" in args.sections:
             w = bench_wake(args.pg_url, tmp, sizes)
             for backend, s in w.items():

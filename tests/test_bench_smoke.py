@@ -87,6 +87,7 @@ EXPECTED: dict[str, list[str]] = {
     ],
     "pg": [
         _ratio("pg", "append FULL 1 writer pg ours/raw psycopg"),
+        _ratio("pg", "append FULL 8 writers pg ours/raw psycopg serialized"),
         _ratio("pg", "append FULL 8 writers pg/sqlite (ours)"),
         _target("pg", "wake postgresql p50"),
     ],

@@ -210,13 +210,15 @@ def test_a_page_costs_three_statements_and_a_cursor_one_more(
 ) -> None:
     """Issue 25's per-layer budget: the tip, the page, the keyring's marks probe; a cursor
     adds its seq lookup; an empty page skips the marks probe. While nothing is committed,
-    the tip and the marks (log facts) are answered from the reader's last read: the page
-    (and the cursor's lookup) is all a read runs."""
-    store, ids = filled
-    store.event_list(type="chat.message")
-    assert len(_statements(store, type="chat.message")) == 1
-    assert len(_statements(store, to_agent="a", since_event_id=ids[100])) == 2
-    assert len(_statements(store, type="no.such.type")) == 1
+    the tip, the marks and a cursor's seq (log facts) are answered from the reader's last
+    read: the page is all a read runs once its cursor was looked up."""
+    filled_store, ids = filled
+    with LogStore.open(str(filled_store.engine.url.database), create=False) as store:
+        store.event_list(type="chat.message")
+        assert len(_statements(store, type="chat.message")) == 1
+        assert len(_statements(store, to_agent="a", since_event_id=ids[100])) == 2
+        assert len(_statements(store, to_agent="a", since_event_id=ids[100])) == 1
+        assert len(_statements(store, type="no.such.type")) == 1
 
 
 def test_a_commit_makes_the_next_read_ask_for_the_log_facts_again(tmp_path: Any) -> None:

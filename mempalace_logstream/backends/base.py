@@ -139,9 +139,9 @@ class Backend(Protocol):
         transaction block at that level)."""
 
     def remember_log_facts(self, statements: Iterable[str]) -> None:
-        """SQL texts whose rows depend only on what the log holds (no parameter but their
-        constants): a backend that can tell nothing was committed since (SQLite's
-        `data_version`) answers them again from its reader connection's last result."""
+        """SQL texts whose rows depend only on what the log holds and their parameters: a
+        backend that can tell nothing was committed since (SQLite's `data_version`) answers
+        them again, for the same parameters, from its reader connection's last result."""
 
     def executor(
         self, db: Any, compile: Compile, on_bulk: Callable[[], Any] | None = None

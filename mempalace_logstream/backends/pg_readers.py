@@ -23,11 +23,13 @@ _PLAIN_KEY = "logstream_reads_committed"
 class Reader:
     """A read connection: its pool proxy, whether it reads in autocommit (`plain`: READ
     COMMITTED, where a transaction block adds nothing), when it was last given back, and
-    whether the pool pinged it for this read (a fresh checkout)."""
+    whether the pool pinged it for this read (a fresh checkout). Its statements run on one
+    cursor held with it (`Connection.execute` makes a cursor per statement: ~15 µs of CPU)."""
 
     def __init__(self, proxy: Any) -> None:
         self.proxy = proxy
         self.db: psycopg.Connection[Any] = proxy.driver_connection
+        self.cur: psycopg.Cursor[Any] = self.db.cursor()
         self.pinged = True
         self.used_at = 0.0
         plain = proxy.info.get(_PLAIN_KEY)  # kept for the DBAPI connection's lifetime
@@ -51,14 +53,15 @@ class Reader:
             if hooks:
                 base.observe(hooks, sql, params)
             try:
-                return self.db.execute(sql, params).fetchall()
+                rows: list[tuple[Any, ...]] = self.cur.execute(sql, params).fetchall()
             except psycopg.OperationalError:
                 if not (first and self.db.broken):
                     raise
                 self._replace(fresh())
-                return self.db.execute(sql, params).fetchall()
+                rows = self.cur.execute(sql, params).fetchall()
             finally:
                 first = False
+            return rows
 
         return run
 
@@ -66,6 +69,7 @@ class Reader:
         with contextlib.suppress(Exception):
             self.proxy.invalidate()
         self.proxy, self.db, self.plain, self.pinged = other.proxy, other.db, other.plain, True
+        self.cur = other.cur
 
 
 def reads_committed(db: psycopg.Connection[Any]) -> bool:

@@ -27,7 +27,7 @@ from mempalace_logstream import errors, notify, schema
 from mempalace_logstream.backends import base, ddl
 from mempalace_logstream.backends.pg_listen import PgListenSignal, autocommit_connector
 from mempalace_logstream.backends.pg_readers import FRESH_S, READERS_KEPT, Reader, end_read
-from mempalace_logstream.backends.pg_writer import PgExecutor, WriteQueue
+from mempalace_logstream.backends.pg_writer import PgExecutor, WriteQueue, WriterCursors
 
 # The partial indexes of migration 0011 in PostgreSQL's words too (schema.py names SQLite's).
 ddl.postgresql_where_too(schema.events)
@@ -68,6 +68,7 @@ class PostgresBackend:
         # The writer: one psycopg connection held by the store (autocommit; transactions are
         # explicit), used only under the store's commit lock; reads take pooled connections.
         self._proxy: Any = None
+        self._cursors: WriterCursors | None = None  # held on the writer's connection
         self._lock_sql: str | None = None
         # Idle reader connections, the most recently used last (`reading`).
         self._readers: list[Reader] = []
@@ -172,6 +173,7 @@ class PostgresBackend:
             # commit order.
             oid = db.execute("SELECT 'events'::regclass::oid::int").fetchone()[0]  # type: ignore[index]
             self._lock_sql = f"BEGIN; SELECT pg_advisory_xact_lock({PG_APPEND_LOCK}, {int(oid)})"
+            self._cursors = WriterCursors.on(db)
             self._proxy = proxy
         conn: psycopg.Connection[Any] = self._proxy.driver_connection
         return conn
@@ -179,6 +181,7 @@ class PostgresBackend:
     def _drop_writer(self) -> None:
         """Forget a connection that failed (the server restarted, the network dropped)."""
         self._prepared = None
+        self._cursors = None
         if self._proxy is not None:
             with contextlib.suppress(Exception):
                 self._proxy.invalidate()
@@ -196,6 +199,7 @@ class PostgresBackend:
                 self._proxy.driver_connection.autocommit = False
             self._proxy.close()
             self._proxy = None
+            self._cursors = None
 
     @contextlib.contextmanager
     def transaction(self, state: base.Statement | None = None) -> Iterator[_Tx]:
@@ -208,7 +212,7 @@ class PostgresBackend:
         A connection lost later is never retried here: its COMMIT may have happened."""
         db, row = self._begin(state)
         tx = _Tx(db, state_row=row)
-        queue = self._queue = WriteQueue(self, db)
+        queue = self._queue = WriteQueue(self, db, self._writer_cursors(db))
         try:
             yield tx
             channel = self.notify_channel
@@ -234,6 +238,12 @@ class PostgresBackend:
             raise
         finally:
             self._queue = None
+
+    def _writer_cursors(self, db: psycopg.Connection[Any]) -> WriterCursors:
+        cursors = self._cursors
+        if cursors is None or cursors.run.connection is not db:  # not the writer's (a test's)
+            cursors = WriterCursors.on(db)
+        return cursors
 
     def _rollback(self, db: psycopg.Connection[Any], sql: str) -> None:
         """A ROLLBACK (or ROLLBACK TO) on the writer. psycopg answers one by deallocating every
@@ -272,7 +282,7 @@ class PostgresBackend:
                     base.observe(self.statement_hooks, *state)
                 text = f"{text}; EXECUTE {self._prepare(db, state)}"
             self.round_trips += 1
-            cur = db.execute(text)
+            cur = self._writer_cursors(db).run.execute(text)
         except psycopg.OperationalError:
             self._drop_writer()
             raise
@@ -300,7 +310,11 @@ class PostgresBackend:
     @contextlib.contextmanager
     def savepoint(self, db: psycopg.Connection[Any]) -> Iterator[None]:
         """SAVEPOINT … RELEASE, queued with the item's writes and sent with them; an item that
-        fails before anything of it was sent costs no round trip to undo."""
+        fails before anything of it was sent costs no round trip to undo. The item's end is
+        sent at once only when writes of it are still queued (their errors are the item's);
+        when they went to the server already (before a read of the item, as a directed
+        message's loop guard), the RELEASE, which cannot fail, waits for the next message (the
+        next item's writes, or the COMMIT): one round trip less for such an item."""
         queue = self._queue
         if queue is None or queue.db is not db:  # not the writer's transaction: at once
             self.round_trips += 1
@@ -317,7 +331,8 @@ class PostgresBackend:
         try:
             yield
             queue.add("RELEASE SAVEPOINT logstream_item", None)
-            queue.flush(db)  # this item's errors surface here, in its savepoint
+            if not queue.only_savepoints():
+                queue.flush(db)  # this item's errors surface here, in its savepoint
         except Exception:
             if queue.sent_since(mark):
                 del queue.items[:]
@@ -399,7 +414,7 @@ class PostgresBackend:
                 base.observe(hooks, sql, params)
             queue = self._queue
             if queue is not None and queue.db is db:  # the writer's: its writes go first
-                queue.flush(db)
+                return queue.rows(sql, params)
             return db.execute(sql, params).fetchall()
 
         return run

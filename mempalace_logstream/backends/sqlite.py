@@ -8,16 +8,15 @@ skips the transaction-state query while nobody else committed.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 
-from mempalace_logstream import notify
+from mempalace_logstream import errors, notify
 from mempalace_logstream.backends import base, sqlite_file
 from mempalace_logstream.backends import engine as engine_mod
 from mempalace_logstream.backends.sqlite_signal import SqliteSignal
@@ -31,6 +30,9 @@ _NAMED = SQLiteDialect_pysqlite(paramstyle="named")
 # Idle read connections a backend keeps out of the pool (`SqliteBackend.reading`): a hub's
 # concurrent reads beyond it take pooled connections, given back after.
 READERS_KEPT = 4
+# Log facts a reader keeps at one `PRAGMA data_version` (`_Kept`): the tip, the marks and the
+# cursors' seqs of the reads since the last commit.
+FACTS_KEPT = 64
 
 # One chunk of a compact page built by SQLite's JSON functions (the hub's hot path on SQLite):
 # the rows as UTF-8 JSON (a BLOB: no decoding to str and encoding back), their count, last
@@ -72,7 +74,7 @@ class SqliteBackend(SqliteWriter):
         self._proxy: Any = None
         self._db: sqlite3.Connection | None = None  # its DBAPI connection
         # Idle reader connections (pool proxies), the most recently used last (`reading`).
-        self._readers: list[Any] = []
+        self._readers: list[_Kept] = []
         self._closed = False
         # The SQL texts of the log facts (`remember_log_facts`).
         self.log_facts: frozenset[str] = frozenset()
@@ -131,91 +133,113 @@ class SqliteBackend(SqliteWriter):
         self._proxy, self._db = proxy, db
         return db
 
-    @contextlib.contextmanager
-    def reading(self) -> Iterator[base.Query]:
+    def reading(self) -> _Reading:
         """A read snapshot: a deferred transaction on one of the backend's reader connections,
         rolled back after. Up to `READERS_KEPT` idle readers are kept out of the pool, the most
         recently used first (issue 25): its page cache is the warmest, and a read pays no pool
         checkout, no reset-on-return ROLLBACK (~8 µs of a 100 µs read). A reader that met a
         database error goes back to the pool, which resets or discards it."""
-        proxy = self._reader()
-        db: sqlite3.Connection = proxy.driver_connection
-        healthy = True
-        try:
-            db.execute("BEGIN")
-            try:
-                yield self._reading_query(db, proxy.info) if self.log_facts else self.query(db)
-            finally:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-        except sqlite3.Error as exc:
-            healthy = False
-            raise base.storage_error(exc, (sqlite3.Error,)) from exc  # type: ignore[misc]
-        finally:
-            self._release(proxy, healthy)
+        return _Reading(self)
 
-    def _reader(self) -> Any:
+    def _reader(self) -> _Kept:
         try:
             return self._readers.pop()  # atomic: no two reads share a connection
         except IndexError:
             with base.wrap_exceptions():
-                return self.engine.raw_connection()
+                return _Kept(self, self.engine.raw_connection())
 
-    def _release(self, proxy: Any, healthy: bool) -> None:
+    def _release(self, kept: _Kept, healthy: bool) -> None:
         if healthy and not self._closed and len(self._readers) < READERS_KEPT:
-            self._readers.append(proxy)
+            self._readers.append(kept)
         else:
-            proxy.close()
-
-    def _reading_query(self, db: sqlite3.Connection, info: dict[Any, Any]) -> base.Query:
-        """`query` of a read snapshot, answering the statements of `log_facts` from what this
-        connection read at the same `PRAGMA data_version`."""
-        facts: _Facts | None = info.get(_FACTS_KEY)
-        if facts is None or facts.db is not db:  # a record's info may outlive its connection
-            facts = info[_FACTS_KEY] = _Facts(db)
-        hooks, known, checked = self.statement_hooks, self.log_facts, False
-
-        def run(sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-            nonlocal checked
-            if sql in known:
-                if not checked:  # once per snapshot, inside it: the version it reads
-                    facts.check(db.execute("PRAGMA data_version").fetchone()[0])
-                    checked = True
-                key = (sql, tuple(params.items()))
-                hit = facts.rows.get(key)
-                if hit is not None:
-                    return hit
-                if hooks:
-                    base.observe(hooks, sql, params)
-                rows = facts.rows[key] = sqlite_file.fetch_all(db, sql, params)
-                return rows
-            if hooks:
-                base.observe(hooks, sql, params)
-            return sqlite_file.fetch_all(db, sql, params)
-
-        return run
+            kept.proxy.close()
 
     def close(self) -> None:
         self._closed = True
         while self._readers:
-            self._readers.pop().close()  # back to the pool, which dispose() closes
+            self._readers.pop().proxy.close()  # back to the pool, which dispose() closes
         if self._proxy is not None:
             self._proxy.close()
             self._proxy = self._db = None
 
 
-_FACTS_KEY = "logstream_log_facts"  # in a pooled connection's info: kept for its lifetime
+class _Kept:
+    """A reader connection of the backend (`SqliteBackend.reading`): the pool's proxy, its
+    DBAPI connection, and the log facts it read (`remember_log_facts`), at the
+    `PRAGMA data_version` it read them at. Made once per connection, so a read walks no
+    SQLAlchemy property and builds no closure (issue 25)."""
 
+    __slots__ = ("proxy", "db", "hooks", "known", "version", "checked", "rows")
 
-class _Facts:
-    """The log facts one reader connection read, at the `data_version` they were read at."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self.db = db
+    def __init__(self, backend: SqliteBackend, proxy: Any) -> None:
+        self.proxy, self.db = proxy, proxy.driver_connection
+        self.hooks, self.known = backend.statement_hooks, backend.log_facts
         self.version: int | None = None
-        self.rows: dict[tuple[str, tuple[tuple[str, Any], ...]], list[tuple[Any, ...]]] = {}
+        self.checked = False  # the version was read in this snapshot
+        self.rows: dict[tuple[str, tuple[Any, ...]], list[tuple[Any, ...]]] = {}
 
-    def check(self, version: int) -> None:
-        if version != self.version:
-            self.rows.clear()
-            self.version = version
+    def __call__(self, sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        """`base.Query` of a read snapshot: the statements of the log facts are answered from
+        what this connection read at the same `PRAGMA data_version`."""
+        if sql in self.known:
+            if not self.checked:  # once per snapshot, inside it: the version it reads
+                version = self.db.execute("PRAGMA data_version").fetchone()[0]
+                if version != self.version:
+                    self.rows.clear()
+                    self.version = version
+                self.checked = True
+            key = (sql, tuple(params.items()))
+            hit = self.rows.get(key)
+            if hit is not None:
+                return hit
+            if self.hooks:
+                base.observe(self.hooks, sql, params)
+            if len(self.rows) >= FACTS_KEPT:  # a reader polling many cursors on a quiet log
+                self.rows.clear()
+            rows = self.rows[key] = sqlite_file.fetch_all(self.db, sql, params)
+            return rows
+        if self.hooks:
+            base.observe(self.hooks, sql, params)
+        return sqlite_file.fetch_all(self.db, sql, params)
+
+
+class _Reading:
+    """`SqliteBackend.reading` (a plain context manager: it runs once per read). A database
+    error inside the snapshot or in its BEGIN/ROLLBACK becomes a StorageError and sends the
+    connection back to the pool."""
+
+    __slots__ = ("backend", "kept")
+
+    def __init__(self, backend: SqliteBackend) -> None:
+        self.backend = backend
+
+    def __enter__(self) -> base.Query:
+        backend = self.backend
+        kept = self.kept = backend._reader()
+        if kept.known is not backend.log_facts:  # facts named after this connection was kept
+            kept.known, kept.rows, kept.version = backend.log_facts, {}, None
+        kept.checked = False
+        try:
+            kept.db.execute("BEGIN")
+        except sqlite3.Error as exc:
+            backend._release(kept, False)
+            raise _storage_error(exc) from exc
+        return kept
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> None:
+        kept = self.kept
+        failed = exc if isinstance(exc, sqlite3.Error) else None
+        try:
+            if kept.db.in_transaction:
+                kept.db.execute("ROLLBACK")
+        except sqlite3.Error as rollback_error:
+            failed = failed or rollback_error
+        self.backend._release(kept, failed is None)
+        if failed is not None and (exc is None or exc is failed):
+            raise _storage_error(failed) from failed
+
+
+def _storage_error(exc: sqlite3.Error) -> errors.StorageError:
+    return base.storage_error(exc, (sqlite3.Error,)) or errors.StorageError(str(exc))

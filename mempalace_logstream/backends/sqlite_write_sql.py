@@ -230,6 +230,10 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ),
         {},
     ),
+    "log.seq-of": (
+        ("SELECT events.seq \nFROM events \nWHERE events.id = :id"),
+        {},
+    ),
     "meta.get": (
         ('SELECT logstream_meta.value \nFROM logstream_meta \nWHERE logstream_meta."key" = :key'),
         {},

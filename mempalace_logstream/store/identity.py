@@ -11,7 +11,7 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -118,8 +118,9 @@ class Identity:
             self._ring, self._ring_at = ring, (top, joined)
         return ring
 
-    def marks_statement(self, compile: Compile) -> str:
-        """The SQL text of the keyring's marks probe (a log fact: `remember_log_facts`)."""
+    def marks_statement(self, compile: Compile) -> tuple[str, Mapping[str, Any]]:
+        """The SQL text and parameters of the keyring's marks probe (a log fact:
+        `remember_log_facts`)."""
         return queries.marks_statement(compile, KEY_EVENT_TYPES, PIN_PREFIX, self._aggregate)
 
     def any_key_event(self, ex: Executor) -> bool:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mempalace_logstream import validation as v
 from mempalace_logstream.backends import sqlite_inbox_sql as inbox_sql
@@ -32,6 +32,9 @@ from mempalace_logstream.backends.sqlite_reader import SnapshotQuery, SqliteRead
 from mempalace_logstream.models import Event, Page
 from mempalace_logstream.store import marks, plan
 from mempalace_logstream.store.filters import ReadRequest, read_request
+
+if TYPE_CHECKING:
+    from mempalace_logstream.identity.keyring import Keyring
 
 
 class Unplanned(Exception):
@@ -144,11 +147,12 @@ class _Statements:
         events' signatures are trusted (verified when stored), so no Ed25519 library loads.
         Returns the events, the marked ones as marked copies."""
         row = self._rows(marks.MARKS_SQL, {})[0]
-        if not marks.has_key_events(row):
-            return tuple(events)
-        key_events = plan.events_from_rows(self._rows(marks.KEY_EVENTS_SQL, {}))
-        ring = marks.keyring_of(key_events, marks.pins_of(row[1]), check_signatures=False)
-        return marks.mark_reads(ring, events)
+
+        def keyring() -> Keyring:
+            key_events = plan.events_from_rows(self._rows(marks.KEY_EVENTS_SQL, {}))
+            return marks.keyring_of(key_events, marks.pins_of(row[1]), check_signatures=False)
+
+        return marks.judge(row, events, keyring)
 
     def page(self, req: ReadRequest, lo: int, top_seq: int, order: str) -> Sequence[Any]:
         split = inbox_sql.SPLIT_INBOX
@@ -197,6 +201,10 @@ def generate() -> dict[str, Any]:
                     value = "open" if name == "status" else "b"
                     store.event_list(order=order, **{name: [value]})
             store.event_list(before_event_id=sent[-1].id)
+            # The key events' statement, which a read asks only of a log with key events
+            # (`marks.judge`), as the keyring reads it.
+            with store.snapshot() as ex:
+                store.identity.keyring(ex, store.event_select)
             statements = store.compiled_sql()
     return {
         "SCHEMA_HEAD": SCHEMA_HEAD,

@@ -10,7 +10,7 @@ hook path loads it only for a log that has key events).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mempalace_logstream.models import Event, Page
@@ -39,6 +39,18 @@ def keyring_of(
 
     items = (SignedEvent(event=e, sig=e.sig, key_id=e.key_id) for e in key_events)
     return Keyring.build(items, pins, check_signatures=check_signatures)
+
+
+def judge(
+    marks_row: Sequence[Any], events: Sequence[Event], keyring: Callable[[], Keyring]
+) -> tuple[Event, ...]:
+    """`events` as a read returns them, given the log's marks row (the `MARKS_SQL` probe):
+    as they are while the log holds no key event (no key: nothing reads unverified; the
+    keyring is not even asked for), else judged by `keyring()` (`mark_reads`). The rule of
+    both the store's reads and the lean reader."""
+    if not has_key_events(marks_row):
+        return tuple(events)
+    return mark_reads(keyring(), events)
 
 
 def mark_reads(ring: Keyring, events: Sequence[Event]) -> tuple[Event, ...]:

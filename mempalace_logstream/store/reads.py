@@ -41,16 +41,20 @@ class Reads:
         self._sql = pipeline.sql
         self.event_select = pipeline.event_select
         # Every read asks for the tip and (for a page with events) the keyring's marks: facts
-        # of the whole log, which a backend may answer again while nothing was committed.
-        facts = (log_rows.tip_statement(self._sql), identity.marks_statement(self._sql))
-        self.backend.remember_log_facts(facts)
+        # of the whole log, which a backend may answer again while nothing was committed. Both
+        # are run as compiled here, (SQL text, parameters), straight on the read's `Query`.
+        self._tip = log_rows.tip_statement(self._sql)
+        self._marks = identity.marks_statement(self._sql)
+        # A cursor's seq too: a poll repeats its cursor while nothing is committed.
+        cursor = log_rows.seq_of_statement(self._sql)
+        self.backend.remember_log_facts((self._tip[0], self._marks[0], cursor))
 
     def event_get(self, event_id: Any) -> Event:
         ident = v.required_routing("event_id", event_id)
         with self._reading() as query:
             ex = QueryExecutor(query, self._sql)
             event = self.pipeline.event_by_id(ex, ident, field="event_id")
-            return self._judge_revocations(ex, [event])[0]
+            return self._judge_revocations(query, ex, (event,))[0]
 
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[QueryExecutor]:
@@ -76,8 +80,8 @@ class Reads:
         Order: explicit `order` wins; else asc with a cursor, desc without. Raises
         ValidationError, NotFoundError for an unknown cursor.
         """
-        req = self.read_request(**args)
-        with self._reading() as query:
+        req = read_request(**args)
+        with self.backend.reading() as query:
             return self._read(query, req)
 
     def read_request(self, **raw: Any) -> ReadRequest:
@@ -95,20 +99,25 @@ class Reads:
 
     def _read(self, query: Query, req: ReadRequest, after_seq: int | None = None) -> Page:
         ex = QueryExecutor(query, self._sql)
-        page = plan.read_page(_Statements(self, ex), req, after_seq)
-        marked = self._judge_revocations(ex, page.events)
-        return marks.with_events(page, marked)
+        page = plan.read_page(_Statements(self, query, ex), req, after_seq)
+        if not page.events:
+            return page
+        return marks.with_events(page, self._judge_revocations(query, ex, page.events))
 
-    def _judge_revocations(self, ex: QueryExecutor, events: Sequence[Event]) -> tuple[Event, ...]:
+    def _judge_revocations(
+        self, query: Query, ex: QueryExecutor, events: tuple[Event, ...]
+    ) -> tuple[Event, ...]:
         """Mark what reads `verified: false` although stored (RFC 0008, `Keyring.read_mark`):
         a signed event whose key was revoked at or before its HLC (stored before the
-        revocation arrived), an unsigned event under a name that signs. An empty page pays
-        nothing; any other one keyring probe (one indexed statement while no key event or
-        pin changed: the keyring is cached), and a log without keys nothing more. Returns
-        the events, the marked ones as marked copies."""
-        if not events:
-            return tuple(events)
-        return marks.mark_reads(self.identity.keyring(ex, self.event_select), events)
+        revocation arrived), an unsigned event under a name that signs. The marks probe (a
+        log fact: one indexed statement, answered again while nothing was committed) says
+        whether the log holds any key event; a log without one returns `events` as they are,
+        else the keyring (cached while no key event or pin changed) judges each. Returns the
+        events, the marked ones as marked copies."""
+        row = query(*self._marks)[0]
+        return marks.judge(
+            row, events, lambda: self.identity.keyring(ex, self.event_select, (row[0], row[1]))
+        )
 
     def _page_plan(
         self, req: ReadRequest, lo: int, top_seq: int, order: str
@@ -151,8 +160,10 @@ class Reads:
 class _Statements:
     """`plan.PageStatements` on one read snapshot of the store: its SQL compiled once."""
 
-    def __init__(self, reads: Reads, ex: QueryExecutor) -> None:
-        self.reads, self.ex = reads, ex
+    __slots__ = ("reads", "query", "ex")
+
+    def __init__(self, reads: Reads, query: Query, ex: QueryExecutor) -> None:
+        self.reads, self.query, self.ex = reads, query, ex
 
     def seq_of(self, ident: str, field: str) -> int:
         seq = log_rows.seq_of(self.ex, ident)
@@ -161,6 +172,9 @@ class _Statements:
         return seq
 
     def top(self, hi: int | None) -> Sequence[Any] | None:
+        if hi is None:  # the tip: a log fact, its statement compiled once (`Reads.__init__`)
+            rows = self.query(*self.reads._tip)
+            return rows[0] if rows else None
         return log_rows.top(self.ex, hi)
 
     def id_at(self, seq: int) -> str | None:

@@ -5,7 +5,7 @@ backends/sqlite_inbox_sql.py holds their SQLite text)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mempalace_logstream import lazy
@@ -42,9 +42,11 @@ def marks(ex: Executor, key_types: KeyTypes, pin_prefix: str, agg: Any) -> tuple
     return row[0], row[1]
 
 
-def marks_statement(compile: Compile, key_types: KeyTypes, pin_prefix: str, agg: Any) -> str:
-    """The SQL text of `marks`: a log fact (`remember_log_facts`)."""
-    return compile(MARKS, _marks_builder(key_types, pin_prefix, agg), {})[0]
+def marks_statement(
+    compile: Compile, key_types: KeyTypes, pin_prefix: str, agg: Any
+) -> tuple[str, Mapping[str, Any]]:
+    """The SQL text and parameters of `marks`: a log fact (`remember_log_facts`)."""
+    return compile(MARKS, _marks_builder(key_types, pin_prefix, agg), {})
 
 
 def _marks_builder(key_types: KeyTypes, pin_prefix: str, agg: Any) -> Callable[[], sa.Select[Any]]:

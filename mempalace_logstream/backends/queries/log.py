@@ -71,6 +71,12 @@ def _seq_of() -> sa.Select[Any]:
     return sa.select(schema.events.c.seq).where(schema.events.c.id == sa.bindparam("id"))
 
 
+def seq_of_statement(compile: Compile) -> str:
+    """The SQL text of `seq_of`: a log fact (`remember_log_facts`): an event's seq never
+    changes (the table refuses UPDATE of it and DELETE), and a commit may add the event."""
+    return compile(SEQ_OF, _seq_of, {})[0]
+
+
 def seq_of(ex: Executor, ident: str) -> int | None:
     """The seq of the event `ident`, None if not held."""
     rows = ex.rows(SEQ_OF, _seq_of, {"id": ident})
@@ -99,9 +105,10 @@ def _top_below() -> sa.Select[Any]:
     return _top_all().where(schema.events.c.seq < sa.bindparam("hi"))
 
 
-def tip_statement(compile: Compile) -> str:
-    """The SQL text of `top(ex, None)`, the newest event: a log fact (`remember_log_facts`)."""
-    return compile((TOP, True), _top_all, {})[0]
+def tip_statement(compile: Compile) -> tuple[str, Mapping[str, Any]]:
+    """The SQL text and parameters of `top(ex, None)`, the newest event: a log fact
+    (`remember_log_facts`), which a read runs as is (`Reads`)."""
+    return compile((TOP, True), _top_all, {})
 
 
 def top(ex: Executor, hi: int | None) -> Sequence[Any] | None:
