@@ -1,7 +1,7 @@
 """What an agent pays per shell call (issue 25): whole `logstream` processes, side by side with
 the reference's CLI (`mempalace logstream …`), on a small SQLite log, and ours through `--hub`.
 
-    python bench/bench_cli.py [--samples N] [--quick | --smoke] [--no-ref] [--no-hub]
+    python bench/bench_cli.py [--samples N] [--quick | --smoke] [--no-ref] [--no-hub | --only-hub]
 
 Each round runs every command once as a fresh process, ours then the reference's (paired runs),
 and reports the median over the rounds (7 by default; 1 with --smoke) of wall time (spawn to
@@ -67,6 +67,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="5 rounds")
     p.add_argument("--no-ref", action="store_true", help="skip the reference CLI")
     p.add_argument("--no-hub", action="store_true", help="skip the --hub rows and serve")
+    p.add_argument(
+        "--only-hub", action="store_true", help="only the --hub rows (no local, serve or mcp)"
+    )
     common.add_smoke(p)
     args = p.parse_args(argv)
     args.samples = args.samples or (1 if args.smoke else 5 if args.quick else 7)
@@ -365,6 +368,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"reference not measured: {reason}")
     with common.temp_dir("logstream-cli-") as tmp:
         PYCACHE["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
+        if args.only_hub:  # the --hub rows alone: a before/after of the hub path in minutes
+            report_hub(run_hub(tmp, args.samples))
+            return 0
         ours = Ours(["--db", str(tmp / "ours.sqlite3")], tmp)
         ref = Reference(refpkg, tmp) if refpkg is not None else None
         report_local(measure(ours, ref, args.samples), ref is not None)

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import pytest
 import typer.main
 
 from mempalace_logstream import LogStore
-from mempalace_logstream.cli import fast, options
+from mempalace_logstream.cli import fast, fastargs, options
 from tests.conftest import REPO
 from tests.leankit import CODE
 
@@ -51,7 +52,7 @@ def _kind(p: Any, flag: str) -> str:
         return "off" if flag in p.secondary_opts else "on"
     if p.multiple:
         return "multi"
-    return {int: "int", str: "str"}[p.type_descriptor.annotation]
+    return {int: "int", str: "str", float: "float"}[p.type_descriptor.annotation]
 
 
 def _is(p: Any, kind: str) -> bool:
@@ -63,10 +64,14 @@ def test_the_fast_table_is_the_typer_command_s_parameters(words: tuple[str, ...]
     cmd = fast.COMMANDS[words]
     assert cmd.words == words
     built = _click(words)
-    arguments = [p.name for p in built.params if _is(p, "argument")]
-    assert tuple(arguments) == cmd.arguments
-    table = dict(cmd.options)
+    arguments = [p for p in built.params if _is(p, "argument")]
+    assert tuple(p.name for p in arguments) == cmd.arguments + tuple(n for n, _k in cmd.optional)
     seen = set()
+    for p, (name, kind) in zip(arguments[len(cmd.arguments) :], cmd.optional, strict=True):
+        assert not p.required and cmd.defaults[name] == p.default, name
+        assert {float: "float", int: "int"}[p.type_descriptor.annotation] == kind, name
+        seen.add(name)
+    table = dict(cmd.options)
     for p in built.params:
         if not _is(p, "option"):
             continue
@@ -75,8 +80,9 @@ def test_the_fast_table_is_the_typer_command_s_parameters(words: tuple[str, ...]
             continue
         assert p.name in cmd.defaults, f"{p.name}: add it to the table or to `slow`"
         assert cmd.defaults[p.name] == p.default, p.name
-        assert p.envvar == fast.ENVVARS.get(str(p.name)), p.name
-        assert options.is_global(p) == (p.name in {n for n, _k in fast.GLOBALS.values()})
+        assert p.required == (p.name in cmd.required), p.name
+        assert p.envvar == fastargs.ENVVARS.get(str(p.name)), p.name
+        assert options.is_global(p) == (p.name in {n for n, _k in fastargs.GLOBALS.values()})
         for flag in (*p.opts, *p.secondary_opts):
             assert table.pop(flag) == (p.name, _kind(p, flag)), flag
         seen.add(p.name)
@@ -88,7 +94,7 @@ def test_the_root_table_is_the_root_app_s_options() -> None:
     from mempalace_logstream import cli
 
     root = typer.main.get_command(cli.app)
-    table = dict(fast.ROOT)
+    table = dict(fastargs.ROOT)
     for p in root.params:
         assert _is(p, "option")
         if p.name == "version":  # eager: prints and exits; typer's
@@ -96,15 +102,15 @@ def test_the_root_table_is_the_root_app_s_options() -> None:
             continue
         for flag in p.opts:
             assert table.pop(flag) == (p.name, _kind(p, flag)), flag
-        own = p.name in fast.ROOT_DEFAULTS  # --db and the like read theirs on the command
-        assert p.envvar == (fast.ENVVARS.get(str(p.name)) if own else None), p.name
-        want = fast.ROOT_DEFAULTS.get(str(p.name), False if p.is_flag else None)
+        own = p.name in fastargs.ROOT_DEFAULTS  # --db and the like read theirs on the command
+        assert p.envvar == (fastargs.ENVVARS.get(str(p.name)) if own else None), p.name
+        want = fastargs.ROOT_DEFAULTS.get(str(p.name), False if p.is_flag else None)
         assert p.default == want, p.name
     assert table == {}
 
 
 def test_the_fast_modules_import_no_framework_nor_the_store_at_load() -> None:
-    for name in ("fast.py", "plain.py"):
+    for name in ("fast.py", "fastargs.py", "plain.py", "writes.py"):
         tree = ast.parse((PKG / "cli" / name).read_text(encoding="utf-8"))
         imported = {
             (node.module or "") if isinstance(node, ast.ImportFrom) else alias.name
@@ -118,7 +124,7 @@ def test_the_fast_modules_import_no_framework_nor_the_store_at_load() -> None:
             for m in imported
             if m.startswith("mempalace_logstream.store")
             and m != ("mempalace_logstream.store")
-            and not m.endswith("lean")
+            and not m.endswith(("lean", "lean_write", "store.options"))
         }
         assert bad == set(), name
 
@@ -138,26 +144,51 @@ def both(
     tmp_path: Path, *argv: str, env: dict[str, str] | None = None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """({code, out, err, modules} of the console script, {code, out, err} of the typer app)."""
+    return run_console(tmp_path, argv, env=env), run_typer(tmp_path, argv, env=env)
+
+
+def run_console(
+    tmp_path: Path,
+    argv: Sequence[str],
+    stdin: bytes | None = None,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """{code, out, err, modules} of the console script (`cli.main`) running `argv`."""
     report = tmp_path / "report.json"
-    fast_run = subprocess.run(
+    done = subprocess.run(
         [sys.executable, "-c", CODE, *argv],
         capture_output=True,
+        input=stdin,
         env={**_env(tmp_path, env), "LEAN_REPORT": str(report)},
         timeout=60,
         check=False,
     )
-    done = json.loads(report.read_text())
+    said = json.loads(report.read_text())
     report.unlink()
-    typer_run = subprocess.run(
+    return {
+        "out": done.stdout,
+        "err": done.stderr,
+        "modules": said["modules"],
+        "code": said["code"] or 0,
+    }
+
+
+def run_typer(
+    tmp_path: Path,
+    argv: Sequence[str],
+    stdin: bytes | None = None,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """{code, out, err} of the typer app alone running `argv`."""
+    done = subprocess.run(
         [sys.executable, "-c", TYPER, *argv],
         capture_output=True,
+        input=stdin,
         env=_env(tmp_path, env),
         timeout=60,
         check=False,
     )
-    ours = {"code": done["code"] or 0, "out": fast_run.stdout, "err": fast_run.stderr}
-    ref = {"code": typer_run.returncode, "out": typer_run.stdout, "err": typer_run.stderr}
-    return {**ours, "modules": done["modules"]}, ref
+    return {"code": done.returncode, "out": done.stdout, "err": done.stderr}
 
 
 def heavy(modules: list[str]) -> list[str]:
@@ -285,7 +316,7 @@ def test_a_log_with_keys_is_marked_as_the_store_marks_it(tmp_path: Path) -> None
         assert heavy(modules) == [], argv
 
 
-def test_list_and_get_through_a_hub_answer_as_the_typer_app(tmp_path: Path) -> None:
+def test_reads_through_a_hub_answer_as_the_typer_app(tmp_path: Path) -> None:
     from tests.hubkit import live_hub
 
     with live_hub(tmp_path / "hub") as hub:
@@ -304,14 +335,19 @@ def test_list_and_get_through_a_hub_answer_as_the_typer_app(tmp_path: Path) -> N
             (("get", ids[0], "--json", *at), True),
             (("get", unknown, *at), False),  # refused by the hub: typer says it
             (("list", "--limit", "0", *at), False),
-            (("wait", "--since-event-id", ids[0], *at), False),  # rides outages: typer's
+            (("wait", "--since-event-id", ids[0], *at), True),  # a match there already
+            (("wait", "--since-event-id", ids[0], "--json", "--timeout-ms", "10", *at), True),
+            (("wait", "--since-event-id", ids[1], "--timeout-ms", "50", *at), False),  # blocks
+            (("wait", "--since-event-id", "tip", "--timeout-ms", "50", *at), False),
+            (("wait", "--timeout-ms", "999999999", *at), False),  # refused: typer says it
+            (("wait", "--limit", "0", *at), False),  # refused by the hub: typer says it
         ):
             ours, ref = both(tmp_path, *argv)
             modules = ours.pop("modules")
             assert ours == ref, argv
             assert ("typer" in modules) != lean, argv
-            if lean:  # httpx brings click and rich (httpx._main): not typer, not the store
-                assert heavy(modules) in ([], ["click", "rich"]) and ours["code"] == 0, argv
+            if lean:  # not typer, not the store, not httpx's command line (click, rich)
+                assert heavy(modules) == [] and ours["code"] == 0, argv
                 assert "mempalace_logstream.store.lean" not in modules
         ours, ref = both(tmp_path, "list", "--limit", "1", env={"LOGSTREAM_HUB": hub.url})
         modules = ours.pop("modules")

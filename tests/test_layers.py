@@ -220,18 +220,20 @@ def test_the_cli_imports_servers_and_the_store_lazily():
 # --------------------------------------------------------------------------- the CLI package
 # Inside cli/: shared plumbing at the bottom, the root app above it, command groups on top;
 # a group never imports another group. cli module -> the cli modules it may import.
-CLI_BASE = ("shared", "options", "filters", "byteio", "root", "plain")
+CLI_BASE = ("shared", "options", "filters", "byteio", "root", "plain", "writes")
 CLI_RULES: dict[str, tuple[str, ...]] = {
     # What the typer commands and the fast path share (issue 25), and the fast path: no typer.
     "plain": (),
-    "fast": ("plain",),
-    "shared": ("plain",),
+    "writes": ("plain",),
+    "fastargs": (),
+    "fast": ("plain", "writes", "fastargs"),
+    "shared": ("plain", "writes"),
     "testhooks": (),
     "announce": (),
     "options": ("shared",),
-    "byteio": ("shared",),
+    "byteio": ("shared", "writes"),
     "filters": ("shared", "options", "plain"),
-    "root": ("shared", "options"),
+    "root": ("shared", "options", "plain"),
     "events": CLI_BASE,
     "waiting": (*CLI_BASE, "testhooks", "announce", "deliver"),
     "deliver": (*CLI_BASE, "testhooks", "announce"),

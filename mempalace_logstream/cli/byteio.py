@@ -1,50 +1,47 @@
 """Byte-exact input and output for commands: content from a file or stdin (no newline
-translation), text flags with a `--x-file` twin, and `--out` files written atomically.
+translation), text flags with a `--x-file` twin (`refusals` around writes.py's argument
+builders), and `--out` files written atomically.
 
-Errors become the one-line form of `shared.fail`; imports nothing of the store or servers.
+Reading input is writes.py's (the fast path reads the same way); its refusals become the
+one-line form of `shared.fail` here. Imports nothing of the store or servers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import secrets
-import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import typer
+
+from mempalace_logstream.cli import writes
 from mempalace_logstream.cli.shared import fail
 
 
 def read_bytes(path: str, field: str) -> bytes:
-    """Exact bytes from a file or `-` (stdin); no newline translation."""
+    """Exact bytes from a file or `-` (stdin); no newline translation (writes.py's)."""
     try:
-        if path == "-":
-            return sys.stdin.buffer.read()
-        return Path(path).read_bytes()
-    except OSError as exc:
-        raise fail(f"{field}: cannot read {path}: {exc.strerror}") from None
+        return writes.read_bytes(path, field)
+    except writes.Refusal as exc:
+        raise refused(exc) from None
 
 
-def read_text(path: str, field: str) -> str:
-    """A file's (or stdin's) text, refused unless it is valid UTF-8."""
-    raw = read_bytes(path, field)
+@contextlib.contextmanager
+def refusals() -> Iterator[None]:
+    """Build a command's arguments (writes.py): a refused input becomes the one-line failure
+    of `shared.fail`."""
     try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise fail(f"{field} is not valid UTF-8 ({path})") from None
+        yield
+    except writes.Refusal as exc:
+        raise refused(exc) from None
 
 
-def text_arg(
-    value: str | None, file: str | None, field: str, *, required: bool = False
-) -> str | None:
-    """The value of `--field` or of `--field-file` (never both; one of them when required)."""
-    if value is not None and file is not None:
-        raise fail(f"give --{field} or --{field}-file, not both", 2)
-    if file is not None:
-        return read_text(file, field)
-    if value is None and required:
-        raise fail(f"--{field} or --{field}-file is required", 2)
-    return value
+def refused(exc: writes.Refusal) -> typer.Exit:
+    """A refused input (writes.py) as the one-line failure of `shared.fail`."""
+    return fail(exc.message, exc.code, exc.field)
 
 
 def out_path(text: str, force: bool) -> Path:

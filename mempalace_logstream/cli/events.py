@@ -1,5 +1,6 @@
 """The event commands: `append`, `list`, `get` and `ack`, each one core operation through
-`shared.run` (the local store, or a hub with --hub) and a printed answer.
+`shared.run` (the local store, or a hub with --hub) and a printed answer; their arguments and
+answers are plain.py's and writes.py's, shared with the fast path (cli/fast.py).
 
 Imports only the CLI's own modules; the store is opened lazily by `shared`.
 """
@@ -10,8 +11,8 @@ from typing import Annotated
 
 import typer
 
-from mempalace_logstream.cli import plain
-from mempalace_logstream.cli.byteio import text_arg
+from mempalace_logstream.cli import plain, writes
+from mempalace_logstream.cli.byteio import refusals
 from mempalace_logstream.cli.filters import FilterArgs, filter_options
 from mempalace_logstream.cli.options import (
     BaseCommitOpt,
@@ -34,7 +35,7 @@ from mempalace_logstream.cli.options import (
     TopicOpt,
 )
 from mempalace_logstream.cli.root import app
-from mempalace_logstream.cli.shared import emit, event_line, run, warn
+from mempalace_logstream.cli.shared import emit, run, warn
 
 TypeOpt = Annotated[str, typer.Option("--type", help="Event type, e.g. task.reply.")]
 StreamOpt = Annotated[str, typer.Option("--stream", help="Stream, e.g. project/x.")]
@@ -70,24 +71,11 @@ def append(
     as_json: JsonOpt = False,
 ) -> None:
     """Append one event to the log."""
-    fields = {
-        "type": type,
-        "stream": stream,
-        "room": room,
-        "from_agent": from_agent,
-        "to_agent": to_agent,
-        "topic": topic,
-        "correlation_id": correlation_id,
-        "branch": branch,
-        "base_commit": base_commit,
-        "status": status,
-        "body": text_arg(body, body_file, "body") or "",
-        "metadata": metadata,
-        "artifact_ids": artifact_id,
-        "idempotency_key": idempotency_key,
-    }
+    # The parameters by name: writes.py builds the call from them, as the fast path does.
+    with refusals():
+        fields = writes.append_args(locals())
     out = run(db, palace, "event_append", hub, token, **fields)
-    emit(out, as_json, "Appended: " + event_line(out["event"]))
+    emit(out, as_json, writes.appended_text(out))
     warn(out)
 
 
@@ -157,20 +145,11 @@ def ack(
     as_json: JsonOpt = False,
 ) -> None:
     """Acknowledge an event (appends event.ack; the target never changes)."""
-    text = text_arg(body, body_file, "body") or ""
-    out = run(
-        db,
-        palace,
-        "event_ack",
-        hub,
-        token,
-        event_id=event_id,
-        from_agent=from_agent,
-        status=status,
-        body=text,
-        topic=topic,
-    )
-    emit(out, as_json, "Acked: " + event_line(out["event"]))
+    # The parameters by name: writes.py builds the call from them, as the fast path does.
+    with refusals():
+        fields = writes.ack_args(locals())
+    out = run(db, palace, "event_ack", hub, token, **fields)
+    emit(out, as_json, writes.acked_text(out))
 
 
 @app.command()

@@ -1,165 +1,67 @@
 """The commands agents call most, answered before typer loads (issue 25): `inbox` (hook.py's
 `run_inbox`), and `list`, `get`, `wait`, `tail --no-follow` on a local SQLite log, read by the
-lean reader (store/lean.py, no SQLAlchemy); `inbox`, `list` and `get` through `--hub` too
-(httpx; `wait` and `tail` there ride outages with typer's reconnect policy).
+lean reader (store/lean.py, no SQLAlchemy); `inbox`, `list`, `get` and `wait` (matches there
+already) through `--hub` too (httpx; a `wait` that blocks and `tail` ride outages there with
+typer's reconnect policy); and through `--hub` the writes `append`, `ack`, `task create`, the
+task moves, and `task status`.
 
-One generic parser reads a command line against `COMMANDS`, a table of each command's
-options as its typer command declares them (flag, parameter, kind, environment variable,
-default; tests/test_cli_fast.py holds the table to the typer commands' real parameters). A
-command line it does not fully understand (help, a typo, a value that looks like an option,
-an option given twice, an option only typer handles), a hub, a read the lean reader leaves to
-the store, or any error, returns None: the typer app then runs the whole command line and
-answers in its own words. What the command does is `cli/plain.py`'s, shared with the typer
-commands: the same arguments, the same read, the same printed bytes.
+One generic parser (fastargs.py) reads a command line against `COMMANDS`, a table of each
+command's options as its typer command declares them (flag, parameter, kind, environment
+variable, default, required; tests/test_cli_fast.py holds the table to the typer commands'
+real parameters). A command line it does not fully understand (help, a typo, a value that
+looks like an option, an option given twice, an option only typer handles), a hub, a read the
+lean reader leaves to the store, or any error of a read, returns None: the typer app then runs
+the whole command line and answers in its own words. What the command does is `cli/plain.py`'s
+and `cli/writes.py`'s, shared with the typer commands: the same arguments, the same call, the
+same printed bytes. A write is handed to typer only before its call is made (a local write,
+today: `plain.local_write`); after, the fast path tells the outcome itself (writes.py
+`fast_write`), or typer would make it a second time.
 
 Must not import typer, click, rich, the store or SQLAlchemy.
 """
 
 from __future__ import annotations
 
+import functools
 import os
-import re
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from mempalace_logstream import errors
-from mempalace_logstream.cli import plain
+from mempalace_logstream.cli import fastargs, plain, writes
+from mempalace_logstream.cli.fastargs import GLOBALS, Command, Options
 
-# An option: flag -> (parameter, kind). Kinds: "str" and "int" take a value, "multi" a value
-# each time it is given (a list), "on"/"off" are the two flags of a boolean.
-Options = dict[str, tuple[str, str]]
-
-# The options every command here takes, before the command or after it (cli/options.py).
-GLOBALS: Options = {
-    "--db": ("db", "str"),
-    "--palace": ("palace", "str"),
-    "--hub": ("hub", "str"),
-    "--token": ("token", "str"),
-    "--json": ("as_json", "on"),
-}
-# The root's own options (cli/root.py), before the command only.
-ROOT: Options = {**GLOBALS, "--debug": ("debug", "on"), "--durability": ("durability", "str")}
-ROOT_DEFAULTS: dict[str, Any] = {"debug": False, "durability": "full"}
-# The environment variable each option reads when it is not on the command line.
-ENVVARS = {
-    "db": "LOGSTREAM_DB",
-    "palace": "MEMPALACE_PALACE_PATH",
-    "hub": "LOGSTREAM_HUB",
-    "token": "LOGSTREAM_TOKEN",
-    "durability": "MEMPALACE_LOGSTREAM_DURABILITY",
-}
 FILTER_OPTIONS: Options = {flag: (name, "multi") for name, flag, _help in plain.FILTERS}
 PREVIEW: Options = {"--preview": ("preview", "on"), "--no-preview": ("preview", "off")}
-_INT = re.compile(r"-?[0-9]+")
 # rich decides colour from these whatever stdout is: a plain `tail` line is then not its own.
 RICH_ENV = ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")
 
 
-@dataclass(frozen=True)
-class Command:
-    """A command the fast path answers: its words, positional arguments, options, the
-    defaults of its parameters (typer's), the typer command's parameters left to typer (not
-    in `options`: given, the command line is typer's), and `run(params)` -> exit code, or
-    None to hand the command line to typer."""
-
-    words: tuple[str, ...]
-    arguments: tuple[str, ...]
-    options: Options
-    run: Callable[[dict[str, Any]], int | None]
-    defaults: dict[str, Any] = field(default_factory=dict)
-    slow: tuple[str, ...] = ()
-    hub: bool = False  # answers through --hub too (else a hub's call is the typer path's)
-
-
 def parse(argv: Sequence[str]) -> tuple[Command, dict[str, Any]] | None:
-    """(command, its parameters) for a command line this parser fully understands, else
-    None. Parameters are as typer gives them: the command's own option, else the one given
-    before the command, else the environment variable, else the default."""
-    head = _scan(argv, ROOT, None)
-    if head is None:
-        return None
-    root, at = head
-    rest = list(argv[at:])
-    cmd = COMMANDS.get(tuple(rest[:2])) or COMMANDS.get(tuple(rest[:1]))
-    if cmd is None:
-        return None
-    positional: list[str] = []
-    tail = _scan(rest[len(cmd.words) :], cmd.options, positional)
-    if tail is None or len(positional) != len(cmd.arguments):
-        return None
-    own = tail[0]
-    names = {name for name, _kind in cmd.options.values()}
-    params: dict[str, Any] = {**ROOT_DEFAULTS, **cmd.defaults}
-    for name, var in ENVVARS.items():
-        if (name in names or name in ROOT_DEFAULTS) and os.environ.get(var):
-            params[name] = os.environ[var]
-    for name, value in root.items():
-        if name not in names and name not in ROOT_DEFAULTS:
-            return None  # typer: "--x does not apply to `logstream cmd`"
-        params[name] = value
-    params.update(own)
-    params.update(zip(cmd.arguments, positional, strict=True))
-    return cmd, params
-
-
-def _scan(
-    args: Sequence[str], table: Options, positional: list[str] | None
-) -> tuple[dict[str, Any], int] | None:
-    """Options of `table` (`--opt value`, `--opt=value`, flags) up to the first bare word
-    when `positional` is None (the command), else to the end, bare words into `positional`.
-    None on anything else: an unknown option, a value that starts with "-", a bad integer,
-    an option given twice (typer keeps the last), "--"."""
-    out: dict[str, Any] = {}
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if not arg.startswith("-"):
-            if positional is None:
-                return out, i
-            positional.append(arg)
-            i += 1
-            continue
-        flag, eq, inline = arg.partition("=")
-        spec = table.get(flag)
-        if spec is None:
-            return None
-        name, kind = spec
-        if kind in ("on", "off"):
-            if eq:
-                return None
-            value: Any = kind == "on"
-        elif eq:
-            value = inline
-        elif i + 1 < len(args) and not args[i + 1].startswith("-"):
-            i += 1
-            value = args[i]
-        else:
-            return None
-        if kind == "int":
-            if not _INT.fullmatch(value):
-                return None
-            value = int(value)
-        if kind == "multi":
-            out.setdefault(name, []).append(value)
-        elif name in out:
-            return None
-        else:
-            out[name] = value
-        i += 1
-    return None if positional is None else (out, i)
+    """(command, its parameters) for a command line of `COMMANDS` (fastargs.py), else None."""
+    return fastargs.parse(COMMANDS, argv)
 
 
 def run(argv: Sequence[str]) -> int | None:
-    """Answer `argv` here: the exit code, or None for the typer app to run it."""
+    """Answer `argv` here: the exit code, or None for the typer app to run it. A reader that
+    closed the pipe early (`logstream list | head -1`) ends it quietly with exit 1, Ctrl-C
+    with 130, as typer ends its run."""
     parsed = parse(argv)
     if parsed is None:
         return None
     cmd, params = parsed
     if params.get("hub") and not cmd.hub:
         return None  # through a hub: the typer path (its reconnect policy)
-    return cmd.run(params)
+    if params.get("hub"):
+        plain.without_httpx_cli()
+    try:
+        return cmd.run(params)
+    except BrokenPipeError:
+        plain.silence_stdout()
+        return 1
+    except KeyboardInterrupt:
+        return 130  # typer's ending of Ctrl-C: nothing said
 
 
 # ----------------------------------------------------------------------------- commands
@@ -203,11 +105,22 @@ def run_get(p: dict[str, Any]) -> int | None:
 
 
 def run_wait(p: dict[str, Any]) -> int | None:
-    """`wait` when matches are there already; one that must block is the store's."""
+    """`wait` when matches are there already; one that must block is the store's, or through
+    a hub typer's (its reconnect policy rides an outage while it waits): the hub is asked for
+    what is there now (`timeout_ms` 0, once the given timeout is known good), and an empty
+    answer goes to typer, which waits."""
     filters = plain.given_filters(p)
     args = plain.wait_args(filters, p["since_event_id"], p["timeout_ms"], p["limit"], p["preview"])
+    if p["hub"]:
+        from mempalace_logstream import validation
+
+        try:
+            validation.timeout_ms(p["timeout_ms"])
+        except errors.ValidationError:
+            return None  # refused: typer says it
+        args = {**args, "timeout_ms": 0}
     out = _read(p, "event_wait", args)
-    if out is None:
+    if out is None or (p["hub"] and not out["events"]):
         return None
     _out(plain.emit_text(out, p["as_json"], plain.wait_text(out)))
     return 0
@@ -254,6 +167,43 @@ def run_tail(p: dict[str, Any]) -> int | None:
         return 1
     finally:
         reader.close()
+    return 0
+
+
+def run_append(p: dict[str, Any]) -> int | None:
+    return writes.fast_write(p, "event_append", writes.append_args, writes.appended_text, True)
+
+
+def run_ack(p: dict[str, Any]) -> int | None:
+    return writes.fast_write(p, "event_ack", writes.ack_args, writes.acked_text)
+
+
+def run_create(p: dict[str, Any]) -> int | None:
+    return writes.fast_write(p, "task_create", writes.create_args, writes.created_text, True)
+
+
+def _run_move(action: str) -> Callable[[dict[str, Any]], int | None]:
+    def run_move(p: dict[str, Any]) -> int | None:
+        build = functools.partial(writes.move_args, action)
+        return writes.fast_write(p, "task_update", build, writes.moved_text)
+
+    return run_move
+
+
+def run_status(p: dict[str, Any]) -> int | None:
+    """`task status`: a read, of a hub or of a local log through the lean writer (which
+    serves it); an error goes to typer, which reads again and says it."""
+    args = {"task_id": p["task_id"]}
+    if p["hub"]:
+        out = plain.hub_read(p["hub"], p["token"], "task_status", args)
+    else:
+        try:
+            out = plain.local_write(p["db"], p["palace"], p["durability"], "task_status", args)
+        except errors.LogstreamError:
+            return None
+    if out is None:
+        return None
+    _out(plain.emit_text(out, p["as_json"], writes.status_text(out)))
     return 0
 
 
@@ -348,6 +298,7 @@ COMMANDS: dict[tuple[str, ...], Command] = {
             **{"preview": False, "as_json": False},
         },
         slow=("from_agent", "give_up_after"),
+        hub=True,
     ),
     ("tail",): Command(
         ("tail",),
@@ -372,3 +323,98 @@ COMMANDS: dict[tuple[str, ...], Command] = {
         ),
     ),
 }
+
+# ----------------------------------------------------------------------------- writes
+
+_GLOBAL_NONE = {"db": None, "palace": None, "hub": None, "token": None, "as_json": False}
+_BODY: Options = {"--body": ("body", "str"), "--body-file": ("body_file", "str")}
+_WRITER: Options = {"--from-agent": ("from_agent", "str"), **_BODY}
+_EVENT_FIELDS = ("to_agent", "topic", "correlation_id", "branch", "base_commit", "status")
+COMMANDS[("append",)] = Command(
+    ("append",),
+    (),
+    {
+        **{f"--{n}": (n, "str") for n in ("type", "stream", "room")},
+        **{"--" + n.replace("_", "-"): (n, "str") for n in _EVENT_FIELDS},
+        **_WRITER,
+        "--metadata": ("metadata", "str"),
+        "--artifact-id": ("artifact_id", "multi"),
+        "--idempotency-key": ("idempotency_key", "str"),
+        **GLOBALS,
+    },
+    run_append,
+    {
+        **dict.fromkeys(("type", "stream", "room", "from_agent", *_EVENT_FIELDS)),
+        **dict.fromkeys(("body", "body_file", "metadata", "artifact_id", "idempotency_key")),
+        **_GLOBAL_NONE,
+    },
+    hub=True,
+    required=("type", "stream", "room", "from_agent"),
+)
+COMMANDS[("ack",)] = Command(
+    ("ack",),
+    ("event_id",),
+    {**_WRITER, "--status": ("status", "str"), "--topic": ("topic", "str"), **GLOBALS},
+    run_ack,
+    {**dict.fromkeys(("from_agent", "status", "body", "body_file", "topic")), **_GLOBAL_NONE},
+    hub=True,
+    required=("from_agent",),
+)
+_CREATE_TEXT = ("project", "to_agent", "branch", "base_commit", "goal", "goal_file", "done")
+_CREATE_INT = ("lease_ms", "claim_timeout_ms", "max_reminders", "thread_budget")
+COMMANDS[("task", "create")] = Command(
+    ("task", "create"),
+    (),
+    {
+        **{"--" + n.replace("_", "-"): (n, "str") for n in _CREATE_TEXT},
+        **{"--done-file": ("done_file", "str"), "--parent": ("parent", "str")},
+        "--parent-correlation-id": ("parent_correlation_id", "str"),
+        "--from-agent": ("from_agent", "str"),
+        **{"--" + n.replace("_", "-"): (n, "int") for n in _CREATE_INT},
+        **GLOBALS,
+    },
+    run_create,
+    {
+        **dict.fromkeys((*_CREATE_TEXT, "done_file", "parent", "parent_correlation_id")),
+        **dict.fromkeys(("from_agent", *_CREATE_INT)),
+        **_GLOBAL_NONE,
+    },
+    hub=True,
+    required=("project", "from_agent", "to_agent", "branch", "base_commit"),
+)
+# A task move's own options beyond the writer and a body (cli/tasks.py `_OWN`), and typer's
+# defaults of them.
+_MOVE_OWN: dict[str, tuple[Options, dict[str, Any]]] = {
+    "claim": ({"--lease-ms": ("lease_ms", "int")}, {"lease_ms": None}),
+    "progress": ({"--progress": ("progress_option", "float")}, {"progress_option": None}),
+    "complete": (
+        {
+            "--disposition": ("disposition", "str"),
+            "--artifact-id": ("artifact_id", "multi"),
+            "--verification": ("verification", "multi"),
+        },
+        dict.fromkeys(("disposition", "artifact_id", "verification")),
+    ),
+    "fail": ({"--retryable": ("retryable", "on")}, {"retryable": False}),
+}
+_MOVES = ("claim", "progress", "block", "unblock", "complete", "fail", "decline", "cancel")
+for _action in (*_MOVES, "accept", "reject", "reopen"):  # cli/tasks.py MOVES
+    _own, _defaults = _MOVE_OWN.get(_action, ({}, {}))
+    _progress = _action == "progress"  # also the optional argument after the task
+    COMMANDS[("task", _action)] = Command(
+        ("task", _action),
+        ("task_id",),
+        {**_WRITER, **_own, **GLOBALS},
+        _run_move(_action),
+        {
+            **dict.fromkeys(("from_agent", "body", "body_file", *(("progress",) * _progress))),
+            **_defaults,
+            **_GLOBAL_NONE,
+        },
+        hub=True,
+        optional=(("progress", "float"),) * _progress,
+        required=("from_agent",),
+    )
+COMMANDS[("task", "status")] = Command(
+    ("task", "status"), ("task_id",), GLOBALS, run_status, _GLOBAL_NONE, hub=True
+)

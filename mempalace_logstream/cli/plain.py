@@ -1,10 +1,10 @@
 """What the typer commands and the fast path (`cli/fast.py`) share, without typer: the read
-commands' arguments as the core takes them, the printed answers, tail's reading loop, and the
-lean read (issue 25). One implementation each: `logstream list` says the same bytes whichever
-path ran it.
+commands' arguments as the core takes them, the printed answers, tail's reading loop, the lean
+read, and one hub call (issue 25). One implementation each: `logstream list` says the same
+bytes whichever path ran it. The write commands' arguments and answers are `cli/writes.py`'s.
 
 Must not import typer, click, rich, the store or SQLAlchemy (store/lean.py only inside
-`lean_read`).
+`lean_read`, store/lean_write.py and store/options.py only inside `local_write`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from mempalace_logstream import config, display, errors
 
 if TYPE_CHECKING:
+    from mempalace_logstream.hub_client import HubClient
     from mempalace_logstream.store.lean import LeanReader
     from mempalace_logstream.watch import Client
 
@@ -261,20 +262,78 @@ def lean_read(
         reader.close()
 
 
-def hub_read(hub: str, token: str | None, op: str, args: dict[str, Any]) -> dict[str, Any] | None:
-    """One read of a hub, the call `shared.run` makes (hub_client.py, httpx), or None on any
-    error: the typer path then makes it again and says what went wrong in its words."""
+def without_httpx_cli() -> None:
+    """Keep httpx from importing its optional command line (`httpx._main`: click, rich and
+    pygments, ~50 ms of CPU of each `--hub` call of the fast path) in a process that never
+    runs it: a None in `sys.modules` makes that one import fail, and httpx defines its stub
+    `main` instead. For the fast path, whose process is ours; before httpx is imported."""
+    if "httpx" not in sys.modules:
+        sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+
+
+def hub_client(hub: str, token: str | None, delivery: str | None = None) -> HubClient:
+    """The client of a hub every command uses (hub_client.py, httpx), with the deadline of
+    LOGSTREAM_HUB_TIMEOUT; its reads push through `delivery` (watch, channel, codex) when
+    given."""
     from mempalace_logstream.hub_client import HubClient
 
     settings = config.Settings.from_env()
+    return HubClient(hub, token=token, timeout=settings.hub_timeout_s, delivery=delivery)
+
+
+def hub_call(hub: str, token: str | None, op: str, args: dict[str, Any]) -> dict[str, Any]:
+    """One call of a hub, the one `shared.run` makes: its answer, or the domain error of
+    errors.py the hub's answer maps to (hub_client.py)."""
+    client = hub_client(hub, token)
     try:
-        client = HubClient(hub, token=token, timeout=settings.hub_timeout_s)
-        try:
-            return client.call(op, **args)
-        finally:
-            client.close()
+        return client.call(op, **args)
+    finally:
+        client.close()
+
+
+def hub_read(hub: str, token: str | None, op: str, args: dict[str, Any]) -> dict[str, Any] | None:
+    """One read of a hub (`hub_call`), or None on any error: the typer path then makes it
+    again and says what went wrong in its words (a read twice is harmless; a write is not,
+    see cli/writes.py)."""
+    try:
+        return hub_call(hub, token, op, args)
     except Exception:  # noqa: BLE001 - the typer path reports it
         return None
+
+
+def local_write(
+    db: str | None, palace: str | None, durability: str, op: str, args: dict[str, Any]
+) -> dict[str, Any] | None:
+    """A write of the fast path (cli/fast.py, writes.py `fast_write`) to a local log through
+    the lean local writer (store/lean_write.py: the store's own write path on the stdlib
+    `sqlite3`, the log and settings `store.options.log_options` gives the CLI's store), or
+    None for the typer path to make it through the store, nothing written: a log the lean
+    writer leaves to the store (a missing file the store creates and says so, PostgreSQL, a
+    schema to migrate, a file that is not a log: the store says it), or `Unplanned` (rolled
+    back). A refusal of the input (`errors.LogstreamError`, raised before anything is
+    written) is the caller's to print, as `shared.run` prints the store's."""
+    from mempalace_logstream.store import lean_write
+    from mempalace_logstream.store.options import log_options
+
+    try:
+        target, options = log_options(db, palace, durability=durability)
+        writer = lean_write.open_lean_writer(target, **options)
+    except errors.LogstreamError:
+        return None
+    if writer is None:
+        return None
+    try:
+        return writer.call(op, **args)
+    except lean_write.Unplanned:
+        return None
+    finally:
+        writer.close()
+
+
+def unexpected_text(exc: BaseException) -> str:
+    """The one line an unexpected error gets without --debug (the typer app's outermost
+    edge, cli/root.py, and the fast path's writes)."""
+    return f"{type(exc).__name__}: {exc} (rerun with --debug)"
 
 
 def open_lean(db: str | None, palace: str | None, durability: str) -> LeanReader | None:

@@ -19,7 +19,7 @@ import typer.main
 from typer.core import TyperGroup
 
 from mempalace_logstream import __version__, errors
-from mempalace_logstream.cli import options
+from mempalace_logstream.cli import options, plain
 from mempalace_logstream.cli.shared import STATE, click_errors, fail
 
 _NO_ARGS = getattr(click_errors, "NoArgsIsHelpError", ())  # click >= 8.2
@@ -228,7 +228,7 @@ def main() -> None:
     except Exception as exc:  # the outermost edge: no traceback without --debug
         if STATE.debug:
             raise
-        raise SystemExit(_exit_with(f"{type(exc).__name__}: {exc} (rerun with --debug)")) from None
+        raise SystemExit(_exit_with(plain.unexpected_text(exc))) from None
     finally:
         # Every store is closed by now: let the interpreter exit without a last cyclic-GC scan
         # of all it imported (about 0.3 s with SQLAlchemy loaded, paid by every `wait` script).

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from mempalace_logstream import config, display, errors, reconnect
-from mempalace_logstream.cli import plain
+from mempalace_logstream import display, errors, reconnect
+from mempalace_logstream.cli import plain, writes
 from mempalace_logstream.cli.plain import event_line, given_args
 
 __all__ = ["event_line", "given_args"]  # the commands' names for them, from plain
@@ -71,11 +71,8 @@ def open_client(
 ) -> LocalClient | HubClient:
     """A client with `.call(op, **args)`: the local store, or a remote hub with --hub, whose
     reads are pushes through `delivery` (watch, channel, codex) when given."""
-    settings = config.Settings.from_env()
     if hub:
-        from mempalace_logstream.hub_client import HubClient
-
-        return HubClient(hub, token=token, timeout=settings.hub_timeout_s, delivery=delivery)
+        return plain.hub_client(hub, token, delivery)
     from mempalace_logstream.operations import LocalClient
 
     return LocalClient(open_store(db, palace, create=create), delivery=delivery)
@@ -183,8 +180,9 @@ def emit(data: dict[str, Any], as_json: bool, human: str | None = None) -> None:
 
 def warn(out: dict[str, Any]) -> None:
     """An answer's `warning` (the addressee has no live delivery path), on stderr."""
-    if out.get("warning"):
-        typer.echo(display.terminal(f"warning: {out['warning']}"), err=True)
+    text = writes.warning_text(out)
+    if text:
+        typer.echo(display.terminal(text), err=True)
 
 
 def console(**options: Any) -> Console:

@@ -1,7 +1,8 @@
 """The `task` command group (RFC 0007): `create`, one command per lifecycle move (`claim`,
 `progress`, `block`, `unblock`, `complete`, `fail`, `decline`, `cancel`, `accept`, `reject`,
 `reopen`), `status` and `list`. Each is one core call (`task_create`, `task_update`,
-`task_status`, `task_list`); the store decides what is legal.
+`task_status`, `task_list`); the store decides what is legal. Arguments and answers of the
+commands the fast path also answers are writes.py's.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from typing import Annotated, Any
 
 import typer
 
-from mempalace_logstream.cli.byteio import text_arg
+from mempalace_logstream.cli import writes
+from mempalace_logstream.cli.byteio import refusals
 from mempalace_logstream.cli.options import (
     BodyFileOpt,
     BodyOpt,
@@ -98,32 +100,11 @@ def task_create(
     as_json: JsonOpt = False,
 ) -> None:
     """Delegate a task: appends task.request and prints a handoff line to paste."""
-    fields = given_args(
-        project=project,
-        from_agent=from_agent,
-        to_agent=to_agent,
-        goal=text_arg(goal, goal_file, "goal", required=True),
-        branch=branch,
-        base_commit=base_commit,
-        done=text_arg(done, done_file, "done", required=True),
-        parent_task_id=parent,
-        parent_correlation_id=parent_correlation_id,
-        lease_ms=lease_ms,
-        claim_timeout_ms=claim_timeout_ms,
-        max_reminders=max_reminders,
-        thread_budget=thread_budget,
-    )
+    # The parameters by name: writes.py builds the call from them, as the fast path does.
+    with refusals():
+        fields = writes.create_args(locals())
     out = run(db, palace, "task_create", hub, token, **fields)
-    t = out["task"]
-    lines = (
-        f"Task created: {t['correlation_id']} (the task id is the correlation id)",
-        f"Stream: {t['stream']}",
-        f"Event: {t['id']}",
-        f"To: {t['to_agent']}",
-        "Ready to paste:",
-        out["handoff"],
-    )
-    emit(out, as_json, "\n".join(lines))
+    emit(out, as_json, writes.created_text(out))
     warn(out)
 
 
@@ -194,18 +175,6 @@ _OWN = {
 }
 
 
-def _verification(items: list[str] | None) -> list[dict[str, str]] | None:
-    if not items:
-        return None
-    out = []
-    for item in items:
-        name, sep, status = item.rpartition("=")
-        if not sep or not name:
-            raise fail(f"--verification {item!r} must be NAME=STATUS", 2, "verification")
-        out.append({"name": name, "status": status})
-    return out
-
-
 def _signature(action: str) -> inspect.Signature:
     """The move's own parameters (so `task ACTION --help` lists only what that move takes)."""
     own = set(_OWN.get(action, ()))
@@ -221,33 +190,13 @@ def _signature(action: str) -> inspect.Signature:
     )
 
 
-def _progress(given: dict[str, Any]) -> float | None:
-    value, option = given.get("progress"), given.get("progress_option")
-    if value is not None and option is not None and value != option:
-        raise fail("give the progress once: as an argument or as --progress", 2, "progress")
-    return value if value is not None else option
-
-
 def _move(action: str) -> Any:
     def command(**given: Any) -> None:
-        result = None
-        disposition, verification = given.get("disposition"), given.get("verification")
-        if disposition is not None or verification:
-            result = given_args(disposition=disposition, verification=_verification(verification))
-        fields = given_args(
-            task_id=given["task_id"],
-            action=action,
-            from_agent=given["from_agent"],
-            body=text_arg(given.get("body"), given.get("body_file"), "body"),
-            progress=_progress(given),
-            lease_ms=given.get("lease_ms"),
-            retryable=True if given.get("retryable") else None,
-            result=result,
-            artifact_ids=given.get("artifact_id") or None,
-        )
+        with refusals():
+            fields = writes.move_args(action, given)
         db, palace, hub, token = (given.get(k) for k in ("db", "palace", "hub", "token"))
         out = run(db, palace, "task_update", hub, token, **fields)
-        emit(out, given.get("as_json", False), task_line(out["task"]))
+        emit(out, given.get("as_json", False), writes.moved_text(out))
 
     command.__doc__ = MOVES[action]
     command.__name__ = f"task_{action}"
@@ -257,17 +206,6 @@ def _move(action: str) -> Any:
 
 for _action in MOVES:
     task_app.command(_action)(_move(_action))
-
-
-def task_line(t: dict[str, Any]) -> str:
-    """A task on one line: id, state, who holds it, attempt, progress, lease."""
-    who = f" held by {t['assignee']}" if t.get("assignee") else ""
-    extra = f" (attempt {t['attempt']})" if t.get("attempt") else ""
-    if t.get("progress") is not None:
-        extra += f", progress {t['progress']:g}"
-    if t.get("lease_expires_at"):
-        extra += f", lease until {t['lease_expires_at']}"
-    return f"{t['task_id']}: {t['state']}{who}{extra}"
 
 
 # ----------------------------------------------------------------------------- reads
@@ -293,42 +231,7 @@ def task_status(
     """Where a task stands: state, holder, goal, definition of done, a blocked task's question,
     lost leases, progress, result, children."""
     out = run(db, palace, "task_status", hub, token, task_id=task_id)
-    t = out["task"]
-    lines = [task_line(t), f"requested by {t['requester']} for {t['to_agent']}"]
-    lines += _text_lines("goal", t.get("goal"))
-    lines += _text_lines("done", t.get("done"))
-    lines += _text_lines("question", t.get("question"))
-    lines += [
-        f"lost: attempt {x['attempt']} ({x['assignee']}), lease expired at {x['expired_at']}"
-        for x in t["lost"]
-    ]
-    if t.get("parent_task_id"):
-        lines.append(f"parent: {t['parent_task_id']} (depth {t['depth']})")
-    lines += [f"child: {c['task_id']} ({c['state']})" for c in t["children"]]
-    if t.get("result"):
-        r = t["result"]
-        lines.append(f"result: {r['disposition']}, artifacts {', '.join(r['artifact_ids']) or '-'}")
-    lines += [f"conflict: {c['agent']} lost to {c['lost_to']}" for c in t["conflicts"]]
-    lines += [f"anomaly: {a['action']} by {a['agent']}: {a['reason']}" for a in t["anomalies"]]
-    lines.append(f"{len(t['events'])} event(s), {len(t['artifacts'])} artifact(s)")
-    lines += [_delivery_line(row) for row in t.get("delivery", [])]
-    emit(out, as_json, "\n".join(lines))
-
-
-def _delivery_line(row: dict[str, Any]) -> str:
-    """The request's delivery to one recipient (the delivery ledger, `logstream delivery`)."""
-    parts = [f"pushed {row['pushed_at']} ({row['pushed_path']})"] if row["pushed_at"] else []
-    parts += [f"seen {row['seen_at']}"] if row["seen_at"] else ["not seen"]
-    parts += [f"acked {row['acked_at']}"] if row["acked_at"] else []
-    return f"delivery to {row['recipient']}: " + ", ".join(parts)
-
-
-def _text_lines(label: str, text: str | None) -> list[str]:
-    """`label: first line`, the next lines indented under it."""
-    if not text:
-        return []
-    first, *rest = text.splitlines() or [""]
-    return [f"{label}: {first}", *(f"  {line}" for line in rest)]
+    emit(out, as_json, writes.status_text(out))
 
 
 @task_app.command("list")
@@ -357,7 +260,7 @@ def task_list(
         cursor=cursor,
     )
     out = run(db, palace, "task_list", hub, token, **args)
-    lines = [task_line(t) for t in out["tasks"]] or ["No tasks."]
+    lines = [writes.task_line(t) for t in out["tasks"]] or ["No tasks."]
     if out["has_more"]:
         lines.append(f"(more: --cursor {out['cursor']})")
     emit(out, as_json, "\n".join(lines))
