@@ -91,7 +91,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--appends", type=int, default=3000)
     args = p.parse_args(argv)
 
-    from mempalace_logstream.store import LogStore, guards, leases, redaction, tasks, writes
+    from mempalace_logstream.store import (
+        LogStore,
+        guards,
+        lease_projection,
+        redaction,
+        tasks,
+        writes,
+    )
     from mempalace_logstream.store import append as append_mod
 
     url = args.db or os.path.join(tempfile.mkdtemp(), "profile.sqlite3")
@@ -129,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         _wrap(guards, "check_local", "guards", acc)
         _wrap(tasks.TaskProjection, "apply", "proj:tasks (with guards)", acc)
         _wrap(redaction.RedactionProjection, "apply", "proj:redactions", acc)
-        _wrap(leases.LeaseProjection, "apply", "proj:leases", acc)
+        _wrap(lease_projection.LeaseProjection, "apply", "proj:leases", acc)
         _wrap(store.notifier, "bump", "wake signal", acc)
         _time_transactions(backend, acc)
         executor = type(backend.executor(None, store.pipeline.sql))

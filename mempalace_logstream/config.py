@@ -133,7 +133,13 @@ class Settings(NamedTuple):  # not a dataclass: the hook paths import no datacla
 def palace_dir(palace: str | None) -> Path:
     from pathlib import Path  # here: the hook paths resolve the log without pathlib
 
-    return Path(palace or DEFAULT_PALACE).expanduser()
+    return Path(palace_path(palace))
+
+
+def palace_path(palace: str | None) -> str:
+    """The palace directory (`palace_dir`) as a str: the flag or env value, else the default,
+    `~` expanded with `os.path` (the lean paths open a log without importing pathlib)."""
+    return os.path.expanduser(palace or DEFAULT_PALACE)
 
 
 def resolve_db(db: str | None, palace: str | None) -> str:
@@ -141,5 +147,4 @@ def resolve_db(db: str | None, palace: str | None) -> str:
     a path is made absolute with its links resolved."""
     if db:
         return db if "://" in db else f"sqlite:///{os.path.realpath(os.path.expanduser(db))}"
-    place = os.path.expanduser(palace or DEFAULT_PALACE)
-    return f"sqlite:///{os.path.realpath(os.path.join(place, DB_FILENAME))}"
+    return f"sqlite:///{os.path.realpath(os.path.join(palace_path(palace), DB_FILENAME))}"

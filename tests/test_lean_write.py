@@ -9,6 +9,7 @@ writes nothing and says `Unplanned`."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import sqlite3
@@ -25,7 +26,7 @@ from mempalace_logstream import op_handlers as handlers
 from mempalace_logstream.backends import base, sqlite_write_sql, sqlite_writer
 from mempalace_logstream.backends.sqlite import SqliteBackend
 from mempalace_logstream.operations import LocalClient
-from mempalace_logstream.store import LogStore, lean_write, rows
+from mempalace_logstream.store import LogStore, blobs, identity, lean_write, rows
 from mempalace_logstream.store.lean_write import LeanWriter, Unplanned, open_lean_writer
 from tests.conftest import REPO
 
@@ -246,10 +247,46 @@ def test_a_lean_append_and_ack_load_no_heavy_library(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     loaded = json.loads(done.stdout)
     assert [m for m in loaded if m.split(".")[0] in HEAVY] == []
+    # Nor what only keys, digests and lease events need (~10 ms of CPU per process).
+    assert [m for m in loaded if m in LAZY] == []
     assert table(tmp_path / "log.sqlite3", "SELECT type FROM events ORDER BY seq") == [
         ["note"],
         ["event.ack"],
     ]
+
+
+# Loaded on first use only, never by a plain append or ack on a log without keys (issue 25):
+# what keys, digests and lease events need.
+LAZY = (
+    "pathlib",
+    "hashlib",
+    "mempalace_logstream.leases.rules",
+    "mempalace_logstream.store.leases",
+)
+
+
+def test_the_spelled_out_empty_digest_is_sha256s() -> None:
+    assert blobs.EMPTY_SHA256 == hashlib.sha256(b"").hexdigest()
+
+
+@pytest.mark.parametrize("spelling", ["log.sqlite3", "./a/../log.sqlite3", "~/x/log.sqlite3"])
+def test_the_keys_path_is_the_keys_dir_pathlib_gives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spelling: str
+) -> None:
+    """`keys_path_for` (os.path) names the directory `Path.resolve` and `expanduser` name,
+    through a symbolic link too; `keys_dir_for` is it as a Path."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    monkeypatch.chdir(tmp_path / "link")
+    for url in (spelling, f"sqlite:///{spelling}"):
+        want = Path(spelling).expanduser().resolve().parent / "keys"
+        assert identity.keys_path_for(url) == str(want)
+        assert identity.keys_dir_for(url) == want
+    assert identity.keys_path_for("postgresql://h/db") is None
+    palace = identity.keys_dir_for("postgresql://h/db", "~/p/")
+    assert palace == Path("~/p/").expanduser() / "keys"
+    assert identity.keys_path_for("postgresql://h/db", "~/p/") == str(palace)
 
 
 # ----------------------------------------------------------------------------- refusals

@@ -12,14 +12,14 @@ import base64
 import binascii
 import contextlib
 import functools
-import hashlib
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from cryptography.hazmat.primitives.asymmetric.ed25519 import (
         Ed25519PrivateKey,
         Ed25519PublicKey,
@@ -58,6 +58,8 @@ def key_id(public_key: bytes) -> str:
     """The key id of a raw 32-byte Ed25519 public key."""
     if len(public_key) != PUBLIC_KEY_BYTES:
         raise KeyFormatError(f"an Ed25519 public key is {PUBLIC_KEY_BYTES} bytes")
+    import hashlib  # here: a log without keys never loads it (the lean writer, issue 25)
+
     return KEY_ID_PREFIX + hashlib.sha256(public_key).digest()[:16].hex()
 
 

@@ -7,7 +7,6 @@ verifies), under a domain tag. Pure: no SQL, no surfaces.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -38,6 +37,8 @@ class SigningError(ValueError):
 def body_sha256(body: str) -> str:
     """Lowercase hex SHA-256 of the body's UTF-8 bytes."""
     try:
+        import hashlib  # here: hashlib is not loaded by a plain append (issue 25)
+
         return hashlib.sha256(body.encode("utf-8")).hexdigest()
     except UnicodeEncodeError as exc:
         raise SigningError("the body holds a lone surrogate") from exc

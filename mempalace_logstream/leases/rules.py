@@ -14,10 +14,12 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+from mempalace_logstream.leases import ACQUIRE as ACQUIRE  # the package's: rules.ACQUIRE too
+from mempalace_logstream.leases import RELEASE as RELEASE
+from mempalace_logstream.leases import RENEW as RENEW
+from mempalace_logstream.leases import TYPES as TYPES
 from mempalace_logstream.leases import globs
 
-ACQUIRE, RENEW, RELEASE = "lease.acquire", "lease.renew", "lease.release"
-TYPES = (ACQUIRE, RENEW, RELEASE)
 ROOM = "leases"
 ADMIN_NAME = "admin"  # identity's admin actor writes as this name (identity.actor.ADMIN_NAME)
 # A lease of a task ends with the task's end (the task's row says when: its last move).

@@ -5,7 +5,8 @@ pipeline.py  group commit and the write transaction's state (`store.pipeline`)
 writes.py    drafts, the one insert of an artifact, `Transaction` (`store.writes`)
 append.py    the one write path of events: `Transaction.append(events, origin)`
 projections.py  `Projections`, the registry each store holds (`store.projections`; by
-             default tasks, redactions): what every append runs
+             default tasks, redactions, leases): what every append runs
+lease_projection.py  the lease projection as registered: loads store/leases.py on a lease event
 reads.py     snapshots, the page planner, waits (`store.reads`)
 task_reads.py  task_status and task_list (`store.task_reads`)
 plan.py      the page rule (cursor, filters, order, limit) and row -> Event, without SQLAlchemy

@@ -13,7 +13,6 @@ The write helpers take the transaction's executor; the reads take a connection.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +23,9 @@ if TYPE_CHECKING:
 
     from mempalace_logstream.backends import Executor
 
-EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+# hashlib.sha256(b"").hexdigest(), written out: importing hashlib costs a plain append ~4 ms
+# of CPU (issue 25); tests/test_lean_write.py checks the two agree.
+EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 BODY = "body"  # the `part` of a body redaction (redactions rows); any other is an artifact id
 
 

@@ -65,7 +65,7 @@ class LogStore:
         max_artifact_bytes: int = v.DEFAULT_MAX_ARTIFACT_BYTES,
         migrate_schema: bool = True,
         task_settings: TaskSettings | None = None,
-        keys_dir: Path | None = None,
+        keys_dir: Path | str | None = None,
         backdate_window_ms: int = config.DEFAULT_BACKDATE_WINDOW_MS,
         create: bool = True,
         projections: Iterable[Projection] | None = None,

@@ -12,7 +12,6 @@ import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mempalace_logstream import errors, names
@@ -26,6 +25,8 @@ from mempalace_logstream.store.marks import PIN_PREFIX, pins_of
 from mempalace_logstream.store.rows import events_from_rows
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from mempalace_logstream.backends import Executor
     from mempalace_logstream.backends.base import Compile
 
@@ -38,20 +39,33 @@ KEY_NAME_RE = names.UNICODE_AGENT_NAME_RE
 
 def keys_dir_for(url: str, palace: str | Path | None = None) -> Path | None:
     """Where a log's private keys live by default: `keys/` beside a SQLite file, else
-    `<palace>/keys` (None when neither is known)."""
+    `<palace>/keys` (None when neither is known). `keys_path_for` as a Path."""
+    from pathlib import Path  # here: the lean writer opens a log without pathlib
+
+    where = keys_path_for(url, palace)
+    return None if where is None else Path(where)
+
+
+def keys_path_for(url: str, palace: str | Path | None = None) -> str | None:
+    """`keys_dir_for` as a str, the one rule: computed with `os.path` (what `Path.resolve`
+    and `expanduser` call), so the lean writer's process never imports pathlib (~6 ms of
+    CPU per process, issue 25) unless a keys directory exists."""
     if url.startswith("sqlite:///"):
-        return Path(url[len("sqlite:///") :]).expanduser().resolve().parent / KEYS_DIRNAME
-    if "://" not in url:
-        return Path(url).expanduser().resolve().parent / KEYS_DIRNAME
-    return Path(palace).expanduser() / KEYS_DIRNAME if palace else None
+        url = url[len("sqlite:///") :]
+    elif "://" in url:
+        if not palace:
+            return None
+        return os.path.join(os.path.expanduser(os.fspath(palace)), KEYS_DIRNAME)
+    return os.path.join(os.path.dirname(os.path.realpath(os.path.expanduser(url))), KEYS_DIRNAME)
 
 
 class Identity:
     """The keys a store holds and the keyring it judges events with (one per store)."""
 
-    def __init__(self, keys_dir: Path | None, aggregate: Any) -> None:
+    def __init__(self, keys_dir: Path | str | None, aggregate: Any) -> None:
+        self._keys_dir: Path | None = None
         self._keys_path: str | None = None  # keys_dir as a str (a stat per signed write)
-        self.keys_dir = keys_dir
+        self._set_keys_dir(keys_dir)
         self._aggregate = aggregate  # the backend's string aggregate (`queries.marks`)
         self._lock = threading.Lock()
         self._pairs: dict[str, keys.KeyPair] | None = None
@@ -68,12 +82,20 @@ class Identity:
 
     @property
     def keys_dir(self) -> Path | None:
-        """Where this store's private key files are (`<agent>.key`), if anywhere."""
+        """Where this store's private key files are (`<agent>.key`), if anywhere. Made a
+        Path on first use when given as a str (the lean writer's: no pathlib until then)."""
+        if self._keys_dir is None and self._keys_path is not None:
+            from pathlib import Path
+
+            self._keys_dir = Path(self._keys_path)
         return self._keys_dir
 
     @keys_dir.setter
     def keys_dir(self, path: Path | None) -> None:
-        self._keys_dir = path
+        self._set_keys_dir(path)
+
+    def _set_keys_dir(self, path: Path | str | None) -> None:
+        self._keys_dir = None if path is None or isinstance(path, str) else path
         self._keys_path = None if path is None else os.fspath(path)
         self._pairs = None
 
@@ -94,7 +116,7 @@ class Identity:
             settled = stamp is None or self._pairs_loaded_ns - stamp > _SETTLE_NS
             if self._pairs is None or stamp != self._pairs_stamp or not settled:
                 self._pairs_loaded_ns = time.time_ns()
-                self._pairs = _load_pairs(self.keys_dir)
+                self._pairs = _load_pairs(self._keys_path)
                 self._pairs_stamp = stamp
             return self._pairs
 
@@ -360,11 +382,13 @@ def _dir_stamp(keys_dir: str | None) -> int | None:
         return None
 
 
-def _load_pairs(keys_dir: Path | None) -> dict[str, keys.KeyPair]:
-    if keys_dir is None or not keys_dir.is_dir():
-        return {}
+def _load_pairs(keys_dir: str | None) -> dict[str, keys.KeyPair]:
+    if keys_dir is None or not os.path.isdir(keys_dir):
+        return {}  # no keys here: pathlib not imported (the lean writer's plain append)
+    from pathlib import Path
+
     out: dict[str, keys.KeyPair] = {}
-    for path in sorted(keys_dir.glob(f"*{KEY_SUFFIX}")):
+    for path in sorted(Path(keys_dir).glob(f"*{KEY_SUFFIX}")):
         name = path.name[: -len(KEY_SUFFIX)]
         if KEY_NAME_RE.match(name):
             out[name] = keys.load_private_key(path)

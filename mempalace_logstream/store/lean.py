@@ -22,7 +22,6 @@ Must not import sqlalchemy or the store's other modules (only in `generate`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mempalace_logstream import validation as v
@@ -268,9 +267,10 @@ def _chunks(text: str, width: int) -> list[str]:
     return [*out, text] if text else out
 
 
-GENERATED = Path(inbox_sql.__file__)
+GENERATED = inbox_sql.__file__
 
 
 if __name__ == "__main__":
-    GENERATED.write_text(render(generate()), encoding="utf-8")
+    with open(GENERATED, "w", encoding="utf-8") as out:
+        out.write(render(generate()))
     print(f"wrote {GENERATED}; now run `ruff format {GENERATED}`")

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from mempalace_logstream import config, deliveries, errors, hlc, notify
@@ -38,7 +37,7 @@ from mempalace_logstream.backends.sqlite_reader import SqliteReader
 from mempalace_logstream.backends.sqlite_writer import SqliteFileWriter
 from mempalace_logstream.models import Event, EventArgs, EventDraft
 from mempalace_logstream.store import tasks as task_rows
-from mempalace_logstream.store.identity import Identity, keys_dir_for
+from mempalace_logstream.store.identity import Identity, keys_path_for
 from mempalace_logstream.store.ids import REPLICA_ID_KEY
 from mempalace_logstream.store.lean import Unplanned
 from mempalace_logstream.store.pipeline import CommitPipeline
@@ -50,6 +49,8 @@ from mempalace_logstream.store.writes import Transaction, Writes
 from mempalace_logstream.tasks import TaskSettings
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import sqlalchemy as sa
 
     from mempalace_logstream.backends.base import Executor
@@ -97,7 +98,7 @@ def open_lean_writer(
     store = LeanStore(
         backend,
         replica_id,
-        keys_dir=keys_dir if keys_dir is not None else keys_dir_for(target),
+        keys_dir=keys_dir if keys_dir is not None else keys_path_for(target),
         max_body_bytes=max_body_bytes,
         max_artifact_bytes=max_artifact_bytes,
         task_settings=task_settings,
@@ -155,7 +156,7 @@ class LeanStore:
         backend: SqliteFileWriter,
         replica_id: str,
         *,
-        keys_dir: Path | None,
+        keys_dir: Path | str | None,
         max_body_bytes: int,
         max_artifact_bytes: int,
         task_settings: TaskSettings | None,
@@ -339,7 +340,7 @@ def _exercise(call: Callable[..., dict[str, Any]]) -> None:
     call("task_status", task_id=task)
 
 
-GENERATED = Path(generated.__file__)
+GENERATED = generated.__file__
 
 
 if __name__ == "__main__":
@@ -355,5 +356,6 @@ if __name__ == "__main__":
     text = lean.render_module(
         "python -m mempalace_logstream.store.lean_write", about, values, statements
     )
-    GENERATED.write_text(text, encoding="utf-8")
+    with open(GENERATED, "w", encoding="utf-8") as out:
+        out.write(text)
     print(f"wrote {GENERATED}; now run `ruff format {GENERATED}`")

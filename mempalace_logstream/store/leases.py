@@ -142,21 +142,17 @@ def refold(tx: Transaction, project: str | None, task_end: rules.TaskEnd) -> int
     return len(rows)
 
 
-class LeaseProjection:
-    """The lease rows as a registered projection (store/projections.py): a local move is
+def apply(tx: Transaction, events: Sequence[Event], origin: str) -> list[Refusal]:
+    """The lease projection's effect (store/lease_projection.py registers it): a local move is
     checked (refused by raising), a peer's or an imported one re-folds its project."""
-
-    name = "leases"
-
-    def apply(self, tx: Transaction, events: Sequence[Event], origin: str) -> list[Refusal]:
-        moves = [e for e in events if e.type in leases.TYPES]
-        if not moves:
-            return []
-        task_end = task_ends(tx.ex)
-        if origin == "local":
-            for event in moves:
-                on_local_event(tx, event, task_end)
-        else:
-            for project in sorted({e.stream for e in moves}):
-                refold(tx, project, task_end)
+    moves = [e for e in events if e.type in leases.TYPES]
+    if not moves:
         return []
+    task_end = task_ends(tx.ex)
+    if origin == "local":
+        for event in moves:
+            on_local_event(tx, event, task_end)
+    else:
+        for project in sorted({e.stream for e in moves}):
+            refold(tx, project, task_end)
+    return []

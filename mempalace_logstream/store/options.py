@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from mempalace_logstream import config
-from mempalace_logstream.store.identity import keys_dir_for
+from mempalace_logstream.store.identity import keys_path_for
 
 
 def log_options(
@@ -20,8 +20,9 @@ def log_options(
     settings = config.Settings.from_env()
     url = config.resolve_db(db or settings.db, palace or settings.palace)
     return url, {
-        # Agents' keys: beside a SQLite file, else <palace>/keys (RFC 0008).
-        "keys_dir": keys_dir_for(url, config.palace_dir(palace or settings.palace)),
+        # Agents' keys: beside a SQLite file, else <palace>/keys (RFC 0008). A str, which
+        # `LogStore.open` takes as a Path: no pathlib on the lean writer's path (issue 25).
+        "keys_dir": keys_path_for(url, config.palace_path(palace or settings.palace)),
         "durability": durability,
         "max_body_bytes": settings.max_body_bytes,
         "max_artifact_bytes": settings.max_artifact_bytes,

@@ -43,7 +43,7 @@ class Projection(Protocol):
 def defaults() -> list[Projection]:
     """The projections a store runs unless told otherwise, in their order (new ones each
     call: their modules import this one, so they are made on use)."""
-    from mempalace_logstream.store.leases import LeaseProjection
+    from mempalace_logstream.store.lease_projection import LeaseProjection
     from mempalace_logstream.store.redaction import RedactionProjection
     from mempalace_logstream.store.tasks import TaskProjection
 

@@ -5,7 +5,6 @@ and `Transaction`, the public API inside a group-committed write transaction
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
@@ -133,6 +132,8 @@ class Transaction:
         # An agent puts artifacts under its own name only (RFC 0008), like its events.
         check_writer(self.actor, "created_by", draft.created_by)
         check_names(self.keyring(), created_by=draft.created_by)
+        import hashlib  # here: hashlib is not loaded by a plain append (issue 25)
+
         digest = hashlib.sha256(draft.content).hexdigest()
         held = blobs.ensure(self.ex, digest, len(draft.content), draft.content)
         ms = self.store.clock.wall_clock.now_ms()
@@ -327,6 +328,8 @@ class Writes:
             return replace(artifact_from_row(row, b""), redacted=mine)
         # Re-hashed on every read (cheap next to the I/O): bytes changed behind the log are
         # never served under the original digest.
+        import hashlib  # here: hashlib is not loaded by a plain append (issue 25)
+
         actual = hashlib.sha256(content).hexdigest()
         if actual != row.sha256 and not content:
             raise errors.IntegrityError(
