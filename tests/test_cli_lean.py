@@ -195,3 +195,46 @@ def test_a_bad_list_or_an_unknown_get_is_refused_in_the_store_s_words(tmp_path: 
     )
     assert json.loads(report.read_text())["code"] == 1
     assert proc.stderr.strip() == f"error: event_id {unknown!r} not found"
+
+
+def test_local_writes_run_before_typer_without_sqlalchemy_or_pydantic(tmp_path: Path) -> None:
+    """`append`, `ack` and a task's moves on a local log go through the lean writer
+    (store/lean_write.py) from the fast path: no typer, pydantic, SQLAlchemy or server, and
+    not pathlib or hashlib either (a plain write on a log without keys needs neither)."""
+    db = str(tmp_path / "log.sqlite3")
+    with LogStore.open(db) as store:
+        seed = store.event_append(type="note", stream="s", room="r", from_agent="al")
+    lean = (*SERVERS, "typer", "click", "rich", "pydantic", "pathlib", "hashlib")
+    where = ("--json", "--db", db)
+    done, out = console(
+        tmp_path,
+        "append",
+        "--type",
+        "note",
+        "--stream",
+        "s",
+        "--room",
+        "r",
+        "--from-agent",
+        "al",
+        "--body",
+        "hi",
+        *where,
+    )
+    appended = json.loads(out)["event"]["id"]
+    assert heavy(done["modules"], lean) == []
+    assert "mempalace_logstream.store.lean_write" in done["modules"]
+    done, out = console(tmp_path, "ack", seed.id, "--from-agent", "bob", *where)
+    assert heavy(done["modules"], lean) == []
+    create = ("task", "create", "--project", "p", "--from-agent", "al", "--to-agent", "bob")
+    create += ("--branch", "main", "--base-commit", "abcdef1", "--goal", "g", "--done", "d")
+    done, out = console(tmp_path, *create, *where)
+    task_id = json.loads(out)["task_id"]
+    for move in (("claim", task_id), ("progress", task_id, "50"), ("complete", task_id)):
+        done, out = console(tmp_path, "task", *move, "--from-agent", "bob", *where)
+        assert heavy(done["modules"], lean) == [], move
+    done, out = console(tmp_path, "task", "status", task_id, *where)
+    assert heavy(done["modules"], lean) == []
+    with LogStore.open(db) as store:
+        assert store.event_get(appended).body == "hi"
+        assert store.task_status(task_id)["task"]["state"] == "ready"

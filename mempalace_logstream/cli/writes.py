@@ -16,7 +16,6 @@ from __future__ import annotations
 import io
 import sys
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 from mempalace_logstream import display, errors
@@ -47,7 +46,8 @@ def read_bytes(path: str, field: str) -> bytes:
             data = sys.stdin.buffer.read()
             _STDIN_READ.append(data)
             return data
-        return Path(path).read_bytes()
+        with open(path, "rb") as f:  # no pathlib: a fast write does not load it
+            return f.read()
     except OSError as exc:
         raise Refusal(f"{field}: cannot read {path}: {exc.strerror}") from None
 
