@@ -83,6 +83,13 @@ def _bridge(
     return thread.start()
 
 
+def _settled(thread: Any, n: int) -> None:
+    """Wait until `thread`'s bridge has counted `n` messages: it counts after the commit and
+    the ack, so a log can hold an event a moment before its bridge has counted it."""
+    t = thread.bridge.tally
+    wait_for(lambda: t.applied + t.duplicates + t.refused >= n, 20, f"{n} messages counted")
+
+
 def _converged(*stores: LogStore, want: set[str]) -> bool:
     held_ = [_ids(s) for s in stores]
     return all(set(h) == want and max(h.values()) == 1 for h in held_)
@@ -160,6 +167,8 @@ def test_two_logs_converge_both_ways_exactly_once(server: NatsServer, tmp_path: 
                 e.sig,
             )
         assert a.event_get(theirs[0].id).stream == "s.x y*"
+        _settled(ta, 20)
+        _settled(tb, 25)
         assert ta.bridge.tally.applied == 20 and tb.bridge.tally.applied == 25
         assert ta.bridge.tally.duplicates == tb.bridge.tally.duplicates == 0
         ta.stop()
@@ -188,14 +197,21 @@ def test_on_one_postgresql_log_only_the_leading_hub_publishes(server, tmp_path: 
         first = [note(hub1 if i % 2 else hub2, "alice", f"first {i}") for i in range(20)]
         want = {e.id for e in first}
         wait_for(lambda: _converged(laptop, hub2, want=want), 20, "the laptop to hold all")
+        # The counts are kept after the commit and the ack (the laptop can hold an event a
+        # moment before its bridge has counted it): wait for them, then judge them.
+        published = lambda: t1.bridge.published + t2.bridge.published  # noqa: E731
+        wait_for(lambda: published() >= 20, 20, "the publishers to count 20")
         assert (t1.bridge.published, t2.bridge.published) == (20, 0)
         t1.stop()  # the leading hub stops and gives up the lead: the other takes it
         lead1.release()
         second = [note(hub2, "bob", f"second {i}") for i in range(10)]
         want |= {e.id for e in second}
         wait_for(lambda: _converged(laptop, hub2, want=want), 20, "the new leader to publish")
+        wait_for(lambda: published() >= 30, 20, "the publishers to count 30")
         assert t2.bridge.published == 10
-        assert tl.bridge.tally.duplicates == 0 and tl.bridge.tally.applied == 30
+        tally = tl.bridge.tally
+        wait_for(lambda: tally.applied + tally.duplicates >= 30, 20, "the laptop to count 30")
+        assert tally.duplicates == 0 and tally.applied == 30
     finally:
         stop_all()
         lead2.release()
@@ -267,6 +283,8 @@ def test_a_bridge_restart_resumes_without_loss_or_duplicates(server, tmp_path: P
         want = {e.id for e in first + second}
         wait_for(lambda: _converged(a, b, want=want), 10, "the second round")
         # Resumed: only the new events published, none imported twice.
+        _settled(ta, 10)
+        _settled(tb, 10)
         assert ta.bridge.published == 10 and tb.bridge.published == 10
         assert ta.bridge.tally.duplicates == tb.bridge.tally.duplicates == 0
         assert tb.bridge.tally.applied == 10 and ta.bridge.tally.applied == 10
