@@ -359,3 +359,26 @@ def test_an_operation_or_shape_it_does_not_cover_writes_nothing(tmp_path: Path) 
     with LogStore.open(str(db)) as store:  # the store then takes the call
         assert store.task_list()["tasks"] == []
         assert store.tip()[0] == 1
+
+
+def test_what_only_the_store_does_is_refused_by_name_on_the_lean_backend(tmp_path: Path) -> None:
+    """The `Backend` calls the lean writer never makes (compiling, opening, migrating, doctor,
+    stats) raise the store's StorageError naming the call; `SqliteWriter` alone is abstract."""
+    backend = sqlite_writer.open_writer(new_log(tmp_path / "log.sqlite3"))
+    assert backend is not None
+    try:
+        calls: dict[str, Callable[[], Any]] = {
+            "sql_dialect": backend.sql_dialect,
+            "check_log": lambda: backend.check_log(None, False),
+            "lock_migrations": lambda: backend.lock_migrations(None, 1),
+            "integrity_problems": lambda: backend.integrity_problems(None),
+            "db_size": backend.db_size,
+            "links_functions": lambda: backend.links_functions()[0]("x"),
+        }
+        for name, call in calls.items():
+            with pytest.raises(errors.StorageError, match=f"^{name}: .*LogStore.open"):
+                call()
+    finally:
+        backend.close()
+    with pytest.raises(TypeError, match="abstract"):
+        sqlite_writer.SqliteWriter()  # type: ignore[abstract]

@@ -11,6 +11,7 @@ for both. Must not import sqlalchemy (tests/test_lean_write.py).
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import os
 import sqlite3
@@ -43,7 +44,7 @@ _STAGE_MOVE = (
 )
 
 
-class SqliteWriter:
+class SqliteWriter(abc.ABC):
     """The write transactions of one SQLite log on one writer connection (`_writer`, given
     by the subclass), used only under the store's commit lock."""
 
@@ -53,9 +54,9 @@ class SqliteWriter:
         # (data_version, next seq, next artifact seq) after the writer's last commit.
         self._counters: tuple[int, int, int] | None = None
 
+    @abc.abstractmethod
     def _writer(self) -> sqlite3.Connection:
         """The writer's connection (set up as engine.py's connect listener does)."""
-        raise NotImplementedError
 
     def before_redaction(self) -> str | None:
         # Freed pages are zeroed, so the removed bytes do not linger in the file.
@@ -283,7 +284,7 @@ class SqliteFileWriter(SqliteWriter):
 
     def links_functions(self) -> base.LinksFunctions:
         """Only statement builds call them, and the lean writer builds none."""
-        return _not_here, _not_here
+        return _store_only("links_functions"), _store_only("links_functions")
 
     def describe(self) -> str:
         return self.path
@@ -297,26 +298,35 @@ class SqliteFileWriter(SqliteWriter):
         """Nothing to remember: one command, one connection."""
 
     def sql_dialect(self) -> Any:
-        _not_here()
+        _store_only("sql_dialect")()
 
     def check_log(self, conn: Any, create: bool) -> None:
-        _not_here()
+        _store_only("check_log")()
 
     def lock_migrations(self, conn: Any, key: int) -> None:
-        _not_here()
+        _store_only("lock_migrations")()
 
     def change_signal(self) -> None:
         return None  # nobody waits in a one-call writer
 
     def integrity_problems(self, conn: Any) -> tuple[str, list[str]]:
-        _not_here()
+        _store_only("integrity_problems")()
 
     def db_size(self) -> int | None:
-        _not_here()
+        _store_only("db_size")()
 
     def close(self) -> None:
         self.db.close()
 
 
-def _not_here(*_args: Any) -> NoReturn:
-    raise NotImplementedError("the lean writer's backend: the store does this (LogStore.open)")
+def _store_only(what: str) -> Callable[..., NoReturn]:
+    """What the `Backend` protocol asks and only the full store does (compiling, opening,
+    migrating, doctor, stats): the lean writer never calls it, and a caller that does is told
+    which call and where it belongs."""
+
+    def refuse(*_args: Any) -> NoReturn:
+        raise errors.StorageError(
+            f"{what}: the lean writer's backend does not do this; open the log with LogStore.open"
+        )
+
+    return refuse
