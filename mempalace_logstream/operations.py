@@ -77,10 +77,10 @@ OPERATIONS: dict[str, Operation] = {
     "stats": Operation(p.Stats, h.HANDLERS["stats"]),
 }
 
-# The operations that write: only their CLI commands create a missing log, a read-only MCP
-# server leaves their tools out, and HTTP tags their routes.
 # The writer's name on a write, filled in from the acting agent (op_handlers.checked).
 WRITER_FIELDS = h.WRITER_FIELDS
+# The operations that write: only their CLI commands create a missing log, a read-only MCP
+# server leaves their tools out, and HTTP tags their routes.
 MUTATING = frozenset(name for name, op in OPERATIONS.items() if op.mutating)
 READ_PARAMS = tuple(p.EventList.model_fields)
 # A wait reads forwards from its cursor: a window end or a newest-first order make no sense.
