@@ -144,7 +144,7 @@ class LeanWriter:
 
 class LeanStore:
     """The parts of a `LogStore` its write path reaches (`tx.store`, the handlers, the
-    ledger), each built by its own class as `LogStore.__init__` builds it, on a `LeanSqlite`
+    ledger), each built by its own class as `LogStore.__init__` builds it, on a `SqliteFileWriter`
     backend and the generated SQL. The methods are `LogStore`'s one-line delegations."""
 
     read_only = False
