@@ -32,16 +32,20 @@ if TYPE_CHECKING:
 Work = Callable[[Executor, "TxState"], Any]
 
 
-@dataclass
 class Pending:
-    work: Work
-    on_bulk: Callable[[], Any] | None = None  # the rest of the work is long and frees the GIL
-    done: bool = False
-    result: Any = None
-    error: BaseException | None = None
+    """One caller's write in the queue (a plain slotted class: one is made per write)."""
+
+    __slots__ = ("work", "on_bulk", "done", "result", "error")
+
+    def __init__(self, work: Work, on_bulk: Callable[[], Any] | None = None) -> None:
+        self.work = work
+        self.on_bulk = on_bulk  # the rest of the work is long and frees the GIL
+        self.done = False
+        self.result: Any = None
+        self.error: BaseException | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class TxState:
     next_seq: int
     next_artifact_seq: int
@@ -122,8 +126,10 @@ class CommitPipeline:
         if self.closed:
             raise errors.StorageError("the store is closed")
         item = Pending(work, on_bulk)
-        settled = self._settled
-        with settled:
+        # The condition's own lock, taken directly (not through `Condition.__enter__`, a
+        # Python call): `wait` only needs it held.
+        lock = self._queue_lock
+        with lock:
             self._queue.append(item)
             # A caller whose item another leader committed returns as soon as it is settled,
             # without queueing for the commit lock behind the next transaction (a convoy
@@ -131,7 +137,7 @@ class CommitPipeline:
             while self._leading and not item.done:
                 self._sleepers += 1
                 try:
-                    settled.wait()
+                    self._settled.wait()
                 finally:
                     self._sleepers -= 1
             lead = not item.done
@@ -140,14 +146,14 @@ class CommitPipeline:
         if lead:
             try:
                 with self._commit_lock:
-                    with self._queue_lock:
+                    with lock:
                         batch, self._queue = self._queue, []
                     self._run_batch(batch)
             finally:
-                with settled:
+                with lock:
                     self._leading = False
                     if self._sleepers:  # a lone writer wakes nobody
-                        settled.notify_all()
+                        self._settled.notify_all()
         if item.error is not None:
             raise item.error
         return item.result
