@@ -98,16 +98,9 @@ class SqliteWriter(abc.ABC):
         """
         return _Transaction(self, state)
 
-    @contextlib.contextmanager
-    def savepoint(self, db: sqlite3.Connection) -> Iterator[None]:
-        db.execute("SAVEPOINT logstream_item")
-        try:
-            yield
-        except Exception:
-            db.execute("ROLLBACK TO logstream_item")
-            db.execute("RELEASE logstream_item")
-            raise
-        db.execute("RELEASE logstream_item")
+    def savepoint(self, db: sqlite3.Connection) -> _Savepoint:
+        """SAVEPOINT … RELEASE (ROLLBACK TO and RELEASE if the block raises an Exception)."""
+        return _Savepoint(db)
 
     def query(self, db: sqlite3.Connection) -> base.Query:
         hooks = self.statement_hooks
@@ -177,6 +170,25 @@ class _Transaction:
         self.backend._counters = None
         if self.db.in_transaction:
             self.db.execute("ROLLBACK")
+
+
+class _Savepoint:
+    """`SqliteWriter.savepoint` (a plain context manager: one per item of a shared commit)."""
+
+    __slots__ = ("db",)
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def __enter__(self) -> None:
+        self.db.execute("SAVEPOINT logstream_item")
+
+    def __exit__(self, kind: type[BaseException] | None, exc: object, tb: object) -> None:
+        if kind is None:
+            self.db.execute("RELEASE logstream_item")
+        elif issubclass(kind, Exception):  # else the whole transaction rolls back
+            self.db.execute("ROLLBACK TO logstream_item")
+            self.db.execute("RELEASE logstream_item")
 
 
 @dataclass(slots=True)

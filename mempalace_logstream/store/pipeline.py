@@ -210,32 +210,18 @@ class CommitPipeline:
             self.notifier.bump()
 
     def _run_item(self, db: Any, state: TxState, item: Pending, savepoint: bool) -> None:
-        ex = self.backend.executor(db, self.sql, item.on_bulk)
-        work = item.work
-        if not savepoint:  # alone in its transaction: what it raises ends the transaction
-            item.result = work(ex, state)
-            return
-        nested = functools.partial(self.backend.savepoint, db)
-        self._isolated(state, item, lambda: work(ex, state), nested)
-
-    def _isolated(
-        self,
-        state: TxState,
-        item: Pending,
-        run: Callable[[], Any],
-        nested: Callable[[], contextlib.AbstractContextManager[Any]] | None,
-    ) -> None:
-        """Run one item of a batch. When several share the commit (`nested` is given), each
-        runs in its own savepoint: a failing item (bad reference, idempotency conflict, even a
+        """Run one item of the batch. When several share the commit (`savepoint`), each runs
+        in its own savepoint: a failing item (bad reference, idempotency conflict, even a
         database error on its rows) is rolled back alone and reported to its caller; the
-        others still commit."""
-        if nested is None:
-            item.result = run()
+        others still commit. Alone in its transaction, what it raises ends the transaction."""
+        ex = self.backend.executor(db, self.sql, item.on_bulk)
+        if not savepoint:
+            item.result = item.work(ex, state)
             return
         snapshot = (state.next_seq, state.next_artifact_seq, len(state.appended))
         try:
-            with nested():
-                item.result = run()
+            with self.backend.savepoint(db):
+                item.result = item.work(ex, state)
         except Exception as exc:
             item.error = exc
             mapped = backends.storage_error(exc, self.backend.driver_errors)
