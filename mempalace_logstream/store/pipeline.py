@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+from _thread import allocate_lock as _allocate_lock
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -35,7 +36,7 @@ Work = Callable[[Executor, "TxState"], Any]
 class Pending:
     """One caller's write in the queue (a plain slotted class: one is made per write)."""
 
-    __slots__ = ("work", "on_bulk", "done", "result", "error")
+    __slots__ = ("work", "on_bulk", "done", "result", "error", "wake", "lead", "abandoned")
 
     def __init__(self, work: Work, on_bulk: Callable[[], Any] | None = None) -> None:
         self.work = work
@@ -43,6 +44,12 @@ class Pending:
         self.done = False
         self.result: Any = None
         self.error: BaseException | None = None
+        # The lock its caller sleeps on while another leads (held once: the caller's second
+        # acquire blocks until the leader that settles the item, or hands it the lead, lets
+        # it go). None for a caller that led at once.
+        self.wake: Any = None
+        self.lead = False  # handed the lead by the leader before it (under the queue lock)
+        self.abandoned = False  # its caller stopped waiting (interrupted): never handed the lead
 
 
 @dataclass(slots=True)
@@ -82,10 +89,7 @@ class CommitPipeline:
         self.commits = 0
         self._queue: list[Pending] = []
         self._queue_lock = threading.Lock()
-        # Waiters sleep on it until their item is settled or nobody leads (`write`).
-        self._settled = threading.Condition(self._queue_lock)
-        self._leading = False
-        self._sleepers = 0  # callers waiting on `_settled` (counted under its lock)
+        self._leading = False  # a caller leads (runs the queue); the others sleep (`write`)
         self._commit_lock = threading.Lock()
         self.closed = False
         # (SQL text, parameters) of a statement shape, compiled once per store (or served
@@ -126,37 +130,55 @@ class CommitPipeline:
         if self.closed:
             raise errors.StorageError("the store is closed")
         item = Pending(work, on_bulk)
-        # The condition's own lock, taken directly (not through `Condition.__enter__`, a
-        # Python call): `wait` only needs it held.
-        lock = self._queue_lock
-        with lock:
+        with self._queue_lock:
             self._queue.append(item)
-            # A caller whose item another leader committed returns as soon as it is settled,
-            # without queueing for the commit lock behind the next transaction (a convoy
-            # that kept batches at 1-2 items when commits take round trips).
-            while self._leading and not item.done:
-                self._sleepers += 1
-                try:
-                    self._settled.wait()
-                finally:
-                    self._sleepers -= 1
-            lead = not item.done
-            if lead:
+            if self._leading:
+                wake = item.wake = _allocate_lock()
+                wake.acquire()
+            else:
+                wake = None
                 self._leading = True
-        if lead:
+        if wake is not None:
+            # Woken once: by the leader that settled the item (it returns at once, without
+            # queueing for the commit lock behind the next transaction: a convoy that kept
+            # batches at 1-2 items when commits take round trips), or by the one that handed
+            # it the lead. Nobody else wakes: no herd of callers woken to sleep again.
             try:
-                with self._commit_lock:
-                    with lock:
-                        batch, self._queue = self._queue, []
-                    self._run_batch(batch)
-            finally:
-                with lock:
-                    self._leading = False
-                    if self._sleepers:  # a lone writer wakes nobody
-                        self._settled.notify_all()
+                wake.acquire()
+            except BaseException:  # interrupted: the lead is not left with nobody to take it
+                with self._queue_lock:
+                    item.abandoned = True
+                    handed = item.lead
+                if handed and not item.done:
+                    self._lead()
+                raise
+        if not item.done:
+            self._lead()
         if item.error is not None:
             raise item.error
         return item.result
+
+    def _lead(self) -> None:
+        """Run the queue as one transaction, then wake the callers it settled and hand the lead
+        to the first caller that queued meanwhile (or let it go: a lone writer wakes nobody)."""
+        batch: list[Pending] = []
+        try:
+            with self._commit_lock:
+                with self._queue_lock:
+                    batch, self._queue = self._queue, []
+                self._run_batch(batch)
+        finally:
+            with self._queue_lock:
+                heir = next((q for q in self._queue if not q.abandoned), None)
+                if heir is None:
+                    self._leading = False  # the next caller leads
+                else:
+                    heir.lead = True
+            for settled in batch:
+                if settled.wake is not None and not settled.lead:  # (an heir woke already)
+                    settled.wake.release()
+            if heir is not None:
+                heir.wake.release()
 
     # ----------------------------------------------------------------- the runner
 
