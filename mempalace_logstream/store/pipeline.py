@@ -169,7 +169,9 @@ class CommitPipeline:
                 self._run_batch(batch)
         finally:
             with self._queue_lock:
-                heir = next((q for q in self._queue if not q.abandoned), None)
+                heir = (
+                    next((q for q in self._queue if not q.abandoned), None) if self._queue else None
+                )
                 if heir is None:
                     self._leading = False  # the next caller leads
                 else:
@@ -185,7 +187,7 @@ class CommitPipeline:
     def _transaction(self) -> contextlib.AbstractContextManager[WriteTx]:
         """The backend's write transaction (a test may run another), which reads the
         starting state unless its counters are known."""
-        return self.backend.transaction(self._state_statement())
+        return self.backend.transaction(self._state or self._state_statement())
 
     def _state_statement(self) -> tuple[str, Any]:
         """The starting-state query (compiled on the first write: a reader never needs it)."""
