@@ -95,7 +95,7 @@ def test_a_caller_interrupted_while_queued_never_leaves_the_lead_with_nobody(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     armed = [True]  # the first caller that sleeps is interrupted
-    real = pipeline_mod._allocate_lock
+    real = threading.Lock  # what the pipeline allocates (`_thread.allocate_lock`)
     monkeypatch.setattr(pipeline_mod, "_allocate_lock", lambda: _InterruptOnce(real(), armed))
     with LogStore.open(str(tmp_path / "i.sqlite3")) as store:
         store.event_append(**ROW, body="first")
