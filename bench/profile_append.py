@@ -13,7 +13,8 @@ layer, measured by wrapping the layer's function (each wrapper adds well under a
   id+HLC           `Transaction._new_event` (the event id, the HLC tick, the time stamp)
   identity         `Local._sealed` (names against the keyring, the signer, the verdict)
   guards           `store.guards.check_local` (inside the task projection)
-  proj:*           each registered projection's `apply` (tasks includes the guards)
+  proj:*           each registered projection's `apply` (tasks includes the guards); one
+                   whose `local_types` leave the row's type out is not called (no line)
   SQL: begin       entering `backend.transaction`: BEGIN (+ SQLite's `PRAGMA data_version`;
                    PostgreSQL: the lock and the state query)
   SQL: insert      the executor's `insert_events` (PostgreSQL queues the row for the COMMIT)
