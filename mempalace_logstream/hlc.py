@@ -67,6 +67,11 @@ class HybridClock:
 
     def now(self) -> str:
         """Tick: a stamp strictly greater than every stamp issued or observed before."""
+        return self.tick()[1]
+
+    def tick(self) -> tuple[int, str]:
+        """`now()` with the wall clock's reading it was made at (ms): an event's id and
+        creation time take it, so an append reads the clock once."""
         with self._lock:
             wall = self._clock.now_ms()
             if wall > self._ms:
@@ -76,7 +81,7 @@ class HybridClock:
             else:
                 self._ms, self._counter = self._ms + 1, 0
             # `Stamp.render` without the Stamp (a tick per append)
-            return f"{self._ms:013d}-{self._counter:06x}-{self.replica_id}"
+            return wall, f"{self._ms:013d}-{self._counter:06x}-{self.replica_id}"
 
     def observe(self, remote: str | None) -> bool:
         """Adopt a remote stamp if it is ahead; ignore malformed or far-future stamps.

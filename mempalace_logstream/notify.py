@@ -42,7 +42,10 @@ class Notifier:
     """
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        # A plain lock under the condition: `bump` takes it directly (a C context manager;
+        # the condition's own `with` is two Python calls, once per commit). Never re-entered.
+        self._mutex = threading.Lock()
+        self._cond = threading.Condition(self._mutex)
         self._version = 0
         self._waiters = 0
         self._async: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
@@ -60,7 +63,7 @@ class Notifier:
         self._watcher = watcher
 
     def bump(self) -> None:
-        with self._cond:
+        with self._mutex:  # `self._cond`'s lock
             self._version += 1
             # A waiter counts itself under this lock before it waits, and sees the new
             # version if it counted itself after this bump: nobody counted, nobody to wake.

@@ -259,6 +259,33 @@ def test_sqlite_a_plain_append_makes_few_python_calls(tmp_path: Path) -> None:
     assert python_calls <= 63, python_calls
 
 
+def test_an_append_to_a_log_without_key_events_reads_the_keys_directory_only_as_the_admin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No key event in the log: nobody's key is valid and nobody must sign, so only a write
+    as the admin can be signed (with the admin key, when held) and only it looks at the keys
+    directory; a key file added meanwhile by another process is still seen at once."""
+    from mempalace_logstream.identity import keys
+    from mempalace_logstream.store import identity as store_identity
+
+    looked: list[str | None] = []
+    stamp = store_identity._dir_stamp
+    monkeypatch.setattr(store_identity, "_dir_stamp", lambda d: looked.append(d) or stamp(d))
+    with LogStore.open(str(tmp_path / "log.sqlite3")) as store:
+        assert add(store).sig is None
+        assert looked == []
+        keys_dir = tmp_path / "keys"
+        keys_dir.mkdir()
+        admin = keys.KeyPair.generate()
+        keys.write_private_key(admin, keys_dir / "admin.key")  # as `agent` commands do
+        # Seen at once: the admin key signs, and with no key event adding it, is unknown.
+        with pytest.raises(errors.ForbiddenError, match=admin.key_id):
+            add(store, from_agent="admin")
+        assert looked == [str(keys_dir)]
+        assert add(store, from_agent="b").sig is None
+        assert looked == [str(keys_dir)]
+
+
 @pytest.mark.parametrize(
     "column, values",
     [

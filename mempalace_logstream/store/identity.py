@@ -234,11 +234,22 @@ class Identity:
         agent actor its own key (valid in the keyring at a time this event is stamped) or
         none, never the admin's; for a local process (no actor) the writer's own key, else
         the admin key when it writes as the admin or for an agent that must sign. An
-        anonymous request is never signed with a key held here."""
-        held = self.pairs()
-        admin = held.get(ADMIN_NAME)
+        anonymous request is never signed with a key held here.
+        A log without key events (no agent has a key: nobody's key is valid, nobody must sign)
+        signs only as the admin: an append of anyone else needs no key file, and the keys
+        directory is not even looked at (its stat was ~2 µs of every append, issue 25). A key
+        another process adds is seen at once still: a key that signs needs its key event,
+        which the keyring reads from the log."""
         if actor is not None and actor.anonymous:
             return None
+        if (
+            event.from_agent != ADMIN_NAME
+            and (actor is None or not actor.admin)
+            and not registered_names(ring)
+        ):
+            return None
+        held = self.pairs()
+        admin = held.get(ADMIN_NAME)
         if actor is not None and actor.admin:
             return admin
         own = held.get(event.from_agent)

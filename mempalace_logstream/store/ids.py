@@ -24,6 +24,12 @@ def now_text(ms: int) -> str:
     return f"{_second_stamps(ms // 1000)[0]}{ms % 1000:03d}Z"
 
 
+def new_id_and_time(prefix: str, ms: int) -> tuple[str, str]:
+    """(`new_id(prefix, ms)`, `now_text(ms)`) with the second's stamps looked up once."""
+    day_time, compact = _second_stamps(ms // 1000)
+    return f"{prefix}_{compact}_{os.urandom(10).hex()}", f"{day_time}{ms % 1000:03d}Z"
+
+
 def new_id(prefix: str, ms: int) -> str:
     # 10 bytes of the OS's CSPRNG as hex: `secrets.token_hex(10)` without its two calls
     # (and without importing `secrets`, which loads `random`, on the hook paths).

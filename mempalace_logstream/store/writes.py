@@ -35,7 +35,7 @@ from mempalace_logstream.store import rows as row_cols
 from mempalace_logstream.store.append import Appended, Local, Origin
 from mempalace_logstream.store.append import append as append_events
 from mempalace_logstream.store.identity import check_names, check_writer
-from mempalace_logstream.store.ids import new_id, now_text
+from mempalace_logstream.store.ids import new_id, new_id_and_time, now_text
 from mempalace_logstream.store.marks import PIN_PREFIX
 from mempalace_logstream.store.pipeline import CommitPipeline, TxState
 from mempalace_logstream.store.redaction import REDACT_TYPE
@@ -108,19 +108,20 @@ class Transaction:
         sql.set_agent_token(self.ex, agent, token_hash, at)
 
     def _new_event(self, draft: EventDraft) -> Event:
-        clock = self.store.clock
-        ms = clock.wall_clock.now_ms()
+        store = self.store
+        ms, stamp = store.clock.tick()  # one reading of the wall clock for all three
+        ident, created = new_id_and_time("evt", ms)
         seq = self.state.next_seq
         # Filled like a read row becomes an Event (store/plan.py): no frozen __init__'s
         # field-by-field __setattr__ (an Event has no check of its own to skip).
         values = {
-            "id": new_id("evt", ms),
+            "id": ident,
             "seq": seq,
-            "origin_replica": self.store.replica_id,
+            "origin_replica": store.replica_id,
             "origin_seq": seq,
-            "hlc": clock.now(),
+            "hlc": stamp,
             **draft.values,
-            "created_at": now_text(ms),
+            "created_at": created,
             **_MINTED_DEFAULTS,
         }
         event = object.__new__(Event)
