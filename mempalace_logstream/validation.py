@@ -14,7 +14,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from mempalace_logstream.errors import ValidationError
 from mempalace_logstream.payload import MAX_METADATA_DEPTH, json_depth
@@ -119,9 +119,7 @@ def routing(field: str, value: Any, *, required: bool = False) -> str | None:
 
 
 def required_routing(field: str, value: Any) -> str:
-    out = routing(field, value, required=True)
-    assert out is not None
-    return out
+    return cast(str, routing(field, value, required=True))  # never None: required
 
 
 def event_type(value: Any, field: str = "type") -> str:
@@ -454,11 +452,18 @@ def event_fields(
     each checked by its rule, in `Event`'s order: {attribute: clean value}. A name in `raw`
     that is no such field is the caller's to refuse. Raises ValidationError naming the first
     bad field and its limit."""
-    from mempalace_logstream.models import DRAFT_SPEC  # not at import: the hook path reads none
+    checked = _CHECKED.get(given := tuple(raw))
+    if checked is None:  # the fields to visit (given, required, body) for these names given
+        from mempalace_logstream.models import DRAFT_SPEC  # not at import: hook paths read none
 
-    out: dict[str, Any] = {}
-    seen = _TEXT_SEEN
-    for name, wire, rule in DRAFT_SPEC:
+        _LEFT_OUT.update((name, _NONE_CLEAN.get(rule)) for name, _wire, rule in DRAFT_SPEC)
+        if len(_CHECKED) >= _TEXT_SEEN_MAX:  # writers give the same few sets of names
+            _CHECKED.clear()
+        checked = _CHECKED[given] = tuple(
+            s for s in DRAFT_SPEC if s[1] in raw or s[2] not in _NONE_CLEAN
+        )
+    out = _LEFT_OUT.copy()  # a field left out that may be: its rule's answer to None
+    for name, wire, rule in checked:
         value = raw.get(wire)
         if value is None and rule in _NONE_CLEAN:  # a field not given: its rule's answer
             out[name] = _NONE_CLEAN[rule]
@@ -468,12 +473,12 @@ def event_fields(
             # Routing values repeat from write to write: a value this rule passed before
             # is clean as it was (only passes are kept, so a refusal is always raised anew).
             key = (rule, value)
-            clean = seen.get(key, _MISSING)
+            clean = _TEXT_SEEN.get(key, _MISSING)
             if clean is _MISSING:
                 clean = FIELD_RULES[rule](wire, value)
-                if len(seen) >= _TEXT_SEEN_MAX:
-                    seen.clear()
-                seen[key] = clean
+                if len(_TEXT_SEEN) >= _TEXT_SEEN_MAX:
+                    _TEXT_SEEN.clear()
+                _TEXT_SEEN[key] = clean
             out[name] = clean
         else:
             out[name] = FIELD_RULES[rule](wire, value)
@@ -491,3 +496,5 @@ _NONE_CLEAN: dict[str, Any] = {
 _TEXT_SEEN: dict[tuple[str, str], Any] = {}
 _TEXT_SEEN_MAX = 4096
 _MISSING = object()
+_CHECKED: dict[tuple[str, ...], tuple[tuple[str, str, str], ...]] = {}  # names -> fields
+_LEFT_OUT: dict[str, Any] = {}  # every draft field's clean value when it is not given

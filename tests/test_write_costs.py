@@ -368,3 +368,30 @@ def test_the_postgresql_backend_names_the_sparse_indexes_predicates() -> None:
         "ix_events_correlation_id_seq": "correlation_id IS NOT NULL",
         "uq_events_writer_idempotency_key": "idempotency_key IS NOT NULL",
     }
+
+
+def test_a_draft_visits_the_fields_given_and_the_required_ones_each_time(tmp_path: Path) -> None:
+    """`event_fields` remembers which fields to visit per set of names given: a field left
+    out is its rule's answer to None, a required one left out or None is refused every time,
+    and the same names in another order or with other values are checked anew."""
+    with LogStore.open(str(tmp_path / "log.sqlite3")) as store:
+        for _ in range(2):
+            plain = store.draft_event(type="t", stream="s", room="r", from_agent="a").values
+            assert (plain["topic"], plain["artifact_ids"], plain["metadata_json"]) == (
+                None,
+                (),
+                "{}",
+            )
+            with pytest.raises(errors.ValidationError) as info:
+                store.draft_event(type="t", stream="s", room="r")  # type: ignore[call-arg]
+            assert info.value.field == "from_agent"
+            with pytest.raises(errors.ValidationError) as info:
+                store.draft_event(type="t", stream="s", room="r", from_agent=None)
+            assert info.value.field == "from_agent"
+            given = store.draft_event(
+                from_agent="a", room="r", stream="s", type="t", to_agent=" b ", metadata={"k": 1}
+            ).values
+            assert (given["to_agent"], given["metadata_json"]) == ("b", '{"k":1}')
+            with pytest.raises(errors.ValidationError) as info:
+                store.draft_event(from_agent="a", room="r", stream="s", type="t", to_agent="\n")
+            assert info.value.field == "to_agent"
