@@ -9,12 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from mempalace_logstream import hlc as hlc_mod
-from mempalace_logstream.identity import keys, signing
+from mempalace_logstream import lazy
 from mempalace_logstream.models import Event
 from mempalace_logstream.payload import parse_tombstone
+
+if TYPE_CHECKING:
+    from mempalace_logstream.identity import keys, signing
+else:  # on first use: a log whose events are not signed never loads them (issue 25)
+    keys = lazy.module("mempalace_logstream.identity.keys")
+    signing = lazy.module("mempalace_logstream.identity.signing")
 
 KEY_ADD = "identity.key_add"
 KEY_REVOKE = "identity.key_revoke"

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from mempalace_logstream import hlc as hlc_mod
-from mempalace_logstream.identity import keys, signing
+from mempalace_logstream import lazy
 from mempalace_logstream.identity.keyring import (
     KEY_ADD,
     KEY_EVENT_TYPES,
@@ -22,6 +22,12 @@ from mempalace_logstream.identity.keyring import (
     SignedEvent,
 )
 from mempalace_logstream.models import Event
+
+if TYPE_CHECKING:
+    from mempalace_logstream.identity import keys, signing
+else:  # on first use: a log whose events are not signed never loads them (issue 25)
+    keys = lazy.module("mempalace_logstream.identity.keys")
+    signing = lazy.module("mempalace_logstream.identity.signing")
 
 Code = Literal[
     "ok",

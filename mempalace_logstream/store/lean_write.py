@@ -23,6 +23,7 @@ inside the write transaction, which rolls it back. The caller then runs the stor
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -42,9 +43,6 @@ from mempalace_logstream.store.ids import REPLICA_ID_KEY
 from mempalace_logstream.store.lean import Unplanned
 from mempalace_logstream.store.pipeline import CommitPipeline
 from mempalace_logstream.store.projections import Projections
-from mempalace_logstream.store.reads import Reads
-from mempalace_logstream.store.task_cache import FoldCache
-from mempalace_logstream.store.task_reads import TaskReads
 from mempalace_logstream.store.writes import Transaction, Writes
 from mempalace_logstream.tasks import TaskSettings
 
@@ -55,6 +53,9 @@ if TYPE_CHECKING:
 
     from mempalace_logstream.backends.base import Executor
     from mempalace_logstream.store.core import LogStore
+    from mempalace_logstream.store.reads import Reads
+    from mempalace_logstream.store.task_cache import FoldCache
+    from mempalace_logstream.store.task_reads import TaskReads
 
 __all__ = ["LeanWriter", "Unplanned", "open_lean_writer"]
 
@@ -164,7 +165,6 @@ class LeanStore:
         self.backend, self.replica_id = backend, replica_id
         self.dialect = backend.name
         self.task_settings = task_settings or TaskSettings()
-        self.task_folds = FoldCache()
         self.projections = Projections()
         self.identity = Identity(keys_dir, backend.links_functions()[1])
         self.clock = hlc.HybridClock(replica_id, None)
@@ -184,8 +184,26 @@ class LeanStore:
             max_body_bytes=max_body_bytes,
             max_artifact_bytes=max_artifact_bytes,
         )
-        self.reads = Reads(self.pipeline, self.identity, self.notifier)
-        self.task_reads = TaskReads(self.reads, self.clock, self.task_settings)
+
+    # The readers and the fold cache, made on first use: an append that reads nothing back
+    # and moves no task never loads them (issue 25).
+    @functools.cached_property
+    def reads(self) -> Reads:
+        from mempalace_logstream.store.reads import Reads
+
+        return Reads(self.pipeline, self.identity, self.notifier)
+
+    @functools.cached_property
+    def task_reads(self) -> TaskReads:
+        from mempalace_logstream.store.task_reads import TaskReads
+
+        return TaskReads(self.reads, self.clock, self.task_settings)
+
+    @functools.cached_property
+    def task_folds(self) -> FoldCache:
+        from mempalace_logstream.store.task_cache import FoldCache
+
+        return FoldCache()
 
     def as_log_store(self) -> LogStore:
         """This, where the store's modules name the type they are handed (they read only
