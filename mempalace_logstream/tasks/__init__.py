@@ -54,6 +54,7 @@ def __getattr__(name: str) -> object:
     globals()[name] = value
     return value
 
+
 __all__ = [
     "A2A_STATES",
     "ACTIONS",
