@@ -55,7 +55,6 @@ PATHS = ("watch", "channel", "codex", "monitor", "sse", "hook")
 PUSH_PATHS = frozenset(PATHS) - {"hook"}
 DELIVERY_HEADER = "X-Logstream-Delivery"
 OBSERVER = "none"  # a read that delivers to nobody (the dashboard, `X-Logstream-Delivery: none`)
-READS = frozenset({"event_list", "event_wait", "event_get"})
 WAKEABLE = ("yes", "unverified", "no")
 MAX_PAGES = 4_096  # pages remembered as sorted out (per agent and column)
 MAX_QUEUED = 100_000  # pages and acks kept for the next flush when one fails

@@ -27,7 +27,7 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from mempalace_logstream import config, deliveries, errors, hlc, notify
+from mempalace_logstream import config, delivery_hook, errors, hlc, notify
 from mempalace_logstream import op_handlers as handlers
 from mempalace_logstream import validation as v
 from mempalace_logstream.backends import sqlite_write_sql as generated
@@ -40,9 +40,9 @@ from mempalace_logstream.models import Event, EventArgs, EventDraft
 from mempalace_logstream.store import tasks as task_rows
 from mempalace_logstream.store.identity import Identity, keys_path_for
 from mempalace_logstream.store.ids import REPLICA_ID_KEY
-from mempalace_logstream.store.lean import Unplanned
 from mempalace_logstream.store.pipeline import CommitPipeline
 from mempalace_logstream.store.projections import Projections
+from mempalace_logstream.store.unplanned import Unplanned
 from mempalace_logstream.store.writes import Transaction, Writes
 from mempalace_logstream.tasks import TaskSettings
 
@@ -124,11 +124,14 @@ def _ready(backend: SqliteFileWriter) -> str | None:
 class LeanWriter:
     """`call(op, **args)`: what `operations.LocalClient(store).call(op, **args)` answers,
     for the operations of `generated.OPERATIONS`; `close()` writes the delivery ledger's
-    marks and closes the connection, as `LocalClient.close` does."""
+    marks and closes the connection, as `LocalClient.close` does. The ledger is enabled
+    before the first call that leaves a mark it writes (`delivery_hook.records`: an ack);
+    a write's sign of life is memory only, lost with a one-call process either way, so a
+    plain append never loads the ledger (issue 25)."""
 
     def __init__(self, store: LeanStore) -> None:
         self.store = store
-        deliveries.enable(store.as_log_store())
+        self.recording = False
 
     def call(self, name: str, /, **args: Any) -> dict[str, Any]:
         spec = generated.OPERATIONS.get(name)
@@ -136,10 +139,18 @@ class LeanWriter:
             raise Unplanned(f"{name}: not an operation the lean writer serves")
         table, mutating = spec
         clean = handlers.checked(name, table, args, mutating)
+        if not self.recording and delivery_hook.records(name):
+            from mempalace_logstream import deliveries
+
+            deliveries.enable(self.store.as_log_store())
+            self.recording = True
         return handlers.run(self.store.as_log_store(), name, clean)
 
     def close(self) -> None:
-        deliveries.disable(self.store.as_log_store())
+        if self.recording:
+            from mempalace_logstream import deliveries
+
+            deliveries.disable(self.store.as_log_store())
         self.store.close()
 
 
