@@ -8,8 +8,7 @@ verdict. No SQL, no surfaces.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from mempalace_logstream import hlc as hlc_mod
 from mempalace_logstream import lazy
@@ -42,8 +41,7 @@ Code = Literal[
 ]
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(NamedTuple):  # not a dataclass: nothing generated at import (issue 25)
     """`verified` is what reads show; `code` and `reason` say why; `signer` is the verified
     writer (the agent whose key signed, or the admin key's name) for the rules to use."""
 
