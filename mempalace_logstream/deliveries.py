@@ -125,8 +125,12 @@ class Ledger:
         clock: Callable[[], int] = _wall_ms,
         registry: Registry | None = None,
         window_s: int = DEFAULT_WAKEABLE_WINDOW_S,
+        background: bool = True,
     ) -> None:
         self.store, self.flush_s, self.clock = store, flush_s, clock
+        # False: no flusher thread, the marks are written by `close` (or `flush`) only: a
+        # process that makes one call and exits (the lean writer) starts no thread for them.
+        self.background = background
         self.registry, self.window_s = registry, window_s
         self._lock = threading.Lock()  # the read path's: the raw marks and the agents' lives
         # The flusher's (or a close's) sorting and writing: never held by a read.
@@ -226,7 +230,7 @@ class Ledger:
 
     # ------------------------------------------------------------------ flushing
     def _started(self) -> None:
-        if self._thread is None and not self._stop.is_set():
+        if self.background and self._thread is None and not self._stop.is_set():
             with self._lock:
                 if self._thread is None:
                     self._thread = threading.Thread(

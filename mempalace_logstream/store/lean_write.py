@@ -142,7 +142,7 @@ class LeanWriter:
         if not self.recording and delivery_hook.records(name):
             from mempalace_logstream import deliveries
 
-            deliveries.enable(self.store.as_log_store())
+            deliveries.enable(self.store.as_log_store(), background=False)  # `close` writes
             self.recording = True
         return handlers.run(self.store.as_log_store(), name, clean)
 
