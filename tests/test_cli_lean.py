@@ -278,3 +278,15 @@ def test_a_plain_local_append_loads_only_what_it_uses(tmp_path: Path) -> None:
     with LogStore.open(db) as store:
         marks = deliveries.status_of(store, seed.id)["recipients"]
     assert [(m["recipient"], m["acked_at"] is not None) for m in marks] == [("bob", True)]
+
+
+def test_the_file_uri_quoting_is_urllib_s() -> None:
+    """`sqlite_file.quote` (urllib.parse left unloaded for a plain path) quotes as
+    `urllib.parse.quote` does, whatever the path holds."""
+    from urllib.parse import quote
+
+    from mempalace_logstream.backends import sqlite_file
+
+    paths = ["/tmp/log.sqlite3", "/a b/c", "/ü/ñ.db", "/x?y#z", "/50%/l", "C:\\x", "", "~/.l-_.db"]
+    for path in paths:
+        assert sqlite_file.quote(path) == quote(path), path
