@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from mempalace_logstream.tasks.fold import DEFAULT_SETTINGS, advance, check
+from mempalace_logstream.tasks.fold import DEFAULT_SETTINGS, advance, check, needs_thread
 from mempalace_logstream.tasks.model import (
     A2A_STATES,
     ACTIONS,
@@ -28,11 +28,11 @@ from mempalace_logstream.tasks.moves import classify
 
 if TYPE_CHECKING:
     from mempalace_logstream.models import Event
-    from mempalace_logstream.tasks.thread import Folder, FoldState, needs_thread
+    from mempalace_logstream.tasks.thread import Folder, FoldState
 
 
-# The thread's fold (tasks/thread.py) is imported on first use: a write that moves no task
-# (the loop guards classify every local event) never loads it (issue 25).
+# The thread's fold (tasks/thread.py) is imported on first use: a write that the task row
+# decides (every plain write, most moves) never loads it (issue 25).
 def fold(events: Iterable[Event], settings: TaskSettings = DEFAULT_SETTINGS) -> Task | None:
     """`thread.fold`: a thread's task, derived from its events alone, in HLC order. (Defined
     after the submodule `tasks.fold` is imported: this name is the function.)"""
@@ -41,11 +41,11 @@ def fold(events: Iterable[Event], settings: TaskSettings = DEFAULT_SETTINGS) -> 
     return thread.fold(events, settings)
 
 
-_THREAD = frozenset({"Folder", "FoldState", "needs_thread"})
+_THREAD = frozenset({"Folder", "FoldState"})
 
 
 def __getattr__(name: str) -> object:
-    """`Folder`, `FoldState`, `needs_thread` from tasks/thread.py, on first use (PEP 562)."""
+    """`Folder`, `FoldState` from tasks/thread.py, on first use (PEP 562)."""
     if name not in _THREAD:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from mempalace_logstream.tasks import thread
