@@ -26,7 +26,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mempalace_logstream import errors
 from mempalace_logstream.backends.queries import ledger as sql
@@ -92,8 +92,7 @@ def check_path(raw: str | None) -> str | None:
     return raw
 
 
-@dataclass(frozen=True)
-class PageMark:
+class PageMark(NamedTuple):  # not a dataclass: nothing generated at import (issue 25)
     """The marks of one read (or push) of a page: one statement at the next flush."""
 
     column: str  # pushed_at or seen_at
