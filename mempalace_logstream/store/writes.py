@@ -9,14 +9,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
-from mempalace_logstream import errors
+from mempalace_logstream import errors, lazy
 from mempalace_logstream import validation as v
 from mempalace_logstream.backends import Executor
 from mempalace_logstream.backends.base import Build
 from mempalace_logstream.backends.queries import appends as sql
 from mempalace_logstream.backends.queries import meta as meta_rows
 from mempalace_logstream.identity import actor as actor_mod
-from mempalace_logstream.identity import keys
 from mempalace_logstream.identity.actor import Actor
 from mempalace_logstream.identity.keyring import Keyring
 from mempalace_logstream.identity.verdict import Verdict
@@ -44,7 +43,10 @@ from mempalace_logstream.store.signatures import takes_args_of
 from mempalace_logstream.tasks.guards import BudgetExhausted
 
 if TYPE_CHECKING:
+    from mempalace_logstream.identity import keys
     from mempalace_logstream.store.core import LogStore
+else:  # on first use: an unsigned write never loads it (issue 25)
+    keys = lazy.module("mempalace_logstream.identity.keys")
 
 T = TypeVar("T")
 
