@@ -62,12 +62,12 @@ def fail(field: str, message: str, limit: object = None) -> ValidationError:
     return ValidationError(f"{field} {message}", field=field, limit=limit)
 
 
-def check_text(field: str, value: str) -> None:
-    """Refuse text a column cannot hold: a NUL character or a lone surrogate."""
+def check_text(field: str, value: str) -> int:
+    """Refuse text a column cannot hold: a NUL character or a lone surrogate. Its UTF-8 size."""
     if "\x00" in value:
         raise fail(field, "contains a NUL character; NUL is not allowed")
     try:
-        value.encode("utf-8")
+        return len(value.encode("utf-8"))
     except UnicodeEncodeError as exc:
         raise fail(field, "contains a lone surrogate; it must be valid Unicode text") from exc
 
@@ -148,8 +148,7 @@ def body(value: Any, max_bytes: int = DEFAULT_MAX_BODY_BYTES, field: str = "body
         return ""
     if not isinstance(value, str):
         raise fail(field, f"must be a string, not {type(value).__name__}")
-    check_text(field, value)
-    size = len(value.encode("utf-8"))
+    size = check_text(field, value)
     if size > max_bytes:
         raise fail(field, f"is {size} bytes; the limit is {max_bytes} bytes", max_bytes)
     return value

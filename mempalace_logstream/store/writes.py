@@ -87,7 +87,9 @@ class Transaction:
             prior = self.find_idempotent(draft)
             if prior is not None:
                 return same_as_prior(prior, draft)
-        done = append_events(self, [self._new_event(draft)], Local(draft.idempotency_key))
+        key = draft.idempotency_key
+        origin = _LOCAL if key is None else Local(key)
+        done = append_events(self, [self._new_event(draft)], origin)
         return done.events[0]
 
     def append(self, events: Sequence[Event], origin: Origin) -> Appended:
@@ -380,6 +382,7 @@ _MINTED_DEFAULTS = {
 _MINTED = frozenset(("id", "seq", "origin_replica", "origin_seq", "hlc", "created_at"))
 if {f.name for f in dataclasses.fields(Event)} != {*DRAFT_FIELDS, *_MINTED, *_MINTED_DEFAULTS}:
     raise RuntimeError("Transaction._new_event does not give every field of Event")
+_LOCAL = Local()  # the origin of a local event without an idempotency key (it holds nothing else)
 # What `draft_event` takes: the draft fields by their wire names, and the idempotency key.
 _ARG_NAMES = frozenset([wire for _name, wire, _rule in DRAFT_SPEC] + ["idempotency_key"])
 
