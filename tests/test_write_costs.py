@@ -259,6 +259,31 @@ def test_sqlite_a_plain_append_makes_few_python_calls(tmp_path: Path) -> None:
     assert python_calls <= 57, python_calls
 
 
+def test_a_plain_sqlite_append_leaves_the_null_columns_out_and_they_read_null(
+    tmp_path: Path,
+) -> None:
+    """A row whose sparse columns are all NULL is inserted without them: none of them has a
+    default, so they hold NULL as if bound; a row with any of them set binds every column."""
+    from mempalace_logstream.backends import sqlite_writer as w
+
+    with LogStore.open(str(tmp_path / "log.sqlite3")) as store, Seen(store) as seen:
+        plain = add(store)
+        set_ = add(store, topic="t", idempotency_key="k")
+    sql = [s for s in seen if s.startswith("INSERT INTO EVENTS")]
+    assert len(sql) == 2, seen
+    assert "TOPIC" not in sql[0] and "TOPIC" in sql[1]
+    db = sqlite3.connect(tmp_path / "log.sqlite3")
+    columns = {r[1]: r[4] for r in db.execute("PRAGMA table_info(events)")}
+    assert set(w._SPARSE_ALL) <= columns.keys()
+    assert all(columns[c] is None for c in w._SPARSE_ALL), columns  # no DEFAULT
+    rows = db.execute(
+        f"SELECT {', '.join(w._SPARSE_ALL)} FROM events WHERE id IN (?, ?) ORDER BY seq",
+        (plain.id, set_.id),
+    ).fetchall()
+    db.close()
+    assert rows == [(None,) * 8, ("t", None, None, None, None, None, None, "k")]
+
+
 def test_an_append_to_a_log_without_key_events_reads_the_keys_directory_only_as_the_admin(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import operator
 import os
 import sqlite3
 import time
@@ -28,6 +29,18 @@ EVENTS_TABLE = "events"  # schema.events.name (tests/test_lean_write.py holds th
 _COLS = base.EVENT_INSERT_COL_NAMES
 _QMARK_INSERT_EVENTS = (
     f"INSERT INTO {EVENTS_TABLE} ({', '.join(_COLS)}) VALUES ({', '.join('?' * len(_COLS))})"
+)
+# A row whose sparse columns are all NULL (a plain local append: no topic, thread, branch,
+# status, signature or idempotency key) is inserted without them: 8 binds and columns fewer
+# cost ~1.8 µs less of SQLite's time per row, and the columns left out are NULL all the same.
+_SPARSE = ("topic", "correlation_id", "branch", "base_commit", "status", "sig", "key_id")
+_SPARSE_ALL = (*_SPARSE, "idempotency_key")
+_DENSE = tuple(c for c in _COLS if c not in _SPARSE_ALL)
+_sparse_of = operator.itemgetter(*(_COLS.index(c) for c in _SPARSE_ALL))
+_dense_of = operator.itemgetter(*(_COLS.index(c) for c in _DENSE))
+_NO_SPARSE = (None,) * len(_SPARSE_ALL)
+_QMARK_INSERT_DENSE = (
+    f"INSERT INTO {EVENTS_TABLE} ({', '.join(_DENSE)}) VALUES ({', '.join('?' * len(_DENSE))})"
 )
 # A big page is bound into a constraint-free TEMP table, then moved with one INSERT…SELECT:
 # the 13 index updates run in one C statement, which releases the GIL for its whole length
@@ -248,9 +261,13 @@ class SqliteExecutor(base.DbapiExecutor):
     def insert_events(self, rows: list[tuple[Any, ...]]) -> None:
         # Positional binding: by name costs ~5 µs more per 19-column row.
         if len(rows) == 1:  # a local append
+            row = rows[0]
+            sql = _QMARK_INSERT_EVENTS
+            if _sparse_of(row) == _NO_SPARSE:
+                sql, row = _QMARK_INSERT_DENSE, _dense_of(row)
             if self.hooks:
-                base.observe(self.hooks, _QMARK_INSERT_EVENTS, rows[0])
-            self.db.execute(_QMARK_INSERT_EVENTS, rows[0])
+                base.observe(self.hooks, sql, row)
+            self.db.execute(sql, row)
             return
         if len(rows) < _STAGE_MIN_ROWS:
             self._executemany(_QMARK_INSERT_EVENTS, rows)
