@@ -20,7 +20,6 @@ sees every path.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING, Protocol
 
@@ -56,12 +55,17 @@ class Origin(Protocol):
         """The idempotency key stored with `event`, if any."""
 
 
-@dataclass
 class Appended:
-    """What one `append` stored, and the events a projection refused to take effect on."""
+    """What one `append` stored, and the events a projection refused to take effect on (a
+    plain class: nothing generated at import, issue 25)."""
 
-    events: list[Event] = field(default_factory=list)
-    refused: list[Refusal] = field(default_factory=list)
+    __slots__ = ("events", "refused")
+
+    def __init__(
+        self, events: list[Event] | None = None, refused: list[Refusal] | None = None
+    ) -> None:
+        self.events: list[Event] = [] if events is None else events
+        self.refused: list[Refusal] = [] if refused is None else refused
 
 
 def append(tx: Transaction, events: Sequence[Event], origin: Origin) -> Appended:

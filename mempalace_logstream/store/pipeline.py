@@ -13,7 +13,6 @@ import functools
 import threading
 from _thread import allocate_lock as _allocate_lock
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mempalace_logstream import backends, errors, hlc, notify
@@ -52,17 +51,40 @@ class Pending:
         self.abandoned = False  # its caller stopped waiting (interrupted): never handed the lead
 
 
-@dataclass(slots=True)
 class TxState:
-    next_seq: int
-    next_artifact_seq: int
-    appended: list[Event] = field(default_factory=list)
-    unchanged: bool = False  # nobody else committed since this store's last write
-    number: int = 0  # of this write transaction, from identity (its keyring cache's key)
-    # The keyring's marks read with the starting state (None when that was skipped), valid
-    # while identity's generation is `generation` (a key event or a rollback moves it).
-    marks: tuple[Any, Any] | None = None
-    generation: int = -1
+    """A write transaction's state (a plain class: nothing generated at import, issue 25)."""
+
+    __slots__ = (
+        "next_seq",
+        "next_artifact_seq",
+        "appended",
+        "unchanged",
+        "number",
+        "marks",
+        "generation",
+    )
+
+    def __init__(
+        self,
+        next_seq: int,
+        next_artifact_seq: int,
+        appended: list[Event] | None = None,
+        unchanged: bool = False,  # nobody else committed since this store's last write
+        number: int = 0,  # of this write transaction, from identity (its keyring cache's key)
+        # The keyring's marks read with the starting state (None when that was skipped),
+        # valid while identity's generation is `generation` (a key event or a rollback moves
+        # it).
+        marks: tuple[Any, Any] | None = None,
+        generation: int = -1,
+    ) -> None:
+        self.next_seq, self.next_artifact_seq = next_seq, next_artifact_seq
+        self.appended: list[Event] = [] if appended is None else appended
+        self.unchanged, self.number, self.marks, self.generation = (
+            unchanged,
+            number,
+            marks,
+            generation,
+        )
 
 
 class CommitPipeline:

@@ -13,8 +13,7 @@ next to its rows and add it to `defaults` below (or register it on one store).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from mempalace_logstream.models import Event
 
@@ -22,8 +21,7 @@ if TYPE_CHECKING:
     from mempalace_logstream.store.writes import Transaction
 
 
-@dataclass(frozen=True)
-class Refusal:
+class Refusal(NamedTuple):  # not a dataclass: nothing generated at import (issue 25)
     """A stored event on which a projection takes no effect (a peer's redaction that its
     writer may not make): `code` says why, `field` names the parameter at fault."""
 
