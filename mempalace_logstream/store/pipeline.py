@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from mempalace_logstream import backends, errors, hlc, notify
 from mempalace_logstream.backends import Backend, Compiler, Executor
-from mempalace_logstream.backends.base import WriteTx
+from mempalace_logstream.backends.base import StateMoved, WriteTx
 from mempalace_logstream.backends.queries import appends as sql
 from mempalace_logstream.identity.keyring import KEY_EVENT_TYPES
 from mempalace_logstream.models import Event
@@ -177,14 +177,10 @@ class CommitPipeline:
         appended: list[Event] = []
         try:
             try:
-                with self._transaction() as tx:
-                    state = self._start(tx)
-                    state.number, state.generation = self.identity.begin_transaction()
-                    savepoint = len(batch) > 1
-                    for item in batch:
-                        self._run_item(tx.db, state, item, savepoint)
-                    tx.counters = (state.next_seq, state.next_artifact_seq)
-                    tx.appended = bool(state.appended)
+                try:
+                    state = self._commit(batch)
+                except StateMoved:
+                    state = self._commit(self._again(batch))
             except Exception as exc:
                 mapped = backends.storage_error(exc, self.backend.driver_errors)
                 if mapped is None:
@@ -202,6 +198,27 @@ class CommitPipeline:
                 item.done = True
         if appended:
             self.notifier.bump()
+
+    def _commit(self, batch: list[Pending]) -> TxState:
+        """Run `batch` in one transaction and commit it; its state."""
+        with self._transaction() as tx:
+            state = self._start(tx)
+            state.number, state.generation = self.identity.begin_transaction()
+            savepoint = len(batch) > 1
+            for item in batch:
+                self._run_item(tx.db, state, item, savepoint)
+            tx.counters = (state.next_seq, state.next_artifact_seq)
+            tx.appended = bool(state.appended)
+        return state
+
+    def _again(self, batch: list[Pending]) -> list[Pending]:
+        """The batch, unsettled, to run again: a transaction that assumed nobody else
+        committed since our last commit found otherwise and wrote nothing (`StateMoved`,
+        PostgreSQL's optimistic begin); the next one reads the state."""
+        for item in batch:
+            item.result = item.error = None
+        self.identity.moved()  # its keyring may be the one of before the other commit
+        return batch
 
     def _run_item(self, db: Any, state: TxState, item: Pending, savepoint: bool) -> None:
         ex = self.backend.executor(db, self.sql, item.on_bulk)
