@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 
 from mempalace_logstream.backends import base
+from mempalace_logstream.backends.pg_inline import Inline
 
 
 @dataclass(frozen=True)
@@ -70,10 +71,10 @@ def _prepare_statements(name: str, state_text: str) -> tuple[str, str]:
     return f"PREPARE {name} AS {state_text}", check
 
 
-def check(name: str, left: Left, mogrify: psycopg.ClientCursor[Any]) -> str:
+def check(name: str, left: Left, inline: Inline) -> str:
     """The `EXECUTE` of the check prepared as `name`_check, against `left`."""
     values = (left.max_seq, left.max_art, *left.marks)
-    return mogrify.mogrify(f"EXECUTE {name}_check(%s, %s, %s, %s)", values)
+    return inline.text(f"EXECUTE {name}_check(%s, %s, %s, %s)", values)
 
 
 def server_spoke(db: psycopg.Connection[Any]) -> bool:

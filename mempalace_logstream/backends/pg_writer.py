@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from mempalace_logstream.backends import base
+from mempalace_logstream.backends.pg_inline import Inline
 from mempalace_logstream.schema import events
 
 if TYPE_CHECKING:
@@ -23,17 +24,17 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class WriterCursors:
-    """Two cursors held on the writer's connection for its life: `run` executes, `mogrify`
-    inlines a queued write's parameters. `Connection.execute` makes a new cursor per
-    statement (~15 µs of CPU each, measured: 66 vs 51 µs per `SELECT`); the writer runs 2-4
-    statements per append."""
+    """A cursor held on the writer's connection for its life (`run` executes), and `inline`,
+    which writes a queued statement's parameters as literals (pg_inline.py).
+    `Connection.execute` makes a new cursor per statement (~15 µs of CPU each, measured: 66
+    vs 51 µs per `SELECT`)."""
 
     run: psycopg.Cursor[Any]
-    mogrify: psycopg.ClientCursor[Any]
+    inline: Inline
 
     @classmethod
     def on(cls, db: psycopg.Connection[Any]) -> WriterCursors:
-        return cls(db.cursor(), psycopg.ClientCursor(db))
+        return cls(db.cursor(), Inline(db))
 
 
 @dataclass
@@ -85,7 +86,7 @@ class WriteQueue:
         self.backend.round_trips += 1
         if len(items) == 1 and items[0][1] is not None:
             return run.execute(items[0][0], items[0][1])
-        inline = self.cursors.mogrify.mogrify
+        inline = self.cursors.inline.text
         text = "; ".join(sql if p is None else inline(sql, p) for sql, p in items)
         checking, self.checking = self.checking, False
         try:
@@ -107,7 +108,7 @@ class WriteQueue:
         every run; bound parameters cannot share a simple-protocol message.)"""
         execute = None
         if isinstance(params, Mapping) and not _has_bytes(params.values()):
-            execute = self.backend.reads.execute(self.db, sql, params, self.cursors.mogrify)
+            execute = self.backend.reads.execute(self.db, sql, params, self.cursors.inline)
         if execute is None:
             self.flush(self.db)
             self.backend.round_trips += 1
@@ -137,7 +138,7 @@ class PreparedReads:
         db: psycopg.Connection[Any],
         sql: str,
         params: Mapping[str, Any],
-        mogrify: psycopg.ClientCursor[Any],
+        inline: Inline,
     ) -> str | None:
         """`EXECUTE …` of `sql` with `params` (None past `MAX_PREPARED_READS` shapes)."""
         if self.db is not db:
@@ -151,10 +152,12 @@ class PreparedReads:
             self.backend.round_trips += 1
             with contextlib.suppress(psycopg.errors.DuplicatePreparedStatement):
                 db.execute(f"PREPARE {name} AS {text}")
-            marks = f"({', '.join(['%s'] * len(names))})" if names else ""
-            self.held[sql] = held = (f"EXECUTE {name}{marks}", names)
-        template, names = held
-        return mogrify.mogrify(template, [params[n] for n in names]) if names else template
+            self.held[sql] = held = (f"EXECUTE {name}", names)
+        execute, names = held
+        if not names:
+            return execute
+        value = inline.value
+        return f"{execute}({', '.join([value(params[n]) for n in names])})"
 
 
 def _positional(sql: str) -> tuple[str, tuple[str, ...]]:

@@ -280,7 +280,7 @@ class PostgresBackend:
             return None
         if self.statement_hooks:  # the check runs the state query (the columns it needs)
             base.observe(self.statement_hooks, *state)
-        check = pg_begin.check(held[2], left, self._writer_cursors(db).mogrify)
+        check = pg_begin.check(held[2], left, self._writer_cursors(db).inline)
         tx = _Tx(db, known=(left.max_seq + 1, left.max_art + 1))
         return tx, left.marks, f"{self._lock_sql}; {check}"
 
