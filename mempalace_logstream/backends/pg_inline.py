@@ -28,7 +28,7 @@ class Inline:
         self.mogrify = psycopg.ClientCursor(db)
         conforming = db.info.parameter_status("standard_conforming_strings")
         self.plain = conforming == "on"
-        self.templates: dict[str, tuple[tuple[str, ...], tuple[Any, ...]]] = {}
+        self.templates: dict[str, tuple[str, tuple[Any, ...]]] = {}
 
     def text(self, sql: str, params: Any) -> str:
         """`sql` (psycopg's `%s` or `%(name)s` placeholders) with `params` as literals."""
@@ -36,16 +36,14 @@ class Inline:
             return self.mogrify.mogrify(sql, params)
         held = self.templates.get(sql)
         if held is None:
-            held = _split(sql)
+            parts, keys = _split(sql)
+            braced = [p.replace("{", "{{").replace("}", "}}") for p in parts]
+            held = ("{}".join(braced), keys)
             if len(self.templates) < MAX_TEMPLATES:
                 self.templates[sql] = held
-        parts, keys = held
+        form, keys = held
         value = self.value
-        out = [parts[0]]
-        for key, part in zip(keys, parts[1:], strict=True):
-            out.append(value(params[key]))
-            out.append(part)
-        return "".join(out)
+        return form.format(*[value(params[k]) for k in keys])
 
     def value(self, value: Any) -> str:
         """One parameter as a literal."""
@@ -53,12 +51,15 @@ class Inline:
         if kind is str:
             text: str = value
             if "\x00" not in text and self.plain:  # NUL: psycopg's error
-                return "'" + text.replace("'", "''") + "'"
+                return f"'{text.replace(_QUOTE, _QUOTES)}'"
         elif kind is int:
             return str(value)
         elif value is None:
             return "NULL"
         return self.mogrify.mogrify("%s", (value,))
+
+
+_QUOTE, _QUOTES = "'", "''"
 
 
 def _split(sql: str) -> tuple[tuple[str, ...], tuple[Any, ...]]:
