@@ -102,8 +102,18 @@ def test_postgres_an_append_after_another_writer_commits_runs_again_in_commit_or
     commit: nothing of that message is written (its INSERT, its idempotency key), the append
     runs again reading the state, and seq stays commit order; waiters are woken by its
     NOTIFY. The check fails at the first message whichever it is: the COMMIT's (a plain
-    append), a read's (a directed message's loop guard), a group commit's first item's."""
+    append), a read's (an idempotency key's, a directed message's loop guard), a group
+    commit's first item's. After a failed one, appends read the state until one finds that
+    nobody else committed since (writers that take turns pay no failed message each)."""
     with LogStore.open(pg_url) as a, LogStore.open(pg_url) as b:
+
+        def alone_again(body: str) -> None:
+            """Two appends of `a` alone: the first reads the state and finds it unmoved."""
+            before = _trips(a)
+            add(a, body=body)
+            add(a, body=body)
+            assert _trips(a) - before == 2 + 1  # BEGIN with the state; then one message
+
         add(a, body="a1")
         add(b, body="b1")
         listener = a.engine.raw_connection()
@@ -118,29 +128,33 @@ def test_postgres_an_append_after_another_writer_commits_runs_again_in_commit_or
         assert len(list(listening.notifies(timeout=10, stop_after=1))) == 1  # woken
         listener.close()
         add(b, body="b2")
-        keyed = add(a, body="a3", idempotency_key="k")  # fails with its key's read
-        assert keyed.seq == 5
-        assert add(a, body="a3", idempotency_key="k") == keyed  # one row under its key
-        add(a, to_agent="c", body="warm")  # the loop guard's read, prepared
+        before = _trips(a)
+        assert add(a, body="a3").seq == 5  # after a failed check: the state is read
+        assert _trips(a) - before == 2
+        alone_again("x")
         add(b, body="b3")
-        directed = add(a, to_agent="c", body="a4")  # its check fails with its read
-        assert directed.seq == 8
+        keyed = add(a, body="a4", idempotency_key="k")  # fails with its key's read
+        assert keyed.seq == 9
+        alone_again("y")
+        assert add(a, body="a4", idempotency_key="k") == keyed  # one row under its key
+        add(a, to_agent="c", body="warm")  # the loop guard's read, prepared
         add(b, body="b4")
+        directed = add(a, to_agent="c", body="a5")  # its check fails with its read
+        assert directed.seq == 14
+        alone_again("z")
+        add(b, body="b5")
         calls = [lambda i=i: add(a, to_agent="c", body=f"g{i}") for i in range(3)]
         commits = a.pipeline.commits
         grouped = batched(a, calls)
         assert not any(isinstance(r, BaseException) for r in grouped), grouped
         assert a.pipeline.commits - commits == 1
-        assert sorted(e.seq for e in grouped) == [10, 11, 12]
+        assert sorted(e.seq for e in grouped) == [18, 19, 20]
         waited = b.event_wait(since_event_id=directed.id, timeout_ms=10_000)
-        assert [e.body for e in waited.events][:1] == ["b4"]
+        assert [e.body for e in waited.events][:3] == ["z", "z", "b5"]
         listed = b.event_list(order="asc").events
-        assert [e.seq for e in listed] == list(range(1, 13))
-        bodies = ["a1", "b1", "a2", "b2", "a3", "warm", "b3", "a4", "b4"]
-        assert [e.body for e in listed][:9] == bodies
-        before = _trips(a)
-        add(a, body="alone again")  # nobody else committed since: one round trip
-        assert _trips(a) - before == 1
+        assert [e.seq for e in listed] == list(range(1, 21))
+        bodies = ["a1", "b1", "a2", "b2", "a3", "x", "x", "b3", "a4", "y", "y", "warm", "b4"]
+        assert [e.body for e in listed][:13] == bodies
 
 
 @pytest.mark.pg

@@ -77,6 +77,20 @@ def check(name: str, left: Left, inline: Inline) -> str:
     return inline.text(f"EXECUTE {name}_check(%s, %s, %s, %s)", values)
 
 
+def unmoved(left: Left, row: Any) -> bool:
+    """The starting state `row` is the one `left` (by our last commit): nobody else
+    committed since. After an optimistic begin that failed, the next one waits until this
+    holds, so writers of several processes that take turns do not each pay a failed
+    message and its rollback."""
+    if row is None:
+        return False
+    return ((row[0] or 0), (row[1] or 0), (row[4], row[5])) == (
+        left.max_seq,
+        left.max_art,
+        left.marks,
+    )
+
+
 def server_spoke(db: psycopg.Connection[Any]) -> bool:
     """The server sent something since our last statement's answer: on the writer's
     connection (no LISTEN) that is the error of a connection it ended (`pg_terminate_backend`,

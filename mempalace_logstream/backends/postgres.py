@@ -53,11 +53,8 @@ _BTREE_SQL = (
     "AND t.relname = ANY(:tables)"
 )
 _TABLES = ("events", "artifacts", "artifact_blobs", "event_artifacts", "logstream_meta")
-_SIZE_SQL = (
-    "SELECT sum(pg_total_relation_size(c)) FROM unnest(ARRAY["
-    + ", ".join(f"'{t}'::regclass" for t in _TABLES)
-    + "]) c"
-)
+_REGCLASSES = ", ".join(f"'{t}'::regclass" for t in _TABLES)
+_SIZE_SQL = f"SELECT sum(pg_total_relation_size(c)) FROM unnest(ARRAY[{_REGCLASSES}]) c"
 
 
 class PostgresBackend:
@@ -78,18 +75,18 @@ class PostgresBackend:
         # Idle reader connections, the most recently used last (`reading`).
         self._readers: list[Reader] = []
         self._closed = False
-        # The starting-state query, prepared on the writer's connection without parameters
-        # (one plan, made once): (the connection, the query's key, the prepared name).
+        # The starting-state query (and its check) prepared on the writer's connection:
+        # (the connection, the query's key, the prepared name). Reads: `reads`.
         self._prepared: tuple[Any, Any, str] | None = None
         self._prepared_name = f"logstream_state_{secrets.token_hex(4)}"
         self.reads = PreparedReads(self, "logstream_read")
         # The writes of the open write transaction not sent yet (None outside of one).
         self._queue: WriteQueue | None = None
-        # What this backend's last write transaction left (None after a failed one): the
-        # next one may begin optimistically (`transaction`).
+        # What our last write transaction left (None after a failed one): the next may begin
+        # optimistically (pg_begin.py), unless `_alone` is off (`pg_begin.unmoved`).
         self._left: pg_begin.Left | None = None
-        # Round trips to the server on the writer's connection (read by tests and benches:
-        # a plain append costs two).
+        self._alone = True
+        # Round trips on the writer's connection (read by tests and benches).
         self.round_trips = 0
 
     def sql_dialect(self) -> sa.Dialect:
@@ -225,11 +222,13 @@ class PostgresBackend:
         A connection lost later is never retried here: its COMMIT may have happened. (A
         server that ended the connection said so on its socket: the begin is not optimistic
         then.)"""
-        begun = self._optimistic(state)
+        begun = self._optimistic(state) if self._alone else None
         if begun is None:
             db, row = self._begin(state)
             tx, first = _Tx(db, state_row=row), None
             marks = (row[4], row[5]) if row is not None else None
+            if self._left is not None:  # else nothing to compare (kept as it was)
+                self._alone = pg_begin.unmoved(self._left, row)
         else:
             tx, marks, first = begun
             db = tx.db
@@ -252,6 +251,8 @@ class PostgresBackend:
             # a command in progress: drop the connection. Else (an error, or the optimistic
             # begin's `StateMoved`) roll back and keep it.
             kept = isinstance(exc, (Exception, base.StateMoved))
+            if isinstance(exc, base.StateMoved):  # read the state until nobody else wrote
+                self._alone = False
             if not kept or isinstance(exc, psycopg.OperationalError) or db.broken:
                 self._drop_writer()
             elif db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
@@ -344,7 +345,6 @@ class PostgresBackend:
         return cur.fetchone()
 
     def _prepare(self, db: psycopg.Connection[Any], state: base.Statement) -> str:
-        """The prepared name of `state` on `db` (its optimistic check's: `name`_check)."""
         key = pg_begin.state_key(state)
         held = self._prepared
         if held is None or held[0] is not db or held[1] != key:
