@@ -120,3 +120,24 @@ def test_a_cursor_is_looked_up_again_after_a_commit_and_stays_exact(tmp_path: Pa
         for _ in range(2):
             with pytest.raises(errors.NotFoundError):
                 store.event_list(since_event_id="evt_missing")
+
+
+def test_a_page_statement_is_remembered_per_request_and_only_for_it(tmp_path: Path) -> None:
+    """`Reads._page_statement` keeps a request's page statement (text and parameters but the
+    bounds) by the request object: a repeated read compiles nothing, and another request, even
+    one made after the first was dropped (its id free again), reads its own page."""
+    with LogStore.open(str(tmp_path / "log.sqlite3")) as store:
+        a = store.event_append(**NOTE, body="a", correlation_id="c1")
+        b = store.event_append(**NOTE, body="b", correlation_id="c2")
+        assert [e.id for e in store.event_list(correlation_id="c1").events] == [a.id]
+        compiled = dict(store.pipeline.sql.cache)  # type: ignore[attr-defined]
+        assert [e.id for e in store.event_list(correlation_id="c1").events] == [a.id]
+        assert store.pipeline.sql.cache == compiled  # type: ignore[attr-defined]
+        for i in range(300):  # past the memory's bound, each request made and dropped
+            cid, want = (("c1", a.id), ("c2", b.id))[i % 2]
+            req = store.read_request(correlation_id=[cid])  # a list: not remembered
+            assert [e.id for e in store.read(req).events] == [want]
+            del req
+        req = store.read_request(correlation_id="c1", order="asc")
+        assert [e.id for e in store.read(req).events] == [a.id]
+        assert len(store.reads._pages) <= 256  # type: ignore[attr-defined]

@@ -39,13 +39,16 @@ def storage_message(orig: BaseException | None) -> str:
     return f"database error: {text}"
 
 
-def fetch_all(db: sqlite3.Connection, sql: str, params: Any) -> list[Any]:
-    """`db.execute(sql, params).fetchall()`, except that text which is not UTF-8 (written
+def fetch_all(
+    db: sqlite3.Connection, sql: str, params: Any, cur: sqlite3.Cursor | None = None
+) -> list[Any]:
+    """`db.execute(sql, params).fetchall()` (on `cur`, a cursor of `db` kept for its
+    statements, when given), except that text which is not UTF-8 (written
     behind the API) comes back as bytes instead of failing the whole statement: the row reader
     (store/plan.py `repair_row`) reads such a value with a `row_error`. The lenient decoding
     runs only for a statement that met such text."""
     try:
-        return db.execute(sql, params).fetchall()
+        return (db if cur is None else cur).execute(sql, params).fetchall()
     except sqlite3.OperationalError as exc:
         if "Could not decode to UTF-8" not in str(exc):
             raise

@@ -18,13 +18,21 @@ from mempalace_logstream.backends.base import Query
 from mempalace_logstream.backends.queries import log as log_rows
 from mempalace_logstream.models import Event, Page
 from mempalace_logstream.store import marks, plan
-from mempalace_logstream.store.filters import FILTER_RULES, ReadArgs, ReadRequest, read_request
+from mempalace_logstream.store.filters import (
+    FILTER_RULES,
+    ReadArgs,
+    ReadRequest,
+    read_request,
+    request_of,
+)
 from mempalace_logstream.store.identity import Identity
 from mempalace_logstream.store.pipeline import CommitPipeline
 
 # An inbox read with up to this many to_agent values runs one index-ordered leg per value
 # (see `Reads._page_plan`); more values fall back to one IN list. Tests lower it here.
 _SPLIT_TO_AGENT_MAX = plan.SPLIT_TO_AGENT_MAX
+# Page statements a store remembers, by request (`Reads._page_statement`).
+_PAGES_KEPT = 256
 
 
 class Reads:
@@ -48,6 +56,8 @@ class Reads:
         # A cursor's seq too: a poll repeats its cursor while nothing is committed.
         cursor = log_rows.seq_of_statement(self._sql)
         self.backend.remember_log_facts((self._tip[0], self._marks[0], cursor))
+        # The page statement of each request read lately (`_page_statement`).
+        self._pages: dict[tuple[int, str, int], tuple[ReadRequest, str, dict[str, Any]]] = {}
 
     def event_get(self, event_id: Any) -> Event:
         ident = v.required_routing("event_id", event_id)
@@ -80,7 +90,7 @@ class Reads:
         Order: explicit `order` wins; else asc with a cursor, desc without. Raises
         ValidationError, NotFoundError for an unknown cursor.
         """
-        req = read_request(**args)
+        req = request_of(args)
         with self.backend.reading() as query:
             return self._read(query, req)
 
@@ -98,14 +108,14 @@ class Reads:
             return self._read(query, req, after_seq=after_seq)
 
     def _read(self, query: Query, req: ReadRequest, after_seq: int | None = None) -> Page:
-        ex = QueryExecutor(query, self._sql)
-        page = plan.read_page(_Statements(self, query, ex), req, after_seq)
+        st = _Statements(self, query)
+        page = plan.read_page(st, req, after_seq)
         if not page.events:
             return page
-        return marks.with_events(page, self._judge_revocations(query, ex, page.events))
+        return marks.with_events(page, self._judge_revocations(query, st.ex, page.events))
 
     def _judge_revocations(
-        self, query: Query, ex: QueryExecutor, events: tuple[Event, ...]
+        self, query: Query, ex: QueryExecutor | None, events: tuple[Event, ...]
     ) -> tuple[Event, ...]:
         """Mark what reads `verified: false` although stored (RFC 0008, `Keyring.read_mark`):
         a signed event whose key was revoked at or before its HLC (stored before the
@@ -116,7 +126,11 @@ class Reads:
         events, the marked ones as marked copies."""
         row = query(*self._marks)[0]
         return marks.judge(
-            row, events, lambda: self.identity.keyring(ex, self.event_select, (row[0], row[1]))
+            row,
+            events,
+            lambda: self.identity.keyring(
+                ex or QueryExecutor(query, self._sql), self.event_select, (row[0], row[1])
+            ),
         )
 
     def _page_plan(
@@ -129,6 +143,25 @@ class Reads:
         index-ordered leg per `to_agent` value (`log_rows.page_builder`)."""
         split = self.backend.split_inbox
         return plan.page_query(req, lo, top_seq, order, split, _SPLIT_TO_AGENT_MAX)
+
+    def _page_statement(self, req: ReadRequest, order: str) -> tuple[str, dict[str, Any]]:
+        """The page statement of `req` in `order` as compiled (`_page_plan`): its SQL text and
+        its parameters but the bounds `lo` and `top`, which a read adds. Remembered per request
+        object (`read_request` gives a repeated read the same one; the entry holds it, so its
+        id names no other request meanwhile): a read then builds no plan, key or parameters
+        (issue 25)."""
+        key = (id(req), order, _SPLIT_TO_AGENT_MAX)
+        hit = self._pages.get(key)
+        if hit is not None and hit[0] is req:
+            return hit[1], hit[2]
+        plan_key, shape, params = self._page_plan(req, 0, 0, order)
+        build = log_rows.page_builder(self.event_select, FILTER_RULES, shape)
+        sql, compiled = self._sql(plan_key, build, params)
+        base = {k: v for k, v in compiled.items() if k not in ("lo", "top")}
+        if len(self._pages) >= _PAGES_KEPT:
+            self._pages.clear()
+        self._pages[key] = (req, sql, base)
+        return sql, base
 
     def event_wait(self, *, timeout_ms: Any = None, **read_args: Unpack[ReadArgs]) -> Page:
         """Return matches after the cursor at once, else block until one arrives (S-5.4).
@@ -158,15 +191,23 @@ class Reads:
 
 
 class _Statements:
-    """`plan.PageStatements` on one read snapshot of the store: its SQL compiled once."""
+    """`plan.PageStatements` on one read snapshot of the store: its SQL compiled once. The
+    executor of the statements compiled by key is made on first use (`executor`): a read
+    whose tip, page and marks are all it runs needs none."""
 
     __slots__ = ("reads", "query", "ex")
 
-    def __init__(self, reads: Reads, query: Query, ex: QueryExecutor) -> None:
-        self.reads, self.query, self.ex = reads, query, ex
+    def __init__(self, reads: Reads, query: Query) -> None:
+        self.reads, self.query = reads, query
+        self.ex: QueryExecutor | None = None
+
+    def executor(self) -> QueryExecutor:
+        if self.ex is None:
+            self.ex = QueryExecutor(self.query, self.reads._sql)
+        return self.ex
 
     def seq_of(self, ident: str, field: str) -> int:
-        seq = log_rows.seq_of(self.ex, ident)
+        seq = log_rows.seq_of(self.executor(), ident)
         if seq is None:
             raise plan.unknown_event(field, ident)
         return seq
@@ -175,11 +216,11 @@ class _Statements:
         if hi is None:  # the tip: a log fact, its statement compiled once (`Reads.__init__`)
             rows = self.query(*self.reads._tip)
             return rows[0] if rows else None
-        return log_rows.top(self.ex, hi)
+        return log_rows.top(self.executor(), hi)
 
     def id_at(self, seq: int) -> str | None:
-        return log_rows.id_at(self.ex, seq)
+        return log_rows.id_at(self.executor(), seq)
 
     def page(self, req: ReadRequest, lo: int, top_seq: int, order: str) -> Sequence[Any]:
-        key, shape, params = self.reads._page_plan(req, lo, top_seq, order)
-        return log_rows.page(self.ex, self.reads.event_select, FILTER_RULES, key, shape, params)
+        sql, params = self.reads._page_statement(req, order)
+        return self.query(sql, {**params, "lo": lo, "top": top_seq})

@@ -120,18 +120,6 @@ def top(ex: Executor, hi: int | None) -> Sequence[Any] | None:
     return rows[0] if rows else None
 
 
-def page(
-    ex: Executor,
-    select: EventSelect,
-    rules: FilterRules,
-    key: Any,
-    shape: PageShape,
-    params: Mapping[str, Any],
-) -> Sequence[Any]:
-    """The rows of a page: `key`, `shape` and `params` as `plan.page_query` gives them."""
-    return ex.rows(key, page_builder(select, rules, shape), params)
-
-
 def page_builder(select: EventSelect, rules: FilterRules, shape: PageShape) -> Build:
     """Makes the page statement of `shape`: matches in (lo, top], in seq order, `lim` rows.
 
