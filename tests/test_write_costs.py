@@ -419,3 +419,34 @@ def test_the_postgresql_backend_names_the_sparse_indexes_predicates() -> None:
         "ix_events_correlation_id_seq": "correlation_id IS NOT NULL",
         "uq_events_writer_idempotency_key": "idempotency_key IS NOT NULL",
     }
+
+
+@pytest.mark.pg
+def test_postgres_a_leader_gathers_the_callers_of_the_last_batch(pg_url: str) -> None:
+    """Concurrent writers: a leader waits (at most `gather_s`) until as many callers have
+    queued as were writing when the last batch ended, so they share one commit instead of
+    taking turns in halves. Here the last batch ended with three callers: the first append
+    waits for the other two, and the three commit together."""
+    import threading
+    import time
+
+    with LogStore.open(pg_url) as store:
+        add(store, body="first")
+        pipeline = store.pipeline
+        pipeline._callers, pipeline._gather_s = 3, 30.0  # type: ignore[attr-defined]
+        commits = pipeline.commits
+        threads = [
+            threading.Thread(target=add, args=(store,), kwargs={"body": f"t{i}"}) for i in range(3)
+        ]
+        threads[0].start()
+        deadline = time.monotonic() + 10
+        while not pipeline._gathering:  # type: ignore[attr-defined]  # the leader waits
+            assert time.monotonic() < deadline, "the first append did not gather"
+        for t in threads[1:]:
+            t.start()
+        for t in threads:
+            t.join(10)
+        assert pipeline.commits - commits == 1
+        listed = store.event_list(order="asc").events
+        assert sorted(e.body for e in listed) == ["first", "t0", "t1", "t2"]
+        assert [e.seq for e in listed] == [1, 2, 3, 4]

@@ -61,6 +61,7 @@ class PostgresBackend:
     name = "postgresql"
     driver_errors: tuple[type[BaseException], ...] = (psycopg.Error,)
     split_inbox = False  # an IN list is read in index order by a merge of index scans
+    gather_s = 0.0005  # a leader waits this long at most for a batch's callers (pipeline)
     rows_json_sql: str | None = None
 
     def __init__(self, engine: sa.Engine) -> None:
