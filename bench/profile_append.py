@@ -1,6 +1,7 @@
 """Where one `LogStore.event_append` spends its time, layer by layer (issue 25).
 
     python bench/profile_append.py [--db URL] [--durability full|normal|off] [--appends 3000]
+                                   [--pause-us 0] [--threads 8]
 
 A plain append (the store bench's 100-byte broadcast, no correlation id) on a fresh log: a
 fresh SQLite file by default, or `--db` (a PostgreSQL URL: give a schema of its own in its
@@ -13,7 +14,8 @@ layer, measured by wrapping the layer's function (each wrapper adds well under a
   id+HLC           `Transaction._new_event` (the event id, the HLC tick, the time stamp)
   identity         `Local._sealed` (names against the keyring, the signer, the verdict)
   guards           `store.guards.check_local` (inside the task projection)
-  proj:*           each registered projection's `apply` (tasks includes the guards)
+  proj:*           each registered projection's `apply` (tasks includes the guards); one
+                   whose `local_types` leave the row's type out is not called (no line)
   SQL: begin       entering `backend.transaction`: BEGIN (+ SQLite's `PRAGMA data_version`;
                    PostgreSQL: the lock and the state query)
   SQL: insert      the executor's `insert_events` (PostgreSQL queues the row for the COMMIT)
@@ -21,6 +23,12 @@ layer, measured by wrapping the layer's function (each wrapper adds well under a
                    the queued writes, the NOTIFY and the COMMIT in one message)
   wake signal      `Notifier.bump` (waiters in this process)
   rest             the pipeline (group commit, the transaction's state), the write path's glue
+
+`--pause-us N` sleeps N µs after each timed append (not counted: thread CPU): a FULL commit's
+fsync puts the thread to sleep the same way, and the next append runs on cold caches, which
+costs more the more code an append runs; without the disk's noise. `--threads N` then prints
+the process CPU per append and the appends per commit of N threads appending at once on one
+store (the group commit).
 
 Never a test; the figures are in docs/benchmarks.md ("Write path: where the time goes").
 """
@@ -89,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--db", default=None, help="a database URL (default: a fresh SQLite file)")
     p.add_argument("--durability", default="full", choices=("full", "normal", "off"))
     p.add_argument("--appends", type=int, default=3000)
+    p.add_argument("--pause-us", type=int, default=0, help="sleep after each timed append")
+    p.add_argument("--threads", type=int, default=0, help="also time N threads appending")
     args = p.parse_args(argv)
 
     from mempalace_logstream.store import (
@@ -144,21 +154,58 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(100):
             store.event_append(**ROW)
         acc.clear()
+        pause = args.pause_us / 1e6
         c0, t0 = time.thread_time_ns(), time.perf_counter()
         for _ in range(n):
             store.event_append(**ROW)
+            if pause:
+                time.sleep(pause)
         total = (time.thread_time_ns() - c0) / n / 1000
-        wall = (time.perf_counter() - t0) / n * 1e6
+        wall = (time.perf_counter() - t0) / n * 1e6 - args.pause_us
         load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-        print(f"  {n} appends: {total:.1f} µs CPU, {wall:.1f} µs wall per append (load {load})")
+        after = f", {args.pause_us} µs pause after each" if pause else ""
+        print(
+            f"  {n} appends{after}: {total:.1f} µs CPU, {wall:.1f} µs wall per append (load {load})"
+        )
         nested = {"guards"}  # inside proj:tasks
         for label, ns in sorted(acc.items()):
             print(f"    {label:26s} {ns / n / 1000:7.1f} µs")
         rest = total - sum(ns for label, ns in acc.items() if label not in nested) / n / 1000
         print(f"    {'rest (pipeline, glue)':26s} {rest:7.1f} µs")
+        if args.threads:
+            _threads(store, args.threads, n)
     finally:
         store.close()
     return 0
+
+
+def _threads(store: Any, threads: int, n: int) -> None:
+    """Process CPU per append and appends per commit of `threads` threads appending at once."""
+    import threading
+
+    per = max(1, n // threads)
+    gate = threading.Barrier(threads + 1)
+
+    def work() -> None:
+        gate.wait()
+        for _ in range(per):
+            store.event_append(**ROW)
+
+    pool = [threading.Thread(target=work) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    commits, c0 = store.commits, time.process_time()
+    gate.wait()
+    t0 = time.perf_counter()
+    for t in pool:
+        t.join()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    total = per * threads
+    print(
+        f"  {threads} threads x {per} appends: {total / wall:,.0f} appends/s, "
+        f"{cpu / total * 1e6:.1f} µs process CPU per append, "
+        f"{total / (store.commits - commits):.1f} appends per commit"
+    )
 
 
 if __name__ == "__main__":

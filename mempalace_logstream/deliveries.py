@@ -26,7 +26,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mempalace_logstream import errors
 from mempalace_logstream.backends.queries import ledger as sql
@@ -55,7 +55,6 @@ PATHS = ("watch", "channel", "codex", "monitor", "sse", "hook")
 PUSH_PATHS = frozenset(PATHS) - {"hook"}
 DELIVERY_HEADER = "X-Logstream-Delivery"
 OBSERVER = "none"  # a read that delivers to nobody (the dashboard, `X-Logstream-Delivery: none`)
-READS = frozenset({"event_list", "event_wait", "event_get"})
 WAKEABLE = ("yes", "unverified", "no")
 MAX_PAGES = 4_096  # pages remembered as sorted out (per agent and column)
 MAX_QUEUED = 100_000  # pages and acks kept for the next flush when one fails
@@ -93,8 +92,7 @@ def check_path(raw: str | None) -> str | None:
     return raw
 
 
-@dataclass(frozen=True)
-class PageMark:
+class PageMark(NamedTuple):  # not a dataclass: nothing generated at import (issue 25)
     """The marks of one read (or push) of a page: one statement at the next flush."""
 
     column: str  # pushed_at or seen_at
@@ -126,8 +124,12 @@ class Ledger:
         clock: Callable[[], int] = _wall_ms,
         registry: Registry | None = None,
         window_s: int = DEFAULT_WAKEABLE_WINDOW_S,
+        background: bool = True,
     ) -> None:
         self.store, self.flush_s, self.clock = store, flush_s, clock
+        # False: no flusher thread, the marks are written by `close` (or `flush`) only: a
+        # process that makes one call and exits (the lean writer) starts no thread for them.
+        self.background = background
         self.registry, self.window_s = registry, window_s
         self._lock = threading.Lock()  # the read path's: the raw marks and the agents' lives
         # The flusher's (or a close's) sorting and writing: never held by a read.
@@ -227,7 +229,7 @@ class Ledger:
 
     # ------------------------------------------------------------------ flushing
     def _started(self) -> None:
-        if self._thread is None and not self._stop.is_set():
+        if self.background and self._thread is None and not self._stop.is_set():
             with self._lock:
                 if self._thread is None:
                     self._thread = threading.Thread(

@@ -6,14 +6,22 @@ of life, an ack an ack, a write a sign of life), the sender's warning, and the f
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
 
-from mempalace_logstream import deliveries as d
+from mempalace_logstream import lazy
 from mempalace_logstream.identity import actor
 
+LEDGER_MODULE = "mempalace_logstream.deliveries"
 if TYPE_CHECKING:
+    from mempalace_logstream import deliveries as d
     from mempalace_logstream.presence import Registry
     from mempalace_logstream.store import LogStore
+else:  # loaded by `deliveries.enable`: a process that records no delivery never loads it
+    d = lazy.module(LEDGER_MODULE)
+
+# The reads the ledger marks (a push through a delivery path, else a sight).
+READS = frozenset({"event_list", "event_wait", "event_get"})
 
 
 # Who reads: in identity/actor.py, where the CLI's lean read (cli/shared.py) asks it without
@@ -23,10 +31,12 @@ reader = actor.reader
 
 def after_call(store: LogStore, name: str, args: dict[str, Any], result: dict[str, Any]) -> None:
     """What operation `name` marks once it returned `result` (the surfaces' common hook)."""
+    if LEDGER_MODULE not in sys.modules:
+        return  # no ledger records in this process (`deliveries.enable` loads the module)
     ledger = d.of(store)
     if ledger is None or d.current_path() == d.OBSERVER:
         return
-    if name in d.READS:
+    if name in READS:
         agent = reader(args)
         if agent is None:
             return
@@ -52,6 +62,13 @@ def after_call(store: LogStore, name: str, args: dict[str, Any], result: dict[st
 
 
 WARNED = ("event_append", "task_create")
+
+
+def records(name: str) -> bool:
+    """Whether operation `name` leaves a mark the ledger writes to its table: a read's push or
+    sight, an ack. A write's sign of life is kept in memory only (`wakeable`, the warning),
+    so a process that makes one call and exits records nothing of it (the lean writer)."""
+    return name in READS or name == "event_ack"
 
 
 def _warn(ledger: d.Ledger, to: Any, result: dict[str, Any]) -> None:

@@ -9,8 +9,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 MAX_COUNTER = 0xFFFFFF
 MAX_FUTURE_DRIFT_MS = 60_000
@@ -26,8 +25,9 @@ class SystemClock:
         return time.time_ns() // 1_000_000
 
 
-@dataclass(frozen=True, order=True)
-class Stamp:
+# A NamedTuple, not a dataclass: ordered as (wall_ms, counter, replica_id) without the six
+# methods a dataclass generates at import (issue 25).
+class Stamp(NamedTuple):
     wall_ms: int
     counter: int
     replica_id: str

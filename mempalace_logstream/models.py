@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Required, TypedDict
+from typing import Any, NamedTuple, Required, TypedDict
 
 from mempalace_logstream.payload import (
     TOMBSTONE_PREFIX,
@@ -39,8 +39,7 @@ VERIFIED_REASON = "verified_reason"
 ROW_ERROR = "row_error"
 
 
-@dataclass(frozen=True)
-class FieldSpec:
+class FieldSpec(NamedTuple):  # not a dataclass: nothing generated at import (issue 25)
     """One field of an event, declared once on `Event` (RFC 0006 "One event spec"): the schema's
     columns, the content fields, the sync rows, the signed fields, `to_dict`, the draft (the
     fields a writer gives, `draft_event`, the append operation's parameters) and the checks of

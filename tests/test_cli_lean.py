@@ -18,7 +18,7 @@ from typing import Any
 import click
 import typer.main
 
-from mempalace_logstream import LogStore
+from mempalace_logstream import LogStore, deliveries
 from mempalace_logstream.cli import root
 from tests.conftest import REPO
 from tests.hubkit import live_hub
@@ -238,3 +238,55 @@ def test_local_writes_run_before_typer_without_sqlalchemy_or_pydantic(tmp_path: 
     with LogStore.open(db) as store:
         assert store.event_get(appended).body == "hi"
         assert store.task_status(task_id)["task"]["state"] == "ready"
+
+
+# What a plain local append (a note, no task, a log without keys) leaves unloaded (issue 25):
+# signing and keys, the task thread's fold and its caches, the readers and their filters, the
+# reminder plan, the delivery ledger (a write's sign of life is memory only), URL parsing.
+APPEND_SKIPS = (
+    "mempalace_logstream.identity.keys",
+    "mempalace_logstream.identity.signing",
+    "mempalace_logstream.identity.canonical",
+    "mempalace_logstream.tasks.thread",
+    "mempalace_logstream.tasks.reminders",
+    "mempalace_logstream.store.task_cache",
+    "mempalace_logstream.store.task_reads",
+    "mempalace_logstream.store.reads",
+    "mempalace_logstream.store.filters",
+    "mempalace_logstream.store.lean",
+    "mempalace_logstream.deliveries",
+    "mempalace_logstream.backends.queries.ledger",
+    "urllib.parse",
+    "ipaddress",
+)
+
+
+def test_a_plain_local_append_loads_only_what_it_uses(tmp_path: Path) -> None:
+    """A note appended to a local log without keys through the lean writer loads none of
+    APPEND_SKIPS; an ack loads the delivery ledger, which writes its mark before the exit."""
+    db = str(tmp_path / "log.sqlite3")
+    with LogStore.open(db) as store:
+        seed = store.event_append(type="note", stream="s", room="r", from_agent="al")
+    where = ("--json", "--db", db)
+    note = ("append", "--type", "note", "--stream", "s", "--room", "r", "--from-agent", "al")
+    done, out = console(tmp_path, *note, "--body", "hi", *where)
+    assert json.loads(out)["event"]["body"] == "hi"
+    assert "mempalace_logstream.store.lean_write" in done["modules"]
+    assert sorted(set(APPEND_SKIPS) & set(done["modules"])) == []
+    done, out = console(tmp_path, "ack", seed.id, "--from-agent", "bob", *where)
+    assert "mempalace_logstream.deliveries" in done["modules"]
+    with LogStore.open(db) as store:
+        marks = deliveries.status_of(store, seed.id)["recipients"]
+    assert [(m["recipient"], m["acked_at"] is not None) for m in marks] == [("bob", True)]
+
+
+def test_the_file_uri_quoting_is_urllib_s() -> None:
+    """`sqlite_file.quote` (urllib.parse left unloaded for a plain path) quotes as
+    `urllib.parse.quote` does, whatever the path holds."""
+    from urllib.parse import quote
+
+    from mempalace_logstream.backends import sqlite_file
+
+    paths = ["/tmp/log.sqlite3", "/a b/c", "/ü/ñ.db", "/x?y#z", "/50%/l", "C:\\x", "", "~/.l-_.db"]
+    for path in paths:
+        assert sqlite_file.quote(path) == quote(path), path

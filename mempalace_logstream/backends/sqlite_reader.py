@@ -16,7 +16,6 @@ import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
-from urllib.parse import quote
 
 from mempalace_logstream import errors
 from mempalace_logstream.backends import sqlite_file
@@ -39,7 +38,7 @@ def open_reader(target: str, durability: str = "full") -> SqliteReader | None:
     mode = sqlite_file.read_only_mode(path)
     sqlite_file.check_log_file(path, mode)
     if mode is None:
-        uri = f"file:{quote(path)}?mode=rw"
+        uri = f"file:{sqlite_file.quote(path)}?mode=rw"
     else:
         uri = sqlite_file.sqlite_uri(path, immutable=mode == "immutable")
     try:

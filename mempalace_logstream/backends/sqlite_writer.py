@@ -17,7 +17,6 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from mempalace_logstream import errors
@@ -53,6 +52,9 @@ class SqliteWriter(abc.ABC):
         self._busy_timeout_s = 30.0
         # (data_version, next seq, next artifact seq) after the writer's last commit.
         self._counters: tuple[int, int, int] | None = None
+        # The executor of the writes without bulk work (`executor`): it holds no state of a
+        # transaction, so one serves every transaction on the same connection.
+        self._executor: SqliteExecutor | None = None
 
     @abc.abstractmethod
     def _writer(self) -> sqlite3.Connection:
@@ -62,26 +64,28 @@ class SqliteWriter(abc.ABC):
         # Freed pages are zeroed, so the removed bytes do not linger in the file.
         return "PRAGMA secure_delete = ON"
 
-    def _begin(self, db: sqlite3.Connection) -> None:
-        """BEGIN IMMEDIATE. SQLite already waits up to busy_timeout for the lock; a SQLITE_BUSY
-        returned early (WAL recovery by another connection, for one) is retried until the
-        same deadline, so callers only ever see "database busy" once it has really passed."""
+    def _begin(self, db: sqlite3.Connection, failed: sqlite3.OperationalError) -> None:
+        """BEGIN IMMEDIATE again after it `failed` (the transaction tries it once inline).
+        SQLite already waits up to busy_timeout for the lock; a SQLITE_BUSY returned early (WAL
+        recovery by another connection, for one) is retried until the same deadline, so
+        callers only ever see "database busy" once it has really passed."""
         deadline: float | None = None  # set at the first early SQLITE_BUSY (rare)
         delay = 0.001
         while True:
+            if "locked" not in str(failed) and "busy" not in str(failed):
+                raise failed
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + self._busy_timeout_s
+            if now + delay >= deadline:
+                raise failed
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
             try:
                 db.execute("BEGIN IMMEDIATE")
                 return
             except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) and "busy" not in str(exc):
-                    raise
-                now = time.monotonic()
-                if deadline is None:
-                    deadline = now + self._busy_timeout_s
-                if now + delay >= deadline:
-                    raise
-            time.sleep(delay)
-            delay = min(delay * 2, 0.05)
+                failed = exc
 
     def transaction(self, state: base.Statement | None = None) -> _Transaction:
         """BEGIN IMMEDIATE … COMMIT (ROLLBACK if the block raises).
@@ -93,16 +97,9 @@ class SqliteWriter(abc.ABC):
         """
         return _Transaction(self, state)
 
-    @contextlib.contextmanager
-    def savepoint(self, db: sqlite3.Connection) -> Iterator[None]:
-        db.execute("SAVEPOINT logstream_item")
-        try:
-            yield
-        except Exception:
-            db.execute("ROLLBACK TO logstream_item")
-            db.execute("RELEASE logstream_item")
-            raise
-        db.execute("RELEASE logstream_item")
+    def savepoint(self, db: sqlite3.Connection) -> _Savepoint:
+        """SAVEPOINT … RELEASE (ROLLBACK TO and RELEASE if the block raises an Exception)."""
+        return _Savepoint(db)
 
     def query(self, db: sqlite3.Connection) -> base.Query:
         hooks = self.statement_hooks
@@ -120,6 +117,11 @@ class SqliteWriter(abc.ABC):
         compile: base.Compile,
         on_bulk: Callable[[], Any] | None = None,
     ) -> SqliteExecutor:
+        if on_bulk is None:  # the common case: one executor per connection and compiler
+            ex = self._executor
+            if ex is None or ex.db is not db or ex.compile is not compile:
+                ex = self._executor = SqliteExecutor(db, compile, self.statement_hooks)
+            return ex
         return SqliteExecutor(db, compile, self.statement_hooks, on_bulk)
 
 
@@ -134,7 +136,10 @@ class _Transaction:
     def __enter__(self) -> _Tx:
         backend = self.backend
         db = self.db = backend._writer()
-        backend._begin(db)
+        try:
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:  # busy early (WAL recovery, …): retried
+            backend._begin(db, exc)
         try:
             version = self.version = db.execute("PRAGMA data_version").fetchone()[0]
             prev = backend._counters
@@ -166,13 +171,40 @@ class _Transaction:
             self.db.execute("ROLLBACK")
 
 
-@dataclass
+class _Savepoint:
+    """`SqliteWriter.savepoint` (a plain context manager: one per item of a shared commit)."""
+
+    __slots__ = ("db",)
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def __enter__(self) -> None:
+        self.db.execute("SAVEPOINT logstream_item")
+
+    def __exit__(self, kind: type[BaseException] | None, exc: object, tb: object) -> None:
+        if kind is None:
+            self.db.execute("RELEASE logstream_item")
+        elif issubclass(kind, Exception):  # else the whole transaction rolls back
+            self.db.execute("ROLLBACK TO logstream_item")
+            self.db.execute("RELEASE logstream_item")
+
+
 class _Tx:
-    db: sqlite3.Connection
-    known: tuple[int, int] | None
-    state_row: Sequence[Any] | None = None
-    counters: tuple[int, int] | None = None
-    appended: bool = False  # nothing to announce: other processes see data_version change
+    """One write transaction's connection and what it learned (a plain class: a dataclass
+    generates its methods at import, ~0.3 ms of every write: issue 25)."""
+
+    __slots__ = ("appended", "counters", "db", "known", "state_row")
+
+    def __init__(
+        self,
+        db: sqlite3.Connection,
+        known: tuple[int, int] | None,
+        state_row: Sequence[Any] | None = None,
+        counters: tuple[int, int] | None = None,
+    ) -> None:
+        self.db, self.known, self.state_row, self.counters = db, known, state_row, counters
+        self.appended = False  # nothing to announce: other processes see data_version change
 
 
 class SqliteExecutor(base.DbapiExecutor):
@@ -216,7 +248,9 @@ class SqliteExecutor(base.DbapiExecutor):
     def insert_events(self, rows: list[tuple[Any, ...]]) -> None:
         # Positional binding: by name costs ~5 µs more per 19-column row.
         if len(rows) == 1:  # a local append
-            self._execute(_QMARK_INSERT_EVENTS, rows[0])
+            if self.hooks:
+                base.observe(self.hooks, _QMARK_INSERT_EVENTS, rows[0])
+            self.db.execute(_QMARK_INSERT_EVENTS, rows[0])
             return
         if len(rows) < _STAGE_MIN_ROWS:
             self._executemany(_QMARK_INSERT_EVENTS, rows)

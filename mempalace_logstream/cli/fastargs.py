@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 # An option: flag -> (parameter, kind). Kinds: "str", "int" and "float" take a value, "multi" a
 # value each time it is given (a list), "on"/"off" are the two flags of a boolean.
@@ -44,8 +44,7 @@ NUMBERS = {
 }
 
 
-@dataclass(frozen=True)
-class Command:
+class Command(NamedTuple):  # not a dataclass: nothing generated at import (issue 25)
     """A command the fast path answers: its words, positional arguments, options, the
     defaults of its parameters (typer's), the typer command's parameters left to typer (not
     in `options`: given, the command line is typer's), and `run(params)` -> exit code, or
@@ -55,7 +54,7 @@ class Command:
     arguments: tuple[str, ...]
     options: Options
     run: Callable[[dict[str, Any]], int | None]
-    defaults: dict[str, Any] = field(default_factory=dict)
+    defaults: Mapping[str, Any] = MappingProxyType({})
     slow: tuple[str, ...] = ()
     hub: bool = False  # answers through --hub too (else a hub's call is the typer path's)
     optional: tuple[tuple[str, str], ...] = ()  # (argument, kind) that may follow `arguments`

@@ -15,8 +15,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 ADMIN_NAME = "admin"  # the agent name of the palace's admin key (`keys/admin.key`)
 # Where the hub's guard leaves a request's actor in its ASGI scope: the MCP endpoint's tools
@@ -24,19 +23,26 @@ ADMIN_NAME = "admin"  # the agent name of the palace's admin key (`keys/admin.ke
 ACTOR_SCOPE_KEY = "logstream.actor"
 
 
-@dataclass(frozen=True)
-class Actor:
+class _Proof(NamedTuple):
+    agent: str | None
+    admin: bool
+    anonymous: bool
+
+
+class Actor(_Proof):
     """`agent`: the agent a per-agent token or `--agent` proves; `admin`: the admin token,
     which may act for anyone (its writes are signed with the admin key); `anonymous`: a hub
-    request that presented no token where none is required (see ANONYMOUS)."""
+    request that presented no token where none is required (see ANONYMOUS). Immutable (a
+    NamedTuple, not a dataclass: nothing generated at import, ~0.4 ms of every call: issue 25)."""
 
-    agent: str | None = None
-    admin: bool = False
-    anonymous: bool = False
+    __slots__ = ()
 
-    def __post_init__(self) -> None:
-        if (self.agent is not None) + self.admin + self.anonymous != 1:
+    def __new__(
+        cls, agent: str | None = None, admin: bool = False, anonymous: bool = False
+    ) -> Actor:
+        if (agent is not None) + admin + anonymous != 1:
             raise ValueError("an Actor is an agent, the admin or anonymous")
+        return super().__new__(cls, agent, admin, anonymous)
 
     @property
     def name(self) -> str:

@@ -8,13 +8,19 @@ whether an admin key is trusted. The verdict on an event lives in `verdict.py`. 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from mempalace_logstream import hlc as hlc_mod
-from mempalace_logstream.identity import keys, signing
+from mempalace_logstream import lazy
 from mempalace_logstream.models import Event
 from mempalace_logstream.payload import parse_tombstone
+
+if TYPE_CHECKING:
+    from mempalace_logstream.identity import keys, signing
+else:  # on first use: a log whose events are not signed never loads them (issue 25)
+    keys = lazy.module("mempalace_logstream.identity.keys")
+    signing = lazy.module("mempalace_logstream.identity.signing")
 
 KEY_ADD = "identity.key_add"
 KEY_REVOKE = "identity.key_revoke"
@@ -61,8 +67,9 @@ class SignedEvent:
             return False
 
 
-@dataclass(frozen=True, kw_only=True)
-class KeyRecord:
+# The keyring's own records are NamedTuples, not dataclasses: nothing is generated at import
+# (issue 25).
+class KeyRecord(NamedTuple):
     """A key the keyring accepted: whose, which role, since and until which HLC."""
 
     key_id: str
@@ -76,8 +83,7 @@ class KeyRecord:
     revoke_reason: str | None = None
 
 
-@dataclass(frozen=True)
-class Refusal:
+class Refusal(NamedTuple):
     """A key event the keyring ignored, and why (doctor lists these)."""
 
     event_id: str
@@ -300,8 +306,8 @@ class Keyring:
                 self._refuse(item, "bad_replaces", f"{replaces} is not a key of {agent}")
                 return
             if old.revoked_hlc is None:
-                self._records[replaces] = replace(
-                    old, revoked_hlc=event.hlc, revoked_by=event.id, revoke_reason="rotated"
+                self._records[replaces] = old._replace(
+                    revoked_hlc=event.hlc, revoked_by=event.id, revoke_reason="rotated"
                 )
         self._records[new_id] = KeyRecord(
             key_id=new_id,
@@ -320,8 +326,8 @@ class Keyring:
             self._refuse(item, "bad_revoke", f"{target} is not a key of {facts['agent']}")
             return
         if old.revoked_hlc is None:  # the earliest revocation (in HLC order) stands
-            self._records[target] = replace(
-                old, revoked_hlc=event.hlc, revoked_by=event.id, revoke_reason=facts["reason"]
+            self._records[target] = old._replace(
+                revoked_hlc=event.hlc, revoked_by=event.id, revoke_reason=facts["reason"]
             )
 
 

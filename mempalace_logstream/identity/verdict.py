@@ -8,11 +8,10 @@ verdict. No SQL, no surfaces.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from mempalace_logstream import hlc as hlc_mod
-from mempalace_logstream.identity import keys, signing
+from mempalace_logstream import lazy
 from mempalace_logstream.identity.keyring import (
     KEY_ADD,
     KEY_EVENT_TYPES,
@@ -22,6 +21,12 @@ from mempalace_logstream.identity.keyring import (
     SignedEvent,
 )
 from mempalace_logstream.models import Event
+
+if TYPE_CHECKING:
+    from mempalace_logstream.identity import keys, signing
+else:  # on first use: a log whose events are not signed never loads them (issue 25)
+    keys = lazy.module("mempalace_logstream.identity.keys")
+    signing = lazy.module("mempalace_logstream.identity.signing")
 
 Code = Literal[
     "ok",
@@ -36,8 +41,7 @@ Code = Literal[
 ]
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(NamedTuple):  # not a dataclass: nothing generated at import (issue 25)
     """`verified` is what reads show; `code` and `reason` say why; `signer` is the verified
     writer (the agent whose key signed, or the admin key's name) for the rules to use."""
 

@@ -19,7 +19,7 @@ sees every path.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING, Protocol
@@ -30,13 +30,16 @@ from mempalace_logstream.backends.queries import appends as sql
 from mempalace_logstream.identity.keyring import KEY_EVENT_TYPES
 from mempalace_logstream.models import Event
 from mempalace_logstream.store.identity import check_names
-from mempalace_logstream.store.projections import Refusal
+from mempalace_logstream.store.projections import Projection, Refusal
 
 if TYPE_CHECKING:
     from mempalace_logstream.store.writes import Transaction
 
 # An event's column values in `EVENT_COL_NAMES` order (one C call, no dict per row).
 _columns = attrgetter(*EVENT_COL_NAMES)
+_type = attrgetter("type")
+_artifact_ids = attrgetter("artifact_ids")
+_KEY_TYPES = frozenset(KEY_EVENT_TYPES)
 
 
 class Origin(Protocol):
@@ -62,44 +65,66 @@ class Appended:
 
 
 def append(tx: Transaction, events: Sequence[Event], origin: Origin) -> Appended:
-    """Admit, number, insert and project `events` in `tx` (see the module's docstring)."""
+    """Admit, number, insert and project `events` in `tx` (see the module's docstring).
+    (Written for a local append of one event, the common case: no comprehension, no call
+    that finds nothing to do.)"""
     admitted = origin.admit(tx, events)
     if not admitted:
         return Appended()
-    stored = _numbered(tx, admitted, origin.keeps_seq)
+    st = tx.state
+    if origin.keeps_seq:
+        stored = _numbered(tx, admitted)
+    else:  # the next seqs of the log (a local event was minted with its own already)
+        stored, seq = admitted, st.next_seq
+        for i, event in enumerate(admitted):
+            if event.seq != seq + i:
+                stored = [
+                    e if e.seq == seq + n else e.with_seq(seq + n) for n, e in enumerate(admitted)
+                ]
+                break
+        st.next_seq = seq + len(stored)
     key = origin.idempotency_key
-    tx.ex.insert_events([(*_columns(e), key(e)) for e in stored])
-    links = [
-        {"event_id": e.id, "artifact_id": a, "position": i}
-        for e in stored
-        if e.artifact_ids
-        for i, a in enumerate(e.artifact_ids)
-    ]
-    if links:
+    if len(stored) == 1:
+        tx.ex.insert_events([(*_columns(stored[0]), key(stored[0]))])
+    else:
+        tx.ex.insert_events([(*_columns(e), key(e)) for e in stored])
+    if any(map(_artifact_ids, stored)):
+        links = [
+            {"event_id": e.id, "artifact_id": a, "position": i}
+            for e in stored
+            if e.artifact_ids
+            for i, a in enumerate(e.artifact_ids)
+        ]
         sql.insert_links(tx.ex, links)
-    tx.state.appended.extend(stored)
-    if any([e.type in KEY_EVENT_TYPES for e in stored]):  # from any origin
+    st.appended.extend(stored)
+    if not _KEY_TYPES.isdisjoint(map(_type, stored)):  # from any origin
         tx.store.identity.moved()  # the keyring changes with them
     out = Appended(stored)
-    for projection in tx.store.projections:
-        out.refused += projection.apply(tx, stored, origin.name)
+    projections = tx.store.projections
+    if len(stored) == 1 and origin.name == "local":
+        acting: Iterable[Projection] = projections.acting_on_local(stored[0].type)
+    else:
+        acting = projections
+    for projection in acting:
+        refused = projection.apply(tx, stored, origin.name)
+        if refused:
+            out.refused += refused
     return out
 
 
-def _numbered(tx: Transaction, events: list[Event], keeps_seq: bool) -> list[Event]:
-    """The events with their seq: the next ones of the log, or (`keeps_seq`) their own, which
-    must go up from the next one."""
+def _numbered(tx: Transaction, events: list[Event]) -> list[Event]:
+    """The events with their own seq, which must go up from the log's next one."""
     st = tx.state
     out: list[Event] = []
     for event in events:
-        seq = event.seq if keeps_seq else st.next_seq
+        seq = event.seq
         if seq < st.next_seq:
             raise errors.ConflictError(
                 f"event {event.id} brings seq {seq} but the log already holds seq "
                 f"{st.next_seq - 1}; import only into a log that holds a prefix of the source",
                 field="db",
             )
-        out.append(event if event.seq == seq else event.with_seq(seq))
+        out.append(event)
         st.next_seq = seq + 1
     return out
 
@@ -145,6 +170,8 @@ class Local:
         self.key = key
 
     def admit(self, tx: Transaction, events: Sequence[Event]) -> list[Event]:
+        if len(events) == 1:
+            return [self._sealed(tx, events[0])]
         return [self._sealed(tx, event) for event in events]
 
     def _sealed(self, tx: Transaction, event: Event) -> Event:

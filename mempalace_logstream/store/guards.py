@@ -41,6 +41,9 @@ FIRST_PAGE, MAX_PAGE = 16, 1024
 
 def check_local(tx: Transaction, event: Event) -> None:
     """Refuse `event` (BudgetExhausted, nothing written) when it would pass a loop guard."""
+    peer = event.to_agent
+    if not event.correlation_id and (peer is None or peer == "*" or peer == event.from_agent):
+        return  # no thread and no other agent addressed: no budget could count it
     settings = tx.store.task_settings
     humans = settings.humans
     if event.from_agent == g.HUB_WRITER or g.is_person(event.from_agent, humans):
@@ -53,7 +56,6 @@ def check_local(tx: Transaction, event: Event) -> None:
         return
     if event.correlation_id:
         _check_thread(tx, event, task)
-    peer = event.to_agent
     if peer and peer != "*" and peer != event.from_agent and not g.is_person(peer, humans):
         if peer != g.HUB_WRITER:
             _check_pair(tx, event, peer, task)

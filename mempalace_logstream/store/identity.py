@@ -14,9 +14,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from mempalace_logstream import errors, names
+from mempalace_logstream import errors, lazy, names
 from mempalace_logstream.backends.queries import identity as queries
-from mempalace_logstream.identity import keys, signing
 from mempalace_logstream.identity.actor import ADMIN_NAME, Actor
 from mempalace_logstream.identity.keyring import KEY_EVENT_TYPES, KEY_REVOKE, Keyring, SignedEvent
 from mempalace_logstream.identity.verdict import Verdict, own_verdict, verdict
@@ -29,6 +28,10 @@ if TYPE_CHECKING:
 
     from mempalace_logstream.backends import Executor
     from mempalace_logstream.backends.base import Compile
+    from mempalace_logstream.identity import keys, signing
+else:  # on first use: an unsigned write to a log without keys never loads them (issue 25)
+    keys = lazy.module("mempalace_logstream.identity.keys")
+    signing = lazy.module("mempalace_logstream.identity.signing")
 
 KEYS_DIRNAME = "keys"
 KEY_SUFFIX = ".key"

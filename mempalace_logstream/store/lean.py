@@ -31,13 +31,10 @@ from mempalace_logstream.backends.sqlite_reader import SnapshotQuery, SqliteRead
 from mempalace_logstream.models import Event, Page
 from mempalace_logstream.store import marks, plan
 from mempalace_logstream.store.filters import ReadRequest, read_request
+from mempalace_logstream.store.unplanned import Unplanned as Unplanned
 
 if TYPE_CHECKING:
     from mempalace_logstream.identity.keyring import Keyring
-
-
-class Unplanned(Exception):
-    """The lean reader has no SQL for this read: read it through the store."""
 
 
 def open_lean(target: str, durability: str = "full") -> LeanReader | None:

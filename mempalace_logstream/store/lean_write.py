@@ -23,10 +23,11 @@ inside the write transaction, which rolls it back. The caller then runs the stor
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from mempalace_logstream import config, deliveries, errors, hlc, notify
+from mempalace_logstream import config, delivery_hook, errors, hlc, notify
 from mempalace_logstream import op_handlers as handlers
 from mempalace_logstream import validation as v
 from mempalace_logstream.backends import sqlite_write_sql as generated
@@ -39,12 +40,9 @@ from mempalace_logstream.models import Event, EventArgs, EventDraft
 from mempalace_logstream.store import tasks as task_rows
 from mempalace_logstream.store.identity import Identity, keys_path_for
 from mempalace_logstream.store.ids import REPLICA_ID_KEY
-from mempalace_logstream.store.lean import Unplanned
 from mempalace_logstream.store.pipeline import CommitPipeline
 from mempalace_logstream.store.projections import Projections
-from mempalace_logstream.store.reads import Reads
-from mempalace_logstream.store.task_cache import FoldCache
-from mempalace_logstream.store.task_reads import TaskReads
+from mempalace_logstream.store.unplanned import Unplanned
 from mempalace_logstream.store.writes import Transaction, Writes
 from mempalace_logstream.tasks import TaskSettings
 
@@ -55,6 +53,9 @@ if TYPE_CHECKING:
 
     from mempalace_logstream.backends.base import Executor
     from mempalace_logstream.store.core import LogStore
+    from mempalace_logstream.store.reads import Reads
+    from mempalace_logstream.store.task_cache import FoldCache
+    from mempalace_logstream.store.task_reads import TaskReads
 
 __all__ = ["LeanWriter", "Unplanned", "open_lean_writer"]
 
@@ -123,11 +124,14 @@ def _ready(backend: SqliteFileWriter) -> str | None:
 class LeanWriter:
     """`call(op, **args)`: what `operations.LocalClient(store).call(op, **args)` answers,
     for the operations of `generated.OPERATIONS`; `close()` writes the delivery ledger's
-    marks and closes the connection, as `LocalClient.close` does."""
+    marks and closes the connection, as `LocalClient.close` does. The ledger is enabled
+    before the first call that leaves a mark it writes (`delivery_hook.records`: an ack);
+    a write's sign of life is memory only, lost with a one-call process either way, so a
+    plain append never loads the ledger (issue 25)."""
 
     def __init__(self, store: LeanStore) -> None:
         self.store = store
-        deliveries.enable(store.as_log_store())
+        self.recording = False
 
     def call(self, name: str, /, **args: Any) -> dict[str, Any]:
         spec = generated.OPERATIONS.get(name)
@@ -135,10 +139,18 @@ class LeanWriter:
             raise Unplanned(f"{name}: not an operation the lean writer serves")
         table, mutating = spec
         clean = handlers.checked(name, table, args, mutating)
+        if not self.recording and delivery_hook.records(name):
+            from mempalace_logstream import deliveries
+
+            deliveries.enable(self.store.as_log_store(), background=False)  # `close` writes
+            self.recording = True
         return handlers.run(self.store.as_log_store(), name, clean)
 
     def close(self) -> None:
-        deliveries.disable(self.store.as_log_store())
+        if self.recording:
+            from mempalace_logstream import deliveries
+
+            deliveries.disable(self.store.as_log_store())
         self.store.close()
 
 
@@ -164,7 +176,6 @@ class LeanStore:
         self.backend, self.replica_id = backend, replica_id
         self.dialect = backend.name
         self.task_settings = task_settings or TaskSettings()
-        self.task_folds = FoldCache()
         self.projections = Projections()
         self.identity = Identity(keys_dir, backend.links_functions()[1])
         self.clock = hlc.HybridClock(replica_id, None)
@@ -184,8 +195,26 @@ class LeanStore:
             max_body_bytes=max_body_bytes,
             max_artifact_bytes=max_artifact_bytes,
         )
-        self.reads = Reads(self.pipeline, self.identity, self.notifier)
-        self.task_reads = TaskReads(self.reads, self.clock, self.task_settings)
+
+    # The readers and the fold cache, made on first use: an append that reads nothing back
+    # and moves no task never loads them (issue 25).
+    @functools.cached_property
+    def reads(self) -> Reads:
+        from mempalace_logstream.store.reads import Reads
+
+        return Reads(self.pipeline, self.identity, self.notifier)
+
+    @functools.cached_property
+    def task_reads(self) -> TaskReads:
+        from mempalace_logstream.store.task_reads import TaskReads
+
+        return TaskReads(self.reads, self.clock, self.task_settings)
+
+    @functools.cached_property
+    def task_folds(self) -> FoldCache:
+        from mempalace_logstream.store.task_cache import FoldCache
+
+        return FoldCache()
 
     def as_log_store(self) -> LogStore:
         """This, where the store's modules name the type they are handed (they read only

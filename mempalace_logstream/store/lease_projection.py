@@ -23,6 +23,7 @@ class LeaseProjection:
     append that holds a lease move."""
 
     name = "leases"
+    local_types = frozenset(TYPES)  # a local append of any other type moves no lease
 
     def apply(self, tx: Transaction, events: Sequence[Event], origin: str) -> list[Refusal]:
         if not any(e.type in TYPES for e in events):

@@ -12,6 +12,7 @@ import contextlib
 import functools
 import threading
 import time
+from _thread import allocate_lock as _allocate_lock
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -33,16 +34,26 @@ if TYPE_CHECKING:
 Work = Callable[[Executor, "TxState"], Any]
 
 
-@dataclass
 class Pending:
-    work: Work
-    on_bulk: Callable[[], Any] | None = None  # the rest of the work is long and frees the GIL
-    done: bool = False
-    result: Any = None
-    error: BaseException | None = None
+    """One caller's write in the queue (a plain slotted class: one is made per write)."""
+
+    __slots__ = ("work", "on_bulk", "done", "result", "error", "wake", "lead", "abandoned")
+
+    def __init__(self, work: Work, on_bulk: Callable[[], Any] | None = None) -> None:
+        self.work = work
+        self.on_bulk = on_bulk  # the rest of the work is long and frees the GIL
+        self.done = False
+        self.result: Any = None
+        self.error: BaseException | None = None
+        # The lock its caller sleeps on while another leads (held once: the caller's second
+        # acquire blocks until the leader that settles the item, or hands it the lead, lets
+        # it go). None for a caller that led at once.
+        self.wake: Any = None
+        self.lead = False  # handed the lead by the leader before it (under the queue lock)
+        self.abandoned = False  # its caller stopped waiting (interrupted): never handed the lead
 
 
-@dataclass
+@dataclass(slots=True)
 class TxState:
     next_seq: int
     next_artifact_seq: int
@@ -79,12 +90,9 @@ class CommitPipeline:
         self.commits = 0
         self._queue: list[Pending] = []
         self._queue_lock = threading.Lock()
-        # Waiters sleep on it until their item is settled or nobody leads (`write`).
-        self._settled = threading.Condition(self._queue_lock)
-        self._leading = False
-        self._sleepers = 0  # callers waiting on `_settled` (counted under its lock)
-        # Gathering a batch (`_gather`): callers in `write` now, and when the last batch ended.
-        self._inside = self._callers = 0
+        self._leading = False  # a caller leads (runs the queue); the others sleep (`write`)
+        # Gathering a batch (`_gather`): the callers writing when the last batch ended.
+        self._callers = 0
         self._arrived = threading.Condition(self._queue_lock)  # notified while gathering
         self._gathering = False
         self._gather_s: float = getattr(backend, "gather_s", 0.0)
@@ -128,52 +136,70 @@ class CommitPipeline:
         if self.closed:
             raise errors.StorageError("the store is closed")
         item = Pending(work, on_bulk)
-        settled = self._settled
-        with settled:
+        with self._queue_lock:
             self._queue.append(item)
-            self._inside += 1
             if self._gathering:
                 self._arrived.notify()
-            # A caller whose item another leader committed returns as soon as it is settled,
-            # without queueing for the commit lock behind the next transaction (a convoy
-            # that kept batches at 1-2 items when commits take round trips).
-            while self._leading and not item.done:
-                self._sleepers += 1
-                try:
-                    settled.wait()
-                finally:
-                    self._sleepers -= 1
-            lead = not item.done
-            if lead:
-                self._leading = True
+            if self._leading:
+                wake = item.wake = _allocate_lock()
+                wake.acquire()
             else:
-                self._inside -= 1
-        if lead:
+                wake = None
+                self._leading = True
+        if wake is not None:
+            # Woken once: by the leader that settled the item (it returns at once, without
+            # queueing for the commit lock behind the next transaction: a convoy that kept
+            # batches at 1-2 items when commits take round trips), or by the one that handed
+            # it the lead. Nobody else wakes: no herd of callers woken to sleep again.
             try:
-                with self._commit_lock:
-                    if self._callers > 1 and self._gather_s:
-                        self._gather()
-                    with self._queue_lock:
-                        batch, self._queue = self._queue, []
-                    self._run_batch(batch)
-            finally:
-                with settled:
-                    self._callers = self._inside
-                    self._inside -= 1
-                    self._leading = False
-                    if self._sleepers:  # a lone writer wakes nobody
-                        settled.notify_all()
+                wake.acquire()
+            except BaseException:  # interrupted: the lead is not left with nobody to take it
+                with self._queue_lock:
+                    item.abandoned = True
+                    handed = item.lead
+                if handed and not item.done:
+                    self._lead()
+                raise
+        if not item.done:
+            self._lead()
         if item.error is not None:
             raise item.error
         return item.result
 
+    def _lead(self) -> None:
+        """Run the queue as one transaction, then wake the callers it settled and hand the lead
+        to the first caller that queued meanwhile (or let it go: a lone writer wakes nobody)."""
+        batch: list[Pending] = []
+        try:
+            with self._commit_lock:
+                if self._callers > 1 and self._gather_s:
+                    self._gather()
+                with self._queue_lock:
+                    batch, self._queue = self._queue, []
+                self._run_batch(batch)
+        finally:
+            with self._queue_lock:
+                self._callers = len(batch) + len(self._queue)
+                heir = (
+                    next((q for q in self._queue if not q.abandoned), None) if self._queue else None
+                )
+                if heir is None:
+                    self._leading = False  # the next caller leads
+                else:
+                    heir.lead = True
+            for settled in batch:
+                if settled.wake is not None and not settled.lead:  # (an heir woke already)
+                    settled.wake.release()
+            if heir is not None:
+                heir.wake.release()
+
     def _gather(self) -> None:
         """Wait (at most the backend's `gather_s`) until as many callers have queued as were
-        in `write` when the last batch ended: the callers that batch settled are on their
-        way back. Without it, concurrent writers split in two halves that take turns (one
-        commits while the other queues): 8 writers made batches of 4 (PostgreSQL)."""
+        writing when the last batch ended (its callers and the ones queued then): the callers
+        it settled are on their way back. Without it, concurrent writers split into batches
+        that take turns: 8 writers made batches of 4 (or 1 and 8) on PostgreSQL."""
         deadline = time.monotonic() + self._gather_s
-        with self._settled:
+        with self._arrived:
             self._gathering = True
             try:
                 while len(self._queue) < self._callers:
@@ -189,7 +215,7 @@ class CommitPipeline:
     def _transaction(self) -> contextlib.AbstractContextManager[WriteTx]:
         """The backend's write transaction (a test may run another), which reads the
         starting state unless its counters are known."""
-        return self.backend.transaction(self._state_statement())
+        return self.backend.transaction(self._state or self._state_statement())
 
     def _state_statement(self) -> tuple[str, Any]:
         """The starting-state query (compiled on the first write: a reader never needs it)."""
@@ -202,17 +228,29 @@ class CommitPipeline:
 
     def _run_batch(self, batch: list[Pending]) -> None:
         """One transaction for the whole batch: the write lock, the state query, one
-        SAVEPOINT per item when several share the commit, COMMIT; driver errors become
+        SAVEPOINT per item when several share the commit, COMMIT (run once more when an
+        optimistic begin finds another writer's commit: `_again`); driver errors become
         StorageError. Every item is settled however the transaction ends (a failed commit
         wrote nobody in the batch), and waiters are woken once if anything was appended.
         (Plain try blocks, no context managers of our own: this runs once per commit.)"""
         appended: list[Event] = []
         try:
             try:
-                try:
-                    state = self._commit(batch)
-                except StateMoved:
-                    state = self._commit(self._again(batch))
+                for again in (False, True):
+                    try:
+                        with self._transaction() as tx:
+                            state = self._start(tx)
+                            state.number, state.generation = self.identity.begin_transaction()
+                            savepoint = len(batch) > 1
+                            for item in batch:
+                                self._run_item(tx.db, state, item, savepoint)
+                            tx.counters = (state.next_seq, state.next_artifact_seq)
+                            tx.appended = bool(state.appended)
+                        break
+                    except StateMoved as moved:  # PostgreSQL's optimistic begin: run it again
+                        if again:  # the second reads the state: it cannot move (still, no loop)
+                            raise errors.StorageError("the write state moved twice") from moved
+                        self._again(batch)
             except Exception as exc:
                 mapped = backends.storage_error(exc, self.backend.driver_errors)
                 if mapped is None:
@@ -231,54 +269,27 @@ class CommitPipeline:
         if appended:
             self.notifier.bump()
 
-    def _commit(self, batch: list[Pending]) -> TxState:
-        """Run `batch` in one transaction and commit it; its state."""
-        with self._transaction() as tx:
-            state = self._start(tx)
-            state.number, state.generation = self.identity.begin_transaction()
-            savepoint = len(batch) > 1
-            for item in batch:
-                self._run_item(tx.db, state, item, savepoint)
-            tx.counters = (state.next_seq, state.next_artifact_seq)
-            tx.appended = bool(state.appended)
-        return state
-
-    def _again(self, batch: list[Pending]) -> list[Pending]:
-        """The batch, unsettled, to run again: a transaction that assumed nobody else
-        committed since our last commit found otherwise and wrote nothing (`StateMoved`,
-        PostgreSQL's optimistic begin); the next one reads the state."""
+    def _again(self, batch: list[Pending]) -> None:
+        """Unsettle `batch` to run it again: a transaction that assumed nobody else committed
+        since our last commit found otherwise and wrote nothing (`StateMoved`, PostgreSQL's
+        optimistic begin); the next one reads the state."""
         for item in batch:
             item.result = item.error = None
         self.identity.moved()  # its keyring may be the one of before the other commit
-        return batch
 
     def _run_item(self, db: Any, state: TxState, item: Pending, savepoint: bool) -> None:
-        ex = self.backend.executor(db, self.sql, item.on_bulk)
-        work = item.work
-        if not savepoint:  # alone in its transaction: what it raises ends the transaction
-            item.result = work(ex, state)
-            return
-        nested = functools.partial(self.backend.savepoint, db)
-        self._isolated(state, item, lambda: work(ex, state), nested)
-
-    def _isolated(
-        self,
-        state: TxState,
-        item: Pending,
-        run: Callable[[], Any],
-        nested: Callable[[], contextlib.AbstractContextManager[Any]] | None,
-    ) -> None:
-        """Run one item of a batch. When several share the commit (`nested` is given), each
-        runs in its own savepoint: a failing item (bad reference, idempotency conflict, even a
+        """Run one item of the batch. When several share the commit (`savepoint`), each runs
+        in its own savepoint: a failing item (bad reference, idempotency conflict, even a
         database error on its rows) is rolled back alone and reported to its caller; the
-        others still commit."""
-        if nested is None:
-            item.result = run()
+        others still commit. Alone in its transaction, what it raises ends the transaction."""
+        ex = self.backend.executor(db, self.sql, item.on_bulk)
+        if not savepoint:
+            item.result = item.work(ex, state)
             return
         snapshot = (state.next_seq, state.next_artifact_seq, len(state.appended))
         try:
-            with nested():
-                item.result = run()
+            with self.backend.savepoint(db):
+                item.result = item.work(ex, state)
         except Exception as exc:
             item.error = exc
             mapped = backends.storage_error(exc, self.backend.driver_errors)

@@ -16,11 +16,13 @@ import dataclasses
 import itertools
 import operator
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mempalace_logstream import errors
 from mempalace_logstream.models import EVENT_SPEC, NULLABLE_FIELDS, ROW_ERROR, Event, Page
-from mempalace_logstream.store.filters import ReadRequest
+
+if TYPE_CHECKING:
+    from mempalace_logstream.store.filters import ReadRequest
 
 # Read statements select the Event fields in declaration order, the artifact links column in
 # the `artifact_ids` slot, so a row zips straight into an Event's __dict__.

@@ -34,6 +34,11 @@ class Refusal:
 
 
 class Projection(Protocol):
+    """A projection may also say which event types a local append of one event can move it
+    by: `local_types`, a collection of types (leave it out: every type). An append of one
+    local event of another type skips it (`Projections.acting_on_local`: one set lookup per
+    append instead of a call that finds nothing to do)."""
+
     name: str
 
     def apply(self, tx: Transaction, events: Sequence[Event], origin: str) -> list[Refusal]:
@@ -60,11 +65,27 @@ class Projections:
 
     def __init__(self, projections: Iterable[Projection] | None = None) -> None:
         self._items: tuple[Projection, ...] = ()
+        # The registered projections and, by event type, those acting on a local append of
+        # one event of that type (`acting_on_local`), replaced together on (un)registering.
+        self._by_type: tuple[tuple[Projection, ...], dict[str, tuple[Projection, ...]]]
+        self._by_type = ((), {})
         for projection in defaults() if projections is None else projections:
             self.register(projection)
 
     def __iter__(self) -> Iterator[Projection]:
         return iter(self._items)
+
+    def acting_on_local(self, event_type: str) -> tuple[Projection, ...]:
+        """The projections, in order, that a local append of one event of `event_type` can
+        move: all but those whose `local_types` leave the type out."""
+        items, known = self._by_type
+        hit = known.get(event_type)
+        if hit is None:
+            hit = tuple(p for p in items if _acts_on(p, event_type))
+            if len(known) >= _TYPES_KEPT:  # event types are the writers' own: bounded
+                known.clear()
+            known[event_type] = hit
+        return hit
 
     def names(self) -> list[str]:
         return [p.name for p in self._items]
@@ -75,7 +96,17 @@ class Projections:
         if projection.name in self.names():
             raise ValueError(f"a projection named {projection.name!r} is registered already")
         self._items = (*self._items, projection)
+        self._by_type = (self._items, {})
 
     def unregister(self, name: str) -> None:
         """Stop running the projection `name` (a no-op if none is registered)."""
         self._items = tuple(p for p in self._items if p.name != name)
+        self._by_type = (self._items, {})
+
+
+_TYPES_KEPT = 256
+
+
+def _acts_on(projection: Projection, event_type: str) -> bool:
+    types = getattr(projection, "local_types", None)
+    return types is None or event_type in types

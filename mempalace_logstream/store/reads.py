@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
 from mempalace_logstream import notify
 from mempalace_logstream import validation as v
@@ -18,15 +18,12 @@ from mempalace_logstream.backends.base import Query
 from mempalace_logstream.backends.queries import log as log_rows
 from mempalace_logstream.models import Event, Page
 from mempalace_logstream.store import marks, plan
-from mempalace_logstream.store.filters import (
-    FILTER_RULES,
-    ReadArgs,
-    ReadRequest,
-    read_request,
-    request_of,
-)
 from mempalace_logstream.store.identity import Identity
 from mempalace_logstream.store.pipeline import CommitPipeline
+
+if TYPE_CHECKING:  # the filters are imported where a read uses them: a task move reads its
+    # task through `snapshot` only, and never loads them (issue 25)
+    from mempalace_logstream.store.filters import ReadArgs, ReadRequest
 
 # An inbox read with up to this many to_agent values runs one index-ordered leg per value
 # (see `Reads._page_plan`); more values fall back to one IN list. Tests lower it here.
@@ -90,12 +87,16 @@ class Reads:
         Order: explicit `order` wins; else asc with a cursor, desc without. Raises
         ValidationError, NotFoundError for an unknown cursor.
         """
+        from mempalace_logstream.store.filters import request_of
+
         req = request_of(args)
         with self.backend.reading() as query:
             return self._read(query, req)
 
     def read_request(self, **raw: Any) -> ReadRequest:
         """Validate the raw read arguments shared by list, wait, watch and SSE."""
+        from mempalace_logstream.store.filters import read_request
+
         return read_request(**raw)
 
     def read(self, req: ReadRequest, after_seq: int | None = None) -> Page:
@@ -154,6 +155,8 @@ class Reads:
         hit = self._pages.get(key)
         if hit is not None and hit[0] is req:
             return hit[1], hit[2]
+        from mempalace_logstream.store.filters import FILTER_RULES
+
         plan_key, shape, params = self._page_plan(req, 0, 0, order)
         build = log_rows.page_builder(self.event_select, FILTER_RULES, shape)
         sql, compiled = self._sql(plan_key, build, params)
@@ -177,6 +180,8 @@ class Reads:
         seen = self.notifier.version
         page = self.read(req)
         if not page.events:  # compile the page statement now, not after the wake-up
+            from mempalace_logstream.store.filters import FILTER_RULES
+
             key, shape, params = self._page_plan(req, 0, 0, req.order or "asc")
             self._sql(key, log_rows.page_builder(self.event_select, FILTER_RULES, shape), params)
         while not page.events:

@@ -229,6 +229,7 @@ class RedactionProjection:
     none: its id is new)."""
 
     name = "redactions"
+    local_types = frozenset({REDACT_TYPE})  # a fresh local event is named by no redaction
 
     def apply(self, tx: Transaction, events: Sequence[Event], origin: str) -> list[Refusal]:
         if origin == "local":

@@ -9,14 +9,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
-from mempalace_logstream import errors
+from mempalace_logstream import errors, lazy
 from mempalace_logstream import validation as v
 from mempalace_logstream.backends import Executor
 from mempalace_logstream.backends.base import Build
 from mempalace_logstream.backends.queries import appends as sql
 from mempalace_logstream.backends.queries import meta as meta_rows
 from mempalace_logstream.identity import actor as actor_mod
-from mempalace_logstream.identity import keys
 from mempalace_logstream.identity.actor import Actor
 from mempalace_logstream.identity.keyring import Keyring
 from mempalace_logstream.identity.verdict import Verdict
@@ -29,7 +28,7 @@ from mempalace_logstream.models import (
     EventArgs,
     EventDraft,
 )
-from mempalace_logstream.payload import parse_tombstone
+from mempalace_logstream.payload import TOMBSTONE_PREFIX, parse_tombstone
 from mempalace_logstream.store import blobs, guards
 from mempalace_logstream.store import rows as row_cols
 from mempalace_logstream.store.append import Appended, Local, Origin
@@ -44,7 +43,10 @@ from mempalace_logstream.store.signatures import takes_args_of
 from mempalace_logstream.tasks.guards import BudgetExhausted
 
 if TYPE_CHECKING:
+    from mempalace_logstream.identity import keys
     from mempalace_logstream.store.core import LogStore
+else:  # on first use: an unsigned write never loads it (issue 25)
+    keys = lazy.module("mempalace_logstream.identity.keys")
 
 T = TypeVar("T")
 
@@ -85,7 +87,7 @@ class Transaction:
             prior = self.find_idempotent(draft)
             if prior is not None:
                 return same_as_prior(prior, draft)
-        done = self.append([self._new_event(draft)], Local(draft.idempotency_key))
+        done = append_events(self, [self._new_event(draft)], Local(draft.idempotency_key))
         return done.events[0]
 
     def append(self, events: Sequence[Event], origin: Origin) -> Appended:
@@ -268,9 +270,16 @@ class Writes:
         if not _ARG_NAMES.issuperset(raw):
             raise v.fail(min(raw.keys() - _ARG_NAMES), "is not a known parameter")
         values = v.event_fields(raw, self.max_body_bytes)
-        _not_tombstone(values["body"])
-        key = v.idempotency_key(raw.get("idempotency_key"))
-        return EventDraft(values=values, idempotency_key=key)
+        if values["body"].startswith(TOMBSTONE_PREFIX):  # the cheap test first
+            _not_tombstone(values["body"])
+        key = raw.get("idempotency_key")
+        if key is not None:  # a key left out is None (`v.idempotency_key(None)`)
+            key = v.idempotency_key(key)
+        # Made like `EventDraft(values=values, idempotency_key=key)` without its check that
+        # `values` holds exactly the draft fields: `event_fields` gives exactly those.
+        draft = object.__new__(EventDraft)
+        draft.__dict__.update(values=values, idempotency_key=key)
+        return draft
 
     def event_append(self, **fields: Unpack[EventArgs]) -> Event:
         """Append one event. Idempotent per (from_agent, idempotency_key).
@@ -280,7 +289,7 @@ class Writes:
         idempotency key with different content).
         """
         draft = self.draft_event(**fields)
-        if draft["type"] == REDACT_TYPE:  # it must be applied where it is written, too
+        if draft.values["type"] == REDACT_TYPE:  # it must be applied where it is written, too
             raise v.fail("type", f"{REDACT_TYPE} is written by event_redact (`logstream redact`)")
         return self.transaction(lambda tx: tx.insert_event(draft))
 

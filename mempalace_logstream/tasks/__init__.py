@@ -8,7 +8,12 @@ its thread. Pure: no SQL, no I/O, no clock (times come from the events' HLC stam
     needs_thread(task, move, settings)       whether the row alone cannot decide a move
 """
 
-from mempalace_logstream.tasks.fold import advance, check
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from mempalace_logstream.tasks.fold import DEFAULT_SETTINGS, advance, check, needs_thread
 from mempalace_logstream.tasks.model import (
     A2A_STATES,
     ACTIONS,
@@ -20,7 +25,35 @@ from mempalace_logstream.tasks.model import (
     TaskSettings,
 )
 from mempalace_logstream.tasks.moves import classify
-from mempalace_logstream.tasks.thread import Folder, FoldState, fold, needs_thread
+
+if TYPE_CHECKING:
+    from mempalace_logstream.models import Event
+    from mempalace_logstream.tasks.thread import Folder, FoldState
+
+
+# The thread's fold (tasks/thread.py) is imported on first use: a write that the task row
+# decides (every plain write, most moves) never loads it (issue 25).
+def fold(events: Iterable[Event], settings: TaskSettings = DEFAULT_SETTINGS) -> Task | None:
+    """`thread.fold`: a thread's task, derived from its events alone, in HLC order. (Defined
+    after the submodule `tasks.fold` is imported: this name is the function.)"""
+    from mempalace_logstream.tasks import thread
+
+    return thread.fold(events, settings)
+
+
+_THREAD = frozenset({"Folder", "FoldState"})
+
+
+def __getattr__(name: str) -> object:
+    """`Folder`, `FoldState` from tasks/thread.py, on first use (PEP 562)."""
+    if name not in _THREAD:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from mempalace_logstream.tasks import thread
+
+    value = getattr(thread, name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "A2A_STATES",

@@ -286,3 +286,22 @@ def _num(value: float | None) -> str:
     if value is None:
         return "none"
     return str(int(value)) if value == int(value) else str(value)
+
+
+# Here, not in thread.py: a move the row decides never loads the fold of a thread (issue 25).
+def needs_thread(task: Task, move: Move, settings: TaskSettings = DEFAULT_SETTINGS) -> bool:
+    """Whether the task row alone cannot decide `move`, so the thread must be folded: a
+    verified move the row refuses may undo unverified moves before it, and an unverified
+    reopen may meet an end a verified move set (the row does not say which moves were
+    verified). Both are rare; every other move is decided by `check` or `advance`."""
+    if move.verified:
+        return not _legal(task, move, settings)
+    return move.action == "reopen" and task.terminal and _legal(task, move, settings)
+
+
+def _legal(task: Task, move: Move, settings: TaskSettings) -> bool:
+    try:
+        check(task, move, settings)
+    except (errors.ValidationError, errors.ForbiddenError, errors.ConflictError):
+        return False
+    return True

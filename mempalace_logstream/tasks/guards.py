@@ -9,13 +9,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mempalace_logstream import errors
 from mempalace_logstream import validation as v
 from mempalace_logstream.identity.actor import ADMIN_NAME
 from mempalace_logstream.tasks.model import ACTIONS, REQUEST_TYPE
+
+if TYPE_CHECKING:
+    from mempalace_logstream.tasks.reminders import Due as Due
+    from mempalace_logstream.tasks.reminders import ReminderPlan as ReminderPlan
+    from mempalace_logstream.tasks.reminders import next_reminder as next_reminder
 
 # The hub writes reminders, stalls and budget notices under this name (never counted, never
 # refused); an idempotency key per (task, n) makes each one exactly once in the log.
@@ -93,40 +97,20 @@ def meta_int(meta: dict[str, Any], key: str, default: int, low: int = 0) -> int:
 
 
 # ----------------------------------------------------------------------------- reminders
+# ReminderPlan, Due and next_reminder are tasks/reminders.py's (only the hub's reminder loop
+# reads them: a write's loop guards never load their dataclasses, issue 25), named here too.
+_REMINDERS = frozenset({"ReminderPlan", "Due", "next_reminder"})
 
 
-@dataclass(frozen=True, kw_only=True)
-class ReminderPlan:
-    """One open task's reminder rules: from the request (or the hub's defaults)."""
+def __getattr__(name: str) -> object:
+    """`ReminderPlan`, `Due`, `next_reminder` from tasks/reminders.py, on first use (PEP 562)."""
+    if name not in _REMINDERS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from mempalace_logstream.tasks import reminders
 
-    requested_ms: int
-    claim_timeout_ms: int
-    max_reminders: int
-
-
-@dataclass(frozen=True, kw_only=True)
-class Due:
-    """What the hub owes a task now: reminder `n` (1-based), or the stall (`n` = 0)."""
-
-    n: int
-    stall: bool = False
-
-
-def next_reminder(
-    plan: ReminderPlan, sent: int, last_ms: int | None, stalled: bool, now_ms: int
-) -> Due | None:
-    """Reminder n+1 is due `claim_timeout_ms` after the request or reminder n (so a hub that
-    was down catches up one step per timeout, never in a burst); after `max_reminders`, one
-    stall, due a timeout after the last reminder. `sent`, `last_ms` and `stalled` are read
-    from the log, so a restarted hub owes exactly what the stopped one did."""
-    if plan.claim_timeout_ms <= 0 or stalled:
-        return None
-    since = plan.requested_ms if last_ms is None or sent == 0 else last_ms
-    if now_ms < since + plan.claim_timeout_ms:
-        return None
-    if sent < plan.max_reminders:
-        return Due(n=sent + 1)
-    return Due(n=0, stall=True)
+    value = getattr(reminders, name)
+    globals()[name] = value
+    return value
 
 
 def reminder_key(task_id: str, n: int) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 STATES = (
     "open",
@@ -76,8 +76,7 @@ class TaskSettings:
     humans: tuple[str, ...] = ()  # names that count as a person (the admin always does)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Move:
+class Move(NamedTuple):  # not a dataclass: nothing generated at import (issue 25)
     """One lifecycle move, read from one event of the task's thread."""
 
     task_id: str

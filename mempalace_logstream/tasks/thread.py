@@ -16,13 +16,11 @@ import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from mempalace_logstream import errors
 from mempalace_logstream.models import Event
 from mempalace_logstream.tasks.fold import (
     DEFAULT_SETTINGS,
     advance,
     anomaly,
-    check,
     created,
     outcome,
     record,
@@ -59,24 +57,6 @@ def fold(events: Iterable[Event], settings: TaskSettings = DEFAULT_SETTINGS) -> 
     for event in ordered:
         folder.feed(event)
     return folder.task
-
-
-def needs_thread(task: Task, move: Move, settings: TaskSettings = DEFAULT_SETTINGS) -> bool:
-    """Whether the task row alone cannot decide `move`, so the thread must be folded: a
-    verified move the row refuses may undo unverified moves before it, and an unverified
-    reopen may meet an end a verified move set (the row does not say which moves were
-    verified). Both are rare; every other move is decided by `check` or `advance`."""
-    if move.verified:
-        return not _legal(task, move, settings)
-    return move.action == "reopen" and task.terminal and _legal(task, move, settings)
-
-
-def _legal(task: Task, move: Move, settings: TaskSettings) -> bool:
-    try:
-        check(task, move, settings)
-    except (errors.ValidationError, errors.ForbiddenError, errors.ConflictError):
-        return False
-    return True
 
 
 class Folder:
