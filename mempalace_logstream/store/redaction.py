@@ -15,8 +15,7 @@ is applied when the target arrives.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mempalace_logstream import errors
 from mempalace_logstream import validation as v
@@ -48,14 +47,12 @@ class Refused(Exception):
         self.code, self.message, self.field = code, message, field
 
 
-@dataclass(frozen=True)
-class Part:
+class Part(NamedTuple):  # not a dataclass: nothing generated at import (issue 25)
     part: str  # "body" or an artifact id
     sha256: str
 
 
-@dataclass(frozen=True)
-class Spec:
+class Spec(NamedTuple):  # not a dataclass: nothing generated at import (issue 25)
     """What an `event.redact` names: its target, the parts and their SHA-256, the reason."""
 
     target_id: str

@@ -7,8 +7,7 @@ earlier), batched in the one flush transaction, under the write lock.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mempalace_logstream import lazy
 from mempalace_logstream.backends.base import Executor
@@ -26,8 +25,7 @@ COLUMNS = ("pushed_at", "seen_at", "acked_at")
 ROW = ("event_id", "recipient", "pushed_at", "pushed_path", "seen_at", "acked_at")
 
 
-@dataclass(frozen=True)
-class Mark:
+class Mark(NamedTuple):  # not a dataclass: nothing generated at import (issue 25)
     """What is known of one (event, recipient) delivery: each time None when not known."""
 
     event_id: str
