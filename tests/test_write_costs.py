@@ -3,10 +3,13 @@ PostgreSQL, round trips to the server (`PostgresBackend.round_trips`), counted, 
 
 A plain append (no correlation id, no artifacts) while nobody else writes is one statement on
 SQLite (the INSERT; BEGIN, `PRAGMA data_version` and COMMIT are not statements of the store)
-and two round trips on PostgreSQL: BEGIN with the append lock and the starting state in one
-message, then the INSERT, the NOTIFY and the COMMIT in one pipeline. The keyring's marks come
-with the starting state (no second statement). Queued writes keep their errors where they
-belong: a group-committed item whose queued write fails is rolled back alone.
+and one round trip on PostgreSQL: BEGIN, the append lock and the check that nobody else
+committed since (the starting state's statement), the INSERT, the NOTIFY and the COMMIT in one
+message. After another writer's commit the check fails that message and the append runs
+again, reading the state: BEGIN with the lock and the state, then the rest. The keyring's
+marks come with the starting state (no second statement). A read in a write transaction goes
+with the writes queued before it. Queued writes keep their errors where they belong: a
+group-committed item whose queued write fails is rolled back alone.
 """
 
 from __future__ import annotations
@@ -73,22 +76,85 @@ def test_sqlite_a_plain_append_is_one_statement_and_two_after_another_writer(
 
 
 @pytest.mark.pg
-def test_postgres_a_plain_append_is_two_round_trips_and_two_statements(pg_url: str) -> None:
+def test_postgres_a_plain_append_is_one_round_trip_and_two_statements(pg_url: str) -> None:
     with LogStore.open(pg_url) as store:
         add(store, body="first")
         before = _trips(store)
         with Seen(store) as sql:
             event = add(store, body="second")
-        assert _trips(store) - before == 2
+        assert _trips(store) - before == 1
         assert len(sql) == 2, sql
         assert sql[0].startswith("SELECT") and "LOGSTREAM_META" in sql[0]  # state + marks
         assert sql[1].startswith("INSERT INTO EVENTS")
         before = _trips(store)
-        for i in range(5):  # the same every time (psycopg prepares the insert after a few)
+        for i in range(5):  # the same every time
             add(store, body=str(i))
-        assert _trips(store) - before == 10
+        assert _trips(store) - before == 5
         assert store.event_get(event.id) == event
         assert [e.body for e in store.event_list(order="asc").events][-5:] == list("01234")
+
+
+@pytest.mark.pg
+def test_postgres_an_append_after_another_writer_commits_runs_again_in_commit_order(
+    pg_url: str,
+) -> None:
+    """The optimistic begin's check fails when another store committed since this one's last
+    commit: nothing of that message is written (its INSERT, its idempotency key), the append
+    runs again reading the state, and seq stays commit order; waiters are woken by its
+    NOTIFY. The check fails at the first message whichever it is: the COMMIT's (a plain
+    append), a read's (an idempotency key's, a directed message's loop guard), a group
+    commit's first item's. After a failed one, appends read the state until one finds that
+    nobody else committed since (writers that take turns pay no failed message each)."""
+    with LogStore.open(pg_url) as a, LogStore.open(pg_url) as b:
+
+        def alone_again(body: str) -> None:
+            """Two appends of `a` alone: the first reads the state and finds it unmoved."""
+            before = _trips(a)
+            add(a, body=body)
+            add(a, body=body)
+            assert _trips(a) - before == 2 + 1  # BEGIN with the state; then one message
+
+        add(a, body="a1")
+        add(b, body="b1")
+        listener = a.engine.raw_connection()
+        listening: psycopg.Connection[Any] = listener.driver_connection  # type: ignore[assignment]
+        listening.autocommit = True
+        assert a.backend.notify_channel is not None  # type: ignore[attr-defined]
+        listening.execute(f"LISTEN {a.backend.notify_channel}")  # type: ignore[attr-defined]
+        before = _trips(a)
+        assert add(a, body="a2").seq == 3  # its check fails at the COMMIT
+        # The failed message and its ROLLBACK, then BEGIN with the state and the COMMIT.
+        assert _trips(a) - before == 4
+        assert len(list(listening.notifies(timeout=10, stop_after=1))) == 1  # woken
+        listener.close()
+        add(b, body="b2")
+        before = _trips(a)
+        assert add(a, body="a3").seq == 5  # after a failed check: the state is read
+        assert _trips(a) - before == 2
+        alone_again("x")
+        add(b, body="b3")
+        keyed = add(a, body="a4", idempotency_key="k")  # fails with its key's read
+        assert keyed.seq == 9
+        alone_again("y")
+        assert add(a, body="a4", idempotency_key="k") == keyed  # one row under its key
+        add(a, to_agent="c", body="warm")  # the loop guard's read, prepared
+        add(b, body="b4")
+        directed = add(a, to_agent="c", body="a5")  # its check fails with its read
+        assert directed.seq == 14
+        alone_again("z")
+        add(b, body="b5")
+        calls = [lambda i=i: add(a, to_agent="c", body=f"g{i}") for i in range(3)]
+        commits = a.pipeline.commits
+        grouped = batched(a, calls)
+        assert not any(isinstance(r, BaseException) for r in grouped), grouped
+        assert a.pipeline.commits - commits == 1
+        assert sorted(e.seq for e in grouped) == [18, 19, 20]
+        waited = b.event_wait(since_event_id=directed.id, timeout_ms=10_000)
+        assert [e.body for e in waited.events][:3] == ["z", "z", "b5"]
+        listed = b.event_list(order="asc").events
+        assert [e.seq for e in listed] == list(range(1, 21))
+        bodies = ["a1", "b1", "a2", "b2", "a3", "x", "x", "b3", "a4", "y", "y", "warm", "b4"]
+        assert [e.body for e in listed][:13] == bodies
 
 
 @pytest.mark.pg
@@ -112,7 +178,7 @@ def test_postgres_appends_make_no_cursor_per_statement(
         for i in range(3):
             add(store, body=f"b{i}")
             add(store, to_agent="b", body=f"d{i}")
-        assert _trips(store) - before == 3 * (2 + 4)
+        assert _trips(store) - before == 3 * (1 + 2)
         assert made == []
 
 
@@ -151,19 +217,21 @@ def test_postgres_a_queued_write_that_fails_fails_its_own_item_only(pg_url: str)
 def test_postgres_a_group_commit_item_whose_writes_went_before_a_read_ends_unsent(
     pg_url: str,
 ) -> None:
-    """A directed message's loop guard reads after its INSERT went to the server: in a group
+    """A directed message's loop guard reads with its INSERT (one message): in a group
     commit, that item's RELEASE cannot fail and waits for the next message (the next item's
-    writes, the COMMIT) instead of a round trip of its own. Three such items: BEGIN, then per
-    item its writes and its read, then the COMMIT; 8 round trips, 11 when each item's end
-    was sent alone. An item after a deferred RELEASE still fails alone: one refused in
-    Python (nothing of it sent) and one whose queued write fails on the server."""
+    writes, the COMMIT) instead of a round trip of its own. Three such items: per item the
+    writes and the read (the first with BEGIN and the optimistic check), then the COMMIT; 4
+    round trips, 7 when each item's end was sent alone. An item after a deferred RELEASE
+    still fails alone: one refused in Python (nothing of it sent) and one whose queued write
+    fails on the server."""
     with LogStore.open(pg_url) as store:
         add(store, body="first")
+        add(store, to_agent="b", body="warm")  # the loop guard's read, prepared
         before, commits = _trips(store), store.pipeline.commits
         calls = [lambda i=i: add(store, to_agent="b", body=f"d{i}") for i in range(3)]
         assert not any(isinstance(r, Exception) for r in batched(store, calls))
         assert store.pipeline.commits - commits == 1
-        assert _trips(store) - before == 8
+        assert _trips(store) - before == 4
         dup = "INSERT INTO logstream_meta (key, value) VALUES ('replica_id', 'dup')"
 
         def raw_sql() -> Any:
@@ -183,8 +251,9 @@ def test_postgres_a_group_commit_item_whose_writes_went_before_a_read_ends_unsen
         assert isinstance(results[3], errors.StorageError), results
         assert isinstance(results[3].__cause__, psycopg.errors.UniqueViolation)
         listed = store.event_list(order="asc").events
-        assert sorted(e.body for e in listed) == ["d0", "d1", "d2", "first", "ok-1", "ok-2", "ok-3"]
-        assert [e.seq for e in listed] == list(range(1, 8))
+        bodies = ["d0", "d1", "d2", "first", "ok-1", "ok-2", "ok-3", "warm"]
+        assert sorted(e.body for e in listed) == bodies
+        assert [e.seq for e in listed] == list(range(1, 9))
 
 
 @pytest.mark.pg
@@ -223,19 +292,29 @@ def test_a_read_in_the_transaction_sees_the_writes_before_it(store: LogStore) ->
 
 @pytest.mark.pg
 def test_postgres_appends_go_on_after_rollbacks_and_a_dropped_prepared_state(pg_url: str) -> None:
-    """psycopg deallocates every prepared statement of a session after a ROLLBACK: the
-    starting-state query is prepared again, and a DEALLOCATE ALL done behind the store's back
-    costs one retried BEGIN, never a failed write."""
+    """The writer's statements prepared once (the starting state, its check, the reads) stay
+    prepared after a ROLLBACK (psycopg, which would deallocate them all, prepares nothing
+    on that connection); a DEALLOCATE ALL done behind the store's back costs one retried
+    BEGIN, or one retried transaction when a read or the check finds its statement gone,
+    never a failed write."""
     with LogStore.open(pg_url) as store:
         add(store, body="one")
-        for i in range(6):  # psycopg prepares its own statements after a few runs
-            add(store, body=f"x{i}")
+        for i in range(6):
+            add(store, body=f"x{i}", to_agent="b")
         with pytest.raises(errors.NotFoundError):  # refused after BEGIN: rolled back
             add(store, artifact_ids=["art_missing"])
-        assert add(store, body="two").body == "two"
+        before = _trips(store)
+        assert add(store, body="two", to_agent="b").body == "two"
+        assert _trips(store) - before == 3  # BEGIN with the state; the writes and the read
         with store.backend.transaction() as tx:
             tx.db.execute("DEALLOCATE ALL")
-        assert add(store, body="three").seq == 9
+        assert add(store, body="three").seq == 9  # BEGIN retried
+        assert add(store, body="four", to_agent="b").seq == 10  # the read retried
+        add(store, body="five")
+        with store.backend.transaction() as tx:
+            tx.db.execute("DEALLOCATE ALL")
+        assert add(store, body="six").seq == 12  # the optimistic check retried
+        assert [e.seq for e in store.event_list(order="asc").events] == list(range(1, 13))
 
 
 def test_sqlite_a_plain_append_makes_few_python_calls(tmp_path: Path) -> None:
@@ -420,3 +499,34 @@ def test_a_draft_visits_the_fields_given_and_the_required_ones_each_time(tmp_pat
             with pytest.raises(errors.ValidationError) as info:
                 store.draft_event(from_agent="a", room="r", stream="s", type="t", to_agent="\n")
             assert info.value.field == "to_agent"
+
+
+@pytest.mark.pg
+def test_postgres_a_leader_gathers_the_callers_of_the_last_batch(pg_url: str) -> None:
+    """Concurrent writers: a leader waits (at most `gather_s`) until as many callers have
+    queued as were writing when the last batch ended, so they share one commit instead of
+    taking turns in halves. Here the last batch ended with three callers: the first append
+    waits for the other two, and the three commit together."""
+    import threading
+    import time
+
+    with LogStore.open(pg_url) as store:
+        add(store, body="first")
+        pipeline = store.pipeline
+        pipeline._callers, pipeline._gather_s = 3, 30.0  # type: ignore[attr-defined]
+        commits = pipeline.commits
+        threads = [
+            threading.Thread(target=add, args=(store,), kwargs={"body": f"t{i}"}) for i in range(3)
+        ]
+        threads[0].start()
+        deadline = time.monotonic() + 10
+        while not pipeline._gathering:  # type: ignore[attr-defined]  # the leader waits
+            assert time.monotonic() < deadline, "the first append did not gather"
+        for t in threads[1:]:
+            t.start()
+        for t in threads:
+            t.join(10)
+        assert pipeline.commits - commits == 1
+        listed = store.event_list(order="asc").events
+        assert sorted(e.body for e in listed) == ["first", "t0", "t1", "t2"]
+        assert [e.seq for e in listed] == [1, 2, 3, 4]

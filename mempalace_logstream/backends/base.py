@@ -159,6 +159,13 @@ class Backend(Protocol):
         """Release what the backend holds (the writer's connection)."""
 
 
+class StateMoved(BaseException):  # noqa: N818 (a signal to retry, not an error)
+    """A write transaction that began without reading its starting state (it assumed nobody
+    committed since its store's last commit: PostgreSQL's optimistic begin) found that
+    another writer did. Nothing was written; the pipeline runs the batch again, reading the
+    state. A BaseException: no item of a batch (nor its savepoint) may catch it."""
+
+
 class WriteTx(Protocol):
     """One write transaction: its DBAPI connection, and the counters of the previous one if
     nobody committed since (`known`); the caller sets `counters` at the end."""

@@ -5,6 +5,9 @@ COMMIT (`PostgresBackend.transaction`)."""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -12,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from mempalace_logstream.backends import base
+from mempalace_logstream.backends.pg_inline import Inline
 from mempalace_logstream.schema import events
 
 if TYPE_CHECKING:
@@ -20,17 +24,17 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class WriterCursors:
-    """Two cursors held on the writer's connection for its life: `run` executes, `mogrify`
-    inlines a queued write's parameters. `Connection.execute` makes a new cursor per
-    statement (~15 µs of CPU each, measured: 66 vs 51 µs per `SELECT`); the writer runs 2-4
-    statements per append."""
+    """A cursor held on the writer's connection for its life (`run` executes), and `inline`,
+    which writes a queued statement's parameters as literals (pg_inline.py).
+    `Connection.execute` makes a new cursor per statement (~15 µs of CPU each, measured: 66
+    vs 51 µs per `SELECT`)."""
 
     run: psycopg.Cursor[Any]
-    mogrify: psycopg.ClientCursor[Any]
+    inline: Inline
 
     @classmethod
     def on(cls, db: psycopg.Connection[Any]) -> WriterCursors:
-        return cls(db.cursor(), psycopg.ClientCursor(db))
+        return cls(db.cursor(), Inline(db))
 
 
 @dataclass
@@ -53,6 +57,9 @@ class WriteQueue:
         self.backend, self.db, self.cursors = backend, db, cursors
         self.items: list[tuple[str, Any]] = []
         self.flushes = 0
+        # The queue starts with an optimistic BEGIN whose state check was not sent yet
+        # (`PostgresBackend.transaction`): its failure, in the next flush, is `StateMoved`.
+        self.checking = False
 
     def add(self, sql: str, params: Any) -> QueueMark:
         """Queue `sql` (with `params`, or None: sent as it is)."""
@@ -66,27 +73,110 @@ class WriteQueue:
         """Nothing queued can fail: only SAVEPOINTs and their RELEASEs wait to be sent."""
         return all(sql.startswith(SAVEPOINT_STATEMENTS) for sql, _ in self.items)
 
-    def flush(self, db: psycopg.Connection[Any]) -> None:
+    def flush(self, db: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
         """Send the queued statements as one simple-protocol message, their parameters
         inlined as literals by psycopg (a psycopg pipeline costs more CPU, here, than the
         round trips it saves; a failing statement skips the rest, as in a pipeline)."""
         items = self.items
+        run = self.cursors.run
         if not items:
-            return
+            return run
         self.items = []
         self.flushes += 1
         self.backend.round_trips += 1
-        run = self.cursors.run
         if len(items) == 1 and items[0][1] is not None:
-            run.execute(items[0][0], items[0][1])
-            return
-        inline = self.cursors.mogrify.mogrify
-        run.execute("; ".join(sql if p is None else inline(sql, p) for sql, p in items))
+            return run.execute(items[0][0], items[0][1])
+        inline = self.cursors.inline.text
+        text = "; ".join(sql if p is None else inline(sql, p) for sql, p in items)
+        checking, self.checking = self.checking, False
+        try:
+            return run.execute(text)
+        except psycopg.errors.InvalidSqlStatementName as exc:
+            # A prepared statement of ours is gone (a DEALLOCATE behind the store's back):
+            # the message failed at it, before any COMMIT. Prepared again by the next try.
+            self.backend.forget_prepared()
+            raise base.StateMoved from exc
+        except psycopg.errors.DivisionByZero as exc:
+            if checking:  # the optimistic begin's check: nothing else of ours divides
+                raise base.StateMoved from exc
+            raise
 
     def rows(self, sql: str, params: Any) -> list[Any]:
-        """The rows of the read `sql`, after the queued writes (sent first)."""
-        self.flush(self.db)
-        return self.cursors.run.execute(sql, params).fetchall()
+        """The rows of the read `sql`, after the queued writes: in the same message, as the
+        EXECUTE of a statement prepared once per connection (`PreparedReads`), so a read
+        costs no round trip of its own. (Sent as plain text, the read would be planned on
+        every run; bound parameters cannot share a simple-protocol message.)"""
+        execute = None
+        if isinstance(params, Mapping) and not _has_bytes(params.values()):
+            execute = self.backend.reads.execute(self.db, sql, params, self.cursors.inline)
+        if execute is None:
+            self.flush(self.db)
+            self.backend.round_trips += 1
+            return self.cursors.run.execute(sql, params).fetchall()
+        self.items.append((execute, None))
+        cur = self.flush(self.db)
+        while cur.nextset():  # to the read's own rows, the last result
+            pass
+        return cur.fetchall()
+
+
+class PreparedReads:
+    """The writer's reads, each prepared once per connection (`PREPARE`, its parameters as
+    `$n`) and run as `EXECUTE name(literals)`: text that shares a message with the queued
+    writes before it. A statement's name is a digest of its text: one prepared on this
+    connection before (given back to the pool, then taken again) is the same statement.
+    The writer's connection has psycopg's own preparing off: psycopg answers a ROLLBACK
+    by deallocating every statement of the session when it prepared any itself."""
+
+    def __init__(self, backend: PostgresBackend, prefix: str) -> None:
+        self.backend, self.prefix = backend, prefix
+        self.db: psycopg.Connection[Any] | None = None
+        self.held: dict[str, tuple[str, tuple[str, ...]]] = {}
+
+    def execute(
+        self,
+        db: psycopg.Connection[Any],
+        sql: str,
+        params: Mapping[str, Any],
+        inline: Inline,
+    ) -> str | None:
+        """`EXECUTE …` of `sql` with `params` (None past `MAX_PREPARED_READS` shapes)."""
+        if self.db is not db:
+            self.db, self.held = db, {}
+        held = self.held.get(sql)
+        if held is None:
+            if len(self.held) >= MAX_PREPARED_READS:
+                return None
+            text, names = _positional(sql)
+            name = f"{self.prefix}_{hashlib.blake2b(sql.encode(), digest_size=8).hexdigest()}"
+            self.backend.round_trips += 1
+            with contextlib.suppress(psycopg.errors.DuplicatePreparedStatement):
+                db.execute(f"PREPARE {name} AS {text}")
+            self.held[sql] = held = (f"EXECUTE {name}", names)
+        execute, names = held
+        if not names:
+            return execute
+        value = inline.value
+        return f"{execute}({', '.join([value(params[n]) for n in names])})"
+
+
+def _positional(sql: str) -> tuple[str, tuple[str, ...]]:
+    """`sql` (psycopg's `%(name)s` style) with `$n` parameters, and their names in order."""
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name is None:
+            return "%"
+        if name not in names:
+            names.append(name)
+        return f"${names.index(name) + 1}"
+
+    return _PARAM.sub(number, sql), tuple(names)
+
+
+_PARAM = re.compile(r"%%|%\((\w+)\)s")
+MAX_PREPARED_READS = 256
 
 
 class PgExecutor(base.DbapiExecutor):
@@ -119,8 +209,6 @@ class PgExecutor(base.DbapiExecutor):
         sql, bound = self.compile(key, build, params)
         if self.hooks:
             base.observe(self.hooks, sql, bound)
-        if self.backend is not None:
-            self.backend.round_trips += 1
         return self.queue.rows(sql, bound)
 
     def run(self, key: Any, build: base.Build, params: Mapping[str, Any]) -> None:

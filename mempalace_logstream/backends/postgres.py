@@ -3,12 +3,12 @@
 
 The store's precompiled SQL runs on psycopg connections directly: the writer holds one
 autocommit connection (no pre-ping, no SQLAlchemy per statement). A write transaction costs
-as few round trips as its reads allow: `BEGIN`, the lock and the starting-state query (a
-statement prepared once per connection) go as one simple-protocol message; single-row writes
-are queued (`pg_writer.WriteQueue`) and sent, in order, as one message with the next read,
-the end of a savepoint, or the NOTIFY and the `COMMIT`. A plain append is two round trips (raw
-psycopg's `INSERT; COMMIT` is three: BEGIN, INSERT, COMMIT). The reader connections live in
-pg_readers.py, the LISTEN connections in pg_listen.py.
+as few round trips as its reads allow: `BEGIN`, the lock and the starting state (or, after a
+commit of our own, its check: pg_begin.py) go with its first message; single-row writes are
+queued (`pg_writer.WriteQueue`) and sent, in order, in one message with the next read (a
+prepared statement's EXECUTE), the end of a savepoint, or the NOTIFY and the `COMMIT`. A
+plain append is one round trip (raw psycopg's `INSERT; COMMIT` is three), a directed one two.
+Readers: pg_readers.py; LISTEN: pg_listen.py.
 """
 
 from __future__ import annotations
@@ -24,10 +24,15 @@ import psycopg
 import sqlalchemy as sa
 
 from mempalace_logstream import errors, notify, schema
-from mempalace_logstream.backends import base, ddl
+from mempalace_logstream.backends import base, ddl, pg_begin
 from mempalace_logstream.backends.pg_listen import PgListenSignal, autocommit_connector
 from mempalace_logstream.backends.pg_readers import FRESH_S, READERS_KEPT, Reader, end_read
-from mempalace_logstream.backends.pg_writer import PgExecutor, WriteQueue, WriterCursors
+from mempalace_logstream.backends.pg_writer import (
+    PgExecutor,
+    PreparedReads,
+    WriteQueue,
+    WriterCursors,
+)
 
 # The partial indexes of migration 0011 in PostgreSQL's words too (schema.py names SQLite's).
 ddl.postgresql_where_too(schema.events)
@@ -48,17 +53,15 @@ _BTREE_SQL = (
     "AND t.relname = ANY(:tables)"
 )
 _TABLES = ("events", "artifacts", "artifact_blobs", "event_artifacts", "logstream_meta")
-_SIZE_SQL = (
-    "SELECT sum(pg_total_relation_size(c)) FROM unnest(ARRAY["
-    + ", ".join(f"'{t}'::regclass" for t in _TABLES)
-    + "]) c"
-)
+_REGCLASSES = ", ".join(f"'{t}'::regclass" for t in _TABLES)
+_SIZE_SQL = f"SELECT sum(pg_total_relation_size(c)) FROM unnest(ARRAY[{_REGCLASSES}]) c"
 
 
 class PostgresBackend:
     name = "postgresql"
     driver_errors: tuple[type[BaseException], ...] = (psycopg.Error,)
     split_inbox = False  # an IN list is read in index order by a merge of index scans
+    gather_s = 0.0005  # a leader waits this long at most for a batch's callers (pipeline)
     rows_json_sql: str | None = None
 
     def __init__(self, engine: sa.Engine) -> None:
@@ -73,14 +76,18 @@ class PostgresBackend:
         # Idle reader connections, the most recently used last (`reading`).
         self._readers: list[Reader] = []
         self._closed = False
-        # The starting-state query, prepared on the writer's connection without parameters
-        # (one plan, made once): (the connection, the query's key, the prepared name).
+        # The starting-state query (and its check) prepared on the writer's connection:
+        # (the connection, the query's key, the prepared name). Reads: `reads`.
         self._prepared: tuple[Any, Any, str] | None = None
         self._prepared_name = f"logstream_state_{secrets.token_hex(4)}"
+        self.reads = PreparedReads(self, "logstream_read")
         # The writes of the open write transaction not sent yet (None outside of one).
         self._queue: WriteQueue | None = None
-        # Round trips to the server on the writer's connection (read by tests and benches:
-        # a plain append costs two).
+        # What our last write transaction left (None after a failed one): the next may begin
+        # optimistically (pg_begin.py), unless `_alone` is off (`pg_begin.unmoved`).
+        self._left: pg_begin.Left | None = None
+        self._alone = True
+        # Round trips on the writer's connection (read by tests and benches).
         self.round_trips = 0
 
     def sql_dialect(self) -> sa.Dialect:
@@ -167,6 +174,7 @@ class PostgresBackend:
             if db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 db.rollback()
             db.autocommit = True
+            db.prepare_threshold = None  # PreparedReads (no DEALLOCATE ALL at a ROLLBACK)
             # Keyed by the events table's oid (resolved through search_path like every query,
             # once), so logs in different schemas of one database do not serialize each other.
             # Held to commit, and released only after the commit is visible: seq order =
@@ -197,6 +205,7 @@ class PostgresBackend:
         if self._proxy is not None:
             with contextlib.suppress(Exception):
                 self._proxy.driver_connection.autocommit = False
+                self._proxy.driver_connection.prepare_threshold = 5  # psycopg's default
             self._proxy.close()
             self._proxy = None
             self._cursors = None
@@ -204,15 +213,31 @@ class PostgresBackend:
     @contextlib.contextmanager
     def transaction(self, state: base.Statement | None = None) -> Iterator[_Tx]:
         """BEGIN + the append lock + the `state` query in one message … the queued writes,
-        the NOTIFY and the COMMIT in one message: a plain append is two round trips.
+        the NOTIFY and the COMMIT in one message. After a commit of our own, the begin is
+        optimistic (pg_begin.py): BEGIN, the lock and the state's check go with the first
+        message, and a plain append is one round trip.
 
         The writer's connection is held between transactions, so the server may have ended it
         meanwhile (a restart, `pg_terminate_backend`, an idle timeout): when BEGIN finds it
         lost, nothing was written, and the transaction begins once more on a new connection.
-        A connection lost later is never retried here: its COMMIT may have happened."""
-        db, row = self._begin(state)
-        tx = _Tx(db, state_row=row)
+        A connection lost later is never retried here: its COMMIT may have happened. (A
+        server that ended the connection said so on its socket: the begin is not optimistic
+        then.)"""
+        begun = self._optimistic(state) if self._alone else None
+        if begun is None:
+            db, row = self._begin(state)
+            tx, first = _Tx(db, state_row=row), None
+            marks = (row[4], row[5]) if row is not None else None
+            if self._left is not None:  # else nothing to compare (kept as it was)
+                self._alone = pg_begin.unmoved(self._left, row)
+        else:
+            tx, marks, first = begun
+            db = tx.db
+        self._left = None
         queue = self._queue = WriteQueue(self, db, self._writer_cursors(db))
+        if first is not None:
+            queue.add(first, None)
+            queue.checking = True
         try:
             yield tx
             channel = self.notify_channel
@@ -224,20 +249,42 @@ class PostgresBackend:
         except BaseException as exc:
             queue.items.clear()
             # A lost connection, or an interrupt (Ctrl-C, a cancelled task) that may have left
-            # a command in progress: drop the connection. Else roll back and keep it.
-            if not isinstance(exc, Exception) or isinstance(exc, psycopg.OperationalError):
-                self._drop_writer()
-            elif db.broken:
+            # a command in progress: drop the connection. Else (an error, or the optimistic
+            # begin's `StateMoved`) roll back and keep it.
+            kept = isinstance(exc, (Exception, base.StateMoved))
+            if isinstance(exc, base.StateMoved):  # read the state until nobody else wrote
+                self._alone = False
+            if not kept or isinstance(exc, psycopg.OperationalError) or db.broken:
                 self._drop_writer()
             elif db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 try:
-                    self.round_trips += 1
                     self._rollback(db, "ROLLBACK")
                 except psycopg.Error:
                     self._drop_writer()
             raise
         finally:
             self._queue = None
+        if tx.counters is not None and marks is not None:
+            self._left = pg_begin.Left(db, tx.counters[0] - 1, tx.counters[1] - 1, marks)
+
+    def _optimistic(self, state: base.Statement | None) -> tuple[_Tx, Any, str] | None:
+        """(the transaction, the marks it starts from, its queued BEGIN with the check) when
+        it may begin optimistically (pg_begin.py): the last commit was ours, on the writer
+        held now, whose check is prepared, and the server sent nothing since (a connection
+        it ended)."""
+        left, held = self._left, self._prepared
+        if state is None or left is None or held is None or held[0] is not left.db:
+            return None
+        db = left.db
+        if self._proxy is None or self._proxy.driver_connection is not db or db.closed:
+            return None
+        if held[1] != pg_begin.state_key(state) or pg_begin.server_spoke(db):
+            return None
+        if self.statement_hooks:  # the check runs the state query (the columns it needs)
+            base.observe(self.statement_hooks, *state)
+        check = pg_begin.check(held[2], left, self._writer_cursors(db).inline)
+        tx = _Tx(db, known=(left.max_seq + 1, left.max_art + 1))
+        return tx, left.marks, f"{self._lock_sql}; {check}"
 
     def _writer_cursors(self, db: psycopg.Connection[Any]) -> WriterCursors:
         cursors = self._cursors
@@ -246,12 +293,17 @@ class PostgresBackend:
         return cursors
 
     def _rollback(self, db: psycopg.Connection[Any], sql: str) -> None:
-        """A ROLLBACK (or ROLLBACK TO) on the writer. psycopg answers one by deallocating every
-        prepared statement of the session (DEALLOCATE ALL, when it prepared any itself), the
-        starting-state query's too: it is prepared again by the next transaction."""
-        self._prepared = None
+        """A ROLLBACK (or ROLLBACK TO) on the writer. Our prepared statements stay: psycopg,
+        which answers one by deallocating every statement of the session when it prepared
+        any itself, prepares nothing on the writer's connection (`_writer`)."""
         self.round_trips += 1
         db.execute(sql)
+
+    def forget_prepared(self) -> None:
+        """Our prepared statements are gone from the writer's session (a DEALLOCATE ALL or
+        DISCARD behind the store's back): prepare them again when next used."""
+        self._prepared = None
+        self.reads.held.clear()
 
     def _begin(
         self, state: base.Statement | None
@@ -262,6 +314,7 @@ class PostgresBackend:
         except psycopg.errors.InvalidSqlStatementName:
             # The prepared state query is gone (a DISCARD or DEALLOCATE by someone else):
             # nothing was written; roll the begun transaction back and prepare it again.
+            self.forget_prepared()
             self._rollback(db, "ROLLBACK")
             return db, self._lock(db, state)
         except psycopg.OperationalError:
@@ -293,17 +346,11 @@ class PostgresBackend:
         return cur.fetchone()
 
     def _prepare(self, db: psycopg.Connection[Any], state: base.Statement) -> str:
-        key = (state[0], tuple(sorted(state[1].items())))
+        key = pg_begin.state_key(state)
         held = self._prepared
         if held is None or held[0] is not db or held[1] != key:
-            name = self._prepared_name
-            if held is not None and held[0] is db:
-                db.execute(f"DEALLOCATE {name}")
-            self.round_trips += 1
-            # A connection this backend prepared on before (given back, then taken again)
-            # holds it already: the name is this backend's own, so is the statement.
-            with contextlib.suppress(psycopg.errors.DuplicatePreparedStatement):
-                db.execute(f"PREPARE {name} AS {psycopg.ClientCursor(db).mogrify(*state)}")
+            name, replace = self._prepared_name, held is not None and held[0] is db
+            self.round_trips += pg_begin.prepare(db, name, state, replace)
             self._prepared = held = (db, key, name)
         return held[2]
 
