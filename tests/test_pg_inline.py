@@ -59,3 +59,23 @@ def test_tricky_text_is_stored_and_read_back_exactly(pg_url: str, conforming: st
         assert [e.body for e in listed] == TRICKY
         assert [e.topic for e in listed] == ["".join(c for c in t if c >= " ") for t in TRICKY]
         assert list(listed) == written
+
+
+@pytest.mark.pg
+def test_literals_stay_right_when_the_setting_changes_after_connecting(pg_url: str) -> None:
+    """The quoting is decided when the writer connects; a string with a backslash is written
+    as an escape string, so it reads back the same if `standard_conforming_strings` is turned
+    off later in the session, and a negative number never runs into a minus before it."""
+    import psycopg
+
+    from mempalace_logstream.backends.pg_inline import Inline
+
+    with psycopg.connect(pg_url.replace("postgresql+psycopg://", "postgresql://")) as db:
+        inline = Inline(db)
+        assert inline.plain
+        sql = "SELECT 1-%s, %s, %s"
+        for setting in ("on", "off"):
+            db.execute(f"SET standard_conforming_strings = {setting}")
+            for text in TRICKY:
+                row = db.execute(inline.text(sql, (-1, text, "plain's"))).fetchone()
+                assert row == (2, text, "plain's"), (setting, text)

@@ -51,15 +51,18 @@ class Inline:
         if kind is str:
             text: str = value
             if "\x00" not in text and self.plain:  # NUL: psycopg's error
+                if "\\" in text:  # an escape string: right whatever the setting says now
+                    return f" E'{text.replace(_BACKSLASH, _BACKSLASHES).replace(_QUOTE, _QUOTES)}'"
                 return f"'{text.replace(_QUOTE, _QUOTES)}'"
         elif kind is int:
-            return str(value)
+            # A space before a minus: `x-%s` must not become the comment `x--1`.
+            return str(value) if value >= 0 else f" {value}"
         elif value is None:
             return "NULL"
         return self.mogrify.mogrify("%s", (value,))
 
 
-_QUOTE, _QUOTES = "'", "''"
+_QUOTE, _QUOTES, _BACKSLASH, _BACKSLASHES = "'", "''", "\\", "\\\\"
 
 
 def _split(sql: str) -> tuple[tuple[str, ...], tuple[Any, ...]]:
