@@ -136,9 +136,9 @@ def _forgeries(draw, log: list[SignedEvent]) -> SignedEvent | None:
             "body": target.event.body + "!",
             "to_agent": "mallory",
         }[name]
-        return replace(target, event=replace(target.event, **{name: value}))
+        return target._replace(event=replace(target.event, **{name: value}))
     if kind == "strip":
-        return replace(target, sig=None, key_id=None)
+        return target._replace(sig=None, key_id=None)
     if kind == "impersonate":
         victim = draw(st.sampled_from(sorted(AGENTS)))
         return signed(MALLORY, event(n, victim, body="pay mallory"))
@@ -150,7 +150,7 @@ def _forgeries(draw, log: list[SignedEvent]) -> SignedEvent | None:
         return SignedEvent(event=forged, sig=other.sig, key_id=other.key_id)
     if kind == "swap_key":
         other = draw(st.sampled_from([p for p in KEYS.values() if p.key_id != target.key_id]))
-        return replace(target, key_id=other.key_id)
+        return target._replace(key_id=other.key_id)
     return None  # self_admin, built by `attacks`
 
 

@@ -8,7 +8,7 @@ whether an admin key is trusted. The verdict on an event lives in `verdict.py`. 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from mempalace_logstream import hlc as hlc_mod
@@ -35,8 +35,10 @@ def tombstone_sha256(body: str) -> str | None:
     return None if doc is None else doc["body_sha256"]
 
 
-@dataclass(frozen=True, kw_only=True)
-class SignedEvent:
+_NO_ARTIFACTS: Mapping[str, str] = MappingProxyType({})
+
+
+class SignedEvent(NamedTuple):  # not a dataclass: nothing generated at import (issue 25)
     """An event with what checking it needs: its signature, key id, the SHA-256 of its body
     (given when the body was redacted; else the body is hashed) and of its artifacts."""
 
@@ -44,7 +46,7 @@ class SignedEvent:
     sig: str | None = None
     key_id: str | None = None
     body_sha256: str | None = None
-    artifact_sha256s: Mapping[str, str] = field(default_factory=dict)
+    artifact_sha256s: Mapping[str, str] = _NO_ARTIFACTS
 
     def payload(self) -> bytes:
         """The signed message (RFC 0008). Raises SigningError if the event has none."""
