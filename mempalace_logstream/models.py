@@ -6,7 +6,6 @@ Must not import sqlalchemy, pydantic or any surface.
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, NamedTuple, Required, TypedDict
@@ -62,6 +61,9 @@ def _spec(kind: str, doc: str, **options: Any) -> dict[str, FieldSpec]:
 
 @dataclass(frozen=True, kw_only=True)
 class Event:
+    """One stored event: its fields are declared here once (`EVENT_SPEC`). (A docstring of its
+    own: `dataclass` would otherwise build one from `inspect.signature`, at every import.)"""
+
     id: str = field(metadata=_spec("key", "globally unique event id (evt_<ULID>)"))
     seq: int = field(metadata=_spec("seq", "this store's position (local)", content=False))
     origin_replica: str = field(metadata=_spec("key", "the replica that wrote it"))
@@ -318,6 +320,8 @@ def _digest_or_body(body: str) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class Artifact:
+    """One stored artifact: content-addressed bytes (RFC 0005) with who made it and when."""
+
     id: str
     kind: str
     sha256: str
@@ -343,6 +347,8 @@ class Artifact:
             return None
         if self.encoding == "utf-8":
             return self.content.decode("utf-8")
+        import base64  # here: a write loads no base64 (issue 25)
+
         return base64.b64encode(self.content).decode("ascii")
 
     def to_dict(self, *, with_content: bool = True) -> dict[str, Any]:
@@ -449,6 +455,8 @@ _DRAFT_NAMES = frozenset(DRAFT_FIELDS)
 
 @dataclass(frozen=True, kw_only=True)
 class ArtifactDraft:
+    """A validated artifact, not yet stored (`LogStore.artifact_put` makes it)."""
+
     kind: str
     content: bytes
     encoding: str

@@ -7,8 +7,6 @@ Must not import sqlalchemy or any surface.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import re
 import unicodedata
@@ -259,6 +257,9 @@ def artifact_content(
         kind = enc or ("utf-8" if is_text else "base64")
     elif isinstance(value, str):
         if enc == "base64":
+            import base64  # here: a write loads neither (issue 25)
+            import binascii
+
             try:
                 raw = base64.b64decode(value.encode("ascii"), validate=True)
             except (binascii.Error, UnicodeEncodeError) as exc:
