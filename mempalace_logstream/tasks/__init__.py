@@ -6,51 +6,73 @@ its thread. Pure: no SQL, no I/O, no clock (times come from the events' HLC stam
     advance(task, move, settings) -> Task    a peer's move: the next state, illegal moves recorded
     fold(events, settings) -> Task | None    a whole thread, in HLC order (identity's rules too)
     needs_thread(task, move, settings)       whether the row alone cannot decide a move
+
+The names are their modules' (model.py: the shapes; steps.py: one move; moves.py: reading a
+move; thread.py: the fold), each imported on first use (PEP 562): importing a submodule
+(`tasks.guards`, `tasks.model`) loads none of the others, and a write that moves no task
+never loads the lifecycle's rules (issue 25).
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from mempalace_logstream.tasks.fold import DEFAULT_SETTINGS, advance, check, needs_thread
-from mempalace_logstream.tasks.model import (
-    A2A_STATES,
-    ACTIONS,
-    NON_TERMINAL,
-    STATES,
-    TERMINAL,
-    Move,
-    Task,
-    TaskSettings,
-)
-from mempalace_logstream.tasks.moves import classify
-
 if TYPE_CHECKING:
     from mempalace_logstream.models import Event
+    from mempalace_logstream.tasks.model import (
+        A2A_STATES,
+        ACTIONS,
+        NON_TERMINAL,
+        STATES,
+        TERMINAL,
+        Move,
+        Task,
+        TaskSettings,
+    )
+    from mempalace_logstream.tasks.moves import classify
+    from mempalace_logstream.tasks.steps import DEFAULT_SETTINGS as DEFAULT_SETTINGS
+    from mempalace_logstream.tasks.steps import advance, check, needs_thread
     from mempalace_logstream.tasks.thread import Folder, FoldState
 
 
-# The thread's fold (tasks/thread.py) is imported on first use: a write that the task row
-# decides (every plain write, most moves) never loads it (issue 25).
-def fold(events: Iterable[Event], settings: TaskSettings = DEFAULT_SETTINGS) -> Task | None:
-    """`thread.fold`: a thread's task, derived from its events alone, in HLC order. (Defined
-    after the submodule `tasks.fold` is imported: this name is the function.)"""
+def fold(events: Iterable[Event], settings: TaskSettings | None = None) -> Task | None:
+    """`thread.fold`: a thread's task, derived from its events alone, in HLC order (the
+    default settings when none are given)."""
     from mempalace_logstream.tasks import thread
 
+    if settings is None:
+        return thread.fold(events)
     return thread.fold(events, settings)
 
 
-_THREAD = frozenset({"Folder", "FoldState"})
+# name -> the submodule that defines it
+_WHERE = {
+    "A2A_STATES": "model",
+    "ACTIONS": "model",
+    "NON_TERMINAL": "model",
+    "STATES": "model",
+    "TERMINAL": "model",
+    "Move": "model",
+    "Task": "model",
+    "TaskSettings": "model",
+    "classify": "moves",
+    "DEFAULT_SETTINGS": "steps",
+    "advance": "steps",
+    "check": "steps",
+    "needs_thread": "steps",
+    "Folder": "thread",
+    "FoldState": "thread",
+}
 
 
 def __getattr__(name: str) -> object:
-    """`Folder`, `FoldState` from tasks/thread.py, on first use (PEP 562)."""
-    if name not in _THREAD:
+    """A name of `__all__` from its submodule, on first use (PEP 562)."""
+    where = _WHERE.get(name)
+    if where is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from mempalace_logstream.tasks import thread
-
-    value = getattr(thread, name)
+    value = getattr(importlib.import_module(f"{__name__}.{where}"), name)
     globals()[name] = value
     return value
 

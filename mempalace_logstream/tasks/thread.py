@@ -17,7 +17,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from mempalace_logstream.models import Event
-from mempalace_logstream.tasks.fold import (
+from mempalace_logstream.tasks.model import Move, Task, TaskSettings
+from mempalace_logstream.tasks.moves import classify
+from mempalace_logstream.tasks.steps import (
     DEFAULT_SETTINGS,
     advance,
     anomaly,
@@ -26,8 +28,6 @@ from mempalace_logstream.tasks.fold import (
     record,
     seen,
 )
-from mempalace_logstream.tasks.model import Move, Task, TaskSettings
-from mempalace_logstream.tasks.moves import classify
 
 EARLY = "it came before the task's request"
 
