@@ -1,9 +1,16 @@
-"""The shapes of the task lifecycle (RFC 0007): states, actions, a move, a task, settings."""
+"""The shapes of the task lifecycle (RFC 0007): states, actions, a move, a task, settings.
+
+`Task` and `TaskSettings` are dataclasses, defined in tasks/records.py and named here on first
+use (PEP 562): the loop guards and a plain append read the states and actions without
+generating them (issue 25)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from mempalace_logstream.tasks.records import Task as Task
+    from mempalace_logstream.tasks.records import TaskSettings as TaskSettings
 
 STATES = (
     "open",
@@ -60,22 +67,6 @@ MIN_LEASE_MS = 1_000
 MAX_LEASE_MS = 7 * 24 * 3600 * 1000
 
 
-@dataclass(frozen=True, kw_only=True)
-class TaskSettings:
-    """Per-hub limits: delegation depth and breadth, the default lease; the reminders for
-    unclaimed work and the loop guards (issue 20: `tasks/guards.py`)."""
-
-    max_depth: int = 3
-    max_children: int = 10
-    lease_ms: int = DEFAULT_LEASE_MS
-    claim_timeout_ms: int = 10 * 60 * 1000  # 0: no reminders
-    max_reminders: int = 3
-    thread_budget: int = 60  # agent-written events per thread since a person or the request
-    pair_budget: int = 30  # messages between two agents per window without a task move
-    pair_window_ms: int = 10 * 60 * 1000
-    humans: tuple[str, ...] = ()  # names that count as a person (the admin always does)
-
-
 class Move(NamedTuple):  # not a dataclass: nothing generated at import (issue 25)
     """One lifecycle move, read from one event of the task's thread."""
 
@@ -100,47 +91,15 @@ class Move(NamedTuple):  # not a dataclass: nothing generated at import (issue 2
     verified: bool = False
 
 
-@dataclass(frozen=True, kw_only=True)
-class Task:
-    """A task's derived state: what `fold(thread)` says, and what the projection row holds."""
+_RECORDS = frozenset({"Task", "TaskSettings"})
 
-    task_id: str
-    state: str
-    requester: str
-    to_agent: str | None
-    stream: str
-    request_event_id: str
-    created_ms: int
-    request_hlc: str = ""  # the request's HLC: the log's order of requests (RFC 0001)
-    assignee: str | None = None
-    attempt: int = 0
-    request_lease_ms: int | None = None  # the lease the request asked for (None: the default)
-    lease_ms: int | None = None  # the length of the current attempt's lease
-    lease_expires_ms: int | None = None  # None while no lease runs (open, blocked, ready, ends)
-    progress: float | None = None
-    parent_task_id: str | None = None
-    depth: int = 1  # in the delegation chain: set by the store from the parent (not the thread)
-    result: dict[str, Any] | None = None
-    result_event_id: str | None = None
-    question_event_id: str | None = None  # the move that blocked it (its body is the question)
-    retryable: bool | None = None
-    conflicts: tuple[dict[str, Any], ...] = field(default_factory=tuple)
-    anomalies: tuple[dict[str, Any], ...] = field(default_factory=tuple)
-    lost: tuple[dict[str, Any], ...] = field(default_factory=tuple)
-    last_hlc: str = ""
-    last_event_id: str = ""
 
-    @property
-    def terminal(self) -> bool:
-        return self.state in TERMINAL
+def __getattr__(name: str) -> object:
+    """`Task`, `TaskSettings` from tasks/records.py, on first use (PEP 562)."""
+    if name not in _RECORDS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from mempalace_logstream.tasks import records
 
-    def lease_passed(self, now_ms: int) -> bool:
-        return (
-            self.state in LEASE_RUNS
-            and self.lease_expires_ms is not None
-            and now_ms >= self.lease_expires_ms
-        )
-
-    def state_at(self, now_ms: int) -> str:
-        """The state a reader sees: a held task whose lease has passed reads as `open`."""
-        return "open" if self.lease_passed(now_ms) else self.state
+    value = getattr(records, name)
+    globals()[name] = value
+    return value
