@@ -113,8 +113,17 @@ class Settings(NamedTuple):  # not a dataclass: the hook paths import no datacla
             humans=tuple(n.strip() for n in env.get(p + "HUMANS", "").split(",") if n.strip()),
         )
 
-    def task_settings(self) -> TaskSettings:
-        """The task lifecycle's limits (RFC 0007): delegation depth and breadth, lease."""
+    def task_settings(self) -> TaskSettings | None:
+        """The task lifecycle's limits (RFC 0007): delegation depth and breadth, lease; None
+        when each is its default, which the store takes as `TaskSettings()` (the same values:
+        tests/test_cli_fast_writes.py), so that a write that moves no task never builds
+        them (issue 25)."""
+        if all(getattr(self, name) == _DEFAULTS[name] for name in _TASK_FIELDS):
+            return None
+        return self.all_task_settings()
+
+    def all_task_settings(self) -> TaskSettings:
+        """`task_settings()`, built even when each is its default."""
         from mempalace_logstream.tasks import TaskSettings
 
         return TaskSettings(
@@ -128,6 +137,21 @@ class Settings(NamedTuple):  # not a dataclass: the hook paths import no datacla
             pair_window_ms=self.pair_window_ms,
             humans=self.humans,
         )
+
+
+# The settings `task_settings` passes on, and their defaults.
+_TASK_FIELDS = (
+    "task_max_depth",
+    "task_max_children",
+    "task_lease_ms",
+    "claim_timeout_ms",
+    "max_reminders",
+    "thread_budget",
+    "pair_budget",
+    "pair_window_ms",
+    "humans",
+)
+_DEFAULTS = Settings._field_defaults
 
 
 def palace_dir(palace: str | None) -> Path:

@@ -369,3 +369,29 @@ def test_ctrl_c_while_waiting_for_the_hub_ends_it_as_typer_does(
             said.append((proc.returncode, out, err))
     assert said[0] == said[1]
     assert said[0] == (130, b"", b"")
+
+
+# ----------------------------------------------------------------------------- settings
+
+
+def test_task_settings_left_at_their_defaults_are_the_store_s_defaults() -> None:
+    """`config.Settings.task_settings()` is None when no task setting is set (a local write
+    then builds no TaskSettings: issue 25): that must be what the store takes for None,
+    `TaskSettings()`; one setting set gives them all, that one changed."""
+    from mempalace_logstream import config
+    from mempalace_logstream.tasks import TaskSettings
+
+    plain = config.Settings.from_env({})
+    assert plain.task_settings() is None
+    assert plain.all_task_settings() == TaskSettings()
+    for var, field, value in (
+        ("MEMPALACE_LOGSTREAM_PAIR_BUDGET", "pair_budget", 7),
+        ("MEMPALACE_LOGSTREAM_HUMANS", "humans", ("ann",)),
+        ("MEMPALACE_LOGSTREAM_TASK_MAX_DEPTH", "max_depth", 5),
+    ):
+        given = config.Settings.from_env(
+            {var: ",".join(value) if field == "humans" else str(value)}
+        )
+        settings = given.task_settings()
+        assert settings is not None and getattr(settings, field) == value, var
+        assert settings == given.all_task_settings()

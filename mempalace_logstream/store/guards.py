@@ -18,12 +18,13 @@ from mempalace_logstream.models import Event
 from mempalace_logstream.payload import read_metadata
 from mempalace_logstream.store.ids import now_text
 from mempalace_logstream.tasks import guards as g
-from mempalace_logstream.tasks.model import ACTIONS, REQUEST_TYPE, Task
+from mempalace_logstream.tasks.model import ACTIONS, REQUEST_TYPE
 
 if TYPE_CHECKING:
     import logging
 
     from mempalace_logstream.store.writes import Transaction, Writes
+    from mempalace_logstream.tasks import Task
 
 
 def _log() -> logging.Logger:

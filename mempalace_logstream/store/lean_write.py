@@ -44,7 +44,6 @@ from mempalace_logstream.store.pipeline import CommitPipeline
 from mempalace_logstream.store.projections import Projections
 from mempalace_logstream.store.unplanned import Unplanned
 from mempalace_logstream.store.writes import Transaction, Writes
-from mempalace_logstream.tasks import TaskSettings
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -56,6 +55,7 @@ if TYPE_CHECKING:
     from mempalace_logstream.store.reads import Reads
     from mempalace_logstream.store.task_cache import FoldCache
     from mempalace_logstream.store.task_reads import TaskReads
+    from mempalace_logstream.tasks import TaskSettings
 
 __all__ = ["LeanWriter", "Unplanned", "open_lean_writer"]
 
@@ -175,7 +175,7 @@ class LeanStore:
     ) -> None:
         self.backend, self.replica_id = backend, replica_id
         self.dialect = backend.name
-        self.task_settings = task_settings or TaskSettings()
+        self._task_settings = task_settings
         self.projections = Projections()
         self.identity = Identity(keys_dir, backend.links_functions()[1])
         self.clock = hlc.HybridClock(replica_id, None)
@@ -196,8 +196,14 @@ class LeanStore:
             max_artifact_bytes=max_artifact_bytes,
         )
 
-    # The readers and the fold cache, made on first use: an append that reads nothing back
-    # and moves no task never loads them (issue 25).
+    # The task settings, the readers and the fold cache, made on first use: an append that
+    # reads nothing back and moves no task never loads them (issue 25).
+    @functools.cached_property
+    def task_settings(self) -> TaskSettings:
+        from mempalace_logstream.tasks import TaskSettings
+
+        return self._task_settings or TaskSettings()
+
     @functools.cached_property
     def reads(self) -> Reads:
         from mempalace_logstream.store.reads import Reads
