@@ -241,12 +241,16 @@ def test_local_writes_run_before_typer_without_sqlalchemy_or_pydantic(tmp_path: 
 
 
 # What a plain local append (a note, no task, a log without keys) leaves unloaded (issue 25):
-# signing and keys, the task thread's fold and its caches, the readers and their filters, the
-# reminder plan, the delivery ledger (a write's sign of life is memory only), URL parsing.
+# signing and keys, the task lifecycle (a task and its settings, the moves and their rules,
+# the thread's fold) and its caches, the readers and their filters, the reminder plan, the
+# delivery ledger (a write's sign of life is memory only), URL parsing, base64.
 APPEND_SKIPS = (
     "mempalace_logstream.identity.keys",
     "mempalace_logstream.identity.signing",
     "mempalace_logstream.identity.canonical",
+    "mempalace_logstream.tasks.records",
+    "mempalace_logstream.tasks.steps",
+    "mempalace_logstream.tasks.moves",
     "mempalace_logstream.tasks.thread",
     "mempalace_logstream.tasks.reminders",
     "mempalace_logstream.store.task_cache",
@@ -258,6 +262,7 @@ APPEND_SKIPS = (
     "mempalace_logstream.backends.queries.ledger",
     "urllib.parse",
     "ipaddress",
+    "base64",
 )
 
 
