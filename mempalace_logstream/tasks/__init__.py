@@ -7,8 +7,8 @@ its thread. Pure: no SQL, no I/O, no clock (times come from the events' HLC stam
     fold(events, settings) -> Task | None    a whole thread, in HLC order (identity's rules too)
     needs_thread(task, move, settings)       whether the row alone cannot decide a move
 
-The names are their modules' (model.py: the states and actions, a move; records.py: a task,
-the settings; steps.py: one move; moves.py: reading a move; thread.py: the fold), each
+The names are their modules' (model.py: the states and actions, a move; records.py: a task;
+settings.py: the settings; steps.py: one move; moves.py: reading a move; thread.py: the fold), each
 imported on first use (PEP 562): importing a submodule (`tasks.guards`, `tasks.model`) loads
 none of the others, and a write that moves no task never loads the lifecycle (issue 25).
 """
@@ -30,7 +30,8 @@ if TYPE_CHECKING:
         Move,
     )
     from mempalace_logstream.tasks.moves import classify
-    from mempalace_logstream.tasks.records import Task, TaskSettings
+    from mempalace_logstream.tasks.records import Task
+    from mempalace_logstream.tasks.settings import TaskSettings
     from mempalace_logstream.tasks.steps import DEFAULT_SETTINGS as DEFAULT_SETTINGS
     from mempalace_logstream.tasks.steps import advance, check, needs_thread
     from mempalace_logstream.tasks.thread import Folder, FoldState
@@ -55,7 +56,7 @@ _WHERE = {
     "TERMINAL": "model",
     "Move": "model",
     "Task": "records",
-    "TaskSettings": "records",
+    "TaskSettings": "settings",
     "classify": "moves",
     "DEFAULT_SETTINGS": "steps",
     "advance": "steps",

@@ -1,16 +1,17 @@
 """The shapes of the task lifecycle (RFC 0007): states, actions, a move, a task, settings.
 
-`Task` and `TaskSettings` are dataclasses, defined in tasks/records.py and named here on first
-use (PEP 562): the loop guards and a plain append read the states and actions without
-generating them (issue 25)."""
+`Task` and `TaskSettings` are dataclasses, defined in tasks/records.py and tasks/settings.py
+and named here on first use (PEP 562): the loop guards and a plain append read the states and
+actions without generating them (issue 25)."""
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from mempalace_logstream.tasks.records import Task as Task
-    from mempalace_logstream.tasks.records import TaskSettings as TaskSettings
+    from mempalace_logstream.tasks.settings import TaskSettings as TaskSettings
 
 STATES = (
     "open",
@@ -91,15 +92,15 @@ class Move(NamedTuple):  # not a dataclass: nothing generated at import (issue 2
     verified: bool = False
 
 
-_RECORDS = frozenset({"Task", "TaskSettings"})
+_RECORDS = {"Task": "records", "TaskSettings": "settings"}
 
 
 def __getattr__(name: str) -> object:
-    """`Task`, `TaskSettings` from tasks/records.py, on first use (PEP 562)."""
-    if name not in _RECORDS:
+    """`Task` from tasks/records.py, `TaskSettings` from tasks/settings.py, on first use
+    (PEP 562)."""
+    where = _RECORDS.get(name)
+    if where is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from mempalace_logstream.tasks import records
-
-    value = getattr(records, name)
+    value = getattr(importlib.import_module(f"mempalace_logstream.tasks.{where}"), name)
     globals()[name] = value
     return value

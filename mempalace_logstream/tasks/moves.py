@@ -10,7 +10,7 @@ write refuses it, a peer's event is recorded as an anomaly.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mempalace_logstream import hlc
 from mempalace_logstream.models import Event
@@ -23,8 +23,10 @@ from mempalace_logstream.tasks.model import (
     TYPE_ACTIONS,
     VERIFICATION_STATUSES,
     Move,
-    Task,
 )
+
+if TYPE_CHECKING:  # an ack reads moves without a Task generated (issue 25)
+    from mempalace_logstream.tasks.records import Task
 
 MAX_VERIFICATION_ITEMS = 50
 MAX_VERIFICATION_NAME = 200

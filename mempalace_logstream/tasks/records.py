@@ -1,29 +1,12 @@
-"""A task's derived state and the lifecycle's settings (RFC 0007): frozen dataclasses, named by
-tasks/model.py (and the package) on first use, so that only what reads or moves a task
-generates them (issue 25)."""
+"""A task's derived state (RFC 0007): a frozen dataclass, named by tasks/model.py (and the
+package) on first use, so that only what reads or moves a task generates it (issue 25)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from mempalace_logstream.tasks.model import DEFAULT_LEASE_MS, LEASE_RUNS, TERMINAL
-
-
-@dataclass(frozen=True, kw_only=True)
-class TaskSettings:
-    """Per-hub limits: delegation depth and breadth, the default lease; the reminders for
-    unclaimed work and the loop guards (issue 20: `tasks/guards.py`)."""
-
-    max_depth: int = 3
-    max_children: int = 10
-    lease_ms: int = DEFAULT_LEASE_MS
-    claim_timeout_ms: int = 10 * 60 * 1000  # 0: no reminders
-    max_reminders: int = 3
-    thread_budget: int = 60  # agent-written events per thread since a person or the request
-    pair_budget: int = 30  # messages between two agents per window without a task move
-    pair_window_ms: int = 10 * 60 * 1000
-    humans: tuple[str, ...] = ()  # names that count as a person (the admin always does)
+from mempalace_logstream.tasks.model import LEASE_RUNS, TERMINAL
 
 
 @dataclass(frozen=True, kw_only=True)
