@@ -268,7 +268,8 @@ APPEND_SKIPS = (
 
 def test_a_plain_local_append_loads_only_what_it_uses(tmp_path: Path) -> None:
     """A note appended to a local log without keys through the lean writer loads none of
-    APPEND_SKIPS; an ack loads the delivery ledger, which writes its mark before the exit."""
+    APPEND_SKIPS; an ack loads the delivery ledger, which writes its mark before the exit, and
+    the task settings the loop guards read, but no Task."""
     db = str(tmp_path / "log.sqlite3")
     with LogStore.open(db) as store:
         seed = store.event_append(type="note", stream="s", room="r", from_agent="al")
@@ -280,6 +281,10 @@ def test_a_plain_local_append_loads_only_what_it_uses(tmp_path: Path) -> None:
     assert sorted(set(APPEND_SKIPS) & set(done["modules"])) == []
     done, out = console(tmp_path, "ack", seed.id, "--from-agent", "bob", *where)
     assert "mempalace_logstream.deliveries" in done["modules"]
+    # An ack is on a thread (the acked event's) and to its writer: the loop guards read the
+    # task settings and the thread's task row (none), and no Task is generated.
+    assert "mempalace_logstream.tasks.settings" in done["modules"]
+    assert "mempalace_logstream.tasks.records" not in done["modules"]
     with LogStore.open(db) as store:
         marks = deliveries.status_of(store, seed.id)["recipients"]
     assert [(m["recipient"], m["acked_at"] is not None) for m in marks] == [("bob", True)]
