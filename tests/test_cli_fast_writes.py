@@ -395,3 +395,82 @@ def test_task_settings_left_at_their_defaults_are_the_store_s_defaults() -> None
         settings = given.task_settings()
         assert settings is not None and getattr(settings, field) == value, var
         assert settings == given.all_task_settings()
+
+
+# ----------------------------------------------------------------------------- console
+
+CONSOLE = "from mempalace_logstream.cli import console; console()"
+MAIN = "from mempalace_logstream.cli import main; main()"
+
+
+def test_the_console_script_ends_a_lean_call_as_main_does(tmp_path: Path) -> None:
+    """`logstream` is `cli.console`: a call the lean path answered ends with `os._exit` once
+    its output is flushed (no interpreter teardown). It answers as `cli.main` does (stdout,
+    stderr, exit code), the write is stored once, and a reader that closed the pipe ends it
+    as it ends `main` (the pipe test above)."""
+    db = tmp_path / "log.sqlite3"
+    with LogStore.open(str(db)) as store:
+        seed = store.event_append(type="note", stream="s", room="r", from_agent="al")
+    env = _env(tmp_path)
+    env.pop("PYTHONUNBUFFERED", None)  # a user's shell: stdout buffered until the exit
+    note = ("append", "--type", "note", "--stream", "s", "--room", "r", "--from-agent", "al")
+    calls = [
+        (*note, "--body", "hi", "--json"),
+        (*note, "--body", "hi"),
+        ("ack", seed.id, "--from-agent", "bob"),
+        ("task", "claim", "task_x_0000000a", "--from-agent", "bob"),  # refused: no such task
+        ("list", "--limit", "5"),
+    ]
+    for argv in calls:
+        answers = []
+        for code in (CONSOLE, MAIN):
+            before = events_in(db)
+            proc = subprocess.run(
+                [sys.executable, "-c", code, *argv, "--db", str(db)],
+                capture_output=True,
+                env=env,
+                timeout=60,
+                check=False,
+            )
+            written = events_in(db) - before
+            answers.append((normal(proc.stdout), normal(proc.stderr), proc.returncode, written))
+        assert answers[0] == answers[1], argv
+        assert answers[0][2] == (1 if argv[0] == "task" else 0), argv
+        assert answers[0][0] or argv[0] == "task", argv
+    read, write = os.pipe()
+    os.close(read)  # no reader: the first write fails
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", CONSOLE, "list", "--limit", "500", "--db", str(db)],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write)
+    assert (proc.returncode, proc.stderr) == (1, b"")
+
+
+def test_the_console_script_skips_the_teardown_only_after_a_lean_call(tmp_path: Path) -> None:
+    """What `os._exit` skips (an atexit hook stands for the teardown): after a lean call, not
+    after one the typer app ran (`--help`), nor after `main`."""
+    db = tmp_path / "log.sqlite3"
+    LogStore.open(str(db)).close()
+    hooked = "import atexit; atexit.register(print, 'teardown'); "
+    note = ("append", "--type", "note", "--stream", "s", "--room", "r", "--from-agent", "al")
+    for code, argv, torn_down in (
+        (CONSOLE, (*note, "--db", str(db)), False),
+        (MAIN, (*note, "--db", str(db)), True),
+        (CONSOLE, ("append", "--help"), True),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-c", hooked + code, *argv],
+            capture_output=True,
+            env=_env(tmp_path),
+            timeout=60,
+            check=False,
+        )
+        assert proc.returncode == 0, (argv, proc.stderr)
+        assert proc.stdout.decode().endswith("teardown\n") == torn_down, (code, argv)

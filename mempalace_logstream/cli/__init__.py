@@ -20,14 +20,24 @@ if _typing.TYPE_CHECKING:
     app: typer.Typer
     STATE: State
 
-__all__ = ["STATE", "app", "main"]
+__all__ = ["STATE", "app", "console", "main"]
 
 
 def main() -> None:
-    """The `logstream` console script: the lean `inbox` first, else the typer app."""
+    """`logstream`: the lean paths first (hook.py), else the typer app; ends by raising
+    SystemExit, as a function called in a process that goes on must."""
     from mempalace_logstream import hook
 
     hook.main()
+
+
+def console() -> None:
+    """The `logstream` console script: `main()`, but a call the lean paths answered (a local
+    write, read or inbox) ends the process as soon as its output is flushed, without the
+    interpreter's teardown (issue 25)."""
+    from mempalace_logstream import hook
+
+    hook.main(exit_now=True)
 
 
 def __getattr__(name: str) -> object:
