@@ -35,8 +35,8 @@ def _log() -> logging.Logger:
 
 
 FIRST_PAGE, MAX_PAGE = 16, 1024
-# A guard's rows are `sql.GUARD_COLS`: seq, id, type, from_agent, to_agent, created_at,
-# metadata_json (row[0] .. row[6]).
+# A thread's rows are `sql.GUARD_COLS`: seq, id, type, from_agent, metadata_json (row[0] ..
+# row[4]).
 
 
 def check_local(tx: Transaction, event: Event) -> None:
@@ -100,7 +100,7 @@ def _thread_rows(tx: Transaction, thread: str, before: int) -> Any:
 
 def _meta(row: Any) -> dict[str, Any]:
     """A guard row's metadata object (`{}` when unreadable)."""
-    return read_metadata(row[6] or "{}")[0]
+    return read_metadata(row[4] or "{}")[0]
 
 
 # ----------------------------------------------------------------------------- thread
@@ -179,24 +179,19 @@ def _check_pair(tx: Transaction, event: Event, peer: str, task: Task | None) -> 
     cutoff = now_text(now - settings.pair_window_ms)
     a, b = event.from_agent, peer
     n = settings.pair_budget
-    # The newest n+1 messages (or moves) each way in the window: the newest n of both ways
-    # together are among them. The database filters; Python reads at most 2n+2 rows.
-    # The pair's reads walk the writers' `(from_agent, seq)` index over the window only, both
-    # ways in one statement (none when nothing was written in the window).
-    recent = sql.pair_rows(tx.ex, a, b, cutoff, _before(tx, event), n + 1, _NOT_PAIRED)
-    recent.sort(key=lambda r: -int(r[0]))
-    used, oldest, writers = 0, None, set()
-    for row in recent[:n]:
-        if row[2] in _MOVES:
-            break  # a task move between them: the count restarts after it
-        used, oldest = used + 1, row[1]
-        writers.add(row[3])
-    # An exchange needs both: one agent writing to another that never answers is no loop.
-    if used < n or len(writers | {a}) < 2:
+    # The newest n messages (or moves) between them in the window, either way. Used up when
+    # there are n of them, with no task move among them (a move restarts the count) and `b`
+    # among their writers: an exchange needs both, and one agent writing to another that
+    # never answers is no loop. The database counts (one row back, whatever the budget).
+    found, moved, answered, oldest_seq = sql.pair_count(
+        tx.ex, a, b, cutoff, _before(tx, event), n, _NOT_PAIRED, _MOVES
+    )
+    if found < n or moved or not answered or oldest_seq is None:
         return
+    oldest = sql.event_id_at(tx.ex, int(oldest_seq))
     x, y = sorted((a, b))
     message = g.pair_refusal(
-        a=x, b=y, used=used, limit=settings.pair_budget, window_ms=settings.pair_window_ms
+        a=x, b=y, used=found, limit=settings.pair_budget, window_ms=settings.pair_window_ms
     )
     to = (task.requester if task is not None else None) or (
         sql.first_writer(tx.ex, event.correlation_id) if event.correlation_id else None
@@ -206,7 +201,7 @@ def _check_pair(tx: Transaction, event: Event, peer: str, task: Task | None) -> 
     raise g.BudgetExhausted(message, field="pair_budget", notice=notice)
 
 
-_MOVES = g.EXEMPT_TYPES - {"event.ack", g.RAISE_TYPE}
+_MOVES = tuple(sorted(g.EXEMPT_TYPES - {"event.ack", g.RAISE_TYPE}))
 # Acks and raises are no exchange between a pair: left out of its rows.
 _NOT_PAIRED = ("event.ack", g.RAISE_TYPE)
 

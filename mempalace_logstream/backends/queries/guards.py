@@ -1,14 +1,15 @@
 """The statements of the loop guards (store/guards.py, RFC 0007 "Loop guards"): a thread's
-rows newest first, its newest raise and first writer, and a pair's messages to each other
-in the pair window. Which types count is the caller's (values in).
+rows newest first, its newest raise and first writer, and the count of a pair's newest messages
+to each other in the pair window. Which types count is the caller's (values in).
 
-The three reads of event rows share one shape (`_newest`): the `GUARD_COLS` of the events
+The two reads of a thread's rows share one shape (`_newest`): the `GUARD_COLS` of the events
 matching some conditions, newest first, at most `limit`.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from typing import TYPE_CHECKING, Any
 
 from mempalace_logstream import lazy
@@ -23,7 +24,7 @@ else:
     schema = lazy.module("mempalace_logstream.schema")
 
 # The columns of a guard's event row, in this order.
-GUARD_COLS = ("seq", "id", "type", "from_agent", "to_agent", "created_at", "metadata_json")
+GUARD_COLS = ("seq", "id", "type", "from_agent", "metadata_json")
 
 
 def _newest(*where: sa.ColumnElement[bool], limit: int) -> sa.Select[Any]:
@@ -78,7 +79,7 @@ def newest_of_type(ex: Executor, thread: str, kind: str, writer: str) -> Any | N
     return rows[0] if rows else None
 
 
-def pair_rows(
+def pair_count(
     ex: Executor,
     a: str,
     b: str,
@@ -86,12 +87,15 @@ def pair_rows(
     before: int,
     n: int,
     skipped: tuple[str, ...],
-) -> list[Any]:
-    """The newest `n` events `a` wrote to `b` and the newest `n` `b` wrote to `a`, written at or
+    moves: tuple[str, ...],
+) -> tuple[int, int, int, int | None]:
+    """Of the newest `n` events between `a` and `b` (`a` to `b` or `b` to `a`), written at or
     after `cutoff` (from the first event of the window: the `created_at` index) and before seq
-    `before`, events of the `skipped` types left out; no rows when nothing was written in the
-    window. One statement (a round trip on PostgreSQL), each way a walk of the writers'
-    `(from_agent, seq)` index."""
+    `before`, events of the `skipped` types left out: how many there are, how many of them are
+    of the `moves` types (constants of the code: written into the statement), 1 if `b` wrote
+    any of them else 0, and the oldest one's seq. One row, counted by the database (one
+    statement, a round trip on PostgreSQL; each way a walk of the writers' `(from_agent, seq)`
+    index over the window only)."""
     k = len(skipped)
 
     def build() -> sa.Select[Any]:
@@ -105,20 +109,69 @@ def pair_rows(
         )
 
         def way(writer: str, to: str) -> sa.Subquery:
-            return _newest(
-                c.from_agent == sa.bindparam(writer),
-                c.to_agent == sa.bindparam(to),
-                c.seq >= floor,
-                c.seq < sa.bindparam("before"),
-                *(c.type != sa.bindparam(f"k{i}") for i in range(k)),
-                limit=n,
-            ).subquery()
+            return (
+                sa.select(c.seq, c.type, c.from_agent)
+                .where(
+                    c.from_agent == sa.bindparam(writer),
+                    c.to_agent == sa.bindparam(to),
+                    c.seq >= floor,
+                    c.seq < sa.bindparam("before"),
+                    *(c.type != sa.bindparam(f"k{i}") for i in range(k)),
+                )
+                .order_by(c.seq.desc())
+                .limit(n)
+                .subquery()
+            )
 
-        first, second = way("a", "b"), way("b", "a")
-        return sa.select(sa.union_all(sa.select(first), sa.select(second)).subquery())
+        both = sa.union_all(sa.select(way("a", "b")), sa.select(way("b", "a"))).subquery()
+        newest = (
+            sa.select(both.c.seq, both.c.type, both.c.from_agent)
+            .order_by(both.c.seq.desc())
+            .limit(n)
+            .subquery()
+        )
+        one: sa.ColumnElement[int] = sa.literal_column("1")
+        zero: sa.ColumnElement[int] = sa.literal_column("0")
+        is_move = newest.c.type.in_([_text_literal(kind) for kind in moves])
+        answered = newest.c.from_agent == sa.bindparam("b")
+        return sa.select(
+            sa.func.count(),
+            sa.func.coalesce(sa.func.sum(sa.case((is_move, one), else_=zero)), zero),
+            sa.func.coalesce(sa.func.max(sa.case((answered, one), else_=zero)), zero),
+            sa.func.min(newest.c.seq),
+        )
 
-    params = {"a": a, "b": b, "cutoff": cutoff, "before": before, **_kinds(skipped)}
-    return list(ex.rows(("guards.pair", n, k), build, params))
+    params = {
+        "a": a,
+        "b": b,
+        "cutoff": cutoff,
+        "before": before,
+        **_kinds(skipped),
+    }
+    row = ex.rows(("guards.pair", n, k, moves), build, params)[0]
+    return int(row[0]), int(row[1]), int(row[2]), row[3]
+
+
+def _text_literal(value: str) -> sa.ColumnElement[Any]:
+    """`value`, a constant of the code (an event type), as an SQL string literal: the statement
+    is compiled once per set of values, and a read sent with the queued writes (PostgreSQL)
+    inlines no parameter for it. Only plain names: no quote, backslash or `%` to escape."""
+    if not _PLAIN.fullmatch(value):
+        raise ValueError(f"{value!r} is not written into SQL as a literal")
+    return sa.literal_column(f"'{value}'")
+
+
+_PLAIN = re.compile(r"[A-Za-z0-9_.:-]+")
+
+
+def event_id_at(ex: Executor, seq: int) -> str:
+    """The id of the event at `seq` (held)."""
+
+    def build() -> sa.Select[Any]:
+        c = schema.events.c
+        return sa.select(c.id).where(c.seq == sa.bindparam("seq"))
+
+    return str(ex.rows("guards.id-at", build, {"seq": seq})[0][0])
 
 
 def first_writer(ex: Executor, thread: str) -> str | None:
