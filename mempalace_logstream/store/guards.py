@@ -39,11 +39,21 @@ FIRST_PAGE, MAX_PAGE = 16, 1024
 # row[4]).
 
 
+def may_count(event: Event) -> bool:
+    """Whether a budget could count `event`: it is on a thread, or addressed to one other
+    agent (not to everyone, not to its writer). The task projection skips the others: none
+    has a thread either."""
+    peer = event.to_agent
+    return bool(event.correlation_id) or not (
+        peer is None or peer == "*" or peer == event.from_agent
+    )
+
+
 def check_local(tx: Transaction, event: Event) -> None:
     """Refuse `event` (BudgetExhausted, nothing written) when it would pass a loop guard."""
-    peer = event.to_agent
-    if not event.correlation_id and (peer is None or peer == "*" or peer == event.from_agent):
+    if not may_count(event):
         return  # no thread and no other agent addressed: no budget could count it
+    peer = event.to_agent
     settings = tx.store.task_settings
     humans = settings.humans
     if event.from_agent == g.HUB_WRITER or g.is_person(event.from_agent, humans):

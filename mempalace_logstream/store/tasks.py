@@ -225,7 +225,8 @@ class TaskProjection:
         settings = tx.store.task_settings
         if origin == "local":
             for event in events:
-                on_local_event(tx, event, settings)
+                if guards.may_count(event):  # else no thread, no budget: nothing to do
+                    on_local_event(tx, event, settings)
         else:
             on_applied_events(tx, events, settings)
         return []
