@@ -97,7 +97,9 @@ class WriteQueue:
             self.backend.forget_prepared()
             raise base.StateMoved from exc
         except psycopg.errors.DivisionByZero as exc:
-            if checking:  # the optimistic begin's check: nothing else of ours divides
+            # The optimistic begin's check, or a check sent instead of a read (`PgExecutor.
+            # check`): nothing else of ours divides.
+            if checking:
                 raise base.StateMoved from exc
             raise
 
@@ -210,6 +212,24 @@ class PgExecutor(base.DbapiExecutor):
         if self.hooks:
             base.observe(self.hooks, sql, bound)
         return self.queue.rows(sql, bound)
+
+    def check(self, key: Any, build: base.Build, params: Mapping[str, Any]) -> bool:
+        """Queued as the `EXECUTE` of a prepared statement, and sent with the next message
+        (the COMMIT's, for a lone writer): its division by zero fails that message as the
+        optimistic begin's check does (`WriteQueue.flush`: `StateMoved`, the batch runs
+        again, reading)."""
+        queue = self.queue
+        if queue is None or self.backend is None or _has_bytes(params.values()):
+            return False
+        sql, bound = self.compile(key, build, params)
+        execute = self.backend.reads.execute(self.db, sql, bound, queue.cursors.inline)
+        if execute is None:
+            return False
+        if self.hooks:
+            base.observe(self.hooks, sql, bound)
+        queue.add(execute, None)
+        queue.checking = True
+        return True
 
     def run(self, key: Any, build: base.Build, params: Mapping[str, Any]) -> None:
         if self.queue is None or _has_bytes(params.values()):

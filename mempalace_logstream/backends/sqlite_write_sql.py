@@ -301,7 +301,7 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
     (
         "guards.pair",
         30,
-        2,
+        ("event.ack", "thread.budget"),
         (
             "patch.ready",
             "task.accept",
@@ -322,32 +322,32 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ),
     ): (
         (
-            "SELECT count(*) AS count_1, coalesce(sum(CASE WHEN (anon_1.type IN "
+            "SELECT CASE WHEN (count(*) >= 30 AND max(CASE WHEN (anon_1.type IN "
             "('patch.ready', 'task.accept', 'task.block', 'task.cancel', "
             "'task.claim', 'task.decline', 'task.fail', 'task.progress', "
             "'task.reject', 'task.reminder', 'task.reopen', 'task.request', "
             "'task.result', 'task.stalled', 'task.unblock', "
-            "'thread.budget_exhausted')) THEN 1 ELSE 0 END), 0) AS coalesce_1, "
-            "coalesce(max(CASE WHEN (anon_1.from_agent = :b) THEN 1 ELSE 0 END), 0) "
-            "AS coalesce_2, min(anon_1.seq) AS min_1 \nFROM (SELECT anon_2.seq AS "
-            "seq, anon_2.type AS type, anon_2.from_agent AS from_agent \nFROM (SELECT "
-            "anon_3.seq AS seq, anon_3.type AS type, anon_3.from_agent AS from_agent "
-            "\nFROM (SELECT events.seq AS seq, events.type AS type, events.from_agent "
-            "AS from_agent \nFROM events \nWHERE events.from_agent = :a AND "
-            "events.to_agent = :b AND events.seq >= (SELECT events.seq \nFROM events \n"
+            "'thread.budget_exhausted')) THEN 1 ELSE 0 END) = 0 AND max(CASE WHEN "
+            "(anon_1.from_agent = :b) THEN 1 ELSE 0 END) = 1) THEN 1 ELSE 0 END AS "
+            "refused, count(*) AS found, min(anon_1.seq) AS oldest \nFROM (SELECT "
+            "anon_2.seq AS seq, anon_2.type AS type, anon_2.from_agent AS from_agent "
+            "\nFROM (SELECT anon_3.seq AS seq, anon_3.type AS type, anon_3.from_agent "
+            "AS from_agent \nFROM (SELECT events.seq AS seq, events.type AS type, "
+            "events.from_agent AS from_agent \nFROM events \nWHERE events.from_agent = "
+            ":a AND events.to_agent = :b AND events.seq >= (SELECT events.seq \nFROM "
+            "events \nWHERE events.created_at >= :cutoff ORDER BY events.created_at\n "
+            "LIMIT :param_1 OFFSET :param_2) AND events.seq < :before AND "
+            "events.type != :k0 AND events.type != :k1 ORDER BY events.seq DESC\n "
+            "LIMIT :param_3 OFFSET :param_4) AS anon_3 UNION ALL SELECT anon_4.seq "
+            "AS seq, anon_4.type AS type, anon_4.from_agent AS from_agent \nFROM "
+            "(SELECT events.seq AS seq, events.type AS type, events.from_agent AS "
+            "from_agent \nFROM events \nWHERE events.from_agent = :b AND "
+            "events.to_agent = :a AND events.seq >= (SELECT events.seq \nFROM events \n"
             "WHERE events.created_at >= :cutoff ORDER BY events.created_at\n LIMIT "
-            ":param_1 OFFSET :param_2) AND events.seq < :before AND events.type != "
-            ":k0 AND events.type != :k1 ORDER BY events.seq DESC\n LIMIT :param_3 "
-            "OFFSET :param_4) AS anon_3 UNION ALL SELECT anon_4.seq AS seq, "
-            "anon_4.type AS type, anon_4.from_agent AS from_agent \nFROM (SELECT "
-            "events.seq AS seq, events.type AS type, events.from_agent AS from_agent "
-            "\nFROM events \nWHERE events.from_agent = :b AND events.to_agent = :a AND "
-            "events.seq >= (SELECT events.seq \nFROM events \nWHERE events.created_at "
-            ">= :cutoff ORDER BY events.created_at\n LIMIT :param_1 OFFSET :param_5) "
-            "AND events.seq < :before AND events.type != :k0 AND events.type != :k1 "
-            "ORDER BY events.seq DESC\n LIMIT :param_6 OFFSET :param_7) AS anon_4) AS "
-            "anon_2 ORDER BY anon_2.seq DESC\n LIMIT :param_8 OFFSET :param_9) AS "
-            "anon_1"
+            ":param_1 OFFSET :param_5) AND events.seq < :before AND events.type != "
+            ":k0 AND events.type != :k1 ORDER BY events.seq DESC\n LIMIT :param_6 "
+            "OFFSET :param_7) AS anon_4) AS anon_2 ORDER BY anon_2.seq DESC\n LIMIT "
+            ":param_8 OFFSET :param_9) AS anon_1"
         ),
         {
             "param_1": 1,

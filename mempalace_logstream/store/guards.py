@@ -189,14 +189,15 @@ def _check_pair(tx: Transaction, event: Event, peer: str, task: Task | None) -> 
     cutoff = now_text(now - settings.pair_window_ms)
     a, b = event.from_agent, peer
     n = settings.pair_budget
-    # The newest n messages (or moves) between them in the window, either way. Used up when
-    # there are n of them, with no task move among them (a move restarts the count) and `b`
-    # among their writers: an exchange needs both, and one agent writing to another that
-    # never answers is no loop. The database counts (one row back, whatever the budget).
-    found, moved, answered, oldest_seq = sql.pair_count(
-        tx.ex, a, b, cutoff, _before(tx, event), n, _NOT_PAIRED, _MOVES
-    )
-    if found < n or moved or not answered or oldest_seq is None:
+    # The newest n messages (or moves) between them in the window, either way: the database
+    # counts them and decides (`sql.pair_count`). Sent with the COMMIT where the executor can
+    # (PostgreSQL: no round trip of its own; a refusal runs the batch again, reading, for
+    # the refusal's text and notice), else read.
+    before = _before(tx, event)
+    if tx.state.checks and sql.pair_check(tx.ex, a, b, cutoff, before, n, _NOT_PAIRED, _MOVES):
+        return
+    refused, found, oldest_seq = sql.pair_count(tx.ex, a, b, cutoff, before, n, _NOT_PAIRED, _MOVES)
+    if not refused or oldest_seq is None:
         return
     oldest = sql.event_id_at(tx.ex, int(oldest_seq))
     x, y = sorted((a, b))

@@ -88,68 +88,96 @@ def pair_count(
     n: int,
     skipped: tuple[str, ...],
     moves: tuple[str, ...],
-) -> tuple[int, int, int, int | None]:
-    """Of the newest `n` events between `a` and `b` (`a` to `b` or `b` to `a`), written at or
-    after `cutoff` (from the first event of the window: the `created_at` index) and before seq
-    `before`, events of the `skipped` types left out: how many there are, how many of them are
-    of the `moves` types (constants of the code: written into the statement), 1 if `b` wrote
-    any of them else 0, and the oldest one's seq. One row, counted by the database (one
-    statement, a round trip on PostgreSQL; each way a walk of the writers' `(from_agent, seq)`
-    index over the window only)."""
-    k = len(skipped)
+) -> tuple[bool, int, int | None]:
+    """The pair budget of `a` writing to `b` (`_pair_counted`): (whether it is used up, how
+    many events it counted, the oldest one's seq). One row, counted by the database."""
+    key = ("guards.pair", n, skipped, moves)
+    params = _pair_params(a, b, cutoff, before, skipped)
+    row = ex.rows(key, lambda: _pair_counted(n, skipped, moves), params)[0]
+    return bool(row[0]), int(row[1]), row[2]
+
+
+def pair_check(
+    ex: Executor,
+    a: str,
+    b: str,
+    cutoff: str,
+    before: int,
+    n: int,
+    skipped: tuple[str, ...],
+    moves: tuple[str, ...],
+) -> bool:
+    """`pair_count` sent as a check with the transaction's COMMIT (`Executor.check`): it
+    divides by zero when the budget is used up. False when the executor cannot send one (the
+    caller reads `pair_count`)."""
 
     def build() -> sa.Select[Any]:
-        c = schema.events.c
-        floor = (
-            sa.select(c.seq)
-            .where(c.created_at >= sa.bindparam("cutoff"))
-            .order_by(c.created_at)
-            .limit(1)
-            .scalar_subquery()
-        )
+        counted = _pair_counted(n, skipped, moves).subquery("counted")
+        return sa.select(sa.literal_column("1 / (1 - counted.refused)")).select_from(counted)
 
-        def way(writer: str, to: str) -> sa.Subquery:
-            return (
-                sa.select(c.seq, c.type, c.from_agent)
-                .where(
-                    c.from_agent == sa.bindparam(writer),
-                    c.to_agent == sa.bindparam(to),
-                    c.seq >= floor,
-                    c.seq < sa.bindparam("before"),
-                    *(c.type != sa.bindparam(f"k{i}") for i in range(k)),
-                )
-                .order_by(c.seq.desc())
-                .limit(n)
-                .subquery()
+    key = ("guards.pair-check", n, skipped, moves)
+    return ex.check(key, build, _pair_params(a, b, cutoff, before, skipped))
+
+
+def _pair_params(a: str, b: str, cutoff: str, before: int, skipped: tuple[str, ...]) -> Any:
+    return {"a": a, "b": b, "cutoff": cutoff, "before": before, **_kinds(skipped)}
+
+
+def _pair_counted(n: int, skipped: tuple[str, ...], moves: tuple[str, ...]) -> sa.Select[Any]:
+    """The newest `n` events between `a` and `b` (`a` to `b` or `b` to `a`), written at or
+    after `cutoff` (from the first event of the window: the `created_at` index) and before seq
+    `before`, events of the `skipped` types left out; each way a walk of the writers'
+    `(from_agent, seq)` index over the window only. One row: `refused` (1 when there are `n`
+    of them, none of the `moves` types, a task move between them restarting the count, and
+    `b` wrote one of them: an exchange needs both, and one agent writing to another that
+    never answers is no loop; else 0), `found` (how many) and `oldest` (the oldest one's
+    seq). The move types are constants of the code, written into the statement."""
+    k = len(skipped)
+    c = schema.events.c
+    floor = (
+        sa.select(c.seq)
+        .where(c.created_at >= sa.bindparam("cutoff"))
+        .order_by(c.created_at)
+        .limit(1)
+        .scalar_subquery()
+    )
+
+    def way(writer: str, to: str) -> sa.Subquery:
+        return (
+            sa.select(c.seq, c.type, c.from_agent)
+            .where(
+                c.from_agent == sa.bindparam(writer),
+                c.to_agent == sa.bindparam(to),
+                c.seq >= floor,
+                c.seq < sa.bindparam("before"),
+                *(c.type != sa.bindparam(f"k{i}") for i in range(k)),
             )
-
-        both = sa.union_all(sa.select(way("a", "b")), sa.select(way("b", "a"))).subquery()
-        newest = (
-            sa.select(both.c.seq, both.c.type, both.c.from_agent)
-            .order_by(both.c.seq.desc())
+            .order_by(c.seq.desc())
             .limit(n)
             .subquery()
         )
-        one: sa.ColumnElement[int] = sa.literal_column("1")
-        zero: sa.ColumnElement[int] = sa.literal_column("0")
-        is_move = newest.c.type.in_([_text_literal(kind) for kind in moves])
-        answered = newest.c.from_agent == sa.bindparam("b")
-        return sa.select(
-            sa.func.count(),
-            sa.func.coalesce(sa.func.sum(sa.case((is_move, one), else_=zero)), zero),
-            sa.func.coalesce(sa.func.max(sa.case((answered, one), else_=zero)), zero),
-            sa.func.min(newest.c.seq),
-        )
 
-    params = {
-        "a": a,
-        "b": b,
-        "cutoff": cutoff,
-        "before": before,
-        **_kinds(skipped),
-    }
-    row = ex.rows(("guards.pair", n, k, moves), build, params)[0]
-    return int(row[0]), int(row[1]), int(row[2]), row[3]
+    both = sa.union_all(sa.select(way("a", "b")), sa.select(way("b", "a"))).subquery()
+    newest = (
+        sa.select(both.c.seq, both.c.type, both.c.from_agent)
+        .order_by(both.c.seq.desc())
+        .limit(n)
+        .subquery()
+    )
+    one: sa.ColumnElement[int] = sa.literal_column("1")
+    zero: sa.ColumnElement[int] = sa.literal_column("0")
+    is_move = newest.c.type.in_([_text_literal(kind) for kind in moves])
+    answered = newest.c.from_agent == sa.bindparam("b")
+    used_up = sa.and_(
+        sa.func.count() >= sa.literal_column(str(int(n))),
+        sa.func.max(sa.case((is_move, one), else_=zero)) == zero,
+        sa.func.max(sa.case((answered, one), else_=zero)) == one,
+    )
+    return sa.select(
+        sa.case((used_up, one), else_=zero).label("refused"),
+        sa.func.count().label("found"),
+        sa.func.min(newest.c.seq).label("oldest"),
+    )
 
 
 def _text_literal(value: str) -> sa.ColumnElement[Any]:
