@@ -1,9 +1,10 @@
 """Where one `LogStore.event_append` spends its time, layer by layer (issue 25).
 
     python bench/profile_append.py [--db URL] [--durability full|normal|off] [--appends 3000]
-                                   [--pause-us 0] [--threads 8]
+                                   [--pause-us 0] [--threads 8] [--to-agent b]
 
-A plain append (the store bench's 100-byte broadcast, no correlation id) on a fresh log: a
+A plain append (the store bench's 100-byte broadcast, no correlation id; `--to-agent NAME`
+addresses it to one agent, which its pair loop guard then counts) on a fresh log: a
 fresh SQLite file by default, or `--db` (a PostgreSQL URL: give a schema of its own in its
 search_path). Printed: the statements told to `backend.statement_hooks` and, on PostgreSQL,
 the round trips (`backend.round_trips`) of one append; the Python function calls per append
@@ -101,7 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--appends", type=int, default=3000)
     p.add_argument("--pause-us", type=int, default=0, help="sleep after each timed append")
     p.add_argument("--threads", type=int, default=0, help="also time N threads appending")
+    p.add_argument(
+        "--to-agent", default=None, help="address the row to this agent (its pair loop guard)"
+    )
     args = p.parse_args(argv)
+    row = ROW if args.to_agent is None else {**ROW, "to_agent": args.to_agent}
 
     from mempalace_logstream.store import (
         LogStore,
@@ -118,12 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     n = args.appends
     try:
         for _ in range(100):
-            store.event_append(**ROW)
+            store.event_append(**row)
         backend = store.backend
         seen: list[str] = []
         backend.statement_hooks.append(lambda sql, _p: seen.append(" ".join(sql.split())[:72]))
         trips = getattr(backend, "round_trips", None)
-        store.event_append(**ROW)
+        store.event_append(**row)
         backend.statement_hooks.clear()
         print(f"{backend.name}, durability {args.durability}: one plain append runs")
         for sql in seen:
@@ -134,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         prof = cProfile.Profile()
         prof.enable()
         for _ in range(1000):
-            store.event_append(**ROW)
+            store.event_append(**row)
         prof.disable()
         stats = pstats.Stats(prof, stream=io.StringIO()).stats  # type: ignore[attr-defined]
         py = sum(v[1] for k, v in stats.items() if not k[0].startswith("~"))
@@ -142,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  function calls per append: {py / 1000:.0f} Python, {c / 1000:.0f} built-in")
 
         pause = args.pause_us / 1e6
-        plain = _timed_appends(store, n, pause)  # before any wrapper: the append's own cost
+        plain = _timed_appends(store, row, n, pause)  # before any wrapper: the append's own cost
 
         acc: collections.Counter[str] = collections.Counter()
         _wrap(writes.Writes, "draft_event", "validation", acc)
@@ -157,9 +162,9 @@ def main(argv: list[str] | None = None) -> int:
         executor = type(backend.executor(None, store.pipeline.sql))
         _wrap(executor, "insert_events", "SQL: insert", acc)
         for _ in range(100):
-            store.event_append(**ROW)
+            store.event_append(**row)
         acc.clear()
-        wrapped = _timed_appends(store, n, pause)
+        wrapped = _timed_appends(store, row, n, pause)
         total, wall = wrapped
         load = " ".join(f"{x:.2f}" for x in os.getloadavg())
         after = f", {args.pause_us} µs pause after each" if pause else ""
@@ -173,24 +178,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"    {'rest (pipeline, glue)':26s} {rest:7.1f} µs")
         print(f"  the same appends before the layers were wrapped: {plain[0]:.1f} µs CPU")
         if args.threads:
-            _threads(store, args.threads, n)
+            _threads(store, row, args.threads, n)
     finally:
         store.close()
     return 0
 
 
-def _timed_appends(store: Any, n: int, pause: float) -> tuple[float, float]:
+def _timed_appends(store: Any, row: dict[str, Any], n: int, pause: float) -> tuple[float, float]:
     """(thread CPU µs, wall µs without the pauses) per append of `n` appends."""
     c0, t0 = time.thread_time_ns(), time.perf_counter()
     for _ in range(n):
-        store.event_append(**ROW)
+        store.event_append(**row)
         if pause:
             time.sleep(pause)
     cpu = (time.thread_time_ns() - c0) / n / 1000
     return cpu, ((time.perf_counter() - t0) / n - pause) * 1e6
 
 
-def _threads(store: Any, threads: int, n: int) -> None:
+def _threads(store: Any, row: dict[str, Any], threads: int, n: int) -> None:
     """Process CPU per append and appends per commit of `threads` threads appending at once."""
     import threading
 
@@ -200,7 +205,7 @@ def _threads(store: Any, threads: int, n: int) -> None:
     def work() -> None:
         gate.wait()
         for _ in range(per):
-            store.event_append(**ROW)
+            store.event_append(**row)
 
     pool = [threading.Thread(target=work) for _ in range(threads)]
     for t in pool:
