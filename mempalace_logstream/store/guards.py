@@ -4,7 +4,9 @@ queries. The rules (what counts, the texts) are `tasks/guards.py`.
 Cost: a write with no correlation id and no single-agent addressee reads nothing. Otherwise
 the thread is read newest first, in pages, only back to its anchor (a person's event, the
 request, a raise) or until the budget is exceeded, and each agent's writes only back to the
-pair window's start: bounded by the budgets, never by the thread or the log.
+pair window's start: bounded by the budgets, never by the thread or the log. The pair's budget
+is counted by the database (one row back); on PostgreSQL that count goes with the COMMIT as a
+check, and only a used-up budget costs a second run of the transaction, which reads it.
 """
 
 from __future__ import annotations
