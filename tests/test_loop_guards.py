@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 from mcp import Client
 
 from mempalace_logstream import LogStore, errors, mcp_server, workflows
@@ -205,6 +206,37 @@ def test_the_pair_budget_counts_messages_in_a_window_without_a_task_move(
         assert _ping_pong(store, tid)[0] == 4
     finally:
         store.close()
+
+
+def test_the_pair_budget_needs_both_agents_among_the_newest_messages(
+    db_url: str, clock: ManualClock
+) -> None:
+    store = _open(db_url, clock, pair_budget=3, pair_window_ms=60_000)
+    try:
+        for n in range(7):  # one agent writing to another that never answers is no loop
+            _say(store, None, "codex", "claude", n)
+        with pytest.raises(g.BudgetExhausted) as info:  # the answer makes it an exchange
+            _say(store, None, "claude", "codex")
+        assert info.value.field == "pair_budget"
+        assert _exhausted(store)[0].metadata["agents"] == ["claude", "codex"]
+        # the episode is named by the oldest of the 3 it counted (codex's 5th message)
+        counted = store.event_list(to_agent="claude", order="desc", limit=3).events
+        assert [e.body for e in counted] == [f"reply {n} from codex" for n in (6, 5, 4)]
+        assert _episode(store) == f"pair:claude|codex:{counted[-1].id}"
+    finally:
+        store.close()
+
+
+def _episode(store: LogStore) -> str:
+    """The idempotency key of the one refusal notice (the episode it names)."""
+    with store.snapshot() as ex:
+        rows = ex.rows(
+            "test.notice-key",
+            lambda: sa.text("SELECT idempotency_key FROM events WHERE type = :t"),
+            {"t": g.EXHAUSTED_TYPE},
+        )
+    assert len(rows) == 1
+    return str(rows[0][0])
 
 
 def test_a_peer_s_events_are_never_refused(tmp_path: Path, clock: ManualClock) -> None:

@@ -282,6 +282,13 @@ class Executor(abc.ABC):
         for params in rows:
             self.run(key, build, params)
 
+    def check(self, key: Any, build: Build, params: Mapping[str, Any]) -> bool:
+        """Send the statement `build` (one value, which divides by zero to refuse) with the
+        transaction's COMMIT instead of reading it now, if this executor can (PostgreSQL's
+        writer: the refusal fails the message before the COMMIT, and the batch runs again,
+        reading: `StateMoved`). False: not sent, the caller reads."""
+        return False
+
     @abc.abstractmethod
     def insert(self, key: Any, table: str, rows: list[dict[str, Any]]) -> None:
         """INSERT rows giving every column of the table named `table` (a name, not the Table:

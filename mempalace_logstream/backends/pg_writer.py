@@ -97,7 +97,9 @@ class WriteQueue:
             self.backend.forget_prepared()
             raise base.StateMoved from exc
         except psycopg.errors.DivisionByZero as exc:
-            if checking:  # the optimistic begin's check: nothing else of ours divides
+            # The optimistic begin's check, or a check sent instead of a read (`PgExecutor.
+            # check`): nothing else of ours divides.
+            if checking:
                 raise base.StateMoved from exc
             raise
 
@@ -211,6 +213,24 @@ class PgExecutor(base.DbapiExecutor):
             base.observe(self.hooks, sql, bound)
         return self.queue.rows(sql, bound)
 
+    def check(self, key: Any, build: base.Build, params: Mapping[str, Any]) -> bool:
+        """Queued as the `EXECUTE` of a prepared statement, and sent with the next message
+        (the COMMIT's, for a lone writer): its division by zero fails that message as the
+        optimistic begin's check does (`WriteQueue.flush`: `StateMoved`, the batch runs
+        again, reading)."""
+        queue = self.queue
+        if queue is None or self.backend is None or _has_bytes(params.values()):
+            return False
+        sql, bound = self.compile(key, build, params)
+        execute = self.backend.reads.execute(self.db, sql, bound, queue.cursors.inline)
+        if execute is None:
+            return False
+        if self.hooks:
+            base.observe(self.hooks, sql, bound)
+        queue.add(execute, None)
+        queue.checking = True
+        return True
+
     def run(self, key: Any, build: base.Build, params: Mapping[str, Any]) -> None:
         if self.queue is None or _has_bytes(params.values()):
             self._send()
@@ -265,8 +285,13 @@ SAVEPOINT_STATEMENTS = ("SAVEPOINT ", "RELEASE SAVEPOINT ")
 
 
 def _has_bytes(values: Any) -> bool:
-    """Bytes go at once, bound (a blob is not inlined as text into a queued message)."""
-    return any(isinstance(v, (bytes, bytearray, memoryview)) for v in values)
+    """Bytes go at once, bound (a blob is not inlined as text into a queued message). By
+    exact type, in C (no generator step per value): a subclass of bytes would be inlined,
+    quoted by psycopg (`Inline.value`), which is right, only longer."""
+    return not _BYTES.isdisjoint(map(type, values))
+
+
+_BYTES = frozenset((bytes, bytearray, memoryview))
 
 
 _NAMES = base.EVENT_INSERT_COL_NAMES

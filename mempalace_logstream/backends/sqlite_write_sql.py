@@ -298,56 +298,80 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ),
         {},
     ),
-    ("guards.pair", 31, 2): (
+    (
+        "guards.pair",
+        30,
+        ("event.ack", "thread.budget"),
         (
-            "SELECT anon_1.seq, anon_1.id, anon_1.type, anon_1.from_agent, "
-            "anon_1.to_agent, anon_1.created_at, anon_1.metadata_json \nFROM (SELECT "
-            "anon_2.seq AS seq, anon_2.id AS id, anon_2.type AS type, "
-            "anon_2.from_agent AS from_agent, anon_2.to_agent AS to_agent, "
-            "anon_2.created_at AS created_at, anon_2.metadata_json AS metadata_json \n"
-            "FROM (SELECT events.seq AS seq, events.id AS id, events.type AS type, "
-            "events.from_agent AS from_agent, events.to_agent AS to_agent, "
-            "events.created_at AS created_at, events.metadata_json AS metadata_json \n"
-            "FROM events \nWHERE events.from_agent = :a AND events.to_agent = :b AND "
-            "events.seq >= (SELECT events.seq \nFROM events \nWHERE events.created_at "
-            ">= :cutoff ORDER BY events.created_at\n LIMIT :param_1 OFFSET :param_2) "
-            "AND events.seq < :before AND events.type != :k0 AND events.type != :k1 "
-            "ORDER BY events.seq DESC\n LIMIT :param_3 OFFSET :param_4) AS anon_2 "
-            "UNION ALL SELECT anon_3.seq AS seq, anon_3.id AS id, anon_3.type AS "
-            "type, anon_3.from_agent AS from_agent, anon_3.to_agent AS to_agent, "
-            "anon_3.created_at AS created_at, anon_3.metadata_json AS metadata_json \n"
-            "FROM (SELECT events.seq AS seq, events.id AS id, events.type AS type, "
-            "events.from_agent AS from_agent, events.to_agent AS to_agent, "
-            "events.created_at AS created_at, events.metadata_json AS metadata_json \n"
-            "FROM events \nWHERE events.from_agent = :b AND events.to_agent = :a AND "
-            "events.seq >= (SELECT events.seq \nFROM events \nWHERE events.created_at "
-            ">= :cutoff ORDER BY events.created_at\n LIMIT :param_1 OFFSET :param_5) "
-            "AND events.seq < :before AND events.type != :k0 AND events.type != :k1 "
-            "ORDER BY events.seq DESC\n LIMIT :param_6 OFFSET :param_7) AS anon_3) AS "
-            "anon_1"
+            "patch.ready",
+            "task.accept",
+            "task.block",
+            "task.cancel",
+            "task.claim",
+            "task.decline",
+            "task.fail",
+            "task.progress",
+            "task.reject",
+            "task.reminder",
+            "task.reopen",
+            "task.request",
+            "task.result",
+            "task.stalled",
+            "task.unblock",
+            "thread.budget_exhausted",
+        ),
+    ): (
+        (
+            "SELECT CASE WHEN (count(*) >= 30 AND max(CASE WHEN (anon_1.type IN "
+            "('patch.ready', 'task.accept', 'task.block', 'task.cancel', "
+            "'task.claim', 'task.decline', 'task.fail', 'task.progress', "
+            "'task.reject', 'task.reminder', 'task.reopen', 'task.request', "
+            "'task.result', 'task.stalled', 'task.unblock', "
+            "'thread.budget_exhausted')) THEN 1 ELSE 0 END) = 0 AND max(CASE WHEN "
+            "(anon_1.from_agent = :b) THEN 1 ELSE 0 END) = 1) THEN 1 ELSE 0 END AS "
+            "refused, count(*) AS found, min(anon_1.seq) AS oldest \nFROM (SELECT "
+            "anon_2.seq AS seq, anon_2.type AS type, anon_2.from_agent AS from_agent "
+            "\nFROM (SELECT anon_3.seq AS seq, anon_3.type AS type, anon_3.from_agent "
+            "AS from_agent \nFROM (SELECT events.seq AS seq, events.type AS type, "
+            "events.from_agent AS from_agent \nFROM events \nWHERE events.from_agent = "
+            ":a AND events.to_agent = :b AND events.seq >= (SELECT events.seq \nFROM "
+            "events \nWHERE events.created_at >= :cutoff ORDER BY events.created_at\n "
+            "LIMIT :param_1 OFFSET :param_2) AND events.seq < :before AND "
+            "events.type != :k0 AND events.type != :k1 ORDER BY events.seq DESC\n "
+            "LIMIT :param_3 OFFSET :param_4) AS anon_3 UNION ALL SELECT anon_4.seq "
+            "AS seq, anon_4.type AS type, anon_4.from_agent AS from_agent \nFROM "
+            "(SELECT events.seq AS seq, events.type AS type, events.from_agent AS "
+            "from_agent \nFROM events \nWHERE events.from_agent = :b AND "
+            "events.to_agent = :a AND events.seq >= (SELECT events.seq \nFROM events \n"
+            "WHERE events.created_at >= :cutoff ORDER BY events.created_at\n LIMIT "
+            ":param_1 OFFSET :param_5) AND events.seq < :before AND events.type != "
+            ":k0 AND events.type != :k1 ORDER BY events.seq DESC\n LIMIT :param_6 "
+            "OFFSET :param_7) AS anon_4) AS anon_2 ORDER BY anon_2.seq DESC\n LIMIT "
+            ":param_8 OFFSET :param_9) AS anon_1"
         ),
         {
             "param_1": 1,
             "param_2": 0,
-            "param_3": 31,
+            "param_3": 30,
             "param_4": 0,
             "param_5": 0,
-            "param_6": 31,
+            "param_6": 30,
             "param_7": 0,
+            "param_8": 30,
+            "param_9": 0,
         },
     ),
     ("guards.thread", 16, 16): (
         (
             "SELECT events.seq, events.id, events.type, events.from_agent, "
-            "events.to_agent, events.created_at, events.metadata_json \nFROM events \n"
-            "WHERE events.correlation_id = :v AND events.seq < :before AND "
-            "events.type != :k0 AND events.type != :k1 AND events.type != :k2 AND "
-            "events.type != :k3 AND events.type != :k4 AND events.type != :k5 AND "
-            "events.type != :k6 AND events.type != :k7 AND events.type != :k8 AND "
-            "events.type != :k9 AND events.type != :k10 AND events.type != :k11 AND "
-            "events.type != :k12 AND events.type != :k13 AND events.type != :k14 AND "
-            "events.type != :k15 ORDER BY events.seq DESC\n LIMIT :param_1 OFFSET "
-            ":param_2"
+            "events.metadata_json \nFROM events \nWHERE events.correlation_id = :v AND "
+            "events.seq < :before AND events.type != :k0 AND events.type != :k1 AND "
+            "events.type != :k2 AND events.type != :k3 AND events.type != :k4 AND "
+            "events.type != :k5 AND events.type != :k6 AND events.type != :k7 AND "
+            "events.type != :k8 AND events.type != :k9 AND events.type != :k10 AND "
+            "events.type != :k11 AND events.type != :k12 AND events.type != :k13 AND "
+            "events.type != :k14 AND events.type != :k15 ORDER BY events.seq DESC\n "
+            "LIMIT :param_1 OFFSET :param_2"
         ),
         {"param_1": 16, "param_2": 0},
     ),

@@ -139,14 +139,19 @@ class SqliteWriter(abc.ABC):
 
 
 class _Transaction:
-    """`SqliteBackend.transaction` (a plain context manager: it runs once per commit)."""
+    """`SqliteBackend.transaction` (a plain context manager: it runs once per commit), which
+    is its own `base.WriteTx`: the connection and what the transaction learned (one object
+    per commit, not two)."""
 
-    __slots__ = ("backend", "state", "db", "tx", "version")
+    __slots__ = ("backend", "state", "db", "version", "known", "state_row", "counters", "appended")
 
     def __init__(self, backend: SqliteWriter, state: base.Statement | None) -> None:
         self.backend, self.state = backend, state
+        self.state_row: Sequence[Any] | None = None
+        self.counters: tuple[int, int] | None = None
+        self.appended = False  # nothing to announce: other processes see data_version change
 
-    def __enter__(self) -> _Tx:
+    def __enter__(self) -> _Transaction:
         backend = self.backend
         db = self.db = backend._writer()
         try:
@@ -156,15 +161,15 @@ class _Transaction:
         try:
             version = self.version = db.execute("PRAGMA data_version").fetchone()[0]
             prev = backend._counters
-            tx = self.tx = _Tx(
-                db, (prev[1], prev[2]) if prev is not None and prev[0] == version else None
+            known = self.known = (
+                (prev[1], prev[2]) if prev is not None and prev[0] == version else None
             )
-            if tx.known is None and self.state is not None:
-                tx.state_row = backend.query(db)(*self.state)[0]
+            if known is None and self.state is not None:
+                self.state_row = backend.query(db)(*self.state)[0]
         except BaseException:
             self._rollback()
             raise
-        return tx
+        return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: object, tb: object) -> None:
         if kind is not None:
@@ -175,7 +180,7 @@ class _Transaction:
         except BaseException:
             self._rollback()
             raise
-        counters = self.tx.counters
+        counters = self.counters
         self.backend._counters = (self.version, *counters) if counters else None
 
     def _rollback(self) -> None:
@@ -201,23 +206,6 @@ class _Savepoint:
         elif issubclass(kind, Exception):  # else the whole transaction rolls back
             self.db.execute("ROLLBACK TO logstream_item")
             self.db.execute("RELEASE logstream_item")
-
-
-class _Tx:
-    """One write transaction's connection and what it learned (a plain class: a dataclass
-    generates its methods at import, ~0.3 ms of every write: issue 25)."""
-
-    __slots__ = ("appended", "counters", "db", "known", "state_row")
-
-    def __init__(
-        self,
-        db: sqlite3.Connection,
-        known: tuple[int, int] | None,
-        state_row: Sequence[Any] | None = None,
-        counters: tuple[int, int] | None = None,
-    ) -> None:
-        self.db, self.known, self.state_row, self.counters = db, known, state_row, counters
-        self.appended = False  # nothing to announce: other processes see data_version change
 
 
 class SqliteExecutor(base.DbapiExecutor):

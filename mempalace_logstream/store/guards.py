@@ -4,7 +4,9 @@ queries. The rules (what counts, the texts) are `tasks/guards.py`.
 Cost: a write with no correlation id and no single-agent addressee reads nothing. Otherwise
 the thread is read newest first, in pages, only back to its anchor (a person's event, the
 request, a raise) or until the budget is exceeded, and each agent's writes only back to the
-pair window's start: bounded by the budgets, never by the thread or the log.
+pair window's start: bounded by the budgets, never by the thread or the log. The pair's budget
+is counted by the database (one row back); on PostgreSQL that count goes with the COMMIT as a
+check, and only a used-up budget costs a second run of the transaction, which reads it.
 """
 
 from __future__ import annotations
@@ -36,15 +38,25 @@ def _log() -> logging.Logger:
 
 
 FIRST_PAGE, MAX_PAGE = 16, 1024
-# A guard's rows are `sql.GUARD_COLS`: seq, id, type, from_agent, to_agent, created_at,
-# metadata_json (row[0] .. row[6]).
+# A thread's rows are `sql.GUARD_COLS`: seq, id, type, from_agent, metadata_json (row[0] ..
+# row[4]).
+
+
+def may_count(event: Event) -> bool:
+    """Whether a budget could count `event`: it is on a thread, or addressed to one other
+    agent (not to everyone, not to its writer). The task projection skips the others: none
+    has a thread either."""
+    peer = event.to_agent
+    return bool(event.correlation_id) or not (
+        peer is None or peer == "*" or peer == event.from_agent
+    )
 
 
 def check_local(tx: Transaction, event: Event) -> None:
     """Refuse `event` (BudgetExhausted, nothing written) when it would pass a loop guard."""
-    peer = event.to_agent
-    if not event.correlation_id and (peer is None or peer == "*" or peer == event.from_agent):
+    if not may_count(event):
         return  # no thread and no other agent addressed: no budget could count it
+    peer = event.to_agent
     settings = tx.store.task_settings
     humans = settings.humans
     if event.from_agent == g.HUB_WRITER or g.is_person(event.from_agent, humans):
@@ -101,7 +113,7 @@ def _thread_rows(tx: Transaction, thread: str, before: int) -> Any:
 
 def _meta(row: Any) -> dict[str, Any]:
     """A guard row's metadata object (`{}` when unreadable)."""
-    return read_metadata(row[6] or "{}")[0]
+    return read_metadata(row[4] or "{}")[0]
 
 
 # ----------------------------------------------------------------------------- thread
@@ -180,24 +192,20 @@ def _check_pair(tx: Transaction, event: Event, peer: str, task: Task | None) -> 
     cutoff = now_text(now - settings.pair_window_ms)
     a, b = event.from_agent, peer
     n = settings.pair_budget
-    # The newest n+1 messages (or moves) each way in the window: the newest n of both ways
-    # together are among them. The database filters; Python reads at most 2n+2 rows.
-    # The pair's reads walk the writers' `(from_agent, seq)` index over the window only, both
-    # ways in one statement (none when nothing was written in the window).
-    recent = sql.pair_rows(tx.ex, a, b, cutoff, _before(tx, event), n + 1, _NOT_PAIRED)
-    recent.sort(key=lambda r: -int(r[0]))
-    used, oldest, writers = 0, None, set()
-    for row in recent[:n]:
-        if row[2] in _MOVES:
-            break  # a task move between them: the count restarts after it
-        used, oldest = used + 1, row[1]
-        writers.add(row[3])
-    # An exchange needs both: one agent writing to another that never answers is no loop.
-    if used < n or len(writers | {a}) < 2:
+    # The newest n messages (or moves) between them in the window, either way: the database
+    # counts them and decides (`sql.pair_count`). Sent with the COMMIT where the executor can
+    # (PostgreSQL: no round trip of its own; a refusal runs the batch again, reading, for
+    # the refusal's text and notice), else read.
+    before = _before(tx, event)
+    if tx.state.checks and sql.pair_check(tx.ex, a, b, cutoff, before, n, _NOT_PAIRED, _MOVES):
         return
+    refused, found, oldest_seq = sql.pair_count(tx.ex, a, b, cutoff, before, n, _NOT_PAIRED, _MOVES)
+    if not refused or oldest_seq is None:
+        return
+    oldest = sql.event_id_at(tx.ex, int(oldest_seq))
     x, y = sorted((a, b))
     message = g.pair_refusal(
-        a=x, b=y, used=used, limit=settings.pair_budget, window_ms=settings.pair_window_ms
+        a=x, b=y, used=found, limit=settings.pair_budget, window_ms=settings.pair_window_ms
     )
     to = (task.requester if task is not None else None) or (
         sql.first_writer(tx.ex, event.correlation_id) if event.correlation_id else None
@@ -207,7 +215,7 @@ def _check_pair(tx: Transaction, event: Event, peer: str, task: Task | None) -> 
     raise g.BudgetExhausted(message, field="pair_budget", notice=notice)
 
 
-_MOVES = g.EXEMPT_TYPES - {"event.ack", g.RAISE_TYPE}
+_MOVES = tuple(sorted(g.EXEMPT_TYPES - {"event.ack", g.RAISE_TYPE}))
 # Acks and raises are no exchange between a pair: left out of its rows.
 _NOT_PAIRED = ("event.ack", g.RAISE_TYPE)
 

@@ -63,6 +63,7 @@ class TxState:
         "number",
         "marks",
         "generation",
+        "checks",
     )
 
     def __init__(
@@ -86,6 +87,9 @@ class TxState:
             marks,
             generation,
         )
+        # A read that decides only whether to refuse may go with the COMMIT instead
+        # (`Executor.check`): not in a batch run again (`StateMoved`), which reads.
+        self.checks = False
 
 
 class CommitPipeline:
@@ -263,6 +267,7 @@ class CommitPipeline:
                         with self._transaction() as tx:
                             state = self._start(tx)
                             state.number, state.generation = self.identity.begin_transaction()
+                            state.checks = not again
                             savepoint = len(batch) > 1
                             for item in batch:
                                 self._run_item(tx.db, state, item, savepoint)

@@ -240,7 +240,8 @@ class TaskProjection:
     def apply(self, tx: Transaction, events: Sequence[Event], origin: str) -> list[Refusal]:
         if origin == "local":
             for event in events:
-                on_local_event(tx, event)
+                if guards.may_count(event):  # else no thread, no budget: nothing to do
+                    on_local_event(tx, event)
         else:
             on_applied_events(tx, events, tx.store.task_settings)
         return []

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from operator import methodcaller
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 from mempalace_logstream import errors, lazy
@@ -294,7 +295,9 @@ class Writes:
         draft = self.draft_event(**fields)
         if draft.values["type"] == REDACT_TYPE:  # it must be applied where it is written, too
             raise v.fail("type", f"{REDACT_TYPE} is written by event_redact (`logstream redact`)")
-        return self.transaction(lambda tx: tx.insert_event(draft))
+        # `tx.insert_event(draft)` called from C: no Python frame of its own (issue 25)
+        event: Event = self.transaction(methodcaller("insert_event", draft))
+        return event
 
     def draft_artifact(
         self,

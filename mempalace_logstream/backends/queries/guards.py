@@ -1,14 +1,15 @@
 """The statements of the loop guards (store/guards.py, RFC 0007 "Loop guards"): a thread's
-rows newest first, its newest raise and first writer, and a pair's messages to each other
-in the pair window. Which types count is the caller's (values in).
+rows newest first, its newest raise and first writer, and the count of a pair's newest messages
+to each other in the pair window. Which types count is the caller's (values in).
 
-The three reads of event rows share one shape (`_newest`): the `GUARD_COLS` of the events
+The two reads of a thread's rows share one shape (`_newest`): the `GUARD_COLS` of the events
 matching some conditions, newest first, at most `limit`.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from typing import TYPE_CHECKING, Any
 
 from mempalace_logstream import lazy
@@ -23,7 +24,7 @@ else:
     schema = lazy.module("mempalace_logstream.schema")
 
 # The columns of a guard's event row, in this order.
-GUARD_COLS = ("seq", "id", "type", "from_agent", "to_agent", "created_at", "metadata_json")
+GUARD_COLS = ("seq", "id", "type", "from_agent", "metadata_json")
 
 
 def _newest(*where: sa.ColumnElement[bool], limit: int) -> sa.Select[Any]:
@@ -78,7 +79,7 @@ def newest_of_type(ex: Executor, thread: str, kind: str, writer: str) -> Any | N
     return rows[0] if rows else None
 
 
-def pair_rows(
+def pair_count(
     ex: Executor,
     a: str,
     b: str,
@@ -86,39 +87,119 @@ def pair_rows(
     before: int,
     n: int,
     skipped: tuple[str, ...],
-) -> list[Any]:
-    """The newest `n` events `a` wrote to `b` and the newest `n` `b` wrote to `a`, written at or
-    after `cutoff` (from the first event of the window: the `created_at` index) and before seq
-    `before`, events of the `skipped` types left out; no rows when nothing was written in the
-    window. One statement (a round trip on PostgreSQL), each way a walk of the writers'
-    `(from_agent, seq)` index."""
-    k = len(skipped)
+    moves: tuple[str, ...],
+) -> tuple[bool, int, int | None]:
+    """The pair budget of `a` writing to `b` (`_pair_counted`): (whether it is used up, how
+    many events it counted, the oldest one's seq). One row, counted by the database."""
+    key = ("guards.pair", n, skipped, moves)
+    params = _pair_params(a, b, cutoff, before, skipped)
+    row = ex.rows(key, lambda: _pair_counted(n, skipped, moves), params)[0]
+    return bool(row[0]), int(row[1]), row[2]
+
+
+def pair_check(
+    ex: Executor,
+    a: str,
+    b: str,
+    cutoff: str,
+    before: int,
+    n: int,
+    skipped: tuple[str, ...],
+    moves: tuple[str, ...],
+) -> bool:
+    """`pair_count` sent as a check with the transaction's COMMIT (`Executor.check`): it
+    divides by zero when the budget is used up. False when the executor cannot send one (the
+    caller reads `pair_count`)."""
 
     def build() -> sa.Select[Any]:
-        c = schema.events.c
-        floor = (
-            sa.select(c.seq)
-            .where(c.created_at >= sa.bindparam("cutoff"))
-            .order_by(c.created_at)
-            .limit(1)
-            .scalar_subquery()
-        )
+        counted = _pair_counted(n, skipped, moves).subquery("counted")
+        return sa.select(sa.literal_column("1 / (1 - counted.refused)")).select_from(counted)
 
-        def way(writer: str, to: str) -> sa.Subquery:
-            return _newest(
+    key = ("guards.pair-check", n, skipped, moves)
+    return ex.check(key, build, _pair_params(a, b, cutoff, before, skipped))
+
+
+def _pair_params(a: str, b: str, cutoff: str, before: int, skipped: tuple[str, ...]) -> Any:
+    return {"a": a, "b": b, "cutoff": cutoff, "before": before, **_kinds(skipped)}
+
+
+def _pair_counted(n: int, skipped: tuple[str, ...], moves: tuple[str, ...]) -> sa.Select[Any]:
+    """The newest `n` events between `a` and `b` (`a` to `b` or `b` to `a`), written at or
+    after `cutoff` (from the first event of the window: the `created_at` index) and before seq
+    `before`, events of the `skipped` types left out; each way a walk of the writers'
+    `(from_agent, seq)` index over the window only. One row: `refused` (1 when there are `n`
+    of them, none of the `moves` types, a task move between them restarting the count, and
+    `b` wrote one of them: an exchange needs both, and one agent writing to another that
+    never answers is no loop; else 0), `found` (how many) and `oldest` (the oldest one's
+    seq). The move types are constants of the code, written into the statement."""
+    k = len(skipped)
+    c = schema.events.c
+    floor = (
+        sa.select(c.seq)
+        .where(c.created_at >= sa.bindparam("cutoff"))
+        .order_by(c.created_at)
+        .limit(1)
+        .scalar_subquery()
+    )
+
+    def way(writer: str, to: str) -> sa.Subquery:
+        return (
+            sa.select(c.seq, c.type, c.from_agent)
+            .where(
                 c.from_agent == sa.bindparam(writer),
                 c.to_agent == sa.bindparam(to),
                 c.seq >= floor,
                 c.seq < sa.bindparam("before"),
                 *(c.type != sa.bindparam(f"k{i}") for i in range(k)),
-                limit=n,
-            ).subquery()
+            )
+            .order_by(c.seq.desc())
+            .limit(n)
+            .subquery()
+        )
 
-        first, second = way("a", "b"), way("b", "a")
-        return sa.select(sa.union_all(sa.select(first), sa.select(second)).subquery())
+    both = sa.union_all(sa.select(way("a", "b")), sa.select(way("b", "a"))).subquery()
+    newest = (
+        sa.select(both.c.seq, both.c.type, both.c.from_agent)
+        .order_by(both.c.seq.desc())
+        .limit(n)
+        .subquery()
+    )
+    one: sa.ColumnElement[int] = sa.literal_column("1")
+    zero: sa.ColumnElement[int] = sa.literal_column("0")
+    is_move = newest.c.type.in_([_text_literal(kind) for kind in moves])
+    answered = newest.c.from_agent == sa.bindparam("b")
+    used_up = sa.and_(
+        sa.func.count() >= sa.literal_column(str(int(n))),
+        sa.func.max(sa.case((is_move, one), else_=zero)) == zero,
+        sa.func.max(sa.case((answered, one), else_=zero)) == one,
+    )
+    return sa.select(
+        sa.case((used_up, one), else_=zero).label("refused"),
+        sa.func.count().label("found"),
+        sa.func.min(newest.c.seq).label("oldest"),
+    )
 
-    params = {"a": a, "b": b, "cutoff": cutoff, "before": before, **_kinds(skipped)}
-    return list(ex.rows(("guards.pair", n, k), build, params))
+
+def _text_literal(value: str) -> sa.ColumnElement[Any]:
+    """`value`, a constant of the code (an event type), as an SQL string literal: the statement
+    is compiled once per set of values, and a read sent with the queued writes (PostgreSQL)
+    inlines no parameter for it. Only plain names: no quote, backslash or `%` to escape."""
+    if not _PLAIN.fullmatch(value):
+        raise ValueError(f"{value!r} is not written into SQL as a literal")
+    return sa.literal_column(f"'{value}'")
+
+
+_PLAIN = re.compile(r"[A-Za-z0-9_.:-]+")
+
+
+def event_id_at(ex: Executor, seq: int) -> str:
+    """The id of the event at `seq` (held)."""
+
+    def build() -> sa.Select[Any]:
+        c = schema.events.c
+        return sa.select(c.id).where(c.seq == sa.bindparam("seq"))
+
+    return str(ex.rows("guards.id-at", build, {"seq": seq})[0][0])
 
 
 def first_writer(ex: Executor, thread: str) -> str | None:
