@@ -32,3 +32,23 @@ class _Deferred:
 def module(name: str) -> Any:
     """The module `name`, imported when one of its attributes is first read."""
     return _Deferred(name)
+
+
+def attributes(
+    module: str, homes: dict[str, str], into: dict[str, Any], package: str | None = None
+) -> Any:
+    """A `__getattr__` (PEP 562) for the module `module`: a name of `homes` is read from the
+    submodule `<package>.<home>` (`package` defaults to `module`) on first use and kept in
+    `into` (the module's globals), so the next read does not come here; any other name is an
+    AttributeError naming `module`."""
+    where = module if package is None else package
+
+    def __getattr__(name: str) -> Any:
+        home = homes.get(name)
+        if home is None:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{where}.{home}"), name)
+        into[name] = value
+        return value
+
+    return __getattr__

@@ -8,8 +8,9 @@ reads, comes without the keys and signatures (and their crypto library).
 
 from __future__ import annotations
 
-import importlib
 import typing as _typing
+
+from mempalace_logstream import lazy
 
 if _typing.TYPE_CHECKING:
     from mempalace_logstream.identity.canonical import CanonicalizationError, canonicalize
@@ -102,13 +103,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    home = _LAZY.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy.attributes(__name__, _LAZY, globals())
 
 
 def __dir__() -> list[str]:

@@ -15,9 +15,10 @@ none of the others, and a write that moves no task never loads the lifecycle (is
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
+
+from mempalace_logstream import lazy
 
 if TYPE_CHECKING:
     from mempalace_logstream.models import Event
@@ -67,14 +68,8 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> object:
-    """A name of `__all__` from its submodule, on first use (PEP 562)."""
-    where = _WHERE.get(name)
-    if where is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{where}"), name)
-    globals()[name] = value
-    return value
+# A name of `__all__` from its submodule, on first use (PEP 562).
+__getattr__ = lazy.attributes(__name__, _WHERE, globals())
 
 
 __all__ = [

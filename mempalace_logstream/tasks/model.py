@@ -6,8 +6,9 @@ actions without generating them (issue 25)."""
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any, NamedTuple
+
+from mempalace_logstream import lazy
 
 if TYPE_CHECKING:
     from mempalace_logstream.tasks.records import Task as Task
@@ -95,12 +96,5 @@ class Move(NamedTuple):  # not a dataclass: nothing generated at import (issue 2
 _RECORDS = {"Task": "records", "TaskSettings": "settings"}
 
 
-def __getattr__(name: str) -> object:
-    """`Task` from tasks/records.py, `TaskSettings` from tasks/settings.py, on first use
-    (PEP 562)."""
-    where = _RECORDS.get(name)
-    if where is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"mempalace_logstream.tasks.{where}"), name)
-    globals()[name] = value
-    return value
+# `Task` from tasks/records.py, `TaskSettings` from tasks/settings.py, on first use (PEP 562).
+__getattr__ = lazy.attributes(__name__, _RECORDS, globals(), "mempalace_logstream.tasks")
