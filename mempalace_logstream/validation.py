@@ -460,26 +460,26 @@ def event_fields(
         if len(_CHECKED) >= _TEXT_SEEN_MAX:  # writers give the same few sets of names
             _CHECKED.clear()
         checked = _CHECKED[given] = tuple(
-            s for s in DRAFT_SPEC if s[1] in raw or s[2] not in _NONE_CLEAN
+            (name, wire, rule, _TEXT_SEEN.setdefault(rule, {}) if rule in TEXT_RULES else None)
+            for name, wire, rule in DRAFT_SPEC
+            if wire in raw or rule not in _NONE_CLEAN
         )
     out = _LEFT_OUT.copy()  # a field left out that may be: its rule's answer to None
-    for name, wire, rule in checked:
+    for name, wire, rule, seen in checked:
         value = raw.get(wire)
-        if value is None and rule in _NONE_CLEAN:  # a field not given: its rule's answer
+        if seen is not None and type(value) is str:
+            # A routing value this rule passed before is clean as it was (refusals not kept).
+            clean = seen.get(value, _MISSING)
+            if clean is _MISSING:
+                clean = FIELD_RULES[rule](wire, value)
+                if len(seen) >= _TEXT_SEEN_MAX:
+                    seen.clear()
+                seen[value] = clean
+            out[name] = clean
+        elif value is None and rule in _NONE_CLEAN:  # a field not given: its rule's answer
             out[name] = _NONE_CLEAN[rule]
         elif rule == "body":  # the store's own limit
             out[name] = body(value, max_body_bytes, wire)
-        elif rule in TEXT_RULES and type(value) is str:
-            # Routing values repeat from write to write: a value this rule passed before
-            # is clean as it was (only passes are kept, so a refusal is always raised anew).
-            key = (rule, value)
-            clean = _TEXT_SEEN.get(key, _MISSING)
-            if clean is _MISSING:
-                clean = FIELD_RULES[rule](wire, value)
-                if len(_TEXT_SEEN) >= _TEXT_SEEN_MAX:
-                    _TEXT_SEEN.clear()
-                _TEXT_SEEN[key] = clean
-            out[name] = clean
         else:
             out[name] = FIELD_RULES[rule](wire, value)
     return out
@@ -491,10 +491,10 @@ _NONE_CLEAN: dict[str, Any] = {
     rule: FIELD_RULES[rule](rule, None)
     for rule in ("routing", "status", "artifact_ids", "metadata")
 }
-# Text values the TEXT_RULES passed (rule, value) -> clean value: a bounded memo, cleared
-# when full. A rule's result depends on the value alone; the field name only words errors.
-_TEXT_SEEN: dict[tuple[str, str], Any] = {}
+# Text values the TEXT_RULES passed, rule -> {value: clean value}: memos cleared when full.
+# A rule's result depends on the value alone; the field name only words errors.
+_TEXT_SEEN: dict[str, dict[str, Any]] = {}
 _TEXT_SEEN_MAX = 4096
 _MISSING = object()
-_CHECKED: dict[tuple[str, ...], tuple[tuple[str, str, str], ...]] = {}  # names -> fields
+_CHECKED: dict[tuple[str, ...], tuple[tuple[str, str, str, Any], ...]] = {}  # names -> fields
 _LEFT_OUT: dict[str, Any] = {}  # every draft field's clean value when it is not given

@@ -5,7 +5,7 @@ and `Transaction`, the public API inside a group-committed write transaction
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from operator import methodcaller
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
@@ -270,7 +270,11 @@ class Writes:
         """Validate raw event fields (S-4; `models.EventArgs` names them) into a draft: each
         by its rule of the spec, in `Event`'s field order (a remote event's checks run the
         same rules), then the idempotency key. Raises ValidationError naming the field."""
-        raw: dict[str, Any] = fields  # type: ignore[assignment]
+        return self.draft_of(fields)
+
+    def draft_of(self, raw: Mapping[str, Any]) -> EventDraft:
+        """`draft_event` of the fields in `raw` (a caller's own mapping: not copied into
+        keyword arguments again, issue 25)."""
         if not _ARG_NAMES.issuperset(raw):
             raise v.fail(min(raw.keys() - _ARG_NAMES), "is not a known parameter")
         values = v.event_fields(raw, self.max_body_bytes)
@@ -292,7 +296,11 @@ class Writes:
         Raises ValidationError, NotFoundError (unknown artifact), ConflictError (a reused
         idempotency key with different content).
         """
-        draft = self.draft_event(**fields)
+        return self.append_of(fields)
+
+    def append_of(self, raw: Mapping[str, Any]) -> Event:
+        """`event_append` of the fields in `raw` (`draft_of`)."""
+        draft = self.draft_of(raw)
         if draft.values["type"] == REDACT_TYPE:  # it must be applied where it is written, too
             raise v.fail("type", f"{REDACT_TYPE} is written by event_redact (`logstream redact`)")
         # `tx.insert_event(draft)` called from C: no Python frame of its own (issue 25)
