@@ -154,10 +154,11 @@ class Identity:
 
     def begin_transaction(self) -> tuple[int, int]:
         """The number of a write transaction this store begins (the pipeline calls it), and
-        the generation it begins at (marks read at its start hold while it stays)."""
-        with self._lock:
-            self._transactions += 1
-            return self._transactions, self._generation
+        the generation it begins at (marks read at its start hold while it stays). Called
+        under the pipeline's commit lock only, one transaction at a time: no lock of its own
+        (an int read is atomic; a `moved` racing with it is the same as one just after)."""
+        self._transactions += 1
+        return self._transactions, self._generation
 
     def moved(self) -> None:
         """A write may have changed the keyring: key events were appended (by any origin:
