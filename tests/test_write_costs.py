@@ -506,6 +506,33 @@ def test_a_draft_visits_the_fields_given_and_the_required_ones_each_time(tmp_pat
             assert info.value.field == "to_agent"
 
 
+def test_a_draft_reuses_the_clean_routing_a_writer_gave_before_and_nothing_else(
+    tmp_path: Path,
+) -> None:
+    """The text fields' values as a writer gave them before (all passed) are clean as they
+    were: the draft's other fields are checked anew every time, a refused value is refused
+    every time (only passes are kept), an unhashable one too, and a value that passed stays
+    clean whatever comes between."""
+    with LogStore.open(str(tmp_path / "log.sqlite3")) as store:
+        route = {"type": "t", "stream": "s", "room": "r", "from_agent": "a", "to_agent": " b "}
+        first = store.draft_event(**route, body="one", metadata={"k": 1}).values
+        again = store.draft_event(**route, body="two", metadata={"j": 2}).values
+        assert (first["to_agent"], first["body"], first["metadata_json"]) == ("b", "one", '{"k":1}')
+        assert (again["to_agent"], again["body"], again["metadata_json"]) == ("b", "two", '{"j":2}')
+        assert first == {**again, "body": "one", "metadata_json": '{"k":1}'}
+        for _ in range(2):
+            with pytest.raises(errors.ValidationError) as info:
+                store.draft_event(**{**route, "to_agent": "\n"}, body="x", metadata=None)
+            assert info.value.field == "to_agent"
+            with pytest.raises(errors.ValidationError) as info:
+                store.draft_event(**{**route, "room": ["r"]}, body="x", metadata=None)
+            assert info.value.field == "room"
+            with pytest.raises(errors.ValidationError) as info:
+                store.draft_event(**route, body="x" * (store.writes.max_body_bytes + 1))
+            assert info.value.field == "body"
+        assert store.draft_event(**route, body="three", metadata=None).values["to_agent"] == "b"
+
+
 @pytest.mark.pg
 def test_postgres_a_leader_gathers_the_callers_of_the_last_batch(pg_url: str) -> None:
     """Concurrent writers: a leader waits (at most `gather_s`) until as many callers have

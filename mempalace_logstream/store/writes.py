@@ -34,6 +34,7 @@ from mempalace_logstream.store import blobs, guards
 from mempalace_logstream.store import rows as row_cols
 from mempalace_logstream.store.append import Appended, Local, Origin
 from mempalace_logstream.store.append import append as append_events
+from mempalace_logstream.store.drafts import event_fields
 from mempalace_logstream.store.identity import check_names, check_writer
 from mempalace_logstream.store.ids import new_id, new_id_and_time, now_text
 from mempalace_logstream.store.marks import PIN_PREFIX
@@ -277,7 +278,7 @@ class Writes:
         keyword arguments again, issue 25)."""
         if not _ARG_NAMES.issuperset(raw):
             raise v.fail(min(raw.keys() - _ARG_NAMES), "is not a known parameter")
-        values = v.event_fields(raw, self.max_body_bytes)
+        values = event_fields(raw, self.max_body_bytes)
         if values["body"].startswith(TOMBSTONE_PREFIX):  # the cheap test first
             _not_tombstone(values["body"])
         key = raw.get("idempotency_key")
