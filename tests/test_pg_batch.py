@@ -147,6 +147,23 @@ def test_an_item_refused_after_its_own_writes_were_sent_runs_the_batch_again(
 _META = "INSERT INTO logstream_meta (key, value) VALUES (:key, 'no')"
 
 
+def test_an_item_refused_after_writing_rows_at_once_runs_the_batch_again(store: LogStore) -> None:
+    """Rows written at once (not queued: a page of them) reached the server as surely as a
+    flushed queue: the item refused afterwards is undone in its savepoint, on a second run."""
+
+    def work(ex: Any, st: Any) -> None:
+        ex.run_many("test.meta", lambda: sa.text(_META), [{"key": "kept?"}, {"key": "too?"}])
+        raise errors.ConflictError("refused after its rows")
+
+    calls = [lambda: add(store, body="ok-1"), lambda: store.pipeline.write(work)]
+    results = batched(store, calls + [lambda: add(store, body="ok-2")])
+    assert isinstance(results[1], errors.ConflictError), results
+    with store.engine.connect() as conn:
+        held = conn.execute(sa.text("SELECT key FROM logstream_meta WHERE value = 'no'")).all()
+    assert held == []
+    assert [e.body for e in store.event_list(order="asc").events][2:] == ["ok-1", "ok-2"]
+
+
 def test_only_errors_the_server_answered_run_a_batch_again() -> None:
     """A lost connection, a cancelled statement or a lock timeout ends the transaction as
     before (its COMMIT may have happened: never run again)."""

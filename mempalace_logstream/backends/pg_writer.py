@@ -77,6 +77,12 @@ class WriteQueue:
         self.added += 1
         return QueueMark(len(self.items) - 1, self.flushes)
 
+    def sent_at_once(self) -> None:
+        """A statement of the transaction went to the server outside of the queue (bytes, a
+        page of rows): counted as queued and sent."""
+        self.added += 1
+        self.sent = self.added
+
     def sent_since(self, mark: QueueMark) -> bool:
         return self.flushes != mark.flushes
 
@@ -218,6 +224,7 @@ class PgExecutor(base.DbapiExecutor):
         """Send the queued writes, then count the caller's own round trip."""
         if self.queue is not None:
             self.queue.flush(self.db)
+            self.queue.sent_at_once()
         if self.backend is not None:
             self.backend.round_trips += 1
 
