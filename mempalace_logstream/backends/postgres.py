@@ -7,7 +7,8 @@ as few round trips as its reads allow: `BEGIN`, the lock and the starting state 
 commit of our own, its check: pg_begin.py) go with its first message; single-row writes are
 queued (`pg_writer.WriteQueue`) and sent, in order, in one message with the next read (a
 prepared statement's EXECUTE), the end of a savepoint, or the NOTIFY and the `COMMIT`. A
-plain append is one round trip (raw psycopg's `INSERT; COMMIT` is three), a directed one two.
+plain append is one round trip (raw psycopg's `INSERT; COMMIT` is three), a directed one too,
+and so is a group commit of appends (its items without savepoints: pg_batch.py).
 Readers: pg_readers.py; LISTEN: pg_listen.py.
 """
 
@@ -87,7 +88,7 @@ class PostgresBackend:
         # optimistically (pg_begin.py), unless `_alone` is off (`pg_begin.unmoved`).
         self._left: pg_begin.Left | None = None
         self._alone = True
-        # The next transaction's group-commit items may go without savepoints (`_deferred_item`):
+        # The next transaction's group-commit items may go without savepoints (pg_batch.py):
         # not when it runs a batch again after its message failed (`StateMoved`).
         self._batch = True
         # Round trips on the writer's connection (read by tests and benches).
