@@ -119,19 +119,15 @@ class Transaction:
         ident, created = new_id_and_time("evt", ms)
         seq = self.state.next_seq
         # Filled like a read row becomes an Event (store/plan.py): no frozen __init__'s
-        # field-by-field __setattr__ (an Event has no check of its own to skip).
-        values = {
-            "id": ident,
-            "seq": seq,
-            "origin_replica": store.replica_id,
-            "origin_seq": seq,
-            "hlc": stamp,
-            **draft.values,
-            "created_at": created,
-            **_MINTED_DEFAULTS,
-        }
+        # field-by-field __setattr__ (an Event has no check of its own to skip). Its
+        # `__dict__` is a copy of the draft's values (one C copy) with the minted fields
+        # added, set whole: no second dict filled key by key.
+        values = dict(draft.values)
+        values["id"], values["seq"], values["origin_replica"] = ident, seq, store.replica_id
+        values["origin_seq"], values["hlc"], values["created_at"] = seq, stamp, created
+        values.update(_MINTED_DEFAULTS)
         event = object.__new__(Event)
-        event.__dict__.update(values)
+        object.__setattr__(event, "__dict__", values)
         return event
 
     def insert_artifact(self, draft: ArtifactDraft) -> Artifact:
