@@ -283,7 +283,7 @@ class Writes:
         # Made like `EventDraft(values=values, idempotency_key=key)` without its check that
         # `values` holds exactly the draft fields: `event_fields` gives exactly those.
         draft = object.__new__(EventDraft)
-        draft.__dict__.update(values=values, idempotency_key=key)
+        object.__setattr__(draft, "__dict__", {"values": values, "idempotency_key": key})
         return draft
 
     def event_append(self, **fields: Unpack[EventArgs]) -> Event:
