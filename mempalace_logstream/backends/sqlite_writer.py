@@ -231,7 +231,8 @@ class SqliteExecutor(base.DbapiExecutor):
     ) -> None:
         super().__init__(db, compile, hooks)
         self.on_bulk = on_bulk
-        self._cursor = db.cursor()  # a local append's INSERT: no cursor made per row
+        # A local append's INSERT: one cursor, made at the first (not one per row).
+        self._cursor: sqlite3.Cursor | None = None
 
     def _execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
         if self.hooks:
@@ -267,7 +268,10 @@ class SqliteExecutor(base.DbapiExecutor):
                 sql, row = _QMARK_INSERT_DENSE, _dense_of(row)
             if self.hooks:
                 base.observe(self.hooks, sql, row)
-            self._cursor.execute(sql, row)
+            cur = self._cursor
+            if cur is None:
+                cur = self._cursor = self.db.cursor()
+            cur.execute(sql, row)
             return
         if len(rows) < _STAGE_MIN_ROWS:
             self._executemany(_QMARK_INSERT_EVENTS, rows)
