@@ -64,6 +64,8 @@ def check_text(field: str, value: str) -> int:
     """Refuse text a column cannot hold: a NUL character or a lone surrogate. Its UTF-8 size."""
     if "\x00" in value:
         raise fail(field, "contains a NUL character; NUL is not allowed")
+    if value.isascii():  # (a flag of the string: its UTF-8 size is its length, no copy made)
+        return len(value)
     try:
         return len(value.encode("utf-8"))
     except UnicodeEncodeError as exc:
