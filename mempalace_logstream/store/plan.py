@@ -50,8 +50,10 @@ def parse_links(links: str | None) -> tuple[str, ...]:
     return tuple(aid for _, aid in sorted(pairs, key=lambda p: int(p[0])))
 
 
-def events_from_rows(rows: Sequence[Row]) -> list[Event]:
+def events_from_rows(rows: Sequence[Row], typed: bool = False) -> list[Event]:
     """Events from rows of the read columns (plain tuples or Rows): the one row -> Event.
+    `typed`: the rows are known to hold only values of their columns' types
+    (`PageStatements.typed`), and are not tested.
 
     A frozen dataclass assigns every field through `object.__setattr__` in `__init__`; the
     rows are filled by `_fill_events` instead (~0.35 µs a row; `update(zip(...))` of the
@@ -61,6 +63,8 @@ def events_from_rows(rows: Sequence[Row]) -> list[Event]:
     the table's INTEGER PRIMARY KEY on SQLite (the rowid: nothing else can be stored there)
     and a BIGINT NOT NULL on PostgreSQL, so a stored row's `seq` is always an int.
     """
+    if typed:
+        return _fill_events(rows, _Filling, Event, parse_links)
     if not rows:
         return []
     if _PLAIN_TYPES.issuperset(
@@ -243,6 +247,11 @@ class PageStatements(Protocol):
     def page(self, req: ReadRequest, lo: int, top_seq: int, order: str) -> Sequence[Row]:
         """The rows of `page_query`'s statement (the read columns)."""
 
+    def typed(self, rows: Sequence[Row], low: int, high: int) -> bool:
+        """Whether `rows` (`page`'s, of seqs low..high) are known to hold only values of their
+        columns' types (S-8.10: else each is tested and a wrong one reads with `row_error`):
+        a fact of the backend (PostgreSQL's column types) or of the log's seqs (SQLite)."""
+
 
 def read_page(st: PageStatements, req: ReadRequest, after_seq: int | None = None) -> Page:
     """One page of a validated request; `after_seq` (a Page's `scanned_seq`) resumes it.
@@ -265,6 +274,10 @@ def read_page(st: PageStatements, req: ReadRequest, after_seq: int | None = None
         return new_page((), cursor, False, req.note, lo, req.preview, req.slim)
     top_seq, top_id = int(top[0]), top[1]
     rows = st.page(req, lo, top_seq, order)
+    typed = False
+    if rows:  # before any slicing: `typed` may look at the rows object the backend gave
+        first, last = int(rows[0][SEQ_AT]), int(rows[-1][SEQ_AT])
+        typed = st.typed(rows, min(first, last), max(first, last))
     has_more = len(rows) > req.limit
     if has_more:
         rows = rows[: req.limit]
@@ -272,5 +285,5 @@ def read_page(st: PageStatements, req: ReadRequest, after_seq: int | None = None
         scanned_seq, cursor = int(rows[-1][SEQ_AT]), rows[-1][ID_AT]
     else:
         scanned_seq, cursor = top_seq, top_id
-    events = tuple(events_from_rows(rows))
+    events = tuple(events_from_rows(rows, typed))
     return new_page(events, cursor, has_more, req.note, scanned_seq, req.preview, req.slim)

@@ -229,3 +229,9 @@ class _Statements:
     def page(self, req: ReadRequest, lo: int, top_seq: int, order: str) -> Sequence[Any]:
         sql, params = self.reads._page_statement(req, order)
         return self.query(sql, {**params, "lo": lo, "top": top_seq})
+
+    def typed(self, rows: Sequence[Any], low: int, high: int) -> bool:
+        # The backend's read snapshot answers it (its `typed_rows`); one that cannot has
+        # every page tested.
+        typed_rows = getattr(self.query, "typed_rows", None)
+        return typed_rows is not None and bool(typed_rows(rows, low, high))
