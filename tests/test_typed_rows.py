@@ -117,3 +117,26 @@ def test_the_typed_range_scans_only_what_it_does_not_know(tmp_path: Path) -> Non
     assert not typed.broken and typed.covers(cur, [], 1, 10) and len(scans) == 4
     assert not typed.covers(cur, [], 9, 12) and typed.broken  # seqs 11-12 do not exist (a gap)
     db.close()
+
+
+def test_a_column_the_filter_fixes_is_not_read_but_filled_in(store: Any) -> None:
+    """A filter of one value (an "in" rule) fixes its column: the page statement selects NULL
+    there and each event takes the request's value (issue 25)."""
+    seen: list[str] = []
+    store.backend.statement_hooks.append(lambda sql, params: seen.append(sql))
+    ids = _append(store, 2, correlation_id="task_1")
+    _append(store, 1, correlation_id="task_2")
+    events = store.event_list(correlation_id="task_1", order="asc").events
+    assert [e.id for e in events] == ids and {e.correlation_id for e in events} == {"task_1"}
+    page = next(sql for sql in seen if "events.body" in sql and "correlation_id_0" in sql)
+    assert "events.correlation_id," not in page and "NULL AS correlation_id" in page
+
+
+def test_a_fixed_column_is_filled_in_on_a_page_that_is_tested(sqlite_store: Any) -> None:
+    path = str(sqlite_store.engine.url.database)
+    _append(sqlite_store, 1, correlation_id="task_1")
+    bad = plant_row(path, body=b"\xff", correlation_id="task_1")
+    events = sqlite_store.event_list(correlation_id="task_1", order="asc").events
+    assert [e.correlation_id for e in events] == ["task_1", "task_1"]
+    assert events[1].id == bad and "body" in events[1].to_dict()["row_error"]
+    assert "correlation_id" not in events[1].to_dict()["row_error"]
