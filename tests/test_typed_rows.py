@@ -109,14 +109,44 @@ def test_the_typed_range_scans_only_what_it_does_not_know(tmp_path: Path) -> Non
     db.set_trace_callback(lambda sql: scans.append(sql) if "typeof(body)" in sql else None)
     cur = db.cursor()
     typed = sqlite_typed.TypedRange()
-    assert typed.covers(cur, [], 3, 5) and (typed.lo, typed.hi) == (3, 5)
-    assert typed.covers(cur, [], 4, 5) and len(scans) == 1
-    assert typed.covers(cur, [], 1, 8) and (typed.lo, typed.hi) == (1, 8) and len(scans) == 3
-    assert not typed.covers(cur, (), 1, 2)  # not a plain list: the lenient fetch's
-    assert not typed.covers(cur, [], 20, 20 + sqlite_typed.SCAN_MAX)  # too wide to scan
-    assert not typed.broken and typed.covers(cur, [], 1, 10) and len(scans) == 4
-    assert not typed.covers(cur, [], 9, 12) and typed.broken  # seqs 11-12 do not exist (a gap)
+    assert typed.covers(cur, [], 3, 5, 0) and (typed.lo, typed.hi) == (3, 5)
+    assert typed.covers(cur, [], 4, 5, 0) and len(scans) == 1
+    assert typed.covers(cur, [], 1, 8, 0) and (typed.lo, typed.hi) == (1, 8) and len(scans) == 3
+    assert not typed.covers(cur, (), 1, 2, 0)  # not a plain list: the lenient fetch's
+    wide = [(20 + sqlite_typed.SCAN_MAX,), (20,)]
+    assert not typed.covers(cur, wide, 20, 20 + sqlite_typed.SCAN_MAX, 0)  # too wide to scan
+    assert not typed.broken and typed.covers(cur, [], 1, 10, 0) and len(scans) == 4
+    assert not typed.covers(cur, [], 9, 12, 0) and typed.broken  # seqs 11-12 do not exist (a gap)
     db.close()
+
+
+def test_a_sparse_page_is_tested_once_per_reader(tmp_path: Path) -> None:
+    """A page spread over more seqs than a reader scans is tested by the row reader, whose
+    verdict the connection remembers for those seqs."""
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE TABLE redactions (tombstone TEXT)")
+    typed = sqlite_typed.TypedRange()
+    far = 10 + sqlite_typed.SCAN_MAX
+    rows = [(far,), (5,)]
+    assert not typed.covers(db.cursor(), rows, 5, far, 0)
+    typed.learn(rows, 0)
+    assert typed.covers(db.cursor(), rows, 5, far, 0)
+    assert not typed.covers(db.cursor(), [(far + 1,), (5,)], 5, far + 1, 0)
+    db.execute("INSERT INTO redactions VALUES (x'00')")  # a redaction's body: not text
+    typed.stale = True
+    assert not typed.covers(db.cursor(), rows, 5, far, 0) and typed.broken
+
+
+def test_a_sparse_page_is_tested_on_its_first_read_only(
+    sqlite_store: Any, tests_run: type[_CountingTypes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_typed, "SCAN_MAX", 2)
+    ids = _append(sqlite_store, 2, correlation_id="t")
+    _append(sqlite_store, 3)
+    ids += _append(sqlite_store, 1, correlation_id="t")
+    for _ in range(3):
+        assert [e.id for e in sqlite_store.event_list(correlation_id="t").events] == ids[::-1]
+    assert tests_run.calls == 1
 
 
 def test_a_column_the_filter_fixes_is_not_read_but_filled_in(store: Any) -> None:

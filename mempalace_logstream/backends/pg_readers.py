@@ -83,7 +83,7 @@ class ReaderQuery:
             self.first = False
         return rows
 
-    def typed_rows(self, rows: Sequence[Any], low: int, high: int) -> bool:
+    def typed_rows(self, rows: Sequence[Any], low: int, high: int, seq_at: int) -> bool:
         """Whether the event read rows `rows` need no type test in the row reader: the
         column types refuse a value of another type when it is written (a BIGINT holds
         integers, a text column text), and text is str at a UTF-8 client encoding (psycopg

@@ -5,11 +5,12 @@ SQLite keeps whatever storage class a writer behind the API chose (a BLOB in a t
 text in an integer one), and such a row must read with a `row_error`, never fail its page
 (S-8.10); the test of every value of a page costs ~0.4 µs a row in Python. A reader connection
 instead scans the rows of the seqs its pages return, once, in SQL (`SCAN_SQL`, ~0.7 µs a row),
-and keeps the range it found clean (`TypedRange`): stored rows never change but for a
-redaction's body, which `REDACTIONS_SQL` watches at every commit the connection sees. (An
-AFTER INSERT trigger keeping a flag was measured first: its mere presence cost each append
-~8 µs of CPU.) Text that is not UTF-8 has the type `text` here; `fetch_all` reads it as bytes
-into rows that are not a plain list, which the reader then tests.
+and keeps the range it found clean (`TypedRange`), and the seqs of the sparse pages (spread
+over more than `SCAN_MAX` seqs) that passed the row reader's own test. Stored rows never change
+but for a redaction's body, which `REDACTIONS_SQL` watches at every commit the connection
+sees. (An AFTER INSERT trigger keeping a flag was measured first: its mere presence cost each
+append ~8 µs of CPU.) Text that is not UTF-8 has the type `text` here; `fetch_all` reads it as
+bytes into rows that are not a plain list, which the reader then tests.
 """
 
 from __future__ import annotations
@@ -42,23 +43,32 @@ REDACTIONS_SQL = (
 )
 
 
+# Seqs of sparse pages a connection remembers (`TypedRange.seqs`): ~4 MB at most.
+SEQS_KEPT = 65_536
+
+
 class TypedRange:
     """The seqs lo..hi that one reader connection found holding only values of their columns'
-    types. `broken` once a scan met a row of the wrong type, a gap in the seqs (a row
-    inserted there later was not scanned), or a redaction with a tombstone that is not text:
-    that connection's pages are then tested row by row."""
+    types, and the seqs of sparse pages the row reader tested (`learn`). `broken` once a scan
+    met a row of the wrong type, a gap in the seqs (a row inserted there later was not
+    scanned), or a redaction with a tombstone that is not text: that connection's pages are
+    then tested row by row."""
 
-    __slots__ = ("lo", "hi", "redactions", "stale", "broken")
+    __slots__ = ("lo", "hi", "seqs", "redactions", "stale", "broken")
 
     def __init__(self) -> None:
         self.lo, self.hi = 1, 0  # empty
+        self.seqs: set[int] = set()
         self.redactions = 0  # the newest redaction's rowid seen
         self.stale = True  # a commit was seen since the redactions were looked at
         self.broken = False
 
-    def covers(self, cur: sqlite3.Cursor, rows: Sequence[Any], low: int, high: int) -> bool:
+    def covers(
+        self, cur: sqlite3.Cursor, rows: Sequence[Any], low: int, high: int, seq_at: int
+    ) -> bool:
         """Whether every row of seqs low..high (a page's `rows`, from this connection's
-        snapshot) holds values of its columns' types, scanning what is not known yet."""
+        snapshot, each's seq at `seq_at`) holds values of its columns' types, scanning what
+        is not known yet."""
         if self.broken or type(rows) is not list:
             return False
         if self.stale:
@@ -71,20 +81,29 @@ class TypedRange:
         if lo <= low and high <= hi:
             return True
         if lo > hi or high < lo - SCAN_MAX or low > hi + SCAN_MAX:
-            if high - low >= SCAN_MAX:
-                return False
+            if high - low >= SCAN_MAX:  # a sparse page: known if tested before
+                return self.seqs.issuperset([row[seq_at] for row in rows])
             if not self._scan(cur, low, high):
                 return False
             self.lo, self.hi = low, high
             return True
         if (max(lo - low, 0) + max(high - hi, 0)) > SCAN_MAX:
-            return False
+            return self.seqs.issuperset([row[seq_at] for row in rows])
         if low < lo and not self._scan(cur, low, lo - 1):
             return False
         if high > hi and not self._scan(cur, hi + 1, high):
             return False
         self.lo, self.hi = min(lo, low), max(hi, high)
         return True
+
+    def learn(self, rows: Sequence[Any], seq_at: int) -> None:
+        """`rows` (a page of this connection's snapshot) passed the row reader's type test:
+        their seqs are known from now on (while nothing is `broken`)."""
+        if self.broken or type(rows) is not list or self.stale:
+            return
+        if len(self.seqs) >= SEQS_KEPT:
+            self.seqs.clear()
+        self.seqs.update([row[seq_at] for row in rows])
 
     def _scan(self, cur: sqlite3.Cursor, low: int, high: int) -> bool:
         count, mistyped = cur.execute(SCAN_SQL, (low, high)).fetchone()

@@ -290,6 +290,9 @@ class PageStatements(Protocol):
         columns' types (S-8.10: else each is tested and a wrong one reads with `row_error`):
         a fact of the backend (PostgreSQL's column types) or of the log's seqs (SQLite)."""
 
+    def tested(self, rows: Sequence[Row]) -> None:
+        """`rows` (`page`'s) passed the row reader's type test: the backend may remember it."""
+
 
 def read_page(st: PageStatements, req: ReadRequest, after_seq: int | None = None) -> Page:
     """One page of a validated request; `after_seq` (a Page's `scanned_seq`) resumes it.
@@ -316,6 +319,9 @@ def read_page(st: PageStatements, req: ReadRequest, after_seq: int | None = None
     if rows:  # before any slicing: `typed` may look at the rows object the backend gave
         first, last = int(rows[0][SEQ_AT]), int(rows[-1][SEQ_AT])
         typed = st.typed(rows, min(first, last), max(first, last))
+        if not typed and _plain_page(rows):
+            typed = True
+            st.tested(rows)
     has_more = len(rows) > req.limit
     if has_more:
         rows = rows[: req.limit]

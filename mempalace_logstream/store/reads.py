@@ -241,4 +241,9 @@ class _Statements:
         # The backend's read snapshot answers it (its `typed_rows`); one that cannot has
         # every page tested.
         typed_rows = getattr(self.query, "typed_rows", None)
-        return typed_rows is not None and bool(typed_rows(rows, low, high))
+        return typed_rows is not None and bool(typed_rows(rows, low, high, plan.SEQ_AT))
+
+    def tested(self, rows: Sequence[Any]) -> None:
+        tested_rows = getattr(self.query, "tested_rows", None)
+        if tested_rows is not None:
+            tested_rows(rows, plan.SEQ_AT)
