@@ -88,6 +88,11 @@ class Reads:
         Order: explicit `order` wins; else asc with a cursor, desc without. Raises
         ValidationError, NotFoundError for an unknown cursor.
         """
+        return self.list_args(args)
+
+    def list_args(self, args: Mapping[str, Any]) -> Page:
+        """`event_list` of the arguments already in a dict (not changed): `LogStore.event_list`
+        passes its own, not a copy (issue 25)."""
         req = self._request_of(args)
         with self.backend.reading() as query:
             return self._read(query, req)
