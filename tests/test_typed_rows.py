@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from mempalace_logstream import LogStore
 from mempalace_logstream.backends import sqlite_typed
 from mempalace_logstream.store import plan
 from tests.test_stored_events import plant_row
@@ -45,25 +43,26 @@ def _append(store: Any, n: int, **kw: Any) -> list[str]:
 def test_a_page_of_known_typed_rows_is_not_tested(
     store: Any, tests_run: type[_CountingTypes]
 ) -> None:
-    """PostgreSQL: never; SQLite: once the reader connection scanned the page's seqs."""
-    ids = _append(store, 3)
+    """PostgreSQL: never; SQLite: once per reader connection, which remembers the page."""
+    ids = _append(store, plan.TYPED_MIN_ROWS)
     for _ in range(3):
         assert [e.id for e in store.event_list(order="asc").events] == ids
-    assert tests_run.calls == 0
+    assert tests_run.calls == (1 if store.backend.name == "sqlite" else 0)
 
 
-def test_a_row_planted_behind_the_api_after_a_scan_reads_with_its_error(
+def test_a_row_planted_behind_the_api_after_a_read_reads_with_its_error(
     sqlite_store: Any, tests_run: type[_CountingTypes]
 ) -> None:
     path = str(sqlite_store.engine.url.database)
-    first = _append(sqlite_store, 2)
-    sqlite_store.event_list()  # the reader's connection now knows seqs 1-2
+    first = _append(sqlite_store, plan.TYPED_MIN_ROWS)
+    sqlite_store.event_list()  # the reader's connection now knows these seqs
     bad = plant_row(path, body=b"\xff blob")
     last = _append(sqlite_store, 1)
     events = sqlite_store.event_list(order="asc").events
     assert [e.id for e in events] == [*first, bad, *last]
-    assert "body" in events[2].to_dict()["row_error"]
-    assert all("row_error" not in e.to_dict() for i, e in enumerate(events) if i != 2)
+    at = len(first)
+    assert "body" in events[at].to_dict()["row_error"]
+    assert all("row_error" not in e.to_dict() for i, e in enumerate(events) if i != at)
     assert tests_run.calls > 0
 
 
@@ -71,7 +70,7 @@ def test_a_body_a_redaction_made_a_blob_reads_with_its_error(sqlite_store: Any) 
     """The one change a stored row may see: a redaction's tombstone becomes its body. One
     written behind the API as a BLOB is caught though the row's seq was scanned before."""
     path = str(sqlite_store.engine.url.database)
-    ids = _append(sqlite_store, 3)
+    ids = _append(sqlite_store, plan.TYPED_MIN_ROWS + 2)
     assert all("row_error" not in e.to_dict() for e in sqlite_store.event_list().events)
     db = sqlite3.connect(path)
     try:
@@ -90,63 +89,76 @@ def test_a_body_a_redaction_made_a_blob_reads_with_its_error(sqlite_store: Any) 
     assert events[ids[1]].body == "gone"
 
 
-def test_text_that_is_not_utf8_reads_with_its_error_after_a_scan(sqlite_store: Any) -> None:
-    """typeof() calls it text: the lenient fetch's rows are tested, not trusted."""
-    path = str(sqlite_store.engine.url.database)
-    _append(sqlite_store, 2)
-    sqlite_store.event_list()
-    bad = plant_row(path, {"body": "CAST(? AS TEXT)"}, body=b"caf\xe9")
-    events = {e.id: e for e in sqlite_store.event_list().events}
-    assert "body" in events[bad].to_dict()["row_error"]
-
-
-def test_the_typed_range_scans_only_what_it_does_not_know(tmp_path: Path) -> None:
-    path = str(tmp_path / "log.sqlite3")
-    with LogStore.open(path) as store:
-        _append(store, 10)
+def _redact_behind_the_api(path: str, event_id: str, tombstone_sql: str, value: Any) -> None:
     db = sqlite3.connect(path)
-    scans: list[str] = []
-    db.set_trace_callback(lambda sql: scans.append(sql) if "typeof(body)" in sql else None)
-    cur = db.cursor()
-    typed = sqlite_typed.TypedRange()
-    assert typed.covers(cur, [], 3, 5, 0) and (typed.lo, typed.hi) == (3, 5)
-    assert typed.covers(cur, [], 4, 5, 0) and len(scans) == 1
-    assert typed.covers(cur, [], 1, 8, 0) and (typed.lo, typed.hi) == (1, 8) and len(scans) == 3
-    assert not typed.covers(cur, (), 1, 2, 0)  # not a plain list: the lenient fetch's
-    wide = [(20 + sqlite_typed.SCAN_MAX,), (20,)]
-    assert not typed.covers(cur, wide, 20, 20 + sqlite_typed.SCAN_MAX, 0)  # too wide to scan
-    assert not typed.broken and typed.covers(cur, [], 1, 10, 0) and len(scans) == 4
-    assert not typed.covers(cur, [], 9, 12, 0) and typed.broken  # seqs 11-12 do not exist (a gap)
-    db.close()
+    try:
+        db.execute(
+            "INSERT INTO redactions (redaction_id, part, target_id, sha256, tombstone, "
+            "redacted_by, redacted_at, reason) VALUES ('red_1', 'body', ?, 'x', "
+            f"{tombstone_sql}, 'a', '2026-12-01T00:00:00.000Z', 'test')",
+            (event_id, value),
+        )
+        db.execute(f"UPDATE events SET body = {tombstone_sql} WHERE id = ?", (value, event_id))
+        db.commit()
+    finally:
+        db.close()
 
 
-def test_a_sparse_page_is_tested_once_per_reader(tmp_path: Path) -> None:
-    """A page spread over more seqs than a reader scans is tested by the row reader, whose
-    verdict the connection remembers for those seqs."""
+def test_a_known_body_a_redaction_made_text_that_is_not_utf8_reads_with_its_error(
+    sqlite_store: Any,
+) -> None:
+    """SQL calls such a tombstone text: the lenient fetch's rows are never trusted."""
+    path = str(sqlite_store.engine.url.database)
+    ids = _append(sqlite_store, plan.TYPED_MIN_ROWS)
+    sqlite_store.event_list()
+    sqlite_store.event_list()
+    _redact_behind_the_api(path, ids[2], "CAST(? AS TEXT)", b"caf\xe9")
+    events = {e.id: e for e in sqlite_store.event_list().events}
+    assert "body" in events[ids[2]].to_dict()["row_error"]
+
+
+def test_what_a_reader_learns() -> None:
+    """Consecutive seqs extend the known range, others are kept one by one; nothing is
+    trusted before the redactions were looked at after a commit, nor after a BLOB
+    tombstone."""
     db = sqlite3.connect(":memory:")
     db.execute("CREATE TABLE redactions (tombstone TEXT)")
+    ran: list[str] = []
+    db.set_trace_callback(ran.append)
+    cur = db.cursor()
     typed = sqlite_typed.TypedRange()
-    far = 10 + sqlite_typed.SCAN_MAX
-    rows = [(far,), (5,)]
-    assert not typed.covers(db.cursor(), rows, 5, far, 0)
-    typed.learn(rows, 0)
-    assert typed.covers(db.cursor(), rows, 5, far, 0)
-    assert not typed.covers(db.cursor(), [(far + 1,), (5,)], 5, far + 1, 0)
-    db.execute("INSERT INTO redactions VALUES (x'00')")  # a redaction's body: not text
+    run = [(seq,) for seq in range(10, 20)]
+    assert not typed.covers(cur, run, 10, 19, 0) and ran == []  # unknown: no statement
+    typed.learn(run, 10, 19, 0)
+    assert (typed.lo, typed.hi) == (10, 19) and not typed.seqs
+    typed.learn([(20,), (21,)], 20, 21, 0)  # meets the range
+    typed.learn([(40,), (30,)], 30, 40, 0)  # not consecutive: one by one
+    assert (typed.lo, typed.hi) == (10, 21) and typed.seqs == {30, 40}
+    few = [(12,), (13,)]
+    assert typed.covers(cur, run, 10, 19, 0) and len(ran) == 1  # the redactions, once
+    assert typed.covers(cur, few, 12, 13, 0) and typed.covers(cur, [(40,), (30,)], 30, 40, 0)
+    assert not typed.covers(cur, [(40,), (31,)], 31, 40, 0)
+    assert not typed.covers(cur, tuple(run), 10, 19, 0)  # not a plain list: a lenient fetch
+    db.execute("INSERT INTO redactions VALUES (x'00')")  # a body made a BLOB
     typed.stale = True
-    assert not typed.covers(db.cursor(), rows, 5, far, 0) and typed.broken
+    assert not typed.covers(cur, run, 10, 19, 0) and typed.broken
+    typed.learn([(50,)], 50, 50, 0)
+    assert 50 not in typed.seqs and typed.hi == 21
 
 
-def test_a_sparse_page_is_tested_on_its_first_read_only(
+def test_a_page_of_few_rows_is_tested_without_asking(
     sqlite_store: Any, tests_run: type[_CountingTypes], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sqlite_typed, "SCAN_MAX", 2)
-    ids = _append(sqlite_store, 2, correlation_id="t")
-    _append(sqlite_store, 3)
-    ids += _append(sqlite_store, 1, correlation_id="t")
-    for _ in range(3):
-        assert [e.id for e in sqlite_store.event_list(correlation_id="t").events] == ids[::-1]
-    assert tests_run.calls == 1
+    """A wait or a feed reading the events just committed: testing a few rows is cheaper than
+    asking whether they are known."""
+    asked: list[int] = []
+    monkeypatch.setattr(sqlite_typed.TypedRange, "covers", lambda *a: asked.append(1) or False)
+    _append(sqlite_store, plan.TYPED_MIN_ROWS - 1)
+    sqlite_store.event_list()
+    assert asked == [] and tests_run.calls == 1
+    _append(sqlite_store, 1)
+    sqlite_store.event_list()
+    assert asked == [1]
 
 
 def test_a_column_the_filter_fixes_is_not_read_but_filled_in(store: Any) -> None:

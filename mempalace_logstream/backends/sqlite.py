@@ -195,15 +195,15 @@ class _Kept:
 
     def typed_rows(self, rows: Sequence[Any], low: int, high: int, seq_at: int) -> bool:
         """Whether the event read rows `rows` of seqs low..high read in this snapshot hold
-        only values of their columns' types (backends/sqlite_typed.py): the row reader then
-        tests none of them."""
+        only values of their columns' types, as this connection learnt them
+        (backends/sqlite_typed.py): the row reader then tests none of them."""
         if not self.checked:
             self._check_version()
         return self.typed.covers(self.cur, rows, low, high, seq_at)
 
-    def tested_rows(self, rows: Sequence[Any], seq_at: int) -> None:
-        """`rows` of this snapshot passed the row reader's type test."""
-        self.typed.learn(rows, seq_at)
+    def tested_rows(self, rows: Sequence[Any], low: int, high: int, seq_at: int) -> None:
+        """`rows` of this snapshot (seqs low..high) passed the row reader's type test."""
+        self.typed.learn(rows, low, high, seq_at)
 
     def __call__(self, sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         """`base.Query` of a read snapshot: the statements of the log facts are answered from

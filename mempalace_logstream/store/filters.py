@@ -120,6 +120,8 @@ class ReadRequest:
         given one value). A page statement selects NULL there and the row reader fills the
         value in (issue 25: a page of one correlation id or type reads no copy of it per row)."""
         fields, _, binds = self.page_binds
+        if not fields:
+            return (), ()
         fixed = [
             (FILTER_RULES[name][0], binds[f"{name}_0"])
             for name, n in fields

@@ -154,7 +154,7 @@ class _Statements:
         """Unknown (a reader of one call): the row reader tests the page."""
         return False
 
-    def tested(self, rows: Sequence[Any]) -> None:
+    def tested(self, rows: Sequence[Any], low: int, high: int) -> None:
         """Nothing to remember (a reader of one call)."""
 
     def page(self, req: ReadRequest, lo: int, top_seq: int, order: str) -> Sequence[Any]:

@@ -35,6 +35,10 @@ POS_SEP, LINK_SEP = "\x1e", "\x1f"
 # An inbox read with up to this many to_agent values runs one index-ordered leg per value
 # (on a backend with `split_inbox`); more values fall back to one IN list.
 SPLIT_TO_AGENT_MAX = 8
+# A page of fewer rows is type-tested (≤ ~3 µs) without asking whether its rows are known
+# (`PageStatements.typed`): a wait or a feed reading the events just committed pays nothing
+# for what only a page read again gains (issue 25).
+TYPED_MIN_ROWS = 8
 
 Row = Sequence[Any]
 # A page statement's shape: which filter fields with how many values each, how many inbox
@@ -290,8 +294,9 @@ class PageStatements(Protocol):
         columns' types (S-8.10: else each is tested and a wrong one reads with `row_error`):
         a fact of the backend (PostgreSQL's column types) or of the log's seqs (SQLite)."""
 
-    def tested(self, rows: Sequence[Row]) -> None:
-        """`rows` (`page`'s) passed the row reader's type test: the backend may remember it."""
+    def tested(self, rows: Sequence[Row], low: int, high: int) -> None:
+        """`rows` (`page`'s, of seqs low..high) passed the row reader's type test: the backend
+        may remember it."""
 
 
 def read_page(st: PageStatements, req: ReadRequest, after_seq: int | None = None) -> Page:
@@ -316,12 +321,13 @@ def read_page(st: PageStatements, req: ReadRequest, after_seq: int | None = None
     top_seq, top_id = int(top[0]), top[1]
     rows = st.page(req, lo, top_seq, order)
     typed = False
-    if rows:  # before any slicing: `typed` may look at the rows object the backend gave
+    if len(rows) >= TYPED_MIN_ROWS:  # before any slicing: `typed` may look at the rows object
         first, last = int(rows[0][SEQ_AT]), int(rows[-1][SEQ_AT])
-        typed = st.typed(rows, min(first, last), max(first, last))
+        low, high = min(first, last), max(first, last)
+        typed = st.typed(rows, low, high)
         if not typed and _plain_page(rows):
             typed = True
-            st.tested(rows)
+            st.tested(rows, low, high)
     has_more = len(rows) > req.limit
     if has_more:
         rows = rows[: req.limit]

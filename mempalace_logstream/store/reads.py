@@ -248,7 +248,7 @@ class _Statements:
         typed_rows = getattr(self.query, "typed_rows", None)
         return typed_rows is not None and bool(typed_rows(rows, low, high, plan.SEQ_AT))
 
-    def tested(self, rows: Sequence[Any]) -> None:
+    def tested(self, rows: Sequence[Any], low: int, high: int) -> None:
         tested_rows = getattr(self.query, "tested_rows", None)
         if tested_rows is not None:
-            tested_rows(rows, plan.SEQ_AT)
+            tested_rows(rows, low, high, plan.SEQ_AT)
