@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from mempalace_logstream.backends import base
+from mempalace_logstream.backends.pg_batch import ItemFailed, failed_on_server
 from mempalace_logstream.backends.pg_inline import Inline
 from mempalace_logstream.schema import events
 
@@ -57,14 +58,30 @@ class WriteQueue:
         self.backend, self.db, self.cursors = backend, db, cursors
         self.items: list[tuple[str, Any]] = []
         self.flushes = 0
+        # Statements queued by `add` so far, and how many of them were queued when the last
+        # flush went: a statement numbered past `sent` was not sent (`pg_batch.deferred_item`).
+        self.added = self.sent = 0
         # The queue starts with an optimistic BEGIN whose state check was not sent yet
         # (`PostgresBackend.transaction`): its failure, in the next flush, is `StateMoved`.
         self.checking = False
+        # A group commit's items may run without savepoints, their writes sent together with
+        # the COMMIT (`PostgresBackend.savepoint`): `batch` says they may, `deferred` that one
+        # did. Then a statement failing on the server fails the whole message: `ItemFailed`,
+        # and the batch runs again, each item in its savepoint.
+        self.batch = False
+        self.deferred = False
 
     def add(self, sql: str, params: Any) -> QueueMark:
         """Queue `sql` (with `params`, or None: sent as it is)."""
         self.items.append((sql, params))
+        self.added += 1
         return QueueMark(len(self.items) - 1, self.flushes)
+
+    def sent_at_once(self) -> None:
+        """A statement of the transaction went to the server outside of the queue (bytes, a
+        page of rows): counted as queued and sent."""
+        self.added += 1
+        self.sent = self.added
 
     def sent_since(self, mark: QueueMark) -> bool:
         return self.flushes != mark.flushes
@@ -83,14 +100,14 @@ class WriteQueue:
             return run
         self.items = []
         self.flushes += 1
+        self.sent = self.added
         self.backend.round_trips += 1
-        if len(items) == 1 and items[0][1] is not None:
-            return run.execute(items[0][0], items[0][1])
-        inline = self.cursors.inline.text
-        text = "; ".join(sql if p is None else inline(sql, p) for sql, p in items)
         checking, self.checking = self.checking, False
         try:
-            return run.execute(text)
+            if len(items) == 1 and items[0][1] is not None:
+                return run.execute(items[0][0], items[0][1])
+            inline = self.cursors.inline.text
+            return run.execute("; ".join(sql if p is None else inline(sql, p) for sql, p in items))
         except psycopg.errors.InvalidSqlStatementName as exc:
             # A prepared statement of ours is gone (a DEALLOCATE behind the store's back):
             # the message failed at it, before any COMMIT. Prepared again by the next try.
@@ -101,6 +118,12 @@ class WriteQueue:
             # check`): nothing else of ours divides.
             if checking:
                 raise base.StateMoved from exc
+            if self.deferred:
+                raise ItemFailed from exc
+            raise
+        except psycopg.Error as exc:
+            if self.deferred and failed_on_server(exc):
+                raise ItemFailed from exc  # whose, the next run's savepoints tell
             raise
 
     def rows(self, sql: str, params: Any) -> list[Any]:
@@ -201,6 +224,7 @@ class PgExecutor(base.DbapiExecutor):
         """Send the queued writes, then count the caller's own round trip."""
         if self.queue is not None:
             self.queue.flush(self.db)
+            self.queue.sent_at_once()
         if self.backend is not None:
             self.backend.round_trips += 1
 
@@ -280,7 +304,7 @@ class PgExecutor(base.DbapiExecutor):
                     copy.write_row(row)
 
 
-# A group-committed item's own statements (`PostgresBackend.savepoint`): they cannot fail.
+# A group-committed item's own statements (pg_batch.py): they cannot fail.
 SAVEPOINT_STATEMENTS = ("SAVEPOINT ", "RELEASE SAVEPOINT ")
 
 

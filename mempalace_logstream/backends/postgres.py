@@ -7,7 +7,8 @@ as few round trips as its reads allow: `BEGIN`, the lock and the starting state 
 commit of our own, its check: pg_begin.py) go with its first message; single-row writes are
 queued (`pg_writer.WriteQueue`) and sent, in order, in one message with the next read (a
 prepared statement's EXECUTE), the end of a savepoint, or the NOTIFY and the `COMMIT`. A
-plain append is one round trip (raw psycopg's `INSERT; COMMIT` is three), a directed one two.
+plain append is one round trip (raw psycopg's `INSERT; COMMIT` is three), a directed one too,
+and so is a group commit of appends (its items without savepoints: pg_batch.py).
 Readers: pg_readers.py; LISTEN: pg_listen.py.
 """
 
@@ -24,7 +25,7 @@ import psycopg
 import sqlalchemy as sa
 
 from mempalace_logstream import errors, notify, schema
-from mempalace_logstream.backends import base, ddl, pg_begin
+from mempalace_logstream.backends import base, ddl, pg_batch, pg_begin
 from mempalace_logstream.backends.pg_listen import PgListenSignal, autocommit_connector
 from mempalace_logstream.backends.pg_readers import FRESH_S, READERS_KEPT, Reader, end_read
 from mempalace_logstream.backends.pg_writer import (
@@ -87,6 +88,9 @@ class PostgresBackend:
         # optimistically (pg_begin.py), unless `_alone` is off (`pg_begin.unmoved`).
         self._left: pg_begin.Left | None = None
         self._alone = True
+        # The next transaction's group-commit items may go without savepoints (pg_batch.py):
+        # not when it runs a batch again after its message failed (`StateMoved`).
+        self._batch = True
         # Round trips on the writer's connection (read by tests and benches).
         self.round_trips = 0
 
@@ -235,6 +239,7 @@ class PostgresBackend:
             db = tx.db
         self._left = None
         queue = self._queue = WriteQueue(self, db, self._writer_cursors(db))
+        queue.batch, self._batch = self._batch, True
         if first is not None:
             queue.add(first, None)
             queue.checking = True
@@ -252,8 +257,10 @@ class PostgresBackend:
             # a command in progress: drop the connection. Else (an error, or the optimistic
             # begin's `StateMoved`) roll back and keep it.
             kept = isinstance(exc, (Exception, base.StateMoved))
-            if isinstance(exc, base.StateMoved):  # read the state until nobody else wrote
-                self._alone = False
+            if isinstance(exc, pg_batch.ItemFailed):  # again, each item in its savepoint
+                self._batch = False
+            elif isinstance(exc, base.StateMoved):  # read the state until nobody else wrote
+                self._alone = self._batch = False
             if not kept or isinstance(exc, psycopg.OperationalError) or db.broken:
                 self._drop_writer()
             elif db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
@@ -356,37 +363,27 @@ class PostgresBackend:
 
     @contextlib.contextmanager
     def savepoint(self, db: psycopg.Connection[Any]) -> Iterator[None]:
-        """SAVEPOINT … RELEASE, queued with the item's writes and sent with them; an item that
-        fails before anything of it was sent costs no round trip to undo. The item's end is
-        sent at once only when writes of it are still queued (their errors are the item's);
-        when they went to the server already (before a read of the item, as a directed
-        message's loop guard), the RELEASE, which cannot fail, waits for the next message (the
-        next item's writes, or the COMMIT): one round trip less for such an item."""
+        """A group commit's item (pg_batch.py): in the writer's transaction, without a
+        savepoint on a batch's first run, else in one queued with its writes."""
         queue = self._queue
         if queue is None or queue.db is not db:  # not the writer's transaction: at once
             self.round_trips += 1
-            db.execute("SAVEPOINT logstream_item")
+            db.execute(pg_batch.SAVEPOINT)
             try:
                 yield
             except Exception:
-                self._rollback(db, _ROLLBACK_ITEM)
+                self.rollback_item(db)
                 raise
             self.round_trips += 1
-            db.execute("RELEASE SAVEPOINT logstream_item")
+            db.execute(pg_batch.RELEASE)
             return
-        mark = queue.add("SAVEPOINT logstream_item", None)
-        try:
+        item = pg_batch.deferred_item(db, queue) if queue.batch else None
+        with item or pg_batch.queued_savepoint(self, db, queue):
             yield
-            queue.add("RELEASE SAVEPOINT logstream_item", None)
-            if not queue.only_savepoints():
-                queue.flush(db)  # this item's errors surface here, in its savepoint
-        except Exception:
-            if queue.sent_since(mark):
-                del queue.items[:]
-                self._rollback(db, _ROLLBACK_ITEM)
-            else:  # nothing of the item reached the server: forget it
-                del queue.items[mark.index :]
-            raise
+
+    def rollback_item(self, db: psycopg.Connection[Any]) -> None:
+        """Roll a group commit's item back to its savepoint."""
+        self._rollback(db, pg_batch.ROLLBACK_ITEM)
 
     def remember_log_facts(self, statements: Iterable[str]) -> None:
         """Nothing to remember: PostgreSQL has no cheap "nothing committed since" (each read
@@ -476,9 +473,6 @@ class PostgresBackend:
         return PgExecutor(
             db, compile, self.statement_hooks, queue if queue and queue.db is db else None, self
         )
-
-
-_ROLLBACK_ITEM = "ROLLBACK TO SAVEPOINT logstream_item; RELEASE SAVEPOINT logstream_item"
 
 
 @dataclass
