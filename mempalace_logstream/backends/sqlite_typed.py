@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any
 
 # The newest redaction, and whether one after `rowid` names a tombstone that is not text (an
@@ -55,7 +56,7 @@ class TypedRange:
         if self.broken or type(rows) is not list:
             return False
         if not (self.lo <= low and high <= self.hi) and not self.seqs.issuperset(
-            [row[seq_at] for row in rows]
+            map(itemgetter(seq_at), rows)
         ):
             return False
         if self.stale:
@@ -78,4 +79,4 @@ class TypedRange:
             return
         if len(self.seqs) >= SEQS_KEPT:
             self.seqs.clear()
-        self.seqs.update([row[seq_at] for row in rows])
+        self.seqs.update(map(itemgetter(seq_at), rows))

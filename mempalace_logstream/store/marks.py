@@ -53,6 +53,17 @@ def judge(
     return mark_reads(keyring(), events)
 
 
+def judge_page(
+    marks_row: Sequence[Any], page: Page, keyring: Callable[..., Keyring], *args: Any
+) -> Page:
+    """`page` with its events as `judge` returns them (`keyring(*args)` is asked only where
+    `judge` asks): the same page while the log holds no key event, no copy or closure made
+    (issue 25: the store's reads run this once per page)."""
+    if not has_key_events(marks_row):
+        return page
+    return with_events(page, judge(marks_row, page.events, lambda: keyring(*args)))
+
+
 def mark_reads(ring: Keyring, events: Sequence[Event]) -> tuple[Event, ...]:
     """`events`, those that read `verified: false` under `ring` replaced by marked copies
     (their `verified_reason`)."""

@@ -315,15 +315,17 @@ def read_page(st: PageStatements, req: ReadRequest, after_seq: int | None = None
         lo = int(top[0]) if top else 0
     has_cursor = req.since_event_id is not None or after_seq is not None
     order = req.order or ("asc" if has_cursor else "desc")
-    if top is None or int(top[0]) <= lo:
+    if top is None or (top_seq := int(top[0])) <= lo:
         cursor = st.id_at(lo) if lo else None
         return new_page((), cursor, False, req.note, lo, req.preview, req.slim)
-    top_seq, top_id = int(top[0]), top[1]
+    top_id = top[1]
     rows = st.page(req, lo, top_seq, order)
     typed = False
     if len(rows) >= TYPED_MIN_ROWS:  # before any slicing: `typed` may look at the rows object
-        first, last = int(rows[0][SEQ_AT]), int(rows[-1][SEQ_AT])
-        low, high = min(first, last), max(first, last)
+        # A stored row's seq is an int (`events_from_rows`).
+        low, high = rows[0][SEQ_AT], rows[-1][SEQ_AT]
+        if low > high:
+            low, high = high, low
         typed = st.typed(rows, low, high)
         if not typed and _plain_page(rows):
             typed = True

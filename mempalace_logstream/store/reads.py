@@ -24,6 +24,7 @@ from mempalace_logstream.store.pipeline import CommitPipeline
 
 if TYPE_CHECKING:  # the filters are imported where a read uses them: a task move reads its
     # task through `snapshot` only, and never loads them (issue 25)
+    from mempalace_logstream.identity.keyring import Keyring
     from mempalace_logstream.store.filters import ReadArgs, ReadRequest
 
 # An inbox read with up to this many to_agent values runs one index-ordered leg per value
@@ -125,7 +126,16 @@ class Reads:
         page = plan.read_page(st, req, after_seq)
         if not page.events:
             return page
-        return marks.with_events(page, self._judge_revocations(query, st.ex, page.events))
+        # `_judge_revocations` of the page (the marks probe, then `marks.judge`), with no
+        # closure or events copy made while the log holds no key event (issue 25).
+        row = query(*self._marks)[0]
+        return marks.judge_page(row, page, self._keyring, query, st.ex, row)
+
+    def _keyring(self, query: Query, ex: QueryExecutor | None, row: Sequence[Any]) -> Keyring:
+        """The keyring of the log's key events and pins (the marks row's), cached by
+        `identity` while neither changed."""
+        ex = ex or QueryExecutor(query, self._sql)
+        return self.identity.keyring(ex, self.event_select, (row[0], row[1]))
 
     def _judge_revocations(
         self, query: Query, ex: QueryExecutor | None, events: tuple[Event, ...]
@@ -138,13 +148,7 @@ class Reads:
         else the keyring (cached while no key event or pin changed) judges each. Returns the
         events, the marked ones as marked copies."""
         row = query(*self._marks)[0]
-        return marks.judge(
-            row,
-            events,
-            lambda: self.identity.keyring(
-                ex or QueryExecutor(query, self._sql), self.event_select, (row[0], row[1])
-            ),
-        )
+        return marks.judge(row, events, lambda: self._keyring(query, ex, row))
 
     def _page_plan(
         self, req: ReadRequest, lo: int, top_seq: int, order: str
@@ -239,14 +243,19 @@ class _Statements:
         return log_rows.id_at(self.executor(), seq)
 
     def page(self, req: ReadRequest, lo: int, top_seq: int, order: str) -> Sequence[Any]:
-        sql, params = self.reads._page_statement(req, order)
+        reads = self.reads
+        hit = reads._pages.get((id(req), order, _SPLIT_TO_AGENT_MAX))  # `_page_statement`'s
+        if hit is not None and hit[0] is req:
+            sql, params = hit[1], hit[2]
+        else:
+            sql, params = reads._page_statement(req, order)
         return self.query(sql, {**params, "lo": lo, "top": top_seq})
 
     def typed(self, rows: Sequence[Any], low: int, high: int) -> bool:
         # The backend's read snapshot answers it (its `typed_rows`); one that cannot has
         # every page tested.
         typed_rows = getattr(self.query, "typed_rows", None)
-        return typed_rows is not None and bool(typed_rows(rows, low, high, plan.SEQ_AT))
+        return typed_rows is not None and typed_rows(rows, low, high, plan.SEQ_AT) is True
 
     def tested(self, rows: Sequence[Any], low: int, high: int) -> None:
         tested_rows = getattr(self.query, "tested_rows", None)
