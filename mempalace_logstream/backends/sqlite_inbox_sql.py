@@ -69,16 +69,15 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
             "events.hlc, events.type, events.stream, events.room, events.topic, "
-            "events.from_agent, events.to_agent, NULL AS correlation_id, "
-            "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
-            "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
-            "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
-            "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
-            "ea.event_id = events.id) END AS artifact_links, events.body, "
-            "events.created_at, events.metadata_json, events.sig, events.key_id \n"
-            "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
-            "events.correlation_id = :correlation_id_0 ORDER BY events.seq ASC\n "
-            "LIMIT :lim OFFSET :param_1"
+            "events.from_agent, events.to_agent, events.branch, events.base_commit, "
+            "events.status, CASE WHEN (EXISTS (SELECT event_artifacts.event_id \nFROM "
+            "event_artifacts)) THEN (SELECT group_concat(CAST(ea.position AS TEXT) "
+            "|| char(30) || ea.artifact_id, char(31)) AS group_concat_1 \nFROM "
+            "event_artifacts AS ea \nWHERE ea.event_id = events.id) END AS "
+            "artifact_links, events.body, events.created_at, events.metadata_json, "
+            "events.sig, events.key_id \nFROM events \nWHERE events.seq > :lo AND "
+            "events.seq <= :top AND events.correlation_id = :correlation_id_0 ORDER "
+            "BY events.seq ASC\n LIMIT :lim OFFSET :param_1"
         ),
         {"param_1": 0},
     ),
@@ -86,16 +85,15 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
             "events.hlc, events.type, events.stream, events.room, events.topic, "
-            "events.from_agent, events.to_agent, NULL AS correlation_id, "
-            "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
-            "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
-            "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
-            "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
-            "ea.event_id = events.id) END AS artifact_links, events.body, "
-            "events.created_at, events.metadata_json, events.sig, events.key_id \n"
-            "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
-            "events.correlation_id = :correlation_id_0 ORDER BY events.seq DESC\n "
-            "LIMIT :lim OFFSET :param_1"
+            "events.from_agent, events.to_agent, events.branch, events.base_commit, "
+            "events.status, CASE WHEN (EXISTS (SELECT event_artifacts.event_id \nFROM "
+            "event_artifacts)) THEN (SELECT group_concat(CAST(ea.position AS TEXT) "
+            "|| char(30) || ea.artifact_id, char(31)) AS group_concat_1 \nFROM "
+            "event_artifacts AS ea \nWHERE ea.event_id = events.id) END AS "
+            "artifact_links, events.body, events.created_at, events.metadata_json, "
+            "events.sig, events.key_id \nFROM events \nWHERE events.seq > :lo AND "
+            "events.seq <= :top AND events.correlation_id = :correlation_id_0 ORDER "
+            "BY events.seq DESC\n LIMIT :lim OFFSET :param_1"
         ),
         {"param_1": 0},
     ),
@@ -181,7 +179,7 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
     ("log.page", (("room", 1),), 0, False, False, "asc", ("room",)): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
-            "events.hlc, events.type, events.stream, NULL AS room, events.topic, "
+            "events.hlc, events.type, events.stream, events.topic, "
             "events.from_agent, events.to_agent, events.correlation_id, "
             "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
             "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
@@ -198,7 +196,7 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
     ("log.page", (("room", 1),), 0, False, False, "desc", ("room",)): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
-            "events.hlc, events.type, events.stream, NULL AS room, events.topic, "
+            "events.hlc, events.type, events.stream, events.topic, "
             "events.from_agent, events.to_agent, events.correlation_id, "
             "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
             "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
@@ -217,8 +215,8 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
             "events.hlc, events.type, events.stream, events.room, events.topic, "
             "events.from_agent, events.to_agent, events.correlation_id, "
-            "events.branch, events.base_commit, NULL AS status, CASE WHEN (EXISTS "
-            "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
+            "events.branch, events.base_commit, CASE WHEN (EXISTS (SELECT "
+            "event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
             "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
             "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
             "ea.event_id = events.id) END AS artifact_links, events.body, "
@@ -234,8 +232,8 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
             "events.hlc, events.type, events.stream, events.room, events.topic, "
             "events.from_agent, events.to_agent, events.correlation_id, "
-            "events.branch, events.base_commit, NULL AS status, CASE WHEN (EXISTS "
-            "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
+            "events.branch, events.base_commit, CASE WHEN (EXISTS (SELECT "
+            "event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
             "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
             "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
             "ea.event_id = events.id) END AS artifact_links, events.body, "
@@ -249,10 +247,10 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
     ("log.page", (("stream", 1),), 0, False, False, "asc", ("stream",)): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
-            "events.hlc, events.type, NULL AS stream, events.room, events.topic, "
-            "events.from_agent, events.to_agent, events.correlation_id, "
-            "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
-            "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
+            "events.hlc, events.type, events.room, events.topic, events.from_agent, "
+            "events.to_agent, events.correlation_id, events.branch, "
+            "events.base_commit, events.status, CASE WHEN (EXISTS (SELECT "
+            "event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
             "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
             "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
             "ea.event_id = events.id) END AS artifact_links, events.body, "
@@ -266,10 +264,10 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
     ("log.page", (("stream", 1),), 0, False, False, "desc", ("stream",)): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
-            "events.hlc, events.type, NULL AS stream, events.room, events.topic, "
-            "events.from_agent, events.to_agent, events.correlation_id, "
-            "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
-            "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
+            "events.hlc, events.type, events.room, events.topic, events.from_agent, "
+            "events.to_agent, events.correlation_id, events.branch, "
+            "events.base_commit, events.status, CASE WHEN (EXISTS (SELECT "
+            "event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
             "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
             "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
             "ea.event_id = events.id) END AS artifact_links, events.body, "
@@ -283,10 +281,10 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
     ("log.page", (("topic", 1),), 0, False, False, "asc", ("topic",)): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
-            "events.hlc, events.type, events.stream, events.room, NULL AS topic, "
-            "events.from_agent, events.to_agent, events.correlation_id, "
-            "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
-            "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
+            "events.hlc, events.type, events.stream, events.room, events.from_agent, "
+            "events.to_agent, events.correlation_id, events.branch, "
+            "events.base_commit, events.status, CASE WHEN (EXISTS (SELECT "
+            "event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
             "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
             "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
             "ea.event_id = events.id) END AS artifact_links, events.body, "
@@ -300,10 +298,10 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
     ("log.page", (("topic", 1),), 0, False, False, "desc", ("topic",)): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
-            "events.hlc, events.type, events.stream, events.room, NULL AS topic, "
-            "events.from_agent, events.to_agent, events.correlation_id, "
-            "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
-            "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
+            "events.hlc, events.type, events.stream, events.room, events.from_agent, "
+            "events.to_agent, events.correlation_id, events.branch, "
+            "events.base_commit, events.status, CASE WHEN (EXISTS (SELECT "
+            "event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
             "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
             "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
             "ea.event_id = events.id) END AS artifact_links, events.body, "
@@ -317,7 +315,7 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
     ("log.page", (("type", 1),), 0, False, False, "asc", ("type",)): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
-            "events.hlc, NULL AS type, events.stream, events.room, events.topic, "
+            "events.hlc, events.stream, events.room, events.topic, "
             "events.from_agent, events.to_agent, events.correlation_id, "
             "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
             "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
@@ -334,7 +332,7 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
     ("log.page", (("type", 1),), 0, False, False, "desc", ("type",)): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
-            "events.hlc, NULL AS type, events.stream, events.room, events.topic, "
+            "events.hlc, events.stream, events.room, events.topic, "
             "events.from_agent, events.to_agent, events.correlation_id, "
             "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
             "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
@@ -351,8 +349,8 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
     ("log.page", (("writer", 1),), 0, False, False, "asc", ("from_agent",)): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
-            "events.hlc, events.type, events.stream, events.room, events.topic, NULL "
-            "AS from_agent, events.to_agent, events.correlation_id, events.branch, "
+            "events.hlc, events.type, events.stream, events.room, events.topic, "
+            "events.to_agent, events.correlation_id, events.branch, "
             "events.base_commit, events.status, CASE WHEN (EXISTS (SELECT "
             "event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
             "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
@@ -368,8 +366,8 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
     ("log.page", (("writer", 1),), 0, False, False, "desc", ("from_agent",)): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
-            "events.hlc, events.type, events.stream, events.room, events.topic, NULL "
-            "AS from_agent, events.to_agent, events.correlation_id, events.branch, "
+            "events.hlc, events.type, events.stream, events.room, events.topic, "
+            "events.to_agent, events.correlation_id, events.branch, "
             "events.base_commit, events.status, CASE WHEN (EXISTS (SELECT "
             "event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
             "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "

@@ -117,8 +117,9 @@ class ReadRequest:
     @functools.cached_property
     def fixed_columns(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """(columns, their values): each column the filters fix to one value (an "in" rule
-        given one value). A page statement selects NULL there and the row reader fills the
-        value in (issue 25: a page of one correlation id or type reads no copy of it per row)."""
+        given one value). A page statement does not select it and the row reader fills the
+        value in (issue 25: a page of one correlation id or type reads no copy of it per row,
+        nor a NULL: each column of a row is a step in `sqlite3`, ~0.04 µs even for NULL)."""
         fields, _, binds = self.page_binds
         if not fields:
             return (), ()

@@ -60,8 +60,9 @@ def events_from_rows(
 ) -> list[Event]:
     """Events from rows of the read columns (plain tuples or Rows): the one row -> Event.
     `typed`: the rows are known to hold only values of their columns' types
-    (`PageStatements.typed`), and are not tested. `fixed`: (columns, values) the rows hold
-    NULL in, each event takes the value (`ReadRequest.fixed_columns`).
+    (`PageStatements.typed`), and are not tested. `fixed`: (columns, values) the rows leave
+    out (a page statement does not select them), each event takes the value
+    (`ReadRequest.fixed_columns`).
 
     A frozen dataclass assigns every field through `object.__setattr__` in `__init__`; the
     rows are filled by `_fill_events` instead (~0.35 µs a row; `update(zip(...))` of the
@@ -105,10 +106,11 @@ def _plain_page(rows: Sequence[Row]) -> bool:
 
 
 def _with_values(row: Row, names: tuple[str, ...], values: Row) -> Row:
-    out = list(row)
-    for name, value in zip(names, values, strict=True):
-        out[EVENT_FIELDS.index(name)] = value
-    return tuple(out)
+    """The whole row of the read columns: `row` without the columns `names`, their `values`
+    put back in their places."""
+    given = dict(zip(names, values, strict=True))
+    rest = iter(row)
+    return tuple(given[name] if name in given else next(rest) for name in EVENT_FIELDS)
 
 
 class _Filling:
@@ -121,10 +123,12 @@ class _Filling:
 def _events_filler(fixed: tuple[str, ...] = ()) -> Callable[..., list[Event]]:
     """`fill(rows, _Filling, Event, parse_links, values)`: an Event per row of the read
     columns, each value stored under its field's name (the links column as the artifact ids;
-    a field of `fixed` takes its value of `values` instead), generated once from
-    `EVENT_FIELDS` (as `dataclasses` generates `__init__`): one unpacking per row, no `zip`
-    and no per-field loop in Python (issue 25)."""
-    names = [f"v{i}" for i in range(len(EVENT_FIELDS))]
+    a field of `fixed` is not in the rows and takes its value of `values`), generated once
+    from `EVENT_FIELDS` (as `dataclasses` generates `__init__`): one unpacking per row, no
+    `zip` and no per-field loop in Python (issue 25)."""
+    if any(EVENT_FIELDS.index(name) <= max(ID_AT, SEQ_AT, _OSEQ_AT) for name in fixed):
+        raise ValueError("a fixed column must come after id, seq and origin_seq in a row")
+    names = [f"v{i}" for i, name in enumerate(EVENT_FIELDS) if name not in fixed]
     lines = ["def fill(rows, filling, event_type, parse_links, values):"]
     if fixed:
         lines.append(f"    ({', '.join(f'f{k}' for k in range(len(fixed)))},) = values")

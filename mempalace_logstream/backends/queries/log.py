@@ -26,7 +26,7 @@ else:  # built into statements only (once per shape and store): not on the lean 
 # The store's `event_select(*where)`: the event read columns of the rows matching `where`.
 EventSelect = Callable[..., "sa.Select[Any]"]
 # A page's shape (`plan.page_query`): ((filter, n values)...), inbox values, split,
-# since_created_at, order, the columns selected as NULL (fixed by the filter).
+# since_created_at, order, the columns not selected (fixed by the filter).
 PageShape = tuple[tuple[tuple[str, int], ...], int, bool, bool, str, tuple[str, ...]]
 # filter name -> (the events column it tests, "in" | "not_in" | "inbox") (`FILTER_RULES`).
 FilterRules = Mapping[str, tuple[str, str]]
@@ -162,7 +162,7 @@ def _page_statement(
         q = select(*where)
         if not fixed:
             return q
-        cols = [sa.null().label(c.name) if c.name in fixed else c for c in q.selected_columns]
+        cols = [c for c in q.selected_columns if c.name not in fixed]
         return q.with_only_columns(*cols, maintain_column_froms=True)
 
     if not split:
