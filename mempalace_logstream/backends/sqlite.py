@@ -147,12 +147,6 @@ class SqliteBackend(SqliteWriter):
             with base.wrap_exceptions():
                 return _Kept(self, self.engine.raw_connection())
 
-    def _release(self, kept: _Kept, healthy: bool) -> None:
-        if healthy and not self._closed and len(self._readers) < READERS_KEPT:
-            self._readers.append(kept)
-        else:
-            kept.proxy.close()
-
     def close(self) -> None:
         self._closed = True
         while self._readers:
@@ -204,7 +198,7 @@ class _Kept:
         try:
             self.cur.execute("BEGIN")
         except sqlite3.Error as exc:
-            backend._release(self, False)
+            self.proxy.close()  # back to the pool, which resets or discards it
             raise _storage_error(exc) from exc
         return self
 
@@ -217,7 +211,11 @@ class _Kept:
                 self.cur.execute("ROLLBACK")
         except sqlite3.Error as rollback_error:
             failed = failed or rollback_error
-        self.backend._release(self, failed is None)
+        backend = self.backend  # kept while healthy, else back to the pool
+        if failed is None and not backend._closed and len(backend._readers) < READERS_KEPT:
+            backend._readers.append(self)
+        else:
+            self.proxy.close()
         if failed is not None and (exc is None or exc is failed):
             raise _storage_error(failed) from failed
 
