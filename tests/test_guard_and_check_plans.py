@@ -2,7 +2,8 @@
 size (issue 25): plans, never times. The pair guard walks the pair index (migration 0012:
 from_agent, to_agent, seq; addressed rows only) on both databases, and on PostgreSQL its
 prepared statement runs on a generic plan, planned once per connection (a custom plan of
-it, made anew on every addressed append, cost ~0.25-0.4 ms on a 50,000-event log). The
+it, made anew on every addressed append, cost ~0.25-0.4 ms on a 50,000-event log), and
+counts nothing unless the other agent wrote back in the window (a probe of that way). The
 optimistic check reads the counters and the pins, not the newest key event (an unchanged
 max(seq) implies it)."""
 
@@ -70,7 +71,11 @@ def test_postgres_the_pair_guard_runs_on_a_generic_plan_of_the_pair_index(
         with store.backend.transaction() as tx:
             plan = "\n".join(r[0] for r in tx.db.execute(f"EXPLAIN {pair[0]}").fetchall())
             checked = "\n".join(r[0] for r in tx.db.execute(f"EXPLAIN {check[0]}").fetchall())
+            ran = tx.db.execute(f"EXPLAIN (ANALYZE, COSTS OFF) {pair[0]}").fetchall()
     assert plan.count("Index Scan Backward using ix_events_pair") == 2, plan
+    # agent-2 never wrote to agent-1: the probe of that way finds nothing, nothing is counted.
+    walked = [r[0] for r in ran if "Index Scan Backward using ix_events_pair" in r[0]]
+    assert len(walked) == 2 and all("never executed" in step for step in walked), ran
     # A generic plan names the parameters; a custom one (planned on every append) the values.
     assert "'agent-1'" not in plan and "'agent-2'" not in plan, plan
     assert "from_agent = ($" in plan, plan
