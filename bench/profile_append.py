@@ -1,7 +1,7 @@
 """Where one `LogStore.event_append` spends its time, layer by layer (issue 25).
 
     python bench/profile_append.py [--db URL] [--durability full|normal|off] [--appends 3000]
-                                   [--pause-us 0] [--threads 8] [--to-agent b]
+                                   [--pause-us 0] [--threads 8] [--to-agent b] [--reps 1]
 
 A plain append (the store bench's 100-byte broadcast, no correlation id; `--to-agent NAME`
 addresses it to one agent, which its pair loop guard then counts) on a fresh log: a
@@ -13,7 +13,7 @@ layer, measured by wrapping the layer's function. The wrappers cost: the same ap
 before any was wrapped are printed last (~15-18 µs less CPU per append at `--durability off`,
 most of it the wrappers' own, which "rest" holds):
 
-  validation       `Writes.draft_event` (every field's rule, the idempotency key)
+  validation       `Writes.draft_of` (every field's rule, the idempotency key)
   id+HLC           `Transaction._new_event` (the event id, the HLC tick, the time stamp)
   identity         `Local._sealed` (names against the keyring, the signer, the verdict)
   guards           `store.guards.check_local` (inside the task projection)
@@ -101,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--durability", default="full", choices=("full", "normal", "off"))
     p.add_argument("--appends", type=int, default=3000)
     p.add_argument("--pause-us", type=int, default=0, help="sleep after each timed append")
+    p.add_argument(
+        "--reps", type=int, default=1, help="time the unwrapped appends N times (min, median)"
+    )
     p.add_argument("--threads", type=int, default=0, help="also time N threads appending")
     p.add_argument(
         "--to-agent", default=None, help="address the row to this agent (its pair loop guard)"
@@ -147,10 +150,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  function calls per append: {py / 1000:.0f} Python, {c / 1000:.0f} built-in")
 
         pause = args.pause_us / 1e6
-        plain = _timed_appends(store, row, n, pause)  # before any wrapper: the append's own cost
+        # Before any wrapper: the append's own cost (the min of --reps runs on a shared machine).
+        plain = sorted(_timed_appends(store, row, n, pause)[0] for _ in range(args.reps))
 
         acc: collections.Counter[str] = collections.Counter()
-        _wrap(writes.Writes, "draft_event", "validation", acc)
+        _wrap(writes.Writes, "draft_of", "validation", acc)
         _wrap(writes.Transaction, "_new_event", "id+HLC", acc)
         _wrap(append_mod.Local, "_sealed", "identity", acc)
         _wrap(guards, "check_local", "guards", acc)
@@ -176,7 +180,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    {label:26s} {ns / n / 1000:7.1f} µs")
         rest = total - sum(ns for label, ns in acc.items() if label not in nested) / n / 1000
         print(f"    {'rest (pipeline, glue)':26s} {rest:7.1f} µs")
-        print(f"  the same appends before the layers were wrapped: {plain[0]:.1f} µs CPU")
+        reps = (
+            f" (min of {len(plain)}, median {plain[len(plain) // 2]:.1f})" if len(plain) > 1 else ""
+        )
+        print(f"  the same appends before the layers were wrapped: {plain[0]:.1f} µs CPU{reps}")
         if args.threads:
             _threads(store, row, args.threads, n)
     finally:

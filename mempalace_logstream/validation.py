@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -64,6 +64,8 @@ def check_text(field: str, value: str) -> int:
     """Refuse text a column cannot hold: a NUL character or a lone surrogate. Its UTF-8 size."""
     if "\x00" in value:
         raise fail(field, "contains a NUL character; NUL is not allowed")
+    if value.isascii():  # (a flag of the string: its UTF-8 size is its length, no copy made)
+        return len(value)
     try:
         return len(value.encode("utf-8"))
     except UnicodeEncodeError as exc:
@@ -443,58 +445,3 @@ FIELD_RULES: dict[str, Callable[[str, Any], Any]] = {
 # The rules whose clean value is a short string that depends on the value alone (a remote
 # checker remembers them: routing values repeat from event to event).
 TEXT_RULES = frozenset({"type", "required", "routing", "status"})
-
-
-def event_fields(
-    raw: Mapping[str, Any], max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-) -> dict[str, Any]:
-    """The fields a writer gives (`models.DRAFT_SPEC`), read from `raw` by their wire names and
-    each checked by its rule, in `Event`'s order: {attribute: clean value}. A name in `raw`
-    that is no such field is the caller's to refuse. Raises ValidationError naming the first
-    bad field and its limit."""
-    checked = _CHECKED.get(given := tuple(raw))
-    if checked is None:  # the fields to visit (given, required, body) for these names given
-        from mempalace_logstream.models import DRAFT_SPEC  # not at import: hook paths read none
-
-        _LEFT_OUT.update((name, _NONE_CLEAN.get(rule)) for name, _wire, rule in DRAFT_SPEC)
-        if len(_CHECKED) >= _TEXT_SEEN_MAX:  # writers give the same few sets of names
-            _CHECKED.clear()
-        checked = _CHECKED[given] = tuple(
-            s for s in DRAFT_SPEC if s[1] in raw or s[2] not in _NONE_CLEAN
-        )
-    out = _LEFT_OUT.copy()  # a field left out that may be: its rule's answer to None
-    for name, wire, rule in checked:
-        value = raw.get(wire)
-        if value is None and rule in _NONE_CLEAN:  # a field not given: its rule's answer
-            out[name] = _NONE_CLEAN[rule]
-        elif rule == "body":  # the store's own limit
-            out[name] = body(value, max_body_bytes, wire)
-        elif rule in TEXT_RULES and type(value) is str:
-            # Routing values repeat from write to write: a value this rule passed before
-            # is clean as it was (only passes are kept, so a refusal is always raised anew).
-            key = (rule, value)
-            clean = _TEXT_SEEN.get(key, _MISSING)
-            if clean is _MISSING:
-                clean = FIELD_RULES[rule](wire, value)
-                if len(_TEXT_SEEN) >= _TEXT_SEEN_MAX:
-                    _TEXT_SEEN.clear()
-                _TEXT_SEEN[key] = clean
-            out[name] = clean
-        else:
-            out[name] = FIELD_RULES[rule](wire, value)
-    return out
-
-
-# What each rule that lets a field be left out makes of a missing value (None), asked of the
-# rule itself once: a draft gives most fields no value.
-_NONE_CLEAN: dict[str, Any] = {
-    rule: FIELD_RULES[rule](rule, None)
-    for rule in ("routing", "status", "artifact_ids", "metadata")
-}
-# Text values the TEXT_RULES passed (rule, value) -> clean value: a bounded memo, cleared
-# when full. A rule's result depends on the value alone; the field name only words errors.
-_TEXT_SEEN: dict[tuple[str, str], Any] = {}
-_TEXT_SEEN_MAX = 4096
-_MISSING = object()
-_CHECKED: dict[tuple[str, ...], tuple[tuple[str, str, str], ...]] = {}  # names -> fields
-_LEFT_OUT: dict[str, Any] = {}  # every draft field's clean value when it is not given

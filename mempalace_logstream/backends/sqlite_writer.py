@@ -68,6 +68,9 @@ class SqliteWriter(abc.ABC):
         # The executor of the writes without bulk work (`executor`): it holds no state of a
         # transaction, so one serves every transaction on the same connection.
         self._executor: SqliteExecutor | None = None
+        # The cursor of BEGIN, `PRAGMA data_version` and COMMIT on the writer's connection,
+        # made once: `db.execute` makes (and frees) a cursor per statement (issue 25).
+        self._cursor: sqlite3.Cursor | None = None
 
     @abc.abstractmethod
     def _writer(self) -> sqlite3.Connection:
@@ -143,7 +146,10 @@ class _Transaction:
     is its own `base.WriteTx`: the connection and what the transaction learned (one object
     per commit, not two)."""
 
-    __slots__ = ("backend", "state", "db", "version", "known", "state_row", "counters", "appended")
+    __slots__ = (
+        *("backend", "state", "db", "cursor", "version", "known", "state_row", "counters"),
+        "appended",
+    )
 
     def __init__(self, backend: SqliteWriter, state: base.Statement | None) -> None:
         self.backend, self.state = backend, state
@@ -154,12 +160,17 @@ class _Transaction:
     def __enter__(self) -> _Transaction:
         backend = self.backend
         db = self.db = backend._writer()
+        cur = backend._cursor
+        if cur is None or cur.connection is not db:
+            cur = backend._cursor = db.cursor()
+        self.cursor = cur
         try:
-            db.execute("BEGIN IMMEDIATE")
+            cur.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:  # busy early (WAL recovery, …): retried
             backend._begin(db, exc)
         try:
-            version = self.version = db.execute("PRAGMA data_version").fetchone()[0]
+            # (fetchall: the statement runs to its end, nothing of it is left pending)
+            version = self.version = cur.execute("PRAGMA data_version").fetchall()[0][0]
             prev = backend._counters
             known = self.known = (
                 (prev[1], prev[2]) if prev is not None and prev[0] == version else None
@@ -176,7 +187,7 @@ class _Transaction:
             self._rollback()
             return
         try:
-            self.db.execute("COMMIT")
+            self.cursor.execute("COMMIT")
         except BaseException:
             self._rollback()
             raise
@@ -220,6 +231,8 @@ class SqliteExecutor(base.DbapiExecutor):
     ) -> None:
         super().__init__(db, compile, hooks)
         self.on_bulk = on_bulk
+        # A local append's INSERT: one cursor, made at the first (not one per row).
+        self._cursor: sqlite3.Cursor | None = None
 
     def _execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
         if self.hooks:
@@ -255,7 +268,10 @@ class SqliteExecutor(base.DbapiExecutor):
                 sql, row = _QMARK_INSERT_DENSE, _dense_of(row)
             if self.hooks:
                 base.observe(self.hooks, sql, row)
-            self.db.execute(sql, row)
+            cur = self._cursor
+            if cur is None:
+                cur = self._cursor = self.db.cursor()
+            cur.execute(sql, row)
             return
         if len(rows) < _STAGE_MIN_ROWS:
             self._executemany(_QMARK_INSERT_EVENTS, rows)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 ADMIN_NAME = "admin"  # the agent name of the palace's admin key (`keys/admin.key`)
@@ -61,9 +61,9 @@ _CURRENT: contextvars.ContextVar[Actor | None] = contextvars.ContextVar(
 )
 
 
-def current() -> Actor | None:
-    """The actor of the running call, or None (a local, trusted process)."""
-    return _CURRENT.get()
+# The actor of the running call, or None (a local, trusted process): the context variable's
+# own `get` (a C call: no Python frame on every write, issue 25).
+current: Callable[[], Actor | None] = _CURRENT.get
 
 
 @contextlib.contextmanager

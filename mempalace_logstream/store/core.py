@@ -229,11 +229,11 @@ class LogStore:
 
     def draft_event(self, **fields: Unpack[EventArgs]) -> EventDraft:
         """Validate raw event fields (S-4; `models.EventArgs` names them) into a draft."""
-        return self.writes.draft_event(**fields)
+        return self.writes.draft_of(fields)
 
     def event_append(self, **fields: Unpack[EventArgs]) -> Event:
         """Append one event, idempotent per (from_agent, idempotency_key) (`Writes`)."""
-        return self.writes.event_append(**fields)
+        return self.writes.append_of(fields)
 
     @takes_args_of(Writes.draft_artifact)
     def draft_artifact(self, **fields: Any) -> ArtifactDraft:

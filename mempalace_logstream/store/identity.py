@@ -154,10 +154,11 @@ class Identity:
 
     def begin_transaction(self) -> tuple[int, int]:
         """The number of a write transaction this store begins (the pipeline calls it), and
-        the generation it begins at (marks read at its start hold while it stays)."""
-        with self._lock:
-            self._transactions += 1
-            return self._transactions, self._generation
+        the generation it begins at (marks read at its start hold while it stays). Called
+        under the pipeline's commit lock only, one transaction at a time: no lock of its own
+        (an int read is atomic; a `moved` racing with it is the same as one just after)."""
+        self._transactions += 1
+        return self._transactions, self._generation
 
     def moved(self) -> None:
         """A write may have changed the keyring: key events were appended (by any origin:
@@ -182,10 +183,13 @@ class Identity:
         the transaction read at its start if the generation is still `marks_generation`."""
         with self._lock:
             held, generation = self._write_ring, self._generation
-            if held is not None and held[2] == generation:
-                ring, at = held[0], held[1]
-                if at == number or (unchanged and at == number - 1):
-                    self._write_ring = (ring, number, generation)
+            if held is not None:
+                ring, at, held_generation = held
+                if held_generation == generation and (
+                    at == number or (unchanged and at == number - 1)
+                ):
+                    if at != number:
+                        self._write_ring = (ring, number, generation)
                     return ring
         ring = self.keyring(ex, select, marks if marks_generation == generation else None)
         with self._lock:
@@ -206,13 +210,13 @@ class Identity:
         """Sign `event` with the key its writer holds here and judge it. Returns the event
         with `sig`/`key_id` and its verdict; raises ForbiddenError when it must not be
         written (another agent's name, or unsigned from an agent that signs)."""
-        check_writer(actor, "from_agent", event.from_agent)
+        if actor is not None:  # (a local process writes for anyone)
+            check_writer(actor, "from_agent", event.from_agent)
         ring = ring if ring is not None else self.keyring(ex, select)
         if is_key_type(event.type):
             pair: keys.KeyPair | None = self._key_event_signer(event, actor)
         else:
             pair = self._signer(ring, event, actor)
-        shas: dict[str, str] = {}
         if pair is not None:
             shas = artifact_sha256s(ex, event.artifact_ids)
             try:

@@ -36,7 +36,7 @@ from mempalace_logstream.backends.base import Build, Compiler, QueryExecutor
 from mempalace_logstream.backends.queries import meta as meta_rows
 from mempalace_logstream.backends.sqlite_reader import SqliteReader
 from mempalace_logstream.backends.sqlite_writer import SqliteFileWriter
-from mempalace_logstream.models import Event, EventArgs, EventDraft
+from mempalace_logstream.models import Event, EventDraft
 from mempalace_logstream.store import tasks as task_rows
 from mempalace_logstream.store.identity import Identity, keys_path_for
 from mempalace_logstream.store.ids import REPLICA_ID_KEY
@@ -236,10 +236,10 @@ class LeanStore:
         return self.writes.transaction(work, on_bulk)
 
     def draft_event(self, **fields: Any) -> EventDraft:
-        return self.writes.draft_event(**cast(EventArgs, fields))
+        return self.writes.draft_of(fields)
 
     def event_append(self, **fields: Any) -> Event:
-        return self.writes.event_append(**cast(EventArgs, fields))
+        return self.writes.append_of(fields)
 
     def snapshot(self) -> contextlib.AbstractContextManager[QueryExecutor]:
         return self.reads.snapshot()

@@ -81,15 +81,10 @@ class TxState:
     ) -> None:
         self.next_seq, self.next_artifact_seq = next_seq, next_artifact_seq
         self.appended: list[Event] = [] if appended is None else appended
-        self.unchanged, self.number, self.marks, self.generation = (
-            unchanged,
-            number,
-            marks,
-            generation,
-        )
+        self.unchanged, self.number, self.marks = unchanged, number, marks
         # A read that decides only whether to refuse may go with the COMMIT instead
         # (`Executor.check`): not in a batch run again (`StateMoved`), which reads.
-        self.checks = False
+        self.generation, self.checks = generation, False
 
 
 class CommitPipeline:
@@ -334,8 +329,9 @@ class CommitPipeline:
         """The transaction's starting counters. `tx.known`: nobody committed since our last
         commit, so our counters are exact and the clock is already past every stamp in the
         file; the state query is skipped."""
-        if tx.known is not None:
-            return TxState(next_seq=tx.known[0], next_artifact_seq=tx.known[1], unchanged=True)
+        known = tx.known
+        if known is not None:
+            return TxState(known[0], known[1], None, True)
         row = tx.state_row
         if row is None:  # a transaction that did not run it (a test's)
             row = self.backend.query(tx.db)(*self._state_statement())[0]
@@ -344,11 +340,7 @@ class CommitPipeline:
         self.clock.seed(own)
         if top:
             self.clock.observe(top)
-        return TxState(
-            next_seq=(max_seq or 0) + 1,
-            next_artifact_seq=(max_art or 0) + 1,
-            marks=(key_top, pins),
-        )
+        return TxState((max_seq or 0) + 1, (max_art or 0) + 1, marks=(key_top, pins))
 
     @functools.cached_property
     def _read_cols(self) -> list[sa.ColumnElement[Any]]:

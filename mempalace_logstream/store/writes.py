@@ -5,7 +5,7 @@ and `Transaction`, the public API inside a group-committed write transaction
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from operator import methodcaller
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
@@ -34,6 +34,7 @@ from mempalace_logstream.store import blobs, guards
 from mempalace_logstream.store import rows as row_cols
 from mempalace_logstream.store.append import Appended, Local, Origin
 from mempalace_logstream.store.append import append as append_events
+from mempalace_logstream.store.drafts import event_fields
 from mempalace_logstream.store.identity import check_names, check_writer
 from mempalace_logstream.store.ids import new_id, new_id_and_time, now_text
 from mempalace_logstream.store.marks import PIN_PREFIX
@@ -118,19 +119,15 @@ class Transaction:
         ident, created = new_id_and_time("evt", ms)
         seq = self.state.next_seq
         # Filled like a read row becomes an Event (store/plan.py): no frozen __init__'s
-        # field-by-field __setattr__ (an Event has no check of its own to skip).
-        values = {
-            "id": ident,
-            "seq": seq,
-            "origin_replica": store.replica_id,
-            "origin_seq": seq,
-            "hlc": stamp,
-            **draft.values,
-            "created_at": created,
-            **_MINTED_DEFAULTS,
-        }
+        # field-by-field __setattr__ (an Event has no check of its own to skip). Its
+        # `__dict__` is a copy of the draft's values (one C copy) with the minted fields
+        # added, set whole: no second dict filled key by key.
+        values = dict(draft.values)
+        values["id"], values["seq"], values["origin_replica"] = ident, seq, store.replica_id
+        values["origin_seq"], values["hlc"], values["created_at"] = seq, stamp, created
+        values.update(_MINTED_DEFAULTS)
         event = object.__new__(Event)
-        event.__dict__.update(values)
+        object.__setattr__(event, "__dict__", values)
         return event
 
     def insert_artifact(self, draft: ArtifactDraft) -> Artifact:
@@ -270,10 +267,14 @@ class Writes:
         """Validate raw event fields (S-4; `models.EventArgs` names them) into a draft: each
         by its rule of the spec, in `Event`'s field order (a remote event's checks run the
         same rules), then the idempotency key. Raises ValidationError naming the field."""
-        raw: dict[str, Any] = fields  # type: ignore[assignment]
+        return self.draft_of(fields)
+
+    def draft_of(self, raw: Mapping[str, Any]) -> EventDraft:
+        """`draft_event` of the fields in `raw` (a caller's own mapping: not copied into
+        keyword arguments again, issue 25)."""
         if not _ARG_NAMES.issuperset(raw):
             raise v.fail(min(raw.keys() - _ARG_NAMES), "is not a known parameter")
-        values = v.event_fields(raw, self.max_body_bytes)
+        values = event_fields(raw, self.max_body_bytes)
         if values["body"].startswith(TOMBSTONE_PREFIX):  # the cheap test first
             _not_tombstone(values["body"])
         key = raw.get("idempotency_key")
@@ -282,7 +283,7 @@ class Writes:
         # Made like `EventDraft(values=values, idempotency_key=key)` without its check that
         # `values` holds exactly the draft fields: `event_fields` gives exactly those.
         draft = object.__new__(EventDraft)
-        draft.__dict__.update(values=values, idempotency_key=key)
+        object.__setattr__(draft, "__dict__", {"values": values, "idempotency_key": key})
         return draft
 
     def event_append(self, **fields: Unpack[EventArgs]) -> Event:
@@ -292,7 +293,11 @@ class Writes:
         Raises ValidationError, NotFoundError (unknown artifact), ConflictError (a reused
         idempotency key with different content).
         """
-        draft = self.draft_event(**fields)
+        return self.append_of(fields)
+
+    def append_of(self, raw: Mapping[str, Any]) -> Event:
+        """`event_append` of the fields in `raw` (`draft_of`)."""
+        draft = self.draft_of(raw)
         if draft.values["type"] == REDACT_TYPE:  # it must be applied where it is written, too
             raise v.fail("type", f"{REDACT_TYPE} is written by event_redact (`logstream redact`)")
         # `tx.insert_event(draft)` called from C: no Python frame of its own (issue 25)
