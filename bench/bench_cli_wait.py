@@ -97,7 +97,7 @@ def cli_samples(
             wait_armed(proc, db_path)
             time.sleep(random.uniform(0.02, 0.04))
             appender.send("go")
-            assert proc.stdout is not None
+            assert proc.stdout is not None and proc.stderr is not None  # both PIPE
             first = proc.stdout.readline()
             t_line = time.monotonic_ns()
             rest = proc.stdout.read()

@@ -155,7 +155,8 @@ def _sync_per_event(root: Path, source: LogStore, name: str, admin: str | None) 
         result = sync.sync_with_peer(dst, sync.LocalPeer(source))
         took = time.perf_counter() - t0
         assert result["rejected_count"] == 0, result["rejected"][:3]
-        return took * 1e6 / max(1, result["pulled_events"])
+        pulled: int = result["pulled_events"]
+        return took * 1e6 / max(1, pulled)
     finally:
         dst.close()
 
