@@ -588,3 +588,28 @@ def test_postgres_a_leader_gathers_the_callers_of_the_last_batch(pg_url: str) ->
         listed = store.event_list(order="asc").events
         assert sorted(e.body for e in listed) == ["first", "t0", "t1", "t2"]
         assert [e.seq for e in listed] == [1, 2, 3, 4]
+
+
+def test_a_local_append_takes_its_own_minted_hlc_unchecked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The verdict's HLC check (`hlc.is_valid`, a regex) is not run again on the stamp the
+    store's clock has just minted, checked as it was made (`HybridClock.minted`); a clock
+    whose stamps are malformed still has its event refused as malformed."""
+    from mempalace_logstream import hlc
+    from mempalace_logstream.identity import verdict as verdict_mod
+
+    checked: list[str] = []
+    real = hlc.is_valid
+    monkeypatch.setattr(
+        verdict_mod.hlc_mod, "is_valid", lambda value: (checked.append(value), real(value))[1]
+    )
+    with LogStore.open(str(tmp_path / "minted.sqlite3")) as store:
+        add(store, body="warm")
+        checked.clear()
+        event = add(store, body="counted")
+        assert checked == [] and real(event.hlc)
+        store.clock = hlc.HybridClock("rep x", store.clock.wall_clock)  # malformed stamps
+        with pytest.raises(errors.ForbiddenError, match="malformed HLC"):
+            add(store, body="refused")
+        assert checked and not real(checked[-1])

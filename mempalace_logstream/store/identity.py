@@ -18,7 +18,7 @@ from mempalace_logstream import errors, lazy, names
 from mempalace_logstream.backends.queries import identity as queries
 from mempalace_logstream.identity.actor import ADMIN_NAME, Actor
 from mempalace_logstream.identity.keyring import KEY_EVENT_TYPES, KEY_REVOKE, Keyring, SignedEvent
-from mempalace_logstream.identity.verdict import Verdict, own_verdict, verdict
+from mempalace_logstream.identity.verdict import Verdict, own_verdict, unsigned_verdict, verdict
 from mempalace_logstream.models import Event
 from mempalace_logstream.store.marks import PIN_PREFIX, pins_of
 from mempalace_logstream.store.rows import events_from_rows
@@ -206,10 +206,12 @@ class Identity:
         event: Event,
         actor: Actor | None,
         ring: Keyring | None = None,
+        minted: bool = False,
     ) -> tuple[Event, Verdict]:
         """Sign `event` with the key its writer holds here and judge it. Returns the event
         with `sig`/`key_id` and its verdict; raises ForbiddenError when it must not be
-        written (another agent's name, or unsigned from an agent that signs)."""
+        written (another agent's name, or unsigned from an agent that signs). `minted`: its
+        HLC is the one the store's clock just minted, well formed (`HybridClock.minted`)."""
         if actor is not None:  # (a local process writes for anyone)
             check_writer(actor, "from_agent", event.from_agent)
         ring = ring if ring is not None else self.keyring(ex, select)
@@ -229,7 +231,9 @@ class Identity:
         if event.type in KEY_EVENT_TYPES:
             ring = _with_key_event(ring, event)
         if pair is not None:  # our own signature: only the key's authority needs checking
-            judged = own_verdict(event, pair.key_id, ring)
+            judged = own_verdict(event, pair.key_id, ring, minted)
+        elif minted:
+            judged = unsigned_verdict(event, ring)
         else:
             judged = verdict(event, None, None, ring)
         if judged.verified is False:
