@@ -163,10 +163,11 @@ class Identity:
     def moved(self) -> None:
         """A write may have changed the keyring: key events were appended (by any origin:
         `store/append.py`) or an item that may have read or written one was rolled back. The
-        write transactions read the keyring again, with the marks query."""
-        with self._lock:
-            self._generation += 1
-            self._write_ring = None
+        write transactions read the keyring again, with the marks query. Called in write
+        transactions only (under the pipeline's commit lock), as `write_keyring`: no lock of
+        its own."""
+        self._generation += 1
+        self._write_ring = None
 
     def write_keyring(
         self,
@@ -180,21 +181,19 @@ class Identity:
         """The keyring as write transaction `number` sees it: the one it read already, or the
         previous transaction's while nobody else committed since (`unchanged`: the marks query
         is skipped), unless the generation moved; else read with `keyring`, with the `marks`
-        the transaction read at its start if the generation is still `marks_generation`."""
-        with self._lock:
-            held, generation = self._write_ring, self._generation
-            if held is not None:
-                ring, at, held_generation = held
-                if held_generation == generation and (
-                    at == number or (unchanged and at == number - 1)
-                ):
-                    if at != number:
-                        self._write_ring = (ring, number, generation)
-                    return ring
+        the transaction read at its start if the generation is still `marks_generation`.
+        Called in write transactions only, one at a time (under the pipeline's commit lock):
+        no lock of its own, as `begin_transaction` and `moved`."""
+        held, generation = self._write_ring, self._generation
+        if held is not None:
+            ring, at, held_generation = held
+            if held_generation == generation and (at == number or (unchanged and at == number - 1)):
+                if at != number:
+                    self._write_ring = (ring, number, generation)
+                return ring
         ring = self.keyring(ex, select, marks if marks_generation == generation else None)
-        with self._lock:
-            if self._generation == generation:
-                self._write_ring = (ring, number, generation)
+        if self._generation == generation:
+            self._write_ring = (ring, number, generation)
         return ring
 
     # ------------------------------------------------------------------ sealing

@@ -180,11 +180,12 @@ class CommitPipeline:
                     wake = None
                     self._leading = True
         if alone:  # a batch of one under the commit lock, then the lead handed on as `_lead`
+            batch = [item]
             try:
-                self._run_batch([item])
+                self._run_batch(batch)
             finally:
                 self._commit_lock.release()
-                self._hand_on([item])
+                self._hand_on(batch)
             if item.error is not None:
                 raise item.error
             return item.result
@@ -227,8 +228,11 @@ class CommitPipeline:
         that queued meanwhile (or let it go: a lone writer wakes nobody)."""
         with self._queue_lock:
             queue = self._queue
-            self._callers = len(batch) + len(queue)
-            heir = next((q for q in queue if not q.abandoned), None) if queue else None
+            if queue:
+                self._callers = len(batch) + len(queue)
+                heir = next((q for q in queue if not q.abandoned), None)
+            else:
+                self._callers, heir = len(batch), None
             if heir is None:
                 self._leading = False  # the next caller leads
             else:
