@@ -81,7 +81,7 @@ def ours_cmd() -> list[str]:
     script = Path(sys.executable).parent / "logstream"
     if script.exists():
         return [str(script)]
-    return [sys.executable, "-c", "from mempalace_logstream.cli import main; main()"]
+    return [sys.executable, "-c", "from mempalace_logstream.cli import console; console()"]
 
 
 def our_env() -> dict[str, str]:

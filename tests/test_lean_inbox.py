@@ -77,10 +77,10 @@ def test_the_generated_sql_is_the_stores_own() -> None:
     # and the "agents have keys" probe of sender gating (one key_add)
     pages = {key for key in fresh["STATEMENTS"] if key[0] == log_queries.PAGE}
     inbox = {
-        (log_queries.PAGE, (), 0, False, False, "desc"),
-        (log_queries.PAGE, (("exclude_writer", 1),), 2, True, False, "asc"),
-        (log_queries.PAGE, (("exclude_writer", 1),), 1, False, False, "asc"),
-        (log_queries.PAGE, (("type", 1),), 0, False, False, "desc"),
+        (log_queries.PAGE, (), 0, False, False, "desc", ()),
+        (log_queries.PAGE, (("exclude_writer", 1),), 2, True, False, "asc", ()),
+        (log_queries.PAGE, (("exclude_writer", 1),), 1, False, False, "asc", ()),
+        (log_queries.PAGE, (("type", 1),), 0, False, False, "desc", ("type",)),
     }
     assert inbox <= pages
     # and those of `list`, `wait`, `tail` (issue 25): none or one filter of one value, either

@@ -5,7 +5,7 @@ and ended cleanly when a read fails (`PostgresBackend.reading`)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -39,37 +39,56 @@ class Reader:
         if self.db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             self.db.rollback()  # (the pool resets a connection it hands out; to be sure)
         self.db.autocommit = plain
+        self.utf8: bool = self.db.info.encoding == "utf-8"
 
     def restore(self) -> None:
         """The pool's connections are not in autocommit (the store's SQLAlchemy reads)."""
         if self.db.autocommit:
             self.db.autocommit = False
 
-    def query(self, hooks: list[base.StatementHook], fresh: Callable[[], Reader]) -> base.Query:
-        first = not self.pinged  # an unpinged connection's first statement may retry once
-
-        def run(sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-            nonlocal first
-            if hooks:
-                base.observe(hooks, sql, params)
-            try:
-                rows: list[tuple[Any, ...]] = self.cur.execute(sql, params).fetchall()
-            except psycopg.OperationalError:
-                if not (first and self.db.broken):
-                    raise
-                self._replace(fresh())
-                rows = self.cur.execute(sql, params).fetchall()
-            finally:
-                first = False
-            return rows
-
-        return run
+    def query(self, hooks: list[base.StatementHook], fresh: Callable[[], Reader]) -> ReaderQuery:
+        return ReaderQuery(self, hooks, fresh)
 
     def _replace(self, other: Reader) -> None:
         with contextlib.suppress(Exception):
             self.proxy.invalidate()
         self.proxy, self.db, self.plain, self.pinged = other.proxy, other.db, other.plain, True
-        self.cur = other.cur
+        self.cur, self.utf8 = other.cur, other.utf8
+
+
+class ReaderQuery:
+    """`base.Query` of one read on a `Reader`: an unpinged connection's first statement may
+    run again once on a fresh one (`PostgresBackend.reading`)."""
+
+    __slots__ = ("reader", "hooks", "fresh", "first")
+
+    def __init__(
+        self, reader: Reader, hooks: list[base.StatementHook], fresh: Callable[[], Reader]
+    ) -> None:
+        self.reader, self.hooks, self.fresh = reader, hooks, fresh
+        self.first = not reader.pinged
+
+    def __call__(self, sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        reader = self.reader
+        if self.hooks:
+            base.observe(self.hooks, sql, params)
+        try:
+            rows: list[tuple[Any, ...]] = reader.cur.execute(sql, params).fetchall()
+        except psycopg.OperationalError:
+            if not (self.first and reader.db.broken):
+                raise
+            reader._replace(self.fresh())
+            rows = reader.cur.execute(sql, params).fetchall()
+        finally:
+            self.first = False
+        return rows
+
+    def typed_rows(self, rows: Sequence[Any], low: int, high: int, seq_at: int) -> bool:
+        """Whether the event read rows `rows` need no type test in the row reader: the
+        column types refuse a value of another type when it is written (a BIGINT holds
+        integers, a text column text), and text is str at a UTF-8 client encoding (psycopg
+        gives bytes at SQL_ASCII)."""
+        return self.reader.utf8
 
 
 def reads_committed(db: psycopg.Connection[Any]) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -20,6 +20,7 @@ from mempalace_logstream import errors, notify
 from mempalace_logstream.backends import base, sqlite_file
 from mempalace_logstream.backends import engine as engine_mod
 from mempalace_logstream.backends.sqlite_signal import SqliteSignal
+from mempalace_logstream.backends.sqlite_typed import TypedRange
 from mempalace_logstream.backends.sqlite_writer import SqliteWriter
 from mempalace_logstream.models import EVENT_SPEC
 from mempalace_logstream.schema import event_artifacts, events
@@ -169,7 +170,7 @@ class _Kept:
     `PRAGMA data_version` it read them at. Made once per connection, so a read walks no
     SQLAlchemy property and builds no closure (issue 25)."""
 
-    __slots__ = ("proxy", "db", "cur", "hooks", "known", "version", "checked", "rows")
+    __slots__ = ("proxy", "db", "cur", "hooks", "known", "version", "checked", "rows", "typed")
 
     def __init__(self, backend: SqliteBackend, proxy: Any) -> None:
         self.proxy, self.db = proxy, proxy.driver_connection
@@ -180,17 +181,36 @@ class _Kept:
         self.version: int | None = None
         self.checked = False  # the version was read in this snapshot
         self.rows: dict[tuple[str, tuple[Any, ...]], list[tuple[Any, ...]]] = {}
+        self.typed = TypedRange()  # the seqs found holding values of their columns' types
+
+    def _check_version(self) -> None:
+        """Once per snapshot, inside it: the `PRAGMA data_version` it reads; a commit since
+        the last one drops the facts read before."""
+        version = self.cur.execute("PRAGMA data_version").fetchone()[0]
+        if version != self.version:
+            self.rows.clear()
+            self.version = version
+            self.typed.stale = True
+        self.checked = True
+
+    def typed_rows(self, rows: Sequence[Any], low: int, high: int, seq_at: int) -> bool:
+        """Whether the event read rows `rows` of seqs low..high read in this snapshot hold
+        only values of their columns' types, as this connection learnt them
+        (backends/sqlite_typed.py): the row reader then tests none of them."""
+        if not self.checked:
+            self._check_version()
+        return self.typed.covers(self.cur, rows, low, high, seq_at)
+
+    def tested_rows(self, rows: Sequence[Any], low: int, high: int, seq_at: int) -> None:
+        """`rows` of this snapshot (seqs low..high) passed the row reader's type test."""
+        self.typed.learn(rows, low, high, seq_at)
 
     def __call__(self, sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         """`base.Query` of a read snapshot: the statements of the log facts are answered from
         what this connection read at the same `PRAGMA data_version`."""
         if sql in self.known:
-            if not self.checked:  # once per snapshot, inside it: the version it reads
-                version = self.cur.execute("PRAGMA data_version").fetchone()[0]
-                if version != self.version:
-                    self.rows.clear()
-                    self.version = version
-                self.checked = True
+            if not self.checked:
+                self._check_version()
             key = (sql, tuple(params.items()))
             hit = self.rows.get(key)
             if hit is not None:

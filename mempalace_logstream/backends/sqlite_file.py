@@ -45,7 +45,7 @@ def fetch_all(
     statements, when given), except that text which is not UTF-8 (written
     behind the API) comes back as bytes instead of failing the whole statement: the row reader
     (store/plan.py `repair_row`) reads such a value with a `row_error`. The lenient decoding
-    runs only for a statement that met such text."""
+    runs only for a statement that met such text, and returns its rows as `LenientRows`."""
     try:
         return (db if cur is None else cur).execute(sql, params).fetchall()
     except sqlite3.OperationalError as exc:
@@ -53,9 +53,15 @@ def fetch_all(
             raise
     db.text_factory = _text_or_bytes
     try:
-        return db.execute(sql, params).fetchall()
+        return LenientRows(db.execute(sql, params).fetchall())
     finally:
         db.text_factory = str
+
+
+class LenientRows(list[Any]):
+    """The rows of a statement that met text which is not UTF-8 (`fetch_all`): such a value
+    is bytes although SQLite calls it text, so these rows are type-tested by the row reader
+    whatever is known of their seqs (backends/sqlite_typed.py)."""
 
 
 def _text_or_bytes(raw: bytes) -> str | bytes:

@@ -6,7 +6,7 @@ The SQLite statements of the inbox's reads as the store compiles them
 
 from typing import Any
 
-SCHEMA_HEAD = "0011"
+SCHEMA_HEAD = "0012"
 SPLIT_INBOX = True
 STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
     "appends.event-by-id": (
@@ -65,11 +65,11 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ("SELECT events.seq \nFROM events \nWHERE events.id = :id"),
         {},
     ),
-    ("log.page", (("correlation_id", 1),), 0, False, False, "asc"): (
+    ("log.page", (("correlation_id", 1),), 0, False, False, "asc", ("correlation_id",)): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
             "events.hlc, events.type, events.stream, events.room, events.topic, "
-            "events.from_agent, events.to_agent, events.correlation_id, "
+            "events.from_agent, events.to_agent, NULL AS correlation_id, "
             "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
             "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
             "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
@@ -82,11 +82,11 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ),
         {"param_1": 0},
     ),
-    ("log.page", (("correlation_id", 1),), 0, False, False, "desc"): (
+    ("log.page", (("correlation_id", 1),), 0, False, False, "desc", ("correlation_id",)): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
             "events.hlc, events.type, events.stream, events.room, events.topic, "
-            "events.from_agent, events.to_agent, events.correlation_id, "
+            "events.from_agent, events.to_agent, NULL AS correlation_id, "
             "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
             "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
             "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
@@ -99,7 +99,7 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ),
         {"param_1": 0},
     ),
-    ("log.page", (("exclude_writer", 1),), 0, False, False, "asc"): (
+    ("log.page", (("exclude_writer", 1),), 0, False, False, "asc", ()): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
             "events.hlc, events.type, events.stream, events.room, events.topic, "
@@ -116,7 +116,7 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ),
         {"param_1": 0},
     ),
-    ("log.page", (("exclude_writer", 1),), 0, False, False, "desc"): (
+    ("log.page", (("exclude_writer", 1),), 0, False, False, "desc", ()): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
             "events.hlc, events.type, events.stream, events.room, events.topic, "
@@ -133,7 +133,7 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ),
         {"param_1": 0},
     ),
-    ("log.page", (("exclude_writer", 1),), 1, False, False, "asc"): (
+    ("log.page", (("exclude_writer", 1),), 1, False, False, "asc", ()): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
             "events.hlc, events.type, events.stream, events.room, events.topic, "
@@ -150,7 +150,7 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ),
         {"param_1": 0},
     ),
-    ("log.page", (("exclude_writer", 1),), 2, True, False, "asc"): (
+    ("log.page", (("exclude_writer", 1),), 2, True, False, "asc", ()): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
             "events.hlc, events.type, events.stream, events.room, events.topic, "
@@ -178,10 +178,10 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ),
         {"param_1": 0},
     ),
-    ("log.page", (("room", 1),), 0, False, False, "asc"): (
+    ("log.page", (("room", 1),), 0, False, False, "asc", ("room",)): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
-            "events.hlc, events.type, events.stream, events.room, events.topic, "
+            "events.hlc, events.type, events.stream, NULL AS room, events.topic, "
             "events.from_agent, events.to_agent, events.correlation_id, "
             "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
             "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
@@ -195,10 +195,10 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ),
         {"param_1": 0},
     ),
-    ("log.page", (("room", 1),), 0, False, False, "desc"): (
+    ("log.page", (("room", 1),), 0, False, False, "desc", ("room",)): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
-            "events.hlc, events.type, events.stream, events.room, events.topic, "
+            "events.hlc, events.type, events.stream, NULL AS room, events.topic, "
             "events.from_agent, events.to_agent, events.correlation_id, "
             "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
             "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
@@ -212,12 +212,12 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ),
         {"param_1": 0},
     ),
-    ("log.page", (("status", 1),), 0, False, False, "asc"): (
+    ("log.page", (("status", 1),), 0, False, False, "asc", ("status",)): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
             "events.hlc, events.type, events.stream, events.room, events.topic, "
             "events.from_agent, events.to_agent, events.correlation_id, "
-            "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
+            "events.branch, events.base_commit, NULL AS status, CASE WHEN (EXISTS "
             "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
             "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
             "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
@@ -229,12 +229,12 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ),
         {"param_1": 0},
     ),
-    ("log.page", (("status", 1),), 0, False, False, "desc"): (
+    ("log.page", (("status", 1),), 0, False, False, "desc", ("status",)): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
             "events.hlc, events.type, events.stream, events.room, events.topic, "
             "events.from_agent, events.to_agent, events.correlation_id, "
-            "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
+            "events.branch, events.base_commit, NULL AS status, CASE WHEN (EXISTS "
             "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
             "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
             "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
@@ -246,10 +246,10 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ),
         {"param_1": 0},
     ),
-    ("log.page", (("stream", 1),), 0, False, False, "asc"): (
+    ("log.page", (("stream", 1),), 0, False, False, "asc", ("stream",)): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
-            "events.hlc, events.type, events.stream, events.room, events.topic, "
+            "events.hlc, events.type, NULL AS stream, events.room, events.topic, "
             "events.from_agent, events.to_agent, events.correlation_id, "
             "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
             "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
@@ -263,10 +263,10 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ),
         {"param_1": 0},
     ),
-    ("log.page", (("stream", 1),), 0, False, False, "desc"): (
+    ("log.page", (("stream", 1),), 0, False, False, "desc", ("stream",)): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
-            "events.hlc, events.type, events.stream, events.room, events.topic, "
+            "events.hlc, events.type, NULL AS stream, events.room, events.topic, "
             "events.from_agent, events.to_agent, events.correlation_id, "
             "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
             "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
@@ -280,10 +280,10 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ),
         {"param_1": 0},
     ),
-    ("log.page", (("topic", 1),), 0, False, False, "asc"): (
+    ("log.page", (("topic", 1),), 0, False, False, "asc", ("topic",)): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
-            "events.hlc, events.type, events.stream, events.room, events.topic, "
+            "events.hlc, events.type, events.stream, events.room, NULL AS topic, "
             "events.from_agent, events.to_agent, events.correlation_id, "
             "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
             "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
@@ -297,10 +297,10 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ),
         {"param_1": 0},
     ),
-    ("log.page", (("topic", 1),), 0, False, False, "desc"): (
+    ("log.page", (("topic", 1),), 0, False, False, "desc", ("topic",)): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
-            "events.hlc, events.type, events.stream, events.room, events.topic, "
+            "events.hlc, events.type, events.stream, events.room, NULL AS topic, "
             "events.from_agent, events.to_agent, events.correlation_id, "
             "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
             "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
@@ -314,10 +314,10 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ),
         {"param_1": 0},
     ),
-    ("log.page", (("type", 1),), 0, False, False, "asc"): (
+    ("log.page", (("type", 1),), 0, False, False, "asc", ("type",)): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
-            "events.hlc, events.type, events.stream, events.room, events.topic, "
+            "events.hlc, NULL AS type, events.stream, events.room, events.topic, "
             "events.from_agent, events.to_agent, events.correlation_id, "
             "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
             "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
@@ -331,10 +331,10 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ),
         {"param_1": 0},
     ),
-    ("log.page", (("type", 1),), 0, False, False, "desc"): (
+    ("log.page", (("type", 1),), 0, False, False, "desc", ("type",)): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
-            "events.hlc, events.type, events.stream, events.room, events.topic, "
+            "events.hlc, NULL AS type, events.stream, events.room, events.topic, "
             "events.from_agent, events.to_agent, events.correlation_id, "
             "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
             "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
@@ -348,13 +348,13 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ),
         {"param_1": 0},
     ),
-    ("log.page", (("writer", 1),), 0, False, False, "asc"): (
+    ("log.page", (("writer", 1),), 0, False, False, "asc", ("from_agent",)): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
-            "events.hlc, events.type, events.stream, events.room, events.topic, "
-            "events.from_agent, events.to_agent, events.correlation_id, "
-            "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
-            "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
+            "events.hlc, events.type, events.stream, events.room, events.topic, NULL "
+            "AS from_agent, events.to_agent, events.correlation_id, events.branch, "
+            "events.base_commit, events.status, CASE WHEN (EXISTS (SELECT "
+            "event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
             "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
             "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
             "ea.event_id = events.id) END AS artifact_links, events.body, "
@@ -365,13 +365,13 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ),
         {"param_1": 0},
     ),
-    ("log.page", (("writer", 1),), 0, False, False, "desc"): (
+    ("log.page", (("writer", 1),), 0, False, False, "desc", ("from_agent",)): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
-            "events.hlc, events.type, events.stream, events.room, events.topic, "
-            "events.from_agent, events.to_agent, events.correlation_id, "
-            "events.branch, events.base_commit, events.status, CASE WHEN (EXISTS "
-            "(SELECT event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
+            "events.hlc, events.type, events.stream, events.room, events.topic, NULL "
+            "AS from_agent, events.to_agent, events.correlation_id, events.branch, "
+            "events.base_commit, events.status, CASE WHEN (EXISTS (SELECT "
+            "event_artifacts.event_id \nFROM event_artifacts)) THEN (SELECT "
             "group_concat(CAST(ea.position AS TEXT) || char(30) || ea.artifact_id, "
             "char(31)) AS group_concat_1 \nFROM event_artifacts AS ea \nWHERE "
             "ea.event_id = events.id) END AS artifact_links, events.body, "
@@ -382,7 +382,7 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ),
         {"param_1": 0},
     ),
-    ("log.page", (), 0, False, False, "asc"): (
+    ("log.page", (), 0, False, False, "asc", ()): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
             "events.hlc, events.type, events.stream, events.room, events.topic, "
@@ -398,7 +398,7 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ),
         {"param_1": 0},
     ),
-    ("log.page", (), 0, False, False, "desc"): (
+    ("log.page", (), 0, False, False, "desc", ()): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
             "events.hlc, events.type, events.stream, events.room, events.topic, "
@@ -414,7 +414,7 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ),
         {"param_1": 0},
     ),
-    ("log.page", (), 2, True, False, "asc"): (
+    ("log.page", (), 2, True, False, "asc", ()): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
             "events.hlc, events.type, events.stream, events.room, events.topic, "
@@ -441,7 +441,7 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ),
         {"param_1": 0},
     ),
-    ("log.page", (), 2, True, False, "desc"): (
+    ("log.page", (), 2, True, False, "desc", ()): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
             "events.hlc, events.type, events.stream, events.room, events.topic, "

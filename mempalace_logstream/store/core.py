@@ -176,7 +176,7 @@ class LogStore:
 
     def event_list(self, **args: Unpack[ReadArgs]) -> Page:
         """Read events (S-5.1–S-5.3; `filters.ReadArgs` names the arguments)."""
-        return self.reads.event_list(**args)
+        return self.reads.list_args(args)
 
     def read_request(self, **raw: Unpack[ReadArgs]) -> ReadRequest:
         """Validate the raw read arguments shared by list, wait, watch and SSE."""

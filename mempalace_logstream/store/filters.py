@@ -114,6 +114,21 @@ class ReadRequest:
             params["since_created_at"] = self.since_created_at
         return tuple(fields), to_values, params
 
+    @functools.cached_property
+    def fixed_columns(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(columns, their values): each column the filters fix to one value (an "in" rule
+        given one value). A page statement selects NULL there and the row reader fills the
+        value in (issue 25: a page of one correlation id or type reads no copy of it per row)."""
+        fields, _, binds = self.page_binds
+        if not fields:
+            return (), ()
+        fixed = [
+            (FILTER_RULES[name][0], binds[f"{name}_0"])
+            for name, n in fields
+            if n == 1 and FILTER_RULES[name][1] == "in"
+        ]
+        return tuple(c for c, _ in fixed), tuple(value for _, value in fixed)
+
 
 class ReadArgs(TypedDict, total=False):
     """The raw arguments of a read (`LogStore.event_list`, `event_wait`, `read_request`), any

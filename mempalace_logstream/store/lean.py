@@ -150,6 +150,13 @@ class _Statements:
 
         return marks.judge(row, events, keyring)
 
+    def typed(self, rows: Sequence[Any], low: int, high: int) -> bool:
+        """Unknown (a reader of one call): the row reader tests the page."""
+        return False
+
+    def tested(self, rows: Sequence[Any], low: int, high: int) -> None:
+        """Nothing to remember (a reader of one call)."""
+
     def page(self, req: ReadRequest, lo: int, top_seq: int, order: str) -> Sequence[Any]:
         split = inbox_sql.SPLIT_INBOX
         key, _shape, params = plan.page_query(

@@ -35,11 +35,16 @@ POS_SEP, LINK_SEP = "\x1e", "\x1f"
 # An inbox read with up to this many to_agent values runs one index-ordered leg per value
 # (on a backend with `split_inbox`); more values fall back to one IN list.
 SPLIT_TO_AGENT_MAX = 8
+# A page of fewer rows is type-tested (≤ ~3 µs) without asking whether its rows are known
+# (`PageStatements.typed`): a wait or a feed reading the events just committed pays nothing
+# for what only a page read again gains (issue 25).
+TYPED_MIN_ROWS = 8
 
 Row = Sequence[Any]
 # A page statement's shape: which filter fields with how many values each, how many inbox
-# values, one leg per inbox value or not, a since_created_at bound, the order.
-PageShape = tuple[tuple[tuple[str, int], ...], int, bool, bool, str]
+# values, one leg per inbox value or not, a since_created_at bound, the order, the columns
+# fixed by the filter (selected as NULL, filled in from the request).
+PageShape = tuple[tuple[tuple[str, int], ...], int, bool, bool, str, tuple[str, ...]]
 
 
 def parse_links(links: str | None) -> tuple[str, ...]:
@@ -50,8 +55,13 @@ def parse_links(links: str | None) -> tuple[str, ...]:
     return tuple(aid for _, aid in sorted(pairs, key=lambda p: int(p[0])))
 
 
-def events_from_rows(rows: Sequence[Row]) -> list[Event]:
+def events_from_rows(
+    rows: Sequence[Row], typed: bool = False, fixed: tuple[tuple[str, ...], Row] = ((), ())
+) -> list[Event]:
     """Events from rows of the read columns (plain tuples or Rows): the one row -> Event.
+    `typed`: the rows are known to hold only values of their columns' types
+    (`PageStatements.typed`), and are not tested. `fixed`: (columns, values) the rows hold
+    NULL in, each event takes the value (`ReadRequest.fixed_columns`).
 
     A frozen dataclass assigns every field through `object.__setattr__` in `__init__`; the
     rows are filled by `_fill_events` instead (~0.35 µs a row; `update(zip(...))` of the
@@ -63,10 +73,14 @@ def events_from_rows(rows: Sequence[Row]) -> list[Event]:
     """
     if not rows:
         return []
-    if _PLAIN_TYPES.issuperset(
-        map(type, itertools.chain.from_iterable(rows))
-    ) and _INT_TYPE.issuperset(map(type, map(_origin_seq_of, rows))):
-        return _fill_events(rows, _Filling, Event, parse_links)
+    names, values = fixed
+    if names:
+        fill = _FILLS.get(names) or _fill_with(names)
+        if typed or _plain_page(rows):
+            return fill(rows, _Filling, Event, parse_links, values)
+        rows = [_with_values(row, names, values) for row in rows]  # then tested as read
+    elif typed or _plain_page(rows):
+        return _fill_events(rows, _Filling, Event, parse_links, ())
     out: list[Event] = []
     for row in rows:
         problem = None
@@ -76,11 +90,25 @@ def events_from_rows(rows: Sequence[Row]) -> list[Event]:
             or type(row[SEQ_AT]) is not int
         ):
             row, problem = repair_row(EVENT_FIELDS, row)
-        event = _fill_events((row,), _Filling, Event, parse_links)[0]
+        event = _fill_events((row,), _Filling, Event, parse_links, ())[0]
         if problem is not None:
             event.__dict__[ROW_ERROR] = problem
         out.append(event)
     return out
+
+
+def _plain_page(rows: Sequence[Row]) -> bool:
+    """The type test of a whole page: only text, NULL and integers, an integer origin_seq."""
+    return _PLAIN_TYPES.issuperset(
+        map(type, itertools.chain.from_iterable(rows))
+    ) and _INT_TYPE.issuperset(map(type, map(_origin_seq_of, rows)))
+
+
+def _with_values(row: Row, names: tuple[str, ...], values: Row) -> Row:
+    out = list(row)
+    for name, value in zip(names, values, strict=True):
+        out[EVENT_FIELDS.index(name)] = value
+    return tuple(out)
 
 
 class _Filling:
@@ -90,21 +118,29 @@ class _Filling:
     leaves an ordinary `Event` (the frozen dataclass forbids the stores, not the result)."""
 
 
-def _events_filler() -> Callable[..., list[Event]]:
-    """`fill(rows, _Filling, Event, parse_links)`: an Event per row of the read columns,
-    each value stored under its field's name (the links column as the artifact ids),
-    generated once from `EVENT_FIELDS` (as `dataclasses` generates `__init__`): one unpacking
-    per row, no `zip` and no per-field loop in Python (issue 25)."""
+def _events_filler(fixed: tuple[str, ...] = ()) -> Callable[..., list[Event]]:
+    """`fill(rows, _Filling, Event, parse_links, values)`: an Event per row of the read
+    columns, each value stored under its field's name (the links column as the artifact ids;
+    a field of `fixed` takes its value of `values` instead), generated once from
+    `EVENT_FIELDS` (as `dataclasses` generates `__init__`): one unpacking per row, no `zip`
+    and no per-field loop in Python (issue 25)."""
     names = [f"v{i}" for i in range(len(EVENT_FIELDS))]
-    lines = [
-        "def fill(rows, filling, event_type, parse_links):",
+    lines = ["def fill(rows, filling, event_type, parse_links, values):"]
+    if fixed:
+        lines.append(f"    ({', '.join(f'f{k}' for k in range(len(fixed)))},) = values")
+    lines += [
         "    out = []",
         "    append = out.append",
         f"    for ({', '.join(names)},) in rows:",
         "        event = filling()",
     ]
     for i, name in enumerate(EVENT_FIELDS):
-        value = f"parse_links(v{i}) if v{i} else ()" if i == _LINKS_AT else f"v{i}"
+        if name in fixed:
+            value = f"f{fixed.index(name)}"
+        elif i == _LINKS_AT:
+            value = f"parse_links(v{i}) if v{i} else ()"
+        else:
+            value = f"v{i}"
         lines.append(f"        event.{name} = {value}")
     lines += ["        event.__class__ = event_type", "        append(event)", "    return out"]
     scope: dict[str, Any] = {}
@@ -114,6 +150,15 @@ def _events_filler() -> Callable[..., list[Event]]:
 
 
 _fill_events = _events_filler()
+# The fill of each set of fixed columns read lately (`events_from_rows`).
+_FILLS: dict[tuple[str, ...], Callable[..., list[Event]]] = {}
+
+
+def _fill_with(fixed: tuple[str, ...]) -> Callable[..., list[Event]]:
+    if len(_FILLS) >= 64:
+        _FILLS.clear()
+    fill = _FILLS[fixed] = _events_filler(fixed)
+    return fill
 
 
 class _PageFilling:
@@ -214,7 +259,8 @@ def page_query(
     fields, to_values, binds = req.page_binds
     params: dict[str, Any] = {"lo": lo, "top": top_seq, "lim": req.limit + 1, **binds}
     split = split_inbox and 1 < len(to_values) <= split_max
-    shape: PageShape = (fields, len(to_values), split, bool(req.since_created_at), order)
+    fixed = req.fixed_columns[0]
+    shape: PageShape = (fields, len(to_values), split, bool(req.since_created_at), order, fixed)
     return ("log.page", *shape), shape, params
 
 
@@ -243,6 +289,15 @@ class PageStatements(Protocol):
     def page(self, req: ReadRequest, lo: int, top_seq: int, order: str) -> Sequence[Row]:
         """The rows of `page_query`'s statement (the read columns)."""
 
+    def typed(self, rows: Sequence[Row], low: int, high: int) -> bool:
+        """Whether `rows` (`page`'s, of seqs low..high) are known to hold only values of their
+        columns' types (S-8.10: else each is tested and a wrong one reads with `row_error`):
+        a fact of the backend (PostgreSQL's column types) or of the log's seqs (SQLite)."""
+
+    def tested(self, rows: Sequence[Row], low: int, high: int) -> None:
+        """`rows` (`page`'s, of seqs low..high) passed the row reader's type test: the backend
+        may remember it."""
+
 
 def read_page(st: PageStatements, req: ReadRequest, after_seq: int | None = None) -> Page:
     """One page of a validated request; `after_seq` (a Page's `scanned_seq`) resumes it.
@@ -265,6 +320,14 @@ def read_page(st: PageStatements, req: ReadRequest, after_seq: int | None = None
         return new_page((), cursor, False, req.note, lo, req.preview, req.slim)
     top_seq, top_id = int(top[0]), top[1]
     rows = st.page(req, lo, top_seq, order)
+    typed = False
+    if len(rows) >= TYPED_MIN_ROWS:  # before any slicing: `typed` may look at the rows object
+        first, last = int(rows[0][SEQ_AT]), int(rows[-1][SEQ_AT])
+        low, high = min(first, last), max(first, last)
+        typed = st.typed(rows, low, high)
+        if not typed and _plain_page(rows):
+            typed = True
+            st.tested(rows, low, high)
     has_more = len(rows) > req.limit
     if has_more:
         rows = rows[: req.limit]
@@ -272,5 +335,5 @@ def read_page(st: PageStatements, req: ReadRequest, after_seq: int | None = None
         scanned_seq, cursor = int(rows[-1][SEQ_AT]), rows[-1][ID_AT]
     else:
         scanned_seq, cursor = top_seq, top_id
-    events = tuple(events_from_rows(rows))
+    events = tuple(events_from_rows(rows, typed, req.fixed_columns))
     return new_page(events, cursor, has_more, req.note, scanned_seq, req.preview, req.slim)

@@ -7,8 +7,9 @@ waits re-read after the notifier wakes them.
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Unpack
 
 from mempalace_logstream import notify
@@ -87,11 +88,22 @@ class Reads:
         Order: explicit `order` wins; else asc with a cursor, desc without. Raises
         ValidationError, NotFoundError for an unknown cursor.
         """
-        from mempalace_logstream.store.filters import request_of
+        return self.list_args(args)
 
-        req = request_of(args)
+    def list_args(self, args: Mapping[str, Any]) -> Page:
+        """`event_list` of the arguments already in a dict (not changed): `LogStore.event_list`
+        passes its own, not a copy (issue 25)."""
+        req = self._request_of(args)
         with self.backend.reading() as query:
             return self._read(query, req)
+
+    @functools.cached_property
+    def _request_of(self) -> Callable[[Mapping[str, Any]], ReadRequest]:
+        """`filters.request_of`, imported on the first read (an import statement in
+        `event_list` was ~0.5 µs of every read, issue 25)."""
+        from mempalace_logstream.store.filters import request_of
+
+        return request_of
 
     def read_request(self, **raw: Any) -> ReadRequest:
         """Validate the raw read arguments shared by list, wait, watch and SSE."""
@@ -229,3 +241,14 @@ class _Statements:
     def page(self, req: ReadRequest, lo: int, top_seq: int, order: str) -> Sequence[Any]:
         sql, params = self.reads._page_statement(req, order)
         return self.query(sql, {**params, "lo": lo, "top": top_seq})
+
+    def typed(self, rows: Sequence[Any], low: int, high: int) -> bool:
+        # The backend's read snapshot answers it (its `typed_rows`); one that cannot has
+        # every page tested.
+        typed_rows = getattr(self.query, "typed_rows", None)
+        return typed_rows is not None and bool(typed_rows(rows, low, high, plan.SEQ_AT))
+
+    def tested(self, rows: Sequence[Any], low: int, high: int) -> None:
+        tested_rows = getattr(self.query, "tested_rows", None)
+        if tested_rows is not None:
+            tested_rows(rows, low, high, plan.SEQ_AT)

@@ -26,8 +26,8 @@ else:  # built into statements only (once per shape and store): not on the lean 
 # The store's `event_select(*where)`: the event read columns of the rows matching `where`.
 EventSelect = Callable[..., "sa.Select[Any]"]
 # A page's shape (`plan.page_query`): ((filter, n values)...), inbox values, split,
-# since_created_at, order.
-PageShape = tuple[tuple[tuple[str, int], ...], int, bool, bool, str]
+# since_created_at, order, the columns selected as NULL (fixed by the filter).
+PageShape = tuple[tuple[tuple[str, int], ...], int, bool, bool, str, tuple[str, ...]]
 # filter name -> (the events column it tests, "in" | "not_in" | "inbox") (`FILTER_RULES`).
 FilterRules = Mapping[str, tuple[str, str]]
 
@@ -139,6 +139,7 @@ def _page_statement(
     split: bool,
     since_created: bool,
     order: str,
+    fixed: tuple[str, ...],
 ) -> sa.Executable:
     where: list[sa.ColumnElement[bool]] = [
         schema.events.c.seq > sa.bindparam("lo"),
@@ -156,13 +157,21 @@ def _page_statement(
             where.append(col == binds[0] if n == 1 else col.in_(binds))
     to_binds: list[sa.BindParameter[Any]] = [sa.bindparam(f"to_{i}") for i in range(n_to)]
     limit: sa.BindParameter[int] = sa.bindparam("lim")
+
+    def select_page(*where: sa.ColumnElement[bool]) -> sa.Select[Any]:
+        q = select(*where)
+        if not fixed:
+            return q
+        cols = [sa.null().label(c.name) if c.name in fixed else c for c in q.selected_columns]
+        return q.with_only_columns(*cols, maintain_column_froms=True)
+
     if not split:
         if to_binds:
             where.append(schema.events.c.to_agent.in_(to_binds))
-        q = select(*where)
+        q = select_page(*where)
         q = q.order_by(schema.events.c.seq.asc() if order == "asc" else schema.events.c.seq.desc())
         return q.limit(limit)
-    legs = [select(*where, schema.events.c.to_agent == b) for b in to_binds]
+    legs = [select_page(*where, schema.events.c.to_agent == b) for b in to_binds]
     merged = sa.union_all(*legs)
     seq = merged.selected_columns.seq
     return merged.order_by(seq.asc() if order == "asc" else seq.desc()).limit(limit)
