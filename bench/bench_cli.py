@@ -29,6 +29,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -81,7 +82,7 @@ def ours_cmd() -> list[str]:
     script = Path(sys.executable).parent / "logstream"
     if script.exists():
         return [str(script)]
-    return [sys.executable, "-c", "from mempalace_logstream.cli import main; main()"]
+    return [sys.executable, "-c", "from mempalace_logstream.cli import console; console()"]
 
 
 def our_env() -> dict[str, str]:
@@ -178,8 +179,8 @@ APPEND += ["--to-agent", "bob"]
 class Reference:
     """The reference's `mempalace --palace P logstream …` in its own venv."""
 
-    def __init__(self, refpkg: object, tmp: Path) -> None:
-        python = Path(str(refpkg.ref_python()))  # type: ignore[attr-defined]
+    def __init__(self, refpkg: Any, tmp: Path) -> None:
+        python = Path(str(refpkg.ref_python()))
         self.base = [str(python.parent / "mempalace"), "--palace", str(tmp / "ref-palace")]
         self.env, self.tmp, self.rounds = ref_env(), tmp, 0
         out = output([*self.base, "logstream", *APPEND, "--body", "seed", "--json"], self.env)

@@ -28,6 +28,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -97,7 +98,7 @@ def cli_samples(
             wait_armed(proc, db_path)
             time.sleep(random.uniform(0.02, 0.04))
             appender.send("go")
-            assert proc.stdout is not None
+            assert proc.stdout is not None and proc.stderr is not None  # both PIPE
             first = proc.stdout.readline()
             t_line = time.monotonic_ns()
             rest = proc.stdout.read()
@@ -146,8 +147,8 @@ def measure_ours(url: str, db_path: str, n: int) -> dict[str, list[float]]:
         appender.close()
 
 
-def measure_reference(refpkg: object, palace: Path, n: int) -> dict[str, list[float]]:
-    python = Path(str(refpkg.ref_python()))  # type: ignore[attr-defined]
+def measure_reference(refpkg: Any, palace: Path, n: int) -> dict[str, list[float]]:
+    python = Path(str(refpkg.ref_python()))
     db = palace / "logstream.sqlite3"
     env = bench_wake.ref_env()
     appender = bench_wake.Worker(str(python), bench_wake.REF_APPENDER, str(db), env)

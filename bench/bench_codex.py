@@ -74,6 +74,11 @@ def stamps(log: Path) -> dict[str, int]:
     return out
 
 
+def stamped(log: Path, event_id: str) -> Callable[[], bool]:
+    """Whether the fake codex has stamped `event_id` into `log` yet."""
+    return lambda: event_id in stamps(log)
+
+
 def wait_until(check: Callable[[], bool], timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -108,7 +113,7 @@ def codex_samples(tmp: Path, n: int) -> list[float]:
             time.sleep(random.uniform(0.12, 0.16))
             appender.send("go")
             sent = json.loads(appender.read())
-            wait_until(lambda sent=sent: sent["id"] in stamps(log))
+            wait_until(stamped(log, sent["id"]))
             if i >= WARMUP:
                 samples.append(max(0, stamps(log)[sent["id"]] - sent["t1"]) / 1e9)
     finally:

@@ -63,7 +63,7 @@ import urllib.request
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -96,7 +96,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_healthz(url: str, proc: subprocess.Popen, log: Any, timeout: float = 60) -> None:
+def wait_healthz(
+    url: str, proc: subprocess.Popen[bytes], log: IO[bytes], timeout: float = 60
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -132,7 +134,7 @@ def accepted_nodelay(url: str) -> str:
 class Hub:
     url: str
     pid: int
-    log: Any
+    log: IO[bytes]
 
     def output(self) -> str:
         self.log.flush()
@@ -183,7 +185,7 @@ def our_hub(tmp: Path, name: str, sse_max_clients: int, durability: str = "full"
             stop_group(proc)
 
 
-def stop_group(proc: subprocess.Popen) -> None:
+def stop_group(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is not None:
         return
     with contextlib.suppress(ProcessLookupError):
@@ -789,12 +791,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 mem[f"ours, {n} subscribers {name}"] = proc_mem(pid)
 
             t0 = clock()
-            fan["big"] = asyncio.run(
+            fan["big"] = big = asyncio.run(
                 fanout(hub.url + "/v1/stream", ours_append(hub.url), n, args.events, hub.pid, stage)
             )
             print(
-                f"fan-out, {n} subscribers: {clock() - t0:.1f} s "
-                f"(connect {fan['big']['connect_s']:.2f} s)"
+                f"fan-out, {n} subscribers: {clock() - t0:.1f} s (connect {big['connect_s']:.2f} s)"
             )
             nodelay_note = accepted_nodelay(hub.url)
             run_appends(args, tp, "ours", hub.url, hub.pid)
@@ -842,8 +843,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def report(
     args: argparse.Namespace,
-    fan: dict[str, Any],
-    tp: dict[str, Any],
+    fan: dict[str, dict[str, Any] | None],
+    tp: dict[tuple[str, str, str], dict[str, Any] | None],
     mem: dict[str, dict[str, float]],
     reason: str | None,
 ) -> None:

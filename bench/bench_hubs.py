@@ -61,8 +61,10 @@ def pg_schema() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def hubs_on(db: str, n: int, tmp: Path, sse_max_clients: int) -> Iterator[list[int]]:
-    """`n` hubs serving `db`, each on a free loopback port: their pids."""
+def hubs_on(
+    db: str, n: int, tmp: Path, sse_max_clients: int
+) -> Iterator[tuple[list[int], list[int]]]:
+    """`n` hubs serving `db`, each on a free loopback port: (their pids, their ports)."""
     env = {
         **os.environ,
         "PYTHONPATH": str(common.REPO),
@@ -70,7 +72,7 @@ def hubs_on(db: str, n: int, tmp: Path, sse_max_clients: int) -> Iterator[list[i
         "MEMPALACE_LOGSTREAM_SYNC_INTERVAL": "0",
     }
     procs: list[subprocess.Popen[bytes]] = []
-    ports = []
+    ports: list[int] = []
     try:
         for i in range(n):
             port = bench_hub.free_port()
@@ -106,15 +108,16 @@ def measure(n: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         LogStore.open(db).close()  # migrated once, before any hub starts
         with hubs_on(db, n, tmp, args.subscribers + 8) as (pids, ports):
             proxy = RoundRobinProxy(ports)
+            url = proxy.url
             try:
-                append = bench_hub.ours_append(proxy.url)
+                append = bench_hub.ours_append(url)
                 per_client = max(1, args.appends // args.clients)
                 cpu0 = hubs_cpu(pids)
                 tp = asyncio.run(bench_hub.throughput(append, args.clients, per_client, None))
                 tp["cpu_ms"] = (hubs_cpu(pids) - cpu0) * 1000 / max(1, tp["n"])
                 fan = asyncio.run(
                     bench_hub.fanout(
-                        proxy.url + "/v1/stream", append, args.subscribers, args.events, None
+                        url + "/v1/stream", append, args.subscribers, args.events, None
                     )
                 )
                 spread = dict(proxy.served)

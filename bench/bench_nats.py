@@ -27,11 +27,15 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import common  # noqa: E402
+
+if TYPE_CHECKING:
+    from mempalace_logstream import Event, LogStore
 
 BENCH = "nats"
 BATCH = int(__import__("os").environ.get("NATS_BATCH", "256"))
@@ -68,11 +72,11 @@ def _server(root: Path) -> tuple[subprocess.Popen[bytes], str]:
         time.sleep(0.02)
 
 
-def _count(store) -> int:  # type: ignore[no-untyped-def]
+def _count(store: LogStore) -> int:
     return int(store.stats()["events"])
 
 
-def _wait_count(store, n: int, timeout: float) -> None:  # type: ignore[no-untyped-def]
+def _wait_count(store: LogStore, n: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while _count(store) < n:
         if time.monotonic() > deadline:
@@ -81,7 +85,7 @@ def _wait_count(store, n: int, timeout: float) -> None:  # type: ignore[no-untyp
         store.notifier.wait(seen, 0.2)
 
 
-def _readable(store, ident: str, timeout: float) -> None:  # type: ignore[no-untyped-def]
+def _readable(store: LogStore, ident: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -94,7 +98,7 @@ def _readable(store, ident: str, timeout: float) -> None:  # type: ignore[no-unt
         store.notifier.wait(store.notifier.version, 0.05)
 
 
-def _note(store, i: int):  # type: ignore[no-untyped-def]
+def _note(store: LogStore, i: int) -> Event:
     return store.event_append(
         type="note", stream="bench", room="r", from_agent="a", to_agent="b", body=f"event {i}"
     )

@@ -195,18 +195,19 @@ class Raw:
             import sqlalchemy as sa
 
             url = sa.make_url(self.url)
-            conn = psycopg.connect(
+            options = url.query.get("options")  # a tuple when the URL repeats it
+            pg = psycopg.connect(
                 host=url.host,
                 port=url.port,
                 user=url.username,
                 password=url.password,
                 dbname=url.database,
-                options=url.query.get("options"),
+                options=" ".join(options) if isinstance(options, tuple) else options,
             )
             sync = "on" if self.durability == "full" else "off"
-            conn.execute(f"SET synchronous_commit = {sync}")
-            conn.commit()
-            return conn
+            pg.execute(f"SET synchronous_commit = {sync}")
+            pg.commit()
+            return pg
         path = self.url.removeprefix("sqlite:///")
         conn = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA journal_mode=WAL")

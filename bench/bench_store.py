@@ -261,7 +261,9 @@ def _interleaved(writers: dict[str, Any], n: int, reps: int, threads: int) -> tu
     return rates, cpu
 
 
-def _rate_rows(writers: dict[str, Any], rates: Series, cpu: Series, sync: dict[str, str]):
+def _rate_rows(
+    writers: dict[str, Any], rates: Series, cpu: Series, sync: dict[str, str]
+) -> list[list[str]]:
     rows = []
     for key, values in rates.items():
         rows.append(
@@ -444,7 +446,7 @@ def _bulk_load(conn: sqlite3.Connection, sql: str, rows: Any, chunk: int = 50_00
 
 
 def _insert_batches(conn: sqlite3.Connection, sql: str, rows: Any, chunk: int) -> None:
-    batch: list[tuple] = []
+    batch: list[tuple[Any, ...]] = []
     for row in rows:
         batch.append(row)
         if len(batch) >= chunk:
@@ -562,7 +564,7 @@ class Query:
     label: str
     ours: dict[str, Any]  # event_list kwargs
     ref: dict[str, Any]  # list_events kwargs (the reference defaults to asc: say desc)
-    raw: tuple[tuple[str, str, tuple], ...]  # (label, SQL, params): the raw sqlite3 shapes
+    raw: tuple[tuple[str, str, dict[str, Any]], ...]  # (label, SQL, named params): raw sqlite3
 
 
 _COLS = ", ".join(["seq", *common.EVENT_FIELDS])
@@ -649,7 +651,9 @@ print(json.dumps(out))
 """
 
 
-def _sample(fns: dict[str, Callable[[], Any]], max_n: int, budget_s: float) -> dict[str, dict]:
+def _sample(
+    fns: dict[str, Callable[[], Any]], max_n: int, budget_s: float
+) -> dict[str, dict[str, float]]:
     """Latency of each function, sampled round-robin (one call of each per round) so that a
     load burst on the shared machine hits every system alike: up to `max_n` rounds or
     `budget_s` seconds per function (at least 20 rounds).
@@ -714,12 +718,29 @@ def _page_plan(plans: list[tuple[str, list[str]]]) -> list[str]:
     return plans[-1][1]
 
 
-def _measure_ours(path: Path, queries: list[Query], sizes: Sizes) -> tuple[dict, dict, dict]:
+Latencies = dict[str, dict[str, dict[str, float]]]  # query -> system -> _latency() figures
+Counts = dict[str, dict[str, int]]  # query -> system -> rows read
+Plans = dict[str, dict[str, list[str]]]  # query -> system -> EXPLAIN QUERY PLAN steps
+
+
+def _ours_read(store: Any, q: Query) -> Callable[[], Any]:
+    """Our `event_list` of one query, as a function of no argument."""
+    return lambda: store.event_list(**q.ours)
+
+
+def _raw_read(conn: sqlite3.Connection, sql: str, params: dict[str, Any]) -> Callable[[], Any]:
+    """One raw sqlite3 read of every row, as a function of no argument."""
+    return lambda: conn.execute(sql, params).fetchall()
+
+
+def _measure_ours(
+    path: Path, queries: list[Query], sizes: Sizes
+) -> tuple[Latencies, Counts, Plans]:
     from mempalace_logstream.store import LogStore
 
-    results: dict[str, dict[str, dict[str, float]]] = {}
-    counts: dict[str, dict[str, int]] = {}
-    plans: dict[str, dict[str, list[str]]] = {}
+    results: Latencies = {}
+    counts: Counts = {}
+    plans: Plans = {}
     store = LogStore.open(str(path), migrate_schema=False)
     raw = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     budget = (sizes.list_samples, sizes.list_budget_s)
@@ -729,12 +750,12 @@ def _measure_ours(path: Path, queries: list[Query], sizes: Sizes) -> tuple[dict,
             fns: dict[str, Callable[[], Any]] = {}
             plans[q.label] = {"ours event_list": _page_plan(capture_plans(store, q.ours))}
             cnt["ours event_list"] = len(store.event_list(**q.ours).events)
-            fns["ours event_list"] = lambda q=q: store.event_list(**q.ours)
+            fns["ours event_list"] = _ours_read(store, q)
             for label, sql, params in q.raw:
                 if label == RAW_IN:
                     plans[q.label][label] = _plan(raw, sql, params)
                 cnt[label] = min(LIST_LIMIT, len(raw.execute(sql, params).fetchall()))
-                fns[label] = lambda s=sql, p=params: raw.execute(s, p).fetchall()
+                fns[label] = _raw_read(raw, sql, params)
             results[q.label] = _sample(fns, *budget)
     finally:
         raw.close()

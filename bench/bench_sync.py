@@ -32,11 +32,15 @@ import textwrap
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import common  # noqa: E402
+
+if TYPE_CHECKING:
+    from mempalace_logstream.store.writes import Transaction
 
 BENCH = "sync"
 TOKEN = "bench-sync-token"
@@ -106,10 +110,10 @@ def build_source(path: Path, n_events: int, n_artifacts: int) -> None:
         while done < n_events:
             chunk = min(5_000, n_events - done)
 
-            def write(tx, start=done, chunk=chunk):  # type: ignore[no-untyped-def]
+            def write(tx: Transaction, start: int = done, chunk: int = chunk) -> None:
                 nonlocal arts
                 for i in range(start, start + chunk):
-                    ids = []
+                    ids: list[str] = []
                     if i % every == every - 1 and i % THREAD > 1 and arts < n_artifacts:
                         draft = store.draft_artifact(
                             kind="patch",
@@ -158,14 +162,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_http(url: str, proc: subprocess.Popen, timeout: float = 60) -> None:
+def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
     import urllib.error
     import urllib.request
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"hub exited: {proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+            err = proc.stderr.read().decode() if proc.stderr else ""
+            raise RuntimeError(f"hub exited: {err[-2000:]}")
         try:
             with urllib.request.urlopen(url, timeout=2):
                 return
@@ -174,7 +179,7 @@ def wait_http(url: str, proc: subprocess.Popen, timeout: float = 60) -> None:
     raise RuntimeError(f"{url} did not answer")
 
 
-def ours_pull(url: str, token: str, dest: Path) -> tuple[float, dict]:
+def ours_pull(url: str, token: str, dest: Path) -> tuple[float, dict[str, Any]]:
     env = {**os.environ, "PYTHONPATH": str(common.REPO)}
     cmd = [
         sys.executable,
@@ -197,7 +202,7 @@ def ours_pull(url: str, token: str, dest: Path) -> tuple[float, dict]:
     return secs, json.loads(proc.stdout)[0]
 
 
-def ref_pull(refpkg, url: str, token: str, palace: Path) -> tuple[float, dict]:  # type: ignore[no-untyped-def]
+def ref_pull(refpkg: Any, url: str, token: str, palace: Path) -> tuple[float, dict[str, Any]]:
     t0 = time.perf_counter()
     proc = refpkg.ref_cli(
         "logstream", "sync", "--peer", url, "--token", token, "--json", palace=palace, timeout=7200
@@ -208,9 +213,11 @@ def ref_pull(refpkg, url: str, token: str, palace: Path) -> tuple[float, dict]: 
     return secs, json.loads(proc.stdout)[0]
 
 
-def row(label: str, secs: float | None, stats: dict | None, n: int, a: int) -> list[str]:
-    if secs is None or stats is None:
+def row(label: str, result: tuple[float, dict[str, Any]] | None, n: int, a: int) -> list[str]:
+    """One table row: a pull's (seconds, sync stats), or n/a when it did not run."""
+    if result is None:
         return [label, "n/a", "n/a", "n/a", "n/a"]
+    secs, stats = result
     ok = stats.get("pulled_events") == n and stats.get("pulled_artifacts") == a
     return [
         label,
@@ -227,7 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(common.machine_line())
     print(f"sync bench: {n:,} events + {a:,} artifacts over loopback HTTP, fresh destination")
     refpkg, reason = common.reference_unless(args.no_ref, args.smoke)
-    results: dict[str, tuple[float, dict] | None] = dict.fromkeys(
+    results: dict[str, tuple[float, dict[str, Any]] | None] = dict.fromkeys(
         ("ours<-ours", "ref<-ref", "ref<-ours", "ours<-ref")
     )
     with common.temp_dir("logstream-bench-sync-") as tmp:
@@ -247,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     results["ours<-ref"] = ours_pull(ref_url, TOKEN, tmp / "ours-from-ref.sqlite3")
             except refpkg.ReferenceUnavailable as exc:
                 reason = f"reference hub unavailable: {exc}"
-    rows = [row(k, *(v if v else (None, None)), n, a) for k, v in results.items()]
+    rows = [row(k, v, n, a) for k, v in results.items()]
     common.print_table(
         "pull of the whole log, client <- server (one CLI process each)",
         ["client <- server", "seconds", "events/s", "artifacts/s", "complete"],

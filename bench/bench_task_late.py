@@ -119,7 +119,9 @@ def progress_wire(url_b: str, n: int) -> tuple[str, list[dict[str, Any]], str]:
     return tid, head + wire, url_b
 
 
-def one_run(url_a: str, wire: list[dict[str, Any]], tid: str, batch: int, late: bool) -> dict:
+def one_run(
+    url_a: str, wire: list[dict[str, Any]], tid: str, batch: int, late: bool
+) -> dict[str, Any]:
     from mempalace_logstream import replication
 
     clock = StepClock(common.BASE_MS)

@@ -340,7 +340,7 @@ def _table(weights: Sequence[tuple[Any, int]]) -> list[Any]:
     return out
 
 
-def synthetic_events(n: int, replica_id: str, seed: int = 20261129) -> Iterator[tuple]:
+def synthetic_events(n: int, replica_id: str, seed: int = 20261129) -> Iterator[tuple[Any, ...]]:
     """`n` deterministic event rows (EVENT_FIELDS order), in append order.
 
     Shape: 50 agents; to_agent is '*' for 10 %, null for 30 %, else one agent (so an inbox

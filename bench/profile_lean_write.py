@@ -45,7 +45,8 @@ def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
     _pid, status, usage = os.wait4(child.pid, 0)
     wall = time.perf_counter() - start
     if status:
-        raise RuntimeError(f"{cmd[:3]} failed: {child.stderr.read() if child.stderr else ''}")
+        err = child.stderr.read().decode("utf-8", "replace") if child.stderr else ""
+        raise RuntimeError(f"{cmd[:3]} failed: {err}")
     return wall, usage.ru_utime + usage.ru_stime
 
 

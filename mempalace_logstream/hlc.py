@@ -60,6 +60,13 @@ class HybridClock:
         self._lock = threading.Lock()
         self._ms = 0
         self._counter = 0
+        # The last stamp `tick` minted, kept when it is well formed (`is_valid`): an event
+        # carrying this very object (`stamp is clock.minted`: an equal string from anywhere
+        # else is checked) needs no second check of its HLC (identity's verdict). Its length
+        # tells: 13 digits of ms (never negative) and 6 of counter, after a suffix checked
+        # once here (-1: never well formed). Read-only outside the clock.
+        self._stamp_len = 21 + len(replica_id) if is_valid(f"{0:013d}-000000-{replica_id}") else -1
+        self.minted: str | None = None
 
     @property
     def wall_clock(self) -> Clock:
@@ -81,7 +88,9 @@ class HybridClock:
             else:
                 self._ms, self._counter = self._ms + 1, 0
             # `Stamp.render` without the Stamp (a tick per append)
-            return wall, f"{self._ms:013d}-{self._counter:06x}-{self.replica_id}"
+            stamp = f"{self._ms:013d}-{self._counter:06x}-{self.replica_id}"
+            self.minted = stamp if len(stamp) == self._stamp_len else None
+            return wall, stamp
 
     def observe(self, remote: str | None) -> bool:
         """Adopt a remote stamp if it is ahead; ignore malformed or far-future stamps.

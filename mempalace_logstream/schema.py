@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from mempalace_logstream.backends.ddl import KEY_TYPE, SEQ_TYPE, declared_where_set
 from mempalace_logstream.models import EVENT_SPEC
 
-SCHEMA_HEAD = "0011"
+SCHEMA_HEAD = "0012"
 
 metadata = sa.MetaData(
     naming_convention={
@@ -48,6 +48,11 @@ FILTER_COLUMNS = tuple(name for name, spec in _EVENT_FIELDS if spec.indexed)
 # implies IS NOT NULL), never for NULL, and an append without them updates that many indexes
 # less (each ~4-5 µs of a SQLite commit's CPU). `to_agent` stays whole: the inbox's.
 SPARSE_COLUMNS = ("topic", "correlation_id", "status", "idempotency_key")
+# The pair loop guard's walk (queries/guards.py `_pair_counted`, migration 0012): one writer's
+# messages to one agent, newest first, an exact index range; the rows addressed to nobody or
+# to everyone ("*", which the guard never counts) are left out, so a broadcast updates no
+# more indexes than before.
+PAIR_WHERE = "to_agent IS NOT NULL AND to_agent != '*'"
 
 
 def _where_set(column: str) -> dict[str, Any]:
@@ -76,6 +81,7 @@ events = sa.Table(
     *[sa.Index(None, col, "seq", **_where_set(col)) for col in FILTER_COLUMNS],
     sa.Index(None, "hlc"),
     sa.Index(None, "created_at"),
+    sa.Index("ix_events_pair", "from_agent", "to_agent", "seq", sqlite_where=sa.text(PAIR_WHERE)),
     sa.Index(
         "uq_events_writer_idempotency_key",
         "from_agent",

@@ -24,9 +24,14 @@ class RoundRobinProxy:
         self._thread = threading.Thread(target=self._run, name="test-proxy", daemon=True)
         self._thread.start()
         assert self._ready.wait(30), "the proxy did not start"
-        assert self._server is not None
-        self.port = int(self._server.sockets[0].getsockname()[1])
+        self.port = self._port()
         self.url = f"http://127.0.0.1:{self.port}"
+
+    def _port(self) -> int:
+        """The port the started server listens on (asserted apart from `__init__`, whose
+        attribute types mypy would otherwise not infer past `self._server`'s narrowing)."""
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)

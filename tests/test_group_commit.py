@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from mempalace_logstream import LogStore
+from mempalace_logstream import LogStore, errors
 from mempalace_logstream.store import pipeline as pipeline_mod
 
 ROW = {"type": "note", "stream": "s", "room": "r", "from_agent": "a"}
@@ -129,3 +129,45 @@ def test_a_caller_interrupted_while_queued_never_leaves_the_lead_with_nobody(
         assert [e.body for e in page.events][::-1] == ["first", "leader", "interrupted", "second"]
         assert store.pipeline._leading is False
         assert store.event_append(**ROW, body="after").seq == 5
+
+
+def test_a_lone_writer_runs_its_item_without_the_queue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nobody leading or queued: the write runs as a batch of one at once (no queue, no
+    `_lead`, no wake lock); with the commit lock held (the leader seat), it queues and leads
+    as before, and callers arriving meanwhile share its commit."""
+    with LogStore.open(str(tmp_path / "a.sqlite3")) as store:
+        pipe = store.pipeline
+        led: list[int] = []
+        batches: list[int] = []
+        real_lead, real_run = pipe._lead, pipe._run_batch
+        monkeypatch.setattr(pipe, "_lead", lambda: (led.append(1), real_lead())[1])
+        monkeypatch.setattr(pipe, "_run_batch", lambda b: (batches.append(len(b)), real_run(b))[1])
+        locks: list[int] = []
+        monkeypatch.setattr(
+            pipeline_mod, "_allocate_lock", lambda: (locks.append(1), threading.Lock())[1]
+        )
+        commits = store.commits
+        assert [store.event_append(**ROW, body=str(i)).seq for i in range(3)] == [1, 2, 3]
+        assert (led, locks, batches, store.commits - commits) == ([], [], [1, 1, 1], 3)
+        assert pipe._leading is False and pipe._queue == []
+        with pytest.raises(errors.NotFoundError):  # refused in its transaction: lead let go
+            store.event_append(**ROW, artifact_ids=["art_missing"])
+        assert pipe._leading is False and led == [] and batches == [1, 1, 1, 1]
+
+        results: list[Any] = []
+        threads = [
+            threading.Thread(target=lambda: results.append(store.event_append(**ROW, body="q")))
+            for _ in range(3)
+        ]
+        with pipe._commit_lock:  # the leader seat held: the callers queue behind a leader
+            for t in threads:
+                t.start()
+            _until(lambda: _queued(store) == 3)
+        for t in threads:
+            t.join(DEADLINE_S)
+            assert not t.is_alive()
+        assert (led, len(locks), batches[-1]) == ([1], 2, 3)
+        assert sorted(e.seq for e in results) == [4, 5, 6]
+        assert pipe._leading is False

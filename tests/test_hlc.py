@@ -143,3 +143,16 @@ def test_two_stores_on_one_file_stamp_in_commit_order(tmp_path):
             )
         stamps = [e.hlc for e in sorted(events, key=lambda e: e.seq)]
         assert stamps == sorted(stamps) and len(set(stamps)) == 6
+
+
+def test_the_clock_keeps_its_last_stamp_only_when_well_formed():
+    """`minted` is the very object `tick` last returned, kept only if `is_valid` holds for
+    it: the identity verdict takes it unchecked (`stamp is clock.minted`), nothing else."""
+    clock = hlc.HybridClock(R, Wall())
+    stamp = clock.now()
+    assert clock.minted is stamp and hlc.is_valid(stamp)
+    assert clock.now() is clock.minted is not stamp
+    far = hlc.HybridClock(R, Wall(10**13))  # 14 digits of ms: not a well-formed stamp
+    assert not hlc.is_valid(far.now()) and far.minted is None
+    spaced = hlc.HybridClock("rep x", Wall())  # a suffix that never makes a valid stamp
+    assert not hlc.is_valid(spaced.now()) and spaced.minted is None

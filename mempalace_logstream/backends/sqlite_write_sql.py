@@ -7,7 +7,7 @@ store/lean_write.py.
 
 from typing import Any
 
-SCHEMA_HEAD = "0011"
+SCHEMA_HEAD = "0012"
 SPLIT_INBOX = True
 OPERATIONS = {
     "event_append": (
@@ -334,32 +334,23 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "\nFROM (SELECT anon_3.seq AS seq, anon_3.type AS type, anon_3.from_agent "
             "AS from_agent \nFROM (SELECT events.seq AS seq, events.type AS type, "
             "events.from_agent AS from_agent \nFROM events \nWHERE events.from_agent = "
-            ":a AND events.to_agent = :b AND events.seq >= (SELECT events.seq \nFROM "
+            ":a AND events.to_agent = :b AND to_agent IS NOT NULL AND to_agent != "
+            "'*' AND events.seq >= (SELECT events.seq \nFROM events \nWHERE "
+            "events.created_at >= :cutoff ORDER BY events.created_at\n LIMIT 1 OFFSET "
+            ":param_1) AND events.seq < :before AND events.type != :k0 AND "
+            "events.type != :k1 ORDER BY events.seq DESC\n LIMIT 30 OFFSET :param_2) "
+            "AS anon_3 UNION ALL SELECT anon_4.seq AS seq, anon_4.type AS type, "
+            "anon_4.from_agent AS from_agent \nFROM (SELECT events.seq AS seq, "
+            "events.type AS type, events.from_agent AS from_agent \nFROM events \n"
+            "WHERE events.from_agent = :b AND events.to_agent = :a AND to_agent IS "
+            "NOT NULL AND to_agent != '*' AND events.seq >= (SELECT events.seq \nFROM "
             "events \nWHERE events.created_at >= :cutoff ORDER BY events.created_at\n "
-            "LIMIT :param_1 OFFSET :param_2) AND events.seq < :before AND "
-            "events.type != :k0 AND events.type != :k1 ORDER BY events.seq DESC\n "
-            "LIMIT :param_3 OFFSET :param_4) AS anon_3 UNION ALL SELECT anon_4.seq "
-            "AS seq, anon_4.type AS type, anon_4.from_agent AS from_agent \nFROM "
-            "(SELECT events.seq AS seq, events.type AS type, events.from_agent AS "
-            "from_agent \nFROM events \nWHERE events.from_agent = :b AND "
-            "events.to_agent = :a AND events.seq >= (SELECT events.seq \nFROM events \n"
-            "WHERE events.created_at >= :cutoff ORDER BY events.created_at\n LIMIT "
-            ":param_1 OFFSET :param_5) AND events.seq < :before AND events.type != "
-            ":k0 AND events.type != :k1 ORDER BY events.seq DESC\n LIMIT :param_6 "
-            "OFFSET :param_7) AS anon_4) AS anon_2 ORDER BY anon_2.seq DESC\n LIMIT "
-            ":param_8 OFFSET :param_9) AS anon_1"
+            "LIMIT 1 OFFSET :param_3) AND events.seq < :before AND events.type != "
+            ":k0 AND events.type != :k1 ORDER BY events.seq DESC\n LIMIT 30 OFFSET "
+            ":param_4) AS anon_4) AS anon_2 ORDER BY anon_2.seq DESC\n LIMIT 30 "
+            "OFFSET :param_5) AS anon_1"
         ),
-        {
-            "param_1": 1,
-            "param_2": 0,
-            "param_3": 30,
-            "param_4": 0,
-            "param_5": 0,
-            "param_6": 30,
-            "param_7": 0,
-            "param_8": 30,
-            "param_9": 0,
-        },
+        {"param_1": 0, "param_2": 0, "param_3": 0, "param_4": 0, "param_5": 0},
     ),
     ("guards.thread", 16, 16): (
         (

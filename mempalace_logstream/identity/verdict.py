@@ -79,7 +79,7 @@ def verdict(
     if not hlc_mod.is_valid(event.hlc):
         return _false("malformed", f"{event.id}: malformed HLC {event.hlc!r}")
     if signature is None and key_id is None:
-        return _unsigned(event, keyring)
+        return unsigned_verdict(event, keyring)
     if signature is None or key_id is None:
         return _false("malformed", f"{event.id}: a signature needs both sig and key_id")
     if not keys.is_key_id(key_id):
@@ -105,11 +105,12 @@ def verdict(
     return _authority(event, record, keyring)
 
 
-def own_verdict(event: Event, key_id: str, keyring: Keyring) -> Verdict:
+def own_verdict(event: Event, key_id: str, keyring: Keyring, minted: bool = False) -> Verdict:
     """The verdict on a signature this process has just made with `key_id` over `event`:
     the same as `verdict` without checking the signature again (it is genuine by
-    construction), only whether the key may sign this event at its HLC."""
-    if not hlc_mod.is_valid(event.hlc):
+    construction), only whether the key may sign this event at its HLC. `minted`: the HLC
+    is the one this store's clock just minted, well formed (`HybridClock.minted`)."""
+    if not minted and not hlc_mod.is_valid(event.hlc):
         return _false("malformed", f"{event.id}: malformed HLC {event.hlc!r}")
     record = keyring.key(key_id)
     if record is None:
@@ -141,7 +142,9 @@ def _authority(event: Event, record: KeyRecord, keyring: Keyring) -> Verdict:
     return Verdict(True, "ok", f"signed by {record.agent}", record.agent, "agent")
 
 
-def _unsigned(event: Event, keyring: Keyring) -> Verdict:
+def unsigned_verdict(event: Event, keyring: Keyring) -> Verdict:
+    """`verdict` of an unsigned event whose HLC is known well formed (`own_verdict`'s
+    `minted`)."""
     if event.type in KEY_EVENT_TYPES:
         return _false("unsigned_required", f"{event.id}: a {event.type} must be signed")
     if keyring.must_sign(event.from_agent, event.hlc):

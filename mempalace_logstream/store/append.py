@@ -187,7 +187,10 @@ class Local:
                     ident=aid,
                 )
         store = tx.store
-        sealed, tx.verdict = store.identity.seal(tx.ex, store.event_select, event, tx.actor, ring)
+        minted = event.hlc is store.clock.minted  # (the clock's own stamp: checked when minted)
+        sealed, tx.verdict = store.identity.seal(
+            tx.ex, store.event_select, event, tx.actor, ring, minted
+        )
         return sealed
 
     def idempotency_key(self, event: Event) -> str | None:

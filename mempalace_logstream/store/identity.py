@@ -18,7 +18,7 @@ from mempalace_logstream import errors, lazy, names
 from mempalace_logstream.backends.queries import identity as queries
 from mempalace_logstream.identity.actor import ADMIN_NAME, Actor
 from mempalace_logstream.identity.keyring import KEY_EVENT_TYPES, KEY_REVOKE, Keyring, SignedEvent
-from mempalace_logstream.identity.verdict import Verdict, own_verdict, verdict
+from mempalace_logstream.identity.verdict import Verdict, own_verdict, unsigned_verdict, verdict
 from mempalace_logstream.models import Event
 from mempalace_logstream.store.marks import PIN_PREFIX, pins_of
 from mempalace_logstream.store.rows import events_from_rows
@@ -163,10 +163,11 @@ class Identity:
     def moved(self) -> None:
         """A write may have changed the keyring: key events were appended (by any origin:
         `store/append.py`) or an item that may have read or written one was rolled back. The
-        write transactions read the keyring again, with the marks query."""
-        with self._lock:
-            self._generation += 1
-            self._write_ring = None
+        write transactions read the keyring again, with the marks query. Called in write
+        transactions only (under the pipeline's commit lock), as `write_keyring`: no lock of
+        its own."""
+        self._generation += 1
+        self._write_ring = None
 
     def write_keyring(
         self,
@@ -180,21 +181,19 @@ class Identity:
         """The keyring as write transaction `number` sees it: the one it read already, or the
         previous transaction's while nobody else committed since (`unchanged`: the marks query
         is skipped), unless the generation moved; else read with `keyring`, with the `marks`
-        the transaction read at its start if the generation is still `marks_generation`."""
-        with self._lock:
-            held, generation = self._write_ring, self._generation
-            if held is not None:
-                ring, at, held_generation = held
-                if held_generation == generation and (
-                    at == number or (unchanged and at == number - 1)
-                ):
-                    if at != number:
-                        self._write_ring = (ring, number, generation)
-                    return ring
+        the transaction read at its start if the generation is still `marks_generation`.
+        Called in write transactions only, one at a time (under the pipeline's commit lock):
+        no lock of its own, as `begin_transaction` and `moved`."""
+        held, generation = self._write_ring, self._generation
+        if held is not None:
+            ring, at, held_generation = held
+            if held_generation == generation and (at == number or (unchanged and at == number - 1)):
+                if at != number:
+                    self._write_ring = (ring, number, generation)
+                return ring
         ring = self.keyring(ex, select, marks if marks_generation == generation else None)
-        with self._lock:
-            if self._generation == generation:
-                self._write_ring = (ring, number, generation)
+        if self._generation == generation:
+            self._write_ring = (ring, number, generation)
         return ring
 
     # ------------------------------------------------------------------ sealing
@@ -206,10 +205,12 @@ class Identity:
         event: Event,
         actor: Actor | None,
         ring: Keyring | None = None,
+        minted: bool = False,
     ) -> tuple[Event, Verdict]:
         """Sign `event` with the key its writer holds here and judge it. Returns the event
         with `sig`/`key_id` and its verdict; raises ForbiddenError when it must not be
-        written (another agent's name, or unsigned from an agent that signs)."""
+        written (another agent's name, or unsigned from an agent that signs). `minted`: its
+        HLC is the one the store's clock just minted, well formed (`HybridClock.minted`)."""
         if actor is not None:  # (a local process writes for anyone)
             check_writer(actor, "from_agent", event.from_agent)
         ring = ring if ring is not None else self.keyring(ex, select)
@@ -229,7 +230,9 @@ class Identity:
         if event.type in KEY_EVENT_TYPES:
             ring = _with_key_event(ring, event)
         if pair is not None:  # our own signature: only the key's authority needs checking
-            judged = own_verdict(event, pair.key_id, ring)
+            judged = own_verdict(event, pair.key_id, ring, minted)
+        elif minted:
+            judged = unsigned_verdict(event, ring)
         else:
             judged = verdict(event, None, None, ring)
         if judged.verified is False:
