@@ -90,7 +90,7 @@ def append(tx: Transaction, events: Sequence[Event], origin: Origin) -> Appended
         tx.ex.insert_events([(*_columns(one.__dict__), key(one))])
     else:
         tx.ex.insert_events([(*_columns(e.__dict__), key(e)) for e in stored])
-    if one.artifact_ids if one is not None else any(map(_artifact_ids, stored)):
+    if any(map(_artifact_ids, stored)):
         links = [
             {"event_id": e.id, "artifact_id": a, "position": i}
             for e in stored
@@ -99,8 +99,8 @@ def append(tx: Transaction, events: Sequence[Event], origin: Origin) -> Appended
         ]
         sql.insert_links(tx.ex, links)
     st.appended.extend(stored)
-    if one.type in _KEY_TYPES if one is not None else not _KEY_TYPES.isdisjoint(map(_type, stored)):
-        tx.store.identity.moved()  # the keyring changes with them (from any origin)
+    if not _KEY_TYPES.isdisjoint(map(_type, stored)):  # from any origin
+        tx.store.identity.moved()  # the keyring changes with them
     out = Appended(stored)
     projections = tx.store.projections
     if one is not None and origin.name == "local":
