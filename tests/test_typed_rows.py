@@ -201,3 +201,15 @@ def test_a_fixed_column_is_filled_in_on_a_page_that_is_tested(sqlite_store: Any)
     assert [e.correlation_id for e in events] == ["task_1", "task_1"]
     assert events[1].id == bad and "body" in events[1].to_dict()["row_error"]
     assert "correlation_id" not in events[1].to_dict()["row_error"]
+
+
+def test_no_filter_can_fix_a_column_the_page_rule_reads_by_position() -> None:
+    """A page row leaves out the columns a filter fixes (`ReadRequest.fixed_columns`), so the
+    page rule finds `id`, `seq` and `origin_seq` at their places (`plan.ID_AT`, `SEQ_AT`,
+    `_OSEQ_AT`) only while every fixable column comes after them."""
+    from mempalace_logstream.store.filters import FILTER_RULES
+
+    fixable = [column for column, rule in FILTER_RULES.values() if rule == "in"]
+    last_read = max(plan.ID_AT, plan.SEQ_AT, plan.EVENT_FIELDS.index("origin_seq"))
+    assert fixable
+    assert all(plan.EVENT_FIELDS.index(column) > last_read for column in fixable), fixable
