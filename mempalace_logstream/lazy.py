@@ -8,6 +8,9 @@ stand-in keeps SQLAlchemy (~170 ms) out of a CLI write that never builds a state
 the full store, whose first build touches the stand-in, loads the real module as before.
 Type checkers see the real import (`if TYPE_CHECKING:` beside each use). Nothing is put in
 `sys.modules` until the first access: a test can tell that a process never loaded it.
+
+`dataclass(...)`: the same for the records the write path makes (below): a class made a
+dataclass by `dataclasses` itself when first needed (tests/test_lean_records.py).
 """
 
 from __future__ import annotations

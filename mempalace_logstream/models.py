@@ -1,6 +1,8 @@
 """Frozen, keyword-only records returned by the store: Event, Artifact, Page, WaitResult.
 
-`to_dict()` gives the wire shape shared by every surface (S-1.1, S-1.2).
+`to_dict()` gives the wire shape shared by every surface (S-1.1, S-1.2). Each is a dataclass
+made by `dataclasses` on first need (lazy.py `dataclass`): a CLI write, which fills its events
+through `__dict__`, loads neither `dataclasses` nor `inspect` (issue 25).
 Must not import sqlalchemy, pydantic or any surface.
 """
 

@@ -31,6 +31,9 @@ class _Typed:
     """The method in its class until it is first read: then its `__signature__` is set and the
     class holds the method itself (nothing between it and a call after that)."""
 
+    owner: type | None = None  # the class whose body it was made in, and its name there
+    name = ""
+
     def __init__(self, method: Callable[..., Any], target: Callable[..., Any]) -> None:
         self.method, self.target = method, target
 
@@ -44,5 +47,6 @@ class _Typed:
         returns = inspect.signature(method).return_annotation
         # What `help()` and `inspect.signature` show: the parameters it takes.
         method.__signature__ = inspect.signature(self.target).replace(return_annotation=returns)
-        setattr(self.owner, self.name, method)
+        if self.owner is not None:
+            setattr(self.owner, self.name, method)
         return method.__get__(obj, owner)
