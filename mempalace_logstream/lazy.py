@@ -10,7 +10,8 @@ Type checkers see the real import (`if TYPE_CHECKING:` beside each use). Nothing
 `sys.modules` until the first access: a test can tell that a process never loaded it.
 
 `dataclass(...)`: the same for the records the write path makes (below): a class made a
-dataclass by `dataclasses` itself when first needed (tests/test_lean_records.py).
+dataclass by `dataclasses` itself when first needed (tests/test_lean_records.py);
+`instance` and `replace` make and copy one without making it.
 """
 
 from __future__ import annotations
@@ -77,24 +78,33 @@ MISSING: Any = object()  # a declared field without a default
 
 
 class Field:
-    """`field(default=…, metadata=…)` as declared on a `Record` (the rest of
-    `dataclasses.field` is not taken: no such field is declared)."""
+    """`field(default=…, default_factory=…, metadata=…)` as declared on a `Record` (the rest
+    of `dataclasses.field` is not taken: no such field is declared)."""
 
-    __slots__ = ("default", "metadata")
+    __slots__ = ("default", "factory", "metadata")
 
-    def __init__(self, default: Any, metadata: Mapping[str, Any] | None) -> None:
-        self.default, self.metadata = default, metadata
+    def __init__(self, default: Any, factory: Any, metadata: Mapping[str, Any] | None) -> None:
+        self.default, self.factory, self.metadata = default, factory, metadata
 
 
-def field(*, default: Any = MISSING, metadata: Mapping[str, Any] | None = None) -> Any:
+def field(
+    *,
+    default: Any = MISSING,
+    default_factory: Any = MISSING,
+    metadata: Mapping[str, Any] | None = None,
+) -> Any:
     """What the class body of a `Record` declares in place of `dataclasses.field`."""
-    return Field(default, metadata)
+    if default is not MISSING and default_factory is not MISSING:
+        raise ValueError("cannot specify both default and default_factory")
+    return Field(default, default_factory, metadata)
 
 
 # Each deferred class: its `dataclass` options and declared fields (name, default, metadata),
-# until it is made ready; `_DECLARED` keeps the fields for good.
+# until it is made ready; `_DECLARED` keeps the fields for good, `_FACTORIES` the default
+# factories (a field with one is declared without a default, as `dataclasses.fields` says).
 _PENDING: dict[type, dict[str, Any]] = {}
 _DECLARED: dict[type, tuple[tuple[str, Any, Mapping[str, Any]], ...]] = {}
+_FACTORIES: dict[type, dict[str, Any]] = {}
 _LOCK = threading.RLock()
 _MAKING: set[type] = set()  # being made by the thread holding the lock
 
@@ -107,11 +117,13 @@ def dataclass(cls: type[R] | None = None, /, **options: Any) -> Any:
     def defer(cls: type[R]) -> type[R]:
         if not issubclass(cls, Record):
             raise TypeError(f"{cls.__name__} must derive from lazy.Record")
-        declared = []
+        declared, factories = [], {}
         for name in cls.__dict__.get("__annotations__", {}):
             value = cls.__dict__.get(name, MISSING)
             if isinstance(value, Field):
                 declared.append((name, value.default, value.metadata or {}))
+                if value.factory is not MISSING:
+                    factories[name] = value.factory
                 if value.default is MISSING:
                     delattr(cls, name)
                 else:
@@ -119,6 +131,7 @@ def dataclass(cls: type[R] | None = None, /, **options: Any) -> Any:
             else:
                 declared.append((name, value, {}))
         _DECLARED[cls] = tuple(declared)
+        _FACTORIES[cls] = factories
         _PENDING[cls] = options
         if not options.get("frozen"):  # assigned as on any object: nothing to make first
             cls.__setattr__ = object.__setattr__  # type: ignore[method-assign]
@@ -130,7 +143,8 @@ def dataclass(cls: type[R] | None = None, /, **options: Any) -> Any:
 
 def declared(cls: type) -> tuple[tuple[str, Any, Mapping[str, Any]], ...]:
     """The fields of a `dataclass` above as declared: (name, default or MISSING, metadata),
-    in order, without making it ready (what `dataclasses.fields` would give)."""
+    in order, without making it ready (what `dataclasses.fields` would give: a field with a
+    default factory has no default)."""
     return _DECLARED[cls]
 
 
@@ -142,10 +156,31 @@ def instance(cls: type[R], **values: Any) -> R:
     for name, default, _metadata in _DECLARED[cls]:
         value = values.pop(name, default)
         if value is MISSING:
-            raise TypeError(f"{cls.__name__} needs {name}")
+            factory = _FACTORIES[cls].get(name)
+            if factory is None:
+                raise TypeError(f"{cls.__name__} needs {name}")
+            value = factory()
         filled[name] = value
     if values:
         raise TypeError(f"{cls.__name__} takes no {sorted(values)}")
+    made: Any = object.__new__(cls)
+    object.__setattr__(made, "__dict__", filled)
+    if hasattr(cls, "__post_init__"):
+        made.__post_init__()
+    return made  # type: ignore[no-any-return]
+
+
+def replace(obj: R, /, **changes: Any) -> R:
+    """`dataclasses.replace(obj, **changes)` for an instance of a `dataclass` above, made
+    through `__dict__` (then its `__post_init__`, if any) without making the class ready,
+    and without the generated `__init__`'s one `object.__setattr__` per field of a frozen
+    one (the task fold replaces a task at every move: tasks/steps.py)."""
+    cls = type(obj)
+    fields = _DECLARED[cls]
+    held = obj.__dict__
+    filled = {name: changes.pop(name) if name in changes else held[name] for name, *_ in fields}
+    if changes:
+        raise TypeError(f"{cls.__name__} takes no {sorted(changes)}")
     made: Any = object.__new__(cls)
     object.__setattr__(made, "__dict__", filled)
     if hasattr(cls, "__post_init__"):
@@ -171,8 +206,13 @@ def ready(cls: type) -> None:
 def _make(cls: type, options: dict[str, Any]) -> None:
     import dataclasses
 
+    factories = _FACTORIES[cls]
     for name, default, metadata in _DECLARED[cls]:  # the fields as `dataclasses.field`s
-        if default is MISSING:
+        if name in factories:
+            setattr(
+                cls, name, dataclasses.field(default_factory=factories[name], metadata=metadata)
+            )
+        elif default is MISSING:
             setattr(cls, name, dataclasses.field(metadata=metadata))
         else:
             setattr(cls, name, dataclasses.field(default=default, metadata=metadata))
