@@ -1,16 +1,23 @@
 """A task's derived state (RFC 0007): a frozen dataclass, named by tasks/model.py (and the
-package) on first use, so that only what reads or moves a task generates it (issue 25)."""
+package) on first use, and made a dataclass on first need (lazy.py): the task commands and
+the fold make, read and replace tasks through `lazy.instance`/`lazy.replace` and never load
+`dataclasses` (issue 25)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from mempalace_logstream.lazy import Record
 from mempalace_logstream.tasks.model import LEASE_RUNS, TERMINAL
+
+if TYPE_CHECKING:
+    from dataclasses import dataclass
+else:
+    from mempalace_logstream.lazy import dataclass
 
 
 @dataclass(frozen=True, kw_only=True)
-class Task:
+class Task(Record):
     """A task's derived state: what `fold(thread)` says, and what the projection row holds."""
 
     task_id: str
@@ -33,9 +40,9 @@ class Task:
     result_event_id: str | None = None
     question_event_id: str | None = None  # the move that blocked it (its body is the question)
     retryable: bool | None = None
-    conflicts: tuple[dict[str, Any], ...] = field(default_factory=tuple)
-    anomalies: tuple[dict[str, Any], ...] = field(default_factory=tuple)
-    lost: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    conflicts: tuple[dict[str, Any], ...] = ()
+    anomalies: tuple[dict[str, Any], ...] = ()
+    lost: tuple[dict[str, Any], ...] = ()
     last_hlc: str = ""
     last_event_id: str = ""
 

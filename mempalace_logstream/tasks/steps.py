@@ -5,11 +5,10 @@ and a replayed one can never disagree. A whole thread is folded in `tasks/thread
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mempalace_logstream import errors
+from mempalace_logstream import errors, lazy
 from mempalace_logstream.tasks.model import (
     ACTIONS,
     ADDRESSEE_ACTIONS,
@@ -21,7 +20,12 @@ from mempalace_logstream.tasks.model import (
     TaskSettings,
 )
 
-DEFAULT_SETTINGS = TaskSettings()
+if TYPE_CHECKING:  # the type checker sees dataclasses' (tasks/records.py)
+    from dataclasses import replace
+else:  # a task replaced without making the dataclass (issue 25)
+    from mempalace_logstream.lazy import replace
+
+DEFAULT_SETTINGS = lazy.instance(TaskSettings)
 
 
 def check(task: Task | None, move: Move, settings: TaskSettings = DEFAULT_SETTINGS) -> Task:
@@ -95,8 +99,8 @@ def _code(move: Move) -> str | None:
 def record(task: Task, kind: str, entry: dict[str, Any]) -> Task:
     """`task` with `entry` appended to its `anomalies` or `conflicts`."""
     if kind == "conflicts":
-        return dataclasses.replace(task, conflicts=(*task.conflicts, entry))
-    return dataclasses.replace(task, anomalies=(*task.anomalies, entry))
+        return replace(task, conflicts=(*task.conflicts, entry))
+    return replace(task, anomalies=(*task.anomalies, entry))
 
 
 def second_request(task: Task, move: Move) -> errors.ConflictError:
@@ -112,7 +116,8 @@ def second_request(task: Task, move: Move) -> errors.ConflictError:
 
 def created(move: Move) -> Task:
     """The task a request creates."""
-    return Task(
+    return lazy.instance(
+        Task,
         task_id=move.task_id,
         state="open",
         requester=move.agent,
@@ -130,7 +135,7 @@ def created(move: Move) -> Task:
 
 def seen(task: Task, move: Move) -> Task:
     """`task` with `move` as the last event the fold saw."""
-    return dataclasses.replace(task, last_hlc=move.hlc, last_event_id=move.event_id)
+    return replace(task, last_hlc=move.hlc, last_event_id=move.event_id)
 
 
 def _expired(task: Task, at_ms: int) -> Task:
@@ -142,7 +147,7 @@ def _expired(task: Task, at_ms: int) -> Task:
         "assignee": task.assignee,
         "expired_at": _iso(task.lease_expires_ms or 0),
     }
-    return dataclasses.replace(
+    return replace(
         task, state="open", assignee=None, lease_expires_ms=None, lost=(*task.lost, entry)
     )
 
@@ -161,9 +166,7 @@ def _transition(task: Task, move: Move, settings: TaskSettings) -> Task:
             ident=task.task_id,
         )
     question = move.event_id if target == "blocked" else None  # its body is the question
-    after = dataclasses.replace(
-        _changes(task, move, settings), state=target, question_event_id=question
-    )
+    after = replace(_changes(task, move, settings), state=target, question_event_id=question)
     return seen(after, move)
 
 
@@ -244,7 +247,7 @@ def _assignee(task: Task, move: Move) -> None:
 
 def _changes(task: Task, move: Move, settings: TaskSettings) -> Task:
     """`task` with the fields `move` changes (the state is set by the caller)."""
-    action, at, replace = move.action, move.at_ms, dataclasses.replace
+    action, at = move.action, move.at_ms
     renewed = at + (task.lease_ms or 0)
     if action == "claim":
         length = move.lease_ms or task.request_lease_ms or settings.lease_ms

@@ -12,9 +12,9 @@ late event re-folds from a point before it rather than from the request).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from mempalace_logstream.models import Event
 from mempalace_logstream.tasks.model import Move, Task, TaskSettings
@@ -28,6 +28,11 @@ from mempalace_logstream.tasks.steps import (
     record,
     seen,
 )
+
+if TYPE_CHECKING:  # the type checker sees dataclasses' (tasks/records.py)
+    from dataclasses import replace
+else:  # a task replaced as tasks/steps.py replaces it
+    from mempalace_logstream.lazy import replace
 
 EARLY = "it came before the task's request"
 
@@ -119,7 +124,7 @@ class Folder:
         task = created(move)
         if self.orphans:
             early = tuple(anomaly(m, EARLY) for m in self.orphans)
-            task = dataclasses.replace(task, anomalies=early + task.anomalies)
+            task = replace(task, anomalies=early + task.anomalies)
             self.orphans = []
         self.task = task
         self.signed_request = move.verified
@@ -167,7 +172,7 @@ class Folder:
                 )
                 for m in self.pending[i:]
             )
-            self.task = dataclasses.replace(
+            self.task = replace(
                 after, anomalies=current.anomalies + undone, conflicts=current.conflicts
             )
             self.base, self.pending = self.task, []
