@@ -1,16 +1,25 @@
 """Read filters and read requests: the filter rules described once (`FILTER_RULES`), from
-which both the page's SQL (reads.py) and the in-memory `Filters.matches` derive."""
+which both the page's SQL (reads.py) and the in-memory `Filters.matches` derive.
+
+`Filters` and `ReadRequest` are frozen dataclasses made on first need (lazy.py): a read
+validates, fills and replaces them through `lazy.instance`/`lazy.replace` without loading
+`dataclasses` (the inbox and the task commands, issue 25)."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
+from mempalace_logstream import lazy
 from mempalace_logstream import validation as v
+from mempalace_logstream.lazy import Record
 from mempalace_logstream.models import Event
+
+if TYPE_CHECKING:
+    from dataclasses import dataclass, replace
+else:
+    from mempalace_logstream.lazy import dataclass, replace
 
 FROM_AGENT_NOTE = (
     "from_agent is your identity on reads and does not filter; pass writer=<agent> to filter "
@@ -34,7 +43,7 @@ PAGE_FILTERS = tuple(name for name, (_, how) in FILTER_RULES.items() if how != "
 
 
 @dataclass(frozen=True, kw_only=True)
-class Filters:
+class Filters(Record):
     """Validated read filters (S-5.1): OR within a field, AND across fields."""
 
     stream: tuple[str, ...] | None = None
@@ -54,7 +63,7 @@ class Filters:
             for name in v.FILTER_FIELDS
             if raw.get(name) is not None
         }
-        return cls(**given) if given else NO_FILTERS
+        return lazy.instance(cls, **given) if given else NO_FILTERS
 
     def matches(self, event: Event) -> bool:
         """`FILTER_RULES` evaluated in Python (SSE fan-out, the hub's waits): the page's SQL
@@ -79,7 +88,7 @@ class Filters:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ReadRequest:
+class ReadRequest(Record):
     filters: Filters
     since_event_id: str | None = None
     before_event_id: str | None = None
@@ -91,7 +100,7 @@ class ReadRequest:
     note: str | None = None
 
     def replace(self, **changes: Any) -> ReadRequest:
-        return dataclasses.replace(self, **changes)
+        return replace(self, **changes)
 
     @functools.cached_property
     def page_binds(self) -> tuple[tuple[tuple[str, int], ...], tuple[str, ...], dict[str, Any]]:
@@ -155,9 +164,11 @@ class ReadArgs(TypedDict, total=False):
     slim: Any
 
 
-NO_FILTERS = Filters()
+NO_FILTERS = lazy.instance(Filters)
 # The names a read takes: the request's fields, the filters, and from_agent (a note, no filter).
-_READ_PARAMETERS = frozenset((*ReadRequest.__dataclass_fields__, *v.FILTER_FIELDS, "from_agent"))
+_READ_PARAMETERS = frozenset(
+    (*(name for name, *_ in lazy.declared(ReadRequest)), *v.FILTER_FIELDS, "from_agent")
+)
 
 
 # Validated requests by their raw arguments (`read_request`): an agent or a hub asks the same
@@ -204,7 +215,8 @@ def _validate(raw: Mapping[str, Any]) -> ReadRequest:
         else v.routing("since_event_id", since)
     )
     from_agent = v.routing("from_agent", raw.get("from_agent"))
-    return ReadRequest(
+    return lazy.instance(
+        ReadRequest,
         filters=filters,
         since_event_id=since_clean,
         before_event_id=v.routing("before_event_id", raw.get("before_event_id")),
