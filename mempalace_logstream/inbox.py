@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mempalace_logstream import cursors, display, errors
+from mempalace_logstream import cursors, display, errors, lazy
 from mempalace_logstream import validation as v
 from mempalace_logstream.watch import (
     STATE_ABSENT,
@@ -27,6 +26,11 @@ from mempalace_logstream.watch import (
     read_state,
     write_state,
 )
+
+if TYPE_CHECKING:
+    from dataclasses import dataclass
+else:  # made a dataclass on first need: an inbox read fills its own (lazy.py, issue 25)
+    from mempalace_logstream.lazy import dataclass
 
 HOOKS = ("claude", "codex")
 KEY_ADD = "identity.key_add"  # identity.keyring.KEY_ADD: a log that holds one has agents' keys
@@ -39,7 +43,7 @@ MAX_BODY_LIMIT = 100_000
 
 
 @dataclass(frozen=True, kw_only=True)
-class InboxOptions:
+class InboxOptions(lazy.Record):
     """Every argument of an inbox read, validated before anything is read or written."""
 
     agent: str
@@ -76,7 +80,8 @@ class InboxOptions:
             raise v.fail("hook", f"is {hook!r}; it must be one of {', '.join(HOOKS)}")
         if hook is not None and as_json:
             raise v.fail("json", "cannot be combined with hook: a hook's output is JSON already")
-        return cls(
+        return lazy.instance(
+            cls,
             agent=name,
             hook=hook,
             state_file=default_state_file(state_file, name, target, palace),
@@ -111,7 +116,7 @@ def default_state_file(
 
 
 @dataclass(frozen=True, kw_only=True)
-class Unseen:
+class Unseen(lazy.Record):
     """One read of the inbox: the events to show and the cursor to save after showing them."""
 
     events: list[dict[str, Any]]
@@ -147,7 +152,7 @@ def read_unseen(client: Client, opts: InboxOptions) -> Unseen:
             f"first run for {opts.agent}: starting at the newest event; earlier mail is not "
             "shown (use --from-start on a first run to see it)"
         )
-        return Unseen(events=[], cursor=tip, has_more=False, notes=notes)
+        return lazy.instance(Unseen, events=[], cursor=tip, has_more=False, notes=notes)
     args = {"to_agent": [opts.agent], "exclude_writer": [opts.agent], "limit": opts.limit}
     try:
         page = client.call("event_list", since_event_id=stored, order="asc", **args)
@@ -159,7 +164,8 @@ def read_unseen(client: Client, opts: InboxOptions) -> Unseen:
         page = client.call("event_list", since_event_id=None, order="asc", **args)
     cursor = page.get("cursor") or stored
     shown, identity = admitted(client, list(page["events"]), opts.allow_unverified)
-    return Unseen(
+    return lazy.instance(
+        Unseen,
         events=shown,
         cursor=cursor,
         has_more=bool(page.get("has_more")),

@@ -11,13 +11,17 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from mempalace_logstream import cursors, errors
+from mempalace_logstream import cursors, errors, lazy
 from mempalace_logstream import validation as v
+
+if TYPE_CHECKING:
+    from dataclasses import dataclass, field
+else:  # made dataclasses on first need: the inbox reads state files only (lazy.py, issue 25)
+    from mempalace_logstream.lazy import dataclass, field
 
 STATE_ABSENT, STATE_OK, STATE_EMPTY, STATE_CORRUPT = "absent", "ok", "empty", "corrupt"
 DEFAULT_POLL_TIMEOUT_MS = 300_000
@@ -93,7 +97,7 @@ def _utc_now() -> str:
 
 
 @dataclass(frozen=True, kw_only=True)
-class WatchOptions:
+class WatchOptions(lazy.Record):
     """Every argument of a watch, validated before anything polls or writes."""
 
     agent: str | None = None
@@ -213,7 +217,7 @@ def _first_run_note(cursor: str | None, from_start: bool) -> str:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Batch:
+class Batch(lazy.Record):
     events: list[dict[str, Any]]
     cursor: str | None
     timed_out: bool
@@ -261,7 +265,7 @@ class Output(Protocol):
 
 
 @dataclass
-class Watcher:
+class Watcher(lazy.Record):
     """The `logstream watch` algorithm of S-5.5 over any client."""
 
     client: Client
