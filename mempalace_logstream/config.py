@@ -5,8 +5,6 @@
 Only cli.py and the server factories call `Settings.from_env()`; the core takes arguments.
 """
 
-from __future__ import annotations
-
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, NamedTuple
@@ -90,7 +88,7 @@ class Settings(NamedTuple):  # not a dataclass: the hook paths import no datacla
     humans: tuple[str, ...] = ()
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "Settings":
         env = os.environ if environ is None else environ
         p = "MEMPALACE_LOGSTREAM_"
         return cls(
@@ -113,7 +111,7 @@ class Settings(NamedTuple):  # not a dataclass: the hook paths import no datacla
             humans=tuple(n.strip() for n in env.get(p + "HUMANS", "").split(",") if n.strip()),
         )
 
-    def task_settings(self) -> TaskSettings | None:
+    def task_settings(self) -> "TaskSettings | None":
         """The task lifecycle's limits (RFC 0007): delegation depth and breadth, lease; None
         when each is its default, which the store takes as `TaskSettings()` (the same values:
         tests/test_cli_fast_writes.py), so that a write that moves no task never builds
@@ -122,7 +120,7 @@ class Settings(NamedTuple):  # not a dataclass: the hook paths import no datacla
             return None
         return self.all_task_settings()
 
-    def all_task_settings(self) -> TaskSettings:
+    def all_task_settings(self) -> "TaskSettings":
         """`task_settings()`, built even when each is its default."""
         from mempalace_logstream.tasks import TaskSettings
 
@@ -154,7 +152,7 @@ _TASK_FIELDS = (
 _DEFAULTS = Settings._field_defaults
 
 
-def palace_dir(palace: str | None) -> Path:
+def palace_dir(palace: str | None) -> "Path":
     from pathlib import Path  # here: the hook paths resolve the log without pathlib
 
     return Path(palace_path(palace))

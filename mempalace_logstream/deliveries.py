@@ -13,8 +13,6 @@ operation returns (aio.py, operations.py): it decides what the call marks; state
 backends/queries/ledger.py.
 """
 
-from __future__ import annotations
-
 import contextlib
 import contextvars
 import itertools
@@ -41,7 +39,7 @@ else:  # made a dataclass on first need (lazy.py): a write's ledger loads no dat
     from mempalace_logstream.lazy import dataclass
 
 
-def _log() -> logging.Logger:
+def _log() -> "logging.Logger":
     """This module's logger, imported with the first warning: `logging` (~5 ms) is not
     loaded by a lean one-call write that warns nothing."""
     import logging
@@ -120,11 +118,11 @@ class Ledger:
 
     def __init__(
         self,
-        store: LogStore,
+        store: "LogStore",
         *,
         flush_s: float = FLUSH_S,
         clock: Callable[[], int] = _wall_ms,
-        registry: Registry | None = None,
+        registry: "Registry | None" = None,
         window_s: int = DEFAULT_WAKEABLE_WINDOW_S,
         background: bool = True,
     ) -> None:
@@ -399,7 +397,7 @@ def _to(to: Any, sender: Any, agent: str) -> bool:
     return bool(to == agent or (to == "*" and sender != agent))
 
 
-def status(store: LogStore, event_id: str) -> dict[str, Any]:
+def status(store: "LogStore", event_id: str) -> dict[str, Any]:
     """{event_id, recipients: [{recipient, pushed_at, pushed_path, seen_at, acked_at}], count}
     for a held event (NotFoundError naming event_id otherwise)."""
     store.event_get(event_id)
@@ -419,14 +417,14 @@ def status(store: LogStore, event_id: str) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- per store
-_LEDGERS: weakref.WeakKeyDictionary[LogStore, Ledger] = weakref.WeakKeyDictionary()
+_LEDGERS: "weakref.WeakKeyDictionary[LogStore, Ledger]" = weakref.WeakKeyDictionary()
 _LEDGERS_LOCK = threading.Lock()
 
 
-_BY_REGISTRY: weakref.WeakKeyDictionary[Registry, Ledger] = weakref.WeakKeyDictionary()
+_BY_REGISTRY: "weakref.WeakKeyDictionary[Registry, Ledger]" = weakref.WeakKeyDictionary()
 
 
-def enable(store: LogStore, **kwargs: Any) -> Ledger | None:
+def enable(store: "LogStore", **kwargs: Any) -> Ledger | None:
     """Record deliveries for `store` in this process (the hub, a local client); the ledger,
     or None for a read-only store. Settings given replace the ledger's; a hub gives its
     presence `registry` (wakeable, the sender's warning) and `window_s`."""
@@ -454,12 +452,12 @@ def _recall_quietly(ledger: Ledger) -> None:
         _log().warning("delivery ledger: last pushes not recalled: %s", exc)
 
 
-def of(store: LogStore) -> Ledger | None:
+def of(store: "LogStore") -> Ledger | None:
     """The ledger recording for `store` in this process, if any."""
     return _LEDGERS.get(store)
 
 
-def disable(store: LogStore) -> None:
+def disable(store: "LogStore") -> None:
     """Stop recording for `store` (its queued marks written first)."""
     with _LEDGERS_LOCK:
         found = _LEDGERS.pop(store, None)
@@ -472,12 +470,12 @@ def current_path() -> str | None:
     return _PATH.get()
 
 
-def for_registry(registry: Registry) -> Ledger | None:
+def for_registry(registry: "Registry") -> Ledger | None:
     """The ledger a hub gave this presence table (wakeable's push and life memory)."""
     return _BY_REGISTRY.get(registry)
 
 
-def status_of(store: LogStore, event_id: Any) -> dict[str, Any]:
+def status_of(store: "LogStore", event_id: Any) -> dict[str, Any]:
     """`delivery_status`: the ledger's rows of a held event, with this process's queued marks."""
     from mempalace_logstream import validation as v
 

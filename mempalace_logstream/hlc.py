@@ -4,8 +4,6 @@ Fixed width, so string order is causal order with the replica id as the final ti
 format is shared with the reference so the two can sync. Pure: no SQLAlchemy, no I/O.
 """
 
-from __future__ import annotations
-
 import re
 import threading
 import time

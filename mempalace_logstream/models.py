@@ -6,8 +6,6 @@ through `__dict__`, loads neither `dataclasses` nor `inspect` (issue 25).
 Must not import sqlalchemy, pydantic or any surface.
 """
 
-from __future__ import annotations
-
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, Required, TypedDict
 
@@ -231,17 +229,17 @@ class Event(Record):
             return None
         return {k: doc[k] for k in ("by", "at", "reason", "event_id")}
 
-    def with_seq(self, seq: int) -> Event:
+    def with_seq(self, seq: int) -> "Event":
         """A copy of this event at local position `seq` (the store numbers events as it
         appends them: store/append.py). A new object: an Event is never changed."""
         return self._copy_with("seq", seq)
 
-    def with_unverified(self, code: str) -> Event:
+    def with_unverified(self, code: str) -> "Event":
         """A copy of this read event that reads `verified: false` with `verified_reason` =
         `code` (RFC 0008 read marks); a new object: an Event is never changed."""
         return self._copy_with(VERIFIED_REASON, code)
 
-    def _copy_with(self, name: str, value: Any) -> Event:
+    def _copy_with(self, name: str, value: Any) -> "Event":
         # Cheaper than dataclasses.replace (no __init__, no field-by-field __setattr__): the
         # copy is filled before anyone sees it, the way rows become Events (store/plan.py).
         copy = object.__new__(Event)
@@ -395,7 +393,7 @@ class Page(Record):
     preview: bool = False
     slim: bool = False
 
-    def replace(self, **changes: Any) -> Page:
+    def replace(self, **changes: Any) -> "Page":
         import dataclasses
 
         return dataclasses.replace(self, **changes)
@@ -454,7 +452,7 @@ class EventDraft(Record):
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
 
-    def replace(self, **values: Any) -> EventDraft:
+    def replace(self, **values: Any) -> "EventDraft":
         """This draft with some values changed (already checked ones: a workflow's)."""
         merged = {**self.values, **values}  # (made as `EventDraft(...)` makes it: lazy.py)
         return instance(EventDraft, values=merged, idempotency_key=self.idempotency_key)

@@ -6,8 +6,6 @@ else the default). Anything it does not fully understand is None: typer reads th
 Imports nothing of the package: it runs before anything else is loaded.
 """
 
-from __future__ import annotations
-
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence

@@ -10,8 +10,6 @@ process holds and never writes a key event. A context variable: each thread and 
 task sees its own.
 """
 
-from __future__ import annotations
-
 import contextlib
 import contextvars
 from collections.abc import Callable, Iterator
@@ -39,7 +37,7 @@ class Actor(_Proof):
 
     def __new__(
         cls, agent: str | None = None, admin: bool = False, anonymous: bool = False
-    ) -> Actor:
+    ) -> "Actor":
         if (agent is not None) + admin + anonymous != 1:
             raise ValueError("an Actor is an agent, the admin or anonymous")
         return super().__new__(cls, agent, admin, anonymous)

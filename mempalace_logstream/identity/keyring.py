@@ -5,8 +5,6 @@ the locally pinned admin key ids, answer which key ids are valid for an agent at
 whether an admin key is trusted. The verdict on an event lives in `verdict.py`. No SQL.
 """
 
-from __future__ import annotations
-
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
@@ -18,9 +16,14 @@ from mempalace_logstream.payload import parse_tombstone
 
 if TYPE_CHECKING:
     from mempalace_logstream.identity import keys, signing
+    from mempalace_logstream.identity.keys import PublicKey
 else:  # on first use: a log whose events are not signed never loads them (issue 25)
     keys = lazy.module("mempalace_logstream.identity.keys")
     signing = lazy.module("mempalace_logstream.identity.signing")
+    # `KeyRecord.public_key`'s annotation at run time: naming `keys.PublicKey` would load
+    # keys (a string would be compiled by typing: the first `compile()` of a process costs
+    # ~10 M instructions, issue 25). The type checker sees the class.
+    PublicKey = object
 
 KEY_ADD = "identity.key_add"
 KEY_REVOKE = "identity.key_revoke"
@@ -62,7 +65,7 @@ class SignedEvent(NamedTuple):  # not a dataclass: nothing generated at import (
             raise keys.KeyFormatError("no signature")
         return keys.b64url_decode(self.sig, size=keys.SIGNATURE_BYTES)
 
-    def payload_verifies(self, public_key: keys.PublicKey) -> bool:
+    def payload_verifies(self, public_key: "keys.PublicKey") -> bool:
         try:
             return public_key.verify(self.signature_bytes(), self.payload())
         except (keys.KeyFormatError, signing.SigningError):
@@ -77,7 +80,7 @@ class KeyRecord(NamedTuple):
     key_id: str
     agent: str
     role: Role
-    public_key: keys.PublicKey
+    public_key: PublicKey
     added_hlc: str
     added_by: str  # the event id of its key_add
     revoked_hlc: str | None = None
@@ -126,7 +129,7 @@ class Keyring:
         pinned_admins: Iterable[str] = (),
         *,
         check_signatures: bool = True,
-    ) -> Keyring:
+    ) -> "Keyring":
         """Fold the key events (any order given; folded in HLC order, then by event id).
 
         A repeated event counts once; events of other types, with a malformed HLC, or reusing
@@ -153,7 +156,7 @@ class Keyring:
             ring._apply(item)
         return ring
 
-    def extended(self, more: Iterable[SignedEvent]) -> Keyring:
+    def extended(self, more: Iterable[SignedEvent]) -> "Keyring":
         """A keyring over these key events plus `more` (rebuilt: HLC order may interleave)."""
         return Keyring.build(
             (*self._events, *more), self.pinned_admins, check_signatures=self.check_signatures
@@ -259,7 +262,7 @@ class Keyring:
         else:
             self._revoke(item, facts)
 
-    def _signer(self, item: SignedEvent, facts: Mapping[str, Any]) -> keys.PublicKey | None:
+    def _signer(self, item: SignedEvent, facts: Mapping[str, Any]) -> "keys.PublicKey | None":
         """The signing key: an accepted key, or a pinned admin key signing its own add."""
         if item.key_id is None:
             return None

@@ -5,8 +5,6 @@ and the `verified` field"), so every replica holding the same key events reaches
 verdict. No SQL, no surfaces.
 """
 
-from __future__ import annotations
-
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Literal, NamedTuple
 

@@ -5,8 +5,6 @@ which both the page's SQL (reads.py) and the in-memory `Filters.matches` derive.
 validates, fills and replaces them through `lazy.instance`/`lazy.replace` without loading
 `dataclasses` (the inbox and the task commands, issue 25)."""
 
-from __future__ import annotations
-
 import functools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -57,7 +55,7 @@ class Filters(Record):
     status: tuple[str, ...] | None = None
 
     @classmethod
-    def parse(cls, **raw: Any) -> Filters:
+    def parse(cls, **raw: Any) -> "Filters":
         given = {
             name: v.filter_values(name, raw[name])
             for name in v.FILTER_FIELDS
@@ -99,7 +97,7 @@ class ReadRequest(Record):
     slim: bool = False
     note: str | None = None
 
-    def replace(self, **changes: Any) -> ReadRequest:
+    def replace(self, **changes: Any) -> "ReadRequest":
         return replace(self, **changes)
 
     @functools.cached_property

@@ -10,8 +10,6 @@ records it). To add a projection: write its class
 next to its rows and add it to `defaults` below (or register it on one store).
 """
 
-from __future__ import annotations
-
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
@@ -39,7 +37,7 @@ class Projection(Protocol):
 
     name: str
 
-    def apply(self, tx: Transaction, events: Sequence[Event], origin: str) -> list[Refusal]:
+    def apply(self, tx: "Transaction", events: Sequence[Event], origin: str) -> list[Refusal]:
         """Follow `events` (just inserted in `tx`, in seq order) from `origin`."""
 
 

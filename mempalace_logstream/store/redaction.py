@@ -12,8 +12,6 @@ let through exactly that change. A redaction whose target is not held yet keeps 
 is applied when the target arrives.
 """
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -123,7 +121,7 @@ def authority(redaction: Event, target: Event, ring: Keyring) -> tuple[str, bool
 # ----------------------------------------------------------------------------- applying
 
 
-def apply(tx: Transaction, redaction: Event, ring: Keyring) -> list[str]:
+def apply(tx: "Transaction", redaction: Event, ring: Keyring) -> list[str]:
     """Apply one `event.redact` (local or from a peer): the `redactions` rows, then the
     target's body and blobs if the target is held. Returns the parts changed now. Raises
     Refused (nothing written by this function) when it must not take effect."""
@@ -160,7 +158,7 @@ def apply(tx: Transaction, redaction: Event, ring: Keyring) -> list[str]:
     return _execute(tx, target, rows)
 
 
-def _execute(tx: Transaction, target: Event, rows: list[dict[str, Any]]) -> list[str]:
+def _execute(tx: "Transaction", target: Event, rows: list[dict[str, Any]]) -> list[str]:
     done: list[str] = []
     pragma = tx.store.backend.before_redaction()
     if pragma is not None:  # e.g. SQLite zeroes freed pages: no removed bytes linger
@@ -181,7 +179,7 @@ def _execute(tx: Transaction, target: Event, rows: list[dict[str, Any]]) -> list
     return done
 
 
-def _check_parts(tx: Transaction, spec: Spec, target: Event, writer: str | None) -> None:
+def _check_parts(tx: "Transaction", spec: Spec, target: Event, writer: str | None) -> None:
     """Every part is the target's and holds the SHA-256 named; an artifact may be redacted
     only by the writer who created it (`writer`; None: the admin, who may redact any)."""
     for part in spec.parts:
@@ -209,7 +207,7 @@ def _check_parts(tx: Transaction, spec: Spec, target: Event, writer: str | None)
             )
 
 
-def _refold_task(tx: Transaction, task_id: str) -> None:
+def _refold_task(tx: "Transaction", task_id: str) -> None:
     """A task's projection copies bodies: fold it again from the (now redacted) thread."""
     if task_rows.load(tx, task_id) is None:
         return
@@ -228,7 +226,7 @@ class RedactionProjection:
     name = "redactions"
     local_types = frozenset({REDACT_TYPE})  # a fresh local event is named by no redaction
 
-    def apply(self, tx: Transaction, events: Sequence[Event], origin: str) -> list[Refusal]:
+    def apply(self, tx: "Transaction", events: Sequence[Event], origin: str) -> list[Refusal]:
         if origin == "local":
             for event in events:
                 if event.type == REDACT_TYPE:
@@ -240,7 +238,7 @@ class RedactionProjection:
         ]
 
 
-def on_applied_events(tx: Transaction, applied: Sequence[Event]) -> list[tuple[Event, Refused]]:
+def on_applied_events(tx: "Transaction", applied: Sequence[Event]) -> list[tuple[Event, Refused]]:
     """Apply the redactions among events a peer (or an import) brought, and those held here
     whose target just arrived. A refused one takes no effect (the event stays: `doctor` lists
     it); the refusals are returned for the round to record."""
@@ -262,12 +260,12 @@ def on_applied_events(tx: Transaction, applied: Sequence[Event]) -> list[tuple[E
     return refused
 
 
-def _pending_for(tx: Transaction, target_ids: list[str]) -> list[str]:
+def _pending_for(tx: "Transaction", target_ids: list[str]) -> list[str]:
     """The redaction ids held here that name one of `target_ids`."""
     return list(dict.fromkeys(sql.pending_for(tx.ex, list(dict.fromkeys(target_ids)))))
 
 
-def _held(tx: Transaction, ident: str) -> Event | None:
+def _held(tx: "Transaction", ident: str) -> Event | None:
     try:
         return tx.find_event(ident, field="event_id")
     except errors.NotFoundError:
@@ -278,7 +276,7 @@ def _held(tx: Transaction, ident: str) -> Event | None:
 
 
 def event_redact(
-    store: LogStore,
+    store: "LogStore",
     *,
     event_id: Any,
     reason: Any,
@@ -349,7 +347,7 @@ def _local_writer(actor: Actor | None, from_agent: Any) -> str:
 
 
 def _local_parts(
-    tx: Transaction, target: Event, keep: bool, arts: tuple[str, ...], expect: str | None
+    tx: "Transaction", target: Event, keep: bool, arts: tuple[str, ...], expect: str | None
 ) -> list[Part]:
     parts: list[Part] = []
     if not keep:

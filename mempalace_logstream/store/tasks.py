@@ -8,8 +8,6 @@ Events applied from a peer or imported are never refused: the projection advance
 `tasks.fold(thread)`; `rebuild_tasks` recomputes every row from the log alone.
 """
 
-from __future__ import annotations
-
 import functools
 import json
 from collections.abc import Iterable, Sequence
@@ -34,7 +32,7 @@ else:  # a task replaced without making the dataclass (lazy.py, issue 25)
 # ----------------------------------------------------------------------------- rows
 
 
-def to_row(task: Task, seq: int) -> dict[str, Any]:
+def to_row(task: "Task", seq: int) -> dict[str, Any]:
     doc = {name: getattr(task, name) for name in _shape().fields}
     return {
         "task_id": task.task_id,
@@ -50,11 +48,11 @@ def to_row(task: Task, seq: int) -> dict[str, Any]:
     }
 
 
-def from_doc(doc_json: str) -> Task:
+def from_doc(doc_json: str) -> "Task":
     return _task(json.loads(doc_json))
 
 
-def from_docs(docs: Sequence[str]) -> list[Task]:
+def from_docs(docs: Sequence[str]) -> "list[Task]":
     """The tasks of stored documents, decoded in one JSON parse (a `task_list` page: ~30 %
     cheaper than one parse per document)."""
     if not docs:
@@ -83,7 +81,7 @@ def _shape() -> _Shape:
     return _Shape(names, frozenset(names), required, defaults)
 
 
-def _task(doc: dict[str, Any]) -> Task:
+def _task(doc: dict[str, Any]) -> "Task":
     """A Task from its decoded document. Filled through `__dict__`, as rows become Events
     (store/plan.py): the frozen dataclass's `__init__` sets its 25 fields one
     `object.__setattr__` at a time (~4 µs a task, half of a `task_list` page's decoding). A
@@ -99,12 +97,12 @@ def _task(doc: dict[str, Any]) -> Task:
     return task
 
 
-def load(tx: Transaction, task_id: str) -> Task | None:
+def load(tx: "Transaction", task_id: str) -> "Task | None":
     doc = sql.doc(tx.ex, task_id)
     return from_doc(doc) if doc is not None else None
 
 
-def save(tx: Transaction, task: Task, seq: int, *, existed: bool) -> None:
+def save(tx: "Transaction", task: "Task", seq: int, *, existed: bool) -> None:
     row = to_row(task, seq)
     if existed:
         sql.update(tx.ex, row)
@@ -112,7 +110,7 @@ def save(tx: Transaction, task: Task, seq: int, *, existed: bool) -> None:
         sql.insert(tx.ex, row)
 
 
-def thread(tx: Transaction, task_id: str) -> list[Event]:
+def thread(tx: "Transaction", task_id: str) -> list[Event]:
     """Every event of a task's thread (its correlation id), in log order."""
     return events_from_rows(sql.thread(tx.ex, tx.store.event_select, task_id))
 
@@ -120,7 +118,7 @@ def thread(tx: Transaction, task_id: str) -> list[Event]:
 # ----------------------------------------------------------------------------- writes
 
 
-def on_local_event(tx: Transaction, event: Event) -> Event:
+def on_local_event(tx: "Transaction", event: Event) -> Event:
     """Check a local event (inserted in `tx` already) against its task's lifecycle and move
     the projection; returns the event, unchanged. Raises the refusal: the transaction (or
     the item's savepoint) rolls back, nothing is written. The loop guards (issue 20,
@@ -148,8 +146,8 @@ def on_local_event(tx: Transaction, event: Event) -> Event:
 
 
 def _decided_by_thread(
-    tx: Transaction, task: Task, move: tasks.Move, event: Event, settings: TaskSettings
-) -> Task:
+    tx: "Transaction", task: "Task", move: tasks.Move, event: Event, settings: "TaskSettings"
+) -> "Task":
     """A local move the row alone cannot decide (identity, RFC 0007): the thread with it is
     folded; the move stands if the fold applies it, else it is refused as `check` refuses
     it (or, for an unverified reopen of a verified end, as the fold records it)."""
@@ -167,7 +165,7 @@ def _decided_by_thread(
     raise errors.ConflictError(reason, field="from_agent", ident=task.task_id)
 
 
-def _checked_depth(tx: Transaction, parent_id: str | None, settings: TaskSettings) -> int:
+def _checked_depth(tx: "Transaction", parent_id: str | None, settings: "TaskSettings") -> int:
     """A new task's depth in the delegation chain, with the limits (depth, open children)
     checked. The depth is the projection's, derived from the parent's row: the event is stored
     exactly as it was sent."""
@@ -197,7 +195,7 @@ def _checked_depth(tx: Transaction, parent_id: str | None, settings: TaskSetting
     return depth
 
 
-def refold(tx: Transaction, task_id: str) -> tuple[Task | None, int]:
+def refold(tx: "Transaction", task_id: str) -> "tuple[Task | None, int]":
     """The task folded from its thread as it is stored now, with its depth, and the seq of
     its newest event (redaction re-folds a task; doctor compares with the stored row)."""
     tx.store.task_folds.forget(task_id)  # its thread changed in place (a redaction)
@@ -208,7 +206,7 @@ def refold(tx: Transaction, task_id: str) -> tuple[Task | None, int]:
     return _depth(tx, task), max(e.seq for e in thread_events)
 
 
-def _depth(tx: Transaction, task: Task) -> Task:
+def _depth(tx: "Transaction", task: "Task") -> "Task":
     """`task` with its depth from its parent's row (peer events, rebuilds: no limits)."""
     if task.parent_task_id is None:
         return task
@@ -216,7 +214,7 @@ def _depth(tx: Transaction, task: Task) -> Task:
     return replace(task, depth=(parent.depth if parent else 0) + 1)
 
 
-def _open_children(tx: Transaction, parent_id: str) -> int:
+def _open_children(tx: "Transaction", parent_id: str) -> int:
     return sql.open_children(tx.ex, parent_id, _OPEN_STATES)
 
 
@@ -230,7 +228,7 @@ class TaskProjection:
 
     name = "tasks"
 
-    def apply(self, tx: Transaction, events: Sequence[Event], origin: str) -> list[Refusal]:
+    def apply(self, tx: "Transaction", events: Sequence[Event], origin: str) -> list[Refusal]:
         if origin == "local":
             for event in events:
                 if guards.may_count(event):  # else no thread, no budget: nothing to do
@@ -240,7 +238,9 @@ class TaskProjection:
         return []
 
 
-def on_applied_events(tx: Transaction, applied: Iterable[Event], settings: TaskSettings) -> None:
+def on_applied_events(
+    tx: "Transaction", applied: Iterable[Event], settings: "TaskSettings"
+) -> None:
     """Move the projection for events a peer (or an import) brought: never refused; advanced
     in HLC order, or the task re-folded from its thread when an event arrives late."""
     by_task: dict[str, list[Event]] = {}
@@ -262,7 +262,7 @@ def on_applied_events(tx: Transaction, applied: Iterable[Event], settings: TaskS
             save(tx, after, max(seq, 0), existed=task is not None)
 
 
-def _advanced(task: Task, batch: list[Event], settings: TaskSettings) -> Task | None:
+def _advanced(task: "Task", batch: list[Event], settings: "TaskSettings") -> "Task | None":
     """`task` moved by a batch that sorts after everything it has seen, one step per event;
     None when the thread must be folded instead (an event arrived late, or a move the row
     alone cannot decide)."""
@@ -286,11 +286,11 @@ FOLD_VERSION_KEY = "tasks_fold"
 FOLD_VERSION = "3"  # 3: rows carry the request's HLC
 
 
-def mark_fold_version(tx: Transaction) -> None:
+def mark_fold_version(tx: "Transaction") -> None:
     sql.set_meta(tx.ex, FOLD_VERSION_KEY, FOLD_VERSION)
 
 
-def rebuild(tx: Transaction, settings: TaskSettings) -> int:
+def rebuild(tx: "Transaction", settings: "TaskSettings") -> int:
     """Recompute every task row from the log alone (and record the fold's version); returns
     the number of tasks."""
     sql.clear(tx.ex)

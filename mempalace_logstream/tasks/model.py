@@ -4,8 +4,6 @@
 and named here on first use (PEP 562): the loop guards and a plain append read the states and
 actions without generating them (issue 25)."""
 
-from __future__ import annotations
-
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mempalace_logstream import lazy

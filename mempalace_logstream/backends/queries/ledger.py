@@ -4,8 +4,6 @@ dialects run the same portable upsert (a new row inserted, a held row's columns 
 earlier), batched in the one flush transaction, under the write lock.
 """
 
-from __future__ import annotations
-
 import functools
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -45,7 +43,7 @@ def _later(column: str) -> str:
     )
 
 
-def _upsert() -> sa.Executable:
+def _upsert() -> "sa.Executable":
     """Insert one mark, or move a held row's columns that get earlier (the push's path with
     its time). The same text on SQLite (3.24+) and PostgreSQL: `excluded` is the new row, and
     every SET expression reads the row as it was."""
@@ -93,7 +91,7 @@ _IDS = {
 }
 
 
-def _page(column: str) -> sa.Executable:
+def _page(column: str) -> "sa.Executable":
     """Mark `column` (and the push's path with pushed_at) at :at for :agent on each event of
     the JSON array :ids that reaches :agent (addressed to it, or to '*' and not its own),
     unless it holds an earlier time. The events' routing is read by the database, in one
@@ -135,7 +133,7 @@ def merge(ex: Executor, rows: list[dict[str, Any]]) -> None:
         ex.run_many("ledger.upsert", _upsert, rows)
 
 
-def _of_event() -> sa.Executable:
+def _of_event() -> "sa.Executable":
     return (
         sa.select(
             schema.deliveries.c.event_id,
@@ -156,7 +154,7 @@ def of_event(ex: Executor, event_id: str) -> list[Mark]:
     return [Mark(*row) for row in rows]
 
 
-def _last_seen() -> sa.Executable:
+def _last_seen() -> "sa.Executable":
     """Per recipient: the latest push and the latest read or ack recorded (any event)."""
     c = schema.deliveries.c
     return sa.select(
