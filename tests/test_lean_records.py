@@ -22,14 +22,22 @@ from typing import Any
 
 import pytest
 
-from mempalace_logstream import deliveries, lazy, models
-from mempalace_logstream.store import LogStore
+from mempalace_logstream import deliveries, inbox, lazy, models, tasks, watch
+from mempalace_logstream.store import LogStore, filters
 from mempalace_logstream.store.writes import Writes
 from mempalace_logstream.tasks import TaskSettings
 from tests.conftest import REPO
 from tests.leankit import CODE
 
 DEFERRED = (
+    tasks.Task,
+    filters.Filters,
+    filters.ReadRequest,
+    inbox.InboxOptions,
+    inbox.Unseen,
+    watch.WatchOptions,
+    watch.Batch,
+    watch.Watcher,
     models.Event,
     models.Artifact,
     models.Page,
@@ -110,6 +118,50 @@ def test_instance_takes_what_init_takes() -> None:
         lazy.instance(models.EventDraft, values={"type": "note"})
 
 
+@pytest.mark.parametrize("frozen", [True, False], ids=["frozen", "mutable"])
+def test_replace_is_dataclasses_replace_without_making_the_class(frozen: bool) -> None:
+    deferred, eager = fresh(frozen)
+    early = lazy.instance(deferred, a=1, c=(2,))
+    later = lazy.replace(early, b="z")
+    assert "__dataclass_fields__" not in vars(deferred)  # not made for it
+    assert vars(later) == vars(dataclasses.replace(eager(a=1, c=(2,)), b="z"))
+    assert type(later) is deferred and vars(early) == vars(lazy.instance(deferred, a=1, c=(2,)))
+    vars(early)["cached"] = 1  # what a cached_property keeps is not a field: not copied
+    assert "cached" not in vars(lazy.replace(early))
+    with pytest.raises(TypeError, match="takes no"):
+        lazy.replace(early, d=1)
+
+
+def test_replace_runs_post_init() -> None:
+    deferred, _eager = fresh()
+
+    def refuse(self: Any) -> None:
+        if self.b == "bad":
+            raise ValueError("b refused")
+
+    deferred.__post_init__ = refuse
+    made = lazy.instance(deferred, a=1)
+    with pytest.raises(ValueError, match="b refused"):
+        lazy.replace(made, b="bad")
+
+
+def test_a_default_factory_is_called_per_instance_and_given_to_dataclasses() -> None:
+    body = {"__annotations__": {"a": "int", "d": "dict[str, int]"}}
+    deferred = type("F", (lazy.Record,), {**body, "d": lazy.field(default_factory=dict)})
+    lazy.dataclass(frozen=True)(deferred)
+    one, two = lazy.instance(deferred, a=1), lazy.instance(deferred, a=1)
+    assert one.d == {} and one.d is not two.d
+    assert [(n, d) for n, d, _ in lazy.declared(deferred)] == [
+        ("a", lazy.MISSING),
+        ("d", lazy.MISSING),
+    ]
+    made = deferred(a=2)  # now a dataclass: its own __init__ calls the factory
+    assert made.d == {} and made.d is not deferred(a=2).d
+    assert dataclasses.fields(deferred)[1].default_factory is dict
+    with pytest.raises(ValueError, match="both"):
+        lazy.field(default=1, default_factory=dict)
+
+
 def test_threads_that_need_it_at_once_all_see_it_made() -> None:
     for _round in range(20):
         deferred, eager = fresh()
@@ -137,7 +189,10 @@ def test_declared_is_what_dataclasses_gives(cls: type[Any]) -> None:
         (f.name, lazy.MISSING if f.default is dataclasses.MISSING else f.default, dict(f.metadata))
         for f in fields
     ]
-    assert all(f.default_factory is dataclasses.MISSING for f in fields)
+    factories = {f.name: f.default_factory for f in fields}
+    assert {n: f for n, f in factories.items() if f is not dataclasses.MISSING} == (
+        {"filters": dict} if cls is watch.WatchOptions else {}
+    )
 
 
 def test_the_takes_args_of_signature_is_made_when_first_read() -> None:
@@ -195,3 +250,67 @@ def test_a_cli_append_and_ack_load_no_dataclasses_or_inspect(tmp_path: Path) -> 
     event_id = json.loads(out)["event"]["id"]
     loaded, _out = console(tmp_path, "ack", event_id, "--from-agent", "b")
     assert sorted(set(loaded) & set(NOT_LOADED)) == []
+
+
+def test_the_task_commands_and_inbox_load_no_dataclasses_or_inspect(tmp_path: Path) -> None:
+    """A task's moves and status, and an inbox read, fill and replace their records with
+    `lazy.instance`/`lazy.replace` (Task, TaskSettings, ReadRequest, InboxOptions, Unseen)."""
+    LogStore.open(str(tmp_path / "log.sqlite3")).close()
+    create = ("task", "create", "--project", "p", "--from-agent", "a", "--to-agent", "b")
+    create += ("--branch", "main", "--base-commit", "abcdef1", "--goal", "g", "--done", "d")
+    _loaded, out = console(tmp_path, *create, "--json")
+    task_id = json.loads(out)["task_id"]
+    state = str(tmp_path / "inbox.json")
+    runs = {
+        "claim": ("task", "claim", task_id, "--from-agent", "b"),
+        "progress": ("task", "progress", task_id, "50", "--from-agent", "b"),
+        "complete": ("task", "complete", task_id, "--from-agent", "b", "--body", "done"),
+        "status": ("task", "status", task_id, "--json"),
+        "inbox": ("inbox", "--agent", "b", "--from-start", "--state-file", state),
+    }
+    for name, argv in runs.items():
+        loaded, out = console(tmp_path, *argv)
+        assert (name, sorted(set(loaded) & set(NOT_LOADED))) == (name, [])
+    assert json.loads(console(tmp_path, *runs["status"])[1])["task"]["state"] == "ready"
+    assert task_id in out  # the inbox showed the request
+
+
+# Runs the console script, then reports each NamedTuple or TypedDict of the package with an
+# annotation typing had to compile (a `ForwardRef`: a string under `from __future__ import
+# annotations`): the first `compile()` of a process costs ~10 M instructions (issue 25).
+FORWARD_REFS = CODE.replace(
+    '"modules": sorted(sys.modules)',
+    """"modules": sorted(
+        f"{m.__name__}.{c.__name__}"
+        for m in list(sys.modules.values())
+        if getattr(m, "__name__", "").startswith("mempalace_logstream")
+        for c in list(vars(m).values())
+        if isinstance(c, type) and c.__module__ == m.__name__
+        and (hasattr(c, "_fields") or hasattr(c, "__required_keys__"))
+        and any(isinstance(t, __import__("typing").ForwardRef)
+                for t in c.__dict__.get("__annotations__", {}).values())
+    )""",
+)
+
+
+def test_the_cli_paths_make_no_forward_ref(tmp_path: Path) -> None:
+    LogStore.open(str(tmp_path / "log.sqlite3")).close()
+    report = tmp_path / "report.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LOGSTREAM_", "MEMPALACE_"))}
+    env.update(PYTHONPATH=str(REPO), LEAN_REPORT=str(report), HOME=str(tmp_path))
+    send = ("append", "--type", "note", "--stream", "s", "--room", "r", "--from-agent", "a")
+    for argv in (
+        (*send, "--to-agent", "b", "--body", "hi"),
+        ("inbox", "--agent", "b", "--from-start", "--state-file", str(tmp_path / "s.json")),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-c", FORWARD_REFS, *argv, "--db", str(tmp_path / "log.sqlite3")],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+        got = json.loads(report.read_text())
+        assert got["code"] in (0, None), done.stderr
+        assert (argv[0], got["modules"]) == (argv[0], [])
