@@ -298,7 +298,7 @@ def event_redact(
     if keep and not arts:
         raise v.fail("artifact_ids", "is empty and keep_body is set: nothing to redact")
 
-    def work(tx: Transaction) -> dict[str, Any]:
+    def work(tx: "Transaction") -> dict[str, Any]:
         target = tx.find_event(ident, field="event_id")
         writer = _local_writer(tx.actor, from_agent)
         ring = tx.store.identity.keyring(tx.ex, tx.store.event_select)
