@@ -65,6 +65,14 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ("SELECT events.seq \nFROM events \nWHERE events.id = :id"),
         {},
     ),
+    "log.tip-facts": (
+        (
+            "SELECT events.seq, events.id, EXISTS (SELECT event_artifacts.event_id \n"
+            "FROM event_artifacts) AS linked \nFROM events ORDER BY events.seq DESC\n "
+            "LIMIT 1 OFFSET 0"
+        ),
+        {},
+    ),
     ("log.page", (("correlation_id", 1),), 0, False, False, "asc", ("correlation_id",)): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "
@@ -77,9 +85,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "artifact_links, events.body, events.created_at, events.metadata_json, "
             "events.sig, events.key_id \nFROM events \nWHERE events.seq > :lo AND "
             "events.seq <= :top AND events.correlation_id = :correlation_id_0 ORDER "
-            "BY events.seq ASC\n LIMIT :lim OFFSET :param_1"
+            "BY events.seq ASC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (("correlation_id", 1),), 0, False, False, "desc", ("correlation_id",)): (
         (
@@ -93,9 +101,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "artifact_links, events.body, events.created_at, events.metadata_json, "
             "events.sig, events.key_id \nFROM events \nWHERE events.seq > :lo AND "
             "events.seq <= :top AND events.correlation_id = :correlation_id_0 ORDER "
-            "BY events.seq DESC\n LIMIT :lim OFFSET :param_1"
+            "BY events.seq DESC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (("exclude_writer", 1),), 0, False, False, "asc", ()): (
         (
@@ -110,9 +118,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
             "(events.from_agent NOT IN (:exclude_writer_0)) ORDER BY events.seq ASC\n "
-            "LIMIT :lim OFFSET :param_1"
+            "LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (("exclude_writer", 1),), 0, False, False, "desc", ()): (
         (
@@ -127,9 +135,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
             "(events.from_agent NOT IN (:exclude_writer_0)) ORDER BY events.seq DESC\n"
-            " LIMIT :lim OFFSET :param_1"
+            " LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (("exclude_writer", 1),), 1, False, False, "asc", ()): (
         (
@@ -144,9 +152,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
             "(events.from_agent NOT IN (:exclude_writer_0)) AND events.to_agent IN "
-            "(:to_0) ORDER BY events.seq ASC\n LIMIT :lim OFFSET :param_1"
+            "(:to_0) ORDER BY events.seq ASC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (("exclude_writer", 1),), 2, True, False, "asc", ()): (
         (
@@ -172,9 +180,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "artifact_links, events.body, events.created_at, events.metadata_json, "
             "events.sig, events.key_id \nFROM events \nWHERE events.seq > :lo AND "
             "events.seq <= :top AND (events.from_agent NOT IN (:exclude_writer_0)) "
-            "AND events.to_agent = :to_1 ORDER BY seq ASC\n LIMIT :lim OFFSET :param_1"
+            "AND events.to_agent = :to_1 ORDER BY seq ASC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (("room", 1),), 0, False, False, "asc", ("room",)): (
         (
@@ -188,10 +196,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "ea.event_id = events.id) END AS artifact_links, events.body, "
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
-            "events.room = :room_0 ORDER BY events.seq ASC\n LIMIT :lim OFFSET "
-            ":param_1"
+            "events.room = :room_0 ORDER BY events.seq ASC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (("room", 1),), 0, False, False, "desc", ("room",)): (
         (
@@ -205,10 +212,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "ea.event_id = events.id) END AS artifact_links, events.body, "
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
-            "events.room = :room_0 ORDER BY events.seq DESC\n LIMIT :lim OFFSET "
-            ":param_1"
+            "events.room = :room_0 ORDER BY events.seq DESC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (("status", 1),), 0, False, False, "asc", ("status",)): (
         (
@@ -222,10 +228,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "ea.event_id = events.id) END AS artifact_links, events.body, "
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
-            "events.status = :status_0 ORDER BY events.seq ASC\n LIMIT :lim OFFSET "
-            ":param_1"
+            "events.status = :status_0 ORDER BY events.seq ASC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (("status", 1),), 0, False, False, "desc", ("status",)): (
         (
@@ -239,10 +244,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "ea.event_id = events.id) END AS artifact_links, events.body, "
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
-            "events.status = :status_0 ORDER BY events.seq DESC\n LIMIT :lim OFFSET "
-            ":param_1"
+            "events.status = :status_0 ORDER BY events.seq DESC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (("stream", 1),), 0, False, False, "asc", ("stream",)): (
         (
@@ -256,10 +260,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "ea.event_id = events.id) END AS artifact_links, events.body, "
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
-            "events.stream = :stream_0 ORDER BY events.seq ASC\n LIMIT :lim OFFSET "
-            ":param_1"
+            "events.stream = :stream_0 ORDER BY events.seq ASC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (("stream", 1),), 0, False, False, "desc", ("stream",)): (
         (
@@ -273,10 +276,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "ea.event_id = events.id) END AS artifact_links, events.body, "
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
-            "events.stream = :stream_0 ORDER BY events.seq DESC\n LIMIT :lim OFFSET "
-            ":param_1"
+            "events.stream = :stream_0 ORDER BY events.seq DESC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (("topic", 1),), 0, False, False, "asc", ("topic",)): (
         (
@@ -290,10 +292,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "ea.event_id = events.id) END AS artifact_links, events.body, "
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
-            "events.topic = :topic_0 ORDER BY events.seq ASC\n LIMIT :lim OFFSET "
-            ":param_1"
+            "events.topic = :topic_0 ORDER BY events.seq ASC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (("topic", 1),), 0, False, False, "desc", ("topic",)): (
         (
@@ -307,10 +308,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "ea.event_id = events.id) END AS artifact_links, events.body, "
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
-            "events.topic = :topic_0 ORDER BY events.seq DESC\n LIMIT :lim OFFSET "
-            ":param_1"
+            "events.topic = :topic_0 ORDER BY events.seq DESC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (("type", 1),), 0, False, False, "asc", ("type",)): (
         (
@@ -324,10 +324,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "ea.event_id = events.id) END AS artifact_links, events.body, "
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
-            "events.type = :type_0 ORDER BY events.seq ASC\n LIMIT :lim OFFSET "
-            ":param_1"
+            "events.type = :type_0 ORDER BY events.seq ASC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (("type", 1),), 0, False, False, "desc", ("type",)): (
         (
@@ -341,10 +340,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "ea.event_id = events.id) END AS artifact_links, events.body, "
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
-            "events.type = :type_0 ORDER BY events.seq DESC\n LIMIT :lim OFFSET "
-            ":param_1"
+            "events.type = :type_0 ORDER BY events.seq DESC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (("writer", 1),), 0, False, False, "asc", ("from_agent",)): (
         (
@@ -359,9 +357,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
             "events.from_agent = :writer_0 ORDER BY events.seq ASC\n LIMIT :lim "
-            "OFFSET :param_1"
+            "OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (("writer", 1),), 0, False, False, "desc", ("from_agent",)): (
         (
@@ -376,9 +374,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
             "events.from_agent = :writer_0 ORDER BY events.seq DESC\n LIMIT :lim "
-            "OFFSET :param_1"
+            "OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (), 0, False, False, "asc", ()): (
         (
@@ -392,9 +390,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "ea.event_id = events.id) END AS artifact_links, events.body, "
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top ORDER BY "
-            "events.seq ASC\n LIMIT :lim OFFSET :param_1"
+            "events.seq ASC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (), 0, False, False, "desc", ()): (
         (
@@ -408,9 +406,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "ea.event_id = events.id) END AS artifact_links, events.body, "
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top ORDER BY "
-            "events.seq DESC\n LIMIT :lim OFFSET :param_1"
+            "events.seq DESC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (), 2, True, False, "asc", ()): (
         (
@@ -435,9 +433,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "ea.event_id = events.id) END AS artifact_links, events.body, "
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
-            "events.to_agent = :to_1 ORDER BY seq ASC\n LIMIT :lim OFFSET :param_1"
+            "events.to_agent = :to_1 ORDER BY seq ASC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (), 2, True, False, "desc", ()): (
         (
@@ -462,9 +460,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "ea.event_id = events.id) END AS artifact_links, events.body, "
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
-            "events.to_agent = :to_1 ORDER BY seq DESC\n LIMIT :lim OFFSET :param_1"
+            "events.to_agent = :to_1 ORDER BY seq DESC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.top", False): (
         (

@@ -157,10 +157,12 @@ class _Statements:
     def tested(self, rows: Sequence[Any], low: int, high: int) -> None:
         """Nothing to remember (a reader of one call)."""
 
-    def page(self, req: ReadRequest, lo: int, top_seq: int, order: str) -> Sequence[Any]:
+    def page(
+        self, req: ReadRequest, lo: int, top_seq: int, order: str, fixed: tuple[str, ...]
+    ) -> Sequence[Any]:
         split = inbox_sql.SPLIT_INBOX
         key, _shape, params = plan.page_query(
-            req, lo, top_seq, order, split, plan.SPLIT_TO_AGENT_MAX
+            req, lo, top_seq, order, split, plan.SPLIT_TO_AGENT_MAX, fixed
         )
         return self._rows(key, params)
 
@@ -184,11 +186,18 @@ def generate() -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         path = f"{tmp}/log.sqlite3"
         with LogStore.open(path) as writer:
+            # A log that links an artifact: the store's pages read the links column, as this
+            # reader's do (its tip reads no log facts: `plan.read_page`).
+            art = writer.artifact_put(kind="note", content="x", created_by="a")
+            writer.event_append(
+                type="note", stream="s", room="r", from_agent="a", artifact_ids=[art.id]
+            )
             sent = [
                 writer.event_append(type="note", stream="s", room="r", from_agent="a", to_agent=to)
                 for to in ("b", "*", "b")
             ]
         with LogStore.open(path, create=False) as store:  # a fresh store: only these reads
+            store.tip()  # this reader's tip (the store's reads ask the tip with the facts)
             store.event_list(limit=1, order="desc")  # the first run's tip; `logstream list`
             store.event_get(sent[0].id)  # `logstream get`
             store.event_list(type=[KEY_ADD], limit=1)  # the inbox's "agents have keys" probe
