@@ -65,14 +65,6 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ("SELECT events.seq \nFROM events \nWHERE events.id = :id"),
         {},
     ),
-    "log.tip-facts": (
-        (
-            "SELECT events.seq, events.id, EXISTS (SELECT event_artifacts.event_id \n"
-            "FROM event_artifacts) AS linked \nFROM events ORDER BY events.seq DESC\n "
-            "LIMIT 1 OFFSET 0"
-        ),
-        {},
-    ),
     ("log.page", (("correlation_id", 1),), 0, False, False, "asc", ("correlation_id",)): (
         (
             "SELECT events.id, events.seq, events.origin_replica, events.origin_seq, "

@@ -180,24 +180,20 @@ def generate() -> dict[str, Any]:
     from mempalace_logstream.backends.sqlite import SqliteBackend
     from mempalace_logstream.identity.keyring import KEY_ADD
     from mempalace_logstream.schema import SCHEMA_HEAD
+    from mempalace_logstream.store import reads
     from mempalace_logstream.store.core import LogStore
     from mempalace_logstream.store.filters import PAGE_FILTERS
 
     with tempfile.TemporaryDirectory() as tmp:
         path = f"{tmp}/log.sqlite3"
         with LogStore.open(path) as writer:
-            # A log that links an artifact: the store's pages read the links column, as this
-            # reader's do (its tip reads no log facts: `plan.read_page`).
-            art = writer.artifact_put(kind="note", content="x", created_by="a")
-            writer.event_append(
-                type="note", stream="s", room="r", from_agent="a", artifact_ids=[art.id]
-            )
             sent = [
                 writer.event_append(type="note", stream="s", room="r", from_agent="a", to_agent=to)
                 for to in ("b", "*", "b")
             ]
-        with LogStore.open(path, create=False) as store:  # a fresh store: only these reads
-            store.tip()  # this reader's tip (the store's reads ask the tip with the facts)
+        # A fresh store: only these reads; its tip without the log's facts, as this reader's
+        # (so its pages keep every column whatever the log holds: `plan.read_page`).
+        with reads.no_log_facts(), LogStore.open(path, create=False) as store:
             store.event_list(limit=1, order="desc")  # the first run's tip; `logstream list`
             store.event_get(sent[0].id)  # `logstream get`
             store.event_list(type=[KEY_ADD], limit=1)  # the inbox's "agents have keys" probe

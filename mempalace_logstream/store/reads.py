@@ -30,6 +30,9 @@ if TYPE_CHECKING:  # the filters are imported where a read uses them: a task mov
 # An inbox read with up to this many to_agent values runs one index-ordered leg per value
 # (see `Reads._page_plan`); more values fall back to one IN list. Tests lower it here.
 _SPLIT_TO_AGENT_MAX = plan.SPLIT_TO_AGENT_MAX
+# Whether a store's reads ask the tip with the log's facts, which let a page statement leave
+# columns out (`plan.read_page`); `no_log_facts` turns it off for the stores it opens.
+_LOG_FACTS = [True]
 # Page statements a store remembers, by request (`Reads._page_statement`), under (the
 # request's id, the order, `_SPLIT_TO_AGENT_MAX`, the columns left out).
 _PAGES_KEPT = 256
@@ -53,7 +56,9 @@ class Reads:
         # of the whole log, which a backend may answer again while nothing was committed. Both
         # are run as compiled here, (SQL text, parameters), straight on the read's `Query`.
         # The tip carries the log's facts a page statement may use (`plan.read_page`).
-        self._tip = log_rows.tip_facts_statement(self._sql)
+        facts = _LOG_FACTS[-1]
+        tip = log_rows.tip_facts_statement if facts else log_rows.tip_statement
+        self._tip = tip(self._sql)
         self._marks = identity.marks_statement(self._sql)
         # A cursor's seq too: a poll repeats its cursor while nothing is committed.
         cursor = log_rows.seq_of_statement(self._sql)
@@ -219,6 +224,17 @@ class Reads:
             # Resume after everything examined so far (rejected rows included): no rescans.
             page = self.read(req, after_seq=page.scanned_seq)
         return page
+
+
+@contextlib.contextmanager
+def no_log_facts() -> Iterator[None]:
+    """Stores opened inside read their tip without the log's facts, so their pages select
+    every column (the lean reader's statements are made so: `lean.generate`)."""
+    _LOG_FACTS.append(False)
+    try:
+        yield
+    finally:
+        _LOG_FACTS.pop()
 
 
 class _Statements:
