@@ -118,25 +118,20 @@ def tip_statement(compile: Compile) -> tuple[str, Mapping[str, Any]]:
 def _tip_facts() -> sa.Select[Any]:
     e = schema.events.c
     linked = sa.select(schema.event_artifacts.c.event_id).exists().label("linked")
-    # Each a min/max of the (origin_replica, origin_seq) index: one probe of its first or
-    # last entry (one aggregate each: SQLite's min/max optimization takes one per SELECT).
-    lo = sa.select(sa.func.min(e.origin_replica)).scalar_subquery().label("lo_replica")
-    hi = sa.select(sa.func.max(e.origin_replica)).scalar_subquery().label("hi_replica")
-    q = sa.select(e.seq, e.id, linked, lo, hi)
+    q = sa.select(e.seq, e.id, linked)
     one: sa.ColumnElement[int] = sa.literal_column("1")
     zero: sa.ColumnElement[int] = sa.literal_column("0")
     return q.order_by(e.seq.desc()).limit(one).offset(zero)
 
 
 def tip_facts_statement(compile: Compile) -> tuple[str, Mapping[str, Any]]:
-    """The SQL text (no parameters) of a read's tip and the log's facts a page statement may
-    use (`plan.read_page`): (seq, id) of the newest event, whether any event links an
-    artifact, the least and the greatest origin_replica; no row on an empty log. A log fact
-    (`remember_log_facts`), as the tip: run as is by a read (`Reads`). Each fact is one
-    index probe; `event_artifacts` and `events` are append-only, an event's links written in
-    its transaction, and seq order is commit order, so what the tip's snapshot shows holds
-    for every event up to the tip in a later snapshot too (PostgreSQL reads each statement
-    at READ COMMITTED)."""
+    """The SQL text (no parameters) of a read's tip with the log's facts a page statement may
+    use (`plan.read_page`): (seq, id) of the newest event and whether any event links an
+    artifact (one index probe); no row on an empty log. A log fact (`remember_log_facts`),
+    as the tip: run as is by a read (`Reads`). `event_artifacts` is append-only and an
+    event's links are written in its transaction, and seq order is commit order, so what the
+    tip's snapshot shows holds for every event up to the tip in a later snapshot too
+    (PostgreSQL reads each statement at READ COMMITTED)."""
     return compile(TIP_FACTS, _tip_facts, {})
 
 
