@@ -15,7 +15,7 @@ most of it the wrappers' own, which "rest" holds):
 
   validation       `Writes.draft_of` (every field's rule, the idempotency key)
   id+HLC           `Transaction._new_event` (the event id, the HLC tick, the time stamp)
-  identity         `Local._sealed` (names against the keyring, the signer, the verdict)
+  identity         `Local.admit` (names against the keyring, the signer, the verdict)
   guards           `store.guards.check_local` (inside the task projection)
   proj:*           each registered projection's `apply` (tasks includes the guards); one
                    whose `local_types` leave the row's type out is not called (no line)
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         acc: collections.Counter[str] = collections.Counter()
         _wrap(writes.Writes, "draft_of", "validation", acc)
         _wrap(writes.Transaction, "_new_event", "id+HLC", acc)
-        _wrap(append_mod.Local, "_sealed", "identity", acc)
+        _wrap(append_mod.Local, "admit", "identity", acc)
         _wrap(guards, "check_local", "guards", acc)
         _wrap(tasks.TaskProjection, "apply", "proj:tasks (with guards)", acc)
         _wrap(redaction.RedactionProjection, "apply", "proj:redactions", acc)

@@ -14,6 +14,7 @@ from typing import NamedTuple, Protocol
 MAX_COUNTER = 0xFFFFFF
 MAX_FUTURE_DRIFT_MS = 60_000
 HLC_RE = re.compile(r"^(\d{13})-([0-9a-f]{6})-(\S+)$")
+_UNPADDED_MS = 10**12  # the least ms that has 13 digits without padding
 
 
 class Clock(Protocol):
@@ -87,8 +88,16 @@ class HybridClock:
                 self._counter += 1
             else:
                 self._ms, self._counter = self._ms + 1, 0
-            # `Stamp.render` without the Stamp (a tick per append)
-            stamp = f"{self._ms:013d}-{self._counter:06x}-{self.replica_id}"
+            # `Stamp.render` without the Stamp (a tick per append), and without format specs
+            # where they change nothing (each costs ~0.1 µs): ms has 13 digits from 2001 on,
+            # and the counter of a new ms is 0.
+            ms, counter = self._ms, self._counter
+            if ms < _UNPADDED_MS:
+                stamp = f"{ms:013d}-{counter:06x}-{self.replica_id}"
+            elif counter:
+                stamp = f"{ms}-{counter:06x}-{self.replica_id}"
+            else:
+                stamp = f"{ms}-000000-{self.replica_id}"
             self.minted = stamp if len(stamp) == self._stamp_len else None
             return wall, stamp
 

@@ -11,8 +11,8 @@ does not answer in time, or answers 5xx, 503 at its wait cap or while it stops i
 a refused token, `is_refusal`, nor an answer about the request itself), and so are the pauses
 (`Backoff`: doubling up to 5 s), except that a `Retry-After` is honoured up to that cap. The
 first failure of an outage is told in one line (the hub and why), its end in one line; nothing
-in between. After `give_up_after_s` of one outage, `GaveUpError` (the CLI exits
-`EXIT_GAVE_UP`).
+in between. After `give_up_after_s` of one outage, or at the instant a call is given as
+`until` (a `wait`'s timeout), `GaveUpError` (the CLI exits `EXIT_GAVE_UP`).
 
 The callers resume from their cursor: `fn` reads after the cursor the caller holds, and the
 cursor moves only with an answer the caller has delivered, so a retried call neither skips
@@ -26,7 +26,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, NoReturn, Protocol, TypeVar
 
 from mempalace_logstream import backoff, errors
 
@@ -120,9 +120,11 @@ class Reconnect:
         self._reason = ""
         self.outages = 0  # how many outages this policy rode through (read by tests)
 
-    def call(self, fn: Callable[[], T]) -> T:
+    def call(self, fn: Callable[[], T], *, until: float | None = None) -> T:
         """`fn()`, retried through an outage; raises its other errors (a refused token
-        included) at once, or GaveUpError past `give_up_after_s`."""
+        included) at once, or GaveUpError past `give_up_after_s`. `until` (an instant of
+        the policy's clock) ends the ride too: a failure at or after it gives up (`wait`,
+        whose timeout it is, when no `give_up_after_s` was given); a try is made right at it."""
         while True:
             try:
                 result = fn()
@@ -131,7 +133,7 @@ class Reconnect:
                     raise
                 if not backoff.is_transient(exc):
                     raise
-                left = self._lost(exc)
+                left = self._lost(exc, until)
                 self._sleep(min(self._delay(exc), left))
                 continue
             self._back()
@@ -147,18 +149,19 @@ class Reconnect:
             return min(float(exc.retry_after_s), self.max_delay_s)
         return self._pause.delay()
 
-    def _lost(self, exc: errors.LogstreamError) -> float:
-        """Tell the first failure of an outage; give up past the bound. Returns the seconds
-        left before the bound (a try is made right at it)."""
+    def _lost(self, exc: errors.LogstreamError, until: float | None = None) -> float:
+        """Tell the first failure of an outage; give up past the bound or at `until`.
+        Returns the seconds left before the nearer of the two (a try is made right at it)."""
         now = self._clock()
         if self._down_since is None:
             self._down_since, self._reason = now, reason(exc, self.hub)
             self.outages += 1
-            bound = (
-                f", giving up after {self.give_up_after_s:g} s (--give-up-after)"
-                if self.give_up_after_s is not None
-                else ""
-            )
+            if self.give_up_after_s is not None:
+                bound = f", giving up after {self.give_up_after_s:g} s (--give-up-after)"
+            elif until is not None:
+                bound = ", giving up once the wait's timeout has passed"
+            else:
+                bound = ""
             self._tell(
                 "lost",
                 0.0,
@@ -166,16 +169,24 @@ class Reconnect:
                 f"it is back; retrying at most {self.max_delay_s:g} s apart{bound}",
             )
         down = now - self._down_since
-        if self.give_up_after_s is None:
-            return self.max_delay_s
-        if down >= self.give_up_after_s:
-            message = (
-                f"gave up on hub {self.hub} after {down:.1f} s without it "
-                f"({reason(exc, self.hub)}; --give-up-after {self.give_up_after_s:g})"
-            )
-            self._tell("gave_up", down, message)
-            raise GaveUpError(message)
-        return self.give_up_after_s - down
+        left = self.max_delay_s
+        if self.give_up_after_s is not None:
+            if down >= self.give_up_after_s:
+                self._give_up(exc, down, f"--give-up-after {self.give_up_after_s:g}")
+            left = self.give_up_after_s - down
+        if until is not None:
+            if now >= until:
+                self._give_up(exc, down, "the wait's timeout has passed")
+            left = min(left, until - now)
+        return left
+
+    def _give_up(self, exc: errors.LogstreamError, down: float, why: str) -> NoReturn:
+        message = (
+            f"gave up on hub {self.hub} after {down:.1f} s without it "
+            f"({reason(exc, self.hub)}; {why})"
+        )
+        self._tell("gave_up", down, message)
+        raise GaveUpError(message)
 
     def _back(self) -> None:
         if self._down_since is None:

@@ -156,3 +156,15 @@ def test_the_clock_keeps_its_last_stamp_only_when_well_formed():
     assert not hlc.is_valid(far.now()) and far.minted is None
     spaced = hlc.HybridClock("rep x", Wall())  # a suffix that never makes a valid stamp
     assert not hlc.is_valid(spaced.now()) and spaced.minted is None
+
+
+@pytest.mark.parametrize("ms", [5, 10**12 - 1, 10**12, 1_783_038_849_123, 10**13 - 1])
+def test_a_tick_renders_as_its_stamp_whatever_the_digits_and_counter(ms: int):
+    """`tick` writes the stamp without format specs where they change nothing (ms of 13
+    digits, a new ms's counter 0): the same text as `Stamp.render` for every ms and counter."""
+    wall = Wall(ms)
+    clock = hlc.HybridClock(R, wall)
+    stamps = [clock.tick() for _ in range(3)]  # counters 0, 1, 2 within the ms
+    assert [s for _ms, s in stamps] == [hlc.Stamp(ms, c, R).render() for c in range(3)]
+    assert all(clock.minted is None or hlc.is_valid(s) for _ms, s in stamps)
+    assert clock.minted == stamps[-1][1]

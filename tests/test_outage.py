@@ -4,13 +4,15 @@ that is stopped for 10 s and started again on the same port while another proces
 appending (through the hub while it is up, straight into the log meanwhile): every event
 arrives exactly once at each client, in order; each says once that the hub was lost (and why)
 and once that it is back. A token refused after a restart is not an outage (one line, exit 1);
-`--give-up-after` bounds one (exit 3). Real subprocesses on both backends
+`--give-up-after` bounds one (exit 3), and so does a `wait`'s own timeout without it, a
+hub that never answers included. Real subprocesses on both backends
 (`tests/outagekit.py`)."""
 
 from __future__ import annotations
 
 import json
 import re
+import socket
 import time
 from pathlib import Path
 
@@ -189,6 +191,36 @@ def test_give_up_after_bounds_an_outage_with_exit_3(tmp_path: Path, command: str
     lost, gave_up = _told(proc, "is unreachable ("), _told(proc, "gave up on hub")
     assert len(lost) == 1 and "connection refused" in lost[0], proc.err.text()
     assert len(gave_up) == 1 and "--give-up-after 1" in gave_up[0]
+
+
+@pytest.mark.slow
+def test_a_wait_gives_up_on_a_lost_hub_once_its_timeout_has_passed(tmp_path: Path) -> None:
+    """Without --give-up-after a `wait` is still bounded: by its own --timeout-ms (exit 3,
+    not 2, since what arrived meanwhile is unknown). Nothing listens at the port."""
+    url = f"http://127.0.0.1:{free_port()}"
+    proc = CliProcess(["wait", "--hub", url, "--timeout-ms", "1500"], cli_env(tmp_path))
+    assert proc.wait(60) == 3, proc.err.text()
+    lost, gave_up = _told(proc, "is unreachable ("), _told(proc, "gave up on hub")
+    assert len(lost) == 1 and "giving up once the wait's timeout has passed" in lost[0]
+    assert len(gave_up) == 1 and "the wait's timeout has passed" in gave_up[0], proc.err.text()
+
+
+@pytest.mark.slow
+def test_a_wait_on_a_hub_that_never_answers_ends_within_its_deadlines(tmp_path: Path) -> None:
+    """A hub that accepts the connection and never answers (a listening socket nobody
+    accepts from): each call ends at its deadline (the wait's timeout plus the hub timeout,
+    here 1 s), and the wait gives up once its timeout has passed, instead of retrying a
+    silent hub for ever."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        env = cli_env(tmp_path, LOGSTREAM_HUB_TIMEOUT="1")
+        proc = CliProcess(["wait", "--hub", url, "--to-agent", "bob", "--timeout-ms", "500"], env)
+        assert proc.wait(60) == 3, proc.err.text()
+    lost, gave_up = _told(proc, "is unreachable ("), _told(proc, "gave up on hub")
+    assert len(lost) == 1 and "no answer in time" in lost[0], proc.err.text()
+    assert len(gave_up) == 1 and "the wait's timeout has passed" in gave_up[0]
 
 
 def test_give_up_after_refuses_a_negative_bound(tmp_path: Path) -> None:

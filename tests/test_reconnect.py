@@ -182,6 +182,46 @@ def test_the_policy_gives_up_after_the_bound_and_says_why() -> None:
     assert "--give-up-after 10" in gave_up.value.message
 
 
+def test_until_ends_the_ride_at_that_instant_with_a_last_try_right_at_it() -> None:
+    """A `wait`'s timeout (issue 25 follow-up): without --give-up-after, the ride ends when
+    the instant has passed, after one try made right at it."""
+    clock = Clock()
+    policy, told = _policy(clock)
+    tries: list[float] = []
+
+    def down() -> str:
+        tries.append(clock.now)
+        raise _down()
+
+    with pytest.raises(reconnect.GaveUpError) as gave_up:
+        policy.call(down, until=clock.now + 7.5)
+    assert tries[-1] == pytest.approx(107.5) and sum(clock.slept) == pytest.approx(7.5)
+    assert [t.state for t in told] == ["lost", "gave_up"]
+    assert "giving up once the wait's timeout has passed" in told[0].message
+    assert "the wait's timeout has passed" in gave_up.value.message
+
+
+def test_until_does_not_stop_a_hub_that_comes_back_before_it() -> None:
+    clock = Clock()
+    policy, told = _policy(clock)
+    assert policy.call(_flaky([_down()] * 3), until=clock.now + 60) == "ok"
+    assert [t.state for t in told] == ["lost", "back"]
+
+
+def test_the_nearer_of_until_and_the_bound_gives_up() -> None:
+    clock = Clock()
+    policy, _told = _policy(clock, give_up_after_s=3)
+    with pytest.raises(reconnect.GaveUpError) as gave_up:
+        policy.call(_flaky([_down()] * 1000), until=clock.now + 60)
+    assert sum(clock.slept) == pytest.approx(3.0) and "--give-up-after 3" in gave_up.value.message
+    clock = Clock()
+    policy, _told = _policy(clock, give_up_after_s=60)
+    with pytest.raises(reconnect.GaveUpError) as gave_up:
+        policy.call(_flaky([_down()] * 1000), until=clock.now + 2)
+    assert sum(clock.slept) == pytest.approx(2.0)
+    assert "the wait's timeout has passed" in gave_up.value.message
+
+
 @given(
     st.lists(
         st.one_of(

@@ -109,7 +109,8 @@ PreviewOpt = Annotated[
 
 GIVE_UP_HELP = (
     "With --hub: seconds the hub may stay lost (refused, DNS, no answer, 5xx) before this "
-    "exits 3; default: reconnect until it is back (at most 5 s between tries)."
+    "exits 3; default: reconnect until it is back (at most 5 s between tries), for `wait` "
+    "until its --timeout-ms has passed."
 )
 GiveUpOpt = Annotated[
     float | None,

@@ -75,8 +75,9 @@ def wait(
     """Block until a matching event exists (exit 0) or the timeout passes (exit 2).
 
     Without --since-event-id, existing matches return at once; with one, only later events.
-    With --hub, an outage is ridden through (the timeout still counts; exit 3 past
-    --give-up-after); 1 on errors (a refused token included), 130 on Ctrl-C.
+    With --hub, an outage is ridden through (the timeout still counts; exit 3 when the hub is
+    still lost once it has passed, or past --give-up-after when given); 1 on errors (a
+    refused token included), 130 on Ctrl-C.
     """
     args = plain.wait_args(filters, since_event_id, timeout_ms, limit, preview)
     try:
@@ -108,18 +109,22 @@ def _wait_riding(
 ) -> dict[str, Any]:
     """`event_wait` on a hub through outages: `tip` is fixed first (a retry must not move it
     past what arrived meanwhile), and each try waits only for what is left of the timeout; a
-    try after the timeout is a last look (0 ms) at what arrived."""
+    try after the timeout is a last look (0 ms) at what arrived. Without --give-up-after the
+    timeout bounds the ride too: a hub still lost when it has passed is given up on (exit 3),
+    so a wait ends within its timeout plus the hub timeout (one call's deadline) whatever
+    the hub does; with it, the outage may outlast the timeout until that bound."""
     deadline = time.monotonic() + v.timeout_ms(args.get("timeout_ms")) / 1000
+    until = deadline if policy.give_up_after_s is None else None
     since = args.get("since_event_id")
     if isinstance(since, str) and since.strip() == "tip":
-        tip = policy.call(lambda: client.call("event_list", limit=1, order="desc"))
+        tip = policy.call(lambda: client.call("event_list", limit=1, order="desc"), until=until)
         args = {**args, "since_event_id": tip.get("cursor")}  # None: the log was empty
 
     def attempt() -> dict[str, Any]:
         left_ms = max(0, int((deadline - time.monotonic()) * 1000))
         return client.call("event_wait", **{**args, "timeout_ms": left_ms})
 
-    return policy.call(attempt)
+    return policy.call(attempt, until=until)
 
 
 def _print_wait(out: dict[str, Any], as_json: bool) -> None:

@@ -87,7 +87,7 @@ def append(tx: Transaction, events: Sequence[Event], origin: Origin) -> Appended
     one = stored[0] if len(stored) == 1 else None
     key = origin.idempotency_key
     if one is not None:
-        tx.ex.insert_events([(*_columns(one.__dict__), key(one))])
+        tx.ex.insert_events([_columns(one.__dict__) + (key(one),)])  # (no list made)
     else:
         tx.ex.insert_events([(*_columns(e.__dict__), key(e)) for e in stored])
     if any(map(_artifact_ids, stored)):
@@ -172,25 +172,22 @@ class Local:
         self.key = key
 
     def admit(self, tx: Transaction, events: Sequence[Event]) -> list[Event]:
-        if len(events) == 1:
-            return [self._sealed(tx, events[0])]
-        return [self._sealed(tx, event) for event in events]
-
-    def _sealed(self, tx: Transaction, event: Event) -> Event:
-        ring = tx.keyring()
-        check_names(ring, from_agent=event.from_agent, to_agent=event.to_agent)
-        for aid in event.artifact_ids:
-            if not sql.artifact_exists(tx.ex, aid):
-                raise errors.NotFoundError(
-                    f"artifact_ids references unknown artifact {aid!r}; put it first",
-                    field="artifact_ids",
-                    ident=aid,
-                )
-        store = tx.store
-        minted = event.hlc is store.clock.minted  # (the clock's own stamp: checked when minted)
-        sealed, tx.verdict = store.identity.seal(
-            tx.ex, store.event_select, event, tx.actor, ring, minted
-        )
+        ring, store = tx.keyring(), tx.store  # (nothing is stored before all are admitted)
+        sealed: list[Event] = []
+        for event in events:
+            check_names(ring, from_agent=event.from_agent, to_agent=event.to_agent)
+            for aid in event.artifact_ids:
+                if not sql.artifact_exists(tx.ex, aid):
+                    raise errors.NotFoundError(
+                        f"artifact_ids references unknown artifact {aid!r}; put it first",
+                        field="artifact_ids",
+                        ident=aid,
+                    )
+            minted = event.hlc is store.clock.minted  # (the clock's own stamp: checked when minted)
+            one, tx.verdict = store.identity.seal(
+                tx.ex, store.event_select, event, tx.actor, ring, minted
+            )
+            sealed.append(one)
         return sealed
 
     def idempotency_key(self, event: Event) -> str | None:

@@ -214,9 +214,14 @@ class Identity:
         if actor is not None:  # (a local process writes for anyone)
             check_writer(actor, "from_agent", event.from_agent)
         ring = ring if ring is not None else self.keyring(ex, select)
+        pair: keys.KeyPair | None = None
         if is_key_type(event.type):
-            pair: keys.KeyPair | None = self._key_event_signer(event, actor)
-        else:
+            pair = self._key_event_signer(event, actor)
+        elif (
+            registered_names(ring)
+            or event.from_agent == ADMIN_NAME
+            or (actor is not None and actor.admin)
+        ):  # else a log without key events, written not as the admin: unsigned (`_signer`)
             pair = self._signer(ring, event, actor)
         if pair is not None:
             shas = artifact_sha256s(ex, event.artifact_ids)
@@ -246,17 +251,12 @@ class Identity:
         the admin key when it writes as the admin or for an agent that must sign. An
         anonymous request is never signed with a key held here.
         A log without key events (no agent has a key: nobody's key is valid, nobody must sign)
-        signs only as the admin: an append of anyone else needs no key file, and the keys
+        signs only as the admin: `seal` asks this only of an event written as the admin or to
+        a log with key events, so an append of anyone else needs no key file, and the keys
         directory is not even looked at (its stat was ~2 µs of every append, issue 25). A key
         another process adds is seen at once still: a key that signs needs its key event,
         which the keyring reads from the log."""
         if actor is not None and actor.anonymous:
-            return None
-        if (
-            event.from_agent != ADMIN_NAME
-            and (actor is None or not actor.admin)
-            and not registered_names(ring)
-        ):
             return None
         held = self.pairs()
         admin = held.get(ADMIN_NAME)

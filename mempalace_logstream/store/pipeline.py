@@ -185,7 +185,12 @@ class CommitPipeline:
                 self._run_batch(batch)
             finally:
                 self._commit_lock.release()
-                self._hand_on(batch)
+                with self._queue_lock:
+                    handed = not self._queue  # nobody came meanwhile: `_hand_on` of nobody
+                    if handed:
+                        self._callers, self._leading = 1, False
+                if not handed:
+                    self._hand_on(batch)
             if item.error is not None:
                 raise item.error
             return item.result

@@ -120,12 +120,18 @@ class Transaction:
         seq = self.state.next_seq
         # Filled like a read row becomes an Event (store/plan.py): no frozen __init__'s
         # field-by-field __setattr__ (an Event has no check of its own to skip). Its
-        # `__dict__` is a copy of the draft's values (one C copy) with the minted fields
-        # added, set whole: no second dict filled key by key.
-        values = dict(draft.values)
-        values["id"], values["seq"], values["origin_replica"] = ident, seq, store.replica_id
-        values["origin_seq"], values["hlc"], values["created_at"] = seq, stamp, created
-        values.update(_MINTED_DEFAULTS)
+        # `__dict__` is the draft's values with the minted fields, made in one display and
+        # set whole: no second dict filled key by key.
+        values = {
+            **draft.values,
+            "id": ident,
+            "seq": seq,
+            "origin_replica": store.replica_id,
+            "origin_seq": seq,
+            "hlc": stamp,
+            "created_at": created,
+            **_MINTED_DEFAULTS,
+        }
         event = object.__new__(Event)
         object.__setattr__(event, "__dict__", values)
         return event
