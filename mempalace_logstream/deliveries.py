@@ -24,19 +24,21 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from mempalace_logstream import errors
+from mempalace_logstream import errors, lazy
 from mempalace_logstream.backends.queries import ledger as sql
 from mempalace_logstream.store.ids import now_text
 
 if TYPE_CHECKING:
     import logging
+    from dataclasses import dataclass
 
     from mempalace_logstream.presence import Registry
     from mempalace_logstream.store import LogStore
+else:  # made a dataclass on first need (lazy.py): a write's ledger loads no dataclasses
+    from mempalace_logstream.lazy import dataclass
 
 
 def _log() -> logging.Logger:
@@ -103,7 +105,7 @@ class PageMark(NamedTuple):  # not a dataclass: nothing generated at import (iss
 
 
 @dataclass
-class Life:
+class Life(lazy.Record):
     """One agent's last push (and path), and the first sign of life after a push."""
 
     pushed_ms: int | None = None
@@ -224,7 +226,7 @@ class Ledger:
         if life is None:
             if len(self._life) >= MAX_AGENTS:
                 self._life.pop(next(iter(self._life)))
-            life = self._life[agent] = Life()
+            life = self._life[agent] = lazy.instance(Life)  # `Life()`, no dataclasses
         return life
 
     # ------------------------------------------------------------------ flushing
@@ -319,7 +321,8 @@ class Ledger:
 
     def life(self, agent: str) -> Life:
         with self._lock:
-            return replace(self._life.get(agent) or Life())
+            held = self._life.get(agent)
+            return lazy.instance(Life, **(vars(held) if held else {}))  # a copy
 
     def wakeable(self, agent: str, paths: Iterable[str]) -> str:
         """`yes`, `unverified` or `no` for `agent` whose live delivery paths are `paths`."""

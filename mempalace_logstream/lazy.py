@@ -8,12 +8,19 @@ stand-in keeps SQLAlchemy (~170 ms) out of a CLI write that never builds a state
 the full store, whose first build touches the stand-in, loads the real module as before.
 Type checkers see the real import (`if TYPE_CHECKING:` beside each use). Nothing is put in
 `sys.modules` until the first access: a test can tell that a process never loaded it.
+
+`dataclass(...)`: the same for the records the write path makes (below): a class made a
+dataclass by `dataclasses` itself when first needed (tests/test_lean_records.py).
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+R = TypeVar("R")
 
 
 class _Deferred:
@@ -52,3 +59,176 @@ def attributes(
         return value
 
     return __getattr__
+
+
+# ----------------------------------------------------------------------- deferred dataclasses
+
+# `dataclasses` imports `inspect` (and with it ast, dis, tokenize: ~40 M instructions, ~10 ms
+# of a CLI write), and making a frozen dataclass execs its generated methods (~5 M
+# instructions each). The records every write and read makes (models.py: `Event`, `Page`, …)
+# are filled through `__dict__` on the hot paths and never need those methods there, so they
+# are declared with `dataclass` below: the class is made a real dataclass, by
+# `dataclasses.dataclass` itself and in place, the first time anything needs it -- a call,
+# `==`, `hash`, `repr`, an assignment, or `dataclasses.fields`/`replace`/`asdict`/
+# `is_dataclass` (issue 25). Until then its `Record` base answers those, each by making the
+# class ready first and handing the call to the generated method.
+
+MISSING: Any = object()  # a declared field without a default
+
+
+class Field:
+    """`field(default=…, metadata=…)` as declared on a `Record` (the rest of
+    `dataclasses.field` is not taken: no such field is declared)."""
+
+    __slots__ = ("default", "metadata")
+
+    def __init__(self, default: Any, metadata: Mapping[str, Any] | None) -> None:
+        self.default, self.metadata = default, metadata
+
+
+def field(*, default: Any = MISSING, metadata: Mapping[str, Any] | None = None) -> Any:
+    """What the class body of a `Record` declares in place of `dataclasses.field`."""
+    return Field(default, metadata)
+
+
+# Each deferred class: its `dataclass` options and declared fields (name, default, metadata),
+# until it is made ready; `_DECLARED` keeps the fields for good.
+_PENDING: dict[type, dict[str, Any]] = {}
+_DECLARED: dict[type, tuple[tuple[str, Any, Mapping[str, Any]], ...]] = {}
+_LOCK = threading.RLock()
+_MAKING: set[type] = set()  # being made by the thread holding the lock
+
+
+def dataclass(cls: type[R] | None = None, /, **options: Any) -> Any:
+    """`dataclasses.dataclass(**options)`, applied to the class on first need (see above).
+    The class derives from `Record` and declares plain fields (no ClassVar, InitVar or
+    KW_ONLY); its class attributes are those of the dataclass it becomes from the start."""
+
+    def defer(cls: type[R]) -> type[R]:
+        if not issubclass(cls, Record):
+            raise TypeError(f"{cls.__name__} must derive from lazy.Record")
+        declared = []
+        for name in cls.__dict__.get("__annotations__", {}):
+            value = cls.__dict__.get(name, MISSING)
+            if isinstance(value, Field):
+                declared.append((name, value.default, value.metadata or {}))
+                if value.default is MISSING:
+                    delattr(cls, name)
+                else:
+                    setattr(cls, name, value.default)
+            else:
+                declared.append((name, value, {}))
+        _DECLARED[cls] = tuple(declared)
+        _PENDING[cls] = options
+        if not options.get("frozen"):  # assigned as on any object: nothing to make first
+            cls.__setattr__ = object.__setattr__  # type: ignore[method-assign]
+            cls.__delattr__ = object.__delattr__  # type: ignore[method-assign]
+        return cls
+
+    return defer if cls is None else defer(cls)
+
+
+def declared(cls: type) -> tuple[tuple[str, Any, Mapping[str, Any]], ...]:
+    """The fields of a `dataclass` above as declared: (name, default or MISSING, metadata),
+    in order, without making it ready (what `dataclasses.fields` would give)."""
+    return _DECLARED[cls]
+
+
+def instance(cls: type[R], **values: Any) -> R:
+    """An instance of a `dataclass` above as its `__init__` makes it from `values` and the
+    declared defaults (then its `__post_init__`, if any), filled through `__dict__` without
+    making the class ready (as rows become Events, store/plan.py)."""
+    filled = {}
+    for name, default, _metadata in _DECLARED[cls]:
+        value = values.pop(name, default)
+        if value is MISSING:
+            raise TypeError(f"{cls.__name__} needs {name}")
+        filled[name] = value
+    if values:
+        raise TypeError(f"{cls.__name__} takes no {sorted(values)}")
+    made: Any = object.__new__(cls)
+    object.__setattr__(made, "__dict__", filled)
+    if hasattr(cls, "__post_init__"):
+        made.__post_init__()
+    return made  # type: ignore[no-any-return]
+
+
+def ready(cls: type) -> None:
+    """Make `cls` (and any deferred class it derives from) the dataclass it was declared."""
+    for klass in reversed(cls.__mro__):
+        if klass in _PENDING:  # left only once it is made: another thread waits for it here
+            with _LOCK:
+                options = _PENDING.get(klass)
+                if options is not None and klass not in _MAKING:
+                    _MAKING.add(klass)
+                    try:
+                        _make(klass, options)
+                        del _PENDING[klass]
+                    finally:
+                        _MAKING.discard(klass)
+
+
+def _make(cls: type, options: dict[str, Any]) -> None:
+    import dataclasses
+
+    for name, default, metadata in _DECLARED[cls]:  # the fields as `dataclasses.field`s
+        if default is MISSING:
+            setattr(cls, name, dataclasses.field(metadata=metadata))
+        else:
+            setattr(cls, name, dataclasses.field(default=default, metadata=metadata))
+    dataclasses.dataclass(**options)(cls)  # which sets the class attributes back
+
+
+def _generated(cls: type, name: str) -> Any:
+    """`cls`'s `name` as its dataclass made it (object's where none was made)."""
+    ready(cls)
+    method = getattr(cls, name)
+    if method is None:  # `__hash__` of a dataclass that is compared but not frozen
+        raise TypeError(f"unhashable type: {cls.__name__!r}")
+    return getattr(object, name) if method is getattr(Record, name) else method
+
+
+class _Ready:
+    """A class attribute the dataclass sets (`__dataclass_fields__`, …): read on a deferred
+    class, the class is made ready and its own is returned."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: object, owner: type) -> Any:
+        if owner is not Record:
+            ready(owner)
+            for klass in owner.__mro__:
+                if klass is Record:
+                    break
+                if self.name in klass.__dict__:
+                    return klass.__dict__[self.name]
+        raise AttributeError(self.name)
+
+
+class Record:
+    """The base of a deferred dataclass: what a dataclass generates, answered by making the
+    class ready and calling its generated method (which then answers without coming here)."""
+
+    if not TYPE_CHECKING:  # the type checker sees the dataclass (`models.py`)
+        __dataclass_fields__ = _Ready("__dataclass_fields__")
+        __dataclass_params__ = _Ready("__dataclass_params__")
+        __match_args__ = _Ready("__match_args__")
+
+        def __init__(self, *args, **kwargs):
+            _generated(type(self), "__init__")(self, *args, **kwargs)
+
+        def __repr__(self):
+            return _generated(type(self), "__repr__")(self)
+
+        def __eq__(self, other):
+            return _generated(type(self), "__eq__")(self, other)
+
+        def __hash__(self):
+            return _generated(type(self), "__hash__")(self)
+
+        def __setattr__(self, name, value):
+            _generated(type(self), "__setattr__")(self, name, value)
+
+        def __delattr__(self, name):
+            _generated(type(self), "__delattr__")(self, name)

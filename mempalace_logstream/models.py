@@ -1,21 +1,28 @@
 """Frozen, keyword-only records returned by the store: Event, Artifact, Page, WaitResult.
 
-`to_dict()` gives the wire shape shared by every surface (S-1.1, S-1.2).
+`to_dict()` gives the wire shape shared by every surface (S-1.1, S-1.2). Each is a dataclass
+made by `dataclasses` on first need (lazy.py `dataclass`): a CLI write, which fills its events
+through `__dict__`, loads neither `dataclasses` nor `inspect` (issue 25).
 Must not import sqlalchemy, pydantic or any surface.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
-from typing import Any, NamedTuple, Required, TypedDict
+from typing import TYPE_CHECKING, Any, NamedTuple, Required, TypedDict
 
+from mempalace_logstream.lazy import Record, declared, instance
 from mempalace_logstream.payload import (
     TOMBSTONE_PREFIX,
     body_digest,
     parse_tombstone,
     read_metadata,
 )
+
+if TYPE_CHECKING:
+    from dataclasses import dataclass, field
+else:  # each made a dataclass on first need, not at import (lazy.py; issue 25)
+    from mempalace_logstream.lazy import dataclass, field
 
 PREVIEW_CHARS = 200
 _SLIM_DROP = (
@@ -60,9 +67,9 @@ def _spec(kind: str, doc: str, **options: Any) -> dict[str, FieldSpec]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Event:
+class Event(Record):
     """One stored event: its fields are declared here once (`EVENT_SPEC`). (A docstring of its
-    own: `dataclass` would otherwise build one from `inspect.signature`, at every import.)"""
+    own: `dataclass` would otherwise build one from `inspect.signature`.)"""
 
     id: str = field(metadata=_spec("key", "globally unique event id (evt_<ULID>)"))
     seq: int = field(metadata=_spec("seq", "this store's position (local)", content=False))
@@ -285,7 +292,7 @@ class Event:
 
 # The fields of an event as declared on `Event`, in that order: (attribute, spec).
 EVENT_SPEC: tuple[tuple[str, FieldSpec], ...] = tuple(
-    (f.name, f.metadata["spec"]) for f in fields(Event)
+    (name, metadata["spec"]) for name, _default, metadata in declared(Event)
 )
 _WIRE_NAMES = tuple((name, spec.wire or name) for name, spec in EVENT_SPEC)
 # The immutable, replicated fields by their wire names, in one order: `Event.content_key()`, the
@@ -319,7 +326,7 @@ def _digest_or_body(body: str) -> str:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Artifact:
+class Artifact(Record):
     """One stored artifact: content-addressed bytes (RFC 0005) with who made it and when."""
 
     id: str
@@ -373,7 +380,7 @@ class Artifact:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Page:
+class Page(Record):
     """One read: the events, the cursor of the newest examined event, and whether more remain.
 
     `scanned_seq` is the local position behind `cursor`; `preview`/`slim` shape `to_dict`.
@@ -389,7 +396,9 @@ class Page:
     slim: bool = False
 
     def replace(self, **changes: Any) -> Page:
-        return replace(self, **changes)
+        import dataclasses
+
+        return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -429,7 +438,7 @@ class EventArgs(TypedDict, total=False):
 
 
 @dataclass(frozen=True, kw_only=True)
-class EventDraft:
+class EventDraft(Record):
     """A validated event, not yet stored (`LogStore.draft_event` makes it): a checked value for
     each field a writer gives (`values`, by attribute name: `DRAFT_FIELDS`) and the
     idempotency key."""
@@ -447,14 +456,15 @@ class EventDraft:
 
     def replace(self, **values: Any) -> EventDraft:
         """This draft with some values changed (already checked ones: a workflow's)."""
-        return EventDraft(values={**self.values, **values}, idempotency_key=self.idempotency_key)
+        merged = {**self.values, **values}  # (made as `EventDraft(...)` makes it: lazy.py)
+        return instance(EventDraft, values=merged, idempotency_key=self.idempotency_key)
 
 
 _DRAFT_NAMES = frozenset(DRAFT_FIELDS)
 
 
 @dataclass(frozen=True, kw_only=True)
-class ArtifactDraft:
+class ArtifactDraft(Record):
     """A validated artifact, not yet stored (`LogStore.artifact_put` makes it)."""
 
     kind: str

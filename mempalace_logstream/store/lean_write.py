@@ -27,7 +27,7 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from mempalace_logstream import config, delivery_hook, errors, hlc, notify
+from mempalace_logstream import config, delivery_hook, errors, hlc, lazy, notify
 from mempalace_logstream import op_handlers as handlers
 from mempalace_logstream import validation as v
 from mempalace_logstream.backends import sqlite_write_sql as generated
@@ -202,7 +202,8 @@ class LeanStore:
     def task_settings(self) -> TaskSettings:
         from mempalace_logstream.tasks import TaskSettings
 
-        return self._task_settings or TaskSettings()
+        # `TaskSettings()` without making the dataclass (a loop guard reads the values only)
+        return self._task_settings or lazy.instance(TaskSettings)
 
     @functools.cached_property
     def reads(self) -> Reads:

@@ -12,13 +12,12 @@ Must not import sqlalchemy, the backends or the rest of the store: the hook path
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import operator
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from mempalace_logstream import errors
+from mempalace_logstream import errors, lazy
 from mempalace_logstream.models import EVENT_SPEC, NULLABLE_FIELDS, ROW_ERROR, Event, Page
 
 if TYPE_CHECKING:
@@ -26,7 +25,7 @@ if TYPE_CHECKING:
 
 # Read statements select the Event fields in declaration order, the artifact links column in
 # the `artifact_ids` slot, so a row zips straight into an Event's __dict__.
-EVENT_FIELDS = tuple(f.name for f in dataclasses.fields(Event))
+EVENT_FIELDS = tuple(name for name, _spec in EVENT_SPEC)
 SEQ_AT, ID_AT = EVENT_FIELDS.index("seq"), EVENT_FIELDS.index("id")
 _OSEQ_AT, _LINKS_AT = EVENT_FIELDS.index("origin_seq"), EVENT_FIELDS.index("artifact_ids")
 # A page row carries its artifact links as "position<RS>id<US>position<RS>id…" (control
@@ -183,18 +182,18 @@ def _page_maker() -> Callable[..., Page]:
     call, and the frozen dataclass's `__init__` (one `object.__setattr__` per field) was ~3 µs
     of a 60 µs read (issue 25). Generated once from the fields of `Page`."""
     given = ("events", "cursor", "has_more", "note", "scanned_seq", "preview", "slim")
-    fields = dataclasses.fields(Page)
-    if any(f.default is dataclasses.MISSING for f in fields if f.name not in given):
+    fields = {name: default for name, default, _metadata in lazy.declared(Page)}
+    if any(default is lazy.MISSING for name, default in fields.items() if name not in given):
         raise TypeError("a Page field without a plain default is not given by new_page")
     lines = [f"def new_page({', '.join(given)}):", "    page = filling()"]
-    for f in fields:
-        value = f.name if f.name in given else f"defaults[{f.name!r}]"
-        lines.append(f"    page.{f.name} = {value}")
+    for name in fields:
+        value = name if name in given else f"defaults[{name!r}]"
+        lines.append(f"    page.{name} = {value}")
     lines += ["    page.__class__ = page_type", "    return page"]
     scope: dict[str, Any] = {
         "filling": _PageFilling,
         "page_type": Page,
-        "defaults": {f.name: f.default for f in fields if f.name not in given},
+        "defaults": {name: default for name, default in fields.items() if name not in given},
     }
     exec("\n".join(lines), scope)  # noqa: S102 - our own text, from the field names
     new_page: Callable[..., Page] = scope["new_page"]

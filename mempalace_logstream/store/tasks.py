@@ -10,13 +10,12 @@ Events applied from a peer or imported are never refused: the projection advance
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from mempalace_logstream import errors, tasks
+from mempalace_logstream import errors, lazy, tasks
 from mempalace_logstream.backends.queries import tasks as sql
 from mempalace_logstream.models import Event
 from mempalace_logstream.store import guards
@@ -25,9 +24,12 @@ from mempalace_logstream.store.rows import events_from_rows
 from mempalace_logstream.tasks.model import NON_TERMINAL, REQUEST_TYPE
 
 if TYPE_CHECKING:
+    import dataclasses
+
     from mempalace_logstream.store.writes import Transaction
     from mempalace_logstream.tasks import Task, TaskSettings
-
+else:  # with the Task, when a task is first written or read (issue 25)
+    dataclasses = lazy.module("dataclasses")
 
 # ----------------------------------------------------------------------------- rows
 

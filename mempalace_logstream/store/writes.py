@@ -4,9 +4,7 @@ and `Transaction`, the public API inside a group-committed write transaction
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from operator import methodcaller
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
@@ -45,9 +43,12 @@ from mempalace_logstream.store.signatures import takes_args_of
 from mempalace_logstream.tasks.guards import BudgetExhausted
 
 if TYPE_CHECKING:
+    import dataclasses
+
     from mempalace_logstream.identity import keys
     from mempalace_logstream.store.core import LogStore
-else:  # on first use: an unsigned write never loads it (issue 25)
+else:  # on first use: an unsigned write never loads them (issue 25)
+    dataclasses = lazy.module("dataclasses")
     keys = lazy.module("mempalace_logstream.identity.keys")
 
 T = TypeVar("T")
@@ -351,7 +352,7 @@ class Writes:
             )
         content = bytes(row[-1])
         if mine is not None:  # redacted itself: its tombstone, whatever the shared blob holds
-            return replace(artifact_from_row(row, b""), redacted=mine)
+            return dataclasses.replace(artifact_from_row(row, b""), redacted=mine)
         # Re-hashed on every read (cheap next to the I/O): bytes changed behind the log are
         # never served under the original digest.
         import hashlib  # here: hashlib is not loaded by a plain append (issue 25)
@@ -389,12 +390,12 @@ def same_as_prior(prior: Event, draft: EventDraft) -> Event:
 
 # The fields of an Event neither a draft nor `_new_event` gives: their declared defaults.
 _MINTED_DEFAULTS = {
-    f.name: f.default
-    for f in dataclasses.fields(Event)
-    if f.name not in DRAFT_FIELDS and f.default is not dataclasses.MISSING
+    name: default
+    for name, default, _metadata in lazy.declared(Event)
+    if name not in DRAFT_FIELDS and default is not lazy.MISSING
 }
 _MINTED = frozenset(("id", "seq", "origin_replica", "origin_seq", "hlc", "created_at"))
-if {f.name for f in dataclasses.fields(Event)} != {*DRAFT_FIELDS, *_MINTED, *_MINTED_DEFAULTS}:
+if {name for name, *_ in lazy.declared(Event)} != {*DRAFT_FIELDS, *_MINTED, *_MINTED_DEFAULTS}:
     raise RuntimeError("Transaction._new_event does not give every field of Event")
 _LOCAL = Local()  # the origin of a local event without an idempotency key (it holds nothing else)
 # What `draft_event` takes: the draft fields by their wire names, and the idempotency key.

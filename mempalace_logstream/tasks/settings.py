@@ -1,16 +1,23 @@
 """The task lifecycle's settings (RFC 0007): a frozen dataclass, named by tasks/model.py (and
-the package) on first use: a write that no loop guard counts never generates it, one that a
-guard counts (an ack, a message to an agent) generates it without the Task (issue 25)."""
+the package) on first use, and made a dataclass on first need (lazy.py): a write that no loop
+guard counts never loads it, one that a guard counts (an ack, a message to an agent) reads
+the defaults of `lazy.instance(TaskSettings)` without `dataclasses` (issue 25)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from mempalace_logstream.lazy import Record
 from mempalace_logstream.tasks.model import DEFAULT_LEASE_MS
+
+if TYPE_CHECKING:
+    from dataclasses import dataclass
+else:
+    from mempalace_logstream.lazy import dataclass
 
 
 @dataclass(frozen=True, kw_only=True)
-class TaskSettings:
+class TaskSettings(Record):
     """Per-hub limits: delegation depth and breadth, the default lease; the reminders for
     unclaimed work and the loop guards (issue 20: `tasks/guards.py`)."""
 
