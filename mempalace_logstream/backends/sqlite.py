@@ -241,12 +241,6 @@ class _Kept:
         """`rows` of this snapshot (seqs low..high) passed the row reader's type test."""
         self.typed.learn(rows, low, high, seq_at)
 
-    def remember_rows(self, sql: str, params: Mapping[str, Any], rows: list[Any]) -> None:
-        """`rows` are what the log fact `sql` gives with `params` in this snapshot, known
-        without running it (the store's reads: the tip after the seq they just learnt)."""
-        if sql in self.known and self.checked and len(self.rows) < FACTS_KEPT:
-            self.rows[(sql, tuple(params.items()))] = rows
-
     def __call__(self, sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         """`base.Query` of a read snapshot: the statements of the log facts are answered from
         what this connection read at the same `PRAGMA data_version`."""

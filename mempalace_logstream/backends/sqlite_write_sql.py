@@ -234,6 +234,14 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ("SELECT events.seq \nFROM events \nWHERE events.id = :id"),
         {},
     ),
+    "log.tip-facts": (
+        (
+            "SELECT events.seq, events.id, EXISTS (SELECT event_artifacts.event_id \n"
+            "FROM event_artifacts) AS linked \nFROM events ORDER BY events.seq DESC\n "
+            "LIMIT 1 OFFSET 0"
+        ),
+        {},
+    ),
     "meta.get": (
         ('SELECT logstream_meta.value \nFROM logstream_meta \nWHERE logstream_meta."key" = :key'),
         {},
@@ -368,37 +376,6 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
     ),
     ("identity.artifact-sha256", 1): (
         ("SELECT artifacts.id, artifacts.sha256 \nFROM artifacts \nWHERE artifacts.id IN (:a0)"),
-        {},
-    ),
-    ("log.tip-facts", "after"): (
-        (
-            "SELECT events.seq, events.id, EXISTS (SELECT event_artifacts.event_id \n"
-            "FROM event_artifacts) AS linked, CASE WHEN (events.seq - :h > 1024) "
-            "THEN (SELECT min(x.origin_replica) AS min_1 \nFROM events AS x) ELSE :r "
-            "END AS lo_replica, CASE WHEN (events.seq - :h > 1024) THEN (SELECT "
-            "max(x.origin_replica) AS max_1 \nFROM events AS x) WHEN (EXISTS (SELECT "
-            "o.seq \nFROM events AS o \nWHERE o.seq > :h AND o.origin_replica != :r)) "
-            "THEN NULL ELSE :r END AS hi_replica \nFROM events ORDER BY events.seq "
-            "DESC\n LIMIT 1 OFFSET 0"
-        ),
-        {},
-    ),
-    ("log.tip-facts", "all"): (
-        (
-            "SELECT events.seq, events.id, EXISTS (SELECT event_artifacts.event_id \n"
-            "FROM event_artifacts) AS linked, (SELECT min(x.origin_replica) AS min_1 "
-            "\nFROM events AS x) AS lo_replica, (SELECT max(x.origin_replica) AS "
-            "max_1 \nFROM events AS x) AS hi_replica \nFROM events ORDER BY events.seq "
-            "DESC\n LIMIT 1 OFFSET 0"
-        ),
-        {},
-    ),
-    ("log.tip-facts", "several"): (
-        (
-            "SELECT events.seq, events.id, EXISTS (SELECT event_artifacts.event_id \n"
-            "FROM event_artifacts) AS linked \nFROM events ORDER BY events.seq DESC\n "
-            "LIMIT 1 OFFSET 0"
-        ),
         {},
     ),
     ("tasks.texts", False): (

@@ -75,10 +75,7 @@ def events_from_rows(
     names, values = fixed
     if names:
         fill = _FILLS.get(names) or _fill_with(names)
-        # origin_seq's place in the rows: one before its own when origin_replica is left out
-        # (id and seq never are; written here: no call per read).
-        oseq = _origin_seq_after_replica if "origin_replica" in names else _origin_seq_of
-        if typed or _plain_page(rows, oseq):
+        if typed or _plain_page(rows):
             return fill(rows, _Filling, Event, parse_links, values)
         rows = [_with_values(row, names, values) for row in rows]  # then tested as read
     elif typed or _plain_page(rows):
@@ -99,12 +96,11 @@ def events_from_rows(
     return out
 
 
-def _plain_page(rows: Sequence[Row], origin_seq: Callable[[Row], Any] | None = None) -> bool:
-    """The type test of a whole page: only text, NULL and integers, an integer origin_seq
-    (read by `origin_seq`, by default at its place in a whole row)."""
+def _plain_page(rows: Sequence[Row]) -> bool:
+    """The type test of a whole page: only text, NULL and integers, an integer origin_seq."""
     return _PLAIN_TYPES.issuperset(
         map(type, itertools.chain.from_iterable(rows))
-    ) and _INT_TYPE.issuperset(map(type, map(origin_seq or _origin_seq_of, rows)))
+    ) and _INT_TYPE.issuperset(map(type, map(_origin_seq_of, rows)))
 
 
 def _with_values(row: Row, names: tuple[str, ...], values: Row) -> Row:
@@ -128,10 +124,8 @@ def _events_filler(fixed: tuple[str, ...] = ()) -> Callable[..., list[Event]]:
     a field of `fixed` is not in the rows and takes its value of `values`), generated once
     from `EVENT_FIELDS` (as `dataclasses` generates `__init__`): one unpacking per row, no
     `zip` and no per-field loop in Python (issue 25)."""
-    if any(EVENT_FIELDS.index(name) <= max(ID_AT, SEQ_AT) for name in fixed) or (
-        "origin_seq" in fixed
-    ):
-        raise ValueError("id, seq and origin_seq are read by position: never left out")
+    if any(EVENT_FIELDS.index(name) <= max(ID_AT, SEQ_AT, _OSEQ_AT) for name in fixed):
+        raise ValueError("a fixed column must come after id, seq and origin_seq in a row")
     names = [f"v{i}" for i, name in enumerate(EVENT_FIELDS) if name not in fixed]
     lines = ["def fill(rows, filling, event_type, parse_links, values):"]
     if fixed:
@@ -202,7 +196,6 @@ def _page_maker() -> Callable[..., Page]:
 
 new_page = _page_maker()
 _origin_seq_of = operator.itemgetter(_OSEQ_AT)
-_origin_seq_after_replica = operator.itemgetter(_OSEQ_AT - 1)  # origin_replica left out
 _INT_TYPE = frozenset({int})
 
 
@@ -343,21 +336,13 @@ def read_page(st: PageStatements, req: ReadRequest, after_seq: int | None = None
         return new_page((), cursor, False, req.note, lo, req.preview, req.slim)
     top_id = top[1]
     # The columns the page statement leaves out, each filled in by the reader: those the
-    # filter fixes and, where the tip row carries the log's facts (`log.tip_facts_statement`,
-    # `Reads`' `_Statements.top`), the links column while no event links an artifact (NULL
-    # on every row) and origin_replica while one replica wrote every event up to the tip.
-    # Issue 25: each column of each row is a step of the `sqlite3` module, NULL too, ~0.08
-    # µs. Written here, not in a function: a read makes no call for it.
+    # filter fixes, and the links column (NULL on every row) where the tip row carries the
+    # log's facts (`log.tip_facts_statement`: its third value) and they show that no event
+    # links an artifact (issue 25: each column of each row is a step of the `sqlite3` module,
+    # NULL too, ~0.08 µs). Written here, not in a function: a read makes no call for it.
     fixed: tuple[tuple[str, ...], Row] = req.fixed_columns
-    origin_seq = _origin_seq_of
-    if len(top) > 2:
-        names, values = fixed
-        if not top[2]:  # no event links an artifact
-            names, values = (*names, "artifact_ids"), (*values, None)
-        if len(top) > 3 and top[3] is not None:  # one replica wrote every event up to the tip
-            names, values = (*names, "origin_replica"), (*values, top[3])
-            origin_seq = _origin_seq_after_replica
-        fixed = names, values
+    if len(top) > 2 and not top[2]:
+        fixed = (*fixed[0], "artifact_ids"), (*fixed[1], None)
     rows = st.page(req, lo, top_seq, order, fixed[0])
     typed = False
     if len(rows) >= TYPED_MIN_ROWS:  # before any slicing: `typed` may look at the rows object
@@ -366,7 +351,7 @@ def read_page(st: PageStatements, req: ReadRequest, after_seq: int | None = None
         if low > high:
             low, high = high, low
         typed = st.typed(rows, low, high)
-        if not typed and _plain_page(rows, origin_seq):
+        if not typed and _plain_page(rows):
             typed = True
             st.tested(rows, low, high)
     has_more = len(rows) > req.limit

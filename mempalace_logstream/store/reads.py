@@ -56,25 +56,13 @@ class Reads:
         # of the whole log, which a backend may answer again while nothing was committed. Both
         # are run as compiled here, (SQL text, parameters), straight on the read's `Query`.
         # The tip carries the log's facts a page statement may use (`plan.read_page`).
-        # The tip carries the log's facts a page statement may use (`plan.read_page`). What
-        # the store knows of the log's replicas chooses the statement (`_Statements.top`):
-        # `one_replica` (seq, replica) that one replica wrote every event up to seq, learnt
-        # by any read (stored events never change), then only the events after it are
-        # looked at; `replicas` that several did, for good.
-        facts: tuple[str, ...] = ()
-        self.one_replica: tuple[int, str] | None = None
-        self.replicas = not _LOG_FACTS[-1]
-        if _LOG_FACTS[-1]:
-            self._tip = log_rows.tip_facts_statement(self._sql, "all")
-            self._tip_after = log_rows.tip_facts_statement(self._sql, "after")[0]
-            self._tip_several = log_rows.tip_facts_statement(self._sql, "several")
-            facts = (self._tip_after, self._tip_several[0])
-        else:  # the tip alone, as if several replicas had written the log
-            self._tip = self._tip_several = log_rows.tip_statement(self._sql)
+        facts = _LOG_FACTS[-1]
+        tip = log_rows.tip_facts_statement if facts else log_rows.tip_statement
+        self._tip = tip(self._sql)
         self._marks = identity.marks_statement(self._sql)
         # A cursor's seq too: a poll repeats its cursor while nothing is committed.
         cursor = log_rows.seq_of_statement(self._sql)
-        self.backend.remember_log_facts((self._tip[0], self._marks[0], cursor, *facts))
+        self.backend.remember_log_facts((self._tip[0], self._marks[0], cursor))
         # The page statement of each request read lately (`_page_statement`).
         self._pages: dict[PageKey, tuple[ReadRequest, str, dict[str, Any]]] = {}
 
@@ -272,35 +260,10 @@ class _Statements:
         return seq
 
     def top(self, hi: int | None) -> Sequence[Any] | None:
-        if hi is not None:
-            return log_rows.top(self.executor(), hi)
-        # The tip: a log fact, its statement compiled once (`Reads.__init__`), with the
-        # log's facts where the store reads them: the one replica that wrote every event up
-        # to the tip is its fourth value (None if several did; `plan.read_page`). Issue 25.
-        reads = self.reads
-        known = reads.one_replica
-        if known is not None:
-            rows = self.query(reads._tip_after, {"h": known[0], "r": known[1]})
-        elif reads.replicas:
-            rows = self.query(*reads._tip_several)
+        if hi is None:  # the tip: a log fact, its statement compiled once (`Reads.__init__`)
+            rows = self.query(*self.reads._tip)
             return rows[0] if rows else None
-        else:
-            rows = self.query(*reads._tip)
-        if not rows:
-            return None
-        row = rows[0]
-        one = row[3] == row[4] and type(row[3]) is str
-        if not one:
-            reads.one_replica, reads.replicas = None, True  # for good: events never change
-        elif known is None or known[0] < row[0]:
-            reads.one_replica = (row[0], row[3])
-            # What the tip after it gives in this snapshot, so that the next read of a quiet
-            # log asks nothing (a backend that remembers its log facts keeps it).
-            remember = getattr(self.query, "remember_rows", None)
-            if remember is not None:
-                after = {"h": row[0], "r": row[3]}
-                remember(reads._tip_after, after, [(*row[:3], row[3], row[3])])
-        return (*row[:3], row[3] if one else None)
+        return log_rows.top(self.executor(), hi)
 
     def id_at(self, seq: int) -> str | None:
         return log_rows.id_at(self.executor(), seq)

@@ -35,10 +35,7 @@ FilterRules = Mapping[str, tuple[str, str]]
 SEQ_OF = "log.seq-of"
 ID_AT = "log.id-at"
 TOP = "log.top"  # (TOP, below nothing)
-TIP_FACTS = "log.tip-facts"  # (TIP_FACTS, "all" | "after" | "several")
-# A read's tip looks at this many events after those the store knows one replica wrote, at
-# most (`tip_facts_statement`); further behind, it probes the index's ends again.
-REPLICA_SCAN_MAX = 1024
+TIP_FACTS = "log.tip-facts"
 # The page statement's columns: the links column's label (`links_column`), the others by name.
 LINKS_LABEL = "artifact_links"
 PAGE = "log.page"  # (PAGE, *shape): the key `plan.page_query` gives
@@ -118,45 +115,24 @@ def tip_statement(compile: Compile) -> tuple[str, Mapping[str, Any]]:
     return compile((TOP, True), _top_all, {})
 
 
-def _tip_facts(replicas: str) -> Callable[[], sa.Select[Any]]:
-    def build() -> sa.Select[Any]:
-        e = schema.events.c
-        linked = sa.select(schema.event_artifacts.c.event_id).exists().label("linked")
-        cols: list[sa.ColumnElement[Any]] = [e.seq, e.id, linked]
-        if replicas != "several":
-            # A min/max of the (origin_replica, origin_seq) index: one probe of its first or
-            # last entry (one aggregate each: SQLite's min/max optimization takes one).
-            x = schema.events.alias("x")
-            lo: sa.ColumnElement[Any] = sa.select(sa.func.min(x.c.origin_replica)).scalar_subquery()
-            hi: sa.ColumnElement[Any] = sa.select(sa.func.max(x.c.origin_replica)).scalar_subquery()
-            if replicas == "after":  # `r` wrote every event up to seq `h`: the events after
-                h: sa.BindParameter[int] = sa.bindparam("h")
-                r: sa.BindParameter[str] = sa.bindparam("r")
-                o = schema.events.alias("o")
-                other = sa.select(o.c.seq).where(o.c.seq > h, o.c.origin_replica != r).exists()
-                far = e.seq - h > sa.literal_column(str(REPLICA_SCAN_MAX))
-                lo, hi = sa.case((far, lo), else_=r), sa.case((far, hi), (other, None), else_=r)
-            cols += [lo.label("lo_replica"), hi.label("hi_replica")]
-        one: sa.ColumnElement[int] = sa.literal_column("1")
-        zero: sa.ColumnElement[int] = sa.literal_column("0")
-        return sa.select(*cols).order_by(e.seq.desc()).limit(one).offset(zero)
-
-    return build
+def _tip_facts() -> sa.Select[Any]:
+    e = schema.events.c
+    linked = sa.select(schema.event_artifacts.c.event_id).exists().label("linked")
+    q = sa.select(e.seq, e.id, linked)
+    one: sa.ColumnElement[int] = sa.literal_column("1")
+    zero: sa.ColumnElement[int] = sa.literal_column("0")
+    return q.order_by(e.seq.desc()).limit(one).offset(zero)
 
 
-def tip_facts_statement(compile: Compile, replicas: str) -> tuple[str, Mapping[str, Any]]:
-    """The SQL text and parameters of a read's tip with the log's facts a page statement may
-    use (`plan.read_page`): (seq, id) of the newest event, whether any event links an
-    artifact and, but for `replicas` "several", the least and the greatest origin_replica
-    (the same text: one replica wrote every event up to the tip); no row on an empty log.
-    `replicas`: "all" (the index's ends: two probes), "after" (one replica `r` wrote every
-    event up to seq `h`: the events after it are looked at, the index's ends if over
-    `REPLICA_SCAN_MAX`), "several" (a log of several replicas stays one). A log fact
-    (`remember_log_facts`), as the tip: run as is by a read (`Reads`). `events` and
-    `event_artifacts` are append-only, an event's links written in its transaction, and seq
-    order is commit order, so what the tip's snapshot shows holds for every event up to the
-    tip in a later snapshot too (PostgreSQL reads each statement at READ COMMITTED)."""
-    return compile((TIP_FACTS, replicas), _tip_facts(replicas), {})
+def tip_facts_statement(compile: Compile) -> tuple[str, Mapping[str, Any]]:
+    """The SQL text (no parameters) of a read's tip with the log's facts a page statement may
+    use (`plan.read_page`): (seq, id) of the newest event and whether any event links an
+    artifact (one index probe); no row on an empty log. A log fact (`remember_log_facts`),
+    as the tip: run as is by a read (`Reads`). `event_artifacts` is append-only and an
+    event's links are written in its transaction, and seq order is commit order, so what the
+    tip's snapshot shows holds for every event up to the tip in a later snapshot too
+    (PostgreSQL reads each statement at READ COMMITTED)."""
+    return compile(TIP_FACTS, _tip_facts, {})
 
 
 def top(ex: Executor, hi: int | None) -> Sequence[Any] | None:
