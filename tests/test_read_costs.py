@@ -65,7 +65,8 @@ def test_sqlite_a_repeated_read_makes_few_python_calls(tmp_path: Path) -> None:
 
 def test_a_page_reads_no_column_its_filter_fixes(tmp_path: Path) -> None:
     """Each column of a page row is a step of the driver (~0.04 µs, NULL too): the columns
-    the filters fix to one value are not selected (`ReadRequest.fixed_columns`)."""
+    the filters fix to one value are not selected (`ReadRequest.fixed_columns`), nor the
+    links column on a log that links no artifact (`plan.read_page`)."""
     widths: list[int] = []
     with _log(tmp_path, 3) as store:
         db = store.backend.reading()
@@ -73,14 +74,12 @@ def test_a_page_reads_no_column_its_filter_fixes(tmp_path: Path) -> None:
             cursor = query.cur  # type: ignore[attr-defined]
             for args in ({}, {"correlation_id": "c-1"}, {"correlation_id": "c-1", "type": "note"}):
                 req = store.reads.read_request(**args)
-                sql, params = store.reads._page_statement(req, "desc")
-                cursor.execute(sql, {**params, "lo": 0, "top": 3})
-                widths.append(len(cursor.description))
-        assert widths == [
-            len(plan.EVENT_FIELDS),
-            len(plan.EVENT_FIELDS) - 1,
-            len(plan.EVENT_FIELDS) - 2,
-        ]
+                for fixed in (req.fixed_columns[0], (*req.fixed_columns[0], "artifact_ids")):
+                    sql, params = store.reads._page_statement(req, "desc", fixed)
+                    cursor.execute(sql, {**params, "lo": 0, "top": 3})
+                    widths.append(len(cursor.description))
+        n = len(plan.EVENT_FIELDS)
+        assert widths == [n, n - 1, n - 1, n - 2, n - 2, n - 3]
         events = store.event_list(correlation_id="c-1", type="note", order="asc").events
         assert [(e.correlation_id, e.type, e.body) for e in events] == [
             ("c-1", "note", "b0"),

@@ -258,20 +258,23 @@ def test_reads_run_on_one_kept_connection_and_close_gives_it_back(tmp_path: Any)
     assert pool.checkedout() == 0  # type: ignore[attr-defined]
 
 
-def test_artifact_links_are_probed_per_row_only_once_the_log_links_some(tmp_path: Any) -> None:
-    """Issue 25: the links column's per-row lookup is guarded by one uncorrelated EXISTS (run
-    once per statement), so a log without artifact links pays no probe per row; the first
-    link is read at once, by the same statement, on the same kept reader."""
+def test_artifact_links_are_read_only_once_the_log_links_some(tmp_path: Any) -> None:
+    """Issue 25: while the log links no artifact (the tip's facts say so: one EXISTS, a log
+    fact of the reader), a page statement selects no links column at all; the first link is
+    read at once (the commit moves the reader's facts), and the links column's per-row
+    lookup is guarded by one uncorrelated EXISTS (run once per statement)."""
     path = str(tmp_path / "log.sqlite3")
     note = {"type": "note", "stream": "s", "room": "r", "from_agent": "a"}
     with LogStore.open(path) as store:
         plain = store.event_append(**note, body="no links")
         assert store.event_list(limit=1).events[0].artifact_ids == ()
-        plans = _plans(store, limit=1)
-        page = [plan for stmt, plan in plans if "events.body" in stmt]
-        assert any(s.startswith("SCALAR SUBQUERY") for s in page[0]), page
+        page = [stmt for stmt, _ in _plans(store, limit=1) if "events.body" in stmt]
+        assert page and "artifact_links" not in page[0] and "event_artifacts" not in page[0]
         art = store.artifact_put(kind="note", content="c", created_by="a")
         linked = store.event_append(**note, body="linked", artifact_ids=[art.id])
+        plans = [(stmt, plan) for stmt, plan in _plans(store, limit=1) if "events.body" in stmt]
+        assert "artifact_links" in plans[0][0], plans
+        assert any(s.startswith("SCALAR SUBQUERY") for s in plans[0][1]), plans
         listed = store.event_list(order="asc").events
         assert [(e.id, e.artifact_ids) for e in listed] == [
             (plain.id, ()),

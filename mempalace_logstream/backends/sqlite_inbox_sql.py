@@ -77,9 +77,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "artifact_links, events.body, events.created_at, events.metadata_json, "
             "events.sig, events.key_id \nFROM events \nWHERE events.seq > :lo AND "
             "events.seq <= :top AND events.correlation_id = :correlation_id_0 ORDER "
-            "BY events.seq ASC\n LIMIT :lim OFFSET :param_1"
+            "BY events.seq ASC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (("correlation_id", 1),), 0, False, False, "desc", ("correlation_id",)): (
         (
@@ -93,9 +93,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "artifact_links, events.body, events.created_at, events.metadata_json, "
             "events.sig, events.key_id \nFROM events \nWHERE events.seq > :lo AND "
             "events.seq <= :top AND events.correlation_id = :correlation_id_0 ORDER "
-            "BY events.seq DESC\n LIMIT :lim OFFSET :param_1"
+            "BY events.seq DESC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (("exclude_writer", 1),), 0, False, False, "asc", ()): (
         (
@@ -110,9 +110,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
             "(events.from_agent NOT IN (:exclude_writer_0)) ORDER BY events.seq ASC\n "
-            "LIMIT :lim OFFSET :param_1"
+            "LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (("exclude_writer", 1),), 0, False, False, "desc", ()): (
         (
@@ -127,9 +127,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
             "(events.from_agent NOT IN (:exclude_writer_0)) ORDER BY events.seq DESC\n"
-            " LIMIT :lim OFFSET :param_1"
+            " LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (("exclude_writer", 1),), 1, False, False, "asc", ()): (
         (
@@ -144,9 +144,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
             "(events.from_agent NOT IN (:exclude_writer_0)) AND events.to_agent IN "
-            "(:to_0) ORDER BY events.seq ASC\n LIMIT :lim OFFSET :param_1"
+            "(:to_0) ORDER BY events.seq ASC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (("exclude_writer", 1),), 2, True, False, "asc", ()): (
         (
@@ -172,9 +172,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "artifact_links, events.body, events.created_at, events.metadata_json, "
             "events.sig, events.key_id \nFROM events \nWHERE events.seq > :lo AND "
             "events.seq <= :top AND (events.from_agent NOT IN (:exclude_writer_0)) "
-            "AND events.to_agent = :to_1 ORDER BY seq ASC\n LIMIT :lim OFFSET :param_1"
+            "AND events.to_agent = :to_1 ORDER BY seq ASC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (("room", 1),), 0, False, False, "asc", ("room",)): (
         (
@@ -188,10 +188,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "ea.event_id = events.id) END AS artifact_links, events.body, "
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
-            "events.room = :room_0 ORDER BY events.seq ASC\n LIMIT :lim OFFSET "
-            ":param_1"
+            "events.room = :room_0 ORDER BY events.seq ASC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (("room", 1),), 0, False, False, "desc", ("room",)): (
         (
@@ -205,10 +204,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "ea.event_id = events.id) END AS artifact_links, events.body, "
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
-            "events.room = :room_0 ORDER BY events.seq DESC\n LIMIT :lim OFFSET "
-            ":param_1"
+            "events.room = :room_0 ORDER BY events.seq DESC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (("status", 1),), 0, False, False, "asc", ("status",)): (
         (
@@ -222,10 +220,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "ea.event_id = events.id) END AS artifact_links, events.body, "
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
-            "events.status = :status_0 ORDER BY events.seq ASC\n LIMIT :lim OFFSET "
-            ":param_1"
+            "events.status = :status_0 ORDER BY events.seq ASC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (("status", 1),), 0, False, False, "desc", ("status",)): (
         (
@@ -239,10 +236,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "ea.event_id = events.id) END AS artifact_links, events.body, "
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
-            "events.status = :status_0 ORDER BY events.seq DESC\n LIMIT :lim OFFSET "
-            ":param_1"
+            "events.status = :status_0 ORDER BY events.seq DESC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (("stream", 1),), 0, False, False, "asc", ("stream",)): (
         (
@@ -256,10 +252,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "ea.event_id = events.id) END AS artifact_links, events.body, "
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
-            "events.stream = :stream_0 ORDER BY events.seq ASC\n LIMIT :lim OFFSET "
-            ":param_1"
+            "events.stream = :stream_0 ORDER BY events.seq ASC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (("stream", 1),), 0, False, False, "desc", ("stream",)): (
         (
@@ -273,10 +268,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "ea.event_id = events.id) END AS artifact_links, events.body, "
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
-            "events.stream = :stream_0 ORDER BY events.seq DESC\n LIMIT :lim OFFSET "
-            ":param_1"
+            "events.stream = :stream_0 ORDER BY events.seq DESC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (("topic", 1),), 0, False, False, "asc", ("topic",)): (
         (
@@ -290,10 +284,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "ea.event_id = events.id) END AS artifact_links, events.body, "
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
-            "events.topic = :topic_0 ORDER BY events.seq ASC\n LIMIT :lim OFFSET "
-            ":param_1"
+            "events.topic = :topic_0 ORDER BY events.seq ASC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (("topic", 1),), 0, False, False, "desc", ("topic",)): (
         (
@@ -307,10 +300,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "ea.event_id = events.id) END AS artifact_links, events.body, "
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
-            "events.topic = :topic_0 ORDER BY events.seq DESC\n LIMIT :lim OFFSET "
-            ":param_1"
+            "events.topic = :topic_0 ORDER BY events.seq DESC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (("type", 1),), 0, False, False, "asc", ("type",)): (
         (
@@ -324,10 +316,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "ea.event_id = events.id) END AS artifact_links, events.body, "
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
-            "events.type = :type_0 ORDER BY events.seq ASC\n LIMIT :lim OFFSET "
-            ":param_1"
+            "events.type = :type_0 ORDER BY events.seq ASC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (("type", 1),), 0, False, False, "desc", ("type",)): (
         (
@@ -341,10 +332,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "ea.event_id = events.id) END AS artifact_links, events.body, "
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
-            "events.type = :type_0 ORDER BY events.seq DESC\n LIMIT :lim OFFSET "
-            ":param_1"
+            "events.type = :type_0 ORDER BY events.seq DESC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (("writer", 1),), 0, False, False, "asc", ("from_agent",)): (
         (
@@ -359,9 +349,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
             "events.from_agent = :writer_0 ORDER BY events.seq ASC\n LIMIT :lim "
-            "OFFSET :param_1"
+            "OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (("writer", 1),), 0, False, False, "desc", ("from_agent",)): (
         (
@@ -376,9 +366,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
             "events.from_agent = :writer_0 ORDER BY events.seq DESC\n LIMIT :lim "
-            "OFFSET :param_1"
+            "OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (), 0, False, False, "asc", ()): (
         (
@@ -392,9 +382,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "ea.event_id = events.id) END AS artifact_links, events.body, "
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top ORDER BY "
-            "events.seq ASC\n LIMIT :lim OFFSET :param_1"
+            "events.seq ASC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (), 0, False, False, "desc", ()): (
         (
@@ -408,9 +398,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "ea.event_id = events.id) END AS artifact_links, events.body, "
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top ORDER BY "
-            "events.seq DESC\n LIMIT :lim OFFSET :param_1"
+            "events.seq DESC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (), 2, True, False, "asc", ()): (
         (
@@ -435,9 +425,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "ea.event_id = events.id) END AS artifact_links, events.body, "
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
-            "events.to_agent = :to_1 ORDER BY seq ASC\n LIMIT :lim OFFSET :param_1"
+            "events.to_agent = :to_1 ORDER BY seq ASC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.page", (), 2, True, False, "desc", ()): (
         (
@@ -462,9 +452,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
             "ea.event_id = events.id) END AS artifact_links, events.body, "
             "events.created_at, events.metadata_json, events.sig, events.key_id \n"
             "FROM events \nWHERE events.seq > :lo AND events.seq <= :top AND "
-            "events.to_agent = :to_1 ORDER BY seq DESC\n LIMIT :lim OFFSET :param_1"
+            "events.to_agent = :to_1 ORDER BY seq DESC\n LIMIT :lim OFFSET 0"
         ),
-        {"param_1": 0},
+        {},
     ),
     ("log.top", False): (
         (

@@ -234,6 +234,14 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
         ("SELECT events.seq \nFROM events \nWHERE events.id = :id"),
         {},
     ),
+    "log.tip-facts": (
+        (
+            "SELECT events.seq, events.id, EXISTS (SELECT event_artifacts.event_id \n"
+            "FROM event_artifacts) AS linked \nFROM events ORDER BY events.seq DESC\n "
+            "LIMIT 1 OFFSET 0"
+        ),
+        {},
+    ),
     "meta.get": (
         ('SELECT logstream_meta.value \nFROM logstream_meta \nWHERE logstream_meta."key" = :key'),
         {},
@@ -369,13 +377,6 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
     ("identity.artifact-sha256", 1): (
         ("SELECT artifacts.id, artifacts.sha256 \nFROM artifacts \nWHERE artifacts.id IN (:a0)"),
         {},
-    ),
-    ("log.top", True): (
-        (
-            "SELECT events.seq, events.id \nFROM events ORDER BY events.seq DESC\n "
-            "LIMIT :param_1 OFFSET :param_2"
-        ),
-        {"param_1": 1, "param_2": 0},
     ),
     ("tasks.texts", False): (
         ("SELECT events.id, events.body \nFROM events \nWHERE events.id = :r OR events.id = :q"),

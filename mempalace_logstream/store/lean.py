@@ -157,10 +157,12 @@ class _Statements:
     def tested(self, rows: Sequence[Any], low: int, high: int) -> None:
         """Nothing to remember (a reader of one call)."""
 
-    def page(self, req: ReadRequest, lo: int, top_seq: int, order: str) -> Sequence[Any]:
+    def page(
+        self, req: ReadRequest, lo: int, top_seq: int, order: str, fixed: tuple[str, ...]
+    ) -> Sequence[Any]:
         split = inbox_sql.SPLIT_INBOX
         key, _shape, params = plan.page_query(
-            req, lo, top_seq, order, split, plan.SPLIT_TO_AGENT_MAX
+            req, lo, top_seq, order, split, plan.SPLIT_TO_AGENT_MAX, fixed
         )
         return self._rows(key, params)
 
@@ -178,6 +180,7 @@ def generate() -> dict[str, Any]:
     from mempalace_logstream.backends.sqlite import SqliteBackend
     from mempalace_logstream.identity.keyring import KEY_ADD
     from mempalace_logstream.schema import SCHEMA_HEAD
+    from mempalace_logstream.store import reads
     from mempalace_logstream.store.core import LogStore
     from mempalace_logstream.store.filters import PAGE_FILTERS
 
@@ -188,7 +191,9 @@ def generate() -> dict[str, Any]:
                 writer.event_append(type="note", stream="s", room="r", from_agent="a", to_agent=to)
                 for to in ("b", "*", "b")
             ]
-        with LogStore.open(path, create=False) as store:  # a fresh store: only these reads
+        # A fresh store: only these reads; its tip without the log's facts, as this reader's
+        # (so its pages keep every column whatever the log holds: `plan.read_page`).
+        with reads.no_log_facts(), LogStore.open(path, create=False) as store:
             store.event_list(limit=1, order="desc")  # the first run's tip; `logstream list`
             store.event_get(sent[0].id)  # `logstream get`
             store.event_list(type=[KEY_ADD], limit=1)  # the inbox's "agents have keys" probe

@@ -42,7 +42,7 @@ TYPED_MIN_ROWS = 8
 Row = Sequence[Any]
 # A page statement's shape: which filter fields with how many values each, how many inbox
 # values, one leg per inbox value or not, a since_created_at bound, the order, the columns
-# fixed by the filter (selected as NULL, filled in from the request).
+# left out (`read_page`: fixed by the filter or by the log's facts, filled in by the reader).
 PageShape = tuple[tuple[tuple[str, int], ...], int, bool, bool, str, tuple[str, ...]]
 
 
@@ -60,8 +60,7 @@ def events_from_rows(
     """Events from rows of the read columns (plain tuples or Rows): the one row -> Event.
     `typed`: the rows are known to hold only values of their columns' types
     (`PageStatements.typed`), and are not tested. `fixed`: (columns, values) the rows leave
-    out (a page statement does not select them), each event takes the value
-    (`ReadRequest.fixed_columns`).
+    out (a page statement does not select them), each event takes the value (`read_page`).
 
     A frozen dataclass assigns every field through `object.__setattr__` in `__init__`; the
     rows are filled by `_fill_events` instead (~0.35 µs a row; `update(zip(...))` of the
@@ -131,6 +130,9 @@ def _events_filler(fixed: tuple[str, ...] = ()) -> Callable[..., list[Event]]:
     lines = ["def fill(rows, filling, event_type, parse_links, values):"]
     if fixed:
         lines.append(f"    ({', '.join(f'f{k}' for k in range(len(fixed)))},) = values")
+    if "artifact_ids" in fixed:  # a links column left out: its ids, once for every row
+        k = fixed.index("artifact_ids")
+        lines.append(f"    f{k} = parse_links(f{k}) if f{k} else ()")
     lines += [
         "    out = []",
         "    append = out.append",
@@ -254,15 +256,23 @@ def _as_text(name: str, value: Any) -> tuple[str | None, str]:
 
 
 def page_query(
-    req: ReadRequest, lo: int, top_seq: int, order: str, split_inbox: bool, split_max: int
+    req: ReadRequest,
+    lo: int,
+    top_seq: int,
+    order: str,
+    split_inbox: bool,
+    split_max: int,
+    fixed: tuple[str, ...] | None = None,
 ) -> tuple[tuple[Any, ...], PageShape, dict[str, Any]]:
     """(cache key, shape, parameters) of the page statement: matches in (lo, top_seq], in seq
-    order, limit + 1 rows. Named parameters: lo, top, lim, `<field>_<i>` per filter value,
-    `to_<i>` per inbox value (the agents asked for, then "*"), since_created_at."""
+    order, limit + 1 rows, without the columns `fixed` (`read_page`'s; by default those the
+    filter fixes). Named parameters: lo, top, lim, `<field>_<i>` per filter value, `to_<i>`
+    per inbox value (the agents asked for, then "*"), since_created_at."""
     fields, to_values, binds = req.page_binds
     params: dict[str, Any] = {"lo": lo, "top": top_seq, "lim": req.limit + 1, **binds}
     split = split_inbox and 1 < len(to_values) <= split_max
-    fixed = req.fixed_columns[0]
+    if fixed is None:
+        fixed = req.fixed_columns[0]
     shape: PageShape = (fields, len(to_values), split, bool(req.since_created_at), order, fixed)
     return ("log.page", *shape), shape, params
 
@@ -284,13 +294,16 @@ class PageStatements(Protocol):
         """The seq of event `ident`; NotFoundError naming `field` when the log lacks it."""
 
     def top(self, hi: int | None) -> Row | None:
-        """(seq, id) of the newest event below seq `hi` (all events when None)."""
+        """(seq, id) of the newest event below seq `hi` (all events when None), and the log's
+        facts after them if the statement reads them (`read_page`)."""
 
     def id_at(self, seq: int) -> str | None:
         """The id of the event at `seq`."""
 
-    def page(self, req: ReadRequest, lo: int, top_seq: int, order: str) -> Sequence[Row]:
-        """The rows of `page_query`'s statement (the read columns)."""
+    def page(
+        self, req: ReadRequest, lo: int, top_seq: int, order: str, fixed: tuple[str, ...]
+    ) -> Sequence[Row]:
+        """The rows of `page_query`'s statement without the columns `fixed` (`read_page`'s)."""
 
     def typed(self, rows: Sequence[Row], low: int, high: int) -> bool:
         """Whether `rows` (`page`'s, of seqs low..high) are known to hold only values of their
@@ -322,7 +335,15 @@ def read_page(st: PageStatements, req: ReadRequest, after_seq: int | None = None
         cursor = st.id_at(lo) if lo else None
         return new_page((), cursor, False, req.note, lo, req.preview, req.slim)
     top_id = top[1]
-    rows = st.page(req, lo, top_seq, order)
+    # The columns the page statement leaves out, each filled in by the reader: those the
+    # filter fixes, and the links column (NULL on every row) where the tip row carries the
+    # log's facts (`log.tip_facts_statement`: its third value) and they show that no event
+    # links an artifact (issue 25: each column of each row is a step of the `sqlite3` module,
+    # NULL too, ~0.08 µs). Written here, not in a function: a read makes no call for it.
+    fixed: tuple[tuple[str, ...], Row] = req.fixed_columns
+    if len(top) > 2 and not top[2]:
+        fixed = (*fixed[0], "artifact_ids"), (*fixed[1], None)
+    rows = st.page(req, lo, top_seq, order, fixed[0])
     typed = False
     if len(rows) >= TYPED_MIN_ROWS:  # before any slicing: `typed` may look at the rows object
         # A stored row's seq is an int (`events_from_rows`).
@@ -340,5 +361,5 @@ def read_page(st: PageStatements, req: ReadRequest, after_seq: int | None = None
         scanned_seq, cursor = int(rows[-1][SEQ_AT]), rows[-1][ID_AT]
     else:
         scanned_seq, cursor = top_seq, top_id
-    events = tuple(events_from_rows(rows, typed, req.fixed_columns))
+    events = tuple(events_from_rows(rows, typed, fixed))
     return new_page(events, cursor, has_more, req.note, scanned_seq, req.preview, req.slim)

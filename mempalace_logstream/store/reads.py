@@ -30,8 +30,13 @@ if TYPE_CHECKING:  # the filters are imported where a read uses them: a task mov
 # An inbox read with up to this many to_agent values runs one index-ordered leg per value
 # (see `Reads._page_plan`); more values fall back to one IN list. Tests lower it here.
 _SPLIT_TO_AGENT_MAX = plan.SPLIT_TO_AGENT_MAX
-# Page statements a store remembers, by request (`Reads._page_statement`).
+# Whether a store's reads ask the tip with the log's facts, which let a page statement leave
+# columns out (`plan.read_page`); `no_log_facts` turns it off for the stores it opens.
+_LOG_FACTS = [True]
+# Page statements a store remembers, by request (`Reads._page_statement`), under (the
+# request's id, the order, `_SPLIT_TO_AGENT_MAX`, the columns left out).
 _PAGES_KEPT = 256
+PageKey = tuple[int, str, int, tuple[str, ...]]
 
 
 class Reads:
@@ -50,13 +55,16 @@ class Reads:
         # Every read asks for the tip and (for a page with events) the keyring's marks: facts
         # of the whole log, which a backend may answer again while nothing was committed. Both
         # are run as compiled here, (SQL text, parameters), straight on the read's `Query`.
-        self._tip = log_rows.tip_statement(self._sql)
+        # The tip carries the log's facts a page statement may use (`plan.read_page`).
+        facts = _LOG_FACTS[-1]
+        tip = log_rows.tip_facts_statement if facts else log_rows.tip_statement
+        self._tip = tip(self._sql)
         self._marks = identity.marks_statement(self._sql)
         # A cursor's seq too: a poll repeats its cursor while nothing is committed.
         cursor = log_rows.seq_of_statement(self._sql)
         self.backend.remember_log_facts((self._tip[0], self._marks[0], cursor))
         # The page statement of each request read lately (`_page_statement`).
-        self._pages: dict[tuple[int, str, int], tuple[ReadRequest, str, dict[str, Any]]] = {}
+        self._pages: dict[PageKey, tuple[ReadRequest, str, dict[str, Any]]] = {}
 
     def event_get(self, event_id: Any) -> Event:
         ident = v.required_routing("event_id", event_id)
@@ -151,7 +159,12 @@ class Reads:
         return marks.judge(row, events, lambda: self._keyring(query, ex, row))
 
     def _page_plan(
-        self, req: ReadRequest, lo: int, top_seq: int, order: str
+        self,
+        req: ReadRequest,
+        lo: int,
+        top_seq: int,
+        order: str,
+        fixed: tuple[str, ...] | None = None,
     ) -> tuple[Any, log_rows.PageShape, dict[str, Any]]:
         """The page: matches in (lo, top_seq], in seq order, limit + 1 rows, as (cache key,
         shape, params) (`plan.page_query`). The statement is compiled once per shape (which
@@ -159,21 +172,23 @@ class Reads:
         building or cache-key generation; an inbox read on a backend that splits it runs one
         index-ordered leg per `to_agent` value (`log_rows.page_builder`)."""
         split = self.backend.split_inbox
-        return plan.page_query(req, lo, top_seq, order, split, _SPLIT_TO_AGENT_MAX)
+        return plan.page_query(req, lo, top_seq, order, split, _SPLIT_TO_AGENT_MAX, fixed)
 
-    def _page_statement(self, req: ReadRequest, order: str) -> tuple[str, dict[str, Any]]:
-        """The page statement of `req` in `order` as compiled (`_page_plan`): its SQL text and
-        its parameters but the bounds `lo` and `top`, which a read adds. Remembered per request
-        object (`read_request` gives a repeated read the same one; the entry holds it, so its
-        id names no other request meanwhile): a read then builds no plan, key or parameters
-        (issue 25)."""
-        key = (id(req), order, _SPLIT_TO_AGENT_MAX)
+    def _page_statement(
+        self, req: ReadRequest, order: str, fixed: tuple[str, ...]
+    ) -> tuple[str, dict[str, Any]]:
+        """The page statement of `req` in `order` without the columns `fixed` as compiled
+        (`_page_plan`): its SQL text and its parameters but the bounds `lo` and `top`, which a
+        read adds. Remembered per request object (`read_request` gives a repeated read the
+        same one; the entry holds it, so its id names no other request meanwhile): a read then
+        builds no plan, key or parameters (issue 25)."""
+        key = (id(req), order, _SPLIT_TO_AGENT_MAX, fixed)
         hit = self._pages.get(key)
         if hit is not None and hit[0] is req:
             return hit[1], hit[2]
         from mempalace_logstream.store.filters import FILTER_RULES
 
-        plan_key, shape, params = self._page_plan(req, 0, 0, order)
+        plan_key, shape, params = self._page_plan(req, 0, 0, order, fixed)
         build = log_rows.page_builder(self.event_select, FILTER_RULES, shape)
         sql, compiled = self._sql(plan_key, build, params)
         base = {k: v for k, v in compiled.items() if k not in ("lo", "top")}
@@ -211,6 +226,17 @@ class Reads:
         return page
 
 
+@contextlib.contextmanager
+def no_log_facts() -> Iterator[None]:
+    """Stores opened inside read their tip without the log's facts, so their pages select
+    every column (the lean reader's statements are made so: `lean.generate`)."""
+    _LOG_FACTS.append(False)
+    try:
+        yield
+    finally:
+        _LOG_FACTS.pop()
+
+
 class _Statements:
     """`plan.PageStatements` on one read snapshot of the store: its SQL compiled once. The
     executor of the statements compiled by key is made on first use (`executor`): a read
@@ -242,13 +268,15 @@ class _Statements:
     def id_at(self, seq: int) -> str | None:
         return log_rows.id_at(self.executor(), seq)
 
-    def page(self, req: ReadRequest, lo: int, top_seq: int, order: str) -> Sequence[Any]:
+    def page(
+        self, req: ReadRequest, lo: int, top_seq: int, order: str, fixed: tuple[str, ...]
+    ) -> Sequence[Any]:
         reads = self.reads
-        hit = reads._pages.get((id(req), order, _SPLIT_TO_AGENT_MAX))  # `_page_statement`'s
+        hit = reads._pages.get((id(req), order, _SPLIT_TO_AGENT_MAX, fixed))  # `_page_statement`'s
         if hit is not None and hit[0] is req:
             sql, params = hit[1], hit[2]
         else:
-            sql, params = reads._page_statement(req, order)
+            sql, params = reads._page_statement(req, order, fixed)
         return self.query(sql, {**params, "lo": lo, "top": top_seq})
 
     def typed(self, rows: Sequence[Any], low: int, high: int) -> bool:

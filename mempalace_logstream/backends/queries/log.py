@@ -26,7 +26,8 @@ else:  # built into statements only (once per shape and store): not on the lean 
 # The store's `event_select(*where)`: the event read columns of the rows matching `where`.
 EventSelect = Callable[..., "sa.Select[Any]"]
 # A page's shape (`plan.page_query`): ((filter, n values)...), inbox values, split,
-# since_created_at, order, the columns not selected (fixed by the filter).
+# since_created_at, order, the columns not selected (fixed by the filter or by the log's facts:
+# `plan.read_page`).
 PageShape = tuple[tuple[tuple[str, int], ...], int, bool, bool, str, tuple[str, ...]]
 # filter name -> (the events column it tests, "in" | "not_in" | "inbox") (`FILTER_RULES`).
 FilterRules = Mapping[str, tuple[str, str]]
@@ -34,6 +35,9 @@ FilterRules = Mapping[str, tuple[str, str]]
 SEQ_OF = "log.seq-of"
 ID_AT = "log.id-at"
 TOP = "log.top"  # (TOP, below nothing)
+TIP_FACTS = "log.tip-facts"
+# The page statement's columns: the links column's label (`links_column`), the others by name.
+LINKS_LABEL = "artifact_links"
 PAGE = "log.page"  # (PAGE, *shape): the key `plan.page_query` gives
 
 
@@ -54,7 +58,7 @@ def links_column(links: LinksFunctions) -> sa.Label[Any]:
     link_sep = char(sa.literal_column("31"))
     per_row = sa.select(agg(item, link_sep)).where(ea.c.event_id == schema.events.c.id)
     any_link: sa.Exists = sa.select(schema.event_artifacts.c.event_id).exists()
-    return sa.case((any_link, per_row.scalar_subquery())).label("artifact_links")
+    return sa.case((any_link, per_row.scalar_subquery())).label(LINKS_LABEL)
 
 
 def read_columns(links: LinksFunctions, fields: Sequence[str]) -> list[sa.ColumnElement[Any]]:
@@ -111,6 +115,26 @@ def tip_statement(compile: Compile) -> tuple[str, Mapping[str, Any]]:
     return compile((TOP, True), _top_all, {})
 
 
+def _tip_facts() -> sa.Select[Any]:
+    e = schema.events.c
+    linked = sa.select(schema.event_artifacts.c.event_id).exists().label("linked")
+    q = sa.select(e.seq, e.id, linked)
+    one: sa.ColumnElement[int] = sa.literal_column("1")
+    zero: sa.ColumnElement[int] = sa.literal_column("0")
+    return q.order_by(e.seq.desc()).limit(one).offset(zero)
+
+
+def tip_facts_statement(compile: Compile) -> tuple[str, Mapping[str, Any]]:
+    """The SQL text (no parameters) of a read's tip with the log's facts a page statement may
+    use (`plan.read_page`): (seq, id) of the newest event and whether any event links an
+    artifact (one index probe); no row on an empty log. A log fact (`remember_log_facts`),
+    as the tip: run as is by a read (`Reads`). `event_artifacts` is append-only and an
+    event's links are written in its transaction, and seq order is commit order, so what the
+    tip's snapshot shows holds for every event up to the tip in a later snapshot too
+    (PostgreSQL reads each statement at READ COMMITTED)."""
+    return compile(TIP_FACTS, _tip_facts, {})
+
+
 def top(ex: Executor, hi: int | None) -> Sequence[Any] | None:
     """(seq, id) of the newest event below `hi` (all events when None)."""
     if hi is None:
@@ -157,12 +181,16 @@ def _page_statement(
             where.append(col == binds[0] if n == 1 else col.in_(binds))
     to_binds: list[sa.BindParameter[Any]] = [sa.bindparam(f"to_{i}") for i in range(n_to)]
     limit: sa.BindParameter[int] = sa.bindparam("lim")
+    # SQLite's compiler writes OFFSET with a bound 0 unless given one: one parameter less to
+    # bind per read (issue 25).
+    no_offset: sa.ColumnElement[int] = sa.literal_column("0")
+    left_out = {LINKS_LABEL if name == "artifact_ids" else name for name in fixed}
 
     def select_page(*where: sa.ColumnElement[bool]) -> sa.Select[Any]:
         q = select(*where)
         if not fixed:
             return q
-        cols = [c for c in q.selected_columns if c.name not in fixed]
+        cols = [c for c in q.selected_columns if c.name not in left_out]
         return q.with_only_columns(*cols, maintain_column_froms=True)
 
     if not split:
@@ -170,11 +198,13 @@ def _page_statement(
             where.append(schema.events.c.to_agent.in_(to_binds))
         q = select_page(*where)
         q = q.order_by(schema.events.c.seq.asc() if order == "asc" else schema.events.c.seq.desc())
-        return q.limit(limit)
+        return q.limit(limit).offset(no_offset)
     legs = [select_page(*where, schema.events.c.to_agent == b) for b in to_binds]
     merged = sa.union_all(*legs)
     seq = merged.selected_columns.seq
-    return merged.order_by(seq.asc() if order == "asc" else seq.desc()).limit(limit)
+    return (
+        merged.order_by(seq.asc() if order == "asc" else seq.desc()).limit(limit).offset(no_offset)
+    )
 
 
 # ----------------------------------------------------------------------------- scans
