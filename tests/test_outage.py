@@ -133,7 +133,9 @@ def test_wait_rides_through_a_restart_and_sees_what_arrived_meanwhile(
             cli_env(tmp_path),
         )
         try:
-            until(lambda: at_wait_cap(hub.url))  # the wait blocks at the hub
+            # the wait blocks at the hub (or, if it ended instead, say how)
+            until(lambda: wait.proc.poll() is not None or at_wait_cap(hub.url), timeout=60)
+            assert wait.proc.poll() is None, (wait.proc.returncode, wait.err.text())
             hub.stop()
             assert wait.err.wait_for(lambda ls: any("is unreachable (" in ln for ln in ls), 30)
             with LogStore.open(db) as store:  # while the hub is down: straight into the log
