@@ -19,7 +19,7 @@ import pytest
 import typer.main
 
 from mempalace_logstream import LogStore
-from mempalace_logstream.cli import fast, fastargs, options
+from mempalace_logstream.cli import fast, fastargs, options, plain
 from tests.conftest import REPO
 from tests.leankit import CODE
 
@@ -341,6 +341,11 @@ def test_reads_through_a_hub_answer_as_the_typer_app(tmp_path: Path) -> None:
             (("wait", "--since-event-id", "tip", "--timeout-ms", "50", *at), False),
             (("wait", "--timeout-ms", "999999999", *at), False),  # refused: typer says it
             (("wait", "--limit", "0", *at), False),  # refused by the hub: typer says it
+            (("tail", "--no-follow", "--from-start", "--json", *at), True),  # one page
+            (("tail", "--no-follow", "--from-start", *at), True),
+            (("tail", "--no-follow", "--json", "--since-event-id", ids[0], *at), True),
+            (("tail", "--no-follow", *at), True),  # from the tip: nothing
+            (("tail", "--no-follow", "--since-event-id", "evt_x", *at), False),  # refused
         ):
             ours, ref = both(tmp_path, *argv)
             modules = ours.pop("modules")
@@ -349,6 +354,11 @@ def test_reads_through_a_hub_answer_as_the_typer_app(tmp_path: Path) -> None:
             if lean:  # not typer, not the store, not httpx's command line (click, rich)
                 assert heavy(modules) == [] and ours["code"] == 0, argv
                 assert "mempalace_logstream.store.lean" not in modules
+        for i in range(plain.TAIL_PAGE):  # more than one page: typer's paging, which rides outages
+            hub.store.event_append(type="note", stream="s", room="r", from_agent="a", body=str(i))
+        ours, ref = both(tmp_path, "tail", "--no-follow", "--from-start", "--json", *at)
+        assert "typer" in ours.pop("modules") and ours == ref and ours["code"] == 0
+        assert len(ours["out"].splitlines()) == plain.TAIL_PAGE + 2
         ours, ref = both(tmp_path, "list", "--limit", "1", env={"LOGSTREAM_HUB": hub.url})
         modules = ours.pop("modules")
         assert ours == ref and ours["code"] == 0

@@ -23,6 +23,7 @@ Must not import typer, click, rich, the store or SQLAlchemy.
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -129,7 +130,7 @@ def run_wait(p: dict[str, Any]) -> int | None:
 def run_tail(p: dict[str, Any]) -> int | None:
     """`tail --no-follow`, as NDJSON or plain lines (stdout not a terminal: rich would print
     them unstyled, the same bytes); the first read's error or a read shape the lean reader
-    lacks goes to typer before anything is printed."""
+    lacks goes to typer before anything is printed. Through a hub: `_tail_hub`."""
     if p["follow"] or (p["from_start"] and p["since_event_id"] is not None):
         return None
     if not p["as_json"] and (sys.stdout.isatty() or any(n in os.environ for n in RICH_ENV)):
@@ -139,13 +140,15 @@ def run_tail(p: dict[str, Any]) -> int | None:
     filters = plain.inbox_filters(plain.given_filters(p), p["agent"])
     if actor.reader(filters) is not None:
         return None  # the delivery ledger records what a named reader is shown: the store's
+    start = {"from_start": p["from_start"], "since_event_id": p["since_event_id"]}
+    line = plain.tail_json if p["as_json"] else _plain_line
+    if p["hub"]:
+        return _tail_hub(p, filters, start, line)
     reader = plain.open_lean(p["db"], p["palace"], p["durability"])
     if reader is None:
         return None
     from mempalace_logstream.store import lean
 
-    start = {"from_start": p["from_start"], "since_event_id": p["since_event_id"]}
-    line = plain.tail_json if p["as_json"] else _plain_line
     printed = False
     try:
         for events in plain.tail_events(reader, filters, start, None, follow=False):
@@ -167,6 +170,37 @@ def run_tail(p: dict[str, Any]) -> int | None:
         return 1
     finally:
         reader.close()
+    return 0
+
+
+def _tail_hub(
+    p: dict[str, Any],
+    filters: dict[str, Any],
+    start: dict[str, Any],
+    line: Callable[[dict[str, Any]], str],
+) -> int | None:
+    """`tail --no-follow --hub` when what there is fits in one page (`plain.TAIL_PAGE`): it is
+    read, then printed. More than a page, or any failure of the hub (an outage the typer
+    path rides through, a refusal it words), goes to typer before anything is printed; a
+    read twice is harmless."""
+    try:
+        client = plain.hub_client(p["hub"], p["token"])
+    except Exception:  # noqa: BLE001 - the typer path reports it
+        return None
+    try:
+        batches = list(itertools.islice(plain.tail_events(client, filters, start, None, False), 2))
+    except Exception:  # noqa: BLE001 - the typer path reports it (or rides an outage)
+        return None
+    finally:
+        client.close()
+    if len(batches) > 1:
+        return None
+    try:
+        for events in batches:
+            sys.stdout.write("".join(line(e) + "\n" for e in events))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        plain.silence_stdout()
     return 0
 
 
@@ -321,6 +355,7 @@ COMMANDS: dict[tuple[str, ...], Command] = {
             *("from_agent", "since", "give_up_after", "monitor", "max_runtime", "state_file"),
             "allow_unverified",
         ),
+        hub=True,
     ),
 }
 
