@@ -161,13 +161,7 @@ def instance(cls: type[R], **values: Any) -> R:
                 raise TypeError(f"{cls.__name__} needs {name}")
             value = factory()
         filled[name] = value
-    if values:
-        raise TypeError(f"{cls.__name__} takes no {sorted(values)}")
-    made: Any = object.__new__(cls)
-    object.__setattr__(made, "__dict__", filled)
-    if hasattr(cls, "__post_init__"):
-        made.__post_init__()
-    return made  # type: ignore[no-any-return]
+    return _made(cls, filled, values)
 
 
 def replace(obj: R, /, **changes: Any) -> R:
@@ -179,8 +173,14 @@ def replace(obj: R, /, **changes: Any) -> R:
     fields = _DECLARED[cls]
     held = obj.__dict__
     filled = {name: changes.pop(name) if name in changes else held[name] for name, *_ in fields}
-    if changes:
-        raise TypeError(f"{cls.__name__} takes no {sorted(changes)}")
+    return _made(cls, filled, changes)
+
+
+def _made(cls: type[R], filled: dict[str, Any], unknown: dict[str, Any]) -> R:
+    """An instance of `cls` holding `filled` as its `__dict__`, then its `__post_init__` (if
+    any); refused when `unknown` names anything that is not a field."""
+    if unknown:
+        raise TypeError(f"{cls.__name__} takes no {sorted(unknown)}")
     made: Any = object.__new__(cls)
     object.__setattr__(made, "__dict__", filled)
     if hasattr(cls, "__post_init__"):
