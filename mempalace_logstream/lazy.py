@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import importlib
 import threading
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 R = TypeVar("R")
+P = ParamSpec("P")
 
 
 class _Deferred:
@@ -148,10 +149,15 @@ def declared(cls: type) -> tuple[tuple[str, Any, Mapping[str, Any]], ...]:
     return _DECLARED[cls]
 
 
-def instance(cls: type[R], **values: Any) -> R:
+def instance(made_by: Callable[P, R], /, *args: P.args, **values: P.kwargs) -> R:
     """An instance of a `dataclass` above as its `__init__` makes it from `values` and the
     declared defaults (then its `__post_init__`, if any), filled through `__dict__` without
-    making the class ready (as rows become Events, store/plan.py)."""
+    making the class ready (as rows become Events, store/plan.py). Typed as a call of the
+    class, so mypy checks the names and types of `values` against its fields; keywords only
+    (the records are `kw_only`)."""
+    cls: Any = made_by  # the class (no `cast` call: this is on hot paths)
+    if args:
+        raise TypeError(f"{cls.__name__} takes keyword arguments only")
     filled = {}
     for name, default, _metadata in _DECLARED[cls]:
         value = values.pop(name, default)
@@ -161,7 +167,8 @@ def instance(cls: type[R], **values: Any) -> R:
                 raise TypeError(f"{cls.__name__} needs {name}")
             value = factory()
         filled[name] = value
-    return _made(cls, filled, values)
+    made: R = _made(cls, filled, values)
+    return made
 
 
 def replace(obj: R, /, **changes: Any) -> R:
