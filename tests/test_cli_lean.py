@@ -22,7 +22,7 @@ from mempalace_logstream import LogStore, deliveries
 from mempalace_logstream.cli import root
 from tests.conftest import REPO
 from tests.hubkit import live_hub
-from tests.leankit import CODE
+from tests.leankit import CODE, modules_after_import
 
 SERVERS = ("sqlalchemy", "fastapi", "starlette", "mcp", "uvicorn")
 
@@ -52,18 +52,7 @@ def heavy(modules: list[str], names: tuple[str, ...] = SERVERS) -> list[str]:
 
 
 def test_importing_the_cli_package_loads_no_typer_and_no_store() -> None:
-    code = (
-        "import sys, json; import mempalace_logstream.cli; print(json.dumps(sorted(sys.modules)))"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        timeout=60,
-        check=True,
-    ).stdout
-    modules = json.loads(out)
+    modules = modules_after_import("mempalace_logstream.cli")
     assert heavy(modules, (*SERVERS, "typer", "click", "httpx", "pydantic")) == []
     assert "mempalace_logstream.store" not in modules
 

@@ -27,7 +27,7 @@ from mempalace_logstream.store import LogStore, filters
 from mempalace_logstream.store.writes import Writes
 from mempalace_logstream.tasks import TaskSettings
 from tests.conftest import REPO
-from tests.leankit import CODE
+from tests.leankit import CODE, modules_after_import
 
 DEFERRED = (
     tasks.Task,
@@ -204,25 +204,13 @@ def test_the_takes_args_of_signature_is_made_when_first_read() -> None:
 
 # ----------------------------------------------------------------------------- processes
 
-FRESH = """
-import json, sys
-import mempalace_logstream.models, mempalace_logstream.deliveries
-import mempalace_logstream.store.lean_write, mempalace_logstream.tasks.settings
-print(json.dumps(sorted(sys.modules)))
-"""
 NOT_LOADED = ("dataclasses", "inspect", "ast", "dis")
 
 
 def test_importing_the_write_path_loads_no_dataclasses_or_inspect() -> None:
-    out = subprocess.run(
-        [sys.executable, "-c", FRESH],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        timeout=60,
-        check=True,
-    ).stdout
-    assert sorted(set(json.loads(out)) & set(NOT_LOADED)) == []
+    write_path = ("mempalace_logstream.models", "mempalace_logstream.deliveries")
+    write_path += ("mempalace_logstream.store.lean_write", "mempalace_logstream.tasks.settings")
+    assert sorted(set(modules_after_import(*write_path)) & set(NOT_LOADED)) == []
 
 
 def console(tmp_path: Path, *argv: str, code: str = CODE) -> tuple[list[str], str]:
