@@ -6,8 +6,9 @@ never an error, whatever a row holds) and a redacted body's tombstone (`tombston
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
+
+from mempalace_logstream import lazy
 
 # Objects and arrays nest at most this deep in metadata (the top object is level 1). Far
 # inside what every serializer on every surface handles (FastAPI's encoder fails near 250,
@@ -70,7 +71,7 @@ def read_metadata(text: str) -> tuple[dict[str, Any], str | None]:
 # signature covers, so the event still verifies).
 TOMBSTONE_PREFIX = "[redacted] "
 TOMBSTONE_KEYS = ("at", "body_sha256", "by", "event_id", "reason")
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_HEX64 = lazy.pattern(r"^[0-9a-f]{64}$")
 
 
 def tombstone(*, body_sha256: str, event_id: str, by: str, at: str, reason: str) -> str:

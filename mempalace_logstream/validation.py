@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, cast
 
+from mempalace_logstream import lazy
 from mempalace_logstream.errors import ValidationError
 from mempalace_logstream.payload import MAX_METADATA_DEPTH, json_depth
 
@@ -47,13 +48,22 @@ FILTER_FIELDS = (
     "status",
 )
 
-_TYPE_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
-_HEX_RE = re.compile(r"^[0-9a-fA-F]{7,64}$")
-_REMOTE_ID_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
-_REPLICA_RE = re.compile(r"^rep_(?:[0-9a-f]{12}|[0-9a-f]{32})$")
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
-_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-_DATETIME_RE = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(Z|\+00:00)$")
+_TYPE_RE = lazy.pattern(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+_HEX_RE = lazy.pattern(r"^[0-9a-fA-F]{7,64}$")
+_REMOTE_ID_RE = lazy.pattern(r"^[A-Za-z0-9_.:-]{1,128}$")
+_REPLICA_RE = lazy.pattern(r"^rep_(?:[0-9a-f]{12}|[0-9a-f]{32})$")
+_CONTROL_RE = lazy.pattern(r"[\x00-\x1f\x7f]")
+_DATE_RE = lazy.pattern(r"^\d{4}-\d{2}-\d{2}$")
+_DATETIME_RE = lazy.pattern(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(Z|\+00:00)$")
+
+
+def has_control(value: str) -> bool:
+    """Whether `value` holds a character below 0x20 or 0x7F (`_CONTROL_RE`). ASCII text is
+    printable exactly when it holds none of them (every other ASCII character is a letter,
+    digit, punctuation, symbol or the space): the pattern is compiled only for other text."""
+    if value.isascii():
+        return not value.isprintable()
+    return _CONTROL_RE.search(value) is not None
 
 
 def fail(field: str, message: str, limit: object = None) -> ValidationError:
@@ -103,7 +113,7 @@ def routing(field: str, value: Any, *, required: bool = False) -> str | None:
     check_text(field, value)
     # Control characters are refused before stripping: str.strip() would silently remove a
     # trailing newline or tab, and S-4 says bad characters are rejected, never stripped.
-    if _CONTROL_RE.search(value):
+    if has_control(value):
         raise fail(field, "contains control characters (below 0x20 or 0x7F)")
     _check_visible(field, value)
     stripped = value.strip()
