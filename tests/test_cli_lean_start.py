@@ -51,7 +51,8 @@ def counting_builtin_compile(source, *args, **kwargs):
     if isinstance(source, str) and ours():
         calls.append(["compile", source[:60]])
     return real_builtin_compile(source, *args, **kwargs)
-re.compile, builtins.exec, builtins.compile = counting_compile, counting_exec, counting_builtin_compile
+re.compile, builtins.exec = counting_compile, counting_exec
+builtins.compile = counting_builtin_compile
 for name in sys.argv[1:]:
     __import__(name)
 print(json.dumps(calls))
@@ -153,3 +154,13 @@ def test_the_lean_paths_run_without_the_cyclic_gc_and_typer_with_it(tmp_path: Pa
         _run(CONSOLE, *argv, env=env)
         assert json.loads(report.read_text()) == want, argv
         report.unlink()
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=0x7F)) | st.text())
+def test_terminal_text_is_the_escaping_pattern_s(text: str) -> None:
+    """`display.terminal` answers printable ASCII without a backslash before compiling a
+    pattern: what the escaping substitution makes of any text."""
+    from mempalace_logstream import display
+
+    whole = display._re(display._TERMINAL_RE).sub(display._terminal_sub, text)
+    assert display.terminal(text) == whole
