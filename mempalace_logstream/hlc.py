@@ -4,15 +4,14 @@ Fixed width, so string order is causal order with the replica id as the final ti
 format is shared with the reference so the two can sync. Pure: no SQLAlchemy, no I/O.
 """
 
+import re
 import threading
 import time
 from typing import NamedTuple, Protocol
 
-from mempalace_logstream import lazy
-
 MAX_COUNTER = 0xFFFFFF
 MAX_FUTURE_DRIFT_MS = 60_000
-HLC_RE = lazy.pattern(r"^(\d{13})-([0-9a-f]{6})-(\S+)$")
+HLC_RE = re.compile(r"^(\d{13})-([0-9a-f]{6})-(\S+)$")
 _UNPADDED_MS = 10**12  # the least ms that has 13 digits without padding
 
 

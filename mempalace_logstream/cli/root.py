@@ -19,7 +19,7 @@ import typer.main
 from typer.core import TyperGroup
 
 from mempalace_logstream import __version__, errors
-from mempalace_logstream.cli import gc_resume, options, plain
+from mempalace_logstream.cli import options, plain
 from mempalace_logstream.cli.shared import STATE, click_errors, fail
 
 _NO_ARGS = getattr(click_errors, "NoArgsIsHelpError", ())  # click >= 8.2
@@ -213,7 +213,9 @@ def main() -> None:
     """The typer app (the console script's, after the lean path, hook.py): run it; any error
     is one line on stderr unless --debug. The cyclic garbage collector is on while it runs
     (the console script's lean paths ran without it)."""
-    gc_resume()
+    from mempalace_logstream import cli  # the package: `console` paused the collector
+
+    cli.gc_resume()
     try:
         app()
     except SystemExit as exc:
