@@ -144,8 +144,11 @@ class Reads:
         if not page.events:
             return page
         # `_judge_revocations` of the page (the marks probe, then `marks.judge`), with no
-        # closure or events copy made while the log holds no key event (issue 25).
+        # closure or events copy made while the log holds no key event (issue 25), nor a
+        # bound method and the call of `judge_page`.
         row = query(*self._marks)[0]
+        if not marks.has_key_events(row):
+            return page
         return marks.judge_page(row, page, self._keyring, query, st.ex, row)
 
     def _keyring(self, query: Query, ex: QueryExecutor | None, row: Sequence[Any]) -> Keyring:
