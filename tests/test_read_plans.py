@@ -300,6 +300,12 @@ def test_a_repeated_read_request_is_validated_once_and_types_stay_apart() -> Non
     assert listed == first and listed is not read_request(to_agent=["b"], limit=1)
     with pytest.raises(errors.ValidationError):
         read_request(to_agent="b", limit=1, bogus=1)
+    # A bool remembered first: the int that equals it is still validated on its own.
+    shown = read_request(to_agent="b", preview=True)
+    assert read_request(to_agent="b", preview=True) is shown and shown.preview is True
+    with pytest.raises(errors.ValidationError, match="preview"):
+        read_request(to_agent="b", preview=1)
+    assert read_request(to_agent="b", limit=1, preview=False) is not first
 
 
 def test_rows_become_events_as_the_constructor_builds_them(

@@ -152,7 +152,13 @@ def test_statement_hooks_see_every_statement_of_writes_and_reads(store: LogStore
     inserts = [p for sql, p in seen if sql.startswith("INSERT INTO EVENTS")]
     assert len(inserts) == 1 and event.id in inserts[0]
     assert any(sql.startswith("INSERT INTO AGENT_TOKENS") for sql, _ in seen), seen
-    reads = [p for sql, p in seen if sql.startswith(("SELECT", "WITH")) and "lim" in p]
+    # A page read binds `lim` by name, or by position (SQLite: `Reads._page_entry`).
+    reads = [
+        p
+        for sql, p in seen
+        if sql.startswith(("SELECT", "WITH"))
+        and ("lim" in p if isinstance(p, dict) else "LIMIT ?" in sql)
+    ]
     assert page.events[0].id == event.id and reads, seen
     count = len(seen)
     add(store, body="unseen")

@@ -170,11 +170,12 @@ def test_waits_past_the_cap_get_503_with_retry_after_and_the_same_text_everywher
 
 
 def _page_reads(store: LogStore) -> tuple[list[str], Any]:
-    """Every page statement (the read that binds a `lim`) run on `store` from now on."""
+    """Every page statement (the read that binds a `lim`, by name or, on SQLite, by position:
+    `Reads._page_entry`) run on `store` from now on."""
     seen: list[str] = []
 
     def grab(statement: str, params: Any) -> None:
-        if isinstance(params, dict) and "lim" in params:
+        if (isinstance(params, dict) and "lim" in params) or "LIMIT ?" in statement:
             seen.append(statement)
 
     store.backend.statement_hooks.append(grab)

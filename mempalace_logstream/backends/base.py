@@ -35,8 +35,9 @@ Build = Callable[[], Any]
 Compile = Callable[[Any, Build, Mapping[str, Any]], tuple[str, Mapping[str, Any]]]
 # One precompiled statement: (SQL text, its parameters).
 Statement = tuple[str, Mapping[str, Any]]
-# Run one precompiled SQL text with a parameter dict, return all rows as tuples.
-Query = Callable[[str, Mapping[str, Any]], Sequence[Sequence[Any]]]
+# Run one precompiled SQL text with a parameter dict (or a sequence, for a statement compiled
+# with positional parameters), return all rows as tuples.
+Query = Callable[[str, Any], Sequence[Sequence[Any]]]
 # Told of each statement the store runs: (SQL text, what the driver binds: a mapping or a
 # sequence, or a list of those when the statement runs once per row).
 StatementHook = Callable[[str, Any], None]

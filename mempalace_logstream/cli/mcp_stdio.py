@@ -8,11 +8,15 @@ The MCP SDK is imported inside the command only.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import os
+import sys
+import traceback
+from typing import Annotated, Any, NoReturn
 
 import typer
 
 from mempalace_logstream import errors
+from mempalace_logstream.cli import plain
 from mempalace_logstream.cli.announce import (
     NoPresenceOpt,
     PresenceTtlOpt,
@@ -22,7 +26,7 @@ from mempalace_logstream.cli.announce import (
 from mempalace_logstream.cli.filters import FilterArgs, filter_options
 from mempalace_logstream.cli.options import DbOpt, HubOpt, Multi, PalaceOpt, TokenOpt
 from mempalace_logstream.cli.root import app
-from mempalace_logstream.cli.shared import STATE, fail, open_client
+from mempalace_logstream.cli.shared import STATE, fail, open_client, open_store
 from mempalace_logstream.cli.testhooks import watch_crash_hook
 
 ReadOnlyOpt = Annotated[bool, typer.Option("--read-only", help="Hide the mutating tools.")]
@@ -176,14 +180,41 @@ def _run_tools(
     from mempalace_logstream import mcp_server
 
     actor = _actor(agent, hub)
+    read_only, tools = offer
+    if not hub:  # the log is opened once `initialize` is answered (mcp_server/deferred.py)
+        from mempalace_logstream.operations import LocalClient
+
+        log = mcp_server.DeferredStore(
+            lambda: LocalClient(open_store(db, palace, create=True)), _exit_now
+        )
+        try:
+            mcp_server.run_stdio(log, read_only=read_only, tools=tools, actor=actor)
+        finally:
+            log.close()
+        return
     client = open_client(db, palace, hub, token, create=True)
     try:
-        name = f"hub {hub.rstrip('/')}" if hub else "the log"
-        read_only, tools = offer
         backend = _backend(client)
+        name = f"hub {hub.rstrip('/')}"
         mcp_server.run_stdio(backend, read_only=read_only, tools=tools, actor=actor, name=name)
     finally:
         client.close()
+
+
+def _exit_now(exc: Exception) -> NoReturn:
+    """The log could not be opened (after `initialize` was answered): the command ends as it
+    did when it opened the log before serving, its one error line and exit 1, but at once: the
+    SDK's stdin reader is in a read that only the client can end, so no clean exit would come
+    before the client closes the pipe. Nothing is open to close."""
+    if STATE.debug:
+        traceback.print_exception(exc)
+    elif isinstance(exc, errors.LogstreamError):
+        fail(exc.message, field=getattr(exc, "field", None))
+    else:
+        fail(plain.unexpected_text(exc))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
 
 
 def _run_channel(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
@@ -22,11 +22,13 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.stdio import stdio_server
 from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
 
-from mempalace_logstream import aio, errors, operations, waits
+from mempalace_logstream import errors, operations
 from mempalace_logstream.identity.actor import ACTOR_SCOPE_KEY, Actor, acting_as
 from mempalace_logstream.mcp_server import toolsets
 from mempalace_logstream.presence import NEEDS_A_HUB, Registry
-from mempalace_logstream.store import LogStore
+
+if TYPE_CHECKING:  # the store (SQLAlchemy) is loaded by whoever opens one, not by this module
+    from mempalace_logstream.store import LogStore
 
 TOOL_PREFIX = toolsets.TOOL_PREFIX
 # The ASGI scope key of an anyio.Event set when the HTTP client of a request at /mcp
@@ -44,6 +46,7 @@ INSTRUCTIONS = (
 )
 
 
+@runtime_checkable
 class Backend(Protocol):
     """Where the tools' operations run: `call(op, args)` with raw arguments."""
 
@@ -57,6 +60,8 @@ class StoreBackend:
         self.store = store
 
     async def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        from mempalace_logstream import aio
+
         return await aio.call(self.store, op, args)
 
 
@@ -69,6 +74,8 @@ class ClientBackend:
         self.client = client
 
     async def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        from mempalace_logstream import aio
+
         given = {k: val for k, val in args.items() if val is not None}
         result: dict[str, Any] = await aio.run_detached(
             functools.partial(self.client.call, op, **given)
@@ -133,6 +140,8 @@ class LogstreamMCP(MCPServer):
             if op != "event_wait" or not isinstance(gone, anyio.Event):
                 result = await self.run_op(op, args)
             else:  # over HTTP, a wait ends with its client (stdio: the SDK cancels the call)
+                from mempalace_logstream import waits
+
                 answered, out = await waits.unless_gone(lambda: self.run_op(op, args), gone.wait)
                 if not answered or out is None:
                     raise ToolError("the client went away before its wait ended")
@@ -199,7 +208,7 @@ def build_server(
     the coordination set; ValidationError for an unknown name) of those that can work here
     (presence needs a hub: `presence`, or a hub client as `source`); `read_only` leaves the
     mutating ones out; `actor` is who its tool calls run as when no request says otherwise."""
-    backend = StoreBackend(source) if isinstance(source, LogStore) else source
+    backend = source if isinstance(source, Backend) else StoreBackend(source)
     hub = presence is not None or isinstance(backend, ClientBackend)
     offered = toolsets.resolve(tools, hub=hub)
     server = LogstreamMCP(backend, log_level="WARNING", presence=presence, actor=actor, **kwargs)
@@ -240,7 +249,8 @@ def run_stdio(
 ) -> None:
     """Serve the tools (the `tools` profile) and resources over stdio until the client closes
     the pipe; every tool call runs as `actor`. `name` names the log in the resource follower's
-    lines ("hub URL")."""
+    lines ("hub URL"). A `DeferredStore` source is opened after the first answer (deferred.py);
+    what opening it raised is raised here."""
     server = build_server(source, read_only=read_only, tools=tools, actor=actor)
     speak_on_stderr(server, name)
     anyio.run(serve_stdio, server)
@@ -254,9 +264,20 @@ def speak_on_stderr(server: LogstreamMCP, name: str) -> None:
 
 
 async def serve_stdio(server: LogstreamMCP) -> None:
-    """`server` over stdio, with its resource follower beside it."""
+    """`server` over stdio, with its resource follower beside it (and the opening of its log,
+    when that is deferred)."""
+    from mempalace_logstream.mcp_server.deferred import DeferredStore
+
     lowlevel = server.protocol
+    log = server.backend if isinstance(server.backend, DeferredStore) else None
     async with anyio.create_task_group() as tg, stdio_server() as (read, write):
         tg.start_soon(server.subscriptions.run)
+        if log is not None:
+            tg.start_soon(log.run, tg.cancel_scope)
+            write = log.after_first_send(write)
         await lowlevel.run(read, write, lowlevel.create_initialization_options())
+        if log is not None:  # a session that said nothing still opens (and checks) its log
+            await log.opened()
         tg.cancel_scope.cancel()
+    if log is not None:
+        log.raise_failure()

@@ -137,6 +137,14 @@ class ReadRequest(Record):
         ]
         return tuple(c for c, _ in fixed), tuple(value for _, value in fixed)
 
+    @functools.cached_property
+    def fixed_unlinked(self) -> tuple[tuple[str, ...], tuple[str | None, ...]]:
+        """`fixed_columns` and the links column (its value None): what a page of a log that
+        links no artifact leaves out (`plan.read_page` decides when), made once per request
+        (issue 25: three tuples built per read before)."""
+        columns, values = self.fixed_columns
+        return (*columns, "artifact_ids"), (*values, None)
+
 
 class ReadArgs(TypedDict, total=False):
     """The raw arguments of a read (`LogStore.event_list`, `event_wait`, `read_request`), any
@@ -173,6 +181,9 @@ _READ_PARAMETERS = frozenset(
 # few reads again and again. Only arguments of these exact types are remembered (a key holds
 # each value's type: `limit=True` must not find the request of `limit=1`).
 _REMEMBERED_TYPES = frozenset({str, int, bool, type(None)})
+# Of those, the types whose values equal no value of another of them (`True == 1`): arguments
+# of only these are keyed by their items alone (issue 25: no type tuple built per read).
+_ITEM_KEYED = (str, int, type(None))
 _REMEMBERED_MAX = 256
 _remembered: dict[tuple[Any, ...], ReadRequest] = {}
 
@@ -188,16 +199,32 @@ def read_request(**raw: Any) -> ReadRequest:
 def request_of(raw: Mapping[str, Any]) -> ReadRequest:
     """`read_request` of the arguments already in a dict (not changed): a caller that took
     them as `**args` passes its own dict, not a copy (issue 25)."""
-    if _REMEMBERED_TYPES.issuperset(map(type, raw.values())):
-        key = (*raw.items(), *map(type, raw.values()))
+    key: tuple[Any, ...] = tuple(raw.items())
+    for value in raw.values():
+        if type(value) not in _ITEM_KEYED:
+            break
+    else:  # str, int and None values: equal values are of equal types, the items are the key
         req = _remembered.get(key)
         if req is None:
-            req = _validate(raw)
-            if len(_remembered) >= _REMEMBERED_MAX:
-                _remembered.clear()
-            _remembered[key] = req
+            req = _remembered_new(raw, key)
+        return req
+    if _REMEMBERED_TYPES.issuperset(map(type, raw.values())):
+        # A bool among them: each value's type is in the key (never equal to an items key,
+        # whose members are all pairs).
+        key = (*key, *map(type, raw.values()))
+        req = _remembered.get(key)
+        if req is None:
+            req = _remembered_new(raw, key)
         return req
     return _validate(raw)
+
+
+def _remembered_new(raw: Mapping[str, Any], key: tuple[Any, ...]) -> ReadRequest:
+    req = _validate(raw)
+    if len(_remembered) >= _REMEMBERED_MAX:
+        _remembered.clear()
+    _remembered[key] = req
+    return req
 
 
 def _validate(raw: Mapping[str, Any]) -> ReadRequest:

@@ -354,10 +354,11 @@ def read_page(st: PageStatements, req: ReadRequest, after_seq: int | None = None
     # filter fixes, and the links column (NULL on every row) where the tip row carries the
     # log's facts (`log.tip_facts_statement`: its third value) and they show that no event
     # links an artifact (issue 25: each column of each row is a step of the `sqlite3` module,
-    # NULL too, ~0.08 µs). Written here, not in a function: a read makes no call for it.
+    # NULL too, ~0.08 µs). Written here, not in a function: a read makes no call for it; the
+    # columns and values each request works out once (`fixed_unlinked`).
     fixed: tuple[tuple[str, ...], Row] = req.fixed_columns
     if len(top) > 2 and not top[2]:
-        fixed = (*fixed[0], "artifact_ids"), (*fixed[1], None)
+        fixed = req.fixed_unlinked
     rows = st.page(req, lo, top_seq, order, fixed[0])
     typed = False
     if len(rows) >= TYPED_MIN_ROWS:  # before any slicing: `typed` may look at the rows object

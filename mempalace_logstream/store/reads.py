@@ -33,10 +33,14 @@ _SPLIT_TO_AGENT_MAX = plan.SPLIT_TO_AGENT_MAX
 # Whether a store's reads ask the tip with the log's facts, which let a page statement leave
 # columns out (`plan.read_page`); `no_log_facts` turns it off for the stores it opens.
 _LOG_FACTS = [True]
-# Page statements a store remembers, by request (`Reads._page_statement`), under (the
+# Page statements a store remembers, by request (`Reads._page_entry`), under (the
 # request's id, the order, `_SPLIT_TO_AGENT_MAX`, the columns left out).
 _PAGES_KEPT = 256
 PageKey = tuple[int, str, int, tuple[str, ...]]
+# (the request, its page statement's SQL text, its parameters but the bounds, and where the
+# backend binds positionally (the same statement with `?` parameters, their values after the
+# bounds lo and top), else None).
+PageEntry = tuple["ReadRequest", str, dict[str, Any], tuple[str, tuple[Any, ...]] | None]
 
 
 class Reads:
@@ -63,8 +67,13 @@ class Reads:
         # A cursor's seq too: a poll repeats its cursor while nothing is committed.
         cursor = log_rows.seq_of_statement(self._sql)
         self.backend.remember_log_facts((self._tip[0], self._marks[0], cursor))
-        # The page statement of each request read lately (`_page_statement`).
-        self._pages: dict[PageKey, tuple[ReadRequest, str, dict[str, Any]]] = {}
+        # The page statement of each request read lately (`_page_entry`).
+        self._pages: dict[PageKey, PageEntry] = {}
+        # A backend whose driver binds positional parameters faster compiles page statements
+        # with them too (`_page_entry`), once per shape here.
+        positional = getattr(self.backend, "positional_dialect", None)
+        self._positional: Any = positional() if positional is not None else None
+        self._positional_sql: dict[Any, tuple[str, tuple[str, ...]]] = {}
 
     def event_get(self, event_id: Any) -> Event:
         ident = v.required_routing("event_id", event_id)
@@ -135,8 +144,11 @@ class Reads:
         if not page.events:
             return page
         # `_judge_revocations` of the page (the marks probe, then `marks.judge`), with no
-        # closure or events copy made while the log holds no key event (issue 25).
+        # closure or events copy made while the log holds no key event (issue 25), nor a
+        # bound method and the call of `judge_page`.
         row = query(*self._marks)[0]
+        if not marks.has_key_events(row):
+            return page
         return marks.judge_page(row, page, self._keyring, query, st.ex, row)
 
     def _keyring(self, query: Query, ex: QueryExecutor | None, row: Sequence[Any]) -> Keyring:
@@ -179,23 +191,40 @@ class Reads:
     ) -> tuple[str, dict[str, Any]]:
         """The page statement of `req` in `order` without the columns `fixed` as compiled
         (`_page_plan`): its SQL text and its parameters but the bounds `lo` and `top`, which a
-        read adds. Remembered per request object (`read_request` gives a repeated read the
-        same one; the entry holds it, so its id names no other request meanwhile): a read then
-        builds no plan, key or parameters (issue 25)."""
+        read adds (`_page_entry`'s named form)."""
+        entry = self._page_entry(req, order, fixed)
+        return entry[1], entry[2]
+
+    def _page_entry(self, req: ReadRequest, order: str, fixed: tuple[str, ...]) -> PageEntry:
+        """`_page_statement`, and the same statement with positional parameters where the
+        backend has them (`positional_dialect`) and the bounds lo, top come first and once (an
+        inbox split in legs repeats them: named). Remembered per request object
+        (`read_request` gives a repeated read the same one; the entry holds it, so its id
+        names no other request meanwhile): a read then builds no plan, key or parameters
+        (issue 25)."""
         key = (id(req), order, _SPLIT_TO_AGENT_MAX, fixed)
         hit = self._pages.get(key)
         if hit is not None and hit[0] is req:
-            return hit[1], hit[2]
+            return hit
         from mempalace_logstream.store.filters import FILTER_RULES
 
         plan_key, shape, params = self._page_plan(req, 0, 0, order, fixed)
         build = log_rows.page_builder(self.event_select, FILTER_RULES, shape)
         sql, compiled = self._sql(plan_key, build, params)
         base = {k: v for k, v in compiled.items() if k not in ("lo", "top")}
+        by_position: tuple[str, tuple[Any, ...]] | None = None
+        if self._positional is not None:
+            positional = self._positional_sql.get(plan_key)
+            if positional is None:
+                made = build().compile(dialect=self._positional)
+                positional = self._positional_sql[plan_key] = (str(made), tuple(made.positiontup))
+            names = positional[1]
+            if names[:2] == ("lo", "top") and not {"lo", "top"} & set(names[2:]):
+                by_position = positional[0], tuple(compiled[name] for name in names[2:])
         if len(self._pages) >= _PAGES_KEPT:
             self._pages.clear()
-        self._pages[key] = (req, sql, base)
-        return sql, base
+        entry = self._pages[key] = (req, sql, base, by_position)
+        return entry
 
     def event_wait(self, *, timeout_ms: Any = None, **read_args: Unpack[ReadArgs]) -> Page:
         """Return matches after the cursor at once, else block until one arrives (S-5.4).
@@ -272,12 +301,13 @@ class _Statements:
         self, req: ReadRequest, lo: int, top_seq: int, order: str, fixed: tuple[str, ...]
     ) -> Sequence[Any]:
         reads = self.reads
-        hit = reads._pages.get((id(req), order, _SPLIT_TO_AGENT_MAX, fixed))  # `_page_statement`'s
-        if hit is not None and hit[0] is req:
-            sql, params = hit[1], hit[2]
-        else:
-            sql, params = reads._page_statement(req, order, fixed)
-        return self.query(sql, {**params, "lo": lo, "top": top_seq})
+        hit = reads._pages.get((id(req), order, _SPLIT_TO_AGENT_MAX, fixed))  # `_page_entry`'s
+        if hit is None or hit[0] is not req:
+            hit = reads._page_entry(req, order, fixed)
+        by_position = hit[3]
+        if by_position is not None:  # the bounds first, then the request's values
+            return self.query(by_position[0], (lo, top_seq, *by_position[1]))
+        return self.query(hit[1], {**hit[2], "lo": lo, "top": top_seq})
 
     def typed(self, rows: Sequence[Any], low: int, high: int) -> bool:
         # The backend's read snapshot answers it (its `typed_rows`); one that cannot has
