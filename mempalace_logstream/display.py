@@ -49,8 +49,10 @@ def terminal(text: str) -> str:
     """`text` safe to print on a terminal: every hidden character (see HIDDEN) becomes a
     visible escape (`\\x1b`, `\\x9b`, `\\u202e`); tab, newline and everything else stay as
     they are. Reversible with `unescape`, so distinct texts never print the same."""
+    if text.isascii() and text.isprintable() and "\\" not in text:
+        return text  # the common case, without compiling a pattern: printable ASCII hides none
     if not _re(_HIDDEN_RE).search(text) and "\\" not in text:
-        return text  # the common case: nothing to do
+        return text  # nothing to do
     return _re(_TERMINAL_RE).sub(_terminal_sub, text)
 
 

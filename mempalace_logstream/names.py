@@ -4,17 +4,16 @@ event's fields are validation.py's."""
 
 from __future__ import annotations
 
-import re
 import unicodedata
 from typing import Any
 
-from mempalace_logstream import confusables
+from mempalace_logstream import confusables, lazy
 from mempalace_logstream.validation import fail, required_routing
 
 # The name of an agent with a key (it names its key file): ASCII by default; with
 # `allow_unicode`, letters and digits of any script (the first neither `_` nor a mark).
-AGENT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$")
-UNICODE_AGENT_NAME_RE = re.compile(r"^[^\W_][\w.@-]{0,127}$")
+AGENT_NAME_RE = lazy.pattern(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$")
+UNICODE_AGENT_NAME_RE = lazy.pattern(r"^[^\W_][\w.@-]{0,127}$")
 AGENT_NAME_RULE = "1 to 128 letters, digits, '.', '_', '@' or '-' (it names the agent's key file)"
 
 

@@ -70,7 +70,7 @@ def read_metadata(text: str) -> tuple[dict[str, Any], str | None]:
 # signature covers, so the event still verifies).
 TOMBSTONE_PREFIX = "[redacted] "
 TOMBSTONE_KEYS = ("at", "body_sha256", "by", "event_id", "reason")
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_HEX64 = r"^[0-9a-f]{64}$"  # compiled on first use (`re` keeps it): not at import (issue 25)
 
 
 def tombstone(*, body_sha256: str, event_id: str, by: str, at: str, reason: str) -> str:
@@ -92,7 +92,7 @@ def parse_tombstone(body: str) -> dict[str, str] | None:
         return None
     if not all(isinstance(doc[k], str) for k in TOMBSTONE_KEYS):
         return None
-    return doc if _HEX64.match(doc["body_sha256"]) else None
+    return doc if re.match(_HEX64, doc["body_sha256"]) else None
 
 
 def body_digest(body: str) -> str:

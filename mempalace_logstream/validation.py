@@ -47,13 +47,24 @@ FILTER_FIELDS = (
     "status",
 )
 
-_TYPE_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
-_HEX_RE = re.compile(r"^[0-9a-fA-F]{7,64}$")
-_REMOTE_ID_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
-_REPLICA_RE = re.compile(r"^rep_(?:[0-9a-f]{12}|[0-9a-f]{32})$")
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
-_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-_DATETIME_RE = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(Z|\+00:00)$")
+# Patterns compiled on first use (`re` keeps them): not at import, where each was 0.5-1M
+# instructions of every CLI call (issue 25).
+_TYPE_RE = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
+_HEX_RE = r"^[0-9a-fA-F]{7,64}$"
+_REMOTE_ID_RE = r"^[A-Za-z0-9_.:-]{1,128}$"
+_REPLICA_RE = r"^rep_(?:[0-9a-f]{12}|[0-9a-f]{32})$"
+_CONTROL_RE = r"[\x00-\x1f\x7f]"
+_DATE_RE = r"^\d{4}-\d{2}-\d{2}$"
+_DATETIME_RE = r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(Z|\+00:00)$"
+
+
+def has_control(value: str) -> bool:
+    """Whether `value` holds a character below 0x20 or 0x7F (`_CONTROL_RE`). ASCII text is
+    printable exactly when it holds none of them (every other ASCII character is a letter,
+    digit, punctuation, symbol or the space): the pattern is compiled only for other text."""
+    if value.isascii():
+        return not value.isprintable()
+    return re.search(_CONTROL_RE, value) is not None
 
 
 def fail(field: str, message: str, limit: object = None) -> ValidationError:
@@ -103,7 +114,7 @@ def routing(field: str, value: Any, *, required: bool = False) -> str | None:
     check_text(field, value)
     # Control characters are refused before stripping: str.strip() would silently remove a
     # trailing newline or tab, and S-4 says bad characters are rejected, never stripped.
-    if _CONTROL_RE.search(value):
+    if has_control(value):
         raise fail(field, "contains control characters (below 0x20 or 0x7F)")
     _check_visible(field, value)
     stripped = value.strip()
@@ -124,7 +135,7 @@ def required_routing(field: str, value: Any) -> str:
 
 def event_type(value: Any, field: str = "type") -> str:
     text = required_routing(field, value)
-    if not _TYPE_RE.match(text):
+    if not re.match(_TYPE_RE, text):
         raise fail(
             field,
             f"{text!r} is not a valid event type (1-{MAX_TYPE_CHARS} chars: a lowercase letter "
@@ -345,10 +356,10 @@ def since_created_at(value: Any, field: str = "since_created_at") -> str | None:
     if text is None:
         return None
     try:
-        if _DATE_RE.match(text):
+        if re.match(_DATE_RE, text):
             dt = datetime.strptime(text, "%Y-%m-%d")
         else:
-            m = _DATETIME_RE.match(text)
+            m = re.match(_DATETIME_RE, text)
             if not m:
                 raise ValueError(text)
             dt = datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S")
@@ -388,7 +399,7 @@ def filter_values(field: str, value: Any) -> tuple[str, ...] | None:
 
 def base_commit_hex(value: Any, field: str = "base_commit") -> str:
     text = required_routing(field, value)
-    if not _HEX_RE.match(text):
+    if not re.match(_HEX_RE, text):
         raise fail(
             field,
             f"{text!r} must be a hexadecimal Git object id (7-64 characters), not a branch or tag",
@@ -406,14 +417,14 @@ def non_blank_text(field: str, value: Any, max_bytes: int = DEFAULT_MAX_BODY_BYT
 
 def remote_id(field: str, value: Any) -> str:
     text = required_routing(field, value)
-    if not _REMOTE_ID_RE.match(text):
+    if not re.match(_REMOTE_ID_RE, text):
         raise fail(field, f"{text!r} must be 1-128 characters of [A-Za-z0-9_.:-]", 128)
     return text
 
 
 def replica_id(value: Any, field: str = "replica_id") -> str:
     text = required_routing(field, value)
-    if not _REPLICA_RE.match(text):
+    if not re.match(_REPLICA_RE, text):
         raise fail(field, f"{text!r} is not a replica id (rep_ + 12 or 32 lowercase hex)")
     return text
 

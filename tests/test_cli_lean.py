@@ -232,7 +232,8 @@ def test_local_writes_run_before_typer_without_sqlalchemy_or_pydantic(tmp_path: 
 # What a plain local append (a note, no task, a log without keys) leaves unloaded (issue 25):
 # signing and keys, the task lifecycle (a task and its settings, the moves and their rules,
 # the thread's fold) and its caches, the readers and their filters, the reminder plan, the
-# delivery ledger (a write's sign of life is memory only), URL parsing, base64.
+# delivery ledger (a write's sign of life is memory only), the redaction rules and their
+# statements (a local append holds no `event.redact`), URL parsing, base64.
 APPEND_SKIPS = (
     "mempalace_logstream.identity.keys",
     "mempalace_logstream.identity.signing",
@@ -249,6 +250,8 @@ APPEND_SKIPS = (
     "mempalace_logstream.store.lean",
     "mempalace_logstream.deliveries",
     "mempalace_logstream.backends.queries.ledger",
+    "mempalace_logstream.store.redaction",
+    "mempalace_logstream.backends.queries.redactions",
     "urllib.parse",
     "ipaddress",
     "base64",

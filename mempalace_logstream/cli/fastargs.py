@@ -7,10 +7,11 @@ Imports nothing of the package: it runs before anything else is loaded.
 """
 
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, NamedTuple
+
+from mempalace_logstream import lazy
 
 # An option: flag -> (parameter, kind). Kinds: "str", "int" and "float" take a value, "multi" a
 # value each time it is given (a list), "on"/"off" are the two flags of a boolean.
@@ -37,8 +38,8 @@ ENVVARS = {
 }
 # The numbers taken here: plain decimals (click reads more, "1e3", "inf": those are typer's).
 NUMBERS = {
-    "int": (re.compile(r"-?[0-9]+"), int),
-    "float": (re.compile(r"-?[0-9]+(\.[0-9]+)?"), float),
+    "int": (lazy.pattern(r"-?[0-9]+"), int),
+    "float": (lazy.pattern(r"-?[0-9]+(\.[0-9]+)?"), float),
 }
 
 

@@ -211,7 +211,11 @@ def _root(
 
 def main() -> None:
     """The typer app (the console script's, after the lean path, hook.py): run it; any error
-    is one line on stderr unless --debug."""
+    is one line on stderr unless --debug. The cyclic garbage collector is on while it runs
+    (the console script's lean paths ran without it)."""
+    from mempalace_logstream import cli  # the package: `console` paused the collector
+
+    cli.gc_resume()
     try:
         app()
     except SystemExit as exc:

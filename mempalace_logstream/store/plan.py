@@ -154,7 +154,15 @@ def _events_filler(fixed: tuple[str, ...] = ()) -> Callable[..., list[Event]]:
     return fill
 
 
-_fill_events = _events_filler()
+def _first_fill(*args: Any) -> list[Event]:
+    """`_fill_events` on its first call: generated then (`exec` compiles, ~2M instructions: a
+    process that reads no row, a CLI append, never pays it; issue 25), then it is the name."""
+    global _fill_events
+    _fill_events = _events_filler()
+    return _fill_events(*args)
+
+
+_fill_events: Callable[..., list[Event]] = _first_fill
 # The fill of each set of fixed columns read lately (`events_from_rows`).
 _FILLS: dict[tuple[str, ...], Callable[..., list[Event]]] = {}
 
@@ -194,7 +202,14 @@ def _page_maker() -> Callable[..., Page]:
     return new_page
 
 
-new_page = _page_maker()
+def _first_new_page(*args: Any) -> Page:
+    """`new_page` on its first call: generated then (as `_fill_events`), then it is the name."""
+    global new_page
+    new_page = _page_maker()
+    return new_page(*args)
+
+
+new_page: Callable[..., Page] = _first_new_page
 _origin_seq_of = operator.itemgetter(_OSEQ_AT)
 _INT_TYPE = frozenset({int})
 

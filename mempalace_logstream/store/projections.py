@@ -45,7 +45,7 @@ def defaults() -> list[Projection]:
     """The projections a store runs unless told otherwise, in their order (new ones each
     call: their modules import this one, so they are made on use)."""
     from mempalace_logstream.store.lease_projection import LeaseProjection
-    from mempalace_logstream.store.redaction import RedactionProjection
+    from mempalace_logstream.store.redaction_projection import RedactionProjection
     from mempalace_logstream.store.tasks import TaskProjection
 
     # Tasks first: a redaction re-folds the task whose body it replaces, and a lease of a

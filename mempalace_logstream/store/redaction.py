@@ -26,14 +26,24 @@ from mempalace_logstream.store import blobs
 from mempalace_logstream.store import tasks as task_rows
 from mempalace_logstream.store.blobs import BODY, EMPTY_SHA256
 from mempalace_logstream.store.projections import Refusal
+from mempalace_logstream.store.redaction_projection import REDACT_TYPE, RedactionProjection
 
 if TYPE_CHECKING:
     from mempalace_logstream.store.core import LogStore
     from mempalace_logstream.store.writes import Transaction
 
-REDACT_TYPE = "event.redact"
 MAX_REASON_BYTES = 4096
-__all__ = ["BODY", "EMPTY_SHA256", "REDACT_TYPE", "Refused", "apply", "event_redact", "spec_of"]
+__all__ = [
+    "BODY",
+    "EMPTY_SHA256",
+    "REDACT_TYPE",
+    "RedactionProjection",
+    "Refused",
+    "apply",
+    "event_redact",
+    "on_events",
+    "spec_of",
+]
 
 
 class Refused(Exception):
@@ -216,26 +226,19 @@ def _refold_task(tx: "Transaction", task_id: str) -> None:
         task_rows.save(tx, task, seq, existed=True)
 
 
-class RedactionProjection:
-    """Redactions as a registered projection (store/projections.py). A local `event.redact`
-    is applied or refused by raising `Refused` (`event_redact` maps it); a peer's or an
-    imported one that must not take effect is stored without effect and returned. Redactions
-    held here whose target just arrived are applied then (a fresh local event is named by
-    none: its id is new)."""
-
-    name = "redactions"
-    local_types = frozenset({REDACT_TYPE})  # a fresh local event is named by no redaction
-
-    def apply(self, tx: "Transaction", events: Sequence[Event], origin: str) -> list[Refusal]:
-        if origin == "local":
-            for event in events:
-                if event.type == REDACT_TYPE:
-                    apply(tx, event, tx.store.identity.keyring(tx.ex, tx.store.event_select))
-            return []
-        return [
-            Refusal(event, exc.code, exc.field, exc.message)
-            for event, exc in on_applied_events(tx, events)
-        ]
+def on_events(tx: "Transaction", events: Sequence[Event], origin: str) -> list[Refusal]:
+    """`RedactionProjection.apply` (store/redaction_projection.py) once it has work here: a
+    local `event.redact` applied or refused by raising `Refused`; a peer's or an imported
+    batch applied, what must not take effect returned."""
+    if origin == "local":
+        for event in events:
+            if event.type == REDACT_TYPE:
+                apply(tx, event, tx.store.identity.keyring(tx.ex, tx.store.event_select))
+        return []
+    return [
+        Refusal(event, exc.code, exc.field, exc.message)
+        for event, exc in on_applied_events(tx, events)
+    ]
 
 
 def on_applied_events(tx: "Transaction", applied: Sequence[Event]) -> list[tuple[Event, Refused]]:

@@ -37,7 +37,7 @@ from mempalace_logstream.store.identity import check_names, check_writer
 from mempalace_logstream.store.ids import new_id, new_id_and_time, now_text
 from mempalace_logstream.store.marks import PIN_PREFIX
 from mempalace_logstream.store.pipeline import CommitPipeline, TxState
-from mempalace_logstream.store.redaction import REDACT_TYPE
+from mempalace_logstream.store.redaction_projection import REDACT_TYPE
 from mempalace_logstream.store.rows import artifact_from_row, events_from_rows
 from mempalace_logstream.store.signatures import takes_args_of
 from mempalace_logstream.tasks.guards import BudgetExhausted

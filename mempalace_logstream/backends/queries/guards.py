@@ -9,7 +9,6 @@ matching some conditions, newest first, at most `limit`.
 from __future__ import annotations
 
 import functools
-import re
 from typing import TYPE_CHECKING, Any
 
 from mempalace_logstream import lazy
@@ -206,7 +205,7 @@ def _text_literal(value: str) -> sa.ColumnElement[Any]:
     return sa.literal_column(f"'{value}'")
 
 
-_PLAIN = re.compile(r"[A-Za-z0-9_.:-]+")
+_PLAIN = lazy.pattern(r"[A-Za-z0-9_.:-]+")
 
 
 def event_id_at(ex: Executor, seq: int) -> str:
