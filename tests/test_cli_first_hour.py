@@ -341,9 +341,10 @@ def test_peers_on_an_80_column_terminal_folds_but_never_cuts(palace, monkeypatch
     monkeypatch.setenv("COLUMNS", "80")
     with LogStore.open(str(palace / "logstream.sqlite3")) as store:
         from mempalace_logstream import sync
+        from mempalace_logstream.cli import sync as sync_cli
 
         estate = sync.estate(store, palace)
-    text = re.sub(r"\x1b\[[0-9;]*m", "", cli.sync.peers_table(estate))  # styles off
+    text = re.sub(r"\x1b\[[0-9;]*m", "", sync_cli.peers_table(estate))  # styles off
     assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
     columns = [
         [c.strip() for c in line.split("│")[1:-1]]
