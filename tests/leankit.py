@@ -27,7 +27,13 @@ with open(os.environ["LEAN_REPORT"], "w") as out:
 def modules_after_import(*names: str) -> list[str]:
     """`sys.modules` of a fresh interpreter (this one's environment, the repo on its path)
     once it has imported `names`, sorted."""
-    code = f"import json, sys\nimport {', '.join(names)}\nprint(json.dumps(sorted(sys.modules)))"
+    return modules_after(f"import {', '.join(names)}")
+
+
+def modules_after(code: str) -> list[str]:
+    """`sys.modules` of a fresh interpreter (as `modules_after_import`) once it has run
+    `code`, sorted."""
+    code = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
     out = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,

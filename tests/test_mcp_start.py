@@ -14,19 +14,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+from bench.bench_cli import INIT
 from tests.conftest import REPO
-from tests.leankit import modules_after_import
+from tests.leankit import modules_after, modules_after_import
 
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "test_mcp_start", "version": "0"},
-    },
-}
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 # What the start of stdio does not need: the store (SQLAlchemy; opened after the answer) and
 # the hub's streamable HTTP endpoint.
@@ -38,13 +29,11 @@ NOT_AT_START = (
 )
 # A fresh interpreter builds the stdio server over a deferred log, as `logstream mcp` does
 # before it serves, and reports the modules it then holds.
-BUILD_THEN_SHOW_MODULES = """
-import json, sys
+BUILD_STDIO_SERVER = """
 from mempalace_logstream import mcp_server
 from mempalace_logstream.cli import mcp_stdio
 server = mcp_server.build_server(mcp_server.DeferredStore(lambda: None))
 assert "mempalace_event_append" in server.tools
-print(json.dumps(sorted(sys.modules)))
 """
 
 
@@ -82,15 +71,7 @@ def _answer(out: IO[bytes] | None) -> dict[str, Any]:
 def test_the_stdio_start_loads_neither_the_store_nor_the_http_endpoint() -> None:
     imported = set(modules_after_import("mempalace_logstream.mcp_server"))
     assert not imported & {"mcp", "mempalace_logstream.mcp_server.endpoint"}  # names on use
-    built = subprocess.run(
-        [sys.executable, "-c", BUILD_THEN_SHOW_MODULES],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        timeout=120,
-        check=True,
-    )
-    loaded = set(json.loads(built.stdout))
+    loaded = set(modules_after(BUILD_STDIO_SERVER))
     assert "mcp.server.lowlevel" in loaded  # the check sees the SDK's server
     assert loaded.isdisjoint(NOT_AT_START), loaded & set(NOT_AT_START)
 
