@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import threading
@@ -136,20 +137,47 @@ def db_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
     return str(request.getfixturevalue("pg_url"))
 
 
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty SQLite log at the schema head, migrated once per worker (Alembic and a new
+    file's fsyncs once, not once per test). It holds no replica id: the first open of a copy
+    mints one, as the first open of a new file does, so two copies are two replicas."""
+    from mempalace_logstream import migrate
+    from mempalace_logstream.backends import engine as engine_mod
+
+    path = tmp_path_factory.mktemp("sqlite-template") / "template.sqlite3"
+    eng = engine_mod.create_engine(f"sqlite:///{path}")
+    migrate.upgrade(eng)
+    eng.dispose()
+    return path
+
+
 @pytest.fixture
-def store(db_url: str, clock: ManualClock):
+def log_url(db_url: str, request: pytest.FixtureRequest) -> str:
+    """`db_url`, made an empty log first when it is a SQLite file (a copy of the template)."""
+    if db_url.startswith("sqlite:///"):
+        path = Path(db_url.removeprefix("sqlite:///"))
+        if not path.exists():
+            shutil.copy(request.getfixturevalue("sqlite_template"), path)
+    return db_url
+
+
+@pytest.fixture
+def store(log_url: str, clock: ManualClock):
     from mempalace_logstream import LogStore
 
-    s = LogStore.open(db_url)
+    s = LogStore.open(log_url)
     yield s
     s.close()
 
 
 @pytest.fixture
-def sqlite_store(tmp_path: Path):
+def sqlite_store(tmp_path: Path, sqlite_template: Path):
     from mempalace_logstream import LogStore
 
-    s = LogStore.open(str(tmp_path / "logstream.sqlite3"))
+    path = tmp_path / "logstream.sqlite3"
+    shutil.copy(sqlite_template, path)
+    s = LogStore.open(str(path))
     yield s
     s.close()
 

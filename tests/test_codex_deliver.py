@@ -43,8 +43,8 @@ THREAD = "019a7247-ac9d-71f3-89e2-a823dbd8fd14"
 
 
 @pytest.fixture
-def log(db_url: str) -> Iterator[LogStore]:
-    s = LogStore.open(db_url)
+def log(log_url: str) -> Iterator[LogStore]:
+    s = LogStore.open(log_url)
     yield s
     s.close()
 

@@ -23,8 +23,8 @@ from tests.test_inbox_hook import PROMPT, context, hook, inbox_args, send, stdin
 
 
 @pytest.fixture
-def log(db_url: str, tmp_path: Path) -> Iterator[LogStore]:
-    s = LogStore.open(db_url)
+def log(log_url: str, tmp_path: Path) -> Iterator[LogStore]:
+    s = LogStore.open(log_url)
     if s.backend.name != "sqlite":
         s.identity.keys_dir = tmp_path / "keys"  # a PostgreSQL log's keys: <palace>/keys
         s.identity.reload_keys()

@@ -92,8 +92,8 @@ def cursor_of(state: Path) -> Any:
 
 
 @pytest.fixture
-def log(db_url: str) -> Iterator[LogStore]:
-    s = LogStore.open(db_url)
+def log(log_url: str) -> Iterator[LogStore]:
+    s = LogStore.open(log_url)
     yield s
     s.close()
 

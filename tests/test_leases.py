@@ -19,8 +19,8 @@ from tests.conftest import ManualClock, run_cli
 
 
 @pytest.fixture
-def store(db_url: str, clock: ManualClock) -> Iterator[LogStore]:
-    s = LogStore.open(db_url, clock=clock)
+def store(log_url: str, clock: ManualClock) -> Iterator[LogStore]:
+    s = LogStore.open(log_url, clock=clock)
     yield s
     s.close()
 

@@ -36,8 +36,8 @@ _HIDDEN = re.compile(f"[{display.HIDDEN}]")
 
 
 @pytest.fixture
-def log(db_url: str, tmp_path: Path) -> Iterator[LogStore]:
-    s = LogStore.open(db_url)
+def log(log_url: str, tmp_path: Path) -> Iterator[LogStore]:
+    s = LogStore.open(log_url)
     if s.backend.name != "sqlite":
         s.identity.keys_dir = tmp_path / "keys"
         s.identity.reload_keys()

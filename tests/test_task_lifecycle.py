@@ -20,8 +20,8 @@ PATCH = "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n"
 
 
 @pytest.fixture
-def log(db_url: str, clock: ManualClock) -> Iterator[LogStore]:
-    with LogStore.open(db_url, clock=clock) as store:
+def log(log_url: str, clock: ManualClock) -> Iterator[LogStore]:
+    with LogStore.open(log_url, clock=clock) as store:
         yield store
 
 
