@@ -368,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     if refpkg is None and reason != "--smoke":
         print(f"reference not measured: {reason}")
     with common.temp_dir("logstream-cli-") as tmp:
-        PYCACHE["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
+        if not args.smoke:  # a smoke run's children use the caller's bytecode, not a cold cache
+            PYCACHE["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
         if args.only_hub:  # the --hub rows alone: a before/after of the hub path in minutes
             report_hub(run_hub(tmp, args.samples))
             return 0

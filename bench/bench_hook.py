@@ -192,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     print(common.machine_line())
     with common.temp_dir("logstream-hook-") as tmp:
-        PYCACHE["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
+        if not args.smoke:  # a smoke run's children use the caller's bytecode, not a cold cache
+            PYCACHE["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
         report(run(args, tmp))
     print(common.machine_line().replace("machine:", "machine after the run:"))
     return 0
