@@ -21,6 +21,7 @@ from mempalace_logstream.store import LogStore
 
 OTHER_REPLICAS = ("rep_" + "a" * 32, "rep_" + "b" * 32)
 TYPES = ("task.request", "note.added", "event.ack", "agent.status")
+N_BIG = 20_000  # the big import's bulk rows (3 appended after them)
 
 
 def build_source(path: Path, n_events: int, n_artifacts: int = 12) -> str:
@@ -237,21 +238,23 @@ def test_import_rejects_a_missing_source_file_and_a_bad_batch_size(tmp_path, pg_
 
 
 @pytest.mark.slow
-def test_cli_imports_a_100k_event_sqlite_log_into_postgresql_with_progress(tmp_path, pg_url):
+def test_cli_imports_a_20k_event_sqlite_log_into_postgresql_with_progress(tmp_path, pg_url):
+    """Ten of the importer's batches (DEFAULT_BATCH 2,000) and a progress bar: the size is not
+    a requirement (docs/benchmarks.md times 100k); 20k keeps the batching and the resume."""
     path = tmp_path / "big.sqlite3"
-    build_source(path, 100_000, n_artifacts=40)
+    build_source(path, N_BIG, n_artifacts=40)
     out = run_cli("import", "--from", str(path), "--db", pg_url, "--json", timeout=120)
     assert out.returncode == 0, out.stderr.decode()
     report = json.loads(out.stdout)
-    assert report["events_imported"] == report["events_total"] == 100_003
+    assert report["events_imported"] == report["events_total"] == N_BIG + 3
     assert report["artifacts_imported"] == 40
     bar = out.stderr.decode()
-    assert "events" in bar and "100003/100003" in bar, bar[-500:]
+    assert "events" in bar and f"{N_BIG + 3}/{N_BIG + 3}" in bar, bar[-500:]
     with LogStore.open(f"sqlite:///{path}") as source, LogStore.open(pg_url) as target:
-        assert target.tip()[0] == source.tip()[0] == 100_003
-        assert assert_same_log(source, target) == 100_003
+        assert target.tip()[0] == source.tip()[0] == N_BIG + 3
+        assert assert_same_log(source, target) == N_BIG + 3
         rerun = importer.import_log(source, target)
-        assert (rerun.events_imported, rerun.events_skipped) == (0, 100_003)
+        assert (rerun.events_imported, rerun.events_skipped) == (0, N_BIG + 3)
 
 
 @pytest.mark.ref
