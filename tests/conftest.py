@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
 import subprocess
 import sys
 import threading
@@ -166,28 +165,16 @@ def db_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
     return str(request.getfixturevalue("pg_url"))
 
 
-@pytest.fixture(scope="session")
-def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An empty SQLite log at the schema head, migrated once per worker (Alembic and a new
-    file's fsyncs once, not once per test). It holds no replica id: the first open of a copy
-    mints one, as the first open of a new file does, so two copies are two replicas."""
-    from mempalace_logstream import migrate
-    from mempalace_logstream.backends import engine as engine_mod
-
-    path = tmp_path_factory.mktemp("sqlite-template") / "template.sqlite3"
-    eng = engine_mod.create_engine(f"sqlite:///{path}")
-    migrate.upgrade(eng)
-    eng.dispose()
-    return path
-
-
 @pytest.fixture
-def log_url(db_url: str, request: pytest.FixtureRequest) -> str:
-    """`db_url`, made an empty log first when it is a SQLite file (a copy of the template)."""
+def log_url(db_url: str) -> str:
+    """`db_url`, made an empty log first when it is a SQLite file (`tests/logfiles.py`: a copy
+    of a template migrated once per worker, not a new file migrated per test)."""
+    from tests.logfiles import new_log
+
     if db_url.startswith("sqlite:///"):
         path = Path(db_url.removeprefix("sqlite:///"))
         if not path.exists():
-            shutil.copy(request.getfixturevalue("sqlite_template"), path)
+            new_log(path)
     return db_url
 
 
@@ -201,12 +188,11 @@ def store(log_url: str, clock: ManualClock):
 
 
 @pytest.fixture
-def sqlite_store(tmp_path: Path, sqlite_template: Path):
+def sqlite_store(tmp_path: Path):
     from mempalace_logstream import LogStore
+    from tests.logfiles import new_log
 
-    path = tmp_path / "logstream.sqlite3"
-    shutil.copy(sqlite_template, path)
-    s = LogStore.open(str(path))
+    s = LogStore.open(new_log(tmp_path / "logstream.sqlite3"))
     yield s
     s.close()
 

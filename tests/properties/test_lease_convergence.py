@@ -18,6 +18,7 @@ from mempalace_logstream import LogStore, errors, leases, sync
 from mempalace_logstream.leases import rules
 from mempalace_logstream.store import lease_ops
 from tests.conftest import ManualClock
+from tests.logfiles import new_log
 
 AGENTS = ("claude", "codex", "gemini")
 GLOBS = ("src/**", "src/a.py", "*.md", "docs/", "src/[ab].py", "tests/**")
@@ -92,7 +93,7 @@ def _folded(store: LogStore) -> dict[str, leases.Lease]:
 def test_replicas_converge_on_the_same_leases_and_winners(steps: list[tuple[Any, ...]]) -> None:
     clock = ManualClock()
     with tempfile.TemporaryDirectory() as tmp:
-        r = [LogStore.open(str(Path(tmp) / f"r{i}.sqlite3"), clock=clock) for i in range(3)]
+        r = [LogStore.open(new_log(Path(tmp) / f"r{i}.sqlite3"), clock=clock) for i in range(3)]
         try:
             for step in steps:
                 _apply(r, clock, step)

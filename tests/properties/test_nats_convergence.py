@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from mempalace_logstream import LogStore
 from mempalace_logstream.natsbridge import BridgeConfig, BridgeThread
+from tests.logfiles import new_log
 from tests.natskit import NatsServer, wait_for
 
 pytestmark = pytest.mark.slow
@@ -48,7 +49,7 @@ def test_bridged_logs_converge_exactly_once(nats_url: str, moves: list[tuple]) -
     tag = secrets.token_hex(4)
     cfg = BridgeConfig(url=nats_url, stream=f"P{tag}", prefix=f"p{tag}")
     with tempfile.TemporaryDirectory() as root:
-        logs = [LogStore.open(str(Path(root) / f"{i}.sqlite3")) for i in range(3)]
+        logs = [LogStore.open(new_log(Path(root) / f"{i}.sqlite3")) for i in range(3)]
         running: dict[int, BridgeThread] = {}
 
         def start(i: int) -> None:

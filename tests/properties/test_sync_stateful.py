@@ -24,23 +24,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from mempalace_logstream import LogStore, errors, migrate, replication, schema, sync, workflows
-from mempalace_logstream.backends import engine as engine_mod
-
-_TEMPLATE: Path | None = None
-
-
-def template() -> Path:
-    """One migrated file per session; replicas are copies (Alembic runs once, not per step)."""
-    global _TEMPLATE
-    if _TEMPLATE is None:
-        path = Path(tempfile.mkdtemp(prefix="sync-tpl-")) / "template.sqlite3"
-        eng = engine_mod.create_engine(f"sqlite:///{path}")
-        migrate.upgrade(eng)
-        eng.dispose()
-        _TEMPLATE = path
-    return _TEMPLATE
-
+from mempalace_logstream import LogStore, errors, replication, schema, sync, workflows
+from tests.logfiles import new_log  # replicas are copies of one migrated file (not per step)
 
 BODIES = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=20)
 
@@ -139,9 +124,8 @@ class SyncMachine(RuleBasedStateMachine):
     @initialize(n=st.integers(3, 4))
     def open_replicas(self, n: int) -> None:
         for i in range(n):
-            path = self.dir / f"r{i}.sqlite3"
-            shutil.copy(template(), path)
-            self.stores.append(LogStore.open(str(path), durability="normal"))
+            path = new_log(self.dir / f"r{i}.sqlite3")
+            self.stores.append(LogStore.open(path, durability="normal"))
 
     def _pick(self, data: st.DataObject, label: str) -> int:
         return data.draw(st.integers(0, len(self.stores) - 1), label=label)
@@ -178,8 +162,7 @@ class SyncMachine(RuleBasedStateMachine):
         path = self.dir / f"r{i}.sqlite3"
         for suffix in ("", "-wal", "-shm"):
             Path(f"{path}{suffix}").unlink(missing_ok=True)
-        shutil.copy(template(), path)
-        self.stores[i] = LogStore.open(str(path), durability="normal")
+        self.stores[i] = LogStore.open(new_log(path), durability="normal")
 
     @rule(data=st.data(), far=st.integers(10**6, 2**62))
     def forge(self, data: st.DataObject, far: int) -> None:

@@ -19,6 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from mempalace_logstream import LogStore, errors, tasks, workflows
 from tests.conftest import ManualClock
+from tests.logfiles import new_log
 
 AGENTS = ("lead", "codex", "gemini")
 ACTIONS = (
@@ -137,7 +138,7 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     def open_store(self) -> LogStore:
         self.tmp = tempfile.TemporaryDirectory()
-        return LogStore.open(str(Path(self.tmp.name) / "log.sqlite3"), clock=self.clock)
+        return LogStore.open(new_log(Path(self.tmp.name) / "log.sqlite3"), clock=self.clock)
 
     @initialize(requester=st.sampled_from(AGENTS), to=st.sampled_from(["codex", "*"]))
     def start(self, requester: str, to: str) -> None:

@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from watchkit import fork_cli, run_forked  # noqa: E402
 
 from mempalace_logstream import LogStore, config, cursors  # noqa: E402
+from tests.logfiles import new_log  # noqa: E402
 
 APPENDS = {
     "to_me": {"from_agent": "alice", "to_agent": "bob"},
@@ -83,7 +84,7 @@ def test_watch_never_skips_a_matching_event_across_restarts(
         expected: set[str] = set()
         unwanted: set[str] = set()
         printed: list[str] = []
-        with LogStore.open(db) as store:
+        with LogStore.open(new_log(db)) as store:
             # The first run sees an empty log: its checkpoint is an empty cursor, so nothing
             # that is appended later may ever be skipped (no jump to the tip).
             first = run_forked(*base, "--idle-exit-ms", "1", env=env)
