@@ -166,16 +166,64 @@ def db_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def log_url(db_url: str) -> str:
-    """`db_url`, made an empty log first when it is a SQLite file (`tests/logfiles.py`: a copy
-    of a template migrated once per worker, not a new file migrated per test)."""
+def log_url(db_url: str, request: pytest.FixtureRequest) -> str:
+    """`db_url` made an empty log at the schema head, as its first open would make it, from a
+    template migrated once per worker instead of by Alembic per test: a SQLite file is a copy
+    (`tests/logfiles.py`), a PostgreSQL schema gets the template's `pg_dump` replayed."""
     from tests.logfiles import new_log
 
     if db_url.startswith("sqlite:///"):
         path = Path(db_url.removeprefix("sqlite:///"))
         if not path.exists():
             new_log(path)
+    elif _SEARCH_PATH in db_url:
+        template: tuple[str, str] | None = request.getfixturevalue("pg_template")
+        if template is not None:
+            import psycopg
+
+            name, sql = template
+            schema = db_url.rsplit(_SEARCH_PATH, 1)[1]
+            with psycopg.connect(_libpq(request.getfixturevalue("pg_database"))) as conn:
+                conn.execute(sql.replace(name, schema).encode())
     return db_url
+
+
+_SEARCH_PATH = "options=-csearch_path%3D"
+
+
+def _libpq(url: str) -> str:
+    import sqlalchemy as sa
+
+    return sa.make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session")
+def pg_template(pg_database: str) -> tuple[str, str] | None:
+    """(name, SQL) of a schema migrated once per worker: `pg_dump --inserts` of it (tables,
+    triggers, functions, the alembic_version row), its own CREATE SCHEMA left out; None where
+    there is no pg_dump (each test's first open then migrates its schema)."""
+    import shutil
+
+    from mempalace_logstream import migrate
+    from mempalace_logstream.backends import engine as engine_mod
+
+    if shutil.which("pg_dump") is None:
+        return None
+    url = new_pg_schema(pg_database)
+    name = url.rsplit(_SEARCH_PATH, 1)[1]
+    eng = engine_mod.create_engine(url)
+    migrate.upgrade(eng)
+    eng.dispose()
+    dump = subprocess.run(
+        ["pg_dump", "--schema", name, "--inserts", "--no-owner", "--no-privileges"]
+        + [_libpq(pg_database)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    skip = ("--", "\\", f"CREATE SCHEMA {name};")
+    return name, "\n".join(line for line in dump.splitlines() if not line.startswith(skip))
 
 
 @pytest.fixture
