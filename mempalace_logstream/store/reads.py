@@ -38,8 +38,8 @@ _LOG_FACTS = [True]
 _PAGES_KEPT = 256
 PageKey = tuple[int, str, int, tuple[str, ...]]
 # (the request, its page statement's SQL text, its parameters but the bounds, and where the
-# backend binds positionally (the same statement with `?` parameters, their values after the
-# bounds lo and top), else None).
+# backend binds positionally (the same statement with positional parameters, their values
+# after the bounds lo and top), else None).
 PageEntry = tuple["ReadRequest", str, dict[str, Any], tuple[str, tuple[Any, ...]] | None]
 
 
@@ -197,8 +197,9 @@ class Reads:
 
     def _page_entry(self, req: ReadRequest, order: str, fixed: tuple[str, ...]) -> PageEntry:
         """`_page_statement`, and the same statement with positional parameters where the
-        backend has them (`positional_dialect`) and the bounds lo, top come first and once (an
-        inbox split in legs repeats them: named). Remembered per request object
+        backend has them (`positional_dialect`: each distinct parameter once, the bounds lo,
+        top first; an inbox split in legs repeats them in its text, SQLite's `?NNN` binds them
+        once). Remembered per request object
         (`read_request` gives a repeated read the same one; the entry holds it, so its id
         names no other request meanwhile): a read then builds no plan, key or parameters
         (issue 25)."""
