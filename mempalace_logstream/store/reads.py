@@ -65,7 +65,8 @@ class Reads:
         self._tip = tip(self._sql)
         self._marks = identity.marks_statement(self._sql)
         # A cursor's seq too: a poll repeats its cursor while nothing is committed.
-        cursor = log_rows.seq_of_statement(self._sql)
+        # Run as compiled here too (`_Statements.seq_of`: no executor, no compile lookup).
+        self._seq_of = cursor = log_rows.seq_of_statement(self._sql)
         self.backend.remember_log_facts((self._tip[0], self._marks[0], cursor))
         # The page statement of each request read lately (`_page_entry`).
         self._pages: dict[PageKey, PageEntry] = {}
@@ -284,10 +285,12 @@ class _Statements:
         return self.ex
 
     def seq_of(self, ident: str, field: str) -> int:
-        seq = log_rows.seq_of(self.executor(), ident)
-        if seq is None:
+        # `log_rows.seq_of`'s statement as compiled (`Reads.__init__`: it binds `id` only), run
+        # straight on the snapshot: a poll after a cursor asks it on every read (issue 25).
+        rows = self.query(self.reads._seq_of, {"id": ident})
+        if not rows:
             raise plan.unknown_event(field, ident)
-        return seq
+        return int(rows[0][0])
 
     def top(self, hi: int | None) -> Sequence[Any] | None:
         if hi is None:  # the tip: a log fact, its statement compiled once (`Reads.__init__`)
