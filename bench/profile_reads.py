@@ -6,11 +6,12 @@
 Reads the cached log `bench/bench_store.py --sections list --events N` built (it must exist:
 run that first) with the bench's four reads: the inbox of its agent (newest 50), the same
 inbox after a cursor `min(2000, N // 10)` events back (ascending), `type` (newest 50) and a
-recent `correlation_id`. `callgrind` (the default) runs one `valgrind --tool=callgrind
---instr-atstart=no` child per shape: it opens the store, reads 300 times, turns the
-instrumentation on (`callgrind_control -i on <its pid>`), reads `--reads` times more; printed
-is the instruction total over `--reads` (deterministic: the figure to compare on a busy
-machine). `cpu` prints the thread CPU per read in µs, min of 5 × `--reads`.
+recent `correlation_id`. `callgrind` (the default) runs two `valgrind --tool=callgrind
+--instr-atstart=no` children per shape: each opens the store, reads 300 times, turns the
+instrumentation on (`callgrind_control -i on <its pid>`), reads `--reads` times more (the
+other: none) and closes the store; printed is the difference of their instruction totals over
+`--reads` (deterministic: the figure to compare on a busy machine). `cpu` prints the thread
+CPU per read in µs, min of 5 × `--reads`.
 
 The package is imported from the interpreter's own install when the script is copied out of
 the repository (run another tree's venv python on a copy to measure that tree). Never a test.
@@ -83,10 +84,16 @@ def child(path: Path, args: dict[str, Any], warm: int, reads: int) -> None:
     )
     for _ in range(reads):
         store.event_list(**args)
-    os._exit(0)  # nothing after the reads is counted (no close, no interpreter teardown)
+    store.close()
 
 
 def callgrind(path: Path, shape: str, n: int, reads: int) -> float:
+    """Instructions per read: a child that reads `reads` times minus one that reads none
+    (the close and the interpreter's exit after the reads are in both)."""
+    return (_instructions(path, shape, n, reads) - _instructions(path, shape, n, 0)) / reads
+
+
+def _instructions(path: Path, shape: str, n: int, reads: int) -> int:
     with tempfile.TemporaryDirectory(prefix="profile-reads-") as tmp:
         out = Path(tmp) / "callgrind.out"
         cmd = [
@@ -110,7 +117,7 @@ def callgrind(path: Path, shape: str, n: int, reads: int) -> float:
     found = re.search(r"^(?:totals|summary): (\d+)", text, re.M)
     if found is None:
         raise SystemExit("no totals in the callgrind output")
-    return int(found.group(1)) / reads
+    return int(found.group(1))
 
 
 def cpu(path: Path, args: dict[str, Any], reads: int) -> float:
