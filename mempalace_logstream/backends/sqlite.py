@@ -35,7 +35,7 @@ class _NumberedCompiler(SQLiteCompiler):
     first met) written as SQLite's `?NNN`, which binds the NNNth value of a sequence wherever
     it occurs: a statement that repeats a parameter (an inbox split in legs repeats its
     bounds) binds by position too. `?NNN`, not `:NNN`: SQLite numbers a `:name` by where it
-    first occurs in the text, and the sqlite3 module refuses a sequence for named ones."""
+    first occurs in the text, and the sqlite3 module deprecates a sequence for named ones."""
 
     def _process_numeric(self) -> None:
         self._numeric_binds_identifier_char = "?"
