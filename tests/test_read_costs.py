@@ -62,6 +62,11 @@ def test_sqlite_a_repeated_read_makes_few_python_calls(tmp_path: Path) -> None:
         assert _python_calls(store, 20, correlation_id="c-1") <= 23
         assert _python_calls(store, 20) <= 23
         assert _python_calls(store, 20, type="task.request", limit=5) <= 21
+        # After a cursor: 30 calls before the read asked the cursor's seq straight on its
+        # snapshot (h8/reads: no executor, no compile lookup), 25 now (a short page 28 -> 23).
+        ids = [e.id for e in store.event_list(order="asc").events]
+        assert _python_calls(store, 20, since_event_id=ids[2]) <= 25
+        assert _python_calls(store, 20, since_event_id=ids[-3]) <= 23
 
 
 def test_a_page_reads_no_column_its_filter_fixes(tmp_path: Path) -> None:
