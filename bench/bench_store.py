@@ -603,8 +603,9 @@ def _inbox_sql(cond: str | None, order: str) -> tuple[str, str]:
     )
 
 
-def _queries(path: Path, n: int) -> list[Query]:
-    """The four reads, with a recent cursor and a recent correlation id from the log itself."""
+def cursor_and_correlation(path: Path, n: int) -> tuple[str, str, int]:
+    """(a cursor's event id, a recent correlation id, how far back the cursor is) from the
+    `n`-event log at `path` itself: what the bench's after-cursor and correlation reads ask."""
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         back = max(1, min(2000, n // 10))
@@ -616,6 +617,12 @@ def _queries(path: Path, n: int) -> list[Query]:
         ).fetchone()[0]
     finally:
         conn.close()
+    return since_id, corr, back
+
+
+def _queries(path: Path, n: int) -> list[Query]:
+    """The four reads, with a recent cursor and a recent correlation id from the log itself."""
+    since_id, corr, back = cursor_and_correlation(path, n)
     agent, kind = common.INBOX_AGENT, common.FILTER_TYPE
     lim = LIST_LIMIT + 1
     sel = f"SELECT {_COLS} FROM events WHERE"

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -53,17 +52,9 @@ def log_path(n: int, override: str | None) -> Path:
 
 def read_args(path: Path, n: int) -> dict[str, dict[str, Any]]:
     """The bench's four `event_list` arguments (bench_store._queries)."""
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        back = max(1, min(2000, n // 10))
-        since = conn.execute("SELECT id FROM events WHERE seq = ?", (n - back,)).fetchone()[0]
-        corr = conn.execute(
-            "SELECT correlation_id FROM events WHERE correlation_id IS NOT NULL AND seq <= ?"
-            " ORDER BY seq DESC LIMIT 1",
-            (n - 100,),
-        ).fetchone()[0]
-    finally:
-        conn.close()
+    from bench import bench_store  # the parent only: a child imports no bench module
+
+    since, corr, _back = bench_store.cursor_and_correlation(path, n)
     return {
         "inbox": {"to_agent": INBOX_AGENT},
         "cursor": {"to_agent": INBOX_AGENT, "since_event_id": since},

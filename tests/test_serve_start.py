@@ -15,6 +15,7 @@ import anyio
 import anyio.to_thread
 import httpx
 
+from bench.bench_cli import INIT
 from mempalace_logstream import LogStore
 from mempalace_logstream.http import HubSettings
 from mempalace_logstream.mcp_server.late import LateEndpoint
@@ -53,16 +54,7 @@ def test_mcp_on_a_started_hub_loads_the_sdk_and_answers(tmp_path: Path) -> None:
     try:
         resp = httpx.post(
             hub.url + "/mcp",
-            json={
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-06-18",
-                    "capabilities": {},
-                    "clientInfo": {"name": "test", "version": "1"},
-                },
-            },
+            json=INIT,
             headers={"accept": "application/json, text/event-stream"},
             timeout=WAIT_S,
         )
