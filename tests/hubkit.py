@@ -25,7 +25,8 @@ class LiveHub:
         self.store = store
         self.settings = settings
         self.presence = Registry()  # shared by the HTTP routes and the MCP tools, as in serve
-        mcp_app, lifespan = mcp_server.http_endpoint(store, presence=self.presence)
+        # As `logstream serve` mounts it: the SDK loads in a worker thread once the hub serves.
+        mcp_app, lifespan = mcp_server.late_http_endpoint(store, presence=self.presence)
         mount = ExtraMount("/mcp", mcp_app, lifespan, drain=mcp_app.drain)
         self.app = create_app(store, settings, mounts=(mount,), presence=self.presence)
         self.sock = listen_socket("127.0.0.1", port)  # a port again: a restart

@@ -62,6 +62,11 @@ def test_sqlite_a_repeated_read_makes_few_python_calls(tmp_path: Path) -> None:
         assert _python_calls(store, 20, correlation_id="c-1") <= 23
         assert _python_calls(store, 20) <= 23
         assert _python_calls(store, 20, type="task.request", limit=5) <= 21
+        # After a cursor: 30 calls before the read asked the cursor's seq straight on its
+        # snapshot (h8/reads: no executor, no compile lookup), 25 now (a short page 28 -> 23).
+        ids = [e.id for e in store.event_list(order="asc").events]
+        assert _python_calls(store, 20, since_event_id=ids[2]) <= 25
+        assert _python_calls(store, 20, since_event_id=ids[-3]) <= 23
 
 
 def test_a_page_reads_no_column_its_filter_fixes(tmp_path: Path) -> None:
@@ -90,9 +95,10 @@ def test_a_page_reads_no_column_its_filter_fixes(tmp_path: Path) -> None:
 
 def test_sqlite_a_page_statement_binds_by_position(tmp_path: Path) -> None:
     """The sqlite3 module binds a named parameter through a new string of its name and a dict
-    lookup (~1.1k instructions each): on SQLite a read's page statement has `?` parameters,
+    lookup (~1.1k instructions each): on SQLite a read's page statement has `?NNN` parameters,
     bound from a tuple, the bounds lo and top first. An inbox split in legs repeats the bounds
-    and stays named. Both read the same rows as before."""
+    (`?1`, `?2` in each leg) and binds by position too (tests/test_read_binding.py: the same
+    pages as the named form). Both read the same rows as before."""
     seen: list[tuple[str, Any]] = []
     with _log(tmp_path, 6) as store:
         store.backend.statement_hooks.append(lambda sql, params: seen.append((sql, params)))
@@ -103,7 +109,8 @@ def test_sqlite_a_page_statement_binds_by_position(tmp_path: Path) -> None:
     (thread_sql, thread_params), (inbox_sql, inbox_params) = pages
     assert ":" not in thread_sql and thread_sql.count("?") == len(thread_params) == 4
     assert thread_params == (0, 6, "c-1", 3)
-    assert "UNION ALL" in inbox_sql and isinstance(inbox_params, dict)
+    assert "UNION ALL" in inbox_sql and ":" not in inbox_sql
+    assert inbox_params == (0, 6, "z", "*", 51)
     assert [e.body for e in thread.events] == ["b0", "b1"] and thread.has_more
     assert inbox.events == ()
 

@@ -1,6 +1,7 @@
 """PostgreSQL connections of their own, outside the store's pool: a LISTEN (the store's change
 signal, the hubs' shared presence) and the autocommit connector they and the hubs' leader lock
-open."""
+open. psycopg is imported by the first connection: a SQLite hub, which imports this module
+through its presence table, never loads it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import select
 from collections.abc import Callable
 from typing import Any
 
-import psycopg
 import sqlalchemy as sa
 
 from mempalace_logstream import notify
@@ -73,6 +73,8 @@ def autocommit_connector(engine: sa.Engine) -> Callable[[], Any]:
     cargs, cparams = engine.dialect.create_connect_args(engine.url)
 
     def connect() -> Any:
+        import psycopg
+
         return psycopg.connect(*cargs, **{**cparams, "autocommit": True})
 
     return connect

@@ -274,6 +274,7 @@ def _run(
         log_level="warning",
         timeout_graceful_shutdown=3,
         forwarded_allow_ips=forwarded_allow_ips,
+        ws="none",  # the hub serves no WebSocket: its protocol module is not loaded at start
     )
     server = HubServer(config_, application, say=_say, owns_process=True)
     try:
@@ -351,7 +352,7 @@ def _hub_app(
 
     # One table for the HTTP routes and the MCP tools; every hub's on a PostgreSQL log.
     presence = registry_for(store)
-    mcp_app, mcp_lifespan = mcp_server.http_endpoint(
+    mcp_app, mcp_lifespan = mcp_server.late_http_endpoint(
         store, read_only=mcp_read_only, presence=presence
     )
     mount = ExtraMount("/mcp", mcp_app, mcp_lifespan, drain=mcp_app.drain)

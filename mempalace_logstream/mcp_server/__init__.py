@@ -6,6 +6,7 @@
     protocol.py  the SDK's low-level `Server` that speaks MCP for it on every transport
     resources.py the logstream:// resources and their subscriptions
     endpoint.py  streamable HTTP for the hub's /mcp, sessions bounded, disconnects quiet
+    late.py      that endpoint built in a worker thread once the hub serves (no SDK at start)
     channel.py   `logstream mcp --agent NAME --channel`: new inbox events pushed into the session
     channel_text.py  what channel mode writes for the model: instructions, events, bursts
 
@@ -22,6 +23,7 @@ from mempalace_logstream import lazy
 if TYPE_CHECKING:
     from mempalace_logstream.mcp_server.deferred import DeferredStore
     from mempalace_logstream.mcp_server.endpoint import http_endpoint, quiet_disconnects
+    from mempalace_logstream.mcp_server.late import late_http_endpoint
     from mempalace_logstream.mcp_server.server import (
         INSTRUCTIONS,
         TOOL_PREFIX,
@@ -39,6 +41,7 @@ _HOMES = {
     "DeferredStore": "deferred",
     "http_endpoint": "endpoint",
     "quiet_disconnects": "endpoint",
+    "late_http_endpoint": "late",
     **dict.fromkeys(
         (
             "INSTRUCTIONS",
@@ -65,6 +68,7 @@ __all__ = [
     "StoreBackend",
     "build_server",
     "http_endpoint",
+    "late_http_endpoint",
     "quiet_disconnects",
     "run_stdio",
     "spec_tool",

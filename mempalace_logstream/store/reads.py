@@ -38,8 +38,8 @@ _LOG_FACTS = [True]
 _PAGES_KEPT = 256
 PageKey = tuple[int, str, int, tuple[str, ...]]
 # (the request, its page statement's SQL text, its parameters but the bounds, and where the
-# backend binds positionally (the same statement with `?` parameters, their values after the
-# bounds lo and top), else None).
+# backend binds positionally (the same statement with positional parameters, their values
+# after the bounds lo and top), else None).
 PageEntry = tuple["ReadRequest", str, dict[str, Any], tuple[str, tuple[Any, ...]] | None]
 
 
@@ -65,7 +65,8 @@ class Reads:
         self._tip = tip(self._sql)
         self._marks = identity.marks_statement(self._sql)
         # A cursor's seq too: a poll repeats its cursor while nothing is committed.
-        cursor = log_rows.seq_of_statement(self._sql)
+        # Run as compiled here too (`_Statements.seq_of`: no executor, no compile lookup).
+        self._seq_of = cursor = log_rows.seq_of_statement(self._sql)
         self.backend.remember_log_facts((self._tip[0], self._marks[0], cursor))
         # The page statement of each request read lately (`_page_entry`).
         self._pages: dict[PageKey, PageEntry] = {}
@@ -197,8 +198,9 @@ class Reads:
 
     def _page_entry(self, req: ReadRequest, order: str, fixed: tuple[str, ...]) -> PageEntry:
         """`_page_statement`, and the same statement with positional parameters where the
-        backend has them (`positional_dialect`) and the bounds lo, top come first and once (an
-        inbox split in legs repeats them: named). Remembered per request object
+        backend has them (`positional_dialect`: each distinct parameter once, the bounds lo,
+        top first; an inbox split in legs repeats them in its text, SQLite's `?NNN` binds them
+        once). Remembered per request object
         (`read_request` gives a repeated read the same one; the entry holds it, so its id
         names no other request meanwhile): a read then builds no plan, key or parameters
         (issue 25)."""
@@ -283,10 +285,12 @@ class _Statements:
         return self.ex
 
     def seq_of(self, ident: str, field: str) -> int:
-        seq = log_rows.seq_of(self.executor(), ident)
-        if seq is None:
+        # `log_rows.seq_of`'s statement as compiled (`Reads.__init__`: it binds `id` only), run
+        # straight on the snapshot: a poll after a cursor asks it on every read (issue 25).
+        rows = self.query(self.reads._seq_of, {"id": ident})
+        if not rows:
             raise plan.unknown_event(field, ident)
-        return seq
+        return int(rows[0][0])
 
     def top(self, hi: int | None) -> Sequence[Any] | None:
         if hi is None:  # the tip: a log fact, its statement compiled once (`Reads.__init__`)
