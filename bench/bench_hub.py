@@ -106,10 +106,14 @@ def wait_healthz(
             tail = log.read().decode("utf-8", "replace")[-2000:]
             raise RuntimeError(f"hub exited {proc.returncode}: {tail}")
         try:
-            with urllib.request.urlopen(url + "/healthz", timeout=2):
-                return
+            with urllib.request.urlopen(url + "/healthz", timeout=2) as resp:
+                # Measured once the hub has started: its /mcp endpoint is built in the
+                # background after /healthz first answers (`"mcp": "starting"`).
+                if json.load(resp).get("mcp", "ready") != "starting":
+                    return
         except (urllib.error.URLError, OSError):
-            time.sleep(0.05)
+            pass
+        time.sleep(0.05)
     raise RuntimeError(f"{url} did not answer within {timeout:.0f} s")
 
 

@@ -61,6 +61,8 @@ def test_mcp_on_a_started_hub_loads_the_sdk_and_answers(tmp_path: Path) -> None:
         assert resp.status_code == 200, resp.text
         assert "mempalace-logstream" in resp.text  # the server's name in its answer
         assert hub.app.state.mounts[0].app.inner is not None
+        health = httpx.get(hub.url + "/healthz", timeout=WAIT_S).json()
+        assert health["ok"] is True and health["mcp"] == "ready"
     finally:
         hub.stop()
         store.close()
@@ -126,7 +128,9 @@ def test_a_request_before_the_build_waits_for_it_then_reaches_the_endpoint() -> 
                     tg.start_soon(ask)
                     await anyio.wait_all_tasks_blocked()
                     assert answers == [] and inner.calls == 0  # waiting on the build
+                    assert late.state == "starting"
                     await anyio.to_thread.run_sync(release.set)
+                assert late.state == "ready"
                 await late.drain()
             return answers[0]
 
@@ -145,6 +149,7 @@ def test_a_build_that_fails_answers_500_with_what_failed() -> None:
         with anyio.fail_after(WAIT_S):
             async with late.lifespan():
                 sent = await _request(late)
+                assert late.state == "failed"
                 await late.drain()  # nothing built, nothing to drain
                 return sent
 

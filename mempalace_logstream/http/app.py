@@ -216,7 +216,13 @@ async def healthz(request: Request) -> Any:
     checked = "ok" if report is not None else "checking" if thread else "unchecked"
     loop: sync.SyncLoop | None = request.app.state.sync_loop
     leads = loop is not None and loop.enabled and loop.leading
-    return {"ok": True, "replica_id": store.replica_id, "integrity": checked, "sync_leader": leads}
+    body = {"ok": True, "replica_id": store.replica_id, "integrity": checked, "sync_leader": leads}
+    # A mount built once the hub serves (/mcp: `mcp_server/late.py`) says how far it got.
+    for m in request.app.state.mounts:
+        state = getattr(m.app, "state", None)
+        if isinstance(state, str):
+            body[m.path.strip("/")] = state
+    return body
 
 
 # --------------------------------------------------------------------------- error handlers

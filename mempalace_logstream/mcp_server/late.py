@@ -79,6 +79,13 @@ class LateEndpoint:
             return
         await self.inner(scope, receive, send)
 
+    @property
+    def state(self) -> str:
+        """`starting` until built, then `ready`, or `failed` (what `/healthz` says of /mcp)."""
+        if self.inner is not None:
+            return "ready"
+        return "failed" if self.failure is not None else "starting"
+
     async def drain(self) -> None:
         """Returns once no call is in flight at the built endpoint (at once if none was built)."""
         if self.inner is not None:
