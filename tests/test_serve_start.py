@@ -159,3 +159,25 @@ def test_a_build_that_fails_answers_500_with_what_failed() -> None:
     assert body["field"] is None
     assert body["error"].startswith("the MCP endpoint could not start (ImportError: ")
     assert "no SDK here" in body["error"]
+
+
+def test_an_endpoint_whose_lifespan_fails_answers_500_and_the_lifespan_goes_on() -> None:
+    from contextlib import asynccontextmanager
+
+    @asynccontextmanager
+    async def lifespan() -> Any:
+        raise RuntimeError("session manager refused")
+        yield
+
+    late = LateEndpoint(lambda: (_Recorder(), lifespan))
+
+    async def main() -> list[dict[str, Any]]:
+        with anyio.fail_after(WAIT_S):
+            async with late.lifespan():  # the hub's lifespan is not ended by the failure
+                sent = await _request(late)
+                assert late.state == "failed"
+                return sent
+
+    sent = anyio.run(main)
+    assert sent[0]["status"] == 500
+    assert "RuntimeError: session manager refused" in json.loads(sent[1]["body"])["error"]

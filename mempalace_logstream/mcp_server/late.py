@@ -58,16 +58,16 @@ class LateEndpoint:
         ready, stop = self._events()
         try:
             app, lifespan = await anyio.to_thread.run_sync(self._build)
-        except Exception as exc:  # an SDK that cannot load: /mcp says so, the hub serves on
-            self.failure = exc
-            _log.error("the MCP endpoint could not start: %s: %s", type(exc).__name__, exc)
-            ready.set()
-            return
-        try:
             async with lifespan():
                 self.inner = app
                 ready.set()
                 await stop.wait()
+        except Exception as exc:  # an SDK that cannot load or start: /mcp says so, the hub
+            # serves on (raised here, it would end the task group the hub's lifespan runs in)
+            what = "could not start" if self.inner is None else "failed"
+            if self.inner is None:
+                self.failure = exc
+            _log.error("the MCP endpoint %s: %s: %s", what, type(exc).__name__, exc)
         finally:
             ready.set()
 
