@@ -13,8 +13,7 @@ other: none) and closes the store; printed is the difference of their instructio
 `--reads` (deterministic: the figure to compare on a busy machine). `cpu` prints the thread
 CPU per read in µs, min of 5 × `--reads`.
 
-The package is imported from the interpreter's own install when the script is copied out of
-the repository (run another tree's venv python on a copy to measure that tree). Never a test.
+Run a tree's own copy with its own venv to measure that tree. Never a test.
 """
 
 from __future__ import annotations
@@ -29,22 +28,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-_ROOT = Path(__file__).resolve().parents[1]
-if (_ROOT / "mempalace_logstream").is_dir() and str(_ROOT) not in sys.path:
-    sys.path.insert(0, str(_ROOT))
+if __package__ in (None, ""):  # run as `python bench/profile_reads.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import bench_store, common  # noqa: E402
 
 SHAPES = ("inbox", "cursor", "type", "corr")
-INBOX_AGENT, FILTER_TYPE = "agent-07", "task.request"  # bench/common.py's
-
-
-def cache_dir(override: str | None) -> Path:
-    raw = override or os.environ.get("LOGSTREAM_BENCH_CACHE")
-    path = Path(raw) if raw else Path.home() / ".cache" / "mempalace-logstream" / "bench"
-    return path.expanduser()
 
 
 def log_path(n: int, override: str | None) -> Path:
-    found = sorted(cache_dir(override).glob(f"ours-{n}-*.sqlite3"))
+    found = sorted(common.cache_dir(override).glob(f"ours-{n}-*.sqlite3"))
     if not found:
         raise SystemExit(f"no cached {n}-event log: run bench/bench_store.py --events {n} first")
     return found[-1]
@@ -52,13 +45,11 @@ def log_path(n: int, override: str | None) -> Path:
 
 def read_args(path: Path, n: int) -> dict[str, dict[str, Any]]:
     """The bench's four `event_list` arguments (bench_store._queries)."""
-    from bench import bench_store  # the parent only: a child imports no bench module
-
     since, corr, _back = bench_store.cursor_and_correlation(path, n)
     return {
-        "inbox": {"to_agent": INBOX_AGENT},
-        "cursor": {"to_agent": INBOX_AGENT, "since_event_id": since},
-        "type": {"type": FILTER_TYPE},
+        "inbox": {"to_agent": common.INBOX_AGENT},
+        "cursor": {"to_agent": common.INBOX_AGENT, "since_event_id": since},
+        "type": {"type": common.FILTER_TYPE},
         "corr": {"correlation_id": corr},
     }
 
