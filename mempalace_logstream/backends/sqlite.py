@@ -206,6 +206,8 @@ class _Kept:
         "rows",
         "last",
         "typed",
+        "ran",
+        "ran_rows",
     )
 
     def __init__(self, backend: SqliteBackend, proxy: Any) -> None:
@@ -223,6 +225,10 @@ class _Kept:
         # comparing two dicts costs less than a key of their items (issue 25).
         self.last: dict[str, tuple[dict[str, Any], list[tuple[Any, ...]]]] = {}
         self.typed = TypedRange()  # the seqs found holding values of their columns' types
+        # The last statement run that is not a log fact, as (SQL text, parameters), and its
+        # rows: a page's statement, whose rows `typed_rows` and `tested_rows` are asked about.
+        self.ran: tuple[str, Any] = ("", None)
+        self.ran_rows: list[tuple[Any, ...]] | None = None
 
     def __enter__(self) -> _Kept:
         backend = self.backend
@@ -270,11 +276,18 @@ class _Kept:
         (backends/sqlite_typed.py): the row reader then tests none of them."""
         if not self.checked:
             self._check_version()
-        return self.typed.covers(self.cur, rows, low, high, seq_at)
+        return self.typed.covers(self.cur, rows, low, high, seq_at, self._statement_of(rows))
 
     def tested_rows(self, rows: Sequence[Any], low: int, high: int, seq_at: int) -> None:
         """`rows` of this snapshot (seqs low..high) passed the row reader's type test."""
-        self.typed.learn(rows, low, high, seq_at)
+        self.typed.learn(rows, low, high, seq_at, self._statement_of(rows))
+
+    def _statement_of(self, rows: Sequence[Any]) -> tuple[str, Any] | None:
+        """(SQL text, parameters) of the statement that read `rows` when it is the last one
+        run and its parameters are a tuple (hashable: a page statement's, bound by position),
+        else None."""
+        ran = self.ran
+        return ran if rows is self.ran_rows and type(ran[1]) is tuple else None
 
     def __call__(self, sql: str, params: Any) -> list[tuple[Any, ...]]:
         """`base.Query` of a read snapshot: the statements of the log facts are answered from
@@ -297,7 +310,9 @@ class _Kept:
             return rows
         if self.hooks:
             base.observe(self.hooks, sql, params)
-        return sqlite_file.fetch_all(self.db, sql, params, self.cur)
+        self.ran = (sql, params)
+        rows = self.ran_rows = sqlite_file.fetch_all(self.db, sql, params, self.cur)
+        return rows
 
 
 def _storage_error(exc: sqlite3.Error) -> errors.StorageError:

@@ -75,6 +75,9 @@ class Reads:
         positional = getattr(self.backend, "positional_dialect", None)
         self._positional: Any = positional() if positional is not None else None
         self._positional_sql: dict[Any, tuple[str, tuple[str, ...]]] = {}
+        # The statements of the last snapshot read (`_read`): a reader connection is one
+        # snapshot at a time, so its `_Statements` serve its next read too (no object made).
+        self._last: _Statements | None = None
 
     def event_get(self, event_id: Any) -> Event:
         ident = v.required_routing("event_id", event_id)
@@ -140,7 +143,11 @@ class Reads:
             return self._read(query, req, after_seq=after_seq)
 
     def _read(self, query: Query, req: ReadRequest, after_seq: int | None = None) -> Page:
-        st = _Statements(self, query)
+        st = self._last
+        if st is None or st.query is not query:
+            st = self._last = _Statements(self, query)
+        else:
+            st.ex = None
         page = plan.read_page(st, req, after_seq)
         if not page.events:
             return page
@@ -273,11 +280,14 @@ class _Statements:
     executor of the statements compiled by key is made on first use (`executor`): a read
     whose tip, page and marks are all it runs needs none."""
 
-    __slots__ = ("reads", "query", "ex")
+    __slots__ = ("reads", "query", "ex", "typed_rows", "tested_rows")
 
     def __init__(self, reads: Reads, query: Query) -> None:
         self.reads, self.query = reads, query
         self.ex: QueryExecutor | None = None
+        # The backend snapshot's row-type memory, if it has one (`typed`, `tested`).
+        self.typed_rows = getattr(query, "typed_rows", None)
+        self.tested_rows = getattr(query, "tested_rows", None)
 
     def executor(self) -> QueryExecutor:
         if self.ex is None:
@@ -316,10 +326,10 @@ class _Statements:
     def typed(self, rows: Sequence[Any], low: int, high: int) -> bool:
         # The backend's read snapshot answers it (its `typed_rows`); one that cannot has
         # every page tested.
-        typed_rows = getattr(self.query, "typed_rows", None)
+        typed_rows = self.typed_rows
         return typed_rows is not None and typed_rows(rows, low, high, plan.SEQ_AT) is True
 
     def tested(self, rows: Sequence[Any], low: int, high: int) -> None:
-        tested_rows = getattr(self.query, "tested_rows", None)
+        tested_rows = self.tested_rows
         if tested_rows is not None:
             tested_rows(rows, low, high, plan.SEQ_AT)
