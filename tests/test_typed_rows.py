@@ -147,6 +147,44 @@ def test_what_a_reader_learns() -> None:
     assert 50 not in typed.seqs and typed.hi == 21
 
 
+def test_a_reader_knows_a_page_statement_by_its_count_and_ends() -> None:
+    """A page statement read again (the same SQL and parameters) is known by one lookup, not
+    one per seq, while it reads as many rows with the same lowest and highest seq: a row
+    planted behind the API into a gap of seqs inside the page changes one of them."""
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE TABLE redactions (tombstone TEXT)")
+    cur = db.cursor()
+    typed = sqlite_typed.TypedRange()
+    page, statement = [(30,), (20,), (10,)], ("SELECT seq", (0, 30, 4))
+    assert not typed.covers(cur, page, 10, 30, 0, statement)
+    typed.learn(page, 10, 30, 0, statement)
+    typed.seqs.clear()  # known by the statement alone from now on
+    assert typed.covers(cur, list(page), 10, 30, 0, statement)
+    assert not typed.covers(cur, list(page), 10, 30, 0, ("SELECT seq", (0, 30, 5)))
+    assert not typed.covers(cur, [(30,), (25,), (20,), (10,)], 10, 30, 0, statement)  # count
+    assert not typed.covers(cur, [(30,), (25,), (20,)], 20, 30, 0, statement)  # an end moved
+    assert not typed.covers(cur, page, 10, 30, 0)  # no statement: its seqs
+
+
+def test_a_row_planted_into_a_gap_of_a_known_page_reads_with_its_error(
+    sqlite_store: Any, tests_run: type[_CountingTypes]
+) -> None:
+    """The same page statement (same bounds) read after a row of the wrong type was planted
+    behind the API into a gap of seqs it spans: the page is tested, the row has its error."""
+    path = str(sqlite_store.engine.url.database)
+    ids = _append(sqlite_store, plan.TYPED_MIN_ROWS)
+    top = plant_row(path, seq=plan.TYPED_MIN_ROWS + 10)  # seqs 9..17 left free
+    assert [e.id for e in sqlite_store.event_list(order="asc").events] == [*ids, top]
+    tested = tests_run.calls
+    sqlite_store.event_list(order="asc")
+    assert tests_run.calls == tested  # known: not tested again
+    bad = plant_row(path, seq=plan.TYPED_MIN_ROWS + 5, body=b"\xff blob")
+    events = sqlite_store.event_list(order="asc").events
+    assert [e.id for e in events] == [*ids, bad, top]
+    assert "body" in events[-2].to_dict()["row_error"]
+    assert all("row_error" not in e.to_dict() for e in (*events[:-2], events[-1]))
+
+
 def test_a_page_of_few_rows_is_tested_without_asking(
     sqlite_store: Any, tests_run: type[_CountingTypes], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -276,7 +276,9 @@ class _Kept:
         (backends/sqlite_typed.py): the row reader then tests none of them."""
         if not self.checked:
             self._check_version()
-        return self.typed.covers(self.cur, rows, low, high, seq_at, self._statement_of(rows))
+        ran = self.ran  # `_statement_of`, inline: a read asks this of every page it reads
+        statement = ran if rows is self.ran_rows and type(ran[1]) is tuple else None
+        return self.typed.covers(self.cur, rows, low, high, seq_at, statement)
 
     def tested_rows(self, rows: Sequence[Any], low: int, high: int, seq_at: int) -> None:
         """`rows` of this snapshot (seqs low..high) passed the row reader's type test."""
