@@ -48,7 +48,7 @@ def lease_acquire(
 ) -> dict[str, Any]:
     """Acquire a lease on `paths` for `agent`: {lease}. ConflictError naming the holder, the
     overlapping globs and the expiry when another agent's lease is in the way."""
-    who = v.required_routing("agent", agent)
+    who = v.writer("agent", agent)
     globs_ = check.paths(paths)
     meta: dict[str, Any] = {
         "paths": list(globs_),
@@ -70,7 +70,7 @@ def lease_acquire(
 def lease_renew(store: LogStore, *, lease_id: Any, agent: Any, ttl_s: Any = None) -> dict[str, Any]:
     """Renew `lease_id` for `ttl_s` from now (default: its own ttl): {lease}."""
     ident = v.required_routing("lease_id", lease_id)
-    who = v.required_routing("agent", agent)
+    who = v.writer("agent", agent)
     held = _row(store, ident)
     ttl = check.ttl_ms(ttl_s) if ttl_s is not None else held.ttl_ms
     meta = {"lease_id": ident, "ttl_ms": ttl}
@@ -83,7 +83,7 @@ def lease_renew(store: LogStore, *, lease_id: Any, agent: Any, ttl_s: Any = None
 def lease_release(store: LogStore, *, lease_id: Any, agent: Any) -> dict[str, Any]:
     """Release `lease_id` (its holder, or the admin as `admin`): {lease}."""
     ident = v.required_routing("lease_id", lease_id)
-    who = v.required_routing("agent", agent)
+    who = v.writer("agent", agent)
     held = _row(store, ident)
     store.event_append(
         type=leases.RELEASE,
