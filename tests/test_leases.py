@@ -180,11 +180,20 @@ def test_a_raw_lease_event_without_its_metadata_is_refused(store: LogStore) -> N
 
 
 def test_an_agent_token_leases_for_itself_only(store: LogStore) -> None:
+    theirs = acquire(store, "claude", "b")
+    moves = (
+        ("lease_acquire", {"paths": ["a"], "project": "p"}),
+        ("lease_renew", {"lease_id": theirs["lease_id"]}),
+        ("lease_release", {"lease_id": theirs["lease_id"]}),
+    )
+    before = store.stats()["events"]
     with actor.acting_as(actor.Actor(agent="codex")):
-        with pytest.raises(errors.ForbiddenError, match="an agent writes as itself only"):
-            operations.call(
-                store, "lease_acquire", {"agent": "claude", "paths": ["a"], "project": "p"}
-            )
+        for op, args in moves:  # refused naming the parameter given, `agent`
+            with pytest.raises(errors.ForbiddenError) as info:
+                operations.call(store, op, {**args, "agent": "claude"})
+            assert info.value.field == "agent", op
+            assert "an agent writes as itself only" in str(info.value)
+        assert store.stats()["events"] == before
         out = operations.call(
             store, "lease_acquire", {"agent": "codex", "paths": ["a"], "project": "p"}
         )
