@@ -153,7 +153,8 @@ class Ours:
 
 class Raw:
     """One driver connection per thread, one `INSERT; COMMIT` per row (the backend's limit for
-    durable single-row commits of this row shape, with our indexes)."""
+    durable single-row commits of this row shape, with our indexes). The row is ours, value for
+    value in length (until 2026-12-06 it was shorter made-up ids, `rep_raw`, `evt_raw_<seq>`)."""
 
     def __init__(self, url: str, durability: str) -> None:
         from mempalace_logstream.store import LogStore
@@ -162,6 +163,7 @@ class Raw:
         self.url, self.durability = url, durability
         self.pg = url.startswith("postgresql")
         self.counter = itertools.count(1_000_000)
+        self.replica = common.raw_replica()
         self.local = threading.local()
         self.conns: list[Any] = []
         self.lock = threading.Lock()
@@ -179,6 +181,20 @@ class Raw:
         self.sql = f"INSERT INTO events ({', '.join(names)}) VALUES ({marks})"
         for _ in range(3):
             self.insert()
+
+    def row(self, seq: int) -> tuple[Any, ...]:
+        """Our row, value for value in length (`common.raw_ids`), at `seq`."""
+        event_id, hlc = common.raw_ids(self.replica, seq)
+        return (
+            seq,
+            event_id,
+            self.replica,
+            seq,
+            hlc,
+            *ROW.values(),
+            "2026-01-01T00:00:00.000Z",
+            "{}",
+        )
 
     def _conn(self) -> Any:
         conn = getattr(self.local, "conn", None)
@@ -216,16 +232,7 @@ class Raw:
 
     def insert(self) -> None:
         seq = next(self.counter)
-        row = (
-            seq,
-            f"evt_raw_{seq}",
-            "rep_raw",
-            seq,
-            f"{seq:013d}-000000-rep_raw",
-            *ROW.values(),
-            "2026-01-01T00:00:00.000Z",
-            "{}",
-        )
+        row = self.row(seq)
         conn = self._conn()
         if self.pg:
             conn.execute(self.sql, row)
@@ -270,16 +277,7 @@ class RawSerialized(Raw):
         cur.nextset()  # the lock's row
         cur.nextset()
         seq = (cur.fetchone() or (0,))[0] + 1
-        row = (
-            seq,
-            f"evt_raw_{seq}",
-            "rep_raw",
-            seq,
-            f"{seq:013d}-000000-rep_raw",
-            *ROW.values(),
-            "2026-01-01T00:00:00.000Z",
-            "{}",
-        )
+        row = self.row(seq)
         text = mogrify.mogrify(self.sql, row)
         conn.execute(f"{text}; SELECT pg_notify('bench_raw', ''); COMMIT")
 

@@ -17,6 +17,7 @@ import contextlib
 import os
 import platform
 import random
+import secrets
 import sqlite3
 import statistics
 import sys
@@ -331,6 +332,20 @@ _TEXT = (
     "Goal: make the login flow survive a token refresh.\r\nDefinition of done: tests pass, "
     "no regressions in the auth module, the patch applies on main. Notes: café ✓ — "
 ) * 40
+
+
+def raw_replica() -> str:
+    """A replica id of our format and length (`rep_<32 hex>`) for a raw writer's rows."""
+    return f"rep_{secrets.token_hex(16)}"
+
+
+def raw_ids(replica: str, n: int) -> tuple[str, str]:
+    """The event id and HLC of a raw writer's `n`th row, of our formats and lengths
+    (`evt_<UTC second>_<20 hex>`, `<ms>-<counter>-<replica>`), made by f-strings, not our code:
+    a raw baseline writes the bytes ours writes, value for value in length."""
+    now = time.time()
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now))
+    return f"evt_{stamp}_{secrets.token_hex(10)}", f"{int(now * 1000):013d}-{n:06x}-{replica}"
 
 
 def _table(weights: Sequence[tuple[Any, int]]) -> list[Any]:

@@ -20,6 +20,7 @@ from mempalace_logstream.identity.keyring import KEY_ADD, KEY_REVOKE, KeyRecord,
 from mempalace_logstream.models import Event
 from mempalace_logstream.store import LogStore, Transaction
 from mempalace_logstream.store.identity import KEY_SUFFIX, registered_names
+from mempalace_logstream.tasks.guards import HUB_WRITER
 
 
 @dataclass(frozen=True)
@@ -92,8 +93,14 @@ def add(
     event signed by the admin key and token hash, committed together. The name is ASCII
     unless `allow_unicode`, and never a look-alike of another agent with a key."""
     name = agent_name(agent, allow_unicode=allow_unicode)
+    if name == HUB_WRITER:  # its writes are never counted by a thread's budget
+        raise v.fail(
+            "agent",
+            f"{HUB_WRITER!r} is the name the hub writes its reminders and notices under; "
+            "pick another name",
+        )
     admin_id = ensure_admin(store)
-    names.check_lookalike("agent", name, registered_names(keyring(store)))
+    names.check_lookalike("agent", name, registered_names(keyring(store)) | {HUB_WRITER})
     settle_key_files(store, name)
     if _live_keys(keyring(store), name):
         raise errors.ConflictError(

@@ -111,7 +111,7 @@ class Event(Record):
         metadata=_spec(
             "text",
             "the writer",
-            check="required",
+            check="writer",
             indexed=True,
             param="Your agent id.",
         )
@@ -313,7 +313,7 @@ DRAFT_SPEC = tuple(
     (name, spec.wire or name, spec.check) for name, spec in EVENT_SPEC if spec.check is not None
 )
 # The rules that refuse a missing value: the draft fields they check are required.
-REQUIRED_RULES = frozenset({"type", "required"})
+REQUIRED_RULES = frozenset({"type", "required", "writer"})
 
 
 def _digest_or_body(body: str) -> str:

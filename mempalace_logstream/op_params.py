@@ -101,6 +101,7 @@ Slim = Annotated[bool | None, described("Drop empty and replication fields.")]
 _BY_RULE: dict[str, tuple[Any, Any]] = {
     "type": (str, ...),
     "required": (str, ...),
+    "writer": (str, ...),
     "routing": (str | None, None),
     "status": (str | None, None),
     "artifact_ids": (list[str] | None, None),

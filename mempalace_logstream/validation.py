@@ -133,6 +133,15 @@ def required_routing(field: str, value: Any) -> str:
     return cast(str, routing(field, value, required=True))  # never None: required
 
 
+def writer(field: str, value: Any) -> str:
+    """The name a writer writes as (`from_agent`, `created_by`): a required routing value that
+    is not `*`, the broadcast address (a reply or an ack to it would go to everyone)."""
+    name = required_routing(field, value)
+    if name == "*":
+        raise fail(field, "is '*', the broadcast address; a writer writes under its own name")
+    return name
+
+
 def event_type(value: Any, field: str = "type") -> str:
     text = required_routing(field, value)
     if not re.match(_TYPE_RE, text):
@@ -447,6 +456,7 @@ def idempotency_key(value: Any, field: str = "idempotency_key") -> str | None:
 FIELD_RULES: dict[str, Callable[[str, Any], Any]] = {
     "type": lambda field, value: event_type(value, field),
     "required": required_routing,
+    "writer": writer,
     "routing": routing,
     "status": lambda field, value: status(value, field),
     "artifact_ids": lambda field, value: artifact_ids(value, field),
@@ -455,4 +465,4 @@ FIELD_RULES: dict[str, Callable[[str, Any], Any]] = {
 }
 # The rules whose clean value is a short string that depends on the value alone (a remote
 # checker remembers them: routing values repeat from event to event).
-TEXT_RULES = frozenset({"type", "required", "routing", "status"})
+TEXT_RULES = frozenset({"type", "required", "writer", "routing", "status"})

@@ -122,6 +122,24 @@ def test_agent_add_refuses_a_look_alike_of_an_agent_with_a_key(store: LogStore) 
     assert "looks like 'admin'" in info.value.message
 
 
+def test_no_agent_takes_the_name_the_hub_writes_under(store: LogStore) -> None:
+    """`logstream` writes the hub's reminders and notices, which no thread's budget counts: an
+    agent of that name (or one that looks like it) would be exempt from the loop guards."""
+    with pytest.raises(errors.ValidationError) as info:
+        agents.add(store, "logstream")
+    assert (info.value.field, info.value.message) == (
+        "agent",
+        "agent 'logstream' is the name the hub writes its reminders and notices under; pick "
+        "another name",
+    )
+    for name in ("Logstream", "l0gstream", "Iogstream"):
+        with pytest.raises(errors.ValidationError) as info:
+            agents.add(store, name)
+        assert info.value.field == "agent"
+        assert "looks like 'logstream'" in info.value.message
+    assert {r["agent"] for r in agents.listing(store)} <= {"admin"}
+
+
 def test_agent_add_takes_unicode_names_only_when_asked(store: LogStore) -> None:
     with pytest.raises(errors.ValidationError):
         agents.add(store, "\u0431\u043e\u0431")

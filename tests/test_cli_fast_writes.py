@@ -71,7 +71,7 @@ def test_writes_through_a_hub_answer_as_the_typer_app_and_write_once(tmp_path: P
         def op(name: str, **args: Any) -> dict[str, Any]:
             return operations.call(hub.store, name, args)
 
-        def task(state: str = "open", to: str = "bob") -> str:
+        def task(state: str = "open", to: str = "bob", by: str | None = None) -> str:
             made = op(
                 "task_create",
                 project="p",
@@ -83,7 +83,8 @@ def test_writes_through_a_hub_answer_as_the_typer_app_and_write_once(tmp_path: P
                 base_commit="abcdef1",
             )
             if state != "open":
-                op("task_update", task_id=made["task_id"], action="claim", from_agent=to)
+                claimer = by or to  # a task offered to everyone (`*`) is claimed by someone
+                op("task_update", task_id=made["task_id"], action="claim", from_agent=claimer)
             return str(made["task_id"])
 
         def event() -> str:
@@ -114,7 +115,17 @@ def test_writes_through_a_hub_answer_as_the_typer_app_and_write_once(tmp_path: P
             (lambda: ("ack", unknown, *by_bob, "--json", *at), None),
             (lambda: ("task", "claim", task(), *by_bob, "--lease-ms", "60000", *at), None),
             (lambda: ("task", "claim", task(), "--from-agent", "mallory", *at), None),  # refused
-            (lambda: ("task", "claim", task("claimed", "*"), "--from-agent", "carol", *at), None),
+            (
+                lambda: (
+                    "task",
+                    "claim",
+                    task("claimed", "*", "dave"),
+                    "--from-agent",
+                    "carol",
+                    *at,
+                ),
+                None,
+            ),
             (lambda: ("task", "claim", "task_nope_0000000a", *by_bob, "--json", *at), None),
             (lambda: ("task", "progress", task("claimed"), "50", *by_bob, *at), None),
             (lambda: ("task", "progress", task("claimed"), *by_bob, "--progress=12.5", *at), None),

@@ -339,6 +339,17 @@ def test_mcp_over_http_takes_each_requests_token_not_the_sessions_first(
 # --------------------------------------------------------------------------- MCP over stdio
 
 
+def test_mcp_stdio_refuses_to_run_as_the_broadcast_address(tmp_path: Path) -> None:
+    """`mcp --agent '*'` would write as everyone's address: refused at start, nothing made."""
+    db = tmp_path / "log.sqlite3"
+    done = run_cli("mcp", "--db", str(db), "--agent", "*", input=b"")
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.decode().strip() == (
+        "error: agent is '*', the broadcast address; a writer writes under its own name"
+    )
+    assert not db.exists()
+
+
 def test_mcp_stdio_with_agent_writes_as_that_agent_only(tmp_path: Path) -> None:
     db = tmp_path / "log.sqlite3"
     store = LogStore.open(str(db))

@@ -153,6 +153,25 @@ def test_a_task_and_another_project_are_refused(store: LogStore) -> None:
     )
 
 
+def test_the_broadcast_address_holds_no_lease(store: LogStore) -> None:
+    held = acquire(store, "claude", "src/a.py")
+    calls = (
+        lambda: ops.lease_acquire(store, agent="*", paths=["b"], project="demo"),
+        lambda: ops.lease_renew(store, lease_id=held["lease_id"], agent="*"),
+        lambda: ops.lease_release(store, lease_id=held["lease_id"], agent="*"),
+    )
+    before = store.stats()["events"]
+    for call in calls:
+        with pytest.raises(errors.ValidationError) as info:
+            call()
+        assert info.value.field == "agent"
+        assert (
+            str(info.value)
+            == "agent is '*', the broadcast address; a writer writes under its own name"
+        )
+    assert store.stats()["events"] == before
+
+
 def test_a_raw_lease_event_without_its_metadata_is_refused(store: LogStore) -> None:
     with pytest.raises(errors.ValidationError) as info:
         store.event_append(type="lease.acquire", stream="project/demo", room="r", from_agent="x")
@@ -161,11 +180,20 @@ def test_a_raw_lease_event_without_its_metadata_is_refused(store: LogStore) -> N
 
 
 def test_an_agent_token_leases_for_itself_only(store: LogStore) -> None:
+    theirs = acquire(store, "claude", "b")
+    moves = (
+        ("lease_acquire", {"paths": ["a"], "project": "p"}),
+        ("lease_renew", {"lease_id": theirs["lease_id"]}),
+        ("lease_release", {"lease_id": theirs["lease_id"]}),
+    )
+    before = store.stats()["events"]
     with actor.acting_as(actor.Actor(agent="codex")):
-        with pytest.raises(errors.ForbiddenError, match="an agent writes as itself only"):
-            operations.call(
-                store, "lease_acquire", {"agent": "claude", "paths": ["a"], "project": "p"}
-            )
+        for op, args in moves:  # refused naming the parameter given, `agent`
+            with pytest.raises(errors.ForbiddenError) as info:
+                operations.call(store, op, {**args, "agent": "claude"})
+            assert info.value.field == "agent", op
+            assert "an agent writes as itself only" in str(info.value)
+        assert store.stats()["events"] == before
         out = operations.call(
             store, "lease_acquire", {"agent": "codex", "paths": ["a"], "project": "p"}
         )

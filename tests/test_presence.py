@@ -103,6 +103,7 @@ def test_next_expiry_ignores_refreshed_entries(reg: Registry, clock: Clock) -> N
             "note is 501 characters; the limit is 500",
         ),
         ({"agent": "a\u202eb", "state": "idle"}, "agent", "agent"),
+        ({"agent": "*", "state": "idle"}, "agent", "agent is '*', the broadcast address"),
     ],
 )
 def test_refusals_name_the_field_and_change_nothing(

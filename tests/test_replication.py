@@ -157,6 +157,7 @@ INVALID_CHANGES = [
     ({"body": "x" * (256 * 1024 + 1)}, "body"),
     ({"status": "done"}, "status"),
     ({"stream": "a\nb"}, "stream"),
+    ({"from_agent": "*"}, "from_agent"),  # the broadcast address is no writer
     ({"id": "evt bad id"}, "id"),
     ({"hlc": "yesterday"}, "hlc"),
     ({"created_at": "2026-01-01 00:00:00"}, "created_at"),

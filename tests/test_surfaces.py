@@ -106,6 +106,13 @@ CASES = [
     ),
     Case(
         "event_append",
+        {**NOTE, "from_agent": "*"},
+        "from_agent",
+        "from_agent is '*', the broadcast address; a writer writes under its own name",
+        (*NOTE_CLI[:-1], "*"),
+    ),
+    Case(
+        "event_append",
         {**NOTE, "to_agent": "bob\u202e"},
         "to_agent",
         "to_agent contains U+202E (RIGHT-TO-LEFT OVERRIDE); invisible and direction-changing "

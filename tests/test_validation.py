@@ -286,6 +286,27 @@ def test_required_routing_fields_must_be_non_blank_strings(store, field, bad):
     refused(store, lambda: append(store, **{field: bad}), field)
 
 
+@pytest.mark.parametrize("star", ["*", " * "], ids=["star", "padded"])
+def test_a_writer_is_never_the_broadcast_address(store, star):
+    """`*` is where a broadcast goes: an event written as `*` would have its replies and acks
+    sent to everyone, so `from_agent` and `created_by` refuse it (the padded form strips to it)."""
+    err = refused(store, lambda: append(store, from_agent=star), "from_agent")
+    assert "broadcast address" in str(err)
+    target = append(store).id
+    refused(
+        store,
+        lambda: workflows.event_ack(store, event_id=target, from_agent=star),
+        "from_agent",
+    )
+    refused(
+        store,
+        lambda: store.artifact_put(kind="note", content="x", created_by=star),
+        "created_by",
+    )
+    assert append(store, to_agent="*").to_agent == "*"  # still an address
+    assert append(store, from_agent="a*").from_agent == "a*"  # only `*` itself is refused
+
+
 def test_artifact_created_by_and_ids_follow_the_routing_rules(store):
     art = store.artifact_put(kind="note", content="x", created_by="é" * 256)
     assert art.created_by == "é" * 256

@@ -275,7 +275,7 @@ def _actor(agent: str | None, hub: str | None) -> Any:
 
     if agent is None or hub:
         return None
-    return Actor(agent=v.required_routing("agent", agent))
+    return Actor(agent=v.writer("agent", agent))
 
 
 def _backend(client: Any) -> Any:

@@ -284,7 +284,7 @@ def parse_remote_artifact(store: LogStore, raw: Any) -> Artifact:
         sha256=digest,
         size_bytes=size_bytes,
         encoding=enc,
-        created_by=v.required_routing("created_by", raw.get("created_by")),
+        created_by=v.writer("created_by", raw.get("created_by")),
         created_at=check_created_at(raw.get("created_at")),
         origin_replica=v.replica_id(raw.get("origin_replica"), "origin_replica"),
         metadata_json=v.metadata(raw.get("metadata")),

@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING, Any
 from mempalace_logstream import errors, leases
 from mempalace_logstream import validation as v
 from mempalace_logstream.backends.queries import leases as sql
+from mempalace_logstream.identity import actor
 from mempalace_logstream.leases import check as lease_rule
 from mempalace_logstream.leases import globs, rules
 from mempalace_logstream.leases import inputs as check
+from mempalace_logstream.store.identity import check_writer
 from mempalace_logstream.store.ids import project_stream
 from mempalace_logstream.store.leases import from_row, task_ends
 
@@ -48,7 +50,7 @@ def lease_acquire(
 ) -> dict[str, Any]:
     """Acquire a lease on `paths` for `agent`: {lease}. ConflictError naming the holder, the
     overlapping globs and the expiry when another agent's lease is in the way."""
-    who = v.required_routing("agent", agent)
+    who = _writer(agent)
     globs_ = check.paths(paths)
     meta: dict[str, Any] = {
         "paths": list(globs_),
@@ -70,7 +72,7 @@ def lease_acquire(
 def lease_renew(store: LogStore, *, lease_id: Any, agent: Any, ttl_s: Any = None) -> dict[str, Any]:
     """Renew `lease_id` for `ttl_s` from now (default: its own ttl): {lease}."""
     ident = v.required_routing("lease_id", lease_id)
-    who = v.required_routing("agent", agent)
+    who = _writer(agent)
     held = _row(store, ident)
     ttl = check.ttl_ms(ttl_s) if ttl_s is not None else held.ttl_ms
     meta = {"lease_id": ident, "ttl_ms": ttl}
@@ -83,7 +85,7 @@ def lease_renew(store: LogStore, *, lease_id: Any, agent: Any, ttl_s: Any = None
 def lease_release(store: LogStore, *, lease_id: Any, agent: Any) -> dict[str, Any]:
     """Release `lease_id` (its holder, or the admin as `admin`): {lease}."""
     ident = v.required_routing("lease_id", lease_id)
-    who = v.required_routing("agent", agent)
+    who = _writer(agent)
     held = _row(store, ident)
     store.event_append(
         type=leases.RELEASE,
@@ -93,6 +95,14 @@ def lease_release(store: LogStore, *, lease_id: Any, agent: Any) -> dict[str, An
         metadata={"lease_id": ident},
     )
     return {"lease": _lease(store, ident)}
+
+
+def _writer(agent: Any) -> str:
+    """The agent a lease move is written as: never `*`, and an agent's token moves its own
+    leases only (ForbiddenError naming `agent`, the parameter, not the event's `from_agent`)."""
+    who = v.writer("agent", agent)
+    check_writer(actor.current(), "agent", who)
+    return who
 
 
 def _row(store: LogStore, lease_id: str) -> leases.Lease:

@@ -329,7 +329,7 @@ class Writes:
             kind=clean_kind,
             content=raw,
             encoding=enc,
-            created_by=v.required_routing("created_by", created_by),
+            created_by=v.writer("created_by", created_by),
             metadata_json=v.metadata(metadata),
             warnings=v.patch_warnings(raw) if clean_kind == "patch" else (),
         )
