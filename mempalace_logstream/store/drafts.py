@@ -34,7 +34,9 @@ def event_fields(
         text = tuple(f[1] for f in checked if f[3] is not None)
         # Their values by one C call when every one is among the names given (the plan is
         # these names': never a KeyError), a tuple of two or more (`itemgetter`'s).
-        values_of = itemgetter(*text) if len(text) > 1 and given_all(text, given) else None
+        values_of: _Values | None = (
+            itemgetter(*text) if len(text) > 1 and given_all(text, given) else None
+        )
         others = tuple(f for f in checked if f[3] is None)
         plan = _CHECKED[given] = (checked, text, others, {}, values_of)
     checked, text, others, passed, values_of = plan
@@ -88,14 +90,16 @@ _TEXT_SEEN: dict[str, dict[str, Any]] = {}
 _TEXT_SEEN_MAX = 4096
 _MISSING = object()
 # names given -> (the fields to visit, the text ones' wire names, the other fields, the text
-# values that passed -> the draft's values they make with the fields left out)
+# values that passed -> the draft's values they make with the fields left out, the getter of
+# the text values when the names given hold them all)
 _Field = tuple[str, str, str, dict[str, Any] | None]  # name, wire name, rule, its text memo
+_Values = Callable[[Mapping[str, Any]], tuple[Any, ...]]
 _Plan = tuple[
     tuple[_Field, ...],
     tuple[str, ...],
     tuple[_Field, ...],
     dict[tuple[Any, ...], dict[str, Any]],
-    Callable[[Mapping[str, Any]], tuple[Any, ...]] | None,
+    _Values | None,
 ]
 _CHECKED: dict[tuple[str, ...], _Plan] = {}
 _LEFT_OUT: dict[str, Any] = {}  # every draft field's clean value when it is not given
