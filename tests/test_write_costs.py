@@ -581,6 +581,27 @@ def test_a_draft_reuses_the_clean_routing_a_writer_gave_before_and_nothing_else(
         assert store.draft_event(**route, body="three", metadata=None).values["to_agent"] == "b"
 
 
+def test_a_draft_reads_its_text_values_from_any_mapping_the_same_way(tmp_path: Path) -> None:
+    """The text values a draft's memo is keyed by are read by one getter when the names given
+    hold them all (a plan's, issue 25): a read-only mapping drafts as the dict does, and a
+    text value given as None, or a required one left out, is refused by its rule every time."""
+    import types
+
+    with LogStore.open(str(tmp_path / "log.sqlite3")) as store:
+        route = {"type": "t", "stream": "s", "room": "r", "from_agent": "a", "to_agent": " b "}
+        want = store.writes.draft_of({**route, "body": "x"}).values
+        for _ in range(2):
+            got = store.writes.draft_of(types.MappingProxyType({**route, "body": "x"})).values
+            assert got == want and got["to_agent"] == "b"
+            with pytest.raises(errors.ValidationError) as info:
+                store.writes.draft_of({**route, "from_agent": None, "body": "x"})
+            assert info.value.field == "from_agent"
+            with pytest.raises(errors.ValidationError) as info:
+                store.writes.draft_of({k: v for k, v in route.items() if k != "type"})
+            assert info.value.field == "type"
+            assert store.writes.draft_of({**route, "to_agent": None}).values["to_agent"] is None
+
+
 @pytest.mark.pg
 def test_postgres_a_leader_gathers_the_callers_of_the_last_batch(pg_url: str) -> None:
     """Concurrent writers: a leader waits (at most `gather_s`) until as many callers have
