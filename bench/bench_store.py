@@ -116,7 +116,7 @@ class RawWriter:
         LogStore.open(str(path)).close()  # the exact schema (tables, indexes, triggers)
         self.path, self.synchronous = str(path), synchronous
         self.short_ids = short_ids
-        self.replica = "rep_raw" if short_ids else f"rep_{secrets.token_hex(16)}"
+        self.replica = "rep_raw" if short_ids else common.raw_replica()
         self.counter = itertools.count(1)
         self.local = threading.local()
         self.conns: list[sqlite3.Connection] = []
@@ -140,13 +140,11 @@ class RawWriter:
     def _insert(self) -> None:
         conn = self._conn()
         n = next(self.counter)
-        ms = int(time.time() * 1000)
         if self.short_ids:
             event_id = f"evt_raw_{secrets.token_hex(10)}"
+            hlc = f"{int(time.time() * 1000):013d}-{n:06x}-{self.replica}"
         else:
-            event_id = (
-                f"evt_{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}_{secrets.token_hex(10)}"
-            )
+            event_id, hlc = common.raw_ids(self.replica, n)
         conn.execute("BEGIN IMMEDIATE")
         conn.execute(
             self.SQL,
@@ -154,7 +152,7 @@ class RawWriter:
                 event_id,
                 self.replica,
                 n,
-                f"{ms:013d}-{n:06x}-{self.replica}",
+                hlc,
                 APPEND_ROW["type"],
                 APPEND_ROW["stream"],
                 APPEND_ROW["room"],
