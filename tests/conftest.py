@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import threading
@@ -18,6 +19,14 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+# A suite started from a background job of a shell without job control (`pytest … &`, some
+# CI runners) inherits SIGINT ignored, and an ignored signal stays ignored across exec: every
+# process a test starts would then shrug off the Ctrl-C the test sends (to end a hub, a watch,
+# a waiting CLI) and wait out its deadline instead. Handled here, it is reset to the default
+# in each child at exec, as in an interactive shell.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 for _key in list(os.environ):
     if _key.startswith("MEMPALACE_LOGSTREAM_") or _key in ("LOGSTREAM_DB", "MEMPALACE_PALACE_PATH"):
