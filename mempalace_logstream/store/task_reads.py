@@ -240,7 +240,7 @@ class TaskReads:
 
 def _page_texts(snap: Any, page: list[Task]) -> dict[str, str]:
     """The beginnings of the page's request and question bodies, in one read (one statement
-    shape per number of ids, compiled once)."""
+    shape for any page)."""
     ids = [t.request_event_id for t in page] + [
         t.question_event_id for t in page if t.question_event_id
     ]

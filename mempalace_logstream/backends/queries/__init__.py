@@ -8,3 +8,29 @@ so.
 Each statement shape has one cache key, unique across these modules: the module's domain,
 then the statement (`"tasks.chunk"`, `("sync.held-ids", n)` for an IN list of n values).
 """
+
+import functools
+from typing import Any
+
+
+@functools.cache
+def by_dialect() -> Any:
+    """The class of SQL text that differs by dialect (a JSON array as a table of ids: ledger.py,
+    tasks.py), given as {dialect name: text}; made and registered with SQLAlchemy's compiler
+    on the first build (not at import: the lean write path has no SQLAlchemy)."""
+    import sqlalchemy as sa
+    from sqlalchemy.ext.compiler import compiles
+    from sqlalchemy.sql.expression import ClauseElement, Executable
+
+    class ByDialect(Executable, ClauseElement):
+        inherit_cache = False
+
+        def __init__(self, texts: dict[str, str]) -> None:
+            self.texts = texts
+
+    @compiles(ByDialect)
+    def _compile_by_dialect(element: ByDialect, compiler: Any, **kw: Any) -> str:
+        text: str = compiler.process(sa.text(element.texts[compiler.dialect.name]), **kw)
+        return text
+
+    return ByDialect

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mempalace_logstream import lazy
 from mempalace_logstream.backends.base import Executor
+from mempalace_logstream.backends.queries import by_dialect
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -61,28 +62,6 @@ def _upsert() -> "sa.Executable":
     )
 
 
-@functools.cache
-def _by_dialect() -> Any:
-    """The class of SQL text that differs by dialect (a JSON array as a table of ids), made
-    and registered with SQLAlchemy's compiler on the first build (not at import: the lean
-    write path has no SQLAlchemy)."""
-    from sqlalchemy.ext.compiler import compiles
-    from sqlalchemy.sql.expression import ClauseElement, Executable
-
-    class ByDialect(Executable, ClauseElement):
-        inherit_cache = False
-
-        def __init__(self, texts: dict[str, str]) -> None:
-            self.texts = texts
-
-    @compiles(ByDialect)
-    def _compile_by_dialect(element: ByDialect, compiler: Any, **kw: Any) -> str:
-        text: str = compiler.process(sa.text(element.texts[compiler.dialect.name]), **kw)
-        return text
-
-    return ByDialect
-
-
 # A JSON array of event ids as a one-column table `j(value)`, the outer loop of the join (on
 # SQLite CROSS JOIN fixes the order: the planner would otherwise scan the reader's inbox).
 _IDS = {
@@ -111,7 +90,7 @@ def _page(column: str) -> "sa.Executable":
         )
         for dialect, ids in _IDS.items()
     }
-    executable: sa.Executable = _by_dialect()(texts)
+    executable: sa.Executable = by_dialect()(texts)
     return executable
 
 
