@@ -155,3 +155,26 @@ def test_a_listing_is_two_statements_whatever_its_page(log: LogStore, clock: Man
     finally:
         log.backend.statement_hooks.clear()
     assert len(shapes) == 1, shapes
+
+
+def test_a_document_decodes_to_its_task_whatever_fields_it_holds() -> None:
+    """A whole document becomes the task's `__dict__` (issue 25); one missing a defaulted
+    field gets the default, one with a field this version does not know leaves it out, and
+    the task stays frozen either way."""
+    import dataclasses
+    import json
+
+    from mempalace_logstream.store.tasks import from_docs, to_row
+    from mempalace_logstream.tasks import Task
+
+    base = {"task_id": "t", "state": "open", "requester": "r", "to_agent": None, "stream": "s"}
+    task = Task(**base, request_event_id="e", created_ms=1, progress=5.0, conflicts=({"a": 1},))
+    whole = json.loads(to_row(task, 1)["doc_json"])
+    short = {k: v for k, v in whole.items() if k not in ("progress", "lost", "depth")}
+    docs = [json.dumps(whole), json.dumps(short), json.dumps(whole | {"added_later": 1})]
+    one, two, three = from_docs(docs)
+    assert one == task == three
+    assert two == dataclasses.replace(task, progress=None)
+    assert one.__dict__ == task.__dict__ and two.depth == 1 and two.lost == ()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        one.state = "claimed"  # type: ignore[misc]

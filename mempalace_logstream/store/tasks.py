@@ -49,7 +49,7 @@ def to_row(task: "Task", seq: int) -> dict[str, Any]:
 
 
 def from_doc(doc_json: str) -> "Task":
-    return _task(json.loads(doc_json))
+    return _task(json.loads(doc_json), _shape())
 
 
 def from_docs(docs: Sequence[str]) -> "list[Task]":
@@ -57,7 +57,8 @@ def from_docs(docs: Sequence[str]) -> "list[Task]":
     cheaper than one parse per document)."""
     if not docs:
         return []
-    return [_task(doc) for doc in json.loads("[" + ",".join(docs) + "]")]
+    shape = _shape()
+    return [_task(doc, shape) for doc in json.loads("[" + ",".join(docs) + "]")]
 
 
 _TUPLE_FIELDS = ("conflicts", "anomalies", "lost")
@@ -68,6 +69,7 @@ class _Shape(NamedTuple):
     names: frozenset[str]
     required: frozenset[str]
     defaults: dict[str, Any]  # each defaulted field's value
+    cls: type  # the Task class
 
 
 @functools.cache
@@ -78,22 +80,28 @@ def _shape() -> _Shape:
     required = frozenset(name for name, default, _ in fields if default is lazy.MISSING)
     defaults = {name: default for name, default, _ in fields if name not in required}
     names = tuple(name for name, _, _ in fields)
-    return _Shape(names, frozenset(names), required, defaults)
+    return _Shape(names, frozenset(names), required, defaults, tasks.Task)
 
 
-def _task(doc: dict[str, Any]) -> "Task":
+def _task(doc: dict[str, Any], shape: _Shape) -> "Task":
     """A Task from its decoded document. Filled through `__dict__`, as rows become Events
     (store/plan.py): the frozen dataclass's `__init__` sets its 25 fields one
     `object.__setattr__` at a time (~4 µs a task, half of a `task_list` page's decoding). A
-    document missing a required field, or with one this version does not know, goes through
-    `__init__` (which refuses the first, and the second is left out as before)."""
+    document of every field (what `to_row` writes) becomes the task's `__dict__` itself; one
+    missing a defaulted field gets its default; one missing a required field, or with one
+    this version does not know, goes through `__init__` (which refuses the first, and the
+    second is left out as before)."""
     for name in _TUPLE_FIELDS:
-        doc[name] = tuple(doc.get(name) or ())
-    shape = _shape()
-    if not (shape.required <= doc.keys() <= shape.names):
+        value = doc.get(name)
+        doc[name] = tuple(value) if value else ()
+    task: Task = object.__new__(shape.cls)
+    if doc.keys() == shape.names:
+        object.__setattr__(task, "__dict__", doc)
+    elif shape.required <= doc.keys() <= shape.names:
+        task.__dict__.update(shape.defaults)
+        task.__dict__.update(doc)
+    else:
         return tasks.Task(**{k: doc[k] for k in shape.fields if k in doc})
-    task: Task = object.__new__(tasks.Task)
-    task.__dict__.update(shape.defaults, **doc)
     return task
 
 
