@@ -84,7 +84,7 @@ def expected(
         rows = conn.execute(sa.select(table.c.updated_seq, table.c.doc_json)).all()
     found = []
     with store.task_reads.reads.snapshot() as snap:
-        for seq, doc in sorted(rows, reverse=True):
+        for _seq, doc in sorted(rows, reverse=True):
             task = from_doc(doc)
             if state is not None and task.state_at(now) != state:
                 continue
