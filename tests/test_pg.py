@@ -46,9 +46,13 @@ class SlowCommitPipeline(CommitPipeline):
     after inserting: this widens any window in which commits could become visible out of seq
     order."""
 
-    def _run_item(self, db: Any, state: TxState, item: Any, savepoint: bool) -> None:
-        super()._run_item(db, state, item, savepoint)
-        time.sleep(random.uniform(0, HOLD_MAX_S))
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[Any]:
+        # Every commit, a lone writer's (which runs no batch) as a group's, holds its
+        # transaction open after its work (the inserts) and before its COMMIT.
+        with super()._transaction() as tx:
+            yield tx
+            time.sleep(random.uniform(0, HOLD_MAX_S))
 
 
 class UnserializedPipeline(SlowCommitPipeline):
@@ -62,6 +66,7 @@ class UnserializedPipeline(SlowCommitPipeline):
         db = proxy.driver_connection
         try:
             yield SimpleNamespace(db=db, known=None, counters=None, appended=False)
+            time.sleep(random.uniform(0, HOLD_MAX_S))
             db.commit()
         except BaseException:
             db.rollback()
