@@ -358,7 +358,7 @@ class GatedPipeline(CommitPipeline):
         super().__init__(*args, **kwargs)
         self.batches: list[int] = []
 
-    def _gate(self, batch: list[Any]) -> None:
+    def _gate(self, size: int) -> None:
         if not self.armed:
             return
         if not self.batches:
@@ -368,11 +368,12 @@ class GatedPipeline(CommitPipeline):
                     if len(self._queue) >= self.expect:
                         break
                 time.sleep(0.001)
-        self.batches.append(len(batch))
+        self.batches.append(size)
 
-    def _run_batch(self, batch: list[Any]) -> None:
-        self._gate(batch)
-        super()._run_batch(batch)
+    def _commit(self, work: Any, on_bulk: Any, batch: list[Any] | None) -> Any:
+        # Every transaction: a lone writer's (`batch` None: one item, no batch) as a group's.
+        self._gate(1 if batch is None else len(batch))
+        return super()._commit(work, on_bulk, batch)
 
 
 class GatedStore(LogStore):
