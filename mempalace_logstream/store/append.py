@@ -87,11 +87,14 @@ def append(tx: Transaction, events: Sequence[Event], origin: Origin) -> Appended
         st.next_seq = seq + len(stored)
     one = stored[0] if len(stored) == 1 else None
     key = origin.idempotency_key
-    if one is not None:
+    if one is not None:  # (one event: its fields read, no iterator over the list)
         tx.ex.insert_events([_columns(one.__dict__) + (key(one),)])  # (no list made)
+        linked, keyed = bool(one.artifact_ids), one.type in _KEY_TYPES
     else:
         tx.ex.insert_events([(*_columns(e.__dict__), key(e)) for e in stored])
-    if any(map(_artifact_ids, stored)):
+        linked = any(map(_artifact_ids, stored))
+        keyed = not _KEY_TYPES.isdisjoint(map(_type, stored))
+    if linked:
         links = [
             {"event_id": e.id, "artifact_id": a, "position": i}
             for e in stored
@@ -100,7 +103,7 @@ def append(tx: Transaction, events: Sequence[Event], origin: Origin) -> Appended
         ]
         sql.insert_links(tx.ex, links)
     st.appended.extend(stored)
-    if not _KEY_TYPES.isdisjoint(map(_type, stored)):  # from any origin
+    if keyed:  # key events, from any origin
         tx.store.identity.moved()  # the keyring changes with them
     out = Appended(stored)
     projections = tx.store.projections
