@@ -179,3 +179,33 @@ def test_a_lone_writer_runs_its_item_without_the_queue(
         assert (led, len(locks), batches, len(pending)) == ([1], 2, [3], 3)
         assert sorted(e.seq for e in results) == [5, 6, 7]
         assert pipe._leading is False
+
+
+def test_two_writers_behind_a_lone_writer_share_one_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lone writer commits without a batch; two writers that come while its transaction
+    runs queue, and the one handed the lead commits both in one batch, as before the lone
+    path (group commit for concurrent writers is unchanged)."""
+    with LogStore.open(str(tmp_path / "two.sqlite3")) as store:
+        pipe = store.pipeline
+        batches: list[int] = []
+        real_run = pipe._run_batch
+        monkeypatch.setattr(pipe, "_run_batch", lambda b: (batches.append(len(b)), real_run(b))[1])
+        commits = store.commits
+        leader, _entered, release = _held_leader(store)  # alone: its own transaction
+        results: list[Any] = []
+        two = [
+            threading.Thread(target=lambda: results.append(store.event_append(**ROW, body="w")))
+            for _ in range(2)
+        ]
+        for t in two:
+            t.start()
+        _until(lambda: _queued(store) == 2)
+        release.set()
+        for t in [leader, *two]:
+            t.join(DEADLINE_S)
+            assert not t.is_alive()
+        assert (batches, store.commits - commits) == ([2], 2)
+        assert sorted(e.seq for e in results) == [2, 3]
+        assert pipe._leading is False and pipe._queue == []
