@@ -222,7 +222,6 @@ class Identity:
             self._plain = (ring, plain)
         return plain
 
-
     def seal(
         self,
         ex: Executor,
