@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import contextvars
 import functools
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -36,6 +37,10 @@ class Workers:
     def __init__(self, cap: int = MAX_WORKERS, idle_s: float = IDLE_S) -> None:
         self.cap = cap
         self.idle_s = idle_s
+        self.reset()
+
+    def reset(self) -> None:
+        """No thread and no job (as in a forked child: its parent's threads are not in it)."""
         self.jobs: queue.SimpleQueue[Callable[[], Callable[[], None]]] = queue.SimpleQueue()
         self.lock = threading.Lock()
         self.idle = 0  # threads waiting for a job, less the jobs already promised to them
@@ -70,6 +75,7 @@ class Workers:
 
 
 WORKERS = Workers()
+os.register_at_fork(after_in_child=WORKERS.reset)
 
 
 async def run_sync(fn: Callable[[], T], workers: Workers = WORKERS) -> T:

@@ -105,3 +105,13 @@ def test_at_most_cap_threads_and_idle_ones_end() -> None:
             break
         ended.wait(0.01)
     assert threads_gone()
+
+
+def test_a_reset_pool_starts_its_threads_again() -> None:
+    """What a forked child does (`os.register_at_fork`): the parent's threads are gone."""
+    pool = workers.Workers(cap=2)
+    assert anyio.run(workers.run_sync, lambda: 1, pool) == 1
+    pool.reset()
+    assert (pool.threads, pool.idle) == (0, 0)
+    assert anyio.run(workers.run_sync, lambda: 2, pool) == 2
+    assert pool.threads == 1
