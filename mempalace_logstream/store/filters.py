@@ -37,6 +37,8 @@ FILTER_RULES: dict[str, tuple[str, str]] = {
     "exclude_writer": ("from_agent", "not_in"),
     "to_agent": ("to_agent", "inbox"),
 }
+# (columns, their values) a page statement leaves out, the reader filling the values in.
+FixedColumns = tuple[tuple[str, ...], tuple[str | None, ...]]
 PAGE_FILTERS = tuple(name for name, (_, how) in FILTER_RULES.items() if how != "inbox")
 
 
@@ -138,12 +140,22 @@ class ReadRequest(Record):
         return tuple(c for c, _ in fixed), tuple(value for _, value in fixed)
 
     @functools.cached_property
-    def fixed_unlinked(self) -> tuple[tuple[str, ...], tuple[str | None, ...]]:
-        """`fixed_columns` and the links column (its value None): what a page of a log that
-        links no artifact leaves out (`plan.read_page` decides when), made once per request
-        (issue 25: three tuples built per read before)."""
+    def fixed_by_facts(self) -> tuple[tuple[FixedColumns, FixedColumns], ...]:
+        """What a page leaves out given the log's facts (`plan.read_page`), indexed
+        [linked][signed]: `fixed_columns`, with the links column (None) on a log that links
+        no artifact and `sig`, `key_id` (None) on a log that holds no signed event. Made once
+        per request (issue 25: a read builds no tuple for it)."""
         columns, values = self.fixed_columns
-        return (*columns, "artifact_ids"), (*values, None)
+        links: FixedColumns = (("artifact_ids",), (None,))
+        unsigned: FixedColumns = (("sig", "key_id"), (None, None))
+
+        def plus(*more: FixedColumns) -> FixedColumns:
+            return (
+                (*columns, *(c for m in more for c in m[0])),
+                (*values, *(x for m in more for x in m[1])),
+            )
+
+        return ((plus(links, unsigned), plus(links)), (plus(unsigned), (columns, values)))
 
 
 class ReadArgs(TypedDict, total=False):

@@ -351,14 +351,15 @@ def read_page(st: PageStatements, req: ReadRequest, after_seq: int | None = None
         return new_page((), cursor, False, req.note, lo, req.preview, req.slim)
     top_id = top[1]
     # The columns the page statement leaves out, each filled in by the reader: those the
-    # filter fixes, and the links column (NULL on every row) where the tip row carries the
-    # log's facts (`log.tip_facts_statement`: its third value) and they show that no event
-    # links an artifact (issue 25: each column of each row is a step of the `sqlite3` module,
-    # NULL too, ~0.08 µs). Written here, not in a function: a read makes no call for it; the
-    # columns and values each request works out once (`fixed_unlinked`).
+    # filter fixes, and where the tip row carries the log's facts (`log.tip_facts_statement`:
+    # its third and fourth values), the links column (NULL on every row) while no event links
+    # an artifact and `sig`, `key_id` while no event is signed (issue 25: each column of each
+    # row is a step of the `sqlite3` module, NULL too, ~0.08 µs). Written here, not in a
+    # function: a read makes no call for it; each request works the columns and values out
+    # once (`fixed_by_facts`).
     fixed: tuple[tuple[str, ...], Row] = req.fixed_columns
-    if len(top) > 2 and not top[2]:
-        fixed = req.fixed_unlinked
+    if len(top) > 2:
+        fixed = req.fixed_by_facts[top[2]][top[3]]
     rows = st.page(req, lo, top_seq, order, fixed[0])
     typed = False
     if len(rows) >= TYPED_MIN_ROWS:  # before any slicing: `typed` may look at the rows object
