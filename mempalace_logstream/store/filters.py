@@ -140,22 +140,26 @@ class ReadRequest(Record):
         return tuple(c for c, _ in fixed), tuple(value for _, value in fixed)
 
     @functools.cached_property
-    def fixed_by_facts(self) -> tuple[tuple[FixedColumns, FixedColumns], ...]:
-        """What a page leaves out given the log's facts (`plan.read_page`), indexed
-        [linked][signed]: `fixed_columns`, with the links column (None) on a log that links
-        no artifact and `sig`, `key_id` (None) on a log that holds no signed event. Made once
-        per request (issue 25: a read builds no tuple for it)."""
+    def fixed_plain(self) -> FixedColumns:
+        """`fixed_columns` and the columns no event of the log sets: the links column, `sig`
+        and `key_id` (their values None). What a page leaves out (`plan.read_page` decides
+        when), made once per request (issue 25: a read builds no tuple for it; a poll after a
+        moving cursor, a new request each read, builds this one alone)."""
+        return self._fixed_with(("artifact_ids", "sig", "key_id"))
+
+    @functools.cached_property
+    def fixed_unlinked(self) -> FixedColumns:
+        """`fixed_plain` on a log that holds a signed event: without the links column only."""
+        return self._fixed_with(("artifact_ids",))
+
+    @functools.cached_property
+    def fixed_unsigned(self) -> FixedColumns:
+        """`fixed_plain` on a log that links an artifact: without `sig` and `key_id` only."""
+        return self._fixed_with(("sig", "key_id"))
+
+    def _fixed_with(self, more: tuple[str, ...]) -> FixedColumns:
         columns, values = self.fixed_columns
-        links: FixedColumns = (("artifact_ids",), (None,))
-        unsigned: FixedColumns = (("sig", "key_id"), (None, None))
-
-        def plus(*more: FixedColumns) -> FixedColumns:
-            return (
-                (*columns, *(c for m in more for c in m[0])),
-                (*values, *(x for m in more for x in m[1])),
-            )
-
-        return ((plus(links, unsigned), plus(links)), (plus(unsigned), (columns, values)))
+        return (*columns, *more), (*values, *(None,) * len(more))
 
 
 class ReadArgs(TypedDict, total=False):

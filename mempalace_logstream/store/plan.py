@@ -372,10 +372,13 @@ def read_page(st: PageStatements, req: ReadRequest, after_seq: int | None = None
     # an artifact and `sig`, `key_id` while no event is signed (issue 25: each column of each
     # row is a step of the `sqlite3` module, NULL too, ~0.08 µs). Written here, not in a
     # function: a read makes no call for it; each request works the columns and values out
-    # once (`fixed_by_facts`).
+    # once (`fixed_plain`, `fixed_unlinked`, `fixed_unsigned`).
     fixed: tuple[tuple[str, ...], Row] = req.fixed_columns
     if len(top) > 2:
-        fixed = req.fixed_by_facts[top[2]][top[3]]
+        if not top[2]:
+            fixed = req.fixed_unlinked if top[3] else req.fixed_plain
+        elif not top[3]:
+            fixed = req.fixed_unsigned
     rows = st.page(req, lo, top_seq, order, fixed[0])
     typed = False
     if len(rows) >= TYPED_MIN_ROWS:  # before any slicing: `typed` may look at the rows object
