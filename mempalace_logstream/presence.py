@@ -191,7 +191,7 @@ class Registry:
 
     def leave(self, agent: Any) -> bool:
         """Remove an agent at once (a watcher that stops); True if it was present."""
-        name = str(v.routing("agent", agent, required=True))
+        name = v.writer("agent", agent)
         if self._backing is not None:
             rev, was = self._backing.leave(name, self._clock())
             self.apply_leave(rev, name)

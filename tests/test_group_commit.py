@@ -134,9 +134,10 @@ def test_a_caller_interrupted_while_queued_never_leaves_the_lead_with_nobody(
 def test_a_lone_writer_runs_its_item_without_the_queue(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Nobody leading or queued: the write runs as a batch of one at once (no queue, no
-    `_lead`, no wake lock); with the commit lock held (the leader seat), it queues and leads
-    as before, and callers arriving meanwhile share its commit."""
+    """Nobody leading or queued: the write runs its work at once, in a transaction of its own
+    (no queue, no `Pending`, no batch, no `_lead`, no wake lock); with the commit lock held
+    (the leader seat), it queues and leads as before, and callers arriving meanwhile share
+    its commit."""
     with LogStore.open(str(tmp_path / "a.sqlite3")) as store:
         pipe = store.pipeline
         led: list[int] = []
@@ -148,13 +149,20 @@ def test_a_lone_writer_runs_its_item_without_the_queue(
         monkeypatch.setattr(
             pipeline_mod, "_allocate_lock", lambda: (locks.append(1), threading.Lock())[1]
         )
+        pending: list[int] = []
+        real_pending = pipeline_mod.Pending
+        monkeypatch.setattr(
+            pipeline_mod, "Pending", lambda *a: (pending.append(1), real_pending(*a))[1]
+        )
         commits = store.commits
         assert [store.event_append(**ROW, body=str(i)).seq for i in range(3)] == [1, 2, 3]
-        assert (led, locks, batches, store.commits - commits) == ([], [], [1, 1, 1], 3)
+        assert (led, locks, batches, pending, store.commits - commits) == ([], [], [], [], 3)
         assert pipe._leading is False and pipe._queue == []
         with pytest.raises(errors.NotFoundError):  # refused in its transaction: lead let go
             store.event_append(**ROW, artifact_ids=["art_missing"])
-        assert pipe._leading is False and led == [] and batches == [1, 1, 1, 1]
+        assert pipe._leading is False and (led, batches, pending) == ([], [], [])
+        assert store.commits - commits == 3  # (the refused one committed nothing)
+        assert store.event_append(**ROW, body="next").seq == 4  # its seq was given back
 
         results: list[Any] = []
         threads = [
@@ -168,6 +176,36 @@ def test_a_lone_writer_runs_its_item_without_the_queue(
         for t in threads:
             t.join(DEADLINE_S)
             assert not t.is_alive()
-        assert (led, len(locks), batches[-1]) == ([1], 2, 3)
-        assert sorted(e.seq for e in results) == [4, 5, 6]
+        assert (led, len(locks), batches, len(pending)) == ([1], 2, [3], 3)
+        assert sorted(e.seq for e in results) == [5, 6, 7]
         assert pipe._leading is False
+
+
+def test_two_writers_behind_a_lone_writer_share_one_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lone writer commits without a batch; two writers that come while its transaction
+    runs queue, and the one handed the lead commits both in one batch, as before the lone
+    path (group commit for concurrent writers is unchanged)."""
+    with LogStore.open(str(tmp_path / "two.sqlite3")) as store:
+        pipe = store.pipeline
+        batches: list[int] = []
+        real_run = pipe._run_batch
+        monkeypatch.setattr(pipe, "_run_batch", lambda b: (batches.append(len(b)), real_run(b))[1])
+        commits = store.commits
+        leader, _entered, release = _held_leader(store)  # alone: its own transaction
+        results: list[Any] = []
+        two = [
+            threading.Thread(target=lambda: results.append(store.event_append(**ROW, body="w")))
+            for _ in range(2)
+        ]
+        for t in two:
+            t.start()
+        _until(lambda: _queued(store) == 2)
+        release.set()
+        for t in [leader, *two]:
+            t.join(DEADLINE_S)
+            assert not t.is_alive()
+        assert (batches, store.commits - commits) == ([2], 2)
+        assert sorted(e.seq for e in results) == [2, 3]
+        assert pipe._leading is False and pipe._queue == []

@@ -129,3 +129,52 @@ def test_a_replica_without_the_pin_does_not_trust_the_admin(tmp_path: Path) -> N
     b = LogStore.open(str(tmp_path / "b" / "log.sqlite3"))
     assert b.pinned_admins() == []
     a.close(), b.close()
+
+
+def test_a_key_added_after_plain_appends_signs_the_next_append(
+    store: LogStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A log without agents' keys: after the first, a local process's appends of a (writer,
+    type) already found plain are written without asking `seal` again (issue 25). A key added
+    builds a new keyring, which forgets them: the next append of that writer is signed, a
+    look-alike of its name is refused, and after a revocation an unsigned one is refused."""
+    sealed: list[str] = []
+    seal = store.identity.seal
+    monkeypatch.setattr(
+        store.identity,
+        "seal",
+        lambda ex, sel, e, *a: (sealed.append(e.from_agent), seal(ex, sel, e, *a))[1],
+    )
+    for i in range(3):
+        assert _note(store, "alice", str(i))["sig"] is None
+    assert _note(store, "carol")["sig"] is None
+    assert sealed == ["alice", "carol"]  # asked once per (writer, type)
+    minted = agents.add(store, "alice")
+    out = _note(store, "alice", "after the key")
+    assert out["key_id"] == minted.key_id and out["verified"] is True
+    with pytest.raises(errors.ValidationError) as info:
+        _note(store, "aIice", "look-alike")  # capital I for l
+    assert info.value.field == "from_agent"
+    assert _note(store, "carol")["sig"] is None  # still unsigned: carol has no key
+    # The keyring has keys: asked each time (the look-alike was refused before its seal).
+    assert [w for w in sealed[2:] if w != "admin"] == ["alice", "carol"]
+    agents.revoke(store, "alice", reason="gone")
+    (store.identity.keys_dir / "admin.key").unlink()  # nothing left here to sign for alice
+    store.identity.reload_keys()
+    with pytest.raises(errors.ForbiddenError):
+        _note(store, "alice", "after revocation")
+
+
+def test_a_key_added_by_another_process_signs_the_next_plain_append(tmp_path: Path) -> None:
+    """The plain pairs are kept per keyring: a key event another store (process) commits is
+    read with the next write's keyring, and the writer it names signs from then on."""
+    path, keys_dir = str(tmp_path / "log.sqlite3"), tmp_path / "keys"
+    with LogStore.open(path) as ours, LogStore.open(path) as theirs:
+        for s in (ours, theirs):
+            s.identity.keys_dir = keys_dir
+            s.identity.reload_keys()
+        assert _note(ours, "alice", "1")["sig"] is None
+        assert _note(ours, "alice", "2")["sig"] is None
+        minted = agents.add(theirs, "alice")
+        out = _note(ours, "alice", "3")
+        assert out["key_id"] == minted.key_id and out["verified"] is True

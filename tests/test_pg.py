@@ -46,9 +46,13 @@ class SlowCommitPipeline(CommitPipeline):
     after inserting: this widens any window in which commits could become visible out of seq
     order."""
 
-    def _run_item(self, db: Any, state: TxState, item: Any, savepoint: bool) -> None:
-        super()._run_item(db, state, item, savepoint)
-        time.sleep(random.uniform(0, HOLD_MAX_S))
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[Any]:
+        # Every commit, a lone writer's (which runs no batch) as a group's, holds its
+        # transaction open after its work (the inserts) and before its COMMIT.
+        with super()._transaction() as tx:
+            yield tx
+            time.sleep(random.uniform(0, HOLD_MAX_S))
 
 
 class UnserializedPipeline(SlowCommitPipeline):
@@ -62,6 +66,7 @@ class UnserializedPipeline(SlowCommitPipeline):
         db = proxy.driver_connection
         try:
             yield SimpleNamespace(db=db, known=None, counters=None, appended=False)
+            time.sleep(random.uniform(0, HOLD_MAX_S))
             db.commit()
         except BaseException:
             db.rollback()
@@ -353,7 +358,7 @@ class GatedPipeline(CommitPipeline):
         super().__init__(*args, **kwargs)
         self.batches: list[int] = []
 
-    def _gate(self, batch: list[Any]) -> None:
+    def _gate(self, size: int) -> None:
         if not self.armed:
             return
         if not self.batches:
@@ -363,11 +368,12 @@ class GatedPipeline(CommitPipeline):
                     if len(self._queue) >= self.expect:
                         break
                 time.sleep(0.001)
-        self.batches.append(len(batch))
+        self.batches.append(size)
 
-    def _run_batch(self, batch: list[Any]) -> None:
-        self._gate(batch)
-        super()._run_batch(batch)
+    def _commit(self, work: Any, on_bulk: Any, batch: list[Any] | None) -> Any:
+        # Every transaction: a lone writer's (`batch` None: one item, no batch) as a group's.
+        self._gate(1 if batch is None else len(batch))
+        return super()._commit(work, on_bulk, batch)
 
 
 class GatedStore(LogStore):

@@ -115,6 +115,15 @@ def test_refusals_name_the_field_and_change_nothing(
     assert reg.present() == []
 
 
+def test_the_broadcast_address_never_leaves(reg: Registry) -> None:
+    """`*` is no agent's name: leaving as it is refused as announcing is (one rule)."""
+    reg.announce(agent="a", state="idle")
+    with pytest.raises(errors.ValidationError) as info:
+        reg.leave("*")
+    assert info.value.field == "agent" and "the broadcast address" in str(info.value)
+    assert [e.agent for e in reg.present()] == ["a"]
+
+
 def test_the_table_is_bounded(clock: Clock) -> None:
     reg = Registry(clock=clock, max_agents=2)
     reg.announce(agent="a", state="idle")

@@ -27,6 +27,7 @@ from mempalace_logstream import errors
 from mempalace_logstream.backends.base import EVENT_COL_NAMES
 from mempalace_logstream.backends.queries import appends as sql
 from mempalace_logstream.identity.keyring import KEY_EVENT_TYPES
+from mempalace_logstream.identity.verdict import UNSIGNED
 from mempalace_logstream.models import Event
 from mempalace_logstream.store.identity import check_names
 from mempalace_logstream.store.projections import Projection, Refusal
@@ -86,11 +87,14 @@ def append(tx: Transaction, events: Sequence[Event], origin: Origin) -> Appended
         st.next_seq = seq + len(stored)
     one = stored[0] if len(stored) == 1 else None
     key = origin.idempotency_key
-    if one is not None:
+    if one is not None:  # (one event: its fields read, no iterator over the list)
         tx.ex.insert_events([_columns(one.__dict__) + (key(one),)])  # (no list made)
+        linked, keyed = bool(one.artifact_ids), one.type in _KEY_TYPES
     else:
         tx.ex.insert_events([(*_columns(e.__dict__), key(e)) for e in stored])
-    if any(map(_artifact_ids, stored)):
+        linked = any(map(_artifact_ids, stored))
+        keyed = not _KEY_TYPES.isdisjoint(map(_type, stored))
+    if linked:
         links = [
             {"event_id": e.id, "artifact_id": a, "position": i}
             for e in stored
@@ -99,7 +103,7 @@ def append(tx: Transaction, events: Sequence[Event], origin: Origin) -> Appended
         ]
         sql.insert_links(tx.ex, links)
     st.appended.extend(stored)
-    if not _KEY_TYPES.isdisjoint(map(_type, stored)):  # from any origin
+    if keyed:  # key events, from any origin
         tx.store.identity.moved()  # the keyring changes with them
     out = Appended(stored)
     projections = tx.store.projections
@@ -173,9 +177,16 @@ class Local:
 
     def admit(self, tx: Transaction, events: Sequence[Event]) -> list[Event]:
         ring, store = tx.keyring(), tx.store  # (nothing is stored before all are admitted)
+        identity, actor = store.identity, tx.actor
+        # What `seal` found plain under this keyring (a log without agents' keys): the same
+        # outcome without asking again (issue 25).
+        plain = identity.plain_writes(ring) if actor is None else None
         sealed: list[Event] = []
         for event in events:
-            check_names(ring, from_agent=event.from_agent, to_agent=event.to_agent)
+            minted = event.hlc is store.clock.minted  # (the clock's own stamp: checked when minted)
+            known = minted and plain is not None and (event.from_agent, event.type) in plain
+            if not known:  # (a plain keyring has no name to look like)
+                check_names(ring, from_agent=event.from_agent, to_agent=event.to_agent)
             for aid in event.artifact_ids:
                 if not sql.artifact_exists(tx.ex, aid):
                     raise errors.NotFoundError(
@@ -183,10 +194,11 @@ class Local:
                         field="artifact_ids",
                         ident=aid,
                     )
-            minted = event.hlc is store.clock.minted  # (the clock's own stamp: checked when minted)
-            one, tx.verdict = store.identity.seal(
-                tx.ex, store.event_select, event, tx.actor, ring, minted
-            )
+            if known:
+                tx.verdict = UNSIGNED
+                sealed.append(event)
+                continue
+            one, tx.verdict = identity.seal(tx.ex, store.event_select, event, actor, ring, minted)
             sealed.append(one)
         return sealed
 

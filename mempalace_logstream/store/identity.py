@@ -18,7 +18,13 @@ from mempalace_logstream import errors, lazy, names
 from mempalace_logstream.backends.queries import identity as queries
 from mempalace_logstream.identity.actor import ADMIN_NAME, Actor
 from mempalace_logstream.identity.keyring import KEY_EVENT_TYPES, KEY_REVOKE, Keyring, SignedEvent
-from mempalace_logstream.identity.verdict import Verdict, own_verdict, unsigned_verdict, verdict
+from mempalace_logstream.identity.verdict import (
+    UNSIGNED,
+    Verdict,
+    own_verdict,
+    unsigned_verdict,
+    verdict,
+)
 from mempalace_logstream.models import Event
 from mempalace_logstream.store.marks import PIN_PREFIX, pins_of
 from mempalace_logstream.store.rows import events_from_rows
@@ -82,6 +88,8 @@ class Identity:
         self._write_ring: tuple[Keyring, int, int] | None = None
         self._transactions = 0  # write transactions begun by this store
         self._generation = 0  # moved whenever a write may have changed the keyring
+        # `plain_writes`: the keyring it holds for, and the (writer, type) pairs of it.
+        self._plain: tuple[Keyring | None, set[tuple[str, str]]] = (None, set())
 
     @property
     def keys_dir(self) -> Path | None:
@@ -198,6 +206,22 @@ class Identity:
 
     # ------------------------------------------------------------------ sealing
 
+    def plain_writes(self, ring: Keyring) -> set[tuple[str, str]] | None:
+        """The (writer, event type) pairs that `seal` found plain under `ring`: a local
+        process's event (no actor) with its clock's minted stamp, asked for no key, so left
+        unsigned, and judged `UNSIGNED`; its names checked against nobody. None for a keyring
+        with any agent's key (there, must-sign and the key files depend on the stamp and the
+        keys directory). Kept per keyring object: a key event or a pin builds a new one
+        (`keyring`), so a key added or revoked empties it. Called in write transactions only
+        (under the pipeline's commit lock), as `seal`: no lock of its own."""
+        held, plain = self._plain
+        if held is not ring:
+            if registered_names(ring):
+                return None
+            plain = set()
+            self._plain = (ring, plain)
+        return plain
+
     def seal(
         self,
         ex: Executor,
@@ -215,6 +239,7 @@ class Identity:
             check_writer(actor, "from_agent", event.from_agent)
         ring = ring if ring is not None else self.keyring(ex, select)
         pair: keys.KeyPair | None = None
+        asked = True  # whether a key was looked for
         if is_key_type(event.type):
             pair = self._key_event_signer(event, actor)
         elif (
@@ -223,6 +248,8 @@ class Identity:
             or (actor is not None and actor.admin)
         ):  # else a log without key events, written not as the admin: unsigned (`_signer`)
             pair = self._signer(ring, event, actor)
+        else:
+            asked = False
         if pair is not None:
             shas = artifact_sha256s(ex, event.artifact_ids)
             try:
@@ -242,6 +269,10 @@ class Identity:
             judged = verdict(event, None, None, ring)
         if judged.verified is False:
             raise errors.ForbiddenError(_refusal(judged, event, self.keys_dir), field="from_agent")
+        if not asked and minted and actor is None and judged is UNSIGNED:
+            held, plain = self._plain
+            if held is ring and len(plain) < _PLAIN_KEPT:  # (writers' names: bounded)
+                plain.add((event.from_agent, event.type))
         return event, judged
 
     def _signer(self, ring: Keyring, event: Event, actor: Actor | None) -> keys.KeyPair | None:
@@ -391,6 +422,7 @@ def _refusal(judged: Verdict, event: Event, keys_dir: Path | None) -> str:
 
 
 _SETTLE_NS = 1_000_000_000
+_PLAIN_KEPT = 4096  # (writer, type) pairs `plain_writes` holds at most
 
 
 def _dir_stamp(keys_dir: str | None) -> int | None:

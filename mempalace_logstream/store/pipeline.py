@@ -156,21 +156,20 @@ class CommitPipeline:
         Raises what `work` raises (its savepoint rolled back), or StorageError."""
         if self.closed:
             raise errors.StorageError("the store is closed")
-        item = Pending(work, on_bulk)
-        batch = [item]  # (made before: nothing runs between taking the commit lock and `try`)
         with self._queue_lock:
             # A lone writer (nobody leads or queued, no batch to gather, the commit lock free:
-            # not held by `close` or a test holding the leader seat) runs its item at once,
-            # without the queue (issue 25: ~9,500 instructions of a plain append).
-            alone = (
+            # not held by `close` or a test holding the leader seat) runs its work at once,
+            # without the queue, a `Pending` or the batch loop (issue 25).
+            if (
                 not self._leading
                 and not self._queue
                 and not (self._callers > 1 and self._gather_s)
                 and self._commit_lock.acquire(False)
-            )
-            if alone:
+            ):
                 self._leading = True
+                item = None
             else:
+                item = Pending(work, on_bulk)
                 self._queue.append(item)
                 if self._gathering:
                     self._arrived.notify()
@@ -180,20 +179,17 @@ class CommitPipeline:
                 else:
                     wake = None
                     self._leading = True
-        if alone:  # a batch of one under the commit lock, then the lead handed on as `_lead`
+        if item is None:  # alone, under the commit lock; then the lead handed on as `_lead`
             try:
-                self._run_batch(batch)
+                return self._commit(work, on_bulk, None)
             finally:
                 self._commit_lock.release()
                 with self._queue_lock:
                     handed = not self._queue  # nobody came meanwhile: `_hand_on` of nobody
                     if handed:
                         self._callers, self._leading = 1, False
-                if not handed:
-                    self._hand_on(batch)
-            if item.error is not None:
-                raise item.error
-            return item.result
+                if not handed:  # (a settled caller of its own: nobody to wake)
+                    self._hand_on([Pending(work)])
         if wake is not None:
             # Woken once: by the leader that settled the item (it returns at once, without
             # queueing for the commit lock behind the next transaction: a convoy that kept
@@ -282,38 +278,10 @@ class CommitPipeline:
         return self._state
 
     def _run_batch(self, batch: list[Pending]) -> None:
-        """One transaction for the whole batch: the write lock, the state query, one
-        SAVEPOINT per item when several share the commit, COMMIT (run once more when an
-        optimistic begin finds another writer's commit: `_again`); driver errors become
-        StorageError. Every item is settled however the transaction ends (a failed commit
-        wrote nobody in the batch), and waiters are woken once if anything was appended.
-        (Plain try blocks, no context managers of our own: this runs once per commit.)"""
-        appended: list[Event] = []
+        """The batch's transaction (`_commit`). Every item is settled however it ends (a
+        failed commit wrote nobody in the batch)."""
         try:
-            try:
-                for again in (False, True):
-                    try:
-                        with self._transaction() as tx:
-                            state = self._start(tx)
-                            state.number, state.generation = self.identity.begin_transaction()
-                            state.checks = not again
-                            savepoint = len(batch) > 1
-                            for item in batch:
-                                self._run_item(tx.db, state, item, savepoint)
-                            tx.counters = (state.next_seq, state.next_artifact_seq)
-                            tx.appended = bool(state.appended)
-                        break
-                    except StateMoved as moved:  # PostgreSQL's optimistic begin: run it again
-                        if again:  # the second reads the state: it cannot move (still, no loop)
-                            raise errors.StorageError("the write state moved twice") from moved
-                        self._again(batch)
-            except Exception as exc:
-                mapped = backends.storage_error(exc, self.backend.driver_errors)
-                if mapped is None:
-                    raise
-                raise mapped from exc
-            self.commits += 1
-            appended = state.appended
+            self._commit(None, None, batch)
         except BaseException as exc:  # the commit failed: nobody in the batch was written
             for item in batch:
                 if item.error is None:
@@ -322,14 +290,51 @@ class CommitPipeline:
         finally:
             for item in batch:
                 item.done = True
-        if appended:
-            self.notifier.bump()
 
-    def _again(self, batch: list[Pending]) -> None:
-        """Unsettle `batch` to run it again: a transaction that assumed nobody else committed
-        since our last commit found otherwise and wrote nothing (`StateMoved`, PostgreSQL's
-        optimistic begin); the next one reads the state."""
-        for item in batch:
+    def _commit(self, work: Any, on_bulk: Any, batch: list[Pending] | None) -> Any:
+        """One transaction, under the commit lock: the write lock, the state query, then
+        `work` alone (`batch` None: a lone writer's, its result returned) or each item of
+        `batch` (one SAVEPOINT per item when several share the commit), COMMIT (run once more
+        when an optimistic begin finds another writer's commit: `_again`); driver errors
+        become StorageError. Waiters are woken once if anything was appended.
+        (Plain try blocks, no context managers of our own: this runs once per commit.)"""
+        result: Any = None
+        try:
+            for again in (False, True):
+                try:
+                    with self._transaction() as tx:
+                        state = self._start(tx)
+                        state.number, state.generation = self.identity.begin_transaction()
+                        state.checks = not again
+                        if batch is None:
+                            ex = self.backend.executor(tx.db, self.sql, on_bulk)
+                            result = work(ex, state)
+                        else:
+                            savepoint = len(batch) > 1
+                            for item in batch:
+                                self._run_item(tx.db, state, item, savepoint)
+                        tx.counters = (state.next_seq, state.next_artifact_seq)
+                        tx.appended = bool(state.appended)
+                    break
+                except StateMoved as moved:  # PostgreSQL's optimistic begin: run it again
+                    if again:  # the second reads the state: it cannot move (still, no loop)
+                        raise errors.StorageError("the write state moved twice") from moved
+                    self._again(batch)
+        except Exception as exc:
+            mapped = backends.storage_error(exc, self.backend.driver_errors)
+            if mapped is None:
+                raise
+            raise mapped from exc
+        self.commits += 1
+        if state.appended:
+            self.notifier.bump()
+        return result
+
+    def _again(self, batch: list[Pending] | None) -> None:
+        """Unsettle `batch` (if any) to run it again: a transaction that assumed nobody else
+        committed since our last commit found otherwise and wrote nothing (`StateMoved`,
+        PostgreSQL's optimistic begin); the next one reads the state."""
+        for item in batch or ():
             item.result = item.error = None
         self.identity.moved()  # its keyring may be the one of before the other commit
 
