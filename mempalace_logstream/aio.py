@@ -1,6 +1,7 @@
 """The async edge shared by the hub's servers (HTTP/SSE and MCP over HTTP).
 
-Core calls run in worker threads (`anyio.to_thread`); waits never hold a thread: a blocked
+Core calls run in worker threads (`workers.run_sync`, anyio's rules without its per-call
+cost); waits never hold a thread: a blocked
 `event_wait` sits in its store's wait room (waits.py), whose one reader sleeps on the notifier.
 `Feed` coalesces the tail reads of every live subscriber into one query per wake-up;
 `PresenceQueue`, `with_presence` and `sweep_presence` carry the hub's presence frames beside the
@@ -19,9 +20,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar, cast
 
-import anyio.to_thread
-
-from mempalace_logstream import delivery_hook, errors, notify, operations, presence, waits
+from mempalace_logstream import delivery_hook, errors, notify, operations, presence, waits, workers
 from mempalace_logstream import validation as v
 from mempalace_logstream.models import Event, Page
 from mempalace_logstream.store import LogStore, ReadRequest
@@ -33,7 +32,7 @@ T = TypeVar("T")
 
 async def run(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run a sync core call in a worker thread."""
-    return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+    return await workers.run_sync(functools.partial(fn, *args, **kwargs))
 
 
 async def run_detached(fn: Callable[..., T], *args: Any) -> T:

@@ -29,13 +29,17 @@ P = ParamSpec("P")
 
 
 class _Deferred:
-    __slots__ = ("_name",)
+    __slots__ = ("_module", "_name")
 
     def __init__(self, name: str) -> None:
         self._name = name
+        self._module: Any = None  # once imported: the module (no import machinery per read)
 
     def __getattr__(self, attr: str) -> Any:
-        return getattr(importlib.import_module(self._name), attr)
+        found = self._module
+        if found is None:
+            found = self._module = importlib.import_module(self._name)
+        return getattr(found, attr)
 
     def __repr__(self) -> str:
         return f"<deferred module {self._name!r}>"

@@ -1,7 +1,8 @@
-"""`POST /v1/<op>`'s short path (http/ops.py `OpRoute`) answers exactly what FastAPI's own
-handler answers: the same status, content type and bytes, for plain requests and for every
-request it hands over (no or another content type, bad JSON, a non-object, unknown or missing
-parameters). Each request is sent twice to one live hub, once with the short path off."""
+"""`POST /v1/<op>`'s short path (http/ops.py `PlainPosts`, run by the guard) answers exactly
+what FastAPI's own handler answers: the same status, content type and bytes, for plain
+requests and for every request it hands over (no or another content type, bad JSON, a
+non-object, unknown or missing parameters, a body sent in chunks). Each request is sent twice
+to one live hub, once with the short path off."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def _both(
     fast = client.post(path, **kwargs)
     with monkeypatch.context() as m:
 
-        async def never(*_args: Any) -> None:
+        def never(*_args: Any) -> None:
             return None
 
         m.setattr(ops, "_plain_args", never)
@@ -123,8 +124,8 @@ def test_a_plain_request_takes_the_short_path(
     taken: list[bool] = []
     real = ops._plain_args
 
-    async def spy(*args: Any) -> dict[str, Any] | None:
-        got = await real(*args)
+    def spy(*args: Any) -> dict[str, Any] | None:
+        got = real(*args)
         taken.append(got is not None)
         return got
 
@@ -143,3 +144,68 @@ def test_the_operation_routes_are_matched_first(hub: LiveHub, client: httpx.Clie
     assert client.get("/healthz").status_code == 200
     assert client.get("/v1/stats").status_code == 200
     assert client.post("/v1/event_append", json=EVENT).status_code == 200
+
+
+def test_a_chunked_body_answers_the_same_both_ways(
+    client: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No Content-Length (the guard buffers it up to its limit): a plain one, a bad one."""
+    for payload in (json.dumps({**EVENT, "idempotency_key": "chunked"}), '{"type": 1'):
+        data = payload.encode()
+
+        def chunks(data: bytes = data) -> Iterator[bytes]:
+            yield data[:10]
+            yield data[10:]
+
+        fast = client.post(
+            "/v1/event_append", content=chunks(), headers={"content-type": "application/json"}
+        )
+        with monkeypatch.context() as m:
+            m.setattr(ops, "_plain_args", lambda *_args: None)
+            full = client.post(
+                "/v1/event_append", content=chunks(), headers={"content-type": "application/json"}
+            )
+        assert "content-length" not in fast.request.headers
+        _same(fast, full)
+
+
+def test_a_domain_error_names_its_field_both_ways(
+    client: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The core's validation answers on the short path as through FastAPI's handler."""
+    for path, body, headers in (
+        ("/v1/event_append", {**EVENT, "idempotency_key": None, "type": ""}, {}),
+        ("/v1/event_list", {"limit": 10**9}, {}),
+        ("/v1/event_list", {}, {"X-Logstream-Delivery": "no such path"}),
+    ):
+        fast, full = _both(client, monkeypatch, path, json=body, headers=headers)
+        assert fast.status_code == 422, fast.text
+        assert fast.json()["field"], fast.text
+        _same(fast, full)
+
+
+def test_the_guard_runs_before_the_short_path(client: httpx.Client) -> None:
+    """A refused request never reaches the short path, and its answer is the guard's."""
+    resp = client.post("/v1/event_append", json=EVENT, headers={"Host": "evil.example"})
+    assert resp.status_code == 403
+    assert resp.json()["field"] == "Host"
+    assert resp.headers["x-frame-options"] == "DENY"
+
+
+def test_event_wait_is_left_to_fastapis_handler(
+    hub: LiveHub, client: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`event_wait` watches its client for a disconnect: it never takes the short path."""
+    seen: list[object] = []
+    real = ops._plain_args
+
+    def spy(*args: Any) -> dict[str, Any] | None:
+        seen.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(ops, "_plain_args", spy)
+    resp = client.post("/v1/event_wait", json={"stream": "none-here", "timeout_ms": 0})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["timed_out"] is True
+    assert seen == []
+    assert "/v1/event_wait" not in ops.PlainPosts(hub.store).routes

@@ -91,7 +91,7 @@ def test_another_agents_name_is_403_on_both_request_paths(
     with team.client("bob") as c:
         fast = c.post("/v1/event_append", json=note(from_agent="alice"))
 
-        async def never(*_args: Any) -> None:
+        def never(*_args: Any) -> None:
             return None
 
         monkeypatch.setattr(ops, "_plain_args", never)  # every request to FastAPI's handler
@@ -514,7 +514,7 @@ def test_an_agent_token_may_leave_its_name_out(team: Team, monkeypatch: pytest.M
         fast = c.post("/v1/event_append", json=note())
         art = c.post("/v1/artifact_put", json={"kind": "note", "content": "x"})
 
-        async def never(*_args: Any) -> None:
+        def never(*_args: Any) -> None:
             return None
 
         monkeypatch.setattr(ops, "_plain_args", never)

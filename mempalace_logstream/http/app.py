@@ -87,7 +87,13 @@ def create_app(
     app.get("/healthz", tags=["hub"])(healthz)
     pages.add_pages(app)
     dashboard_routes.add_dashboard(app)  # also its sessions, which the guard checks
-    app.add_middleware(HubGuard, settings=settings, store=store, sessions=app.state.sessions)
+    app.add_middleware(
+        HubGuard,
+        settings=settings,
+        store=store,
+        sessions=app.state.sessions,
+        posts=ops.PlainPosts(store),
+    )
     ops.add_op_routes(app)
     ops.add_get_aliases(app)
     presence_routes.add_presence_routes(app, presence)

@@ -13,6 +13,9 @@ login form (the route reads `scope["state"]["dashboard_auth"]`). A read-only das
 reads as the admin (its login was the hub's token); an operator session acts as its operator
 (it writes under that name only); a session ended by a logout is no session.
 
+An admitted `POST /v1/<op>` goes to the op's short path (`ops.PlainPosts`), which answers the
+common request itself and hands every other to the app (issue 25).
+
 Every response says it must not be framed (`X-Frame-Options: DENY`, CSP `frame-ancestors
 'none'`), the guard's own refusals included.
 """
@@ -26,6 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mempalace_logstream.http import session
 from mempalace_logstream.http.auth import Authenticator, Refusal
+from mempalace_logstream.http.ops import PlainPosts
 from mempalace_logstream.http.responses import send_error
 from mempalace_logstream.http.settings import LOOPBACK_NAMES, HubSettings, is_loopback_host
 from mempalace_logstream.identity.actor import ACTOR_SCOPE_KEY, ADMIN, ANONYMOUS, Actor, acting_as
@@ -43,8 +47,10 @@ class HubGuard:
         settings: HubSettings,
         store: LogStore | None = None,
         sessions: session.EndedSessions | None = None,
+        posts: PlainPosts | None = None,
     ) -> None:
         self.app = app
+        self.posts = posts
         self.sessions = sessions or session.EndedSessions(store)
         self.settings = settings
         names = set(LOOPBACK_NAMES) | {settings.host.strip("[]").lower()}
@@ -80,8 +86,17 @@ class HubGuard:
                 return
             receive = buffered
         scope[ACTOR_SCOPE_KEY] = actor
+        posts = self.posts
         with acting_as(actor):
-            await self.app(scope, receive, send)
+            if (
+                posts is not None
+                and scope["method"] == "POST"
+                and scope["path"] in posts.routes
+                and not scope.get("root_path")
+            ):
+                await posts(scope, receive, send, self.app)
+            else:
+                await self.app(scope, receive, send)
 
     def _refusal(self, headers: Mapping[str, bytes]) -> tuple[int, str, str] | None:
         if self.loopback:

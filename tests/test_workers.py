@@ -1,0 +1,117 @@
+"""`workers.run_sync`, the servers' hop to a worker thread: anyio's rules at less cost."""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+
+import anyio
+import pytest
+
+from mempalace_logstream import workers
+
+WHO: contextvars.ContextVar[str] = contextvars.ContextVar("who", default="nobody")
+WAIT_S = 10.0
+
+
+def test_runs_in_another_thread_with_the_callers_context() -> None:
+    async def main() -> tuple[str, int]:
+        WHO.set("agent-a")
+        return await workers.run_sync(lambda: (WHO.get(), threading.get_ident()))
+
+    who, ident = anyio.run(main)
+    assert who == "agent-a"
+    assert ident != threading.get_ident()
+
+
+def test_an_error_is_raised_to_the_caller() -> None:
+    def fail() -> None:
+        raise ValueError("event_id is not a valid id")
+
+    with pytest.raises(ValueError, match="event_id is not a valid id"):
+        anyio.run(workers.run_sync, fail)
+
+
+def test_a_cancelled_scope_waits_for_the_started_call_as_anyio_does() -> None:
+    started, release = threading.Event(), threading.Event()
+    finished: list[str] = []
+
+    def slow() -> str:
+        started.set()
+        assert release.wait(WAIT_S)
+        finished.append("done")
+        return "done"
+
+    async def main() -> list[str]:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(workers.run_sync, slow)
+            await anyio.to_thread.run_sync(started.wait, WAIT_S)
+            tg.cancel_scope.cancel()
+            release.set()
+        return list(finished)  # the group ended only once the call had
+
+    assert anyio.run(main) == ["done"]
+
+
+def test_a_call_in_a_cancelled_scope_does_not_start() -> None:
+    ran: list[int] = []
+
+    async def main() -> None:
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            await workers.run_sync(lambda: ran.append(1))
+
+    anyio.run(main)
+    assert ran == []
+
+
+def test_at_most_cap_threads_and_idle_ones_end() -> None:
+    pool = workers.Workers(cap=2, idle_s=0.05)
+    inside = threading.Semaphore(0)
+    gate = threading.Event()
+    peak: list[int] = []
+
+    def work() -> int:
+        inside.release()
+        assert gate.wait(WAIT_S)
+        peak.append(pool.threads)
+        return 1
+
+    async def main() -> list[int]:
+        results: list[int] = []
+
+        async def one() -> None:
+            results.append(await workers.run_sync(work, pool))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(5):
+                tg.start_soon(one)
+            for _ in range(2):  # two calls run; the other three wait for a thread
+                assert await anyio.to_thread.run_sync(inside.acquire, True, WAIT_S)
+            assert pool.threads == 2
+            gate.set()
+        return results
+
+    assert anyio.run(main) == [1] * 5
+    assert max(peak) == 2
+    ended = threading.Event()
+
+    def threads_gone() -> bool:
+        with pool.lock:
+            return pool.threads == 0
+
+    for _ in range(int(WAIT_S / 0.01)):
+        if threads_gone():
+            break
+        ended.wait(0.01)
+    assert threads_gone()
+
+
+def test_a_reset_pool_starts_its_threads_again() -> None:
+    """What a forked child does (`os.register_at_fork`): the parent's threads are gone."""
+    pool = workers.Workers(cap=2)
+    assert anyio.run(workers.run_sync, lambda: 1, pool) == 1
+    pool.reset()
+    assert (pool.threads, pool.idle) == (0, 0)
+    assert anyio.run(workers.run_sync, lambda: 2, pool) == 2
+    assert pool.threads == 1
