@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from mempalace_logstream.backends.ddl import KEY_TYPE, SEQ_TYPE, declared_where_set
 from mempalace_logstream.models import EVENT_SPEC
 
-SCHEMA_HEAD = "0012"
+SCHEMA_HEAD = "0013"
 
 metadata = sa.MetaData(
     naming_convention={
@@ -53,6 +53,12 @@ SPARSE_COLUMNS = ("topic", "correlation_id", "status", "idempotency_key")
 # to everyone ("*", which the guard never counts) are left out, so a broadcast updates no
 # more indexes than before.
 PAIR_WHERE = "to_agent IS NOT NULL AND to_agent != '*'"
+# The signed events (migration 0013, issue 25): a read's tip asks whether the log holds one
+# (`queries/log.py` `_tip_facts`, the same predicate word for word: SQLite uses a partial
+# index only for a query that states its WHERE), and while none is, its page statements leave
+# `sig` and `key_id` out (`plan.read_page`). Written at insert only (the table refuses any
+# other UPDATE than a redaction's body); an unsigned append updates no entry of it.
+SIGNED_WHERE = "key_id IS NOT NULL OR sig IS NOT NULL"
 
 
 def _where_set(column: str) -> dict[str, Any]:
@@ -82,6 +88,7 @@ events = sa.Table(
     sa.Index(None, "hlc"),
     sa.Index(None, "created_at"),
     sa.Index("ix_events_pair", "from_agent", "to_agent", "seq", sqlite_where=sa.text(PAIR_WHERE)),
+    sa.Index("ix_events_signed", "key_id", sqlite_where=sa.text(SIGNED_WHERE)),
     sa.Index(
         "uq_events_writer_idempotency_key",
         "from_agent",

@@ -525,6 +525,7 @@ def test_the_postgresql_backend_names_the_sparse_indexes_predicates() -> None:
         "ix_events_correlation_id_seq": "correlation_id IS NOT NULL",
         "uq_events_writer_idempotency_key": "idempotency_key IS NOT NULL",
         "ix_events_pair": "to_agent IS NOT NULL AND to_agent != '*'",
+        "ix_events_signed": "key_id IS NOT NULL OR sig IS NOT NULL",
     }
 
 

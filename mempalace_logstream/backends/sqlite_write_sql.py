@@ -7,7 +7,7 @@ store/lean_write.py.
 
 from typing import Any
 
-SCHEMA_HEAD = "0012"
+SCHEMA_HEAD = "0013"
 SPLIT_INBOX = True
 OPERATIONS = {
     "event_append": (
@@ -237,8 +237,9 @@ STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
     "log.tip-facts": (
         (
             "SELECT events.seq, events.id, EXISTS (SELECT event_artifacts.event_id \n"
-            "FROM event_artifacts) AS linked \nFROM events ORDER BY events.seq DESC\n "
-            "LIMIT 1 OFFSET 0"
+            "FROM event_artifacts) AS linked, EXISTS (SELECT s.seq \nFROM events AS s "
+            "\nWHERE key_id IS NOT NULL OR sig IS NOT NULL) AS signed \nFROM events "
+            "ORDER BY events.seq DESC\n LIMIT 1 OFFSET 0"
         ),
         {},
     ),

@@ -37,6 +37,8 @@ FILTER_RULES: dict[str, tuple[str, str]] = {
     "exclude_writer": ("from_agent", "not_in"),
     "to_agent": ("to_agent", "inbox"),
 }
+# (columns, their values) a page statement leaves out, the reader filling the values in.
+FixedColumns = tuple[tuple[str, ...], tuple[str | None, ...]]
 PAGE_FILTERS = tuple(name for name, (_, how) in FILTER_RULES.items() if how != "inbox")
 
 
@@ -138,12 +140,26 @@ class ReadRequest(Record):
         return tuple(c for c, _ in fixed), tuple(value for _, value in fixed)
 
     @functools.cached_property
-    def fixed_unlinked(self) -> tuple[tuple[str, ...], tuple[str | None, ...]]:
-        """`fixed_columns` and the links column (its value None): what a page of a log that
-        links no artifact leaves out (`plan.read_page` decides when), made once per request
-        (issue 25: three tuples built per read before)."""
+    def fixed_plain(self) -> FixedColumns:
+        """`fixed_columns` and the columns no event of the log sets: the links column, `sig`
+        and `key_id` (their values None). What a page leaves out (`plan.read_page` decides
+        when), made once per request (issue 25: a read builds no tuple for it; a poll after a
+        moving cursor, a new request each read, builds this one alone)."""
+        return self._fixed_with(("artifact_ids", "sig", "key_id"))
+
+    @functools.cached_property
+    def fixed_unlinked(self) -> FixedColumns:
+        """`fixed_plain` on a log that holds a signed event: without the links column only."""
+        return self._fixed_with(("artifact_ids",))
+
+    @functools.cached_property
+    def fixed_unsigned(self) -> FixedColumns:
+        """`fixed_plain` on a log that links an artifact: without `sig` and `key_id` only."""
+        return self._fixed_with(("sig", "key_id"))
+
+    def _fixed_with(self, more: tuple[str, ...]) -> FixedColumns:
         columns, values = self.fixed_columns
-        return (*columns, "artifact_ids"), (*values, None)
+        return (*columns, *more), (*values, *(None,) * len(more))
 
 
 class ReadArgs(TypedDict, total=False):

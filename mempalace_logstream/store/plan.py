@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 EVENT_FIELDS = tuple(name for name, _spec in EVENT_SPEC)
 SEQ_AT, ID_AT = EVENT_FIELDS.index("seq"), EVENT_FIELDS.index("id")
 _OSEQ_AT, _LINKS_AT = EVENT_FIELDS.index("origin_seq"), EVENT_FIELDS.index("artifact_ids")
+_BODY_AT = EVENT_FIELDS.index("body")
 # A page row carries its artifact links as "position<RS>id<US>position<RS>id…" (control
 # characters never occur in ids), so a read needs no second statement over the page's ids.
 POS_SEP, LINK_SEP = "\x1e", "\x1f"
@@ -59,7 +60,9 @@ def events_from_rows(
 ) -> list[Event]:
     """Events from rows of the read columns (plain tuples or Rows): the one row -> Event.
     `typed`: the rows are known to hold only values of their columns' types
-    (`PageStatements.typed`), and are not tested. `fixed`: (columns, values) the rows leave
+    (`PageStatements.typed`), and are not tested but for `body`, the one column a stored row
+    may see change (a redaction's tombstone): the fill gives up on a body that is not text
+    (None), and the page is tested row by row. `fixed`: (columns, values) the rows leave
     out (a page statement does not select them), each event takes the value (`read_page`).
 
     A frozen dataclass assigns every field through `object.__setattr__` in `__init__`; the
@@ -76,10 +79,14 @@ def events_from_rows(
     if names:
         fill = _FILLS.get(names) or _fill_with(names)
         if typed or _plain_page(rows):
-            return fill(rows, _Filling, Event, parse_links, values)
+            filled = fill(rows, _Filling, Event, parse_links, values)
+            if filled is not None:
+                return filled
         rows = [_with_values(row, names, values) for row in rows]  # then tested as read
     elif typed or _plain_page(rows):
-        return _fill_events(rows, _Filling, Event, parse_links, ())
+        filled = _fill_events(rows, _Filling, Event, parse_links, ())
+        if filled is not None:
+            return filled
     out: list[Event] = []
     for row in rows:
         problem = None
@@ -89,7 +96,10 @@ def events_from_rows(
             or type(row[SEQ_AT]) is not int
         ):
             row, problem = repair_row(EVENT_FIELDS, row)
-        event = _fill_events((row,), _Filling, Event, parse_links, ())[0]
+        filled = _fill_events((row,), _Filling, Event, parse_links, ())
+        if filled is None:  # (`repair_row` makes every text column text)
+            raise AssertionError("a repaired row's body is not text")
+        event = filled[0]
         if problem is not None:
             event.__dict__[ROW_ERROR] = problem
         out.append(event)
@@ -118,14 +128,18 @@ class _Filling:
     leaves an ordinary `Event` (the frozen dataclass forbids the stores, not the result)."""
 
 
-def _events_filler(fixed: tuple[str, ...] = ()) -> Callable[..., list[Event]]:
+def _events_filler(fixed: tuple[str, ...] = ()) -> Callable[..., list[Event] | None]:
     """`fill(rows, _Filling, Event, parse_links, values)`: an Event per row of the read
     columns, each value stored under its field's name (the links column as the artifact ids;
     a field of `fixed` is not in the rows and takes its value of `values`), generated once
     from `EVENT_FIELDS` (as `dataclasses` generates `__init__`): one unpacking per row, no
-    `zip` and no per-field loop in Python (issue 25)."""
+    `zip` and no per-field loop in Python (issue 25). None when a row's body is not text (a
+    redaction behind the API: `events_from_rows` then tests the page), so that a reader may
+    trust what it knows of a row's other columns whenever it read them (they never change)."""
     if any(EVENT_FIELDS.index(name) <= max(ID_AT, SEQ_AT, _OSEQ_AT) for name in fixed):
         raise ValueError("a fixed column must come after id, seq and origin_seq in a row")
+    if "body" in fixed:
+        raise ValueError("the body is read from every row (the fill tests its type)")
     names = [f"v{i}" for i, name in enumerate(EVENT_FIELDS) if name not in fixed]
     lines = ["def fill(rows, filling, event_type, parse_links, values):"]
     if fixed:
@@ -135,8 +149,10 @@ def _events_filler(fixed: tuple[str, ...] = ()) -> Callable[..., list[Event]]:
         lines.append(f"    f{k} = parse_links(f{k}) if f{k} else ()")
     lines += [
         "    out = []",
-        "    append = out.append",
+        "    append, text, type_of = out.append, str, type",
         f"    for ({', '.join(names)},) in rows:",
+        f"        if type_of(v{_BODY_AT}) is not text:",
+        "            return None",
         "        event = filling()",
     ]
     for i, name in enumerate(EVENT_FIELDS):
@@ -150,11 +166,11 @@ def _events_filler(fixed: tuple[str, ...] = ()) -> Callable[..., list[Event]]:
     lines += ["        event.__class__ = event_type", "        append(event)", "    return out"]
     scope: dict[str, Any] = {}
     exec("\n".join(lines), scope)  # noqa: S102 - our own text, from the field names
-    fill: Callable[..., list[Event]] = scope["fill"]
+    fill: Callable[..., list[Event] | None] = scope["fill"]
     return fill
 
 
-def _first_fill(*args: Any) -> list[Event]:
+def _first_fill(*args: Any) -> list[Event] | None:
     """`_fill_events` on its first call: generated then (`exec` compiles, ~2M instructions: a
     process that reads no row, a CLI append, never pays it; issue 25), then it is the name."""
     global _fill_events
@@ -162,12 +178,12 @@ def _first_fill(*args: Any) -> list[Event]:
     return _fill_events(*args)
 
 
-_fill_events: Callable[..., list[Event]] = _first_fill
+_fill_events: Callable[..., list[Event] | None] = _first_fill
 # The fill of each set of fixed columns read lately (`events_from_rows`).
-_FILLS: dict[tuple[str, ...], Callable[..., list[Event]]] = {}
+_FILLS: dict[tuple[str, ...], Callable[..., list[Event] | None]] = {}
 
 
-def _fill_with(fixed: tuple[str, ...]) -> Callable[..., list[Event]]:
+def _fill_with(fixed: tuple[str, ...]) -> Callable[..., list[Event] | None]:
     if len(_FILLS) >= 64:
         _FILLS.clear()
     fill = _FILLS[fixed] = _events_filler(fixed)
@@ -351,14 +367,18 @@ def read_page(st: PageStatements, req: ReadRequest, after_seq: int | None = None
         return new_page((), cursor, False, req.note, lo, req.preview, req.slim)
     top_id = top[1]
     # The columns the page statement leaves out, each filled in by the reader: those the
-    # filter fixes, and the links column (NULL on every row) where the tip row carries the
-    # log's facts (`log.tip_facts_statement`: its third value) and they show that no event
-    # links an artifact (issue 25: each column of each row is a step of the `sqlite3` module,
-    # NULL too, ~0.08 µs). Written here, not in a function: a read makes no call for it; the
-    # columns and values each request works out once (`fixed_unlinked`).
+    # filter fixes, and where the tip row carries the log's facts (`log.tip_facts_statement`:
+    # its third and fourth values), the links column (NULL on every row) while no event links
+    # an artifact and `sig`, `key_id` while no event is signed (issue 25: each column of each
+    # row is a step of the `sqlite3` module, NULL too, ~0.08 µs). Written here, not in a
+    # function: a read makes no call for it; each request works the columns and values out
+    # once (`fixed_plain`, `fixed_unlinked`, `fixed_unsigned`).
     fixed: tuple[tuple[str, ...], Row] = req.fixed_columns
-    if len(top) > 2 and not top[2]:
-        fixed = req.fixed_unlinked
+    if len(top) > 2:
+        if not top[2]:
+            fixed = req.fixed_unlinked if top[3] else req.fixed_plain
+        elif not top[3]:
+            fixed = req.fixed_unsigned
     rows = st.page(req, lo, top_seq, order, fixed[0])
     typed = False
     if len(rows) >= TYPED_MIN_ROWS:  # before any slicing: `typed` may look at the rows object

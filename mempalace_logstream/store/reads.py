@@ -53,6 +53,10 @@ class Reads:
     ) -> None:
         self.pipeline, self.identity, self.notifier = pipeline, identity, notifier
         self.backend, self.engine = pipeline.backend, pipeline.engine
+        # A list read's snapshot: the backend's statement-by-statement one where it has it
+        # (SQLite's `glancing`: no BEGIN / ROLLBACK), its plain `reading` else (PostgreSQL
+        # reads in autocommit already). The page rule (`plan.read_page`) holds either way.
+        self._glance = getattr(self.backend, "glancing", self.backend.reading)
         # Bound once: every read runs them (no attribute walk per statement).
         self._sql = pipeline.sql
         self.event_select = pipeline.event_select
@@ -116,7 +120,7 @@ class Reads:
         """`event_list` of the arguments already in a dict (not changed): `LogStore.event_list`
         passes its own, not a copy (issue 25)."""
         req = self._request_of(args)
-        with self.backend.reading() as query:
+        with self._glance() as query:
             return self._read(query, req)
 
     @functools.cached_property
@@ -139,7 +143,7 @@ class Reads:
         The building block of the hub's async waits and SSE feed, which wake on the notifier
         and call this from a worker thread. Raises NotFoundError for an unknown cursor.
         """
-        with self._reading() as query:
+        with self._glance() as query:
             return self._read(query, req, after_seq=after_seq)
 
     def _read(self, query: Query, req: ReadRequest, after_seq: int | None = None) -> Page:

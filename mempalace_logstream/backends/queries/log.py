@@ -118,7 +118,11 @@ def tip_statement(compile: Compile) -> tuple[str, Mapping[str, Any]]:
 def _tip_facts() -> sa.Select[Any]:
     e = schema.events.c
     linked = sa.select(schema.event_artifacts.c.event_id).exists().label("linked")
-    q = sa.select(e.seq, e.id, linked)
+    # Any signed event: one probe of the partial index `ix_events_signed`, whose predicate
+    # SQLite needs stated as written (an alias: not correlated with the tip's own row).
+    s = schema.events.alias("s")
+    signed = sa.select(s.c.seq).where(sa.text(schema.SIGNED_WHERE)).exists().label("signed")
+    q = sa.select(e.seq, e.id, linked, signed)
     one: sa.ColumnElement[int] = sa.literal_column("1")
     zero: sa.ColumnElement[int] = sa.literal_column("0")
     return q.order_by(e.seq.desc()).limit(one).offset(zero)
@@ -126,12 +130,14 @@ def _tip_facts() -> sa.Select[Any]:
 
 def tip_facts_statement(compile: Compile) -> tuple[str, Mapping[str, Any]]:
     """The SQL text (no parameters) of a read's tip with the log's facts a page statement may
-    use (`plan.read_page`): (seq, id) of the newest event and whether any event links an
-    artifact (one index probe); no row on an empty log. A log fact (`remember_log_facts`),
-    as the tip: run as is by a read (`Reads`). `event_artifacts` is append-only and an
-    event's links are written in its transaction, and seq order is commit order, so what the
-    tip's snapshot shows holds for every event up to the tip in a later snapshot too
-    (PostgreSQL reads each statement at READ COMMITTED)."""
+    use (`plan.read_page`): (seq, id) of the newest event, whether any event links an
+    artifact and whether any is signed (`sig` or `key_id` set; one index probe each); no row
+    on an empty log. A log fact (`remember_log_facts`), as the tip: run as is by a read
+    (`Reads`). `event_artifacts` is append-only and an event's links are written in its
+    transaction, its `sig` and `key_id` with its row (the table refuses any UPDATE but a
+    redaction's body), and seq order is commit order, so what the tip's snapshot shows holds
+    for every event up to the tip in a later snapshot too (PostgreSQL reads each statement at
+    READ COMMITTED)."""
     return compile(TIP_FACTS, _tip_facts, {})
 
 
