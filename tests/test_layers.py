@@ -82,6 +82,8 @@ RULES: dict[str, tuple[str, ...]] = {
     "doctor": ("sqlalchemy", "backends", "schema", *SURFACE_LIBS),
     "backends": ("store", "replication", "importer", "sync", "watch", *SURFACE_LIBS),
     "aio": ("fastapi", "mcp", "typer", "httpx"),
+    # The servers' hop to a worker thread (issue 25): the standard library and anyio only.
+    "workers": ("<package>", "sqlalchemy", *SURFACE_LIBS),
     # Monitor mode (issue 19): the inbox in Monitor-tool lines; lean, as the inbox is.
     "monitor": ("fastapi", "typer", "mcp", "store", "backends", "sqlalchemy", "rich", "httpx"),
     # The reconnect policy of hub clients (issue 19): errors in, retries out; no transport.

@@ -23,17 +23,30 @@ Every response says it must not be framed (`X-Frame-Options: DENY`, CSP `frame-a
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Protocol
 from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mempalace_logstream.http import session
 from mempalace_logstream.http.auth import Authenticator, Refusal
-from mempalace_logstream.http.ops import PlainPosts
 from mempalace_logstream.http.responses import send_error
 from mempalace_logstream.http.settings import LOOPBACK_NAMES, HubSettings, is_loopback_host
 from mempalace_logstream.identity.actor import ACTOR_SCOPE_KEY, ADMIN, ANONYMOUS, Actor, acting_as
 from mempalace_logstream.store import LogStore
+
+
+class Posts(Protocol):
+    """The ops' short path (`ops.PlainPosts`, which the app hands in: the guard sits below
+    the routes and imports none of them)."""
+
+    @property
+    def routes(self) -> Mapping[str, object]:
+        """The paths it answers."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send, app: ASGIApp) -> None:
+        """Answer a POST to one of `routes`, or hand it to `app`."""
+
 
 _BODY_METHODS = ("POST", "PUT", "PATCH")
 
@@ -47,7 +60,7 @@ class HubGuard:
         settings: HubSettings,
         store: LogStore | None = None,
         sessions: session.EndedSessions | None = None,
-        posts: PlainPosts | None = None,
+        posts: Posts | None = None,
     ) -> None:
         self.app = app
         self.posts = posts
