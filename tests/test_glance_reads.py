@@ -6,27 +6,12 @@ with its `row_error` even on a page whose rows the reader knows."""
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 from mempalace_logstream.store import plan
+from tests.test_typed_rows import redact_behind_the_api
 
 NOTE = {"type": "note", "stream": "s", "room": "r", "from_agent": "a"}
-
-
-def _redact_to_blob(path: str, event_id: str) -> None:
-    db = sqlite3.connect(path)
-    try:
-        db.execute(
-            "INSERT INTO redactions (redaction_id, part, target_id, sha256, tombstone, "
-            "redacted_by, redacted_at, reason) VALUES ('red_1', 'body', ?, 'x', ?, 'a', "
-            "'2026-12-01T00:00:00.000Z', 'test')",
-            (event_id, b"gone"),
-        )
-        db.execute("UPDATE events SET body = ? WHERE id = ?", (b"gone", event_id))
-        db.commit()
-    finally:
-        db.close()
 
 
 def test_a_redaction_between_the_facts_and_the_page_reads_with_its_error(
@@ -46,7 +31,7 @@ def test_a_redaction_between_the_facts_and_the_page_reads_with_its_error(
     def between(sql: str, params: Any) -> None:
         if "events.body" in sql and not pages:
             pages.append(sql)
-            _redact_to_blob(path, ids[1])
+            redact_behind_the_api(path, ids[1], "?", b"gone")
 
     sqlite_store.backend.statement_hooks.append(between)
     try:

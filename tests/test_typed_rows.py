@@ -73,24 +73,15 @@ def test_a_body_a_redaction_made_a_blob_reads_with_its_error(sqlite_store: Any) 
     path = str(sqlite_store.engine.url.database)
     ids = _append(sqlite_store, plan.TYPED_MIN_ROWS + 2)
     assert all("row_error" not in e.to_dict() for e in sqlite_store.event_list().events)
-    db = sqlite3.connect(path)
-    try:
-        db.execute(
-            "INSERT INTO redactions (redaction_id, part, target_id, sha256, tombstone, "
-            "redacted_by, redacted_at, reason) VALUES ('red_1', 'body', ?, 'x', ?, 'a', "
-            "'2026-12-01T00:00:00.000Z', 'test')",
-            (ids[1], b"gone"),
-        )
-        db.execute("UPDATE events SET body = ? WHERE id = ?", (b"gone", ids[1]))
-        db.commit()
-    finally:
-        db.close()
+    redact_behind_the_api(path, ids[1], "?", b"gone")
     events = {e.id: e for e in sqlite_store.event_list().events}
     assert "body" in events[ids[1]].to_dict()["row_error"]
     assert events[ids[1]].body == "gone"
 
 
-def _redact_behind_the_api(path: str, event_id: str, tombstone_sql: str, value: Any) -> None:
+def redact_behind_the_api(path: str, event_id: str, tombstone_sql: str, value: Any) -> None:
+    """A body redacted by SQL, not the API: the redaction row and the tombstone written as
+    `tombstone_sql` makes `value` (also tests/test_glance_reads.py)."""
     db = sqlite3.connect(path)
     try:
         db.execute(
@@ -113,7 +104,7 @@ def test_a_known_body_a_redaction_made_text_that_is_not_utf8_reads_with_its_erro
     ids = _append(sqlite_store, plan.TYPED_MIN_ROWS)
     sqlite_store.event_list()
     sqlite_store.event_list()
-    _redact_behind_the_api(path, ids[2], "CAST(? AS TEXT)", b"caf\xe9")
+    redact_behind_the_api(path, ids[2], "CAST(? AS TEXT)", b"caf\xe9")
     events = {e.id: e for e in sqlite_store.event_list().events}
     assert "body" in events[ids[2]].to_dict()["row_error"]
 
