@@ -186,15 +186,31 @@ def log_url(db_url: str, request: pytest.FixtureRequest) -> str:
         if not path.exists():
             new_log(path)
     elif _SEARCH_PATH in db_url:
-        template: tuple[str, str] | None = request.getfixturevalue("pg_template")
-        if template is not None:
-            import psycopg
-
-            name, sql = template
-            schema = db_url.rsplit(_SEARCH_PATH, 1)[1]
-            with psycopg.connect(_libpq(request.getfixturevalue("pg_database"))) as conn:
-                conn.execute(sql.replace(name, schema).encode())
+        fill_pg_schema(
+            db_url, request.getfixturevalue("pg_database"), request.getfixturevalue("pg_template")
+        )
     return db_url
+
+
+def fill_pg_schema(url: str, pg_database: str, template: tuple[str, str] | None) -> None:
+    """Make the empty schema of `url` (a `new_pg_schema` URL) a log at the schema head by
+    replaying `template` (the `pg_template` fixture); with None, the first open migrates it."""
+    if template is None:
+        return
+    import psycopg
+
+    name, sql = template
+    schema = url.rsplit(_SEARCH_PATH, 1)[1]
+    with psycopg.connect(_libpq(pg_database)) as conn:
+        conn.execute(sql.replace(name, schema).encode())
+
+
+def new_pg_log(pg_database: str, template: tuple[str, str] | None) -> str:
+    """A URL whose search_path points at a new schema of `pg_database` holding an empty log at
+    the schema head (a replay of `template`, as `log_url` makes one)."""
+    url = new_pg_schema(pg_database)
+    fill_pg_schema(url, pg_database, template)
+    return url
 
 
 _SEARCH_PATH = "options=-csearch_path%3D"

@@ -13,7 +13,6 @@ round changes nothing.
 from __future__ import annotations
 
 import random
-import secrets
 import shutil
 import tempfile
 import time
@@ -25,6 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from mempalace_logstream import LogStore, errors, replication, schema, sync, workflows
+from tests.conftest import new_pg_log
 from tests.logfiles import new_log  # replicas are copies of one migrated file (not per step)
 
 BODIES = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=20)
@@ -273,12 +273,14 @@ TestSyncConvergence = SyncMachine.TestCase
 
 # ----------------------------------------------------------------------------- PostgreSQL
 # The same machine with every replica a schema of the session's PostgreSQL database (a reset
-# drops the schema and migrates a new one). Fewer examples: each replica is a migration.
+# drops the schema and replays the worker's migrated template into a new one, as `log_url` does).
+# Fewer examples: each replica is a schema of its own.
 PG_EXAMPLES = 6
 
 
 class PgSyncMachine(SyncMachine):
     database = ""
+    template: tuple[str, str] | None = None  # the worker's migrated schema, replayed per replica
 
     def __init__(self) -> None:
         super().__init__()
@@ -295,11 +297,8 @@ class PgSyncMachine(SyncMachine):
             eng.dispose()
 
     def _open(self, i: int) -> LogStore:
-        schema = f"sm_{secrets.token_hex(6)}"
-        self._admin(f"CREATE SCHEMA {schema}")
-        self.schemas[i] = schema
-        sep = "&" if "?" in self.database else "?"
-        url = f"{self.database}{sep}options=-csearch_path%3D{schema}"
+        url = new_pg_log(self.database, self.template)
+        self.schemas[i] = url.rsplit("%3D", 1)[1]
         return LogStore.open(url, durability="normal")
 
     @initialize(n=st.integers(3, 4))
@@ -322,10 +321,12 @@ class PgSyncMachine(SyncMachine):
                 self._admin(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
-def test_sync_convergence_on_postgresql(pg_database: str) -> None:
+def test_sync_convergence_on_postgresql(
+    pg_database: str, pg_template: tuple[str, str] | None
+) -> None:
     from hypothesis.stateful import run_state_machine_as_test
 
-    PgSyncMachine.database = pg_database
+    PgSyncMachine.database, PgSyncMachine.template = pg_database, pg_template
     run_state_machine_as_test(
         PgSyncMachine,
         settings=settings(settings(), max_examples=PG_EXAMPLES, stateful_step_count=20),

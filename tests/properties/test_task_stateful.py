@@ -6,7 +6,6 @@ it, and the projection equal to the fold of the log. On a SQLite file and on Pos
 
 from __future__ import annotations
 
-import secrets
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from mempalace_logstream import LogStore, errors, tasks, workflows
-from tests.conftest import ManualClock
+from tests.conftest import ManualClock, new_pg_log
 from tests.logfiles import new_log
 
 AGENTS = ("lead", "codex", "gemini")
@@ -261,25 +260,20 @@ TestTaskLifecycle = LifecycleMachine.TestCase
 
 class PgLifecycleMachine(LifecycleMachine):
     database = ""
+    template: tuple[str, str] | None = None
 
     def open_store(self) -> LogStore:
-        import sqlalchemy as sa
-
-        self.schema = f"tm_{secrets.token_hex(6)}"
-        eng = sa.create_engine(self.database, isolation_level="AUTOCOMMIT")
-        with eng.connect() as conn:
-            conn.execute(sa.text(f"CREATE SCHEMA {self.schema}"))
-        eng.dispose()
-        sep = "&" if "?" in self.database else "?"
-        url = f"{self.database}{sep}options=-csearch_path%3D{self.schema}"
+        url = new_pg_log(self.database, self.template)  # the worker's template, replayed
         return LogStore.open(url, clock=self.clock)
 
 
 @pytest.mark.pg
-def test_the_lifecycle_machine_on_postgresql(pg_database: str) -> None:
+def test_the_lifecycle_machine_on_postgresql(
+    pg_database: str, pg_template: tuple[str, str] | None
+) -> None:
     from hypothesis.stateful import run_state_machine_as_test
 
-    PgLifecycleMachine.database = pg_database
+    PgLifecycleMachine.database, PgLifecycleMachine.template = pg_database, pg_template
     run_state_machine_as_test(
         PgLifecycleMachine,
         settings=settings(settings(), max_examples=8, stateful_step_count=25, deadline=None),
