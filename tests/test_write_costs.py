@@ -97,6 +97,51 @@ def test_postgres_a_plain_append_is_one_round_trip_and_two_statements(pg_url: st
 
 
 @pytest.mark.pg
+def test_postgres_an_append_sends_a_prepared_insert_and_a_notify_with_nothing_to_plan(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The INSERT of a local append goes as the EXECUTE of a statement prepared once per
+    connection with the starting state (its values as literals), not as INSERT text the
+    server parses and plans on every append; the wake-up is a NOTIFY statement (a utility
+    statement), not a SELECT of `pg_notify` (planned every time). The row reads back as
+    given, a value needing quotes included, and a LISTENer is woken."""
+    sent: list[str] = []
+    execute = psycopg.Cursor.execute
+
+    def recording(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append(str(query))
+        return execute(self, query, *args, **kwargs)
+
+    with LogStore.open(pg_url) as store:
+        add(store, body="first")
+        channel = store.backend.notify_channel
+        listener = psycopg.connect(
+            store.backend.engine.url.render_as_string(False).replace(
+                "postgresql+psycopg://", "postgresql://"
+            ),
+            autocommit=True,
+        )
+        try:
+            listener.execute(f'LISTEN "{channel}"')
+            monkeypatch.setattr(psycopg.Cursor, "execute", recording)
+            event = add(store, body="it's \\ second", topic="t")
+            monkeypatch.undo()
+            assert len(sent) == 1, sent
+            assert "INSERT INTO" not in sent[0] and "pg_notify" not in sent[0], sent
+            assert "_insert(" in sent[0] and f'NOTIFY "{channel}"' in sent[0], sent
+            woken = list(listener.notifies(timeout=10, stop_after=1))
+            assert [n.channel for n in woken] == [channel]
+        finally:
+            listener.close()
+        got = store.event_get(event.id)
+        assert got == event and got.body == "it's \\ second" and got.topic == "t"
+        prepared = store.backend.round_trips
+        for i in range(3):
+            add(store, body=str(i))
+        assert store.backend.round_trips - prepared == 3  # prepared once, not per append
+
+
+@pytest.mark.pg
 def test_postgres_an_append_after_another_writer_commits_runs_again_in_commit_order(
     pg_url: str,
 ) -> None:
