@@ -43,10 +43,9 @@ SHAPES: dict[str, tuple[dict[str, Any], set[str]]] = {
         {"ix_tasks_to_agent_state_updated_seq", "ix_tasks_state_lease_expires_ms"},
     ),
     "any state": ({}, {"ix_tasks_state_updated_seq"}),
+    "an agent's, any state": ({"to_agent": "agent-7"}, {"ix_tasks_to_agent_updated_seq"}),
 }
-ORDERED = re.compile(
-    r"Index Scan Backward using (ix_tasks_state_updated_seq|ix_tasks_to_agent_state_updated_seq)"
-)
+ORDERED = re.compile(r"Index Scan Backward using ix_tasks_(state|to_agent)_")
 
 
 @pytest.fixture

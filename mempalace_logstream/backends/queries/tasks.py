@@ -285,7 +285,8 @@ def _list_query(
     `(to_agent, state, updated_seq)`), the only indexes ordered by `updated_seq` a state's
     leg can walk (there is no index on `updated_seq` alone: a planner with statistics walked
     it filtering the state, issue 25). `state=open` also holds claimed/working tasks whose
-    lease has passed, found through `(state, lease_expires_ms)`; no state is every state.
+    lease has passed, found through `(state, lease_expires_ms)`; no state is every state
+    (or, filtered by an agent, one leg on the agent's own index: `_OWN_ORDER`).
 
     The plan must not depend on the values either: PostgreSQL plans a prepared statement
     (psycopg prepares a statement run 5 times) once for any values only when that plan
@@ -304,7 +305,9 @@ def _list_query(
         t.lease_expires_ms <= _value("now", sa.BigInteger),
     )
 
-    def leg(stored: str, *where: sa.ColumnElement[bool], by_lease: bool = False) -> sa.Select[Any]:
+    def leg(
+        stored: str | None, *where: sa.ColumnElement[bool], by_lease: bool = False
+    ) -> sa.Select[Any]:
         # `by_lease`: the few held tasks whose lease passed are found through (state,
         # lease_expires_ms); `updated_seq + 0` keeps a planner from walking every held task
         # in (state, updated_seq) order instead, and `column || ''` (the same test: NULL
@@ -316,10 +319,11 @@ def _list_query(
             == _value(name, sa.Text)
             for name in given
         ]
+        if stored is not None:
+            where = (t.state == _literal(stored), *where)
         return (
             sa.select(t.updated_seq, t.doc_json)
-            .where(t.state == _literal(stored), seq < _value("before", sa.BigInteger))
-            .where(*filters, *where)
+            .where(seq < _value("before", sa.BigInteger), *filters, *where)
             .order_by(seq.desc())
             .limit(sa.literal_column(str(rows)))
         )
@@ -328,6 +332,8 @@ def _list_query(
         return leg(state, sa.not_(passed))
     if state is not None and state != "open":
         return leg(state)
+    if state is None and _OWN_ORDER & set(given):
+        return leg(None)  # (to_agent, updated_seq) or (requester, updated_seq)
     if state == "open":
         legs = [leg("open")] + [leg(held, passed, by_lease=True) for held in LEASED]
     else:
@@ -338,6 +344,12 @@ def _list_query(
         .order_by(merged.c.updated_seq.desc())
         .limit(sa.literal_column(str(rows)))
     )
+
+
+# The filters with an index of their own ordered by `updated_seq`: a listing of any state
+# with one of them is one leg on it (one per state would walk the agent's rows of each state
+# not held, ~0.4 s on SQLite at 100,000 tasks).
+_OWN_ORDER = frozenset({"to_agent", "requester"})
 
 
 def _literal(word: str) -> sa.ColumnElement[Any]:
