@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from mempalace_logstream.backends.ddl import KEY_TYPE, SEQ_TYPE, declared_where_set
 from mempalace_logstream.models import EVENT_SPEC
 
-SCHEMA_HEAD = "0013"
+SCHEMA_HEAD = "0014"
 
 metadata = sa.MetaData(
     naming_convention={
@@ -227,7 +227,7 @@ tasks = sa.Table(
     sa.Index(None, "to_agent", "updated_seq"),
     sa.Index(None, "requester", "updated_seq"),
     sa.Index(None, "parent_task_id"),
-    sa.Index(None, "updated_seq"),
+    # No index on `updated_seq` alone (0014): a listing walks a state's index (issue 25).
 )
 
 # ---- the hub's agent tokens (0005): local to one hub, never replicated; only hashes (RFC 0008).

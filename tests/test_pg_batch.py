@@ -63,7 +63,8 @@ def test_a_batch_of_appends_is_one_message_without_savepoints(
     assert store.pipeline.commits - commits == 1
     assert trips(store) - before == 1
     assert len(sent) == 1 and "SAVEPOINT" not in sent[0]
-    assert sent[0].count("INSERT INTO events") == 5 and sent[0].endswith("COMMIT")
+    # (each the EXECUTE of the INSERT prepared with the starting state: test_write_costs.py)
+    assert sent[0].count("_insert(") == 5 and sent[0].endswith("COMMIT")
     listed = store.event_list(order="asc").events
     assert [e.seq for e in listed] == [1, 2, 3, 4, 5, 6, 7]
     assert sorted(e.body for e in listed[2:]) == ["d0", "d1", "d2", "d3", "plain"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import threading
 
@@ -115,3 +116,58 @@ def test_a_reset_pool_starts_its_threads_again() -> None:
     assert (pool.threads, pool.idle) == (0, 0)
     assert anyio.run(workers.run_sync, lambda: 2, pool) == 2
     assert pool.threads == 1
+
+
+def test_a_task_in_no_anyio_scope_skips_the_shield() -> None:
+    """A hub request's task (uvicorn's, through the guard) is in no anyio cancel scope: the
+    call is neither checked nor shielded by one (anyio would record the task entering it),
+    and its result and context are the same (issue 25)."""
+    from anyio._backends._asyncio import _task_states
+
+    async def main() -> tuple[str, bool]:
+        WHO.set("agent-b")
+        who = await workers.run_sync(WHO.get)
+        return who, asyncio.current_task() in _task_states
+
+    assert asyncio.run(main()) == ("agent-b", False)
+
+
+def test_an_asyncio_cancel_of_a_task_in_no_scope_returns_at_once() -> None:
+    """As under the shielded scope: `Task.cancel()` (asyncio's own, not an anyio scope's)
+    lands while the call still runs; the call's result is dropped."""
+    started, release = threading.Event(), threading.Event()
+
+    def slow() -> str:
+        started.set()
+        assert release.wait(WAIT_S)
+        return "done"
+
+    async def main() -> bool:
+        task = asyncio.ensure_future(workers.run_sync(slow))
+        await asyncio.to_thread(started.wait, WAIT_S)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            return True
+        finally:
+            release.set()
+        return False
+
+    assert asyncio.run(main())
+
+
+def test_a_task_of_an_anyio_group_is_scoped() -> None:
+    async def main() -> list[bool]:
+        seen: list[bool] = []
+
+        async def one() -> None:
+            seen.append(workers._scoped(asyncio.get_running_loop()))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(one)
+        with anyio.CancelScope():
+            seen.append(workers._scoped(asyncio.get_running_loop()))
+        return seen
+
+    assert anyio.run(main) == [True, True]

@@ -39,17 +39,21 @@ def state_key(state: base.Statement) -> Any:
     return (state[0], tuple(sorted(state[1].items())))
 
 
-def prepare(db: psycopg.Connection[Any], name: str, state: base.Statement, replace: bool) -> int:
+def prepare(
+    db: psycopg.Connection[Any], name: str, state: base.Statement, replace: bool, insert: str
+) -> int:
     """PREPARE the starting-state query as `name` (its parameters as literals: one plan,
-    made once), and its check as `name`_check (DEALLOCATE the ones held first, if
+    made once), its check as `name`_check, and `insert` (a local append's INSERT of one
+    event, its parameters as `$n`) as `name`_insert (DEALLOCATE the ones held first, if
     `replace`); the round trips it took. A connection this backend prepared on before
     (given back, then taken again) holds them already: the names are the backend's own, so
     are the statements."""
     trips = 0
     if replace:
-        db.execute(f"DEALLOCATE {name}; DEALLOCATE {name}_check")
+        db.execute(f"DEALLOCATE {name}; DEALLOCATE {name}_check; DEALLOCATE {name}_insert")
         trips += 1
-    for sql in _prepare_statements(name, psycopg.ClientCursor(db).mogrify(*state)):
+    statements = _prepare_statements(name, psycopg.ClientCursor(db).mogrify(*state))
+    for sql in (*statements, f"PREPARE {name}_insert AS {insert}"):
         trips += 1
         with contextlib.suppress(psycopg.errors.DuplicatePreparedStatement):
             db.execute(sql)

@@ -17,8 +17,9 @@ from mempalace_logstream import notify
 
 class PgListener:
     """LISTEN on `channel` over a dedicated autocommit psycopg connection; a writer's
-    `pg_notify` runs in its transaction, so a notification arrives exactly when the commit is
-    visible. The store's change signal and the hubs' shared presence each hold one."""
+    NOTIFY (or `pg_notify`) runs in its transaction, so a notification arrives exactly when
+    the commit is visible. The store's change signal and the hubs' shared presence each hold
+    one."""
 
     def __init__(self, connect: Callable[[], Any], channel: str) -> None:
         self._connect = connect

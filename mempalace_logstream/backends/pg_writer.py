@@ -284,8 +284,16 @@ class PgExecutor(base.DbapiExecutor):
         if len(rows) == 1:  # a local append
             if self.hooks:
                 base.observe(self.hooks, _INSERT_EVENTS, rows[0])
-            if self.queue is not None:
-                self.queue.add(_INSERT_EVENTS, rows[0])
+            queue = self.queue
+            if queue is not None:
+                # The EXECUTE of the INSERT prepared with the starting state, its values as
+                # literals: parsed and planned once per connection, not with every append.
+                execute = self.backend.insert_event_execute(self.db) if self.backend else None
+                if execute is None:
+                    queue.add(_INSERT_EVENTS, rows[0])
+                else:
+                    value = queue.cursors.inline.value
+                    queue.add(f"{execute}({', '.join([value(v) for v in rows[0]])})", None)
             else:
                 self._send()
                 self.db.execute(_INSERT_EVENTS, rows[0])
@@ -322,4 +330,9 @@ _NAMES = base.EVENT_INSERT_COL_NAMES
 _COLS = ", ".join(_NAMES)
 _INSERT_EVENTS = f"INSERT INTO {events.name} ({_COLS}) VALUES ({', '.join(['%s'] * len(_NAMES))})"
 _COPY_EVENTS = f"COPY {events.name} ({_COLS}) FROM STDIN"
+# `_INSERT_EVENTS` as a prepared statement's text (`pg_begin.prepare`): its values as `$n`.
+INSERT_EVENT_PREPARED = (
+    f"INSERT INTO {events.name} ({_COLS}) "
+    f"VALUES ({', '.join(f'${n}' for n in range(1, len(_NAMES) + 1))})"
+)
 _COPY_MIN_ROWS = 64

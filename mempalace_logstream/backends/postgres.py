@@ -1,5 +1,5 @@
 """The PostgreSQL backend (psycopg 3): an advisory lock serializes seq assignment, appends
-`pg_notify` in their transaction and a dedicated connection LISTENs for them.
+a NOTIFY in their transaction and a dedicated connection LISTENs for them.
 
 The store's precompiled SQL runs on psycopg connections directly: the writer holds one
 autocommit connection (no pre-ping, no SQLAlchemy per statement). A write transaction costs
@@ -29,6 +29,7 @@ from mempalace_logstream.backends import base, ddl, pg_batch, pg_begin
 from mempalace_logstream.backends.pg_listen import PgListenSignal, autocommit_connector
 from mempalace_logstream.backends.pg_readers import FRESH_S, READERS_KEPT, Reader, end_read
 from mempalace_logstream.backends.pg_writer import (
+    INSERT_EVENT_PREPARED,
     PgExecutor,
     PreparedReads,
     WriteQueue,
@@ -248,7 +249,8 @@ class PostgresBackend:
             channel = self.notify_channel
             if tx.appended and channel is not None:
                 # Delivered by PostgreSQL at commit, never before: a hint for LISTENers.
-                queue.add(f"SELECT pg_notify('{channel}', '')", None)
+                # (NOTIFY, not `SELECT pg_notify(…)`: a utility statement, nothing to plan)
+                queue.add(f'NOTIFY "{channel}"', None)
             queue.add("COMMIT", None)
             queue.flush(db)
         except BaseException as exc:
@@ -292,6 +294,15 @@ class PostgresBackend:
         check = pg_begin.check(held[2], left, self._writer_cursors(db).inline)
         tx = _Tx(db, known=(left.max_seq + 1, left.max_art + 1))
         return tx, left.marks, f"{self._lock_sql}; {check}"
+
+    def insert_event_execute(self, db: psycopg.Connection[Any]) -> str | None:
+        """`EXECUTE <name>_insert` of the INSERT of one event prepared on `db` with the
+        starting state (`_prepare`), or None when it is not held there (the statement's
+        text is inlined whole then, and planned by the server on every append)."""
+        held = self._prepared
+        if held is None or held[0] is not db:
+            return None
+        return f"EXECUTE {held[2]}_insert"
 
     def _writer_cursors(self, db: psycopg.Connection[Any]) -> WriterCursors:
         cursors = self._cursors
@@ -357,7 +368,7 @@ class PostgresBackend:
         held = self._prepared
         if held is None or held[0] is not db or held[1] != key:
             name, replace = self._prepared_name, held is not None and held[0] is db
-            self.round_trips += pg_begin.prepare(db, name, state, replace)
+            self.round_trips += pg_begin.prepare(db, name, state, replace, INSERT_EVENT_PREPARED)
             self._prepared = held = (db, key, name)
         return held[2]
 

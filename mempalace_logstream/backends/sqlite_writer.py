@@ -63,8 +63,9 @@ class SqliteWriter(abc.ABC):
     def __init__(self) -> None:
         self.statement_hooks: list[base.StatementHook] = []
         self._busy_timeout_s = 30.0
-        # (data_version, next seq, next artifact seq) after the writer's last commit.
-        self._counters: tuple[int, int, int] | None = None
+        # (data_version, (next seq, next artifact seq)) after the writer's last commit: the
+        # counters kept as the transaction's `known`, not rebuilt per commit.
+        self._counters: tuple[int, tuple[int, int]] | None = None
         # The executor of the writes without bulk work (`executor`): it holds no state of a
         # transaction, so one serves every transaction on the same connection.
         self._executor: SqliteExecutor | None = None
@@ -172,9 +173,7 @@ class _Transaction:
             # (fetchall: the statement runs to its end, nothing of it is left pending)
             version = self.version = cur.execute("PRAGMA data_version").fetchall()[0][0]
             prev = backend._counters
-            known = self.known = (
-                (prev[1], prev[2]) if prev is not None and prev[0] == version else None
-            )
+            known = self.known = prev[1] if prev is not None and prev[0] == version else None
             if known is None and self.state is not None:
                 self.state_row = backend.query(db)(*self.state)[0]
         except BaseException:
@@ -192,7 +191,7 @@ class _Transaction:
             self._rollback()
             raise
         counters = self.counters
-        self.backend._counters = (self.version, *counters) if counters else None
+        self.backend._counters = (self.version, counters) if counters else None
 
     def _rollback(self) -> None:
         self.backend._counters = None

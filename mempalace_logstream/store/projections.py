@@ -37,7 +37,7 @@ class Projection(Protocol):
 
     name: str
 
-    def apply(self, tx: "Transaction", events: Sequence[Event], origin: str) -> list[Refusal]:
+    def apply(self, tx: "Transaction", events: Sequence[Event], origin: str) -> Sequence[Refusal]:
         """Follow `events` (just inserted in `tx`, in seq order) from `origin`."""
 
 

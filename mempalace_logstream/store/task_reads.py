@@ -226,7 +226,9 @@ class TaskReads:
         now = self.clock.wall_clock.now_ms()
         given = {k: val for k, val in args.items() if val is not None}
         with self.reads.snapshot() as snap:
-            rows = sql.listing(snap, state, given, now_ms=now, before=before, n=n + 1)
+            rows = sql.listing(
+                snap, state, given, now_ms=now, before=before, n=page_rows(n), states=STORED
+            )
             page = from_docs([doc for _seq, doc in rows[:n]])
             texts = _page_texts(snap, page)
         found = [summary(task, now, self.settings, texts) for task in page]
@@ -236,6 +238,16 @@ class TaskReads:
             "cursor": str(rows[n - 1][0]) if len(rows) > n else None,
             "has_more": len(rows) > n,
         }
+
+
+def page_rows(n: int) -> int:
+    """The rows a listing of `n` tasks reads (one more tells `has_more`): a literal of its
+    statement (queries/tasks.py), so `n` + 1 for the default page, else the next power of
+    two above `n`: a store compiles a few shapes per filter set, not one per page size."""
+    return n + 1 if n == v.DEFAULT_LIST_LIMIT else 1 << n.bit_length()
+
+
+STORED = tuple(tasks.STATES)  # the states a task row holds (a listing of any state)
 
 
 def _page_texts(snap: Any, page: list[Task]) -> dict[str, str]:

@@ -236,14 +236,14 @@ class TaskProjection:
 
     name = "tasks"
 
-    def apply(self, tx: "Transaction", events: Sequence[Event], origin: str) -> list[Refusal]:
+    def apply(self, tx: "Transaction", events: Sequence[Event], origin: str) -> Sequence[Refusal]:
         if origin == "local":
             for event in events:
                 if guards.may_count(event):  # else no thread, no budget: nothing to do
                     on_local_event(tx, event)
         else:
             on_applied_events(tx, events, tx.store.task_settings)
-        return []
+        return ()  # (never refuses: no list made per append)
 
 
 def on_applied_events(

@@ -34,3 +34,35 @@ def by_dialect() -> Any:
         return text
 
     return ByDialect
+
+
+@functools.cache
+def opaque_value() -> Any:
+    """The class of a bound value PostgreSQL's planner cannot see, `(SELECT CAST($n AS
+    type))` (an InitPlan: a plan made for one call's values is then the plan made for any,
+    and the session keeps the prepared statement's plan instead of planning each call:
+    tasks.py's listing); elsewhere the plain bound parameter. Made and registered on the
+    first build, as `by_dialect`."""
+    import sqlalchemy as sa
+    from sqlalchemy.ext.compiler import compiles
+    from sqlalchemy.sql.expression import ColumnElement
+
+    class OpaqueValue(ColumnElement[Any]):
+        inherit_cache = False
+
+        def __init__(self, param: sa.BindParameter[Any]) -> None:
+            self.param = param
+            self.type = param.type
+
+    @compiles(OpaqueValue)
+    def _plain(element: OpaqueValue, compiler: Any, **kw: Any) -> str:
+        text: str = compiler.process(element.param, **kw)
+        return text
+
+    @compiles(OpaqueValue, "postgresql")
+    def _hidden(element: OpaqueValue, compiler: Any, **kw: Any) -> str:
+        inner = sa.select(sa.cast(element.param, element.type)).scalar_subquery()
+        text: str = compiler.process(inner, **kw)
+        return text
+
+    return OpaqueValue

@@ -7,14 +7,13 @@ The lifecycle's names (event types, states) are the caller's: they come in as va
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from mempalace_logstream import lazy
 from mempalace_logstream.backends.base import Executor
-from mempalace_logstream.backends.queries import by_dialect
+from mempalace_logstream.backends.queries import by_dialect, opaque_value
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -266,56 +265,105 @@ def listing(
     now_ms: int,
     before: int,
     n: int,
+    states: tuple[str, ...],
 ) -> Sequence[Any]:
     """(updated_seq, doc_json) of up to `n` tasks moved before `before`, newest first, with
     `filters` (column -> value) and `state` (`open` includes held tasks whose lease passed at
-    `now_ms`)."""
+    `now_ms`; None: any of `states`, every state a row may hold). `n` is a literal of the
+    statement: one shape per `n` (the caller keeps them few)."""
     given = tuple(filters)
-    params: dict[str, Any] = {**filters, "now": now_ms, "before": before, "n": n}
-    return ex.rows(("tasks.list", state, given), lambda: _list_query(state, given), params)
+    params: dict[str, Any] = {**filters, "now": now_ms, "before": before}
+    key = ("tasks.list", state, given, n)
+    return ex.rows(key, lambda: _list_query(state, given, n, states), params)
 
 
-@functools.lru_cache(maxsize=256)
-def _list_query(state: str | None, given: tuple[str, ...]) -> sa.Select[Any]:
-    """Newest activity first. `state=open` also holds claimed/working tasks whose lease has
-    passed: one index-ordered leg per stored state (state, updated_seq), each cut at the page,
-    merged (an OR would sort every live task)."""
+def _list_query(
+    state: str | None, given: tuple[str, ...], rows: int, states: tuple[str, ...]
+) -> sa.Select[Any]:
+    """Newest activity first, each leg an index-ordered range cut at the page, merged (an OR
+    would sort every live task): one leg per state, on `(state, updated_seq)` (or
+    `(to_agent, state, updated_seq)`), the only indexes ordered by `updated_seq` a state's
+    leg can walk (there is no index on `updated_seq` alone: a planner with statistics walked
+    it filtering the state, issue 25). `state=open` also holds claimed/working tasks whose
+    lease has passed, found through `(state, lease_expires_ms)`; no state is every state
+    (or, filtered by an agent, one leg on the agent's own index: `_OWN_ORDER`).
+
+    The plan must not depend on the values either: PostgreSQL plans a prepared statement
+    (psycopg prepares a statement run 5 times) once for any values only when that plan
+    costs no more than the ones it makes for each call's values, else it plans again at
+    every call (~0.3 ms of server CPU for the `state=open` union). So the states and the
+    page size are literals, and every value reaches PostgreSQL as an InitPlan `(SELECT $n)`,
+    which a plan for the values cannot see into either (`_value`)."""
     t = schema.tasks.c
-    passed = sa.and_(t.lease_expires_ms.is_not(None), t.lease_expires_ms <= sa.bindparam("now"))
+    passed = sa.and_(
+        t.lease_expires_ms.is_not(None),
+        # The range's lower end holds for any lease, and makes the pair a range, which
+        # PostgreSQL estimates at 0.5 % of the rows when an end is unknown, not a third: a
+        # held state's leg stays a small sort however many tasks are held (a plan's cost
+        # over 100,000 would be compiled by JIT at every call).
+        t.lease_expires_ms >= sa.literal_column(str(-(2**63))),
+        t.lease_expires_ms <= _value("now", sa.BigInteger),
+    )
 
-    def leg(*where: sa.ColumnElement[bool], by_lease: bool = False) -> sa.Select[Any]:
+    def leg(
+        stored: str | None, *where: sa.ColumnElement[bool], by_lease: bool = False
+    ) -> sa.Select[Any]:
         # `by_lease`: the few held tasks whose lease passed are found through (state,
-        # lease_expires_ms); `updated_seq + 0` keeps a planner without statistics from walking
-        # every held task in (state, updated_seq) order instead, and `column || ''` (the same
-        # test: NULL stays NULL) one from walking every held task of an agent through
-        # (to_agent, state, updated_seq) (issue 25: 1,000 heap rows, ~0.8 ms, for none).
-        seq = t.updated_seq + 0 if by_lease else t.updated_seq
+        # lease_expires_ms); `updated_seq + 0` keeps a planner from walking every held task
+        # in (state, updated_seq) order instead, and `column || ''` (the same test: NULL
+        # stays NULL) one from walking every held task of an agent through (to_agent,
+        # state, updated_seq) (issue 25: 1,000 heap rows, ~0.8 ms, for none).
+        seq = t.updated_seq + sa.literal_column("0") if by_lease else t.updated_seq
         filters = [
             (t[name].op("||")(sa.literal_column("''")) if by_lease else t[name])
-            == sa.bindparam(name)
+            == _value(name, sa.Text)
             for name in given
         ]
+        if stored is not None:
+            where = (t.state == _literal(stored), *where)
         return (
             sa.select(t.updated_seq, t.doc_json)
-            .where(seq < sa.bindparam("before"), *filters, *where)
+            .where(seq < _value("before", sa.BigInteger), *filters, *where)
             .order_by(seq.desc())
-            .limit(sa.bindparam("n"))
+            .limit(sa.literal_column(str(rows)))
         )
 
-    if state == "open":
-        legs = [leg(t.state == "open")]
-        legs += [leg(t.state == held, passed, by_lease=True) for held in LEASED]
-        merged = sa.union_all(*(x.subquery().select() for x in legs)).subquery()
-        return (
-            sa.select(merged.c.updated_seq, merged.c.doc_json)
-            .order_by(merged.c.updated_seq.desc())
-            .limit(sa.bindparam("n"))
-        )
     if state in LEASED:
-        return leg(t.state == state, sa.not_(passed))
-    if state is not None:
-        return leg(t.state == state)
-    return leg()
+        return leg(state, sa.not_(passed))
+    if state is not None and state != "open":
+        return leg(state)
+    if state is None and _OWN_ORDER & set(given):
+        return leg(None)  # (to_agent, updated_seq) or (requester, updated_seq)
+    if state == "open":
+        legs = [leg("open")] + [leg(held, passed, by_lease=True) for held in LEASED]
+    else:
+        legs = [leg(stored) for stored in states]
+    merged = sa.union_all(*(x.subquery().select() for x in legs)).subquery()
+    return (
+        sa.select(merged.c.updated_seq, merged.c.doc_json)
+        .order_by(merged.c.updated_seq.desc())
+        .limit(sa.literal_column(str(rows)))
+    )
+
+
+# The filters with an index of their own ordered by `updated_seq`: a listing of any state
+# with one of them is one leg on it (one per state would walk the agent's rows of each state
+# not held, ~0.4 s on SQLite at 100,000 tasks).
+_OWN_ORDER = frozenset({"to_agent", "requester"})
+
+
+def _literal(word: str) -> sa.ColumnElement[Any]:
+    """A state as an SQL string literal (a state is a plain lowercase word)."""
+    if not (word.isascii() and word.isalpha() and word.islower()):
+        raise ValueError(f"not a state: {word!r}")
+    return sa.literal_column(f"'{word}'", sa.Text)
+
+
+def _value(name: str, type_: Any) -> sa.ColumnElement[Any]:
+    """The parameter `name`; on PostgreSQL as `(SELECT CAST($n AS type))`, an InitPlan whose
+    value no plan sees (`_list_query`). SQLite plans a statement once, for any values."""
+    opaque: sa.ColumnElement[Any] = opaque_value()(sa.bindparam(name, type_=type_))
+    return opaque
 
 
 def chunk(conn: sa.Connection, *, after: str, n: int) -> Sequence[Any]:
