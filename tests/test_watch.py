@@ -504,3 +504,15 @@ def test_the_first_run_messages_agree_on_an_empty_log_and_with_from_start(
     assert "first run (--from-start): replaying the whole log, from the start of the log" in err
     assert "Watching agent carol from the start of the log;" in err
     assert "newest event" not in err and ident not in err
+
+
+def test_a_forked_watch_past_its_deadline_is_killed_with_its_stacks_shown(
+    db: str, tmp_path: Path
+) -> None:
+    # The helper the Ctrl-C tests rely on: a child that outlives `wait`'s deadline is killed,
+    # and its stderr (the failing assertion's message) holds where each thread was.
+    proc = fork_cli("watch", "--db", db, "--agent", "bob", "--follow", env={"HOME": str(tmp_path)})
+    assert proc.wait_for_stderr(b"Ctrl-C to stop")
+    assert proc.wait(0.5) == -signal.SIGKILL
+    assert b"most recent call first" in proc.stderr
+    assert b"watch.py" in proc.stderr

@@ -5,6 +5,7 @@ inherits this interpreter's imports. Used by the watch tests, which restart watc
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import sys
@@ -60,11 +61,28 @@ class Forked:
         for t in self._readers:
             t.join(timeout)
             if t.is_alive():
+                self._dump_stacks()
                 self.send(signal.SIGKILL)
                 t.join(10)
         _, status = os.waitpid(self.pid, 0)
         self.returncode = os.waitstatus_to_exitcode(status)
         return self.returncode
+
+    def _dump_stacks(self) -> None:
+        """A child past its deadline writes every thread's stack to its stderr (faulthandler,
+        `fork_cli`) before it is killed: the failing test's message then shows where it hung."""
+        with self._err_grew:
+            before = len(self._err)
+        self.send(signal.SIGUSR1)
+        with self._err_grew:
+            self._err_grew.wait_for(lambda: b"most recent call first" in self._err[before:], 5)
+            # The dump is a few writes: take what follows until the output is still for 1 s.
+            size = -1
+            for _ in range(10):
+                if size == len(self._err):
+                    break
+                size = len(self._err)
+                self._err_grew.wait(1)
 
     @property
     def stdout(self) -> bytes:
@@ -92,6 +110,7 @@ def fork_cli(*args: str, env: dict[str, str] | None = None) -> Forked:
             sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
             sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
             signal.signal(signal.SIGINT, signal.default_int_handler)
+            faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
             os.environ.update(env or {})
             sys.argv = ["logstream", *args]
             cli.root.app = _COMMAND  # type: ignore[assignment]  (this child only: main() runs it)
