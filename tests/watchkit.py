@@ -83,6 +83,11 @@ class Forked:
                     break
                 size = len(self._err)
                 self._err_grew.wait(1)
+            # Also in this test's captured stderr, which pytest shows whole (an assertion's
+            # message is cut short).
+            sys.stderr.write(
+                f"forked pid {self.pid} past its deadline:\n{self._err.decode(errors='replace')}\n"
+            )
 
     @property
     def stdout(self) -> bytes:
