@@ -24,6 +24,16 @@ import mempalace_logstream.watch  # noqa: F401
 _COMMAND = typer.main.get_command(cli.app)
 
 
+def _signal_lines(pid: int) -> bytes:
+    """The kernel's view of `pid`'s signals (blocked, pending, ignored, caught), from
+    /proc/<pid>/status: where a Ctrl-C that never arrived went."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as fh:
+            return b"".join(line for line in fh if line.startswith((b"Sig", b"ShdPnd")))
+    except OSError:
+        return b""
+
+
 @dataclass
 class Forked:
     pid: int
@@ -83,6 +93,7 @@ class Forked:
                     break
                 size = len(self._err)
                 self._err_grew.wait(1)
+            self._err.extend(_signal_lines(self.pid))
             # Also in this test's captured stderr, which pytest shows whole (an assertion's
             # message is cut short).
             sys.stderr.write(
@@ -115,6 +126,12 @@ def fork_cli(*args: str, env: dict[str, str] | None = None) -> Forked:
             sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
             sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
             signal.signal(signal.SIGINT, signal.default_int_handler)
+            # A fork keeps the forking thread's signal mask, which a shell-started `logstream`
+            # never inherits: a pytest worker can hold SIGINT blocked after an earlier test
+            # (an event loop's own fork or signal set-up left it so), and the child then never
+            # saw the Ctrl-C (the mask was the one thing its stacks left to explain; CI, three
+            # fresh clones in a row).
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
             faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
             os.environ.update(env or {})
             sys.argv = ["logstream", *args]
