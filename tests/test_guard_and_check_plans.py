@@ -45,10 +45,9 @@ def _fill_sql(rows: int) -> str:
     )
 
 
-@pytest.mark.pg
-def test_postgres_the_pair_guard_runs_on_a_generic_plan_of_the_pair_index(
-    pg_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def record_statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The text of every statement a psycopg cursor sends from now on (until `monkeypatch`
+    undoes it at the test's end)."""
     sent: list[str] = []
     execute = psycopg.Cursor.execute
 
@@ -56,11 +55,19 @@ def test_postgres_the_pair_guard_runs_on_a_generic_plan_of_the_pair_index(
         sent.append(str(query))
         return execute(self, query, *args, **kwargs)
 
+    monkeypatch.setattr(psycopg.Cursor, "execute", recording)
+    return sent
+
+
+@pytest.mark.pg
+def test_postgres_the_pair_guard_runs_on_a_generic_plan_of_the_pair_index(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with LogStore.open(pg_url) as store:
         add(store, body="first")
         with store.backend.transaction() as tx:
             tx.db.execute(_fill_sql(20_000))
-        monkeypatch.setattr(psycopg.Cursor, "execute", recording)
+        sent = record_statements(monkeypatch)
         for i in range(8):  # past PostgreSQL's five custom plans of a prepared statement
             add(store, from_agent="agent-1", to_agent="agent-2", body=f"m{i}")
         monkeypatch.undo()

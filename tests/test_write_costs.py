@@ -27,6 +27,7 @@ import sqlalchemy as sa
 from mempalace_logstream import LogStore, errors, workflows
 from mempalace_logstream.schema import meta
 from tests.conftest import batched
+from tests.test_guard_and_check_plans import record_statements
 
 
 def add(store: LogStore, **fields: Any) -> Any:
@@ -105,13 +106,6 @@ def test_postgres_an_append_sends_a_prepared_insert_and_a_notify_with_nothing_to
     server parses and plans on every append; the wake-up is a NOTIFY statement (a utility
     statement), not a SELECT of `pg_notify` (planned every time). The row reads back as
     given, a value needing quotes included, and a LISTENer is woken."""
-    sent: list[str] = []
-    execute = psycopg.Cursor.execute
-
-    def recording(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-        sent.append(str(query))
-        return execute(self, query, *args, **kwargs)
-
     with LogStore.open(pg_url) as store:
         add(store, body="first")
         channel = store.backend.notify_channel
@@ -123,7 +117,7 @@ def test_postgres_an_append_sends_a_prepared_insert_and_a_notify_with_nothing_to
         )
         try:
             listener.execute(f'LISTEN "{channel}"')
-            monkeypatch.setattr(psycopg.Cursor, "execute", recording)
+            sent = record_statements(monkeypatch)
             event = add(store, body="it's \\ second", topic="t")
             monkeypatch.undo()
             assert len(sent) == 1, sent
