@@ -109,13 +109,21 @@ def create_engine(
 def _pg_engine(url: sa.URL, durability: str) -> sa.Engine:
     engine = sa.create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
     if durability != "full":
-        from mempalace_logstream.backends import postgres  # psycopg: loaded for PostgreSQL only
 
         @sa.event.listens_for(engine, "connect")
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-            postgres.relax_durability(dbapi_conn)
+            relax_durability(dbapi_conn)
 
     return engine
+
+
+def relax_durability(db: Any) -> None:
+    """`--durability normal`/`off` on a new PostgreSQL DBAPI connection (`_pg_engine`'s connect
+    listener): PostgreSQL's analogue of SQLite NORMAL. A commit returns before its WAL flush,
+    so a server crash may lose the last few commits, never corrupt the database."""
+    with db.cursor() as cur:
+        cur.execute("SET synchronous_commit = off")
+    db.commit()
 
 
 def _sqlite_engine(url: sa.URL, durability: str, busy_timeout_ms: int, create: bool) -> sa.Engine:

@@ -493,12 +493,3 @@ class _Tx:
     state_row: Sequence[Any] | None = None
     counters: tuple[int, int] | None = None
     appended: bool = False
-
-
-def relax_durability(db: Any) -> None:
-    """`--durability normal`/`off` on a new DBAPI connection (engine.py's connect listener):
-    PostgreSQL's analogue of SQLite NORMAL. A commit returns before its WAL flush, so a server
-    crash may lose the last few commits, never corrupt the database."""
-    with db.cursor() as cur:
-        cur.execute("SET synchronous_commit = off")
-    db.commit()
