@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from mempalace_logstream.backends.ddl import KEY_TYPE, SEQ_TYPE, declared_where_set
 from mempalace_logstream.models import EVENT_SPEC
 
-SCHEMA_HEAD = "0014"
+SCHEMA_HEAD = "0015"
 
 metadata = sa.MetaData(
     naming_convention={
@@ -59,6 +59,10 @@ PAIR_WHERE = "to_agent IS NOT NULL AND to_agent != '*'"
 # `sig` and `key_id` out (`plan.read_page`). Written at insert only (the table refuses any
 # other UPDATE than a redaction's body); an unsigned append updates no entry of it.
 SIGNED_WHERE = "key_id IS NOT NULL OR sig IS NOT NULL"
+# Every task row (a task's `updated_seq` is an event's seq, from 1): the predicate of the
+# index a listing of any state walks, which that listing states word for word (queries/
+# tasks.py) and a listing of a state does not, so no planner walks it filtering a state.
+TASKS_ANY_STATE_WHERE = "updated_seq > 0"
 
 
 def _where_set(column: str) -> dict[str, Any]:
@@ -225,9 +229,12 @@ tasks = sa.Table(
     sa.Index(None, "state", "lease_expires_ms"),  # held tasks whose lease has passed
     sa.Index(None, "to_agent", "state", "updated_seq"),
     sa.Index(None, "to_agent", "updated_seq"),
+    sa.Index(None, "stream", "state", "updated_seq"),  # a stream's listing (0015)
     sa.Index(None, "requester", "updated_seq"),
     sa.Index(None, "parent_task_id"),
-    # No index on `updated_seq` alone (0014): a listing walks a state's index (issue 25).
+    # The listing of any state (0015): partial, so that only it, which states the predicate,
+    # walks it, never a state's listing (0014 dropped the plain index on `updated_seq`).
+    sa.Index("ix_tasks_any_state", "updated_seq", sqlite_where=sa.text(TASKS_ANY_STATE_WHERE)),
 )
 
 # ---- the hub's agent tokens (0005): local to one hub, never replicated; only hashes (RFC 0008).

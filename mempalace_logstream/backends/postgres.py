@@ -36,8 +36,10 @@ from mempalace_logstream.backends.pg_writer import (
     WriterCursors,
 )
 
-# The partial indexes of migration 0011 in PostgreSQL's words too (schema.py names SQLite's).
+# The partial indexes of migrations 0011 and 0015 in PostgreSQL's words too (schema.py
+# names SQLite's).
 ddl.postgresql_where_too(schema.events)
+ddl.postgresql_where_too(schema.tasks)
 
 PG_APPEND_LOCK = 0x6C6F6773  # "logs": one advisory lock serializes seq assignment
 # The log's own tables (indexes and TOAST included), not the whole database: several logs may

@@ -15,9 +15,10 @@ from typing import Any
 
 @functools.cache
 def by_dialect() -> Any:
-    """The class of SQL text that differs by dialect (a JSON array as a table of ids: ledger.py,
-    tasks.py), given as {dialect name: text}; made and registered with SQLAlchemy's compiler
-    on the first build (not at import: the lean write path has no SQLAlchemy)."""
+    """The class of SQL that differs by dialect (a JSON array as a table of ids: ledger.py,
+    tasks.py), given as {dialect name: text or statement}; made and registered with
+    SQLAlchemy's compiler on the first build (not at import: the lean write path has no
+    SQLAlchemy)."""
     import sqlalchemy as sa
     from sqlalchemy.ext.compiler import compiles
     from sqlalchemy.sql.expression import ClauseElement, Executable
@@ -25,12 +26,13 @@ def by_dialect() -> Any:
     class ByDialect(Executable, ClauseElement):
         inherit_cache = False
 
-        def __init__(self, texts: dict[str, str]) -> None:
+        def __init__(self, texts: dict[str, Any]) -> None:
             self.texts = texts
 
     @compiles(ByDialect)
     def _compile_by_dialect(element: ByDialect, compiler: Any, **kw: Any) -> str:
-        text: str = compiler.process(sa.text(element.texts[compiler.dialect.name]), **kw)
+        sql = element.texts[compiler.dialect.name]
+        text: str = compiler.process(sa.text(sql) if isinstance(sql, str) else sql, **kw)
         return text
 
     return ByDialect

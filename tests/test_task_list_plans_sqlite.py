@@ -1,0 +1,114 @@
+"""`task_list`'s plan on SQLite, as built and after ANALYZE (issue 25): the listing of any
+state walks `ix_tasks_any_state` (one range, newest first); a stream's listing walks
+`(stream, state, updated_seq)`, one range per state when no state is given; a listing of
+several legs reads each leg's keys from its index alone (COVERING) and only the page's rows
+from the table, by rowid; no listing scans the table.
+
+The projection is filled by SQL (20,000 rows, seven streams, the bench's proportions of
+states) for the planner's sake: what is listed is checked by test_task_list_reads.py."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mempalace_logstream import LogStore, workflows
+from tests.conftest import ManualClock
+
+ROWS = 20_000
+STATES = "'open','open','open','open','open','open','open','open','claimed','claimed',"
+STATES += "'working','working','working','working','working','blocked','completed',"
+STATES += "'completed','cancelled','failed'"
+# A task's state by its number modulo 20 (bench/bench_tasks.py's PLAN), its stream modulo 7.
+FILL = f"""
+WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {ROWS})
+INSERT INTO tasks (task_id, state, requester, to_agent, assignee, stream, parent_task_id,
+                   lease_expires_ms, updated_seq, doc_json)
+SELECT 'task_fill_' || i, json_extract(json_array({STATES}), '$[' || (i % 20) || ']'),
+       'lead-' || (i % 5), 'agent-' || (i % 10), NULL, 'stream-' || (i % 7), NULL,
+       CASE WHEN i % 20 BETWEEN 8 AND 15 THEN :lease END, 1000 + i, :doc
+FROM n
+"""
+STREAM = "stream-3"
+KEYS = "ix_tasks_stream_state_updated_seq"
+# shape -> (task_list arguments, the indexes its plan walks, whether it merges legs)
+SHAPES: dict[str, tuple[dict[str, Any], set[str], bool]] = {
+    "any state": ({}, {"ix_tasks_any_state"}, False),
+    "a stream's, any state": ({"stream": STREAM}, {KEYS}, True),
+    "a stream's working": ({"stream": STREAM, "state": "working"}, {KEYS}, False),
+    "a stream's open": (
+        {"stream": STREAM, "state": "open"},
+        {KEYS, "ix_tasks_state_lease_expires_ms"},
+        True,
+    ),
+    "open": (
+        {"state": "open"},
+        {"ix_tasks_state_updated_seq", "ix_tasks_state_lease_expires_ms"},
+        True,
+    ),
+    "working": ({"state": "working"}, {"ix_tasks_state_updated_seq"}, False),
+}
+SEARCH = re.compile(r"SEARCH tasks USING (COVERING )?INDEX (\w+)")
+
+
+@pytest.fixture
+def filled(tmp_path: Path, clock: ManualClock) -> Iterator[LogStore]:
+    """A SQLite store whose projection holds one real task and `ROWS` copies of its document."""
+    with LogStore.open(str(tmp_path / "log.sqlite3"), clock=clock) as store:
+        workflows.task_create(
+            store,
+            project="p",
+            from_agent="lead-0",
+            to_agent="agent-7",
+            goal="g",
+            done="d",
+            branch="main",
+            base_commit="abcdef1",
+        )
+        with store.engine.connect() as conn:
+            (row,) = conn.exec_driver_sql("SELECT doc_json FROM tasks").all()
+            lease = clock.now_ms() + 10**9
+            conn.exec_driver_sql(FILL, {"lease": lease, "doc": row[0]})
+            conn.commit()
+        yield store
+
+
+def plan(store: LogStore, kwargs: dict[str, Any]) -> str:
+    """EXPLAIN QUERY PLAN of the page statement `task_list(**kwargs)` sends."""
+    seen: list[tuple[str, Any]] = []
+    store.backend.statement_hooks.append(lambda sql, params: seen.append((sql, params)))
+    try:
+        store.task_list(**kwargs)
+    finally:
+        store.backend.statement_hooks.clear()
+    sql, params = next(s for s in seen if "FROM tasks" in s[0])
+    with store.engine.connect() as conn:
+        rows = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + sql, params).all()
+    return "\n".join(str(r[-1]) for r in rows)
+
+
+@pytest.mark.parametrize("analyzed", [False, True], ids=["as built", "after ANALYZE"])
+def test_each_listing_walks_its_index_and_merged_legs_read_keys_only(
+    filled: LogStore, analyzed: bool
+) -> None:
+    if analyzed:
+        with filled.engine.connect() as conn:
+            conn.exec_driver_sql("ANALYZE")
+            conn.commit()
+    for what, (kwargs, indexes, merged) in SHAPES.items():
+        text = plan(filled, kwargs)
+        used = SEARCH.findall(text)
+        assert {name for _covering, name in used} == indexes, (what, text)
+        assert "SCAN tasks" not in text, (what, text)
+        by_rowid = "SEARCH tasks USING INTEGER PRIMARY KEY (rowid=?)" in text
+        assert by_rowid == merged, (what, text)
+        if merged:  # each leg on the page's order reads its index alone
+            ordered = [c for c, name in used if name != "ix_tasks_state_lease_expires_ms"]
+            assert ordered and all(ordered), (what, text)
+    # The listing of any state is one range, newest first: no leg, no sort.
+    assert "TEMP B-TREE" not in plan(filled, {}), plan(filled, {})
+    assert filled.task_list(stream=STREAM, limit=5)["count"] == 5
