@@ -8,6 +8,9 @@ Sections (all by default; `--sections` picks some), on a SQLite file and, with a
            `state=working`, `to_agent=X, state=open`, any state with no filter, and a stream's
            tasks with and without a state (wall and CPU time per call). The SQLite log is built
            through the store once and cached; PostgreSQL's is built each run.
+  move     a move's row write alone on the list log: the projection's UPDATE the store runs
+           for a move (every column set; a new `updated_seq`, the state kept or changed), 500
+           rows a transaction, rolled back: what the task table's indexes cost a move.
   append   the cost the lifecycle adds to an append, interleaved repetitions on a fresh store:
            (a) a plain `event_append`, (b) one with a correlation id that is not a task,
            (c) `task_update(action="progress")` on a claimed task, (d) a raw `task.progress`
@@ -40,7 +43,7 @@ if __package__ in (None, ""):  # run as `python bench/bench_tasks.py`
 from bench import common  # noqa: E402
 
 BENCH = "tasks"
-SECTIONS = ("status", "list", "append")
+SECTIONS = ("status", "list", "move", "append")
 TARGET_MS = 2.0
 LONG_TASK = "task_bench_long"
 LEASE_MS = 7 * 24 * 3600 * 1000  # the longest lease: a cached log's held tasks stay held
@@ -327,6 +330,69 @@ def bench_list(store: Any, label: str, sizes: Sizes) -> None:
         print(f"{common.TARGET_TAG} {BENCH}: {label} task_list p95 {what} = {p95:.3f} ms")
 
 
+# ----------------------------------------------------------------- a move's row write
+
+
+def bench_move(store: Any, label: str, sizes: Sizes) -> None:
+    """The tasks UPDATE of a move (queries/tasks.py `_update`, compiled for the store's
+    dialect) on `n` task rows of the list log in one transaction, rolled back; CPU and wall
+    per row, interleaved: a progress (the state kept) and a claim (open -> claimed)."""
+    from mempalace_logstream.backends.queries import tasks as q
+
+    dialect = store.engine.dialect
+    sqlite = dialect.name == "sqlite"
+    if sqlite:  # named parameters, as the store's own executor sends them
+        dialect = type(dialect)(paramstyle="named")
+    sql = str(q._update().compile(dialect=dialect))
+    n = min(500, max(1, sizes.tasks // 20))
+    cols = q.columns()
+    with store.engine.connect() as conn:
+        rows = conn.exec_driver_sql(
+            f"SELECT {', '.join(cols)} FROM tasks WHERE state = 'open' ORDER BY task_id LIMIT {n}"
+        ).all()
+        (top,) = conn.exec_driver_sql("SELECT max(updated_seq) FROM tasks").one()
+        conn.rollback()
+        rows = [dict(zip(cols, r, strict=True)) for r in rows]
+        dbapi = conn.connection.dbapi_connection
+
+        def moves(state: str) -> tuple[float, float]:
+            params = [
+                {"id": r["task_id"]}
+                | {f"new_{k}": v for k, v in r.items() if k != "task_id"}
+                | {"new_state": state, "new_updated_seq": top + 1 + i}
+                for i, r in enumerate(rows)
+            ]
+            cur = dbapi.cursor()  # the driver's own: no SQLAlchemy in what is timed
+            if sqlite:  # (its connection commits each statement unless told)
+                cur.execute("BEGIN")
+            cpu, wall = time.process_time(), time.perf_counter()
+            for p in params:
+                cur.execute(sql, p)
+            cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+            dbapi.rollback()
+            cur.close()
+            return cpu / len(rows), wall / len(rows)
+
+        moves("open")  # warm
+        got: dict[str, list[tuple[float, float]]] = {"progress (state kept)": [], "claim": []}
+        for _ in range(max(2, sizes.append_reps)):
+            got["progress (state kept)"].append(moves("open"))
+            got["claim"].append(moves("claimed"))
+    table = []
+    for what, pairs in got.items():
+        cpu = common.median([c for c, _w in pairs])
+        wall = common.median([w for _c, w in pairs])
+        table.append([what, f"{cpu * 1e6:.1f}", f"{wall * 1e6:.1f}", str(len(pairs) * n)])
+    common.print_table(
+        f"a move's tasks UPDATE on the list log, {label}, {n} rows a transaction (us per row)",
+        ["move", "CPU median", "wall median", "rows"],
+        table,
+    )
+    for what, pairs in got.items():
+        value = common.median([c for c, _w in pairs]) * 1e6
+        print(f"{common.TARGET_TAG} {BENCH}: {label} tasks UPDATE CPU per {what} = {value:.1f} us")
+
+
 # ----------------------------------------------------------------- appends
 
 
@@ -452,12 +518,14 @@ def run_sections(store: Any, label: str, sizes: Sizes, sections: Sequence[str]) 
         bench_status(store, label, sizes)
     if "list" in sections:
         bench_list(store, label, sizes)
+    if "move" in sections:
+        bench_move(store, label, sizes)
 
 
 def run_sqlite(args: argparse.Namespace, sizes: Sizes) -> None:
     from mempalace_logstream.store import LogStore
 
-    if {"status", "list"} & set(args.sections):
+    if {"status", "list", "move"} & set(args.sections):
         path = sqlite_log(sizes, common.cache_dir(args.cache_dir), args.rebuild)
         store = LogStore.open(str(path))
         try:
@@ -484,7 +552,7 @@ def run_pg(args: argparse.Namespace, sizes: Sizes) -> None:
             return
         store = LogStore.open(url)
         stack.callback(store.close)
-        if {"status", "list"} & set(args.sections):
+        if {"status", "list", "move"} & set(args.sections):
             populate(store, sizes)
             run_sections(store, "PostgreSQL", sizes, args.sections)
             if "list" in args.sections:  # the plans change with fresh statistics
