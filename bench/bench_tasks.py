@@ -334,7 +334,7 @@ def bench_list(store: Any, label: str, sizes: Sizes) -> None:
 
 
 def bench_move(store: Any, label: str, sizes: Sizes) -> None:
-    """The tasks UPDATE of a move (queries/tasks.py `_update`, compiled for the store's
+    """The tasks UPDATE of a move (queries/tasks.py `update_statement`, compiled for the store's
     dialect) on `n` task rows of the list log in one transaction, rolled back; CPU and wall
     per row, interleaved: a progress (the state kept) and a claim (open -> claimed)."""
     from mempalace_logstream.backends.queries import tasks as q
@@ -343,7 +343,7 @@ def bench_move(store: Any, label: str, sizes: Sizes) -> None:
     sqlite = dialect.name == "sqlite"
     if sqlite:  # named parameters, as the store's own executor sends them
         dialect = type(dialect)(paramstyle="named")
-    sql = str(q._update().compile(dialect=dialect))
+    sql = str(q.update_statement().compile(dialect=dialect))
     n = min(500, max(1, sizes.tasks // 20))
     cols = q.columns()
     with store.engine.connect() as conn:

@@ -51,10 +51,12 @@ def insert(ex: Executor, row: dict[str, Any]) -> None:
 def update(ex: Executor, row: dict[str, Any]) -> None:
     """Every column of the row `row["task_id"]` set to `row`'s values."""
     params = {f"new_{k}": val for k, val in row.items() if k != "task_id"}
-    ex.run("tasks.update", _update, {"id": row["task_id"], **params})
+    ex.run("tasks.update", update_statement, {"id": row["task_id"], **params})
 
 
-def _update() -> sa.Update:
+def update_statement() -> sa.Update:
+    """`update`'s statement: parameters `id` and `new_<column>` for every other column (the
+    bench times it alone: bench_tasks.py's move section)."""
     t = schema.tasks.c
     values: dict[str, Any] = {c: sa.bindparam(f"new_{c}") for c in columns() if c != "task_id"}
     return schema.tasks.update().where(t.task_id == sa.bindparam("id")).values(**values)
