@@ -22,7 +22,7 @@ from mempalace_logstream.backends import base, sqlite_file
 from mempalace_logstream.backends import engine as engine_mod
 from mempalace_logstream.backends.sqlite_signal import SqliteSignal
 from mempalace_logstream.backends.sqlite_typed import TypedRange
-from mempalace_logstream.backends.sqlite_walindex import HEADER_BYTES, map_header
+from mempalace_logstream.backends.sqlite_walindex import header_reader
 from mempalace_logstream.backends.sqlite_writer import SqliteWriter
 from mempalace_logstream.models import EVENT_SPEC
 from mempalace_logstream.schema import event_artifacts, events
@@ -250,7 +250,7 @@ class _Kept:
         self.ran: tuple[str, Any] = ("", None)
         self.ran_rows: list[tuple[Any, ...]] | None = None
         self.glance = False  # this read runs without BEGIN / ROLLBACK (`glancing`)
-        # The map of the log's WAL index header (sqlite_walindex.py), made at the first
+        # The reader of the log's WAL index header (sqlite_walindex.py), made at the first
         # check; None: there is none, `PRAGMA data_version` tells.
         self.header: Any = False
 
@@ -292,14 +292,14 @@ class _Kept:
         facts read before."""
         header = self.header
         if header:
-            version: Any = header[:HEADER_BYTES]
+            version: Any = header()
         elif header is None:
             version = self.cur.execute("PRAGMA data_version").fetchone()[0]
-        else:  # the first check: the PRAGMA reads the log, then its header can be mapped
+        else:  # the first check: the PRAGMA reads the log, then its header can be read
             version = self.cur.execute("PRAGMA data_version").fetchone()[0]
-            header = self.header = map_header(self.db)
+            header = self.header = header_reader(self.db)
             if header is not None:
-                version = header[:HEADER_BYTES]  # read after the PRAGMA: never older
+                version = header()  # read after the PRAGMA: never older
         if version != self.version:
             self.rows.clear()
             self.last.clear()
