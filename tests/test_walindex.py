@@ -21,6 +21,7 @@ from mempalace_logstream import LogStore
 from mempalace_logstream.backends import sqlite as sqlite_backend
 from mempalace_logstream.backends import sqlite_walindex
 from mempalace_logstream.backends.sqlite_walindex import header_reader
+from tests.test_stored_events import plant_row
 
 NOTE = {"type": "note", "stream": "s", "room": "r", "from_agent": "a"}
 
@@ -69,6 +70,39 @@ def test_a_commit_by_another_process_is_read_at_once(tmp_path: Path) -> None:
         theirs = out.stdout.strip()
         assert [e.id for e in store.event_list().events] == [theirs, first]
         assert store.event_list(from_agent="b").events[0].id == theirs
+
+
+def test_a_transactions_facts_are_its_snapshots_when_a_commit_lands_as_it_starts(
+    sqlite_store: Any,
+) -> None:
+    """A snapshot that is one transaction (`reading`: `snapshot()`, `event_get`) starts at its
+    `PRAGMA data_version`; a commit landing after the header was read and before that
+    statement opened the snapshot must not leave it the facts of before (here the tip)."""
+    first = sqlite_store.event_append(**NOTE, body="one").id
+    path = str(sqlite_store.engine.url.database)
+    tip_sql, tip_params = sqlite_store.reads._tip  # a log fact: answered again while quiet
+
+    def tip() -> str:
+        with sqlite_store.snapshot() as ex:
+            return str(ex.query(tip_sql, tip_params)[0][1])
+
+    for _ in range(3):
+        assert tip() == first
+    reader = sqlite_store.backend._readers[-1]
+    assert reader.header
+    planted: list[str] = []
+
+    def commit_as_it_starts(sql: str) -> None:
+        if sql == "PRAGMA data_version" and not planted:
+            planted.append(plant_row(path, body="theirs"))
+
+    reader.db.set_trace_callback(commit_as_it_starts)
+    try:
+        seen = tip()
+    finally:
+        reader.db.set_trace_callback(None)
+    assert planted and seen == planted[0]
+    assert tip() == planted[0]
 
 
 def test_without_a_header_to_map_the_pragma_tells(

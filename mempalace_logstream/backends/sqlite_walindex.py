@@ -23,7 +23,8 @@ Sound only within these rules, which `header_reader` keeps:
   under our connections). So a descriptor is opened once per index file and kept until the
   file is deleted (SQLite deletes it when the last connection to the log, in any process,
   closes: no lock is left to drop), and the header is read with `pread`, never a map (a map
-  dups the descriptor and closes the dup; a map past the end of a truncated file is a SIGBUS).
+  dups the descriptor and closes the dup; a map past the end of a truncated file is a SIGBUS;
+  a `pread` there reads short, a header that differs).
 - A commit writes the header's second copy, then the first, which is the one read: a header
   read mid-write differs from the old one (a commit seen early: the facts are read again, at
   a cost), or is the old one whole, when the commit is not yet visible to any read (its
@@ -58,6 +59,8 @@ def header_reader(db: sqlite3.Connection) -> Callable[[], bytes] | None:
     """A function that reads the WAL index header of the log `db` has open (call it after `db`
     read the log in WAL mode, while `db` is open), or None when there is none to read (see
     the module's rules). Equal headers from one read to the next: nobody committed between."""
+    if not hasattr(os, "pread"):  # not a POSIX system
+        return None
     try:
         rows = db.execute("PRAGMA database_list").fetchall()
         path = next((str(row[2]) for row in rows if row[1] == "main"), "")
