@@ -1,8 +1,9 @@
 """What one read costs in Python (issue 25): calls counted by cProfile and the columns of a
 page statement, never timed.
 
-A repeated read on SQLite while nobody writes runs BEGIN, `PRAGMA data_version`, its page and
-ROLLBACK: the tip and the keyring's marks are log facts its reader connection read before
+A repeated list read on SQLite while nobody writes runs its page alone (the WAL index header
+tells no commit happened, backends/sqlite_walindex.py; other snapshots add BEGIN and ROLLBACK):
+the tip and the keyring's marks are log facts its reader connection read before
 (`SqliteBackend.remember_log_facts`), the request one validated before (`filters.request_of`),
 the page statement one compiled before (`Reads._page_statement`), the page's rows ones the
 connection knows to be typed (backends/sqlite_typed.py). What is left is the glue between

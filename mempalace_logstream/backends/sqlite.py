@@ -22,6 +22,7 @@ from mempalace_logstream.backends import base, sqlite_file
 from mempalace_logstream.backends import engine as engine_mod
 from mempalace_logstream.backends.sqlite_signal import SqliteSignal
 from mempalace_logstream.backends.sqlite_typed import TypedRange
+from mempalace_logstream.backends.sqlite_walindex import HEADER_BYTES, map_header
 from mempalace_logstream.backends.sqlite_writer import SqliteWriter
 from mempalace_logstream.models import EVENT_SPEC
 from mempalace_logstream.schema import event_artifacts, events
@@ -52,8 +53,8 @@ _NUMBERED = _NumberedDialect(paramstyle="numeric")
 # Idle read connections a backend keeps out of the pool (`SqliteBackend.reading`): a hub's
 # concurrent reads beyond it take pooled connections, given back after.
 READERS_KEPT = 4
-# Log facts a reader keeps at one `PRAGMA data_version` (`_Kept`): the tip, the marks and the
-# cursors' seqs of the reads since the last commit.
+# Log facts a reader keeps while no commit moved the WAL index header (`_Kept`): the tip, the
+# marks and the cursors' seqs of the reads since the last commit.
 FACTS_KEPT = 64
 
 # One chunk of a compact page built by SQLite's JSON functions (the hub's hot path on SQLite):
@@ -104,10 +105,10 @@ class SqliteBackend(SqliteWriter):
     def remember_log_facts(self, statements: Iterable[str]) -> None:
         """Statements whose rows depend only on what the log holds (the tip, the keyring's
         marks: asked by every read), which a read snapshot answers from what its connection
-        read before while `PRAGMA data_version` shows no commit since (issue 25: one PRAGMA
-        instead of two statements on a log nobody wrote to meanwhile). `data_version`
-        changes with every commit of another connection, the store's own writer included,
-        and a reader never writes."""
+        read before while the log's WAL index header (sqlite_walindex.py; else `PRAGMA
+        data_version`) shows no commit since (issue 25: no statement instead of two on a log
+        nobody wrote to meanwhile). Both change with every commit of another connection, the
+        store's own writer included, and a reader never writes."""
         self.log_facts = self.log_facts | frozenset(statements)
 
     def sql_dialect(self) -> sa.Dialect:
@@ -180,7 +181,7 @@ class SqliteBackend(SqliteWriter):
         """A list read's snapshot (`Reads.list_args`, `read`): `reading` without BEGIN and
         ROLLBACK (issue 25: 9k instructions of a 1M correlation read's 377k), each statement
         at its own snapshot, as PostgreSQL reads a page at READ COMMITTED. The log facts are
-        those of the first `PRAGMA data_version` (a fact read after it is labelled with it:
+        those of the first look at the header (a fact read after it is labelled with it:
         never newer than what it holds); the page is bounded by the tip's seq, and seqs only
         grow, so the later statements read the rows the facts describe. The one column a
         stored row may see change is its body (a redaction): the row reader tests its type
@@ -204,12 +205,12 @@ class SqliteBackend(SqliteWriter):
 
 class _Kept:
     """A reader connection of the backend (`SqliteBackend.reading`): the pool's proxy, its
-    DBAPI connection, and the log facts it read (`remember_log_facts`), at the
-    `PRAGMA data_version` it read them at. Made once per connection, so a read walks no
-    SQLAlchemy property and builds no closure (issue 25). Each read's snapshot is this object
-    as a context manager (a plain one: it runs once per read): a database error inside the
-    snapshot or in its BEGIN/ROLLBACK becomes a StorageError and sends the connection back
-    to the pool."""
+    DBAPI connection, and the log facts it read (`remember_log_facts`), at the WAL index
+    header (or `PRAGMA data_version`) it read them at. Made once per connection, so a read
+    walks no SQLAlchemy property and builds no closure (issue 25). Each read's snapshot is
+    this object as a context manager (a plain one: it runs once per read): a database error
+    inside the snapshot or in its BEGIN/ROLLBACK becomes a StorageError and sends the
+    connection back to the pool."""
 
     __slots__ = (
         "backend",
@@ -226,6 +227,7 @@ class _Kept:
         "ran",
         "ran_rows",
         "glance",
+        "header",
     )
 
     def __init__(self, backend: SqliteBackend, proxy: Any) -> None:
@@ -235,7 +237,7 @@ class _Kept:
         # registers) a new cursor per statement, ~0.15 µs of each of a read's four (issue 25).
         self.cur: sqlite3.Cursor = self.db.cursor()
         self.hooks, self.known = backend.statement_hooks, backend.log_facts
-        self.version: int | None = None
+        self.version: Any = None  # the last check's header (bytes) or data_version
         self.checked = False  # the version was read in this snapshot
         self.rows: dict[tuple[str, tuple[Any, ...]], list[tuple[Any, ...]]] = {}
         # Each fact's rows of the parameters it was last asked with (a copy of them), by its
@@ -248,6 +250,9 @@ class _Kept:
         self.ran: tuple[str, Any] = ("", None)
         self.ran_rows: list[tuple[Any, ...]] | None = None
         self.glance = False  # this read runs without BEGIN / ROLLBACK (`glancing`)
+        # The map of the log's WAL index header (sqlite_walindex.py), made at the first
+        # check; None: there is none, `PRAGMA data_version` tells.
+        self.header: Any = False
 
     def __enter__(self) -> _Kept:
         backend = self.backend
@@ -282,9 +287,19 @@ class _Kept:
             raise _storage_error(failed) from failed
 
     def _check_version(self) -> None:
-        """Once per snapshot, inside it: the `PRAGMA data_version` it reads; a commit since
-        the last one drops the facts read before."""
-        version = self.cur.execute("PRAGMA data_version").fetchone()[0]
+        """Once per snapshot, inside it: the WAL index header it reads (sqlite_walindex.py:
+        no statement), else its `PRAGMA data_version`; a commit since the last one drops the
+        facts read before."""
+        header = self.header
+        if header:
+            version: Any = header[:HEADER_BYTES]
+        elif header is None:
+            version = self.cur.execute("PRAGMA data_version").fetchone()[0]
+        else:  # the first check: the PRAGMA reads the log, then its header can be mapped
+            version = self.cur.execute("PRAGMA data_version").fetchone()[0]
+            header = self.header = map_header(self.db)
+            if header is not None:
+                version = header[:HEADER_BYTES]  # read after the PRAGMA: never older
         if version != self.version:
             self.rows.clear()
             self.last.clear()
@@ -315,7 +330,7 @@ class _Kept:
 
     def __call__(self, sql: str, params: Any) -> list[tuple[Any, ...]]:
         """`base.Query` of a read snapshot: the statements of the log facts are answered from
-        what this connection read at the same `PRAGMA data_version`."""
+        what this connection read at the same header (or `PRAGMA data_version`)."""
         if sql in self.known:
             if not self.checked:
                 self._check_version()
