@@ -357,3 +357,23 @@ def test_another_users_live_log_can_be_read_and_waited_on(shared_dir: Path) -> N
         assert later in out
     finally:
         writer.close()
+
+
+def test_opening_a_log_this_process_holds_leaves_sqlites_locks_on_it(tmp_path: Path) -> None:
+    """The opening rule reads the file through SQLite only: a descriptor of our own, closed,
+    would drop every POSIX lock this process holds on the log, and another process's last
+    close would then delete the -wal and -shm under this one's connections."""
+    path = str(tmp_path / "log.sqlite3")
+    with LogStore.open(path) as store:
+        first = store.event_append(type="note", stream="s", room="r", from_agent="a").id
+        LogStore.open(path).close()
+        code = (
+            "import sqlite3, sys\n"
+            "db = sqlite3.connect(sys.argv[1])\n"
+            "db.execute('SELECT count(*) FROM events').fetchone()\n"
+            "db.close()\n"
+        )
+        subprocess.run([sys.executable, "-c", code, path], check=True)
+        assert os.path.exists(f"{path}-wal") and os.path.exists(f"{path}-shm")
+        second = store.event_append(type="note", stream="s", room="r", from_agent="a").id
+        assert [e.id for e in store.event_list().events] == [second, first]
