@@ -116,7 +116,11 @@ def _scoped(loop: asyncio.AbstractEventLoop) -> bool:
     about: it skips both (~40,000 instructions and four `getpid` syscalls a call, issue 25).
     Read from anyio's own record of its scopes' tasks (`_task_states`, task -> `TaskState`,
     in its asyncio backend, which every anyio scope on asyncio loads first); a record not
-    where this anyio keeps it makes every call scoped."""
+    where this anyio keeps it makes every call scoped. Private, for want of a public answer:
+    anyio (4.16) gives a task's id, parent, name and `has_pending_cancellation()`, no scope;
+    `current_effective_deadline()` is inf in no scope and in a scope without a deadline
+    alike; sniffio names the library only; asyncio's `Task.cancelling()` counts cancel
+    requests, not anyio's scopes (tests/test_workers.py holds the fallback)."""
     backend = sys.modules.get(_ANYIO_ASYNCIO)
     if backend is None:
         return False  # no anyio scope was ever entered on asyncio in this process

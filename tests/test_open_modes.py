@@ -357,3 +357,53 @@ def test_another_users_live_log_can_be_read_and_waited_on(shared_dir: Path) -> N
         assert later in out
     finally:
         writer.close()
+
+
+def test_opening_a_log_this_process_holds_leaves_sqlites_locks_on_it(tmp_path: Path) -> None:
+    """The opening rule reads the file through SQLite only: a descriptor of our own, closed,
+    would drop every POSIX lock this process holds on the log, and another process's last
+    close would then delete the -wal and -shm under this one's connections."""
+    path = str(tmp_path / "log.sqlite3")
+    with LogStore.open(path) as store:
+        first = store.event_append(type="note", stream="s", room="r", from_agent="a").id
+        LogStore.open(path).close()
+        code = (
+            "import sqlite3, sys\n"
+            "db = sqlite3.connect(sys.argv[1])\n"
+            "db.execute('SELECT count(*) FROM events').fetchone()\n"
+            "db.close()\n"
+        )
+        subprocess.run([sys.executable, "-c", code, path], check=True)
+        assert os.path.exists(f"{path}-wal") and os.path.exists(f"{path}-shm")
+        second = store.event_append(type="note", stream="s", room="r", from_agent="a").id
+        assert [e.id for e in store.event_list().events] == [second, first]
+
+
+def test_a_hub_refused_the_file_leaves_sqlites_locks_on_it(tmp_path: Path) -> None:
+    """`serve` opens the store, then takes the file's hub lock: when another hub holds it,
+    the refused descriptor stays open (closing it would drop SQLite's POSIX locks)."""
+    from mempalace_logstream.backends import leader
+
+    path = str(tmp_path / "log.sqlite3")
+    LogStore.open(path).close()
+    hold = "import fcntl, sys\nf = open(sys.argv[1], 'rb')\nfcntl.flock(f, fcntl.LOCK_EX)\n"
+    hold += "print('held', flush=True)\nsys.stdin.read()\n"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", hold, path], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == b"held"
+        with LogStore.open(path) as store:
+            store.event_append(type="note", stream="s", room="r", from_agent="a")
+            with pytest.raises(errors.ConflictError, match="another hub already serves"):
+                leader.hold_sqlite_file(path)
+            code = "import sqlite3, sys\ndb = sqlite3.connect(sys.argv[1])\n"
+            code += "db.execute('SELECT count(*) FROM events').fetchone()\ndb.close()\n"
+            subprocess.run([sys.executable, "-c", code, path], check=True)
+            assert os.path.exists(f"{path}-wal") and os.path.exists(f"{path}-shm")
+            assert len(store.event_list().events) == 1
+    finally:
+        assert holder.stdin is not None and holder.stdout is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
+        holder.stdout.close()

@@ -19,7 +19,9 @@ from hypothesis import strategies as st
 
 from mempalace_logstream import LogStore
 from mempalace_logstream.backends import sqlite as sqlite_backend
-from mempalace_logstream.backends.sqlite_walindex import HEADER_BYTES, map_header
+from mempalace_logstream.backends import sqlite_walindex
+from mempalace_logstream.backends.sqlite_walindex import header_reader
+from tests.test_stored_events import plant_row
 
 NOTE = {"type": "note", "stream": "s", "room": "r", "from_agent": "a"}
 
@@ -70,12 +72,45 @@ def test_a_commit_by_another_process_is_read_at_once(tmp_path: Path) -> None:
         assert store.event_list(from_agent="b").events[0].id == theirs
 
 
+def test_a_transactions_facts_are_its_snapshots_when_a_commit_lands_as_it_starts(
+    sqlite_store: Any,
+) -> None:
+    """A snapshot that is one transaction (`reading`: `snapshot()`, `event_get`) starts at its
+    `PRAGMA data_version`; a commit landing after the header was read and before that
+    statement opened the snapshot must not leave it the facts of before (here the tip)."""
+    first = sqlite_store.event_append(**NOTE, body="one").id
+    path = str(sqlite_store.engine.url.database)
+    tip_sql, tip_params = sqlite_store.reads._tip  # a log fact: answered again while quiet
+
+    def tip() -> str:
+        with sqlite_store.snapshot() as ex:
+            return str(ex.query(tip_sql, tip_params)[0][1])
+
+    for _ in range(3):
+        assert tip() == first
+    reader = sqlite_store.backend._readers[-1]
+    assert reader.header
+    planted: list[str] = []
+
+    def commit_as_it_starts(sql: str) -> None:
+        if sql == "PRAGMA data_version" and not planted:
+            planted.append(plant_row(path, body="theirs"))
+
+    reader.db.set_trace_callback(commit_as_it_starts)
+    try:
+        seen = tip()
+    finally:
+        reader.db.set_trace_callback(None)
+    assert planted and seen == planted[0]
+    assert tip() == planted[0]
+
+
 def test_without_a_header_to_map_the_pragma_tells(
     sqlite_store: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A reader that could map no header (a log opened immutable, a system without mmap's
     POSIX flags) asks `PRAGMA data_version` on each read and still sees every commit."""
-    monkeypatch.setattr(sqlite_backend, "map_header", lambda db: None)
+    monkeypatch.setattr(sqlite_backend, "header_reader", lambda db: None)
     while sqlite_store.backend._readers:  # readers made from now on
         sqlite_store.backend._readers.pop().proxy.close()
     first = sqlite_store.event_append(**NOTE, body="one").id
@@ -93,7 +128,7 @@ def test_no_header_is_mapped_for_a_log_not_in_wal_mode(tmp_path: Path) -> None:
         db.execute("CREATE TABLE t (x)")
         db.execute("INSERT INTO t VALUES (1)")
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
-        assert map_header(db) is None
+        assert header_reader(db) is None
     finally:
         db.close()
 
@@ -119,9 +154,9 @@ def test_the_header_changes_exactly_when_data_version_does(
         writer.execute("PRAGMA journal_mode=WAL")
         writer.execute("CREATE TABLE t (x)")
         version = reader.execute("PRAGMA data_version").fetchone()[0]
-        header = map_header(reader)
+        header = header_reader(reader)
         assert header is not None
-        seen = header[:HEADER_BYTES]
+        seen = header()
         for steps in rounds:
             for step in steps:
                 if step in ("commit", "rollback"):
@@ -132,7 +167,7 @@ def test_the_header_changes_exactly_when_data_version_does(
                     writer.execute("SELECT count(*) FROM t").fetchone()
                 else:
                     writer.execute(f"PRAGMA wal_checkpoint({step.upper()})").fetchone()
-            now = header[:HEADER_BYTES]
+            now = header()
             moved = reader.execute("PRAGMA data_version").fetchone()[0]
             assert (now != seen) == (moved != version), steps
             if "commit" in steps:  # a checkpoint that empties the WAL moves both too
@@ -141,3 +176,47 @@ def test_the_header_changes_exactly_when_data_version_does(
     finally:
         reader.close()
         writer.close()
+
+
+# Another process asks which lock would stop it taking SQLite's dead-man byte of the WAL index
+# (os_unix.c: UNIX_SHM_DMS, byte 128) for writing: the pid that holds it, or 0.
+_DMS_HOLDER = """
+import fcntl, os, struct, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+lock = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 128, 1, 0)
+kind, _whence, _start, _len, pid = struct.unpack("hhqqi4x", fcntl.fcntl(fd, fcntl.F_GETLK, lock))
+print(0 if kind == fcntl.F_UNLCK else pid)
+"""
+
+
+def test_reading_the_header_leaves_sqlites_locks_on_the_index_held(sqlite_store: Any) -> None:
+    """POSIX drops a process's locks on a file when any descriptor of it is closed: the
+    header's descriptor must never be one closed while the log is open, or another process
+    would take the index for unused and start it anew under this one's connections."""
+    sqlite_store.event_append(**NOTE, body="b")
+    for _ in range(3):
+        sqlite_store.event_list()
+    assert sqlite_store.backend._readers[-1].header
+    index = str(sqlite_store.engine.url.database) + "-shm"
+    holder = subprocess.run(
+        [sys.executable, "-c", _DMS_HOLDER, index], check=True, capture_output=True, text=True
+    )
+    assert int(holder.stdout) == os.getpid()
+
+
+def test_the_descriptors_of_closed_logs_are_closed(tmp_path: Path) -> None:
+    """SQLite deletes a log's index when its last connection closes: its descriptor is closed
+    when the next index is opened, so a process that opens many logs in turn keeps a few."""
+    for n in range(sqlite_walindex._DESCRIPTORS_MAX + 20):
+        path = tmp_path / f"log{n}.sqlite3"
+        db = sqlite3.connect(path, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("CREATE TABLE t (x)")
+            db.execute("SELECT count(*) FROM t").fetchone()
+            header = header_reader(db)
+            assert header is not None and len(header()) == sqlite_walindex.HEADER_BYTES
+        finally:
+            db.close()
+        assert not os.path.exists(f"{path}-shm")
+    assert len(sqlite_walindex._descriptors) <= 2

@@ -171,3 +171,21 @@ def test_a_task_of_an_anyio_group_is_scoped() -> None:
         return seen
 
     assert anyio.run(main) == [True, True]
+
+
+def test_without_anyio_s_record_of_its_scopes_every_call_is_scoped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """anyio has no public way to ask whether a task is in one of its cancel scopes (4.16:
+    `get_current_task()` gives no scope, `current_effective_deadline()` is inf in no scope and
+    in a scope without a deadline alike), so `_scoped` reads its backend's private record. An
+    anyio that keeps it elsewhere makes every call scoped (checked and shielded: anyio's rules,
+    at anyio's cost), never unscoped."""
+    import anyio._backends._asyncio as backend
+
+    async def scoped() -> bool:
+        return workers._scoped(asyncio.get_running_loop())
+
+    assert asyncio.run(scoped()) is False  # a plain asyncio task: in no scope
+    monkeypatch.delattr(backend, "_task_states")
+    assert asyncio.run(scoped()) is True

@@ -146,27 +146,35 @@ class PgLeaderLock:
             self._drop()
 
 
+# The descriptors of `hold_sqlite_file`s refused (another hub serves them), kept open.
+_REFUSED: list[int] = []
+
+
 def hold_sqlite_file(path: str) -> Any:
     """An exclusive `flock` on the SQLite file for this process's lifetime (the kernel drops
     it when the process dies), or a StorageError naming the way out when another hub serves
     the file. The lock never meets SQLite's own byte-range locks. Returns the open file to
-    keep; where `flock` does not exist (Windows), None and no check."""
+    keep, to close once the store is closed (closing a descriptor of the file drops the
+    process's POSIX locks on it: SQLite's too); where `flock` does not exist (Windows), None
+    and no check."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - Windows
         return None
-    handle = open(path, "rb")  # noqa: SIM115 - held for the hub's lifetime
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        handle.close()
+        # Not closed: the store is open, and closing any descriptor of the file would drop
+        # this process's POSIX locks on it, SQLite's among them (the process is leaving).
+        _REFUSED.append(fd)
         raise errors.ConflictError(
             f"another hub already serves {path} (pid {_holder_pid(path)}): a SQLite file "
             "has one hub; stop that one, or serve several hubs from one PostgreSQL database "
             '(--db postgresql+psycopg://…, README "Running several hubs")',
             field="db",
         ) from None
-    return handle
+    return os.fdopen(fd, "rb")  # closed by the hub after its store (`cli/hub.py`)
 
 
 def _holder_pid(path: str) -> str:

@@ -22,7 +22,7 @@ from mempalace_logstream.backends import base, sqlite_file
 from mempalace_logstream.backends import engine as engine_mod
 from mempalace_logstream.backends.sqlite_signal import SqliteSignal
 from mempalace_logstream.backends.sqlite_typed import TypedRange
-from mempalace_logstream.backends.sqlite_walindex import HEADER_BYTES, map_header
+from mempalace_logstream.backends.sqlite_walindex import header_reader
 from mempalace_logstream.backends.sqlite_writer import SqliteWriter
 from mempalace_logstream.models import EVENT_SPEC
 from mempalace_logstream.schema import event_artifacts, events
@@ -250,7 +250,7 @@ class _Kept:
         self.ran: tuple[str, Any] = ("", None)
         self.ran_rows: list[tuple[Any, ...]] | None = None
         self.glance = False  # this read runs without BEGIN / ROLLBACK (`glancing`)
-        # The map of the log's WAL index header (sqlite_walindex.py), made at the first
+        # The reader of the log's WAL index header (sqlite_walindex.py), made at the first
         # check; None: there is none, `PRAGMA data_version` tells.
         self.header: Any = False
 
@@ -287,19 +287,27 @@ class _Kept:
             raise _storage_error(failed) from failed
 
     def _check_version(self) -> None:
-        """Once per snapshot, inside it: the WAL index header it reads (sqlite_walindex.py:
-        no statement), else its `PRAGMA data_version`; a commit since the last one drops the
-        facts read before."""
+        """Once per snapshot, inside it: has anyone committed since the facts were read? A
+        commit drops them. A list read (`glancing`: each statement its own snapshot, the
+        facts those of the check) reads the WAL index header (sqlite_walindex.py), no
+        statement. A transaction's snapshot starts at its first statement, the `PRAGMA
+        data_version`, and its facts must be that snapshot's: the header is read before and
+        after it, and a commit between (headers that differ) leaves the snapshot matching no
+        header, so its facts are never answered again. No header to read: `data_version`."""
         header = self.header
         if header:
-            version: Any = header[:HEADER_BYTES]
+            version: Any = header()
+            if not self.glance:
+                self.cur.execute("PRAGMA data_version").fetchone()
+                if header() != version:
+                    version = object()  # equal to nothing: these facts are read afresh
         elif header is None:
             version = self.cur.execute("PRAGMA data_version").fetchone()[0]
-        else:  # the first check: the PRAGMA reads the log, then its header can be mapped
+        else:  # the first check: the PRAGMA reads the log, then its header can be read
             version = self.cur.execute("PRAGMA data_version").fetchone()[0]
-            header = self.header = map_header(self.db)
-            if header is not None:
-                version = header[:HEADER_BYTES]  # read after the PRAGMA: never older
+            header = self.header = header_reader(self.db)
+            if header is not None:  # a list read's facts come after: the header read now
+                version = header() if self.glance else object()
         if version != self.version:
             self.rows.clear()
             self.last.clear()

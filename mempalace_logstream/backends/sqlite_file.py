@@ -158,18 +158,21 @@ def read_only_mode(path: str) -> str | None:
 
 
 def check_log_file(path: str, mode: str | None) -> None:
-    """Refuse anything at `path` that is not a logstream database, reading only."""
+    """Refuse anything at `path` that is not a logstream database, reading only.
+
+    The file is read through SQLite alone, never a descriptor of our own: POSIX drops every
+    lock a process holds on a file when any descriptor of it is closed, and this process may
+    hold SQLite's locks on this very log (a second store, a lean reader beside a store).
+    Without its shared lock, another process's last close would delete the -wal and -shm
+    under this one's connections (https://www.sqlite.org/howtocorrupt.html, 2.2)."""
     if os.path.isdir(path):
         raise errors.StorageError(f"{path} is not a logstream database (it is a directory)")
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(len(SQLITE_MAGIC))
+        size = os.stat(path).st_size
     except OSError as exc:
         raise errors.StorageError(f"cannot open {path}: {exc.strerror or exc}") from exc
-    if not head:
+    if not size:
         raise _not_a_log(path, "the file is empty")
-    if head != SQLITE_MAGIC:
-        raise _not_a_log(path, "not an SQLite file")
     app_id, tables = _peek(path, mode)
     if app_id != APPLICATION_ID and not tables:
         raise _not_a_log(path, "an SQLite file with no log in it")
@@ -190,7 +193,9 @@ def _peek(path: str, mode: str | None) -> tuple[int, list[str]]:
         finally:
             db.close()
     except sqlite3.DatabaseError as exc:
-        if "not a database" in str(exc) or "malformed" in str(exc):
+        if "not a database" in str(exc):  # SQLite's own test of the header (`SQLITE_MAGIC`)
+            raise _not_a_log(path, "not an SQLite file") from exc
+        if "malformed" in str(exc):
             raise _not_a_log(path, str(exc)) from exc
         raise errors.StorageError(f"cannot open {path}: {exc}") from exc
     return app_id, tables

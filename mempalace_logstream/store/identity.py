@@ -426,12 +426,16 @@ _PLAIN_KEPT = 4096  # (writer, type) pairs `plain_writes` holds at most
 
 
 def _dir_stamp(keys_dir: str | None) -> int | None:
-    """The keys directory's mtime (ns): adding, renaming or removing a key file changes it."""
-    if keys_dir is None:
+    """The keys directory's mtime (ns): adding, renaming or removing a key file changes it.
+    Asked of the file system on every call (a key file may appear at any time). A missing
+    directory (a hub whose admin token writes, with no key made yet) is told by `access`,
+    which answers False instead of raising: the `stat` alone raised and caught an OSError
+    on every admin write (~0.6 µs of the ~0.9, issue 25)."""
+    if keys_dir is None or not os.access(keys_dir, os.F_OK):
         return None
     try:
         return os.stat(keys_dir).st_mtime_ns  # once per signed write: no pathlib layer
-    except OSError:
+    except OSError:  # removed since the `access`
         return None
 
 
