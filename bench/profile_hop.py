@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.loop == "uvloop":
         import uvloop
 
-        runner: Callable[..., object] = uvloop.run
+        runner: Callable[..., tuple[float, float, float]] = uvloop.run
     else:
         runner = asyncio.run
     print(f"load avg {' '.join(f'{x:.2f}' for x in os.getloadavg())}, loop {args.loop}")
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     pool = concurrent.futures.ThreadPoolExecutor(4)
     for _ in range(args.rounds):
         for way in WAYS:
-            cpu, wall, sw = runner(run_way(way, args.hops, pool))  # type: ignore[operator]
+            cpu, wall, sw = runner(run_way(way, args.hops, pool))
             print(f"{way:16} {cpu:11.1f} {wall:12.1f} {sw:13.2f}")
     pool.shutdown()
     return 0
