@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 
 import typer
@@ -86,10 +87,13 @@ class Forked:
         self.send(signal.SIGUSR1)
         with self._err_grew:
             self._err_grew.wait_for(lambda: b"most recent call first" in self._err[before:], 5)
-            # The dump is a few writes: take what follows until the output is still for 1 s.
+            # The dump is many writes (a line is several): take what follows until the output
+            # is still for 1 s at the end of a line, for 10 s at most (a loaded machine once
+            # held a dump still for a second in the middle of a line: `File ` and no name).
+            deadline = time.monotonic() + 10
             size = -1
-            for _ in range(10):
-                if size == len(self._err):
+            while time.monotonic() < deadline:
+                if size == len(self._err) and self._err.endswith(b"\n"):
                     break
                 size = len(self._err)
                 self._err_grew.wait(1)
