@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -30,6 +31,28 @@ RETRY_S = 0.5
 POLL_INTERVAL_S = 0.002
 CONFIRM_INTERVAL_S = 0.0005
 CONFIRM_WINDOW_S = 0.5
+
+
+# The signals a person or a supervisor stops a process with.
+_STOPPING = frozenset({signal.SIGINT, signal.SIGTERM})
+
+
+def start_deaf(thread: threading.Thread) -> None:
+    """Start `thread` with SIGINT and SIGTERM blocked in it: a new thread takes the mask of
+    the thread that starts it, set for that moment only. The kernel gives a signal sent to the
+    process to any thread that does not block it; Python runs its handler in the main thread
+    only when that thread next runs Python code, and a main thread blocked in a lock's wait
+    (`logstream watch --follow` between events) would not, so a Ctrl-C that went to this
+    thread went unanswered (tests/test_watch.py `test_ctrl_c_exits_130_and_never_0`, about
+    one run in five). Blocked here, it goes to the main thread, whose waits it interrupts."""
+    if not hasattr(signal, "pthread_sigmask"):  # not a POSIX system
+        thread.start()
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPPING)
+    try:
+        thread.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 class Notifier:
@@ -171,7 +194,7 @@ class ChangeWatcher:
             )
             # Only a started thread counts as running: start() can be interrupted (Ctrl-C).
             self._stop = stop
-            thread.start()
+            start_deaf(thread)
             self._thread, self._running = thread, True
 
     def stop(self) -> None:
