@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from mempalace_logstream import presence
+from mempalace_logstream import notify, presence
 from mempalace_logstream import validation as v
 
 CALL_TIMEOUT_S = 2.0  # one announce or leave; the whole stop waits at most twice this
@@ -80,7 +80,7 @@ class Announcer:
         return self.ttl_s / 3
 
     def start(self) -> Announcer:
-        self._thread.start()
+        notify.start_deaf(self._thread)  # a Ctrl-C of `watch --announce` is the main thread's
         return self
 
     def stop(self) -> None:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from mempalace_logstream import errors, lazy
+from mempalace_logstream import errors, lazy, notify
 from mempalace_logstream.backends.queries import ledger as sql
 from mempalace_logstream.store.ids import now_text
 
@@ -235,7 +235,7 @@ class Ledger:
                     self._thread = threading.Thread(
                         target=self._run, name="logstream-ledger", daemon=True
                     )
-                    self._thread.start()
+                    notify.start_deaf(self._thread)  # a Ctrl-C is the main thread's
 
     def _run(self) -> None:
         while not self._stop.wait(self.flush_s):
