@@ -60,20 +60,25 @@ USED = re.compile(r"(?:Index (?:Only )?Scan(?: Backward)? using|Bitmap Index Sca
 ORDERED = re.compile(r"Index Scan Backward using ix_tasks_(state|to_agent|stream|any)_")
 
 
+def one_task(store: LogStore) -> dict[str, Any]:
+    """The real task whose document the fill copies (both backends' plan tests)."""
+    return workflows.task_create(
+        store,
+        project="p",
+        from_agent="lead-0",
+        to_agent="agent-7",
+        goal="g",
+        done="d",
+        branch="main",
+        base_commit="abcdef1",
+    )
+
+
 @pytest.fixture
 def filled(pg_url: str, clock: ManualClock) -> Iterator[LogStore]:
     """A store whose projection holds one real task and `ROWS` copies of its document."""
     with LogStore.open(pg_url, clock=clock) as store:
-        out = workflows.task_create(
-            store,
-            project="p",
-            from_agent="lead-0",
-            to_agent="agent-7",
-            goal="g",
-            done="d",
-            branch="main",
-            base_commit="abcdef1",
-        )
+        out = one_task(store)
         doc = store.task_status(str(out["task"].correlation_id))["task"]
         assert doc["state"] == "open"
         with store.engine.connect() as conn:

@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from mempalace_logstream import LogStore, workflows
+from mempalace_logstream import LogStore
 from tests.conftest import ManualClock
+from tests.test_task_list_plans import one_task
 
 ROWS = 20_000
 STATES = "'open','open','open','open','open','open','open','open','claimed','claimed',"
@@ -59,16 +60,7 @@ SEARCH = re.compile(r"SEARCH tasks USING (COVERING )?INDEX (\w+)")
 def filled(tmp_path: Path, clock: ManualClock) -> Iterator[LogStore]:
     """A SQLite store whose projection holds one real task and `ROWS` copies of its document."""
     with LogStore.open(str(tmp_path / "log.sqlite3"), clock=clock) as store:
-        workflows.task_create(
-            store,
-            project="p",
-            from_agent="lead-0",
-            to_agent="agent-7",
-            goal="g",
-            done="d",
-            branch="main",
-            base_commit="abcdef1",
-        )
+        one_task(store)
         with store.engine.connect() as conn:
             (row,) = conn.exec_driver_sql("SELECT doc_json FROM tasks").all()
             lease = clock.now_ms() + 10**9
