@@ -105,6 +105,28 @@ def test_a_transactions_facts_are_its_snapshots_when_a_commit_lands_as_it_starts
     assert tip() == planted[0]
 
 
+def test_the_facts_of_a_snapshot_begun_before_them_are_not_kept(sqlite_store: Any) -> None:
+    """A snapshot that began at a statement of its own (`event_get` reads its event, then the
+    keyring's marks) reads its facts as they were when it began: a commit since moved the
+    header, and those facts must not be kept under the new header for the next read."""
+    first = sqlite_store.event_append(**NOTE, body="one").id
+    path = str(sqlite_store.engine.url.database)
+    tip_sql, tip_params = sqlite_store.reads._tip
+
+    def tip() -> str:
+        with sqlite_store.snapshot() as ex:
+            return str(ex.query(tip_sql, tip_params)[0][1])
+
+    for _ in range(3):
+        assert tip() == first
+    with sqlite_store.snapshot() as ex:
+        assert ex.query("SELECT count(*) FROM events", {})[0][0] == 1  # the snapshot begins
+        theirs = plant_row(path, body="theirs")
+        assert str(ex.query(tip_sql, tip_params)[0][1]) == first  # the snapshot's own tip
+    assert tip() == theirs
+    assert sqlite_store.event_list().events[0].id == theirs
+
+
 def test_without_a_header_to_map_the_pragma_tells(
     sqlite_store: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -228,6 +228,7 @@ class _Kept:
         "ran_rows",
         "glance",
         "header",
+        "started",
     )
 
     def __init__(self, backend: SqliteBackend, proxy: Any) -> None:
@@ -253,12 +254,13 @@ class _Kept:
         # The reader of the log's WAL index header (sqlite_walindex.py), made at the first
         # check; None: there is none, `PRAGMA data_version` tells.
         self.header: Any = False
+        self.started = False  # this snapshot ran a statement of its own (`__call__`)
 
     def __enter__(self) -> _Kept:
         backend = self.backend
         if self.known is not backend.log_facts:  # facts named after this connection was kept
             self.known, self.rows, self.last, self.version = backend.log_facts, {}, {}, None
-        self.checked = False
+        self.checked = self.started = False
         if self.glance:
             return self
         try:
@@ -293,14 +295,19 @@ class _Kept:
         statement. A transaction's snapshot starts at its first statement, the `PRAGMA
         data_version`, and its facts must be that snapshot's: the header is read before and
         after it, and a commit between (headers that differ) leaves the snapshot matching no
-        header, so its facts are never answered again. No header to read: `data_version`."""
+        header, so its facts are never answered again; nor are those of a snapshot that began
+        at an earlier statement (`event_get`'s event, then the marks). No header to read:
+        `data_version`, which is the snapshot's."""
         header = self.header
         if header:
             version: Any = header()
             if not self.glance:
-                self.cur.execute("PRAGMA data_version").fetchone()
-                if header() != version:
+                if self.started:  # the snapshot began at an earlier statement: of no header
                     version = object()  # equal to nothing: these facts are read afresh
+                else:
+                    self.cur.execute("PRAGMA data_version").fetchone()
+                    if header() != version:
+                        version = object()
         elif header is None:
             version = self.cur.execute("PRAGMA data_version").fetchone()[0]
         else:  # the first check: the PRAGMA reads the log, then its header can be read
@@ -357,6 +364,7 @@ class _Kept:
             return rows
         if self.hooks:
             base.observe(self.hooks, sql, params)
+        self.started = True
         self.ran = (sql, params)
         rows = self.ran_rows = sqlite_file.fetch_all(self.db, sql, params, self.cur)
         return rows
