@@ -242,3 +242,24 @@ def test_the_descriptors_of_closed_logs_are_closed(tmp_path: Path) -> None:
             db.close()
         assert not os.path.exists(f"{path}-shm")
     assert len(sqlite_walindex._descriptors) <= 2
+
+
+def test_a_log_opened_again_after_its_index_was_deleted_keeps_one_live_descriptor(
+    tmp_path: Path,
+) -> None:
+    """Every connection closed (SQLite deletes the index), then a new one (a new index file
+    at the same path): the old descriptor is closed, and no closed one is kept."""
+    path = tmp_path / "log.sqlite3"
+    for _ in range(3):
+        db = sqlite3.connect(path, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("CREATE TABLE IF NOT EXISTS t (x)")
+            db.execute("SELECT count(*) FROM t").fetchone()
+            assert header_reader(db) is not None
+        finally:
+            db.close()
+    mine = [fd for key, (_d, _i, fd) in sqlite_walindex._descriptors.items() if str(path) in key]
+    assert len(mine) <= 1
+    for _dev, _ino, fd in sqlite_walindex._descriptors.values():
+        os.fstat(fd)  # every descriptor kept is open

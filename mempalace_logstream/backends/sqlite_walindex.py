@@ -95,8 +95,9 @@ def _descriptor(index: str) -> int | None:
         except OSError:
             return None
         opened = os.fstat(fd)
-        if known is not None:  # the path's old file, now replaced (so deleted): closed next
-            _descriptors[f"{index}\0{known[2]}"] = known
+        old = _descriptors.get(index)  # (a deleted old file's was closed just above)
+        if old is not None:  # the path's old file, replaced, not deleted: kept until it is
+            _descriptors[f"{index}\0{old[2]}"] = old
         _descriptors[index] = (opened.st_dev, opened.st_ino, fd)
         if (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino):
             return None  # made anew between the two looks: kept, used by the next reader
@@ -108,11 +109,9 @@ def _close_deleted() -> None:
     for key, (_dev, _ino, fd) in list(_descriptors.items()):
         try:
             deleted = os.fstat(fd).st_nlink == 0
-        except OSError:
-            deleted = True
+        except OSError:  # not ours any more (never closed elsewhere): forgotten, not closed
+            del _descriptors[key]
+            continue
         if deleted:
             del _descriptors[key]
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+            os.close(fd)
