@@ -17,7 +17,6 @@ from mempalace_logstream import errors
 # `--durability`: the synchronous level of each name (PostgreSQL maps it too, see engine.py).
 DURABILITY = {"full": "FULL", "normal": "NORMAL", "off": "OFF"}
 APPLICATION_ID = 0x4C475354  # "LGST" in the SQLite header: a log made by this package
-SQLITE_MAGIC = b"SQLite format 3\x00"
 LOG_TABLES = ("alembic_version", "events")  # ours, or a reference log to adopt
 # SQLite has no SHA-256 in SQL: the blob guard's triggers (ddl.py) call this function, which
 # every connection the store opens registers (`add_functions`); another program's UPDATE of a
@@ -193,7 +192,7 @@ def _peek(path: str, mode: str | None) -> tuple[int, list[str]]:
         finally:
             db.close()
     except sqlite3.DatabaseError as exc:
-        if "not a database" in str(exc):  # SQLite's own test of the header (`SQLITE_MAGIC`)
+        if "not a database" in str(exc):  # SQLite's own test of the file's header
             raise _not_a_log(path, "not an SQLite file") from exc
         if "malformed" in str(exc):
             raise _not_a_log(path, str(exc)) from exc
