@@ -87,6 +87,7 @@ class RefWorker:
         deadline = time.monotonic() + timeout
         while not self._sel.select(max(0.0, deadline - time.monotonic())):
             if time.monotonic() >= deadline:
+                self._proc.kill()
                 self.close()
                 raise RefWorkerError(f"the reference worker did not answer in {timeout:g} s")
         line = self._proc.stdout.readline()
