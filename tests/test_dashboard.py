@@ -7,6 +7,9 @@ board as it is claimed, progresses and completes; a patch renders as a diff and 
 artifact as a download with its size and sha256; after the hub restarts the page catches up
 with no gap and no duplicate; presence appears and expires; a hub that is not on loopback
 demands its token, keeps it out of every URL, and lets a named operator post and cancel.
+
+The screenshots go to a scratch directory unless `LOGSTREAM_SCREENSHOTS=1` asks for
+docs/screenshots/ (to refresh the README's images): a test run leaves the checkout unchanged.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import hashlib
 import itertools
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +34,7 @@ from tests.hubkit import LiveHub, append, live_hub
 pytestmark = pytest.mark.slow
 
 CHROMIUM = "/usr/bin/chromium"
-SHOTS = REPO / "docs" / "screenshots"
+DOC_SHOTS = REPO / "docs" / "screenshots"
 PATCH = (
     "diff --git a/app.py b/app.py\n--- a/app.py\n+++ b/app.py\n@@ -1,3 +1,3 @@\n"
     " import os\n-print('hello')\n+print('hello, world')\n def main(): pass\n"
@@ -71,9 +74,23 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveHub]:
         yield h
 
 
-def shot(page: Any, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"))
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where this run's screenshots go: docs/screenshots/ only when asked for."""
+    if os.environ.get("LOGSTREAM_SCREENSHOTS") == "1":
+        return DOC_SHOTS
+    return tmp_path_factory.mktemp("screenshots")
+
+
+@pytest.fixture()
+def shot(page: Any, shots: Path) -> Callable[[str], None]:
+    """`shot(name)`: a screenshot of the page, into `shots`."""
+
+    def take(name: str) -> None:
+        shots.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(shots / f"{name}.png"))
+
+    return take
 
 
 def task(client: httpx.Client, goal: str, **extra: Any) -> str:
@@ -96,7 +113,7 @@ def open_view(page: Any, url: str, view: str) -> None:
 
 
 def test_the_page_loads_and_an_event_from_another_process_appears_within_2_s(
-    hub: LiveHub, page: Any
+    hub: LiveHub, page: Any, shot: Callable[[str], None]
 ) -> None:
     with httpx.Client(base_url=hub.url) as c:
         for i in range(3):
@@ -116,7 +133,7 @@ def test_the_page_loads_and_an_event_from_another_process_appears_within_2_s(
     t0 = time.monotonic()
     page.wait_for_selector(".row >> text=from another process", timeout=2000)
     assert time.monotonic() - t0 < 2.0
-    shot(page, "events")
+    shot("events")
     # Filters ask the hub again (and apply to live events); clearing them restores the feed.
     page.fill("#filters input[name=writer]", "other")
     page.click("#filters button[type=submit]")
@@ -144,7 +161,9 @@ def test_history_pages_in_through_the_list_endpoint(hub: LiveHub, page: Any) -> 
     assert page.locator(".row").count() < 60  # windowed: only the rows in view are in the page
 
 
-def test_a_task_moves_across_the_board(hub: LiveHub, page: Any) -> None:
+def test_a_task_moves_across_the_board(
+    hub: LiveHub, page: Any, shot: Callable[[str], None]
+) -> None:
     with httpx.Client(base_url=hub.url) as c:
         parent = task(c, "Ship the dashboard")
         open_view(page, hub.url, "tasks")
@@ -160,9 +179,9 @@ def test_a_task_moves_across_the_board(hub: LiveHub, page: Any) -> None:
         assert page.get_attribute(f"{card} .progress", "title") == "progress 60 %"
         assert "1 child task" in page.inner_text(card)
         assert "parent" in page.inner_text(f"[data-task='{child}']")
-        shot(page, "tasks")
+        shot("tasks")
         page.emulate_media(color_scheme="dark")
-        shot(page, "tasks-dark")
+        shot("tasks-dark")
         page.emulate_media(color_scheme="light")
         move(c, parent, "complete")
         page.wait_for_selector(f"[data-state='ready'] {card}")
@@ -217,7 +236,7 @@ def test_a_card_shows_the_goal_done_question_and_lost_lease_and_its_bar_stays_in
 
 
 def test_a_patch_renders_as_a_diff_and_a_binary_artifact_as_a_download(
-    hub: LiveHub, page: Any
+    hub: LiveHub, page: Any, shot: Callable[[str], None]
 ) -> None:
     blob = bytes(range(256)) * 4
     with httpx.Client(base_url=hub.url) as c:
@@ -243,10 +262,10 @@ def test_a_patch_renders_as_a_diff_and_a_binary_artifact_as_a_download(
     with page.expect_download() as got:
         binary.locator("a", has_text="Download").click()
     assert Path(got.value.path()).read_bytes() == blob
-    shot(page, "thread")
+    shot("thread")
 
 
-def test_presence_appears_and_expires(hub: LiveHub, page: Any) -> None:
+def test_presence_appears_and_expires(hub: LiveHub, page: Any, shot: Callable[[str], None]) -> None:
     with httpx.Client(base_url=hub.url) as c:
         body = {"agent": "scout", "state": "working", "note": "reading the log", "ttl_s": 3}
         assert c.post("/v1/presence_announce", json=body).status_code == 200
@@ -255,12 +274,14 @@ def test_presence_appears_and_expires(hub: LiveHub, page: Any) -> None:
     row = "[data-agent='scout']"
     page.wait_for_selector(f"{row} .state-working", timeout=3000)
     assert "reading the log" in page.inner_text(row)
-    shot(page, "agents")
+    shot("agents")
     # Gone: the row says "away" (polling sees the expiry time pass) or leaves (a frame).
     page.wait_for_selector(f"{row} .state-working", state="detached", timeout=8000)
 
 
-def test_the_sync_estate_view(hub: LiveHub, page: Any, tmp_path: Path) -> None:
+def test_the_sync_estate_view(
+    hub: LiveHub, page: Any, tmp_path: Path, shot: Callable[[str], None]
+) -> None:
     other = tmp_path / "laptop.sqlite3"
     with LogStore.open(str(other)) as laptop:
         laptop.event_append(type="note", stream="s", room="r", from_agent="laptop", body="hi")
@@ -271,7 +292,7 @@ def test_the_sync_estate_view(hub: LiveHub, page: Any, tmp_path: Path) -> None:
     page.wait_for_selector("#sync >> text=conflicts")
     text = page.inner_text("#sync")
     assert hub.store.replica_id in text and str(other) in text, text
-    shot(page, "sync")
+    shot("sync")
 
 
 def test_the_page_catches_up_after_the_hub_restarts(tmp_path: Path, page: Any) -> None:
@@ -312,7 +333,7 @@ def test_the_page_catches_up_after_the_hub_restarts(tmp_path: Path, page: Any) -
 
 
 def test_a_non_loopback_hub_demands_its_token_and_keeps_it_out_of_urls(
-    tmp_path: Path, page: Any
+    tmp_path: Path, page: Any, shot: Callable[[str], None]
 ) -> None:
     token = "tok-dashboard-secret-42"
     # The guard sees host 0.0.0.0 as a non-loopback hub; the socket itself stays on loopback.
@@ -326,7 +347,7 @@ def test_a_non_loopback_hub_demands_its_token_and_keeps_it_out_of_urls(
         page.goto(hub.url + "/")
         page.fill("input[name=token]", token)
         page.fill("input[name=operator]", "operator")
-        shot(page, "login")
+        shot("login")
         page.click("button[type=submit]")
         page.wait_for_function(LIVE)
         cookies = [c for c in page.context.cookies() if c["name"] == "logstream_session"]
