@@ -130,6 +130,8 @@ def test_replace_is_dataclasses_replace_without_making_the_class(frozen: bool) -
     assert "cached" not in vars(lazy.replace(early))
     with pytest.raises(TypeError, match="takes no"):
         lazy.replace(early, d=1)
+    with pytest.raises(TypeError, match=r"takes no \['d'\]$"):  # the fields named are fine
+        lazy.replace(early, b="z", d=1)
 
 
 def test_replace_runs_post_init() -> None:

@@ -135,7 +135,12 @@ def created(move: Move) -> Task:
 
 def seen(task: Task, move: Move) -> Task:
     """`task` with `move` as the last event the fold saw."""
-    return replace(task, last_hlc=move.hlc, last_event_id=move.event_id)
+    return replace(task, **_seen(move))
+
+
+def _seen(move: Move) -> dict[str, Any]:
+    """The fields that record `move` as the last event the fold saw."""
+    return {"last_hlc": move.hlc, "last_event_id": move.event_id}
 
 
 def _expired(task: Task, at_ms: int) -> Task:
@@ -166,8 +171,10 @@ def _transition(task: Task, move: Move, settings: TaskSettings) -> Task:
             ident=task.task_id,
         )
     question = move.event_id if target == "blocked" else None  # its body is the question
-    after = replace(_changes(task, move, settings), state=target, question_event_id=question)
-    return seen(after, move)
+    # One copy of the task per move (a pulled thread moves it at every event): the action's
+    # changes, the state it moves to and the move as the last one seen.
+    changes = _changes(task, move, settings)
+    return replace(task, **changes, state=target, question_event_id=question, **_seen(move))
 
 
 def _allowed(task: Task, move: Move) -> None:
@@ -245,23 +252,23 @@ def _assignee(task: Task, move: Move) -> None:
     )
 
 
-def _changes(task: Task, move: Move, settings: TaskSettings) -> Task:
-    """`task` with the fields `move` changes (the state is set by the caller)."""
+def _changes(task: Task, move: Move, settings: TaskSettings) -> dict[str, Any]:
+    """The fields of `task` that `move` changes, with their new values (the state is set by
+    the caller)."""
     action, at = move.action, move.at_ms
     renewed = at + (task.lease_ms or 0)
     if action == "claim":
         length = move.lease_ms or task.request_lease_ms or settings.lease_ms
-        return replace(
-            task,
-            assignee=move.agent,
-            attempt=task.attempt + 1,
-            lease_ms=length,
-            lease_expires_ms=at + length,
-            progress=None,
-            result=None,
-            result_event_id=None,
-            retryable=None,
-        )
+        return {
+            "assignee": move.agent,
+            "attempt": task.attempt + 1,
+            "lease_ms": length,
+            "lease_expires_ms": at + length,
+            "progress": None,
+            "result": None,
+            "result_event_id": None,
+            "retryable": None,
+        }
     if action == "progress":
         if task.progress is not None and (move.progress or 0.0) <= task.progress:
             raise errors.ValidationError(
@@ -269,20 +276,18 @@ def _changes(task: Task, move: Move, settings: TaskSettings) -> Task:
                 f"progress {_num(task.progress)}",
                 field="progress",
             )
-        return replace(task, progress=move.progress, lease_expires_ms=renewed)
+        return {"progress": move.progress, "lease_expires_ms": renewed}
     if action == "unblock":
-        return replace(task, lease_expires_ms=renewed)
+        return {"lease_expires_ms": renewed}
     if action == "reject":  # rework in the same attempt; the rejected result stays in the thread
-        return replace(task, lease_expires_ms=renewed, result=None, result_event_id=None)
+        return {"lease_expires_ms": renewed, "result": None, "result_event_id": None}
     if action == "complete":
-        return replace(
-            task, lease_expires_ms=None, result=move.result, result_event_id=move.event_id
-        )
+        return {"lease_expires_ms": None, "result": move.result, "result_event_id": move.event_id}
     if action == "fail":
-        return replace(task, lease_expires_ms=None, retryable=move.retryable)
+        return {"lease_expires_ms": None, "retryable": move.retryable}
     if action == "reopen":
-        return replace(task, assignee=None, lease_expires_ms=None, retryable=None)
-    return replace(task, lease_expires_ms=None)  # block, accept, decline, cancel
+        return {"assignee": None, "lease_expires_ms": None, "retryable": None}
+    return {"lease_expires_ms": None}  # block, accept, decline, cancel
 
 
 def _num(value: float | None) -> str:
