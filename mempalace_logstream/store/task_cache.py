@@ -69,7 +69,10 @@ class FoldCache:
         else:
             start, count = point.state, point.count
         ordered = sorted(suffix, key=lambda e: (e.hlc, e.id))
-        fresh = min((e.seq for e in tx.state.appended), default=None)
+        # The first seq of this transaction: its events are appended in seq order (a rollback
+        # drops a suffix), so the first one's (not a walk of a page's thousands per task).
+        appended = tx.state.appended
+        fresh = appended[0].seq if appended else None
         folder = tasks.Folder(settings, start)
         for k, event in enumerate(ordered):
             if fresh is not None and event.seq >= fresh:
