@@ -5,6 +5,7 @@ never an error, whatever a row holds) and a redacted body's tombstone (`tombston
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from typing import Any
@@ -43,6 +44,14 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+@functools.cache
+def _decoder() -> json.JSONDecoder:
+    """The decoder of `json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)`
+    for a str without a BOM, made once (json.loads makes one per call with these options: a
+    pulled page reads the metadata of thousands of events)."""
+    return json.JSONDecoder(parse_float=_finite_float, parse_constant=_no_constant)
+
+
 def read_metadata(text: str) -> tuple[dict[str, Any], str | None]:
     """Stored metadata text as an object that every surface can serialize, plus a problem.
 
@@ -53,7 +62,10 @@ def read_metadata(text: str) -> tuple[dict[str, Any], str | None]:
     if text == "{}":
         return {}, None
     try:
-        value = json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
+        if not text.startswith("\ufeff"):
+            value = _decoder().decode(text)
+        else:  # a BOM, which json.loads refuses with its own message
+            value = json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
     except (ValueError, RecursionError) as exc:
         return {}, f"stored metadata is not readable JSON ({exc})"
     if not isinstance(value, dict):
