@@ -180,3 +180,56 @@ def test_a_rolled_back_transaction_leaves_no_checkpoint_past_what_was_committed(
         assert point.count == len(upto)  # it names only committed events
         replication.apply_remote_events(a, moves[10:], "b")
         projection_is_the_fold(a, tid)
+
+
+def thread_reads(store: LogStore, work: Any) -> list[str]:
+    """The statements `work()` ran that read events of a thread (by correlation id) whole."""
+    seen: list[str] = []
+    hook = lambda sql, params: seen.append(sql)  # noqa: E731
+    store.backend.statement_hooks.append(hook)
+    try:
+        work()
+    finally:
+        store.backend.statement_hooks.remove(hook)
+    return [s for s in seen if "events.body" in s and "correlation_id =" in s.split("WHERE")[-1]]
+
+
+def test_a_new_task_brought_whole_by_a_page_is_folded_without_reading_it_back(
+    db_url: str, tmp_path: Path
+) -> None:
+    clock = ManualClock()
+    with LogStore.open(str(tmp_path / "a.sqlite3"), clock=clock) as a:
+        tid = new_task(a)
+        workflows.task_update(a, task_id=tid, action="claim", from_agent="worker")
+        for p in (10, 20, 30):
+            clock.advance(1)
+            workflows.task_update(
+                a, task_id=tid, action="progress", from_agent="worker", progress=p
+            )
+        wire = wire_of(a, tid)
+    with LogStore.open(db_url, clock=clock) as b:
+        reads = thread_reads(b, lambda: replication.apply_remote_events(b, wire, "a"))
+        assert reads == []  # the page is the whole thread: folded as it came
+        assert b.task_status(tid)["task"]["progress"] == 30
+        projection_is_the_fold(b, tid)
+
+
+def test_a_new_task_whose_thread_began_before_its_request_is_folded_from_the_log(
+    db_url: str, tmp_path: Path
+) -> None:
+    clock = ManualClock()
+    with LogStore.open(str(tmp_path / "a.sqlite3"), clock=clock) as a:
+        tid = new_task(a, to="*")
+        request = wire_of(a, tid)[0]
+    origin = "rep_" + "e" * 12
+    ms = int(request["hlc"][:13])
+    early = peer_event(request, origin, 1, ms - 5, type="task.claim", from_agent="w")
+    later = peer_event(request, origin, 2, ms + 5, type="task.claim", from_agent="w")
+    with LogStore.open(db_url, clock=clock) as b:
+        replication.apply_remote_events(b, [early], "e")  # held, no task yet
+        reads = thread_reads(b, lambda: replication.apply_remote_events(b, [request, later], "a"))
+        assert reads  # the page is not the whole thread: the thread is read
+        task = b.task_status(tid)["task"]
+        assert (task["state"], task["assignee"]) == ("claimed", "w")
+        assert [x["event_id"] for x in task["anomalies"]] == [early["id"]]
+        projection_is_the_fold(b, tid)

@@ -14,6 +14,7 @@ folded from its request, as before.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -55,15 +56,21 @@ class FoldCache:
         else:
             self._points.pop(task_id, None)
 
-    def refold(self, tx: Transaction, task_id: str, settings: TaskSettings) -> Task | None:
-        """The fold of the task's thread as this transaction sees it (depth not set)."""
+    def refold(
+        self, tx: Transaction, task_id: str, settings: TaskSettings, stored: Sequence[Event] = ()
+    ) -> Task | None:
+        """The fold of the task's thread as this transaction sees it (depth not set).
+        `stored`: events of the thread this transaction stored, if the caller holds them; when
+        they are the whole thread (as many as it holds: a peer's page that brings a new task
+        whole), they are folded without reading the thread back."""
         point = self._valid(tx, task_id)
         if point is not None:
             suffix = _after(tx, task_id, point)
             if not point.state.tracked and any(e.sig is not None for e in suffix):
                 point = None  # the first verified event: fold from the request, tracking
         if point is None:
-            suffix = _thread(tx, task_id)
+            whole = stored and sql.thread_count(tx.ex, task_id) == len(stored)
+            suffix = list(stored) if whole else _thread(tx, task_id)
             start = FoldState(tracked=any(e.sig is not None for e in suffix))
             count = 0
         else:

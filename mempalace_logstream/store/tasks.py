@@ -263,8 +263,10 @@ def on_applied_events(
         seq = max(e.seq for e in batch)
         after = _advanced(task, batch, settings) if task is not None else None
         if after is None:
-            # Late (or undecidable by the row): folded again from a checkpoint before the batch.
-            after = tx.store.task_folds.refold(tx, task_id, settings)
+            # Late (or undecidable by the row): folded again from a checkpoint before the batch;
+            # a new task from its batch when that is its whole thread (not read back).
+            stored = batch if task is None else ()
+            after = tx.store.task_folds.refold(tx, task_id, settings, stored)
             after = _depth(tx, after) if after is not None else None
         if after is not None:
             save(tx, after, max(seq, 0), existed=task is not None)

@@ -147,6 +147,19 @@ def fold_count(ex: Executor, task_id: str, hlc: str, event_id: str) -> int:
     return int(ex.rows("tasks.fold-count", build, params)[0][0])
 
 
+def thread_count(ex: Executor, task_id: str) -> int:
+    """How many events the thread holds."""
+
+    def build() -> sa.Select[Any]:
+        return (
+            sa.select(sa.func.count())
+            .select_from(schema.events)
+            .where(schema.events.c.correlation_id == sa.bindparam("cid"))
+        )
+
+    return int(ex.rows("tasks.thread-count", build, {"cid": task_id})[0][0])
+
+
 def fold_after(
     ex: Executor, select: EventSelect, task_id: str, hlc: str, event_id: str
 ) -> Sequence[Any]:
