@@ -7,6 +7,7 @@ Must not import sqlalchemy or any surface.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import unicodedata
@@ -178,9 +179,10 @@ def metadata(value: Any, field: str = "metadata") -> str:
     """Serialize metadata with its key order kept; returns the JSON text to store."""
     if value is None:
         return "{}"
-    if isinstance(value, str):
+    given = value if isinstance(value, str) else None
+    if given is not None:
         try:
-            value = json.loads(value)
+            value = json.loads(given)
         except ValueError as exc:
             raise fail(field, f"is not valid JSON ({getattr(exc, 'msg', exc)})") from exc
         except RecursionError as exc:
@@ -189,20 +191,25 @@ def metadata(value: Any, field: str = "metadata") -> str:
             ) from exc
     if not isinstance(value, dict):
         raise fail(field, f"must be a JSON object, not {type(value).__name__}")
-    depth = json_depth(value)
-    if depth > MAX_METADATA_DEPTH:
-        raise fail(
-            field,
-            f"nests {depth} levels deep; the limit is {MAX_METADATA_DEPTH} levels",
-            MAX_METADATA_DEPTH,
-        )
+    # Parsed from text, it nests at most as deep as the text has opening brackets (those in
+    # strings only add to the count): the walk runs only for text that has enough of them.
+    if given is None or given.count("{") + given.count("[") > MAX_METADATA_DEPTH:
+        depth = json_depth(value)
+        if depth > MAX_METADATA_DEPTH:
+            raise fail(
+                field,
+                f"nests {depth} levels deep; the limit is {MAX_METADATA_DEPTH} levels",
+                MAX_METADATA_DEPTH,
+            )
     try:
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        text = _metadata_encoder().encode(value)
     except (TypeError, ValueError, RecursionError) as exc:
         raise fail(field, f"is not JSON-serializable ({exc})") from exc
-    check_text(field, text)
-    _check_json_strings(field, value)
-    size = len(text.encode("utf-8"))
+    size = check_text(field, text)
+    # Parsed from text, a string holds NUL only through a \u0000 escape (json.loads refuses a
+    # raw control character in a string): the walk runs only for text that has one.
+    if given is None or "\\u0000" in given:
+        _check_json_strings(field, value)
     if size > MAX_METADATA_BYTES:
         raise fail(
             field,
@@ -210,6 +217,14 @@ def metadata(value: Any, field: str = "metadata") -> str:
             MAX_METADATA_BYTES,
         )
     return text
+
+
+@functools.cache
+def _metadata_encoder() -> json.JSONEncoder:
+    """`json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)`'s
+    encoder, made once (json.dumps makes one per call with options: a pulled page checks the
+    metadata of thousands of events)."""
+    return json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 def _check_json_strings(field: str, value: Any) -> None:

@@ -6,6 +6,7 @@ event, artifact, blob and link counts are unchanged afterwards.
 
 from __future__ import annotations
 
+import json
 import secrets
 import unicodedata
 from collections.abc import Callable
@@ -678,3 +679,226 @@ def test_task_create_keeps_goal_and_done_verbatim(store):
     assert "  Fix\r\nit  " in body and "Definition of done:\nx\n" in body
     assert out["task"].stream == "project/mem_palace"
     assert out["task"].correlation_id.startswith("task_fix_it_")
+
+
+def metadata_oracle(value: Any, field: str = "metadata") -> str:
+    """`validation.metadata` as it was written: the depth and NUL walks and the size on every
+    value (the function now skips the walks for text that cannot need them)."""
+    import json
+
+    from mempalace_logstream.payload import MAX_METADATA_DEPTH, json_depth
+
+    if value is None:
+        return "{}"
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise v.fail(field, f"is not valid JSON ({getattr(exc, 'msg', exc)})") from exc
+        except RecursionError as exc:
+            raise v.fail(
+                field, f"nests deeper than {MAX_METADATA_DEPTH} levels", MAX_METADATA_DEPTH
+            ) from exc
+    if not isinstance(value, dict):
+        raise v.fail(field, f"must be a JSON object, not {type(value).__name__}")
+    depth = json_depth(value)
+    if depth > MAX_METADATA_DEPTH:
+        raise v.fail(
+            field,
+            f"nests {depth} levels deep; the limit is {MAX_METADATA_DEPTH} levels",
+            MAX_METADATA_DEPTH,
+        )
+    try:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise v.fail(field, f"is not JSON-serializable ({exc})") from exc
+    v.check_text(field, text)
+    v._check_json_strings(field, value)
+    size = len(text.encode("utf-8"))
+    if size > v.MAX_METADATA_BYTES:
+        raise v.fail(
+            field,
+            f"is {size} bytes serialized; the limit is {v.MAX_METADATA_BYTES} bytes",
+            v.MAX_METADATA_BYTES,
+        )
+    return text
+
+
+def outcome_of(check: Callable[[Any], str], value: Any) -> tuple[str, Any]:
+    try:
+        return "ok", check(value)
+    except errors.ValidationError as exc:
+        return "refused", (exc.field, exc.limit, str(exc))
+
+
+JSON_TEXT = st.text(alphabet=st.sampled_from(["a", "\x00", "\\", "u", "0", "é", "\ud800", "{"]))
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | JSON_TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(JSON_TEXT, inner, max_size=3),
+    max_leaves=12,
+)
+
+
+def nested(depth: int, leaf: Any = 1) -> dict[str, Any]:
+    value: Any = leaf
+    for _ in range(depth - 1):
+        value = {"k": value}
+    return {"k": value}
+
+
+@given(value=st.dictionaries(JSON_TEXT, JSON_VALUES, max_size=4), ascii_only=st.booleans())
+def test_metadata_as_text_or_object_is_judged_as_it_always_was(value, ascii_only):
+    for raw in (value, json.dumps(value, ensure_ascii=ascii_only)):
+        assert outcome_of(v.metadata, raw) == outcome_of(metadata_oracle, raw)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"a":"\\u0000"}',  # NUL by escape: refused
+        '{"\\u0000":1}',
+        '{"a":"\\\\u0000"}',  # a backslash and u0000: kept
+        '{"a":"\x00"}',  # a raw control character: not JSON
+        json.dumps(nested(64)),
+        json.dumps(nested(65)),  # one level too deep
+        json.dumps(nested(63, "{" * 10)),  # brackets in strings count, the depth is fine
+        json.dumps(
+            {
+                "a": [
+                    [
+                        [
+                            [
+                                [
+                                    [
+                                        [
+                                            [
+                                                [
+                                                    [
+                                                        [
+                                                            [
+                                                                [
+                                                                    [
+                                                                        [
+                                                                            [
+                                                                                [
+                                                                                    [
+                                                                                        [
+                                                                                            [
+                                                                                                [
+                                                                                                    [
+                                                                                                        [
+                                                                                                            [
+                                                                                                                [
+                                                                                                                    [
+                                                                                                                        [
+                                                                                                                            [
+                                                                                                                                [
+                                                                                                                                    [
+                                                                                                                                        [
+                                                                                                                                            [
+                                                                                                                                                [
+                                                                                                                                                    [
+                                                                                                                                                        [
+                                                                                                                                                            [
+                                                                                                                                                                [
+                                                                                                                                                                    [
+                                                                                                                                                                        [
+                                                                                                                                                                            [
+                                                                                                                                                                                [
+                                                                                                                                                                                    [
+                                                                                                                                                                                        [
+                                                                                                                                                                                            [
+                                                                                                                                                                                                [
+                                                                                                                                                                                                    [
+                                                                                                                                                                                                        [
+                                                                                                                                                                                                            [
+                                                                                                                                                                                                                [
+                                                                                                                                                                                                                    [
+                                                                                                                                                                                                                        [
+                                                                                                                                                                                                                            [
+                                                                                                                                                                                                                                [
+                                                                                                                                                                                                                                    [
+                                                                                                                                                                                                                                        [
+                                                                                                                                                                                                                                            [
+                                                                                                                                                                                                                                                [
+                                                                                                                                                                                                                                                    [
+                                                                                                                                                                                                                                                        [
+                                                                                                                                                                                                                                                            [
+                                                                                                                                                                                                                                                                [
+                                                                                                                                                                                                                                                                    [
+                                                                                                                                                                                                                                                                        [
+                                                                                                                                                                                                                                                                            []
+                                                                                                                                                                                                                                                                        ]
+                                                                                                                                                                                                                                                                    ]
+                                                                                                                                                                                                                                                                ]
+                                                                                                                                                                                                                                                            ]
+                                                                                                                                                                                                                                                        ]
+                                                                                                                                                                                                                                                    ]
+                                                                                                                                                                                                                                                ]
+                                                                                                                                                                                                                                            ]
+                                                                                                                                                                                                                                        ]
+                                                                                                                                                                                                                                    ]
+                                                                                                                                                                                                                                ]
+                                                                                                                                                                                                                            ]
+                                                                                                                                                                                                                        ]
+                                                                                                                                                                                                                    ]
+                                                                                                                                                                                                                ]
+                                                                                                                                                                                                            ]
+                                                                                                                                                                                                        ]
+                                                                                                                                                                                                    ]
+                                                                                                                                                                                                ]
+                                                                                                                                                                                            ]
+                                                                                                                                                                                        ]
+                                                                                                                                                                                    ]
+                                                                                                                                                                                ]
+                                                                                                                                                                            ]
+                                                                                                                                                                        ]
+                                                                                                                                                                    ]
+                                                                                                                                                                ]
+                                                                                                                                                            ]
+                                                                                                                                                        ]
+                                                                                                                                                    ]
+                                                                                                                                                ]
+                                                                                                                                            ]
+                                                                                                                                        ]
+                                                                                                                                    ]
+                                                                                                                                ]
+                                                                                                                            ]
+                                                                                                                        ]
+                                                                                                                    ]
+                                                                                                                ]
+                                                                                                            ]
+                                                                                                        ]
+                                                                                                    ]
+                                                                                                ]
+                                                                                            ]
+                                                                                        ]
+                                                                                    ]
+                                                                                ]
+                                                                            ]
+                                                                        ]
+                                                                    ]
+                                                                ]
+                                                            ]
+                                                        ]
+                                                    ]
+                                                ]
+                                            ]
+                                        ]
+                                    ]
+                                ]
+                            ]
+                        ]
+                    ]
+                ]
+            }
+        ),
+        '{"a":NaN}',
+        '{"a":"\\ud800"}',  # a lone surrogate by escape
+        "[1]",
+        "",
+        '{"a":"' + "x" * (v.MAX_METADATA_BYTES) + '"}',
+    ],
+)
+def test_metadata_edge_texts_are_judged_as_they_always_were(raw):
+    assert outcome_of(v.metadata, raw) == outcome_of(metadata_oracle, raw)
