@@ -179,10 +179,9 @@ def metadata(value: Any, field: str = "metadata") -> str:
     """Serialize metadata with its key order kept; returns the JSON text to store."""
     if value is None:
         return "{}"
-    given = value if isinstance(value, str) else None
-    if given is not None:
+    if isinstance(value, str):
         try:
-            value = json.loads(given)
+            value = json.loads(value)
         except ValueError as exc:
             raise fail(field, f"is not valid JSON ({getattr(exc, 'msg', exc)})") from exc
         except RecursionError as exc:
@@ -191,24 +190,19 @@ def metadata(value: Any, field: str = "metadata") -> str:
             ) from exc
     if not isinstance(value, dict):
         raise fail(field, f"must be a JSON object, not {type(value).__name__}")
-    # Parsed from text, it nests at most as deep as the text has opening brackets (those in
-    # strings only add to the count): the walk runs only for text that has enough of them.
-    if given is None or given.count("{") + given.count("[") > MAX_METADATA_DEPTH:
-        depth = json_depth(value)
-        if depth > MAX_METADATA_DEPTH:
-            raise fail(
-                field,
-                f"nests {depth} levels deep; the limit is {MAX_METADATA_DEPTH} levels",
-                MAX_METADATA_DEPTH,
-            )
     try:
         text = _metadata_encoder().encode(value)
     except (TypeError, ValueError, RecursionError) as exc:
+        _check_depth(field, value)  # the depth's refusal comes first
         raise fail(field, f"is not JSON-serializable ({exc})") from exc
+    # The walks only where the text says they may find something (a pulled page checks
+    # thousands of metadata objects): it nests at most as deep as its text has opening
+    # brackets, and a string holds NUL only where the text has a \u0000 escape (a bracket
+    # or a backslash in a string only adds to the count).
+    if text.count("{") + text.count("[") > MAX_METADATA_DEPTH:
+        _check_depth(field, value)
     size = check_text(field, text)
-    # Parsed from text, a string holds NUL only through a \u0000 escape (json.loads refuses a
-    # raw control character in a string): the walk runs only for text that has one.
-    if given is None or "\\u0000" in given:
+    if "\\u0000" in text:
         _check_json_strings(field, value)
     if size > MAX_METADATA_BYTES:
         raise fail(
@@ -217,6 +211,16 @@ def metadata(value: Any, field: str = "metadata") -> str:
             MAX_METADATA_BYTES,
         )
     return text
+
+
+def _check_depth(field: str, value: Any) -> None:
+    depth = json_depth(value)
+    if depth > MAX_METADATA_DEPTH:
+        raise fail(
+            field,
+            f"nests {depth} levels deep; the limit is {MAX_METADATA_DEPTH} levels",
+            MAX_METADATA_DEPTH,
+        )
 
 
 @functools.cache

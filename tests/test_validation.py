@@ -682,8 +682,8 @@ def test_task_create_keeps_goal_and_done_verbatim(store):
 
 
 def metadata_oracle(value: Any, field: str = "metadata") -> str:
-    """`validation.metadata` as it was written: the depth and NUL walks and the size on every
-    value (the function now skips the walks for text that cannot need them)."""
+    """`validation.metadata` as it was written: the depth and NUL walks on every value (the
+    function now walks only where its serialized text says a walk may find something)."""
     import json
 
     from mempalace_logstream.payload import MAX_METADATA_DEPTH, json_depth
@@ -901,4 +901,29 @@ def test_metadata_as_text_or_object_is_judged_as_it_always_was(value, ascii_only
     ],
 )
 def test_metadata_edge_texts_are_judged_as_they_always_were(raw):
+    assert outcome_of(v.metadata, raw) == outcome_of(metadata_oracle, raw)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"a": "\x00"},
+        {"\x00": 1},
+        {"a": ["b", ("c", {"d": "e\x00"})]},
+        {"a": "\\u0000"},  # a backslash and u0000: kept
+        nested(64),
+        nested(65),
+        nested(65, float("nan")),  # too deep and not JSON: the depth is named first
+        nested(65, object()),
+        nested(3, float("nan")),
+        nested(3, object()),
+        nested(2000),  # past json's recursion: the depth is named
+        {"a": (1, [2, {"b": None}])},
+        {2: "a", None: "b", True: "c", 1.5: "d"},
+        {("a",): 1},
+        {"a": "\ud800"},
+        {"a": "{[" * 40},
+    ],
+)
+def test_metadata_edge_objects_are_judged_as_they_always_were(raw):
     assert outcome_of(v.metadata, raw) == outcome_of(metadata_oracle, raw)
