@@ -17,6 +17,12 @@ serve` (full install). Every pull below starts from an empty database, is one CL
 
 The headline ratio is ours<-ours / ref<-ref in events per second (target >= 5). Exit 1 when
 a pull that ran is incomplete. Never a test; figures go to docs/bench/sync.md.
+
+Bytecode is cached on both sides, as in an installed package: our hub and client, and the
+reference's client, read it from a scratch PYTHONPYCACHEPREFIX (even under
+PYTHONDONTWRITEBYTECODE), filled before the timed pulls by `compileall` (untimed): our
+package, and the site-packages of the reference's client venv. Without it a pull compiled
+every module it imports first (ours ~1 s where the checkout has no __pycache__).
 """
 
 from __future__ import annotations
@@ -55,6 +61,43 @@ _HUB = textwrap.dedent(
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
     """
 )
+
+
+PYCACHE: dict[str, str] = {}  # our children's bytecode cache, set by main()
+
+
+def our_env() -> dict[str, str]:
+    """The environment of our hub and client: this checkout first, the scratch bytecode."""
+    env = {**os.environ, "PYTHONPATH": str(common.REPO), **PYCACHE}
+    if PYCACHE:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def ref_env() -> dict[str, str]:
+    """What the reference's client is run with besides its own clean environment."""
+    return {**PYCACHE, "PYTHONDONTWRITEBYTECODE": ""} if PYCACHE else {}
+
+
+def warm_bytecode(refpkg: Any) -> None:
+    """Compile our package and the reference client's site-packages into the scratch cache
+    (untimed), as an install would."""
+    ours = [sys.executable, "-m", "compileall", "-q", str(common.REPO / "mempalace_logstream")]
+    subprocess.run(ours, env=our_env(), check=True, stdout=subprocess.DEVNULL, timeout=600)
+    if refpkg is None:
+        return
+    py = refpkg.ref_python()
+    out = subprocess.run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    drop = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP")  # (ours: not theirs)
+    env = {**{k: v for k, v in os.environ.items() if k not in drop}, **ref_env()}
+    cmd = [str(py), "-m", "compileall", "-q", out.stdout.strip()]
+    subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, timeout=600)  # (a file may fail)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -133,7 +176,7 @@ def build_source(path: Path, n_events: int, n_artifacts: int) -> None:
 @contextlib.contextmanager
 def our_hub(db: Path) -> Iterator[str]:
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(common.REPO)}
+    env = our_env()
     proc = subprocess.Popen(
         [sys.executable, "-c", _HUB, str(db), str(port), TOKEN],
         env=env,
@@ -180,7 +223,7 @@ def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> N
 
 
 def ours_pull(url: str, token: str, dest: Path) -> tuple[float, dict[str, Any]]:
-    env = {**os.environ, "PYTHONPATH": str(common.REPO)}
+    env = our_env()
     cmd = [
         sys.executable,
         "-m",
@@ -205,7 +248,10 @@ def ours_pull(url: str, token: str, dest: Path) -> tuple[float, dict[str, Any]]:
 def ref_pull(refpkg: Any, url: str, token: str, palace: Path) -> tuple[float, dict[str, Any]]:
     t0 = time.perf_counter()
     proc = refpkg.ref_cli(
-        "logstream", "sync", "--peer", url, "--token", token, "--json", palace=palace, timeout=7200
+        *("logstream", "sync", "--peer", url, "--token", token, "--json"),
+        palace=palace,
+        timeout=7200,
+        env=ref_env(),
     )
     secs = time.perf_counter() - t0
     if proc.returncode != 0:
@@ -238,6 +284,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("ours<-ours", "ref<-ref", "ref<-ours", "ours<-ref")
     )
     with common.temp_dir("logstream-bench-sync-") as tmp:
+        if not args.smoke:  # a smoke run's children use the caller's bytecode
+            PYCACHE["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
+            warm_bytecode(refpkg)
         src = tmp / "source.sqlite3"
         t0 = time.perf_counter()
         build_source(src, n, a)
