@@ -9,10 +9,11 @@ Sections (all by default; `--sections` picks some):
            row per transaction) vs the reference (8 threads on one `Logstream`).
   list     inbox/list latency on a 1,000,000-event log (cached between runs): ours
            `event_list`, the raw sqlite3 query, and the reference's `list_events` on a
-           reference file holding the same rows.
+           reference file holding the same rows (bench/store_list.py).
 
-Repetitions are interleaved (ours, raw, reference, rotating) and the median is reported, because
-the machine is shared. Never a test: nothing here asserts a time.
+Repetitions are interleaved (ours, raw, reference, rotating; the list section's reference reads
+in a process kept open, in turns with ours) and the median is reported, because the machine is
+shared. Never a test: nothing here asserts a time.
 Must not be imported by the package; imports our package and tests/refpkg.py lazily.
 """
 
@@ -37,7 +38,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as `python bench/bench_store.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import common  # noqa: E402
+from bench import common, store_list  # noqa: E402
 
 BENCH = "store"
 SECTIONS = ("append", "threads", "list")
@@ -575,296 +576,6 @@ def ref_log(n: int, cache: Path, rebuild: bool) -> Path:
         return palace
 
 
-# ----------------------------------------------------------------- list latency
-
-
-@dataclass(frozen=True)
-class Query:
-    label: str
-    ours: dict[str, Any]  # event_list kwargs
-    ref: dict[str, Any]  # list_events kwargs (the reference defaults to asc: say desc)
-    raw: tuple[tuple[str, str, dict[str, Any]], ...]  # (label, SQL, named params): raw sqlite3
-
-
-_COLS = ", ".join(["seq", *common.EVENT_FIELDS])
-RAW_BEST = "raw sqlite3, same SQL shape"
-RAW_IN = "raw sqlite3, one IN list"
-
-
-def _inbox_sql(cond: str | None, order: str) -> tuple[str, str]:
-    """The raw equivalents of an inbox page: one IN list, and one leg per value (UNION ALL)."""
-    lim = LIST_LIMIT + 1
-    sel = f"SELECT {_COLS} FROM events WHERE " + (f"{cond} AND " if cond else "")
-    return (
-        f"{sel}to_agent IN (:agent, '*') ORDER BY seq {order} LIMIT {lim}",
-        f"{sel}to_agent = :agent UNION ALL {sel}to_agent = '*' ORDER BY seq {order} LIMIT {lim}",
-    )
-
-
-def cursor_and_correlation(path: Path, n: int) -> tuple[str, str, int]:
-    """(a cursor's event id, a recent correlation id, how far back the cursor is) from the
-    `n`-event log at `path` itself: what the bench's after-cursor and correlation reads ask."""
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        back = max(1, min(2000, n // 10))
-        since_id = conn.execute("SELECT id FROM events WHERE seq = ?", (n - back,)).fetchone()[0]
-        corr = conn.execute(
-            "SELECT correlation_id FROM events WHERE correlation_id IS NOT NULL AND seq <= ?"
-            " ORDER BY seq DESC LIMIT 1",
-            (n - 100,),
-        ).fetchone()[0]
-    finally:
-        conn.close()
-    return since_id, corr, back
-
-
-def _queries(path: Path, n: int) -> list[Query]:
-    """The four reads, with a recent cursor and a recent correlation id from the log itself."""
-    since_id, corr, back = cursor_and_correlation(path, n)
-    agent, kind = common.INBOX_AGENT, common.FILTER_TYPE
-    lim = LIST_LIMIT + 1
-    sel = f"SELECT {_COLS} FROM events WHERE"
-    inbox_in, inbox_union = _inbox_sql(None, "DESC")
-    since_in, since_union = _inbox_sql("seq > (SELECT seq FROM events WHERE id = :since)", "ASC")
-    p_agent, p_since = {"agent": agent}, {"agent": agent, "since": since_id}
-    return [
-        Query(
-            f"inbox to_agent={agent} (newest {LIST_LIMIT})",
-            {"to_agent": agent},
-            {"to_agent": agent, "order": "desc", "limit": LIST_LIMIT},
-            ((RAW_BEST, inbox_union, p_agent), (RAW_IN, inbox_in, p_agent)),
-        ),
-        Query(
-            f"to_agent={agent} since_event_id=<{back} back>",
-            {"to_agent": agent, "since_event_id": since_id},
-            {"to_agent": agent, "since_event_id": since_id, "limit": LIST_LIMIT},
-            ((RAW_BEST, since_union, p_since), (RAW_IN, since_in, p_since)),
-        ),
-        Query(
-            f"type={kind} (newest {LIST_LIMIT})",
-            {"type": kind},
-            {"type": kind, "order": "desc", "limit": LIST_LIMIT},
-            ((RAW_BEST, f"{sel} type = :v ORDER BY seq DESC LIMIT {lim}", {"v": kind}),),
-        ),
-        Query(
-            "correlation_id=<recent> (newest)",
-            {"correlation_id": corr},
-            {"correlation_id": corr, "order": "desc", "limit": LIST_LIMIT},
-            ((RAW_BEST, f"{sel} correlation_id = :v ORDER BY seq DESC LIMIT {lim}", {"v": corr}),),
-        ),
-    ]
-
-
-_REF_LIST = r"""
-import json, sys, time
-from mempalace.logstream import Logstream
-palace, max_n, budget = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-queries = json.loads(sys.argv[4])
-ls = Logstream(db_path=palace + "/logstream.sqlite3")
-out = []
-for kwargs in queries:
-    for _ in range(3):
-        rows = ls.list_events(**kwargs)
-    samples, cpu, start = [], [], time.perf_counter()
-    # at least 5 samples: one reference inbox read on 1M events takes seconds
-    while len(samples) < max_n and (len(samples) < 5 or time.perf_counter() - start < budget):
-        t0, c0 = time.perf_counter(), time.thread_time()
-        ls.list_events(**kwargs)
-        cpu.append(time.thread_time() - c0); samples.append(time.perf_counter() - t0)
-    out.append({"samples": samples, "cpu": cpu, "count": len(rows)})
-ls.close()
-print(json.dumps(out))
-"""
-
-
-def _sample(
-    fns: dict[str, Callable[[], Any]], max_n: int, budget_s: float
-) -> dict[str, dict[str, float]]:
-    """Latency of each function, sampled round-robin (one call of each per round) so that a
-    load burst on the shared machine hits every system alike: up to `max_n` rounds or
-    `budget_s` seconds per function (at least 20 rounds).
-
-    Wall p50/p95/max, plus the median CPU time of the calling thread, which a busy machine
-    inflates far less than wall time (it shows what a quiet machine would approach).
-    """
-    for fn in fns.values():
-        for _ in range(3):
-            fn()
-    wall: dict[str, list[float]] = {k: [] for k in fns}
-    cpu: dict[str, list[float]] = {k: [] for k in fns}
-    start, limit = time.perf_counter(), budget_s * len(fns)
-    rounds = 0
-    while rounds < max_n and (rounds < 20 or time.perf_counter() - start < limit):
-        for key, fn in fns.items():
-            t0, c0 = time.perf_counter(), time.thread_time()
-            fn()
-            cpu[key].append(time.thread_time() - c0)
-            wall[key].append(time.perf_counter() - t0)
-        rounds += 1
-    return {k: _latency(wall[k], cpu[k]) for k in fns}
-
-
-def _latency(wall: list[float], cpu: list[float]) -> dict[str, float]:
-    out = common.summarize(wall)
-    out["cpu_p50"] = common.percentile(cpu, 0.5)
-    return out
-
-
-def capture_plans(store: Any, kwargs: dict[str, Any]) -> list[tuple[str, list[str]]]:
-    """EXPLAIN QUERY PLAN of every SELECT that one `event_list(**kwargs)` issues (seen by
-    the backend's statement hooks)."""
-    seen: list[tuple[str, Any]] = []
-
-    def grab(statement: str, params: Any) -> None:
-        if statement.lstrip().upper().startswith(("SELECT", "WITH")):
-            seen.append((statement, params))
-
-    store.backend.statement_hooks.append(grab)
-    try:
-        store.event_list(**kwargs)
-    finally:
-        store.backend.statement_hooks.remove(grab)
-    raw = sqlite3.connect(f"file:{store.engine.url.database}?mode=ro", uri=True)
-    try:
-        return [(" ".join(s.split()), _plan(raw, s, p)) for s, p in seen]
-    finally:
-        raw.close()
-
-
-def _plan(conn: sqlite3.Connection, sql: str, params: Any) -> list[str]:
-    return [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
-
-
-def _page_plan(plans: list[tuple[str, list[str]]]) -> list[str]:
-    """The page query's plan: the first captured statement that reads the body column (the
-    reads after it, the keyring's marks probe, read no body)."""
-    for statement, plan in plans:
-        if "events.body" in statement:
-            return plan
-    return plans[-1][1]
-
-
-Latencies = dict[str, dict[str, dict[str, float]]]  # query -> system -> _latency() figures
-Counts = dict[str, dict[str, int]]  # query -> system -> rows read
-Plans = dict[str, dict[str, list[str]]]  # query -> system -> EXPLAIN QUERY PLAN steps
-
-
-def _ours_read(store: Any, q: Query) -> Callable[[], Any]:
-    """Our `event_list` of one query, as a function of no argument."""
-    return lambda: store.event_list(**q.ours)
-
-
-def _raw_read(conn: sqlite3.Connection, sql: str, params: dict[str, Any]) -> Callable[[], Any]:
-    """One raw sqlite3 read of every row, as a function of no argument."""
-    return lambda: conn.execute(sql, params).fetchall()
-
-
-def _measure_ours(
-    path: Path, queries: list[Query], sizes: Sizes
-) -> tuple[Latencies, Counts, Plans]:
-    from mempalace_logstream.store import LogStore
-
-    results: Latencies = {}
-    counts: Counts = {}
-    plans: Plans = {}
-    store = LogStore.open(str(path), migrate_schema=False)
-    raw = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    budget = (sizes.list_samples, sizes.list_budget_s)
-    try:
-        for q in queries:
-            cnt = counts.setdefault(q.label, {})
-            fns: dict[str, Callable[[], Any]] = {}
-            plans[q.label] = {"ours event_list": _page_plan(capture_plans(store, q.ours))}
-            cnt["ours event_list"] = len(store.event_list(**q.ours).events)
-            fns["ours event_list"] = _ours_read(store, q)
-            for label, sql, params in q.raw:
-                if label == RAW_IN:
-                    plans[q.label][label] = _plan(raw, sql, params)
-                cnt[label] = min(LIST_LIMIT, len(raw.execute(sql, params).fetchall()))
-                fns[label] = _raw_read(raw, sql, params)
-            results[q.label] = _sample(fns, *budget)
-    finally:
-        raw.close()
-        store.close()
-    return results, counts, plans
-
-
-def bench_list(
-    sizes: Sizes, n: int, cache: Path, rebuild: bool, use_ref: bool, ref_reason: str | None
-) -> None:
-    print(f"\n== inbox/list latency on a {n:,}-event log (limit {LIST_LIMIT}, warm cache)")
-    path = ours_log(n, cache, rebuild)
-    palace = ref_log(n, cache, rebuild) if use_ref else None
-    queries = _queries(path, n)
-    results, counts, plans = _measure_ours(path, queries, sizes)
-    ref_label = "reference list_events"
-    if palace is not None:
-        ref_out = common.run_ref_json(
-            _REF_LIST,
-            palace,
-            sizes.list_samples,
-            sizes.list_budget_s,
-            json.dumps([q.ref for q in queries]),
-            timeout=1800,
-        )
-        for q, res in zip(queries, ref_out, strict=True):
-            results[q.label][ref_label] = _latency(res["samples"], res["cpu"])
-            counts[q.label][ref_label] = res["count"]
-    rows = []
-    for q in queries:
-        for i, (label, s) in enumerate(results[q.label].items()):
-            rows.append(
-                [
-                    q.label if i == 0 else "",
-                    label,
-                    common.fmt_ms(s["p50"]),
-                    common.fmt_ms(s["p95"]),
-                    common.fmt_ms(s["max"]),
-                    common.fmt_ms(s["cpu_p50"]),
-                    int(s["n"]),
-                    counts[q.label][label],
-                ]
-            )
-    common.print_table(
-        f"list latency, {n:,} events (ms; 'same SQL shape' = what the store runs, minus "
-        "SQLAlchemy, validation, the tip lookup and hydration)",
-        ["query", "system", "p50", "p95", "max", "CPU p50", "samples", "rows"],
-        rows,
-    )
-    print("\nEXPLAIN QUERY PLAN of the page query:")
-    for q in queries:
-        print(f"  {q.label}:")
-        for label, plan in plans[q.label].items():
-            print(f"    {label}:")
-            for step in plan:
-                print(f"        {step}")
-    for q in queries:
-        ours_p50 = results[q.label]["ours event_list"]["p50"] * 1000
-        common.target_line(BENCH, f"list p50 {q.label} ({n:,} events)", ours_p50, "ms", "<=", 2.0)
-    for q in queries:
-        res = results[q.label]
-        ours = res["ours event_list"]["p50"]
-        common.ratio_line(
-            BENCH, f"list p50 {q.label}: raw-sqlite3/ours", res[RAW_BEST]["p50"] / ours
-        )
-        if ref_label in res:
-            common.ratio_line(
-                BENCH,
-                f"list p50 {q.label}: reference/ours (speed-up)",
-                res[ref_label]["p50"] / ours,
-            )
-            cpu_ratio = res[ref_label]["cpu_p50"] / res["ours event_list"]["cpu_p50"]
-            common.ratio_line(BENCH, f"list CPU p50 {q.label}: reference/ours", cpu_ratio)
-        if RAW_IN in res:  # the shape question on raw sqlite3 (the store splits an inbox)
-            common.ratio_line(
-                BENCH,
-                f"list p50 {q.label}: IN-list shape/UNION ALL shape (raw sqlite3)",
-                res[RAW_IN]["p50"] / res[RAW_BEST]["p50"],
-            )
-    if palace is None:
-        print(f"reference not measured: {ref_reason}")
-
-
 # ----------------------------------------------------------------- entry point
 
 
@@ -901,7 +612,10 @@ def main(argv: list[str] | None = None) -> int:
         if "threads" in args.sections:
             bench_threads(tmp, sizes, use_ref, reason)
     if "list" in args.sections:
-        bench_list(sizes, n, common.cache_dir(args.cache_dir), args.rebuild, use_ref, reason)
+        cache = common.cache_dir(args.cache_dir)
+        path = ours_log(n, cache, args.rebuild)
+        palace = ref_log(n, cache, args.rebuild) if use_ref else None
+        store_list.bench_list(sizes, n, path, palace, reason)
     print(f"\nbench_store done in {time.perf_counter() - started:.1f} s")
     return 0
 

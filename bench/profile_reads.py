@@ -31,7 +31,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as `python bench/profile_reads.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import bench_store, common  # noqa: E402
+from bench import common, store_list  # noqa: E402
 
 SHAPES = ("inbox", "cursor", "type", "corr")
 
@@ -44,8 +44,8 @@ def log_path(n: int, override: str | None) -> Path:
 
 
 def read_args(path: Path, n: int) -> dict[str, dict[str, Any]]:
-    """The bench's four `event_list` arguments (bench_store._queries)."""
-    since, corr, _back = bench_store.cursor_and_correlation(path, n)
+    """The bench's four `event_list` arguments (store_list._queries)."""
+    since, corr, _back = store_list.cursor_and_correlation(path, n)
     return {
         "inbox": {"to_agent": common.INBOX_AGENT},
         "cursor": {"to_agent": common.INBOX_AGENT, "since_event_id": since},

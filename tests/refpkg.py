@@ -396,6 +396,16 @@ def run_ref(
     return proc
 
 
+def start_ref(code: str, *args: Any, **popen: Any) -> subprocess.Popen:
+    """Start a Python snippet in the reference venv (``python -c code *args``) and return the
+    running process, in the environment ``run_ref`` gives (``popen``: ``subprocess.Popen``
+    keywords such as the pipes). For a process that answers commands while the caller
+    measures other things between them (bench/ref_worker.py)."""
+    return subprocess.Popen(
+        [str(ref_python()), "-c", code, *map(str, args)], env=_clean_env(), **popen
+    )
+
+
 def run_ref_json(code: str, *args: Any, **kwargs: Any) -> Any:
     """``run_ref`` and decode the last non-empty stdout line as JSON."""
     out = run_ref(code, *args, **kwargs).stdout.strip().splitlines()
