@@ -5,8 +5,10 @@ Sections (all by default; `--sections` picks some), on a SQLite file and, with a
   status   `task_status` on a task whose thread holds 1,000 events (a request, a claim, 998
            progress moves), next to one on a task of a single event.
   list     `task_list` over 100,000 tasks spread over seven states: `state=open`,
-           `state=working`, `to_agent=X, state=open`, any state with no filter, and a stream's
-           tasks with and without a state (wall and CPU time per call). The SQLite log is built
+           `state=working`, `to_agent=X, state=open`, any state with no filter, a stream's
+           tasks with and without a state, and a parent's children (P: a child every 49
+           tasks, in every state), with no state, a state or an agent, and a parent with none
+           (wall and CPU time per call). The log is built by tasks_data.py. The SQLite log is built
            through the store once and cached; PostgreSQL's is built each run.
   move     a move's row write alone on the list log: the projection's UPDATE the store runs
            for a move (every column set; a new `updated_seq`, the state kept or changed), 500
@@ -25,9 +27,6 @@ import argparse
 import contextlib
 import functools
 import itertools
-import os
-import secrets
-import sqlite3
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -41,30 +40,23 @@ if __package__ in (None, ""):  # run as `python bench/bench_tasks.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import common  # noqa: E402
+from bench.tasks_data import (  # noqa: E402
+    LIST_AGENT,
+    LIST_PARENT,
+    LIST_STREAM,
+    LONG_TASK,
+    append_all,
+    build_settings,
+    move_fields,
+    pg_schema,
+    populate,
+    request_fields,
+    sqlite_log,
+)
 
 BENCH = "tasks"
 SECTIONS = ("status", "list", "move", "append")
 TARGET_MS = 2.0
-LONG_TASK = "task_bench_long"
-LEASE_MS = 7 * 24 * 3600 * 1000  # the longest lease: a cached log's held tasks stay held
-FRESH_FOR_MS = 24 * 3600 * 1000  # rebuild the cached log when a lease ends within a day
-LIST_AGENT = common.AGENTS[7]
-# A task's stream and its end state both follow its index modulo 20: this stream's tasks are
-# all working, and its listing of any state finds nothing in the eight other states' ranges.
-LIST_STREAM = common.STREAMS[10]
-# The state each task ends in, by its index modulo 20: 8 open, 2 claimed, 5 working,
-# 1 blocked, 2 completed, 1 cancelled, 1 failed (2.15 events per task).
-PLAN: tuple[str, ...] = ("open",) * 8 + ("claimed",) * 2 + ("working",) * 5
-PLAN += ("blocked", "completed", "completed", "cancelled", "failed")
-MOVES: dict[str, tuple[str, ...]] = {
-    "open": (),
-    "claimed": ("claim",),
-    "working": ("claim", "progress"),
-    "blocked": ("claim", "block"),
-    "completed": ("claim", "complete", "accept"),
-    "cancelled": ("cancel",),
-    "failed": ("claim", "fail"),
-}
 
 
 @dataclass(frozen=True)
@@ -80,137 +72,6 @@ class Sizes:
 QUICK = Sizes(100, 600, 30, 0.3, 10, 2)
 DEFAULT = Sizes(1_000, 100_000, 400, 5.0, 40, 8)
 SMOKE = Sizes(20, 60, 3, 0.05, 3, 1)
-
-
-# ----------------------------------------------------------------- building a log
-
-
-def request_fields(task_id: str, i: int) -> dict[str, Any]:
-    return dict(
-        type="task.request",
-        stream=common.STREAMS[i % len(common.STREAMS)],
-        room="delegation",
-        from_agent=f"lead-{i % 5}",
-        to_agent=common.AGENTS[i % len(common.AGENTS)],
-        correlation_id=task_id,
-        status="open",
-        body=f"Goal: bench task {i}.",
-        metadata={"lease_ms": LEASE_MS},
-    )
-
-
-def move_fields(task_id: str, i: int, action: str, progress: float = 1.0) -> dict[str, Any]:
-    """One move as a raw `event_append` (what `task_update` appends, without its reads)."""
-    requester, assignee = f"lead-{i % 5}", common.AGENTS[i % len(common.AGENTS)]
-    event_type, _starts, target = MOVE_TYPES[action]
-    by_requester = action in ("cancel", "accept")
-    meta: dict[str, Any] = {}
-    if action == "progress":
-        meta["progress"] = progress
-    elif action == "complete":
-        meta["result"] = {"disposition": "no_artifact"}
-    return dict(
-        type=event_type,
-        stream=common.STREAMS[i % len(common.STREAMS)],
-        room="delegation",
-        from_agent=requester if by_requester else assignee,
-        to_agent=assignee if by_requester else requester,
-        correlation_id=task_id,
-        status=target,
-        body=f"{action} of bench task {i}",
-        metadata=meta or None,
-    )
-
-
-def task_fields(i: int) -> list[dict[str, Any]]:
-    task_id = f"task_bench_{i:07d}"
-    moves = MOVES[PLAN[i % len(PLAN)]]
-    return [request_fields(task_id, i)] + [move_fields(task_id, i, a) for a in moves]
-
-
-def append_all(store: Any, fields: list[dict[str, Any]]) -> None:
-    """Append events in one store transaction (each still checked by the lifecycle)."""
-    drafts = [store.draft_event(**f) for f in fields]
-    store.transaction(lambda tx: [tx.insert_event(d) for d in drafts])
-
-
-def populate(store: Any, sizes: Sizes, batch: int = 500) -> None:
-    """The long task, then `sizes.tasks` tasks: every event through the store's write path
-    (drafted, checked by the lifecycle, the projection moved), `batch` tasks a transaction."""
-    t0 = time.perf_counter()
-    long = [request_fields(LONG_TASK, 0), move_fields(LONG_TASK, 0, "claim")]
-    # Progress is a percentage (0-100): the moves climb to 100 over the thread.
-    steps = sizes.thread_events - 2
-    long += [move_fields(LONG_TASK, 0, "progress", 100.0 * (n + 1) / steps) for n in range(steps)]
-    append_all(store, long)
-    events = len(long)
-    for start in range(0, sizes.tasks, batch):
-        fields = [f for i in range(start, min(sizes.tasks, start + batch)) for f in task_fields(i)]
-        append_all(store, fields)
-        events += len(fields)
-    seconds = time.perf_counter() - t0
-    print(f"built {sizes.tasks:,} tasks ({events:,} events) in {seconds:.1f} s")
-
-
-def _schema_key() -> str:
-    from bench import bench_store
-
-    return bench_store.schema_fingerprint()
-
-
-def _stale(path: Path) -> bool:
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        (soonest,) = conn.execute("SELECT min(lease_expires_ms) FROM tasks").fetchone()
-    finally:
-        conn.close()
-    return soonest is not None and soonest < time.time() * 1000 + FRESH_FOR_MS
-
-
-def sqlite_log(sizes: Sizes, cache: Path, rebuild: bool) -> Path:
-    """The SQLite task log, built through the store once per (size, schema) and cached; built
-    again when a held task's lease would end within a day (it would read as open)."""
-    name = f"tasks-{sizes.tasks}-{sizes.thread_events}-{_schema_key()}.sqlite3"
-    path = cache / name
-    with common.file_lock(cache / (name + ".lock")):
-        if path.exists() and not rebuild and not _stale(path):
-            return path
-        from mempalace_logstream.store import LogStore
-
-        building = path.with_name(name + ".building")
-        common.remove_sqlite(building)
-        store = LogStore.open(str(building), durability="normal")
-        try:
-            populate(store, sizes)
-        finally:
-            store.close()
-        common.remove_sqlite(path)
-        for suffix in ("-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                os.replace(f"{building}{suffix}", f"{path}{suffix}")
-        os.replace(building, path)
-        for stale in cache.glob(f"tasks-{sizes.tasks}-{sizes.thread_events}-*.sqlite3"):
-            if stale != path:
-                common.remove_sqlite(stale)
-        return path
-
-
-@contextlib.contextmanager
-def pg_schema(admin_url: str) -> Iterator[str]:
-    """A fresh schema on the server, dropped afterwards; yields a URL whose search_path is it."""
-    import sqlalchemy as sa
-
-    name = f"bench_tasks_{secrets.token_hex(4)}"
-    eng = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with eng.connect() as conn:
-        conn.execute(sa.text(f"CREATE SCHEMA {name}"))
-    sep = "&" if "?" in admin_url else "?"
-    try:
-        yield f"{admin_url}{sep}options=-csearch_path%3D{name}"
-    finally:
-        with eng.connect() as conn:
-            conn.execute(sa.text(f"DROP SCHEMA {name} CASCADE"))
-        eng.dispose()
 
 
 # ----------------------------------------------------------------- reads
@@ -305,6 +166,10 @@ def bench_list(store: Any, label: str, sizes: Sizes) -> None:
         "any state": {},
         f"stream={LIST_STREAM}": {"stream": LIST_STREAM},
         f"stream={LIST_STREAM}, state=working": {"stream": LIST_STREAM, "state": "working"},
+        "parent=P": {"parent_task_id": LIST_PARENT},
+        "parent=P, state=working": {"parent_task_id": LIST_PARENT, "state": "working"},
+        f"parent=P, to_agent={LIST_AGENT}": {"parent_task_id": LIST_PARENT, "to_agent": LIST_AGENT},
+        "parent with no child": {"parent_task_id": LONG_TASK},
     }
     rows, stats = [], {}
     for what, kwargs in queries.items():
@@ -322,7 +187,7 @@ def bench_list(store: Any, label: str, sizes: Sizes) -> None:
         ["filter", "p50", "p95", "n", "CPU p50", "SQL alone p50", "page"],
         rows,
     )
-    for what in ("state=open", "any state", f"stream={LIST_STREAM}"):
+    for what in ("state=open", "any state", f"stream={LIST_STREAM}", "parent=P"):
         print_plan(store, page_statement(store, queries[what]), what)
     for what, s in stats.items():
         p50, p95 = s["p50"] * 1000, s["p95"] * 1000
@@ -510,8 +375,6 @@ def bench_append(store: Any, label: str, sizes: Sizes) -> None:
 
 # ----------------------------------------------------------------- main
 
-MOVE_TYPES: dict[str, tuple[str, frozenset[str], str]] = {}
-
 
 def run_sections(store: Any, label: str, sizes: Sizes, sections: Sequence[str]) -> None:
     if "status" in sections:
@@ -526,7 +389,8 @@ def run_sqlite(args: argparse.Namespace, sizes: Sizes) -> None:
     from mempalace_logstream.store import LogStore
 
     if {"status", "list", "move"} & set(args.sections):
-        path = sqlite_log(sizes, common.cache_dir(args.cache_dir), args.rebuild)
+        cache = common.cache_dir(args.cache_dir)
+        path = sqlite_log(sizes.tasks, sizes.thread_events, cache, args.rebuild)
         store = LogStore.open(str(path))
         try:
             run_sections(store, "SQLite", sizes, args.sections)
@@ -550,10 +414,10 @@ def run_pg(args: argparse.Namespace, sizes: Sizes) -> None:
         except Exception as exc:  # no server: say so, keep the rest
             print(f"\nPostgreSQL not measured: {type(exc).__name__}: {exc}")
             return
-        store = LogStore.open(url)
+        store = LogStore.open(url, task_settings=build_settings())
         stack.callback(store.close)
         if {"status", "list", "move"} & set(args.sections):
-            populate(store, sizes)
+            populate(store, sizes.tasks, sizes.thread_events)
             run_sections(store, "PostgreSQL", sizes, args.sections)
             if "list" in args.sections:  # the plans change with fresh statistics
                 with store.engine.connect() as conn:
@@ -581,9 +445,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     common.ensure_repo_on_path()
-    from mempalace_logstream import tasks
-
-    MOVE_TYPES.update(tasks.ACTIONS)
     size = "smoke" if args.smoke else "quick" if args.quick else "full"
     base = {"smoke": SMOKE, "quick": QUICK, "full": DEFAULT}[size]
     sizes = Sizes(**{**base.__dict__, "tasks": args.tasks or base.tasks})

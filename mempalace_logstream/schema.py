@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from mempalace_logstream.backends.ddl import KEY_TYPE, SEQ_TYPE, declared_where_set
 from mempalace_logstream.models import EVENT_SPEC
 
-SCHEMA_HEAD = "0015"
+SCHEMA_HEAD = "0016"
 
 metadata = sa.MetaData(
     naming_convention={
@@ -231,7 +231,11 @@ tasks = sa.Table(
     sa.Index(None, "to_agent", "updated_seq"),
     sa.Index(None, "stream", "state", "updated_seq"),  # a stream's listing (0015)
     sa.Index(None, "requester", "updated_seq"),
-    sa.Index(None, "parent_task_id"),
+    # A parent's children (0016): its listing, one range per state, and the counts of its
+    # open children; only the rows with a parent (every read names one).
+    sa.Index(
+        None, "parent_task_id", "state", "updated_seq", **declared_where_set("parent_task_id")
+    ),
     # The listing of any state (0015): partial, so that only it, which states the predicate,
     # walks it, never a state's listing (0014 dropped the plain index on `updated_seq`).
     sa.Index("ix_tasks_any_state", "updated_seq", sqlite_where=sa.text(TASKS_ANY_STATE_WHERE)),

@@ -6,7 +6,7 @@ The SQLite statements of the inbox's reads as the store compiles them
 
 from typing import Any
 
-SCHEMA_HEAD = "0015"
+SCHEMA_HEAD = "0016"
 SPLIT_INBOX = True
 STATEMENTS: dict[Any, tuple[str, dict[str, Any]]] = {
     "appends.event-by-id": (

@@ -6,7 +6,7 @@ store/lean_leases.py (the PreToolUse hook's lean path).
 
 from typing import Any
 
-SCHEMA_HEAD = "0015"
+SCHEMA_HEAD = "0016"
 COLUMNS = (
     "lease_id",
     "project",

@@ -7,7 +7,7 @@ store/lean_write.py.
 
 from typing import Any
 
-SCHEMA_HEAD = "0015"
+SCHEMA_HEAD = "0016"
 SPLIT_INBOX = True
 OPERATIONS = {
     "event_append": (

@@ -297,14 +297,15 @@ def _list_query(
 ) -> sa.Executable:
     """Newest activity first, each leg an index-ordered range cut at the page, merged (an OR
     would sort every live task): one leg per state, on `(state, updated_seq)` (or
-    `(to_agent, state, updated_seq)`, `(stream, state, updated_seq)`), the only indexes
-    ordered by `updated_seq` a state's leg can walk (the index on `updated_seq` alone is
-    partial, `ix_tasks_any_state`, for the listing of any state with no filter, which states
-    its predicate: a planner with statistics walked a plain one filtering the state, issue
-    25). `state=open` also holds claimed/working tasks whose lease has passed, found through
-    `(state, lease_expires_ms)`; no state is every state (or, filtered by an agent, one leg
-    on the agent's own index: `_OWN_ORDER`). SQLite merges the legs' keys, not their
-    documents (`_merged_keys`).
+    `(to_agent, state, updated_seq)`, `(stream, state, updated_seq)`, a parent's
+    `(parent_task_id, state, updated_seq)`, which a listing naming a parent always walks:
+    `PARENT`), the only indexes ordered by `updated_seq` a state's leg can walk (the index
+    on `updated_seq` alone is partial, `ix_tasks_any_state`, for the listing of any state
+    with no filter, which states its predicate: a planner with statistics walked a plain
+    one filtering the state, issue 25). `state=open` also holds claimed/working tasks whose
+    lease has passed, found through `(state, lease_expires_ms)`; no state is every state
+    (or, filtered by an agent and no parent, one leg on the agent's own index: `_OWN_ORDER`).
+    SQLite merges the legs' keys, not their documents (`_merged_keys`).
 
     The plan must not depend on the values either: PostgreSQL plans a prepared statement
     (psycopg prepares a statement run 5 times) once for any values only when that plan
@@ -313,6 +314,10 @@ def _list_query(
     page size are literals, and every value reaches PostgreSQL as an InitPlan `(SELECT $n)`,
     which a plan for the values cannot see into either (`_value`)."""
     t = schema.tasks.c
+
+    def hidden(name: str) -> bool:  # a filter tested on the parent's rows, not walked
+        return PARENT in given and name != PARENT
+
     passed = sa.and_(
         t.lease_expires_ms.is_not(None),
         # The range's lower end holds for any lease, and makes the pair a range, which
@@ -334,9 +339,12 @@ def _list_query(
         # in (state, updated_seq) order instead, and `column || ''` (the same test: NULL
         # stays NULL) one from walking every held task of an agent through (to_agent,
         # state, updated_seq) (issue 25: 1,000 heap rows, ~0.8 ms, for none).
+        # A parent's leg walks `(parent_task_id, state, updated_seq)` and tests the other
+        # filters on its rows the same way: a planner could take an agent's or a stream's
+        # index instead, and walk all of its tasks for a parent's few.
         seq = t.updated_seq + sa.literal_column("0") if by_lease else t.updated_seq
         filters = [
-            (t[name].op("||")(sa.literal_column("''")) if by_lease else t[name])
+            (t[name].op("||")(sa.literal_column("''")) if by_lease or hidden(name) else t[name])
             == _value(name, sa.Text)
             for name in given
         ]
@@ -355,7 +363,7 @@ def _list_query(
         return leg(state)
     if state is None and not given:  # ix_tasks_any_state: its predicate, word for word
         return leg(None, sa.text(schema.TASKS_ANY_STATE_WHERE))
-    if state is None and _OWN_ORDER & set(given):
+    if state is None and _OWN_ORDER & set(given) and PARENT not in given:
         return leg(None)  # (to_agent, updated_seq) or (requester, updated_seq)
 
     def legs(keys: bool) -> list[sa.Select[Any]]:
@@ -404,6 +412,10 @@ def _rowid() -> sa.ColumnElement[int]:
     """SQLite's key of a task row."""
     return sa.literal_column("tasks.rowid", sa.Integer)
 
+
+# The filter whose index, `(parent_task_id, state, updated_seq)` (0016), a listing naming it
+# always walks: a parent's children are few next to an agent's or a stream's tasks.
+PARENT = "parent_task_id"
 
 # The filters with an index of their own ordered by `updated_seq`: a listing of any state
 # with one of them is one leg on it (one per state would walk the agent's rows of each state
