@@ -138,6 +138,20 @@ def test_redaction_removes_the_content_on_every_replica_and_still_verifies(
         again.close()
 
 
+def test_a_page_on_a_log_that_holds_no_redaction_looks_up_none_for_its_events(
+    store: LogStore, tmp_path: Path
+) -> None:
+    for i in range(3):
+        store.event_append(type="note", stream="s", room="r", from_agent="a", body=f"n{i}")
+    b = _replica(tmp_path, "b", [])
+    seen: list[str] = []
+    b.backend.statement_hooks.append(lambda sql, params: seen.append(sql))
+    sync.sync_with_peer(b, sync.LocalPeer(store))
+    assert b.event_list(limit=10).events
+    assert [q for q in seen if "target_id IN" in q] == []  # one probe found none held
+    b.close()
+
+
 def test_a_redaction_that_arrives_before_its_target_applies_when_it_comes(
     store: LogStore, tmp_path: Path
 ) -> None:

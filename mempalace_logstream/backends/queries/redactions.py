@@ -68,7 +68,10 @@ def _select_art_sha() -> sa.Select[Any]:
 
 def pending_for(ex: Executor, target_ids: list[str]) -> list[str]:
     """The redaction ids held here that name one of `target_ids` (distinct ids), with
-    repeats (one per part)."""
+    repeats (one per part). One probe first: most logs hold no redaction, and a peer's page
+    would cost its thousands of ids in IN lists."""
+    if not ex.rows("redactions.any", _select_any, {}):
+        return []
     out: list[str] = []
     for n, params in in_lists(target_ids):
 
@@ -79,3 +82,7 @@ def pending_for(ex: Executor, target_ids: list[str]) -> list[str]:
 
         out += [str(r[0]) for r in ex.rows(("redactions.pending", n), build, params)]
     return out
+
+
+def _select_any() -> sa.Select[Any]:
+    return sa.select(schema.redactions.c.redaction_id).limit(1)
