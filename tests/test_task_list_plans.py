@@ -40,7 +40,7 @@ SELECT 'task_fill_' || i,
 FROM generate_series(1, {ROWS}) AS i
 """
 PARENT = "task_fill_p7"
-PARENT_KEYS = "ix_tasks_parent_task_id_state_updated_seq"
+PARENT_KEYS = "ix_tasks_parent_task_id_state_updated_seq_to_agent"
 SHAPES: dict[str, tuple[dict[str, Any], set[str]]] = {
     "open": ({"state": "open"}, {"ix_tasks_state_updated_seq", "ix_tasks_state_lease_expires_ms"}),
     "working": ({"state": "working"}, {"ix_tasks_state_updated_seq"}),

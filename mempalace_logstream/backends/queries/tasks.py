@@ -285,7 +285,7 @@ def _list_query(
     """Newest activity first, each leg an index-ordered range cut at the page, merged (an OR
     would sort every live task): one leg per state, on `(state, updated_seq)` (or
     `(to_agent, state, updated_seq)`, `(stream, state, updated_seq)`, a parent's
-    `(parent_task_id, state, updated_seq)`, which a listing naming a parent always walks:
+    `(parent_task_id, state, updated_seq, to_agent)`, which a listing naming a parent walks:
     `PARENT`), the only indexes ordered by `updated_seq` a state's leg can walk (the index
     on `updated_seq` alone is partial, `ix_tasks_any_state`, for the listing of any state
     with no filter, which states its predicate: a planner with statistics walked a plain
@@ -326,9 +326,10 @@ def _list_query(
         # in (state, updated_seq) order instead, and `column || ''` (the same test: NULL
         # stays NULL) one from walking every held task of an agent through (to_agent,
         # state, updated_seq) (issue 25: 1,000 heap rows, ~0.8 ms, for none).
-        # A parent's leg walks `(parent_task_id, state, updated_seq)` and tests the other
-        # filters on its rows the same way: a planner could take an agent's or a stream's
-        # index instead, and walk all of its tasks for a parent's few.
+        # A parent's leg walks `(parent_task_id, state, updated_seq, to_agent)` and tests the
+        # other filters on its rows the same way: a planner could take an agent's or a
+        # stream's index instead, and walk all of its tasks for a parent's few. The agent's
+        # test reads the index entry's `to_agent` (SQLite seeks no row for another agent's).
         seq = t.updated_seq + sa.literal_column("0") if by_lease else t.updated_seq
         filters = [
             (t[name].op("||")(sa.literal_column("''")) if by_lease or hidden(name) else t[name])
@@ -400,8 +401,8 @@ def _rowid() -> sa.ColumnElement[int]:
     return sa.literal_column("tasks.rowid", sa.Integer)
 
 
-# The filter whose index, `(parent_task_id, state, updated_seq)` (0016), a listing naming it
-# always walks: a parent's children are few next to an agent's or a stream's tasks.
+# The filter whose index, `(parent_task_id, state, updated_seq, to_agent)` (0016), a listing
+# naming it always walks: a parent's children are few next to an agent's or a stream's tasks.
 PARENT = "parent_task_id"
 
 # The filters with an index of their own ordered by `updated_seq`: a listing of any state
