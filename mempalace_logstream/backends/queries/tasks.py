@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from mempalace_logstream import lazy
 from mempalace_logstream.backends.base import Executor
-from mempalace_logstream.backends.queries import by_dialect, opaque_value
+from mempalace_logstream.backends.queries import by_dialect, entry_test, opaque_value
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -329,10 +329,15 @@ def _list_query(
         # A parent's leg walks `(parent_task_id, state, updated_seq, to_agent)` and tests the
         # other filters on its rows the same way: a planner could take an agent's or a
         # stream's index instead, and walk all of its tasks for a parent's few. The agent's
-        # test reads the index entry's `to_agent` (SQLite seeks no row for another agent's).
+        # test reads the index entry's `to_agent` (`entry_test`: no row is read for a child
+        # of another agent).
         seq = t.updated_seq + sa.literal_column("0") if by_lease else t.updated_seq
         filters = [
-            (t[name].op("||")(sa.literal_column("''")) if by_lease or hidden(name) else t[name])
+            entry_test()(t[name], _value(name, sa.Text))
+            if name in PARENT_ENTRY and hidden(name) and not by_lease
+            else (
+                t[name].op("||")(sa.literal_column("''")) if by_lease or hidden(name) else t[name]
+            )
             == _value(name, sa.Text)
             for name in given
         ]
@@ -404,6 +409,8 @@ def _rowid() -> sa.ColumnElement[int]:
 # The filter whose index, `(parent_task_id, state, updated_seq, to_agent)` (0016), a listing
 # naming it always walks: a parent's children are few next to an agent's or a stream's tasks.
 PARENT = "parent_task_id"
+# The filters that index carries, tested on its entries (`entry_test`).
+PARENT_ENTRY = frozenset({"to_agent"})
 
 # The filters with an index of their own ordered by `updated_seq`: a listing of any state
 # with one of them is one leg on it (one per state would walk the agent's rows of each state
