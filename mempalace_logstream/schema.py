@@ -232,9 +232,15 @@ tasks = sa.Table(
     sa.Index(None, "stream", "state", "updated_seq"),  # a stream's listing (0015)
     sa.Index(None, "requester", "updated_seq"),
     # A parent's children (0016): its listing, one range per state, and the counts of its
-    # open children; only the rows with a parent (every read names one).
+    # open children; only the rows with a parent (every read names one). `to_agent` is read
+    # from the entries by a listing that filters a parent's children by agent.
     sa.Index(
-        None, "parent_task_id", "state", "updated_seq", **declared_where_set("parent_task_id")
+        None,
+        "parent_task_id",
+        "state",
+        "updated_seq",
+        "to_agent",
+        **declared_where_set("parent_task_id"),
     ),
     # The listing of any state (0015): partial, so that only it, which states the predicate,
     # walks it, never a state's listing (0014 dropped the plain index on `updated_seq`).

@@ -40,7 +40,7 @@ SELECT 'task_fill_' || i,
 FROM generate_series(1, {ROWS}) AS i
 """
 PARENT = "task_fill_p7"
-PARENT_KEYS = "ix_tasks_parent_task_id_state_updated_seq"
+PARENT_KEYS = "ix_tasks_parent_task_id_state_updated_seq_to_agent"
 SHAPES: dict[str, tuple[dict[str, Any], set[str]]] = {
     "open": ({"state": "open"}, {"ix_tasks_state_updated_seq", "ix_tasks_state_lease_expires_ms"}),
     "working": ({"state": "working"}, {"ix_tasks_state_updated_seq"}),
@@ -179,3 +179,22 @@ def test_each_leg_walks_its_state_index_and_the_plan_is_kept(
             filled.task_list(**kwargs)
         page = [(g, c) for s, (g, c) in planned(filled).items() if "FROM tasks" in s]
         assert page and all(g > 0 for g, _c in page), (what, planned(filled))
+
+
+@AS_BUILT_AND_ANALYZED
+def test_a_parents_listing_by_agent_tests_the_agent_on_the_index_entries(
+    filled: LogStore, analyzed: bool
+) -> None:
+    """`to_agent` is the parent index's last column: an index condition there, tested on the
+    entries, never a filter after each child's row is fetched (2,041 rows read for 40 at
+    the task bench's parent: 3.4 ms, 1.5 ms as an index condition)."""
+    analyze(filled, analyzed)
+    for state in (None, "working", "completed"):
+        kwargs = {"parent_task_id": PARENT, "to_agent": "agent-7"}
+        if state is not None:
+            kwargs["state"] = state
+        plan = generic_plan(filled, page_statement(filled, kwargs))
+        lines = plan.splitlines()
+        assert not [x for x in lines if "Filter" in x and "to_agent" in x], (state, plan)
+        conds = [x for x in lines if "Index Cond" in x]
+        assert conds and all("to_agent" in line for line in conds), (state, plan)

@@ -68,3 +68,38 @@ def opaque_value() -> Any:
         return text
 
     return OpaqueValue
+
+
+@functools.cache
+def entry_test() -> Any:
+    """The class of `column = value` tested on the entries of the index a statement walks,
+    which carries `column` but is not walked by it (tasks.py: a parent's listing by agent,
+    on `(parent_task_id, state, updated_seq, to_agent)`). SQLite: `column || ''` (the same
+    test, NULL stays NULL), which no index on `column` can serve, so the planner keeps the
+    walked index, and which SQLite reads from its entry before it seeks the row. PostgreSQL:
+    the plain comparison, an index condition of the walked index, tested on its entries (a
+    filter would fetch each row first). Made and registered on the first build, as
+    `by_dialect`."""
+    import sqlalchemy as sa
+    from sqlalchemy.ext.compiler import compiles
+    from sqlalchemy.sql.expression import ColumnElement
+
+    class EntryTest(ColumnElement[bool]):
+        inherit_cache = False
+        type = sa.Boolean()
+
+        def __init__(self, column: Any, value: Any) -> None:
+            self.column, self.value = column, value
+
+    @compiles(EntryTest)
+    def _unwalkable(element: EntryTest, compiler: Any, **kw: Any) -> str:
+        test = element.column.op("||")(sa.literal_column("''")) == element.value
+        text: str = compiler.process(test, **kw)
+        return text
+
+    @compiles(EntryTest, "postgresql")
+    def _index_condition(element: EntryTest, compiler: Any, **kw: Any) -> str:
+        text: str = compiler.process(element.column == element.value, **kw)
+        return text
+
+    return EntryTest

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from mempalace_logstream import lazy
 from mempalace_logstream.backends.base import Executor
-from mempalace_logstream.backends.queries import by_dialect, opaque_value
+from mempalace_logstream.backends.queries import by_dialect, entry_test, opaque_value
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -298,7 +298,7 @@ def _list_query(
     """Newest activity first, each leg an index-ordered range cut at the page, merged (an OR
     would sort every live task): one leg per state, on `(state, updated_seq)` (or
     `(to_agent, state, updated_seq)`, `(stream, state, updated_seq)`, a parent's
-    `(parent_task_id, state, updated_seq)`, which a listing naming a parent always walks:
+    `(parent_task_id, state, updated_seq, to_agent)`, which a listing naming a parent walks:
     `PARENT`), the only indexes ordered by `updated_seq` a state's leg can walk (the index
     on `updated_seq` alone is partial, `ix_tasks_any_state`, for the listing of any state
     with no filter, which states its predicate: a planner with statistics walked a plain
@@ -339,12 +339,18 @@ def _list_query(
         # in (state, updated_seq) order instead, and `column || ''` (the same test: NULL
         # stays NULL) one from walking every held task of an agent through (to_agent,
         # state, updated_seq) (issue 25: 1,000 heap rows, ~0.8 ms, for none).
-        # A parent's leg walks `(parent_task_id, state, updated_seq)` and tests the other
-        # filters on its rows the same way: a planner could take an agent's or a stream's
-        # index instead, and walk all of its tasks for a parent's few.
+        # A parent's leg walks `(parent_task_id, state, updated_seq, to_agent)` and tests the
+        # other filters on its rows the same way: a planner could take an agent's or a
+        # stream's index instead, and walk all of its tasks for a parent's few. The agent's
+        # test reads the index entry's `to_agent` (`entry_test`: no row is read for a child
+        # of another agent).
         seq = t.updated_seq + sa.literal_column("0") if by_lease else t.updated_seq
         filters = [
-            (t[name].op("||")(sa.literal_column("''")) if by_lease or hidden(name) else t[name])
+            entry_test()(t[name], _value(name, sa.Text))
+            if name in PARENT_ENTRY and hidden(name) and not by_lease
+            else (
+                t[name].op("||")(sa.literal_column("''")) if by_lease or hidden(name) else t[name]
+            )
             == _value(name, sa.Text)
             for name in given
         ]
@@ -413,9 +419,11 @@ def _rowid() -> sa.ColumnElement[int]:
     return sa.literal_column("tasks.rowid", sa.Integer)
 
 
-# The filter whose index, `(parent_task_id, state, updated_seq)` (0016), a listing naming it
-# always walks: a parent's children are few next to an agent's or a stream's tasks.
+# The filter whose index, `(parent_task_id, state, updated_seq, to_agent)` (0016), a listing
+# naming it always walks: a parent's children are few next to an agent's or a stream's tasks.
 PARENT = "parent_task_id"
+# The filters that index carries, tested on its entries (`entry_test`).
+PARENT_ENTRY = frozenset({"to_agent"})
 
 # The filters with an index of their own ordered by `updated_seq`: a listing of any state
 # with one of them is one leg on it (one per state would walk the agent's rows of each state
