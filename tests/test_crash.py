@@ -48,24 +48,29 @@ for t in ts:
 
 def _kill_mid_burst(url: str, threads: int, after: int) -> list[str]:
     """Start the writer, SIGKILL it once `after` ids were printed, return every printed id."""
-    proc = subprocess.Popen(
+    with subprocess.Popen(  # its exit closes the pipes
         [sys.executable, "-c", WRITER, url, str(threads)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
-    printed: list[str] = []
-    try:
-        while len(printed) < after:
-            line = proc.stdout.readline()
-            assert line, proc.stderr.read().decode()
-            printed.append(line.decode().strip())
-        os.kill(proc.pid, signal.SIGKILL)
-        rest, _err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    ) as proc:
+        printed: list[str] = []
+        try:
+            while len(printed) < after:
+                line = proc.stdout.readline()
+                assert line, proc.stderr.read().decode()
+                printed.append(line.decode().strip())
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
+            # The rest through the same buffered reader: `communicate()` reads the pipe's
+            # file descriptor itself, past what `readline` had already buffered, so its
+            # first line began mid-id (a torn "82d5e37" counted as an acknowledged append
+            # lost).
+            rest = proc.stdout.read()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     assert proc.returncode == -signal.SIGKILL
     # Lines printed before the kill are acknowledged appends too; a torn last line is not.
     printed += [x for x in rest.decode().split("\n")[:-1] if x]
