@@ -25,7 +25,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import secrets
 import subprocess
 import sys
 import tempfile
@@ -41,23 +40,9 @@ from bench import bench_hub, common  # noqa: E402
 BENCH = "hubs"
 
 
-@contextlib.contextmanager
-def pg_schema() -> Iterator[str]:
+def pg_schema() -> contextlib.AbstractContextManager[str]:
     """A fresh schema on the bench's PostgreSQL server, as a URL; dropped afterwards."""
-    import sqlalchemy as sa
-
-    admin = common.pg_admin_url()
-    schema = f"bench_hubs_{secrets.token_hex(4)}"
-    eng = sa.create_engine(admin, isolation_level="AUTOCOMMIT")
-    with eng.connect() as conn:
-        conn.execute(sa.text(f"CREATE SCHEMA {schema}"))
-    sep = "&" if "?" in admin else "?"
-    try:
-        yield f"{admin}{sep}options=-csearch_path%3D{schema}"
-    finally:
-        with eng.connect() as conn:
-            conn.execute(sa.text(f"DROP SCHEMA {schema} CASCADE"))
-        eng.dispose()
+    return common.pg_schema(common.pg_admin_url(), "bench_hubs")
 
 
 @contextlib.contextmanager

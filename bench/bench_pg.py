@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,22 +65,9 @@ SMOKE = Sizes(appends=10, thread_appends=16, pings=2, reps=1)
 # ----------------------------------------------------------------- databases
 
 
-@contextmanager
-def pg_schema(admin_url: str) -> Iterator[str]:
+def pg_schema(admin_url: str) -> AbstractContextManager[str]:
     """A fresh schema for one measurement, as a URL whose search_path points at it."""
-    import sqlalchemy as sa
-
-    name = f"bench_pg_{secrets.token_hex(4)}"
-    eng = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with eng.connect() as conn:
-        conn.execute(sa.text(f"CREATE SCHEMA {name}"))
-    sep = "&" if "?" in admin_url else "?"
-    try:
-        yield f"{admin_url}{sep}options=-csearch_path%3D{name}"
-    finally:
-        with eng.connect() as conn:
-            conn.execute(sa.text(f"DROP SCHEMA {name} CASCADE"))
-        eng.dispose()
+    return common.pg_schema(admin_url, "bench_pg")
 
 
 @contextmanager

@@ -25,12 +25,11 @@ import contextlib
 import json
 import os
 import random
-import secrets
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -187,21 +186,8 @@ def ref_env() -> dict[str, str]:
     return env
 
 
-@contextlib.contextmanager
-def pg_schema(admin_url: str) -> Iterator[str]:
-    import sqlalchemy as sa
-
-    name = f"bench_wake_{secrets.token_hex(4)}"
-    eng = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with eng.connect() as conn:
-        conn.execute(sa.text(f"CREATE SCHEMA {name}"))
-    sep = "&" if "?" in admin_url else "?"
-    try:
-        yield f"{admin_url}{sep}options=-csearch_path%3D{name}"
-    finally:
-        with eng.connect() as conn:
-            conn.execute(sa.text(f"DROP SCHEMA {name} CASCADE"))
-        eng.dispose()
+def pg_schema(admin_url: str) -> contextlib.AbstractContextManager[str]:
+    return common.pg_schema(admin_url, "bench_wake")
 
 
 def bench_latency(args: argparse.Namespace, tmp: Path) -> None:

@@ -47,6 +47,25 @@ def pg_admin_url(default: str = DEFAULT_PG) -> str:
     return os.environ.get("LOGSTREAM_BENCH_PG", default)
 
 
+@contextlib.contextmanager
+def pg_schema(admin_url: str, prefix: str) -> Iterator[str]:
+    """A fresh schema `<prefix>_<8 hex>` on the server at `admin_url` for one measurement,
+    dropped afterwards; yields a URL whose search_path is it."""
+    import sqlalchemy as sa
+
+    name = f"{prefix}_{secrets.token_hex(4)}"
+    eng = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with eng.connect() as conn:
+        conn.execute(sa.text(f"CREATE SCHEMA {name}"))
+    sep = "&" if "?" in admin_url else "?"
+    try:
+        yield f"{admin_url}{sep}options=-csearch_path%3D{name}"
+    finally:
+        with eng.connect() as conn:
+            conn.execute(sa.text(f"DROP SCHEMA {name} CASCADE"))
+        eng.dispose()
+
+
 def ensure_repo_on_path() -> None:
     """Make `mempalace_logstream` and `tests.refpkg` importable when run as a script."""
     root = str(REPO)

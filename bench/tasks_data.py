@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import sqlite3
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -167,19 +165,6 @@ def sqlite_log(n_tasks: int, thread_events: int, cache: Path, rebuild: bool) -> 
         return path
 
 
-@contextlib.contextmanager
-def pg_schema(admin_url: str) -> Iterator[str]:
+def pg_schema(admin_url: str) -> contextlib.AbstractContextManager[str]:
     """A fresh schema on the server, dropped afterwards; yields a URL whose search_path is it."""
-    import sqlalchemy as sa
-
-    name = f"bench_tasks_{secrets.token_hex(4)}"
-    eng = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with eng.connect() as conn:
-        conn.execute(sa.text(f"CREATE SCHEMA {name}"))
-    sep = "&" if "?" in admin_url else "?"
-    try:
-        yield f"{admin_url}{sep}options=-csearch_path%3D{name}"
-    finally:
-        with eng.connect() as conn:
-            conn.execute(sa.text(f"DROP SCHEMA {name} CASCADE"))
-        eng.dispose()
+    return common.pg_schema(admin_url, "bench_tasks")
