@@ -95,6 +95,15 @@ def one_task(store: LogStore) -> dict[str, Any]:
     )
 
 
+def copy_task(store: LogStore, clock: ManualClock, fill: str) -> None:
+    """Run `fill` (the backend's statement making `ROWS` copies) on the one task's document,
+    with leases a long way off (both backends' plan tests)."""
+    with store.engine.connect() as conn:
+        (row,) = conn.exec_driver_sql("SELECT doc_json FROM tasks").all()
+        conn.exec_driver_sql(fill, {"lease": clock.now_ms() + 10**9, "doc": row[0]})
+        conn.commit()
+
+
 def analyze(store: LogStore, analyzed: bool) -> None:
     """ANALYZE the tasks table when `analyzed` (the planner's statistics)."""
     if analyzed:
@@ -110,11 +119,7 @@ def filled(pg_url: str, clock: ManualClock) -> Iterator[LogStore]:
         out = one_task(store)
         doc = store.task_status(str(out["task"].correlation_id))["task"]
         assert doc["state"] == "open"
-        with store.engine.connect() as conn:
-            (row,) = conn.exec_driver_sql("SELECT doc_json FROM tasks").all()
-            lease = clock.now_ms() + 10**9
-            conn.exec_driver_sql(FILL, {"lease": lease, "doc": row[0]})
-            conn.commit()
+        copy_task(store, clock, FILL)
         yield store
 
 

@@ -25,6 +25,7 @@ from tests.test_task_list_plans import (
     PARENT,
     PARENT_KEYS,
     analyze,
+    copy_task,
     one_task,
 )
 
@@ -87,11 +88,7 @@ def filled(tmp_path: Path, clock: ManualClock) -> Iterator[LogStore]:
     """A SQLite store whose projection holds one real task and `ROWS` copies of its document."""
     with LogStore.open(str(tmp_path / "log.sqlite3"), clock=clock) as store:
         one_task(store)
-        with store.engine.connect() as conn:
-            (row,) = conn.exec_driver_sql("SELECT doc_json FROM tasks").all()
-            lease = clock.now_ms() + 10**9
-            conn.exec_driver_sql(FILL, {"lease": lease, "doc": row[0]})
-            conn.commit()
+        copy_task(store, clock, FILL)
         yield store
 
 
